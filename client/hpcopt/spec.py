@@ -1,0 +1,191 @@
+"""The campaign spec: what a user submits, validated in one place for every front door.
+
+A spec is a YAML or JSON document::
+
+    name: digits-mlp
+    objective: {metric: val_loss, direction: minimize}
+    space:
+      lr:      {type: real, low: 1.0e-4, high: 0.1, scale: log}
+      width:   {type: int, low: 16, high: 256, scale: log}
+      act:     {type: categorical, choices: [relu, tanh]}
+    algorithm: {name: random, seed: 0}
+    budget: {max_trials: 50, max_parallel: 4}
+    folds: 5
+    training: {task: "examples/digits/task.py:task", scheme: allreduce,
+               ranks_per_fold: 1, epochs: 20, options: {}}
+    max_attempts: 3
+
+The REST API, the gRPC API and the CLI all call :func:`parse_spec`, so a bad spec gets
+the same error everywhere: a list of ``(field path, message)`` pairs such as
+``("space.lr.low", "must be > 0 for a log scale")``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, Literal
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: Algorithms the server knows. The server checks the name against its registry too.
+ALGORITHMS = ("random", "sobol", "grid", "bo", "ea", "skopt")
+SCHEMES = ("allreduce", "downpour", "easgd", "daso", "pipeline", "horovod")
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$"
+
+ParamName = Annotated[str, Field(pattern=NAME_PATTERN)]
+Choice = bool | int | float | str
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RealParam(_Strict):
+    """A float in [low, high]; ``scale: log`` searches log(low)..log(high)."""
+
+    type: Literal["real"]
+    low: float
+    high: float
+    scale: Literal["linear", "log"] = "linear"
+
+    @model_validator(mode="after")
+    def _bounds(self) -> RealParam:
+        _check_bounds(self.low, self.high, self.scale)
+        return self
+
+
+class IntParam(_Strict):
+    """An integer in [low, high], both included."""
+
+    type: Literal["int"]
+    low: int
+    high: int
+    scale: Literal["linear", "log"] = "linear"
+
+    @model_validator(mode="after")
+    def _bounds(self) -> IntParam:
+        _check_bounds(self.low, self.high, self.scale)
+        return self
+
+
+class CategoricalParam(_Strict):
+    """One of ``choices`` (strings, numbers or booleans; no duplicates)."""
+
+    type: Literal["categorical"]
+    choices: list[Choice] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique(self) -> CategoricalParam:
+        keys = [(type(c).__name__, c) for c in self.choices]
+        if len(set(keys)) != len(keys):
+            raise ValueError("choices must be distinct")
+        return self
+
+
+Param = Annotated[RealParam | IntParam | CategoricalParam, Field(discriminator="type")]
+
+
+def _check_bounds(low: float, high: float, scale: str) -> None:
+    if not (math.isfinite(low) and math.isfinite(high)):
+        raise ValueError("low and high must be finite numbers")
+    if low >= high:
+        raise ValueError(f"low ({low}) must be smaller than high ({high})")
+    if scale == "log" and low <= 0:
+        raise ValueError(f"low ({low}) must be > 0 for scale: log")
+
+
+class Objective(_Strict):
+    """The figure of merit the agents report, and which way is better."""
+
+    metric: str = Field(min_length=1, max_length=128)
+    direction: Literal["minimize", "maximize"] = "minimize"
+
+
+class Algorithm(_Strict):
+    """The optimizer; ``options`` are passed to it (each optimizer documents its own)."""
+
+    name: Literal["random", "sobol", "grid", "bo", "ea", "skopt"] = "random"
+    seed: int | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class Budget(_Strict):
+    """How many trials in all, and how many may run at once."""
+
+    max_trials: int = Field(ge=1, le=1_000_000)
+    max_parallel: int = Field(default=8, ge=1, le=100_000)
+
+
+class Training(_Strict):
+    """Settings the agent reads; the server stores them and does not interpret them."""
+
+    task: str = Field(min_length=1)
+    scheme: Literal["allreduce", "downpour", "easgd", "daso", "pipeline", "horovod"] = "allreduce"
+    ranks_per_fold: int = Field(default=1, ge=1)
+    epochs: int = Field(default=10, ge=1)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class CampaignSpec(_Strict):
+    """A whole campaign. Field docs live in the README's spec reference."""
+
+    name: str = Field(min_length=1, max_length=200)
+    objective: Objective
+    space: dict[ParamName, Param] = Field(min_length=1)
+    algorithm: Algorithm = Field(default_factory=Algorithm)
+    budget: Budget
+    folds: int = Field(default=1, ge=1, le=100)
+    training: Training
+    max_attempts: int = Field(default=3, ge=1, le=100)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _algorithm_shorthand(cls, data: Any) -> Any:
+        # `algorithm: bo` is accepted for `algorithm: {name: bo}`.
+        if isinstance(data, dict) and isinstance(data.get("algorithm"), str):
+            data = {**data, "algorithm": {"name": data["algorithm"]}}
+        return data
+
+
+class SpecError(ValueError):
+    """A spec that does not validate; ``errors`` lists ``(field path, message)``."""
+
+    def __init__(self, errors: list[tuple[str, str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{path}: {msg}" if path else msg for path, msg in errors))
+
+
+def _path(loc: tuple[int | str, ...]) -> str:
+    # pydantic puts the union tag in the location (space.lr.real.low): drop it.
+    if len(loc) > 2 and loc[0] == "space" and loc[2] in ("real", "int", "categorical"):
+        loc = loc[:2] + loc[3:]
+    return ".".join(str(p) for p in loc)
+
+
+def parse_spec(data: Any) -> CampaignSpec:
+    """Validates a spec document (already parsed from YAML/JSON).
+
+    Raises :class:`SpecError` naming every offending field and what is allowed.
+    """
+    if not isinstance(data, dict):
+        raise SpecError([("", f"a campaign spec must be a mapping, not {type(data).__name__}")])
+    try:
+        return CampaignSpec.model_validate(data)
+    except pydantic.ValidationError as exc:
+        errors = []
+        for err in exc.errors(include_url=False):
+            msg = err["msg"]
+            if err["type"] == "literal_error" and "expected" in err.get("ctx", {}):
+                msg = f"must be one of {err['ctx']['expected']}"
+            elif err["type"] == "extra_forbidden":
+                msg = "unknown field"
+            elif err["type"] == "union_tag_invalid":
+                msg = "type must be one of 'real', 'int', 'categorical'"
+            errors.append((_path(tuple(err["loc"])), msg.removeprefix("Value error, ")))
+        raise SpecError(errors) from None
+
+
+def spec_to_json_dict(spec: CampaignSpec) -> dict[str, Any]:
+    """The canonical JSON form of a spec (defaults filled in)."""
+    return spec.model_dump(mode="json")

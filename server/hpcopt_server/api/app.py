@@ -1,0 +1,94 @@
+"""The FastAPI application factory."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.concurrency import run_in_threadpool
+
+from hpcopt import __version__
+from hpcopt_server import errors as e
+from hpcopt_server.api.deps import CanRead
+from hpcopt_server.api.routes import router
+from hpcopt_server.metrics import Metrics
+from hpcopt_server.service import Service
+
+STATUS: dict[type[e.ServiceError], int] = {
+    e.NotFound: 404,
+    e.InvalidArgument: 422,
+    e.FailedPrecondition: 409,
+    e.Unauthenticated: 401,
+    e.PermissionDenied: 403,
+}
+
+
+def default_dashboard_dir() -> Path | None:
+    """``dashboard/`` of a source checkout, or the copy installed with the package."""
+    for candidate in (
+        Path(__file__).resolve().parents[3] / "dashboard",
+        Path(__file__).resolve().parents[1] / "static",
+    ):
+        if (candidate / "index.html").is_file():
+            return candidate
+    return None
+
+
+def create_app(service: Service, metrics: Metrics, dashboard_dir: Path | None = None) -> FastAPI:
+    app = FastAPI(
+        title="hpcopt",
+        version=__version__,
+        description="Submit and watch hyper-parameter searches. Agents use the gRPC AgentService.",
+    )
+    app.state.service = service
+
+    @app.exception_handler(e.ServiceError)
+    async def service_error(request: Request, exc: e.ServiceError) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, e.Unauthenticated) else None
+        return JSONResponse(
+            {"detail": exc.message, "errors": [{"field": f, "message": m} for f, m in exc.errors]},
+            status_code=STATUS[type(exc)],
+            headers=headers,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"field": ".".join(str(p) for p in err["loc"] if p not in ("query", "path", "body")), "message": err["msg"]}
+            for err in exc.errors()
+        ]
+        detail = "; ".join(f"{x['field']}: {x['message']}" for x in errors)
+        return JSONResponse({"detail": f"invalid request: {detail}", "errors": errors}, status_code=422)
+
+    @app.middleware("http")
+    async def count_requests(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        t0 = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        path = getattr(route, "path", "unmatched")
+        metrics.http_requests.labels(request.method, path, str(response.status_code)).inc()
+        response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - t0) * 1000:.1f}"
+        return response
+
+    @app.get("/healthz", operation_id="healthz", tags=["system"])
+    def healthz() -> dict[str, str]:
+        with service.ctx.storage.read() as tx:
+            tx.list_tokens()  # touches the database
+        return {"status": "ok", "version": __version__}
+
+    @app.get("/metrics", operation_id="metrics", tags=["system"], response_class=Response)
+    async def prometheus(_: CanRead) -> Response:
+        body = await run_in_threadpool(generate_latest, metrics.registry)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+    app.include_router(router)
+    dashboard = dashboard_dir or default_dashboard_dir()
+    if dashboard is not None:
+        app.mount("/", StaticFiles(directory=dashboard, html=True), name="dashboard")
+    return app

@@ -1,0 +1,37 @@
+"""Request dependencies as ``Annotated`` aliases, so routes read like sentences."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from hpcopt_server import domain as d
+from hpcopt_server.service import Service
+
+
+def get_service(request: Request) -> Service:
+    service: Service = request.app.state.service
+    return service
+
+
+ServiceDep = Annotated[Service, Depends(get_service)]
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def require(scope: str) -> object:
+    """A dependency that checks the request's bearer token for ``scope``."""
+
+    def check(request: Request, service: ServiceDep) -> d.ApiToken | None:
+        return service.tokens.authorize(_bearer(request), scope)
+
+    return Depends(check)
+
+
+CanRead = Annotated[d.ApiToken | None, require("read")]
+CanSubmit = Annotated[d.ApiToken | None, require("submit")]

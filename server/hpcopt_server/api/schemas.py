@@ -1,0 +1,149 @@
+"""REST response bodies, and the mapping from domain objects to them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from hpcopt_server import domain as d
+
+
+class FoldOut(BaseModel):
+    index: int
+    finished: bool
+    value: float | None
+    metrics: dict[str, float]
+    checkpoint_uri: str
+    attempt: int
+
+
+class CurvePointOut(BaseModel):
+    fold: int
+    step: int
+    value: float
+
+
+class TrialEventOut(BaseModel):
+    attempt: int
+    kind: str
+    agent_id: str
+    reason: str
+    at: datetime
+
+
+class TrialOut(BaseModel):
+    id: int
+    campaign_id: int
+    number: int
+    state: d.TrialState
+    attempt: int
+    params: dict[str, bool | int | float | str]
+    value: float | None
+    value_std: float | None
+    agent_id: str
+    error: str
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    folds: list[FoldOut]
+    curves: list[CurvePointOut] | None = None
+    events: list[TrialEventOut] | None = None
+
+
+class CampaignOut(BaseModel):
+    id: int
+    name: str
+    state: d.CampaignState
+    algorithm: str
+    metric: str
+    direction: str
+    max_trials: int
+    trial_counts: dict[str, int]
+    best_value: float | None
+    best_trial_id: int | None
+    created_at: datetime
+    finished_at: datetime | None
+    spec: dict[str, Any]
+
+
+class TrialPage(BaseModel):
+    trials: list[TrialOut]
+    total: int
+    offset: int
+    limit: int
+
+
+class AgentOut(BaseModel):
+    id: str
+    host: str
+    ranks: int
+    gpus: int
+    slurm_job_id: str
+    campaign_id: int | None
+    registered_at: datetime
+    last_seen_at: datetime
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ErrorOut(BaseModel):
+    detail: str
+    errors: list[FieldError] = []
+
+
+def campaign_out(s: d.CampaignSummary) -> CampaignOut:
+    c = s.campaign
+    return CampaignOut(
+        id=c.id,
+        name=c.name,
+        state=c.state,
+        algorithm=c.algorithm,
+        metric=c.metric,
+        direction=c.direction,
+        max_trials=c.max_trials,
+        trial_counts=s.trial_counts,
+        best_value=s.best_value,
+        best_trial_id=s.best_trial_id,
+        created_at=c.created_at,
+        finished_at=c.finished_at,
+        spec=c.spec,
+    )
+
+
+def trial_out(t: d.Trial, *, full: bool = False) -> TrialOut:
+    return TrialOut(
+        id=t.id,
+        campaign_id=t.campaign_id,
+        number=t.number,
+        state=t.state,
+        attempt=t.attempt,
+        params=t.params,
+        value=t.value,
+        value_std=t.value_std,
+        agent_id=t.agent_id,
+        error=t.error,
+        created_at=t.created_at,
+        started_at=t.started_at,
+        finished_at=t.finished_at,
+        folds=[FoldOut(**vars(f)) for f in t.folds],
+        curves=[CurvePointOut(**vars(p)) for p in t.curves] if full else None,
+        events=[TrialEventOut(**vars(e)) for e in t.events] if full else None,
+    )
+
+
+def agent_out(a: d.Agent) -> AgentOut:
+    return AgentOut(
+        id=a.id,
+        host=a.host,
+        ranks=a.ranks,
+        gpus=a.gpus,
+        slurm_job_id=a.slurm_job_id,
+        campaign_id=a.campaign_id,
+        registered_at=a.registered_at,
+        last_seen_at=a.last_seen_at,
+    )

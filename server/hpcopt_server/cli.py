@@ -1,0 +1,192 @@
+"""``hpcopt-server``: serve, migrate the database, manage API tokens."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from hpcopt_server.settings import ServerSettings, env
+
+
+def _db_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=env("DB", ServerSettings.db), help="SQLAlchemy URL (env HPCOPT_DB)")
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="hpcopt-server", description="The hpcopt optimization server.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="serve REST, gRPC and the dashboard")
+    _db_arg(s)
+    s.add_argument("--host", default=env("HOST", ServerSettings.host), help="bind address (env HPCOPT_HOST)")
+    s.add_argument("--port", type=int, default=int(env("PORT", "8000")), help="REST port (env HPCOPT_PORT)")
+    s.add_argument(
+        "--grpc-port", type=int, default=int(env("GRPC_PORT", "50051")), help="gRPC port (env HPCOPT_GRPC_PORT)"
+    )
+    s.add_argument("--lease-seconds", type=float, default=float(env("LEASE_SECONDS", "60")))
+    s.add_argument("--reap-interval", type=float, default=float(env("REAP_INTERVAL", "5")))
+    s.add_argument("--grpc-workers", type=int, default=int(env("GRPC_WORKERS", "64")))
+    s.add_argument(
+        "--require-auth",
+        action="store_true",
+        default=env("REQUIRE_AUTH", "") not in ("", "0", "false"),
+        help="demand a token on every call even before one exists",
+    )
+    s.add_argument("--log-level", default=env("LOG_LEVEL", "info"))
+
+    db = sub.add_parser("db", help="database schema")
+    dbsub = db.add_subparsers(dest="db_command", required=True)
+    _db_arg(dbsub.add_parser("upgrade", help="migrate the schema to this release"))
+    _db_arg(dbsub.add_parser("current", help="print the schema revision"))
+
+    tok = sub.add_parser("token", help="API tokens")
+    toksub = tok.add_subparsers(dest="token_command", required=True)
+    create = toksub.add_parser("create", help="create a token and print its secret once")
+    _db_arg(create)
+    create.add_argument("--name", required=True)
+    create.add_argument("--scope", action="append", required=True, help="read, submit, agent or admin; repeatable")
+    _db_arg(toksub.add_parser("list", help="list tokens (never their secrets)"))
+    revoke = toksub.add_parser("revoke", help="revoke a token by id")
+    _db_arg(revoke)
+    revoke.add_argument("id", type=int)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    from hpcopt_server.errors import ServiceError
+
+    try:
+        if args.command == "serve":
+            return _serve(args)
+        if args.command == "db":
+            return _db(args)
+        return _token(args)
+    except ServiceError as exc:
+        print(f"hpcopt-server: {exc.message}", file=sys.stderr)
+        return 2
+
+
+def _ready_storage(url: str, *, upgrade_empty: bool) -> object:
+    from hpcopt_server.storage import migrate
+    from hpcopt_server.storage.repository import Storage
+
+    current, head = migrate.current_revision(url), migrate.head_revision()
+    if current is None and upgrade_empty:
+        migrate.upgrade(url)
+    elif current != head:
+        raise SystemExit(
+            f"hpcopt-server: the database schema is at {current}, this release needs {head}: "
+            f"run `hpcopt-server db upgrade --db {url}` first"
+        )
+    return Storage(url)
+
+
+def _db(args: argparse.Namespace) -> int:
+    from hpcopt_server.storage import migrate
+
+    if args.db_command == "upgrade":
+        before = migrate.current_revision(args.db)
+        migrate.upgrade(args.db)
+        print(f"database schema: {before or 'empty'} -> {migrate.current_revision(args.db)}")
+    else:
+        print(migrate.current_revision(args.db) or "empty")
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from hpcopt_server.service import Service
+    from hpcopt_server.storage.repository import Storage
+
+    storage = _ready_storage(args.db, upgrade_empty=True)
+    assert isinstance(storage, Storage)
+    service = Service(storage)
+    if args.token_command == "create":
+        token, secret = service.tokens.create(args.name, args.scope)
+        print(secret)
+        print(f"token {token.id} {token.name!r} scopes {sorted(token.scopes)}; the secret is shown only now",
+              file=sys.stderr)
+    elif args.token_command == "list":
+        for t in service.tokens.list():
+            state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
+            print(f"{t.id:>4}  {t.name:<24} {','.join(sorted(t.scopes)):<24} {state}")
+    else:
+        service.tokens.revoke(args.id)
+        print(f"token {args.id} revoked")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from hpcopt_server.api.app import create_app
+    from hpcopt_server.metrics import Metrics
+    from hpcopt_server.rpc.server import build_grpc_server
+    from hpcopt_server.service import Service, ServiceSettings
+    from hpcopt_server.storage.repository import Storage
+
+    settings = ServerSettings(
+        db=args.db,
+        host=args.host,
+        port=args.port,
+        grpc_port=args.grpc_port,
+        lease_seconds=args.lease_seconds,
+        reap_interval=args.reap_interval,
+        require_auth=args.require_auth,
+        grpc_workers=args.grpc_workers,
+    )
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    storage = _ready_storage(settings.db, upgrade_empty=True)
+    assert isinstance(storage, Storage)
+    service = Service(
+        storage,
+        ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),
+        require_auth=settings.require_auth,
+        reap_interval=settings.reap_interval,
+    )
+    admin = os.environ.get("HPCOPT_ADMIN_TOKEN")
+    if admin:
+        service.tokens.create("HPCOPT_ADMIN_TOKEN", ["admin"], secret=admin)
+    auth_on = service.tokens.enabled()
+    if not auth_on and not settings.loopback:
+        print(
+            f"hpcopt-server: refusing to serve on {settings.host} without auth: anyone who can reach it "
+            "could submit and cancel campaigns. Create a token first "
+            "(`hpcopt-server token create --scope admin --name me`), set HPCOPT_ADMIN_TOKEN, "
+            "or bind to 127.0.0.1.",
+            file=sys.stderr,
+        )
+        return 2
+    metrics = Metrics(service)
+    grpc_server, grpc_port = build_grpc_server(
+        service, metrics, f"{_bracket(settings.host)}:{settings.grpc_port}", settings.grpc_workers
+    )
+    grpc_server.start()
+    service.reaper.start()
+    app = create_app(service, metrics)
+    print(
+        f"hpcopt-server {'(auth on)' if auth_on else '(auth off: loopback and no tokens)'}\n"
+        f"  REST + dashboard  http://{_bracket(settings.host)}:{settings.port}/   (API docs /docs)\n"
+        f"  gRPC              {_bracket(settings.host)}:{grpc_port}\n"
+        f"  database          {storage.db.url.render_as_string(hide_password=True)}",
+        flush=True,
+    )
+    try:
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), access_log=False)
+    finally:
+        service.reaper.stop()
+        grpc_server.stop(grace=5).wait()
+        storage.close()
+    return 0
+
+
+def _bracket(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+if __name__ == "__main__":
+    sys.exit(main())

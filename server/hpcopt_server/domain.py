@@ -1,0 +1,160 @@
+"""Domain objects shared by the service, the optimizers and storage.
+
+Plain frozen dataclasses: storage maps ORM rows to these in one place
+(``storage/mapping.py``), transports map these to protobuf/JSON, and nothing else
+crosses a layer.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+ParamValue = bool | int | float | str
+Params = dict[str, ParamValue]
+
+
+class CampaignState(enum.StrEnum):
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+
+
+class TrialState(enum.StrEnum):
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    PRUNED = "PRUNED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    PREEMPTED = "PREEMPTED"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATES
+
+
+FINISHED_STATES = frozenset(
+    {TrialState.COMPLETED, TrialState.PRUNED, TrialState.FAILED, TrialState.CANCELLED}
+)
+
+
+@dataclass(frozen=True)
+class Campaign:
+    id: int
+    name: str
+    state: CampaignState
+    spec: dict[str, Any]
+    created_at: datetime
+    finished_at: datetime | None = None
+
+    @property
+    def algorithm(self) -> str:
+        return str(self.spec["algorithm"]["name"])
+
+    @property
+    def metric(self) -> str:
+        return str(self.spec["objective"]["metric"])
+
+    @property
+    def direction(self) -> str:
+        return str(self.spec["objective"]["direction"])
+
+    @property
+    def max_trials(self) -> int:
+        return int(self.spec["budget"]["max_trials"])
+
+    @property
+    def max_parallel(self) -> int:
+        return int(self.spec["budget"]["max_parallel"])
+
+    @property
+    def folds(self) -> int:
+        return int(self.spec["folds"])
+
+    @property
+    def max_attempts(self) -> int:
+        return int(self.spec["max_attempts"])
+
+
+@dataclass(frozen=True)
+class Fold:
+    index: int
+    finished: bool
+    value: float | None
+    metrics: dict[str, float]
+    checkpoint_uri: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    fold: int
+    step: int
+    value: float
+
+
+@dataclass(frozen=True)
+class TrialEvent:
+    attempt: int
+    kind: str
+    agent_id: str
+    reason: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class Trial:
+    id: int
+    campaign_id: int
+    number: int
+    state: TrialState
+    attempt: int
+    params: Params
+    created_at: datetime
+    value: float | None = None
+    value_std: float | None = None
+    agent_id: str = ""
+    lease_id: str = ""
+    lease_expires_at: datetime | None = None
+    error: str = ""
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    folds: tuple[Fold, ...] = ()
+    curves: tuple[CurvePoint, ...] = ()
+    events: tuple[TrialEvent, ...] = ()
+
+
+@dataclass(frozen=True)
+class Agent:
+    id: str
+    host: str
+    ranks: int
+    gpus: int
+    slurm_job_id: str
+    campaign_id: int | None
+    pid: int
+    version: str
+    registered_at: datetime
+    last_seen_at: datetime
+
+
+@dataclass(frozen=True)
+class ApiToken:
+    id: int
+    name: str
+    scopes: frozenset[str]
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CampaignSummary:
+    """A campaign with its trial counts and best value, for listings."""
+
+    campaign: Campaign
+    trial_counts: dict[str, int] = field(default_factory=dict)
+    best_value: float | None = None
+    best_trial_id: int | None = None

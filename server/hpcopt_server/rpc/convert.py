@@ -1,0 +1,105 @@
+"""Domain objects to protobuf messages and back: the only place rpc/ builds messages."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from hpcopt.v1 import agent_pb2, common_pb2
+from hpcopt_server import domain as d
+from hpcopt_server.service.agents import Acquisition, HeartbeatReply
+
+CAMPAIGN_STATES = {s: getattr(common_pb2, f"CAMPAIGN_STATE_{s.value}") for s in d.CampaignState}
+TRIAL_STATES = {s: getattr(common_pb2, f"TRIAL_STATE_{s.value}") for s in d.TrialState}
+TRIAL_STATES_BACK = {v: k for k, v in TRIAL_STATES.items()}
+
+
+def ts(value: datetime | None) -> Timestamp | None:
+    if value is None:
+        return None
+    out = Timestamp()
+    out.FromDatetime(value)
+    return out
+
+
+def param_value(v: d.ParamValue) -> common_pb2.ParamValue:
+    if isinstance(v, bool):
+        return common_pb2.ParamValue(flag=v)
+    if isinstance(v, int):
+        return common_pb2.ParamValue(int=v)
+    if isinstance(v, float):
+        return common_pb2.ParamValue(real=v)
+    return common_pb2.ParamValue(str=str(v))
+
+
+def campaign(s: d.CampaignSummary) -> common_pb2.Campaign:
+    c = s.campaign
+    return common_pb2.Campaign(
+        id=c.id,
+        name=c.name,
+        state=CAMPAIGN_STATES[c.state],
+        algorithm=c.algorithm,
+        metric=c.metric,
+        direction=c.direction,
+        max_trials=c.max_trials,
+        trial_counts=s.trial_counts,
+        best_value=s.best_value,
+        best_trial_id=s.best_trial_id,
+        spec_json=json.dumps(c.spec),
+        created_at=ts(c.created_at),
+        finished_at=ts(c.finished_at),
+    )
+
+
+def fold(f: d.Fold) -> common_pb2.Fold:
+    return common_pb2.Fold(
+        index=f.index,
+        finished=f.finished,
+        value=f.value,
+        metrics=f.metrics,
+        checkpoint_uri=f.checkpoint_uri,
+        attempt=f.attempt,
+    )
+
+
+def trial(t: d.Trial) -> common_pb2.Trial:
+    return common_pb2.Trial(
+        id=t.id,
+        campaign_id=t.campaign_id,
+        number=t.number,
+        state=TRIAL_STATES[t.state],
+        attempt=t.attempt,
+        params={k: param_value(v) for k, v in t.params.items()},
+        value=t.value,
+        value_std=t.value_std,
+        folds=[fold(f) for f in t.folds],
+        agent_id=t.agent_id,
+        error=t.error,
+        created_at=ts(t.created_at),
+        started_at=ts(t.started_at),
+        finished_at=ts(t.finished_at),
+        curves=[common_pb2.CurvePoint(fold=p.fold, step=p.step, value=p.value) for p in t.curves],
+        events=[
+            common_pb2.TrialEvent(attempt=e.attempt, kind=e.kind, agent_id=e.agent_id, reason=e.reason, at=ts(e.at))
+            for e in t.events
+        ],
+    )
+
+
+def acquisition(a: Acquisition) -> agent_pb2.AcquireResponse:
+    status = getattr(agent_pb2.AcquireResponse, f"STATUS_{a.status.value}")
+    return agent_pb2.AcquireResponse(
+        status=status,
+        trial=trial(a.trial) if a.trial else None,
+        lease_id=a.lease_id,
+        lease_expires_at=ts(a.lease_expires_at),
+        retry_after_seconds=a.retry_after_seconds,
+        campaign_spec_json=json.dumps(a.campaign_spec) if a.campaign_spec else "",
+    )
+
+
+def heartbeat(h: HeartbeatReply) -> agent_pb2.HeartbeatResponse:
+    action = getattr(agent_pb2.HeartbeatResponse, f"ACTION_{h.action.value}")
+    return agent_pb2.HeartbeatResponse(action=action, lease_expires_at=ts(h.lease_expires_at))

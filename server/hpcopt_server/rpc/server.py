@@ -1,0 +1,87 @@
+"""The gRPC server: campaign and agent services, health checking, reflection, auth."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from concurrent import futures
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc
+from hpcopt_server.metrics import Metrics
+from hpcopt_server.rpc.auth import AuthInterceptor
+from hpcopt_server.rpc.servicers import AgentServicer, CampaignServicer
+from hpcopt_server.service import Service
+
+
+class MetricsInterceptor(grpc.ServerInterceptor):
+    """Counts calls by method and status code, and times them."""
+
+    def __init__(self, metrics: Metrics):
+        self.metrics = metrics
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(handler_call_details)
+        if handler is None or handler.unary_unary is None:
+            return handler
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        inner = handler.unary_unary
+        m = self.metrics
+
+        def timed(request: Any, context: grpc.ServicerContext) -> Any:
+            t0 = time.perf_counter()
+            code = "OK"
+            try:
+                return inner(request, context)
+            except Exception:
+                code = context.code().name if context.code() else "UNKNOWN"  # type: ignore[union-attr]
+                raise
+            finally:
+                m.grpc_latency.labels(method).observe(time.perf_counter() - t0)
+                m.grpc_requests.labels(method, code).inc()
+
+        return grpc.unary_unary_rpc_method_handler(
+            timed,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+
+def build_grpc_server(service: Service, metrics: Metrics, address: str, max_workers: int = 64) -> tuple[grpc.Server, int]:
+    """A started-ready (not started) server bound to ``address``; returns it and the port."""
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        interceptors=[MetricsInterceptor(metrics), AuthInterceptor(service.tokens)],
+        options=[("grpc.so_reuseport", 0)],
+    )
+    campaign_pb2_grpc.add_CampaignServiceServicer_to_server(CampaignServicer(service), server)
+    agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(service), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for name in (
+        "",
+        campaign_pb2.DESCRIPTOR.services_by_name["CampaignService"].full_name,
+        agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+    ):
+        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        (
+            campaign_pb2.DESCRIPTOR.services_by_name["CampaignService"].full_name,
+            agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ),
+        server,
+    )
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot bind gRPC to {address}")
+    return server, port

@@ -1,0 +1,138 @@
+"""gRPC servicers: decode, call one service method, encode."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import grpc
+
+from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc, common_pb2
+from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.rpc import convert
+from hpcopt_server.rpc.errors import handles_errors
+from hpcopt_server.service import Service
+from hpcopt_server.service.agents import Lease
+
+Ctx = grpc.ServicerContext
+
+
+def _json(field: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InvalidArgument(f"{field} is not valid JSON: {exc}", [(field, "must be a JSON document")]) from None
+
+
+def _lease(msg: agent_pb2.TrialLease) -> Lease:
+    return Lease(agent_id=msg.agent_id, trial_id=msg.trial_id, lease_id=msg.lease_id)
+
+
+class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
+    def __init__(self, service: Service):
+        self.svc = service
+
+    @handles_errors
+    def CreateCampaign(self, request: campaign_pb2.CreateCampaignRequest, context: Ctx) -> common_pb2.Campaign:
+        created = self.svc.campaigns.create(_json("spec_json", request.spec_json))
+        return convert.campaign(self.svc.campaigns.get(created.id))
+
+    @handles_errors
+    def GetCampaign(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> common_pb2.Campaign:
+        return convert.campaign(self.svc.campaigns.get(request.campaign_id))
+
+    @handles_errors
+    def ListCampaigns(
+        self, request: campaign_pb2.ListCampaignsRequest, context: Ctx
+    ) -> campaign_pb2.ListCampaignsResponse:
+        return campaign_pb2.ListCampaignsResponse(campaigns=[convert.campaign(s) for s in self.svc.campaigns.list()])
+
+    @handles_errors
+    def ListTrials(self, request: campaign_pb2.ListTrialsRequest, context: Ctx) -> campaign_pb2.ListTrialsResponse:
+        states = [convert.TRIAL_STATES_BACK[s] for s in request.states if s in convert.TRIAL_STATES_BACK]
+        trials, total = self.svc.campaigns.trials(
+            request.campaign_id, states, request.offset, request.limit or 100
+        )
+        return campaign_pb2.ListTrialsResponse(trials=[convert.trial(t) for t in trials], total=total)
+
+    @handles_errors
+    def GetTrial(self, request: campaign_pb2.GetTrialRequest, context: Ctx) -> common_pb2.Trial:
+        return convert.trial(self.svc.campaigns.trial(request.trial_id))
+
+    @handles_errors
+    def GetBestTrial(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> common_pb2.Trial:
+        return convert.trial(self.svc.campaigns.best(request.campaign_id))
+
+    @handles_errors
+    def CancelCampaign(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> common_pb2.Campaign:
+        return convert.campaign(self.svc.campaigns.cancel(request.campaign_id))
+
+    @handles_errors
+    def ExportCampaign(
+        self, request: campaign_pb2.GetCampaignRequest, context: Ctx
+    ) -> campaign_pb2.ExportCampaignResponse:
+        doc = self.svc.export_campaign(request.campaign_id)
+        return campaign_pb2.ExportCampaignResponse(document_json=json.dumps(doc))
+
+    @handles_errors
+    def ImportCampaign(self, request: campaign_pb2.ImportCampaignRequest, context: Ctx) -> common_pb2.Campaign:
+        created = self.svc.import_campaign(_json("document_json", request.document_json))
+        return convert.campaign(self.svc.campaigns.get(created.id))
+
+
+class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
+    def __init__(self, service: Service):
+        self.svc = service
+
+    @handles_errors
+    def Register(self, request: agent_pb2.RegisterRequest, context: Ctx) -> agent_pb2.RegisterResponse:
+        reg = self.svc.agents.register(
+            host=request.host,
+            ranks=request.ranks,
+            gpus=request.gpus,
+            slurm_job_id=request.slurm_job_id,
+            campaign_id=request.campaign_id or None,
+            pid=request.pid,
+            version=request.version,
+        )
+        return agent_pb2.RegisterResponse(
+            agent_id=reg.agent_id, lease_seconds=reg.lease_seconds, heartbeat_seconds=reg.heartbeat_seconds
+        )
+
+    @handles_errors
+    def Acquire(self, request: agent_pb2.AcquireRequest, context: Ctx) -> agent_pb2.AcquireResponse:
+        return convert.acquisition(self.svc.agents.acquire(request.agent_id, request.campaign_id))
+
+    @handles_errors
+    def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Ctx) -> agent_pb2.HeartbeatResponse:
+        return convert.heartbeat(self.svc.agents.heartbeat(_lease(request.lease)))
+
+    @handles_errors
+    def ReportIntermediate(
+        self, request: agent_pb2.ReportIntermediateRequest, context: Ctx
+    ) -> agent_pb2.HeartbeatResponse:
+        reply = self.svc.agents.report_intermediate(
+            _lease(request.lease), request.fold, request.step, request.value, request.checkpoint_uri
+        )
+        return convert.heartbeat(reply)
+
+    @handles_errors
+    def ReportFold(self, request: agent_pb2.ReportFoldRequest, context: Ctx) -> common_pb2.Fold:
+        fold = self.svc.agents.report_fold(
+            _lease(request.lease), request.fold, request.value, dict(request.metrics), request.checkpoint_uri
+        )
+        return convert.fold(fold)
+
+    @handles_errors
+    def Complete(self, request: agent_pb2.TrialLease, context: Ctx) -> common_pb2.Trial:
+        return convert.trial(self.svc.agents.complete(_lease(request)))
+
+    @handles_errors
+    def Release(self, request: agent_pb2.ReleaseRequest, context: Ctx) -> common_pb2.Trial:
+        state = convert.TRIAL_STATES_BACK.get(request.state)
+        if state is None:
+            raise InvalidArgument(
+                "state must be TRIAL_STATE_FAILED, TRIAL_STATE_PREEMPTED or TRIAL_STATE_PRUNED",
+                [("state", "must be FAILED, PREEMPTED or PRUNED")],
+            )
+        return convert.trial(self.svc.agents.release(_lease(request.lease), state, request.reason))

@@ -1,0 +1,54 @@
+"""The service layer: campaign and trial use cases, the state machine and leases.
+
+Transports (``api/`` for REST, ``rpc/`` for gRPC) decode a request, call one method
+here and encode the answer. Nothing here knows about HTTP, protobuf or ORM rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hpcopt_server import domain as d
+from hpcopt_server.service.agents import AgentService
+from hpcopt_server.service.campaigns import CampaignService
+from hpcopt_server.service.context import Context, ServiceSettings
+from hpcopt_server.service.export import export_campaign, import_campaign
+from hpcopt_server.service.leases import LeaseReaper
+from hpcopt_server.service.tokens import TokenService
+from hpcopt_server.storage.repository import Storage
+
+
+class Service:
+    """Everything a transport needs, over one storage."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        settings: ServiceSettings | None = None,
+        *,
+        require_auth: bool = False,
+        reap_interval: float = 5.0,
+    ):
+        self.ctx = Context(storage, settings or ServiceSettings())
+        self.campaigns = CampaignService(self.ctx)
+        self.agents = AgentService(self.ctx)
+        self.tokens = TokenService(self.ctx, require_auth=require_auth)
+        self.reaper = LeaseReaper(self.ctx, reap_interval)
+
+    def export_campaign(self, campaign_id: int) -> dict[str, Any]:
+        return export_campaign(self.ctx, campaign_id)
+
+    def import_campaign(self, document: Any) -> d.Campaign:
+        return import_campaign(self.ctx, document)
+
+    def trials_by_state(self) -> dict[str, int]:
+        """Trial counts by state over all campaigns (for /metrics)."""
+        with self.ctx.storage.read() as tx:
+            totals: dict[str, int] = {}
+            for counts in tx.trial_counts().values():
+                for state, n in counts.items():
+                    totals[state] = totals.get(state, 0) + n
+            return totals
+
+
+__all__ = ["Service", "ServiceSettings"]

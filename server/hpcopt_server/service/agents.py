@@ -1,0 +1,355 @@
+"""Agent use cases: register, acquire under a lease, heartbeat, report, complete, release.
+
+Every report names its lease (agent id, trial id, lease id). A report whose lease is not
+the trial's current one, or has expired, is refused with FailedPrecondition and changes
+nothing: the trial may already be running elsewhere.
+"""
+
+from __future__ import annotations
+
+import enum
+import statistics
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from hpcopt_server.service.context import (
+    Context,
+    campaign_or_404,
+    finish_campaign_if_done,
+    require_finite,
+)
+from hpcopt_server.storage.repository import Tx
+
+
+class AcquireStatus(enum.StrEnum):
+    GRANTED = "GRANTED"
+    WAIT = "WAIT"
+    DONE = "DONE"
+
+
+class Action(enum.StrEnum):
+    CONTINUE = "CONTINUE"
+    STOP_PRUNED = "STOP_PRUNED"
+    STOP_CANCELLED = "STOP_CANCELLED"
+
+
+@dataclass(frozen=True)
+class Lease:
+    agent_id: str
+    trial_id: int
+    lease_id: str
+
+
+@dataclass(frozen=True)
+class Acquisition:
+    status: AcquireStatus
+    trial: d.Trial | None = None
+    lease_id: str = ""
+    lease_expires_at: datetime | None = None
+    retry_after_seconds: float = 0.0
+    campaign_spec: dict | None = None  # type: ignore[type-arg]
+
+
+@dataclass(frozen=True)
+class Registration:
+    agent_id: str
+    lease_seconds: float
+    heartbeat_seconds: float
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    action: Action
+    lease_expires_at: datetime | None
+
+
+RELEASE_STATES = (d.TrialState.FAILED, d.TrialState.PREEMPTED, d.TrialState.PRUNED)
+
+
+class AgentService:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    # -- registration and acquisition -------------------------------------------------
+
+    def register(
+        self,
+        *,
+        host: str,
+        ranks: int,
+        gpus: int,
+        slurm_job_id: str = "",
+        campaign_id: int | None = None,
+        pid: int = 0,
+        version: str = "",
+    ) -> Registration:
+        if ranks < 1:
+            raise InvalidArgument(f"ranks must be >= 1, got {ranks}", [("ranks", "must be >= 1")])
+        if gpus < 0:
+            raise InvalidArgument(f"gpus must be >= 0, got {gpus}", [("gpus", "must be >= 0")])
+        now = self.ctx.clock()
+        agent = d.Agent(
+            id=uuid.uuid4().hex,
+            host=host[:255] or "unknown",
+            ranks=ranks,
+            gpus=gpus,
+            slurm_job_id=slurm_job_id[:64],
+            campaign_id=campaign_id or None,
+            pid=pid,
+            version=version[:64],
+            registered_at=now,
+            last_seen_at=now,
+        )
+        with self.ctx.storage.write() as tx:
+            if campaign_id:
+                campaign_or_404(tx, campaign_id)
+            tx.insert_agent(agent)
+        s = self.ctx.settings
+        return Registration(agent.id, s.lease_seconds, s.heartbeat_seconds)
+
+    def acquire(self, agent_id: str, campaign_id: int) -> Acquisition:
+        """Hands the agent one trial of the campaign under a new lease.
+
+        A QUEUED trial (one that was preempted or lost its lease) goes first, so it
+        resumes before new work starts; otherwise the optimizer suggests a new trial
+        while the budget allows. The campaign row lock makes the budget exact across
+        threads and server replicas.
+        """
+        t0 = time.perf_counter()
+        now = self.ctx.clock()
+        with self.ctx.storage.write() as tx:
+            self._agent(tx, agent_id)
+            campaign = campaign_or_404(tx, campaign_id, lock=True)
+            result = self._acquire_locked(tx, agent_id, campaign, now)
+            tx.touch_agent(agent_id, now)
+        self.ctx.observe_acquire(time.perf_counter() - t0)
+        return result
+
+    def _acquire_locked(self, tx: Tx, agent_id: str, campaign: d.Campaign, now: datetime) -> Acquisition:
+        wait = Acquisition(AcquireStatus.WAIT, retry_after_seconds=self.ctx.settings.wait_seconds)
+        if campaign.state != d.CampaignState.RUNNING:
+            return Acquisition(AcquireStatus.DONE)
+        counts = tx.trial_counts([campaign.id]).get(campaign.id, {})
+        if counts.get(d.TrialState.RUNNING, 0) >= campaign.max_parallel:
+            return wait
+        trial = tx.claim_queued_trial(campaign.id)
+        if trial is None:
+            if sum(counts.values()) >= campaign.max_trials:
+                # Budget used; a running trial may still come back to the queue.
+                return wait
+            [params] = self.ctx.optimizers.suggest(tx, campaign, 1)
+            number = tx.next_trial_number(campaign.id)
+            trial = tx.insert_trial(campaign.id, number, params, d.TrialState.QUEUED, now)
+        lease_id = uuid.uuid4().hex
+        expires = now + timedelta(seconds=self.ctx.settings.lease_seconds)
+        tx.update_trial(
+            trial.id,
+            state=d.TrialState.RUNNING,
+            agent_id=agent_id,
+            lease_id=lease_id,
+            lease_expires_at=expires,
+            started_at=trial.started_at or now,
+            error="",
+        )
+        tx.add_event(trial.id, trial.attempt, "acquired", now, agent_id=agent_id)
+        granted = tx.get_trial(trial.id)
+        return Acquisition(
+            AcquireStatus.GRANTED,
+            trial=granted,
+            lease_id=lease_id,
+            lease_expires_at=expires,
+            campaign_spec=campaign.spec,
+        )
+
+    # -- while the trial runs ----------------------------------------------------------
+
+    def heartbeat(self, lease: Lease) -> HeartbeatReply:
+        now = self.ctx.clock()
+        with self.ctx.storage.write() as tx:
+            trial = self._leased(tx, lease, now, allow_stopped=True)
+            if trial.state == d.TrialState.CANCELLED:
+                return HeartbeatReply(Action.STOP_CANCELLED, None)
+            if trial.state == d.TrialState.PRUNED:
+                return HeartbeatReply(Action.STOP_PRUNED, None)
+            expires = self._renew(tx, lease, now)
+        return HeartbeatReply(Action.CONTINUE, expires)
+
+    def report_intermediate(
+        self, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str = ""
+    ) -> HeartbeatReply:
+        value = require_finite("value", value)
+        if step < 0:
+            raise InvalidArgument(f"step must be >= 0, got {step}", [("step", "must be >= 0")])
+        now = self.ctx.clock()
+        with self.ctx.storage.write() as tx:
+            trial = self._leased(tx, lease, now, allow_stopped=True)
+            if trial.state != d.TrialState.RUNNING:
+                action = Action.STOP_CANCELLED if trial.state == d.TrialState.CANCELLED else Action.STOP_PRUNED
+                return HeartbeatReply(action, None)
+            campaign = campaign_or_404(tx, trial.campaign_id)
+            self._unfinished_fold(trial, campaign, fold)
+            tx.put_curve_point(trial.id, fold, step, value)
+            fold_values: dict[str, object] = {"attempt": trial.attempt}
+            if checkpoint_uri:
+                fold_values["checkpoint_uri"] = checkpoint_uri
+            tx.upsert_fold(trial.id, fold, now, **fold_values)
+            expires = self._renew(tx, lease, now)
+        return HeartbeatReply(Action.CONTINUE, expires)
+
+    def report_fold(
+        self,
+        lease: Lease,
+        fold: int,
+        value: float,
+        metrics: dict[str, float] | None = None,
+        checkpoint_uri: str = "",
+    ) -> d.Fold:
+        value = require_finite("value", value)
+        metrics = {k: require_finite(f"metrics.{k}", v) for k, v in (metrics or {}).items()}
+        now = self.ctx.clock()
+        with self.ctx.storage.write() as tx:
+            trial = self._leased(tx, lease, now)
+            campaign = campaign_or_404(tx, trial.campaign_id)
+            self._unfinished_fold(trial, campaign, fold)
+            values: dict[str, object] = {
+                "finished": True,
+                "value": value,
+                "metrics": metrics,
+                "attempt": trial.attempt,
+            }
+            if checkpoint_uri:
+                values["checkpoint_uri"] = checkpoint_uri
+            result = tx.upsert_fold(trial.id, fold, now, **values)
+            self._renew(tx, lease, now)
+        return result
+
+    # -- the end of an attempt ---------------------------------------------------------
+
+    def complete(self, lease: Lease) -> d.Trial:
+        """All K folds reported: the trial is COMPLETED with their mean and spread."""
+        now = self.ctx.clock()
+        with self.ctx.storage.write() as tx:
+            campaign = self._lock_campaign_of(tx, lease.trial_id)
+            trial = self._leased(tx, lease, now)
+            finished = {f.index: f for f in trial.folds if f.finished}
+            missing = [k for k in range(campaign.folds) if k not in finished]
+            if missing:
+                raise FailedPrecondition(
+                    f"trial {trial.id} cannot complete: folds {missing} of {campaign.folds} "
+                    "have no reported value (ReportFold first)"
+                )
+            values = [float(finished[k].value) for k in range(campaign.folds)]  # type: ignore[arg-type]
+            mean = statistics.fmean(values)
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            tx.update_trial(
+                trial.id, state=d.TrialState.COMPLETED, value=mean, value_std=std, finished_at=now
+            )
+            tx.add_event(trial.id, trial.attempt, "completed", now, agent_id=lease.agent_id)
+            finish_campaign_if_done(tx, campaign, now)
+            done = tx.get_trial(trial.id)
+        assert done is not None
+        return done
+
+    def release(self, lease: Lease, state: d.TrialState, reason: str = "") -> d.Trial:
+        """FAILED and PRUNED are final; PREEMPTED requeues the same trial as attempt + 1
+        (its folds, curves and checkpoints kept) unless it was the last attempt."""
+        if state not in RELEASE_STATES:
+            raise InvalidArgument(
+                f"state must be one of {[s.value for s in RELEASE_STATES]}, got {state}",
+                [("state", "must be FAILED, PREEMPTED or PRUNED")],
+            )
+        now = self.ctx.clock()
+        reason = reason[:10_000]
+        with self.ctx.storage.write() as tx:
+            campaign = self._lock_campaign_of(tx, lease.trial_id)
+            trial = self._leased(tx, lease, now)
+            tx.add_event(trial.id, trial.attempt, state.value.lower(), now, agent_id=lease.agent_id, reason=reason)
+            if state == d.TrialState.PREEMPTED:
+                requeue(tx, campaign, trial, now, why=f"preempted: {reason}" if reason else "preempted")
+            else:
+                tx.update_trial(trial.id, state=state, error=reason if state == d.TrialState.FAILED else "", finished_at=now)
+            finish_campaign_if_done(tx, campaign, now)
+            out = tx.get_trial(trial.id)
+        assert out is not None
+        return out
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _agent(self, tx: Tx, agent_id: str) -> d.Agent:
+        agent = tx.get_agent(agent_id)
+        if agent is None:
+            raise NotFound(f"agent {agent_id!r} is not registered (call Register first)")
+        return agent
+
+    def _lock_campaign_of(self, tx: Tx, trial_id: int) -> d.Campaign:
+        # Campaign before trial: the lock order every writer follows (see acquire).
+        trial = tx.get_trial(trial_id)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} does not exist")
+        return campaign_or_404(tx, trial.campaign_id, lock=True)
+
+    def _leased(self, tx: Tx, lease: Lease, now: datetime, *, allow_stopped: bool = False) -> d.Trial:
+        trial = tx.get_trial(lease.trial_id, lock=True)
+        if trial is None:
+            raise NotFound(f"trial {lease.trial_id} does not exist")
+        if trial.lease_id != lease.lease_id or trial.agent_id != lease.agent_id:
+            raise FailedPrecondition(
+                f"trial {trial.id} is not held by agent {lease.agent_id} under lease {lease.lease_id!r} "
+                f"(it is {trial.state.value}, attempt {trial.attempt}): the lease expired or was released"
+            )
+        stopped = (d.TrialState.CANCELLED, d.TrialState.PRUNED)
+        if allow_stopped and trial.state in stopped:
+            return trial
+        if trial.state != d.TrialState.RUNNING:
+            raise FailedPrecondition(f"trial {trial.id} is {trial.state.value}, not RUNNING: nothing more can be reported")
+        if trial.lease_expires_at is not None and trial.lease_expires_at < now:
+            raise FailedPrecondition(
+                f"the lease of trial {trial.id} expired at {trial.lease_expires_at.isoformat()}; "
+                "the trial goes back to the queue"
+            )
+        return trial
+
+    def _renew(self, tx: Tx, lease: Lease, now: datetime) -> datetime:
+        expires = now + timedelta(seconds=self.ctx.settings.lease_seconds)
+        tx.update_trial(lease.trial_id, lease_expires_at=expires)
+        tx.touch_agent(lease.agent_id, now)
+        return expires
+
+    @staticmethod
+    def _unfinished_fold(trial: d.Trial, campaign: d.Campaign, fold: int) -> None:
+        if not 0 <= fold < campaign.folds:
+            raise InvalidArgument(
+                f"fold {fold} does not exist: campaign {campaign.id} has {campaign.folds} folds "
+                f"(0..{campaign.folds - 1})",
+                [("fold", f"must be in 0..{campaign.folds - 1}")],
+            )
+        if any(f.index == fold and f.finished for f in trial.folds):
+            raise FailedPrecondition(f"fold {fold} of trial {trial.id} is already finished")
+
+
+def requeue(tx: Tx, campaign: d.Campaign, trial: d.Trial, now: datetime, *, why: str) -> None:
+    """Puts a trial that lost its agent back in the queue as attempt + 1, or fails it
+    after ``max_attempts``. Folds, curves and checkpoint URIs stay."""
+    if trial.attempt >= campaign.max_attempts:
+        tx.update_trial(
+            trial.id,
+            state=d.TrialState.FAILED,
+            error=f"{why} on attempt {trial.attempt} of {campaign.max_attempts}",
+            lease_id="",
+            finished_at=now,
+        )
+        tx.add_event(trial.id, trial.attempt, "failed", now, reason=f"max_attempts reached: {why}")
+        return
+    tx.update_trial(
+        trial.id,
+        state=d.TrialState.QUEUED,
+        attempt=trial.attempt + 1,
+        agent_id="",
+        lease_id="",
+        lease_expires_at=None,
+    )
+

@@ -1,0 +1,119 @@
+"""Campaign use cases: create, read, cancel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
+from hpcopt_server import domain as d
+from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from hpcopt_server.optimizers import REGISTRY
+from hpcopt_server.service.context import Context, campaign_or_404
+
+MAX_PAGE = 10_000
+
+
+def validate_spec(document: Any) -> dict[str, Any]:
+    """The canonical spec, or InvalidArgument naming every bad field."""
+    try:
+        spec = spec_to_json_dict(parse_spec(document))
+    except SpecError as exc:
+        raise InvalidArgument(f"invalid campaign spec: {exc}", exc.errors) from None
+    name = spec["algorithm"]["name"]
+    if name not in REGISTRY:
+        allowed = sorted(REGISTRY)
+        raise InvalidArgument(
+            f"invalid campaign spec: algorithm.name: {name!r} is not available on this server "
+            f"(allowed: {allowed})",
+            [("algorithm.name", f"must be one of {allowed} on this server")],
+        )
+    return spec
+
+
+class CampaignService:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+
+    def create(self, document: Any) -> d.Campaign:
+        spec = validate_spec(document)
+        with self.ctx.storage.write() as tx:
+            return tx.insert_campaign(spec["name"], spec, self.ctx.clock())
+
+    def get(self, campaign_id: int) -> d.CampaignSummary:
+        with self.ctx.storage.read() as tx:
+            return self._summaries(tx, [campaign_or_404(tx, campaign_id)])[0]
+
+    def list(self) -> list[d.CampaignSummary]:
+        with self.ctx.storage.read() as tx:
+            return self._summaries(tx, tx.list_campaigns())
+
+    def trials(
+        self,
+        campaign_id: int,
+        states: Iterable[d.TrialState] = (),
+        offset: int = 0,
+        limit: int = 100,
+    ) -> tuple[list[d.Trial], int]:
+        if offset < 0:
+            raise InvalidArgument("offset must be >= 0", [("offset", "must be >= 0")])
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidArgument(f"limit must be in 1..{MAX_PAGE}", [("limit", f"must be in 1..{MAX_PAGE}")])
+        with self.ctx.storage.read() as tx:
+            campaign_or_404(tx, campaign_id)
+            return tx.list_trials(campaign_id, states=states, offset=offset, limit=limit)
+
+    def trial(self, trial_id: int) -> d.Trial:
+        with self.ctx.storage.read() as tx:
+            trial = tx.get_trial(trial_id, full=True)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} does not exist")
+        return trial
+
+    def best(self, campaign_id: int) -> d.Trial:
+        with self.ctx.storage.read() as tx:
+            campaign = campaign_or_404(tx, campaign_id)
+            best = tx.best_trials([campaign]).get(campaign_id)
+            if best is None:
+                raise NotFound(f"campaign {campaign_id} has no completed trial yet")
+            full = tx.get_trial(best.id, full=True)
+        assert full is not None
+        return full
+
+    def agents(self, campaign_id: int | None = None) -> list[d.Agent]:
+        with self.ctx.storage.read() as tx:
+            return tx.list_agents(campaign_id)
+
+    def cancel(self, campaign_id: int) -> d.CampaignSummary:
+        """Cancels a RUNNING campaign: its queued and running trials become CANCELLED
+        (agents learn it from their next heartbeat)."""
+        now = self.ctx.clock()
+        with self.ctx.storage.write() as tx:
+            campaign = campaign_or_404(tx, campaign_id, lock=True)
+            if campaign.state != d.CampaignState.RUNNING:
+                raise FailedPrecondition(
+                    f"campaign {campaign_id} is {campaign.state.value}; only a RUNNING campaign can be cancelled"
+                )
+            for trial_id in tx.cancel_unfinished(campaign_id, now):
+                trial = tx.get_trial(trial_id)
+                assert trial is not None
+                tx.add_event(trial_id, trial.attempt, "cancelled", now, reason="campaign cancelled")
+            tx.set_campaign_state(campaign_id, d.CampaignState.CANCELLED, now)
+            updated = campaign_or_404(tx, campaign_id)
+            summary = self._summaries(tx, [updated])[0]
+        self.ctx.optimizers.forget(campaign_id)
+        return summary
+
+    @staticmethod
+    def _summaries(tx: Any, campaigns: list[d.Campaign]) -> list[d.CampaignSummary]:
+        counts = tx.trial_counts([c.id for c in campaigns])
+        best = tx.best_trials(campaigns)
+        return [
+            d.CampaignSummary(
+                campaign=c,
+                trial_counts=counts.get(c.id, {}),
+                best_value=best[c.id].value if c.id in best else None,
+                best_trial_id=best[c.id].id if c.id in best else None,
+            )
+            for c in campaigns
+        ]

@@ -1,0 +1,62 @@
+"""What every service module shares: storage, the clock, settings, the optimizer cache."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import InvalidArgument, NotFound
+from hpcopt_server.service.suggestions import OptimizerCache
+from hpcopt_server.storage.repository import Storage, Tx
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    lease_seconds: float = 60.0
+    """How long an acquired trial stays with an agent without a heartbeat."""
+    heartbeat_seconds: float = 15.0
+    """What agents are told to use as their heartbeat period (at most a third of the lease)."""
+    wait_seconds: float = 2.0
+    """What an agent is told to wait before asking again when nothing can run now."""
+
+
+@dataclass
+class Context:
+    storage: Storage
+    settings: ServiceSettings = field(default_factory=ServiceSettings)
+    clock: Callable[[], datetime] = utcnow
+    optimizers: OptimizerCache = field(default_factory=OptimizerCache)
+    observe_acquire: Callable[[float], None] = lambda seconds: None
+    """Told the duration of every acquisition (the metrics module records it)."""
+
+
+def campaign_or_404(tx: Tx, campaign_id: int, *, lock: bool = False) -> d.Campaign:
+    c = tx.lock_campaign(campaign_id) if lock else tx.get_campaign(campaign_id)
+    if c is None:
+        raise NotFound(f"campaign {campaign_id} does not exist")
+    return c
+
+
+def finish_campaign_if_done(tx: Tx, campaign: d.Campaign, now: datetime) -> None:
+    """A RUNNING campaign whose budget of trials has all finished becomes COMPLETED."""
+    if campaign.state != d.CampaignState.RUNNING:
+        return
+    counts = tx.trial_counts([campaign.id]).get(campaign.id, {})
+    finished = sum(n for s, n in counts.items() if d.TrialState(s).finished)
+    if finished >= campaign.max_trials:
+        tx.set_campaign_state(campaign.id, d.CampaignState.COMPLETED, now)
+
+
+def require_finite(field_name: str, value: float) -> float:
+    if not math.isfinite(value):
+        raise InvalidArgument(
+            f"{field_name} must be a finite number, got {value}", [(field_name, "must be finite")]
+        )
+    return float(value)

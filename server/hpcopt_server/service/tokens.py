@@ -1,0 +1,131 @@
+"""API tokens with scopes. Secrets are shown once at creation; only their SHA-256 is stored.
+
+Scopes and what they allow:
+
+| scope    | allows                                                    |
+|----------|-----------------------------------------------------------|
+| `read`   | every GET, ListCampaigns/GetCampaign/ListTrials/..., /metrics |
+| `submit` | create, cancel and import campaigns (and everything `read` allows) |
+| `agent`  | the AgentService RPCs                                     |
+| `admin`  | everything                                                |
+
+Auth is on as soon as one active token exists (or when the server is told to require it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+import threading
+import time
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from hpcopt_server.service.context import Context
+
+SCOPES = ("read", "submit", "agent", "admin")
+IMPLIES = {"admin": set(SCOPES), "submit": {"submit", "read"}, "read": {"read"}, "agent": {"agent"}}
+PREFIX = "hpc_"
+
+
+def hash_token(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def grants(scopes: frozenset[str], needed: str) -> bool:
+    return any(needed in IMPLIES.get(s, set()) for s in scopes)
+
+
+class TokenService:
+    """Creates tokens and checks presented secrets (with a short cache: a revoked token
+    stops working within ``cache_seconds``)."""
+
+    def __init__(self, ctx: Context, cache_seconds: float = 5.0, require_auth: bool = False):
+        self.ctx = ctx
+        self.cache_seconds = cache_seconds
+        self.require_auth = require_auth
+        self._cache: dict[str, tuple[float, d.ApiToken | None]] = {}
+        self._enabled: tuple[float, bool] | None = None
+        self._lock = threading.Lock()
+
+    def create(self, name: str, scopes: list[str], secret: str | None = None) -> tuple[d.ApiToken, str]:
+        """Returns the token and its secret (the only time the secret is available)."""
+        bad = [s for s in scopes if s not in SCOPES]
+        if not scopes or bad:
+            raise InvalidArgument(
+                f"scope must be one or more of {list(SCOPES)}, got {scopes}", [("scope", f"allowed: {list(SCOPES)}")]
+            )
+        if not name:
+            raise InvalidArgument("a token needs a name", [("name", "must not be empty")])
+        secret = secret or PREFIX + secrets.token_urlsafe(32)
+        with self.ctx.storage.write() as tx:
+            existing = tx.token_by_hash(hash_token(secret))
+            if existing is not None:
+                return existing, secret
+            token = tx.insert_token(name, hash_token(secret), scopes, self.ctx.clock())
+        self._invalidate()
+        return token, secret
+
+    def list(self) -> list[d.ApiToken]:
+        with self.ctx.storage.read() as tx:
+            return tx.list_tokens()
+
+    def revoke(self, token_id: int) -> None:
+        with self.ctx.storage.write() as tx:
+            try:
+                tx.revoke_token(token_id, self.ctx.clock())
+            except KeyError:
+                raise NotFound(f"token {token_id} does not exist") from None
+        self._invalidate()
+
+    def enabled(self) -> bool:
+        """Whether requests must carry a token."""
+        if self.require_auth:
+            return True
+        now = time.monotonic()
+        with self._lock:
+            if self._enabled and now - self._enabled[0] < self.cache_seconds:
+                return self._enabled[1]
+        with self.ctx.storage.read() as tx:
+            on = tx.count_active_tokens() > 0
+        with self._lock:
+            self._enabled = (now, on)
+        return on
+
+    def authorize(self, secret: str | None, needed: str) -> d.ApiToken | None:
+        """Checks a presented secret for a scope. Returns the token (None with auth off)."""
+        if not self.enabled():
+            return None
+        if not secret:
+            raise Unauthenticated(
+                f"this server requires a token with scope {needed!r} "
+                "(REST: 'Authorization: Bearer TOKEN'; gRPC: 'authorization' metadata)"
+            )
+        token = self._lookup(secret)
+        if token is None or token.revoked_at is not None:
+            raise Unauthenticated("the token is unknown or revoked")
+        if not grants(token.scopes, needed):
+            raise PermissionDenied(
+                f"token {token.name!r} has scopes {sorted(token.scopes)}; this needs {needed!r}"
+            )
+        return token
+
+    def _lookup(self, secret: str) -> d.ApiToken | None:
+        digest = hash_token(secret)
+        now = time.monotonic()
+        with self._lock:
+            hit = self._cache.get(digest)
+            if hit and now - hit[0] < self.cache_seconds:
+                return hit[1]
+        with self.ctx.storage.read() as tx:
+            token = tx.token_by_hash(digest)
+        with self._lock:
+            if len(self._cache) > 10_000:
+                self._cache.clear()
+            self._cache[digest] = (now, token)
+        return token
+
+    def _invalidate(self) -> None:
+        with self._lock:
+            self._cache.clear()
+            self._enabled = None

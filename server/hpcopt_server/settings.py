@@ -1,0 +1,41 @@
+"""Server configuration: command-line flags, each with an ``HPCOPT_*`` environment default."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass
+
+
+def env(name: str, default: str) -> str:
+    return os.environ.get(f"HPCOPT_{name}", default)
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    db: str = "sqlite:///hpcopt.db"
+    """SQLAlchemy URL: ``sqlite:///PATH`` (default, a file in the working directory) or
+    ``postgresql+psycopg://USER@HOST:PORT/DB``."""
+    host: str = "127.0.0.1"
+    """Address both REST and gRPC bind to. Anything but loopback requires auth."""
+    port: int = 8000
+    """REST (dashboard, /api/v1, /docs, /metrics, /healthz)."""
+    grpc_port: int = 50051
+    """gRPC (CampaignService, AgentService, health, reflection)."""
+    lease_seconds: float = 60.0
+    """A trial goes back to the queue this long after its agent's last heartbeat."""
+    reap_interval: float = 5.0
+    """How often this process looks for expired leases."""
+    require_auth: bool = False
+    """Demand tokens even with none created yet (auth is on anyway once a token exists)."""
+    grpc_workers: int = 64
+    """Threads serving gRPC calls."""
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False

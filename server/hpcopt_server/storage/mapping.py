@@ -1,0 +1,87 @@
+"""The one place where ORM rows become domain objects."""
+
+from __future__ import annotations
+
+from hpcopt_server import domain as d
+from hpcopt_server.storage import models as m
+
+
+def campaign(row: m.CampaignRow) -> d.Campaign:
+    return d.Campaign(
+        id=row.id,
+        name=row.name,
+        state=d.CampaignState(row.state),
+        spec=row.spec,
+        created_at=row.created_at,
+        finished_at=row.finished_at,
+    )
+
+
+def fold(row: m.FoldRow) -> d.Fold:
+    return d.Fold(
+        index=row.index,
+        finished=row.finished,
+        value=row.value,
+        metrics={k: float(v) for k, v in (row.metrics or {}).items()},
+        checkpoint_uri=row.checkpoint_uri,
+        attempt=row.attempt,
+    )
+
+
+def trial(
+    row: m.TrialRow,
+    folds: list[m.FoldRow] | None = None,
+    curves: list[m.CurveRow] | None = None,
+    events: list[m.TrialEventRow] | None = None,
+) -> d.Trial:
+    return d.Trial(
+        id=row.id,
+        campaign_id=row.campaign_id,
+        number=row.number,
+        state=d.TrialState(row.state),
+        attempt=row.attempt,
+        params=dict(row.params),
+        created_at=row.created_at,
+        value=row.value,
+        value_std=row.value_std,
+        agent_id=row.agent_id,
+        lease_id=row.lease_id,
+        lease_expires_at=row.lease_expires_at,
+        error=row.error,
+        started_at=row.started_at,
+        finished_at=row.finished_at,
+        folds=tuple(fold(f) for f in sorted(folds or [], key=lambda f: f.index)),
+        curves=tuple(
+            d.CurvePoint(fold=c.fold, step=c.step, value=c.value)
+            for c in sorted(curves or [], key=lambda c: (c.fold, c.step))
+        ),
+        events=tuple(
+            d.TrialEvent(attempt=e.attempt, kind=e.kind, agent_id=e.agent_id, reason=e.reason, at=e.at)
+            for e in sorted(events or [], key=lambda e: e.id)
+        ),
+    )
+
+
+def agent(row: m.AgentRow) -> d.Agent:
+    return d.Agent(
+        id=row.id,
+        host=row.host,
+        ranks=row.ranks,
+        gpus=row.gpus,
+        slurm_job_id=row.slurm_job_id,
+        campaign_id=row.campaign_id,
+        pid=row.pid,
+        version=row.version,
+        registered_at=row.registered_at,
+        last_seen_at=row.last_seen_at,
+    )
+
+
+def token(row: m.ApiTokenRow) -> d.ApiToken:
+    return d.ApiToken(
+        id=row.id,
+        name=row.name,
+        scopes=frozenset(s for s in row.scopes.split(",") if s),
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+    )

@@ -1,0 +1,22 @@
+"""Alembic environment: runs migrations on the URL given by ``storage.migrate``."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import create_engine, pool
+
+from hpcopt_server.storage.models import Base
+
+config = context.config
+url = config.get_main_option("sqlalchemy.url")
+assert url, "sqlalchemy.url is not set"
+engine = create_engine(url, poolclass=pool.NullPool)
+with engine.connect() as connection:
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+engine.dispose()

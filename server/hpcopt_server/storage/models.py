@@ -1,0 +1,154 @@
+"""SQLAlchemy ORM tables. Rows never leave ``storage/``: see ``mapping.py``.
+
+The schema is created and changed only by Alembic (``migrations/``); a test checks that
+these models and the migrations agree.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to storage")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON}
+
+
+class CampaignRow(Base):
+    __tablename__ = "campaigns"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Trials created so far; bumped under the campaign row lock, so numbers are dense.
+    next_number: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+
+
+class TrialRow(Base):
+    __tablename__ = "trials"
+    __table_args__ = (
+        UniqueConstraint("campaign_id", "number", name="uq_trials_campaign_number"),
+        Index("ix_trials_campaign_state", "campaign_id", "state"),
+        Index("ix_trials_state_lease", "state", "lease_expires_at"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(16))
+    attempt: Mapped[int] = mapped_column(Integer)
+    params: Mapped[dict[str, Any]] = mapped_column(JSON)
+    value: Mapped[float | None] = mapped_column(Float)
+    value_std: Mapped[float | None] = mapped_column(Float)
+    agent_id: Mapped[str] = mapped_column(String(64), default="")
+    lease_id: Mapped[str] = mapped_column(String(64), default="")
+    lease_expires_at: Mapped[datetime | None]
+    error: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+
+class FoldRow(Base):
+    __tablename__ = "folds"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    index: Mapped[int] = mapped_column("fold", Integer, primary_key=True)
+    finished: Mapped[bool] = mapped_column(default=False)
+    value: Mapped[float | None] = mapped_column(Float)
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    checkpoint_uri: Mapped[str] = mapped_column(Text, default="")
+    attempt: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime]
+
+
+class CurveRow(Base):
+    __tablename__ = "curves"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    fold: Mapped[int] = mapped_column(Integer, primary_key=True)
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[float] = mapped_column(Float)
+
+
+class TrialEventRow(Base):
+    __tablename__ = "trial_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), index=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer)
+    kind: Mapped[str] = mapped_column(String(32))
+    agent_id: Mapped[str] = mapped_column(String(64), default="")
+    reason: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime]
+
+
+class AgentRow(Base):
+    __tablename__ = "agents"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    ranks: Mapped[int] = mapped_column(Integer)
+    gpus: Mapped[int] = mapped_column(Integer)
+    slurm_job_id: Mapped[str] = mapped_column(String(64))
+    campaign_id: Mapped[int | None] = mapped_column(Integer, index=True)
+    pid: Mapped[int] = mapped_column(Integer)
+    version: Mapped[str] = mapped_column(String(64))
+    registered_at: Mapped[datetime]
+    last_seen_at: Mapped[datetime]
+
+
+class ApiTokenRow(Base):
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    # sha256 of the secret, hex: the secret itself is shown once and never stored.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[str] = mapped_column(String(200))
+    created_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]

@@ -1,0 +1,382 @@
+"""The storage interface: a transaction object whose methods speak domain objects.
+
+Usage::
+
+    storage = Storage("sqlite:///hpcopt.db")
+    with storage.write() as tx:        # one transaction, committed on exit
+        campaign = tx.lock_campaign(7)
+        trial = tx.claim_queued_trial(7)
+
+Contract for every implementation (the conformance suite in
+``tests/server/test_storage.py`` runs it on SQLite and PostgreSQL):
+
+- Nothing is visible to other transactions before the ``with`` block exits cleanly; an
+  exception rolls everything back.
+- ``lock_campaign`` serializes writers of one campaign across threads *and* processes
+  (PostgreSQL ``FOR UPDATE``; SQLite's single writer).
+- ``claim_queued_trial`` and ``expired_trials`` never return a row another open
+  transaction has locked (PostgreSQL ``FOR UPDATE SKIP LOCKED``).
+- Methods that look one thing up return ``None`` when it does not exist; methods that
+  change one thing raise ``KeyError`` when it does not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from hpcopt_server import domain as d
+from hpcopt_server.storage import mapping
+from hpcopt_server.storage import models as m
+from hpcopt_server.storage.db import Database
+
+
+class Storage:
+    """Opens transactions on one database."""
+
+    def __init__(self, url: str, *, pool_size: int = 16):
+        self.db = Database(url, pool_size=pool_size)
+
+    @property
+    def dialect(self) -> str:
+        return self.db.dialect
+
+    @contextmanager
+    def write(self) -> Iterator[Tx]:
+        with self.db.transaction(write=True) as session:
+            yield Tx(session)
+
+    @contextmanager
+    def read(self) -> Iterator[Tx]:
+        with self.db.transaction(write=False) as session:
+            yield Tx(session)
+
+    def close(self) -> None:
+        self.db.dispose()
+
+
+class Tx:
+    """Operations inside one transaction."""
+
+    def __init__(self, session: Session):
+        self.s = session
+
+    # -- campaigns -------------------------------------------------------------------
+
+    def insert_campaign(self, name: str, spec: dict[str, Any], now: datetime) -> d.Campaign:
+        row = m.CampaignRow(name=name, state=d.CampaignState.RUNNING, spec=spec, created_at=now)
+        self.s.add(row)
+        self.s.flush()
+        return mapping.campaign(row)
+
+    def get_campaign(self, campaign_id: int) -> d.Campaign | None:
+        row = self.s.get(m.CampaignRow, campaign_id)
+        return mapping.campaign(row) if row else None
+
+    def lock_campaign(self, campaign_id: int) -> d.Campaign | None:
+        """Reads the campaign and holds its row lock until the transaction ends."""
+        row = self.s.scalars(
+            select(m.CampaignRow).where(m.CampaignRow.id == campaign_id).with_for_update()
+        ).one_or_none()
+        return mapping.campaign(row) if row else None
+
+    def list_campaigns(self) -> list[d.Campaign]:
+        rows = self.s.scalars(select(m.CampaignRow).order_by(m.CampaignRow.id))
+        return [mapping.campaign(r) for r in rows]
+
+    def set_campaign_state(
+        self, campaign_id: int, state: d.CampaignState, finished_at: datetime | None
+    ) -> None:
+        self._must(
+            self.s.execute(
+                update(m.CampaignRow)
+                .where(m.CampaignRow.id == campaign_id)
+                .values(state=state, finished_at=finished_at)
+            ).rowcount,  # type: ignore[attr-defined]
+            f"campaign {campaign_id}",
+        )
+
+    def next_trial_number(self, campaign_id: int) -> int:
+        """Reserves the next dense trial number (call with the campaign locked)."""
+        row = self.s.get(m.CampaignRow, campaign_id)
+        if row is None:
+            raise KeyError(f"campaign {campaign_id}")
+        number = row.next_number
+        row.next_number = number + 1
+        return number
+
+    def set_next_trial_number(self, campaign_id: int, number: int) -> None:
+        self._must(
+            self.s.execute(
+                update(m.CampaignRow).where(m.CampaignRow.id == campaign_id).values(next_number=number)
+            ).rowcount,  # type: ignore[attr-defined]
+            f"campaign {campaign_id}",
+        )
+
+    def trial_counts(self, campaign_ids: Iterable[int] | None = None) -> dict[int, dict[str, int]]:
+        """{campaign id: {state: count}} for the given campaigns (all when None)."""
+        q = select(m.TrialRow.campaign_id, m.TrialRow.state, func.count()).group_by(
+            m.TrialRow.campaign_id, m.TrialRow.state
+        )
+        if campaign_ids is not None:
+            q = q.where(m.TrialRow.campaign_id.in_(list(campaign_ids)))
+        out: dict[int, dict[str, int]] = {}
+        for cid, state, n in self.s.execute(q):
+            out.setdefault(cid, {})[state] = n
+        return out
+
+    def best_trials(self, campaigns: list[d.Campaign]) -> dict[int, d.Trial]:
+        """The best COMPLETED trial of each campaign that has one."""
+        out = {}
+        for c in campaigns:
+            order = m.TrialRow.value.asc() if c.direction == "minimize" else m.TrialRow.value.desc()
+            row = self.s.scalars(
+                select(m.TrialRow)
+                .where(
+                    m.TrialRow.campaign_id == c.id,
+                    m.TrialRow.state == d.TrialState.COMPLETED,
+                )
+                .order_by(order, m.TrialRow.id)
+                .limit(1)
+            ).one_or_none()
+            if row is not None:
+                out[c.id] = mapping.trial(row)
+        return out
+
+    # -- trials ----------------------------------------------------------------------
+
+    def insert_trial(
+        self,
+        campaign_id: int,
+        number: int,
+        params: d.Params,
+        state: d.TrialState,
+        now: datetime,
+        *,
+        attempt: int = 1,
+        value: float | None = None,
+        value_std: float | None = None,
+        error: str = "",
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
+    ) -> d.Trial:
+        row = m.TrialRow(
+            campaign_id=campaign_id,
+            number=number,
+            state=state,
+            attempt=attempt,
+            params=dict(params),
+            value=value,
+            value_std=value_std,
+            agent_id="",
+            lease_id="",
+            error=error,
+            created_at=now,
+            started_at=started_at,
+            finished_at=finished_at,
+        )
+        self.s.add(row)
+        self.s.flush()
+        return mapping.trial(row)
+
+    def get_trial(self, trial_id: int, *, lock: bool = False, full: bool = False) -> d.Trial | None:
+        """The trial; with ``full`` its folds, curves and events; with ``lock`` its row lock."""
+        q = select(m.TrialRow).where(m.TrialRow.id == trial_id)
+        if lock:
+            q = q.with_for_update()
+        row = self.s.scalars(q).one_or_none()
+        if row is None:
+            return None
+        folds = list(self.s.scalars(select(m.FoldRow).where(m.FoldRow.trial_id == trial_id)))
+        if not full:
+            return mapping.trial(row, folds)
+        curves = list(self.s.scalars(select(m.CurveRow).where(m.CurveRow.trial_id == trial_id)))
+        events = list(
+            self.s.scalars(select(m.TrialEventRow).where(m.TrialEventRow.trial_id == trial_id))
+        )
+        return mapping.trial(row, folds, curves, events)
+
+    def claim_queued_trial(self, campaign_id: int) -> d.Trial | None:
+        """The oldest QUEUED trial of the campaign, row-locked, skipping locked rows."""
+        q = (
+            select(m.TrialRow)
+            .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.QUEUED)
+            .order_by(m.TrialRow.id)
+            .limit(1)
+            .with_for_update(skip_locked=True)
+        )
+        row = self.s.scalars(q).one_or_none()
+        return self.get_trial(row.id) if row else None
+
+    def update_trial(self, trial_id: int, **values: Any) -> None:
+        """Sets columns of one trial (names as in the ``trials`` table)."""
+        self._must(
+            self.s.execute(
+                update(m.TrialRow).where(m.TrialRow.id == trial_id).values(**values)
+            ).rowcount,  # type: ignore[attr-defined]
+            f"trial {trial_id}",
+        )
+
+    def list_trials(
+        self,
+        campaign_id: int,
+        *,
+        states: Iterable[d.TrialState] = (),
+        offset: int = 0,
+        limit: int | None = None,
+        with_folds: bool = True,
+    ) -> tuple[list[d.Trial], int]:
+        """A page of the campaign's trials by number, and the total that match."""
+        where = [m.TrialRow.campaign_id == campaign_id]
+        wanted = [str(s) for s in states]
+        if wanted:
+            where.append(m.TrialRow.state.in_(wanted))
+        total = self.s.scalar(select(func.count()).select_from(m.TrialRow).where(*where)) or 0
+        q = select(m.TrialRow).where(*where).order_by(m.TrialRow.number).offset(offset)
+        if limit is not None:
+            q = q.limit(limit)
+        rows = list(self.s.scalars(q))
+        folds: dict[int, list[m.FoldRow]] = {}
+        if with_folds and rows:
+            fq = select(m.FoldRow).where(m.FoldRow.trial_id.in_([r.id for r in rows]))
+            for f in self.s.scalars(fq):
+                folds.setdefault(f.trial_id, []).append(f)
+        return [mapping.trial(r, folds.get(r.id, [])) for r in rows], total
+
+    def running_count(self, campaign_id: int) -> int:
+        q = select(func.count()).where(
+            m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.RUNNING
+        )
+        return self.s.scalar(q) or 0
+
+    def expired_trials(self, now: datetime, limit: int = 100) -> list[d.Trial]:
+        """RUNNING trials whose lease ended before ``now``, row-locked, skipping locked rows."""
+        q = (
+            select(m.TrialRow)
+            .where(m.TrialRow.state == d.TrialState.RUNNING, m.TrialRow.lease_expires_at < now)
+            .order_by(m.TrialRow.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return [mapping.trial(r) for r in self.s.scalars(q)]
+
+    def cancel_unfinished(self, campaign_id: int, now: datetime) -> list[int]:
+        """Marks every QUEUED and RUNNING trial CANCELLED; returns their ids."""
+        ids = list(
+            self.s.scalars(
+                select(m.TrialRow.id).where(
+                    m.TrialRow.campaign_id == campaign_id,
+                    m.TrialRow.state.in_([d.TrialState.QUEUED, d.TrialState.RUNNING]),
+                )
+            )
+        )
+        if ids:
+            self.s.execute(
+                update(m.TrialRow)
+                .where(m.TrialRow.id.in_(ids))
+                .values(state=d.TrialState.CANCELLED, finished_at=now, lease_id="")
+            )
+        return ids
+
+    # -- folds, curves, events -------------------------------------------------------
+
+    def upsert_fold(self, trial_id: int, index: int, now: datetime, **values: Any) -> d.Fold:
+        """Creates or updates the fold row; ``values`` are ``fold`` columns."""
+        row = self.s.get(m.FoldRow, (trial_id, index))
+        if row is None:
+            row = m.FoldRow(trial_id=trial_id, index=index, finished=False, metrics={}, checkpoint_uri="")
+            self.s.add(row)
+        for key, value in values.items():
+            setattr(row, key, value)
+        row.updated_at = now
+        self.s.flush()
+        return mapping.fold(row)
+
+    def put_curve_point(self, trial_id: int, fold: int, step: int, value: float) -> None:
+        """Stores one learning-curve point; a repeated (fold, step) replaces the old value."""
+        row = self.s.get(m.CurveRow, (trial_id, fold, step))
+        if row is None:
+            self.s.add(m.CurveRow(trial_id=trial_id, fold=fold, step=step, value=value))
+        else:
+            row.value = value
+        self.s.flush()
+
+    def add_event(
+        self, trial_id: int, attempt: int, kind: str, now: datetime, *, agent_id: str = "", reason: str = ""
+    ) -> None:
+        self.s.add(
+            m.TrialEventRow(
+                trial_id=trial_id, attempt=attempt, kind=kind, agent_id=agent_id, reason=reason, at=now
+            )
+        )
+
+    # -- agents ----------------------------------------------------------------------
+
+    def insert_agent(self, agent: d.Agent) -> None:
+        self.s.add(
+            m.AgentRow(
+                id=agent.id,
+                host=agent.host,
+                ranks=agent.ranks,
+                gpus=agent.gpus,
+                slurm_job_id=agent.slurm_job_id,
+                campaign_id=agent.campaign_id,
+                pid=agent.pid,
+                version=agent.version,
+                registered_at=agent.registered_at,
+                last_seen_at=agent.last_seen_at,
+            )
+        )
+        self.s.flush()
+
+    def get_agent(self, agent_id: str) -> d.Agent | None:
+        row = self.s.get(m.AgentRow, agent_id)
+        return mapping.agent(row) if row else None
+
+    def touch_agent(self, agent_id: str, now: datetime) -> None:
+        self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(last_seen_at=now))
+
+    def list_agents(self, campaign_id: int | None = None) -> list[d.Agent]:
+        q = select(m.AgentRow).order_by(m.AgentRow.registered_at)
+        if campaign_id is not None:
+            q = q.where(m.AgentRow.campaign_id == campaign_id)
+        return [mapping.agent(r) for r in self.s.scalars(q)]
+
+    # -- tokens ----------------------------------------------------------------------
+
+    def insert_token(self, name: str, token_hash: str, scopes: Iterable[str], now: datetime) -> d.ApiToken:
+        row = m.ApiTokenRow(name=name, token_hash=token_hash, scopes=",".join(sorted(scopes)), created_at=now)
+        self.s.add(row)
+        self.s.flush()
+        return mapping.token(row)
+
+    def token_by_hash(self, token_hash: str) -> d.ApiToken | None:
+        row = self.s.scalars(
+            select(m.ApiTokenRow).where(m.ApiTokenRow.token_hash == token_hash)
+        ).one_or_none()
+        return mapping.token(row) if row else None
+
+    def list_tokens(self) -> list[d.ApiToken]:
+        return [mapping.token(r) for r in self.s.scalars(select(m.ApiTokenRow).order_by(m.ApiTokenRow.id))]
+
+    def count_active_tokens(self) -> int:
+        q = select(func.count()).select_from(m.ApiTokenRow).where(m.ApiTokenRow.revoked_at.is_(None))
+        return self.s.scalar(q) or 0
+
+    def revoke_token(self, token_id: int, now: datetime) -> None:
+        self._must(
+            self.s.execute(
+                update(m.ApiTokenRow).where(m.ApiTokenRow.id == token_id).values(revoked_at=now)
+            ).rowcount,  # type: ignore[attr-defined]
+            f"token {token_id}",
+        )
+
+    @staticmethod
+    def _must(rowcount: int, what: str) -> None:
+        if rowcount == 0:
+            raise KeyError(what)
