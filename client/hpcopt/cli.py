@@ -83,7 +83,10 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 _table(
                     ["id", "name", "state", "algorithm", "done", "best"],
-                    [[x.id, x.name, campaign_state(x.state), x.algorithm, _done(x), _num(x, "best_value")] for x in rows],
+                    [
+                        [x.id, x.name, campaign_state(x.state), x.algorithm, _done(x), _num(x, "best_value")]
+                        for x in rows
+                    ],
                 )
         elif args.command == "show":
             _show(args, c.get_campaign(args.campaign))
@@ -105,8 +108,15 @@ def _run(args: argparse.Namespace) -> int:
                 _table(
                     ["id", "#", "state", "attempt", "value", "± std", "params"],
                     [
-                        [t.id, t.number, trial_state(t.state), t.attempt, _num(t, "value"), _num(t, "value_std"),
-                         _params(t)]
+                        [
+                            t.id,
+                            t.number,
+                            trial_state(t.state),
+                            t.attempt,
+                            _num(t, "value"),
+                            _num(t, "value_std"),
+                            _params(t),
+                        ]
                         for t in trials
                     ],
                 )

@@ -16,7 +16,7 @@ import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import grpc
 
@@ -41,13 +41,14 @@ def _call(fn: Callable[..., T], request: Any, metadata: tuple[tuple[str, str], .
     try:
         return fn(request, metadata=metadata, timeout=timeout)
     except grpc.RpcError as exc:
-        code = exc.code().name if hasattr(exc, "code") and exc.code() else "UNKNOWN"  # type: ignore[attr-defined]
-        details = exc.details() if hasattr(exc, "details") else str(exc)  # type: ignore[attr-defined]
+        call = cast(grpc.Call, exc)  # every RpcError of a unary call is also a Call
+        code = call.code().name if call.code() is not None else "UNKNOWN"
+        details = call.details() or code
         fields: list[dict[str, str]] = []
-        for key, value in (exc.trailing_metadata() or ()) if hasattr(exc, "trailing_metadata") else ():  # type: ignore[attr-defined]
+        for key, value in call.trailing_metadata() or ():
             if key == "hpcopt-field-errors":
                 fields = json.loads(value)
-        raise ApiError(code, details or code, fields) from None
+        raise ApiError(code, details, fields) from None
 
 
 class _Base:
@@ -143,10 +144,26 @@ class AgentClient(_Base):
         super().__init__(target, token, timeout)
         self._stub = agent_pb2_grpc.AgentServiceStub(self.channel)
 
-    def register(self, *, host: str, ranks: int = 1, gpus: int = 0, slurm_job_id: str = "",
-                 campaign_id: int = 0, pid: int = 0, version: str = "") -> agent_pb2.RegisterResponse:
-        req = agent_pb2.RegisterRequest(host=host, ranks=ranks, gpus=gpus, slurm_job_id=slurm_job_id,
-                                        campaign_id=campaign_id, pid=pid or os.getpid(), version=version)
+    def register(
+        self,
+        *,
+        host: str,
+        ranks: int = 1,
+        gpus: int = 0,
+        slurm_job_id: str = "",
+        campaign_id: int = 0,
+        pid: int = 0,
+        version: str = "",
+    ) -> agent_pb2.RegisterResponse:
+        req = agent_pb2.RegisterRequest(
+            host=host,
+            ranks=ranks,
+            gpus=gpus,
+            slurm_job_id=slurm_job_id,
+            campaign_id=campaign_id,
+            pid=pid or os.getpid(),
+            version=version,
+        )
         return self._do(self._stub.Register, req)
 
     def acquire(self, agent_id: str, campaign_id: int) -> agent_pb2.AcquireResponse:
@@ -155,16 +172,25 @@ class AgentClient(_Base):
     def heartbeat(self, lease: agent_pb2.TrialLease) -> agent_pb2.HeartbeatResponse:
         return self._do(self._stub.Heartbeat, agent_pb2.HeartbeatRequest(lease=lease))
 
-    def report_intermediate(self, lease: agent_pb2.TrialLease, fold: int, step: int, value: float,
-                            checkpoint_uri: str = "") -> agent_pb2.HeartbeatResponse:
-        req = agent_pb2.ReportIntermediateRequest(lease=lease, fold=fold, step=step, value=value,
-                                                  checkpoint_uri=checkpoint_uri)
+    def report_intermediate(
+        self, lease: agent_pb2.TrialLease, fold: int, step: int, value: float, checkpoint_uri: str = ""
+    ) -> agent_pb2.HeartbeatResponse:
+        req = agent_pb2.ReportIntermediateRequest(
+            lease=lease, fold=fold, step=step, value=value, checkpoint_uri=checkpoint_uri
+        )
         return self._do(self._stub.ReportIntermediate, req)
 
-    def report_fold(self, lease: agent_pb2.TrialLease, fold: int, value: float,
-                    metrics: dict[str, float] | None = None, checkpoint_uri: str = "") -> common_pb2.Fold:
-        req = agent_pb2.ReportFoldRequest(lease=lease, fold=fold, value=value, metrics=metrics or {},
-                                          checkpoint_uri=checkpoint_uri)
+    def report_fold(
+        self,
+        lease: agent_pb2.TrialLease,
+        fold: int,
+        value: float,
+        metrics: dict[str, float] | None = None,
+        checkpoint_uri: str = "",
+    ) -> common_pb2.Fold:
+        req = agent_pb2.ReportFoldRequest(
+            lease=lease, fold=fold, value=value, metrics=metrics or {}, checkpoint_uri=checkpoint_uri
+        )
         return self._do(self._stub.ReportFold, req)
 
     def complete(self, lease: agent_pb2.TrialLease) -> common_pb2.Trial:
@@ -172,8 +198,9 @@ class AgentClient(_Base):
 
     def release(self, lease: agent_pb2.TrialLease, state: str, reason: str = "") -> common_pb2.Trial:
         """``state`` is ``"FAILED"``, ``"PREEMPTED"`` or ``"PRUNED"``."""
-        req = agent_pb2.ReleaseRequest(lease=lease, state=common_pb2.TrialState.Value(f"TRIAL_STATE_{state.upper()}"),
-                                       reason=reason)
+        req = agent_pb2.ReleaseRequest(
+            lease=lease, state=common_pb2.TrialState.Value(f"TRIAL_STATE_{state.upper()}"), reason=reason
+        )
         return self._do(self._stub.Release, req)
 
 

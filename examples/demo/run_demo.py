@@ -57,16 +57,31 @@ def main() -> int:
     rest, grpc_port = free_port(), free_port()
     url = f"http://127.0.0.1:{rest}"
     server = subprocess.Popen(
-        [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", f"sqlite:///{args.workdir / 'hpcopt.db'}",
-         "--port", str(rest), "--grpc-port", str(grpc_port), "--log-level", "warning"],
+        [
+            sys.executable,
+            "-m",
+            "hpcopt_server.cli",
+            "serve",
+            "--db",
+            f"sqlite:///{args.workdir / 'hpcopt.db'}",
+            "--port",
+            str(rest),
+            "--grpc-port",
+            str(grpc_port),
+            "--log-level",
+            "warning",
+        ],
     )
     try:
         wait_healthy(url, server)
         target = f"127.0.0.1:{grpc_port}"
         with Client(target) as client:
             campaign = client.create_campaign(HERE / "campaign.yaml")
-            print(f"submitted campaign {campaign.id} {campaign.name!r}: {campaign.max_trials} trials, "
-                  f"{args.agents} simulated agents", flush=True)
+            print(
+                f"submitted campaign {campaign.id} {campaign.name!r}: {campaign.max_trials} trials, "
+                f"{args.agents} simulated agents",
+                flush=True,
+            )
             agents = [SimulatedAgent(target, campaign.id, name=f"sim-{i}") for i in range(args.agents)]
             threads = [threading.Thread(target=a.run, daemon=True) for a in agents]
             for t in threads:
@@ -77,8 +92,12 @@ def main() -> int:
                 done = sum(n for s, n in c.trial_counts.items() if s not in ("QUEUED", "RUNNING"))
                 best = f"{c.best_value:.4f}" if c.HasField("best_value") else "-"
                 bar = "#" * (30 * done // c.max_trials)
-                print(f"\r  [{bar:<30}] {done:>3}/{c.max_trials} trials  running {c.trial_counts.get('RUNNING', 0)}"
-                      f"  best val_loss {best}  {time.monotonic() - t0:5.1f} s", end="", flush=True)
+                print(
+                    f"\r  [{bar:<30}] {done:>3}/{c.max_trials} trials  running {c.trial_counts.get('RUNNING', 0)}"
+                    f"  best val_loss {best}  {time.monotonic() - t0:5.1f} s",
+                    end="",
+                    flush=True,
+                )
                 time.sleep(0.5)
             print()
             c = client.get_campaign(campaign.id)
@@ -86,8 +105,9 @@ def main() -> int:
             print(f"\ncampaign {c.id} is {campaign_state(c.state)}; the five best of {len(trials)} trials:")
             print(f"  {'trial':>5}  {'val_loss':>17}  params")
             for t in trials[:5]:
-                params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                                   for k, v in param_values(t).items())
+                params = ", ".join(
+                    f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in param_values(t).items()
+                )
                 print(f"  {t.id:>5}  {t.value:.4f} ± {t.value_std:.4f}  {params}")
             best = client.get_best_trial(campaign.id)
             print(f"\nbest trial: {best.id} with val_loss {best.value:.4f} ± {best.value_std:.4f}")

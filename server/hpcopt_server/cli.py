@@ -24,7 +24,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default=env("HOST", ServerSettings.host), help="bind address (env HPCOPT_HOST)")
     s.add_argument("--port", type=int, default=int(env("PORT", "8000")), help="REST port (env HPCOPT_PORT)")
     s.add_argument(
-        "--grpc-port", type=int, default=int(env("GRPC_PORT", "50051")), help="gRPC port (env HPCOPT_GRPC_PORT)"
+        "--grpc-port",
+        type=int,
+        default=int(env("GRPC_PORT", "50051")),
+        help="gRPC port (env HPCOPT_GRPC_PORT)",
     )
     s.add_argument("--lease-seconds", type=float, default=float(env("LEASE_SECONDS", "60")))
     s.add_argument("--reap-interval", type=float, default=float(env("REAP_INTERVAL", "5")))
@@ -107,10 +110,12 @@ def _token(args: argparse.Namespace) -> int:
     if args.token_command == "create":
         token, secret = service.tokens.create(args.name, args.scope)
         print(secret)
-        print(f"token {token.id} {token.name!r} scopes {sorted(token.scopes)}; the secret is shown only now",
-              file=sys.stderr)
+        print(
+            f"token {token.id} {token.name!r} scopes {sorted(token.scopes)}; the secret is shown only now",
+            file=sys.stderr,
+        )
     elif args.token_command == "list":
-        for t in service.tokens.list():
+        for t in service.tokens.list_all():
             state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
             print(f"{t.id:>4}  {t.name:<24} {','.join(sorted(t.scopes)):<24} {state}")
     else:

@@ -36,9 +36,7 @@ class TrialState(enum.StrEnum):
         return self in FINISHED_STATES
 
 
-FINISHED_STATES = frozenset(
-    {TrialState.COMPLETED, TrialState.PRUNED, TrialState.FAILED, TrialState.CANCELLED}
-)
+FINISHED_STATES = frozenset({TrialState.COMPLETED, TrialState.PRUNED, TrialState.FAILED, TrialState.CANCELLED})
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,7 @@ class Metrics:
         self.http_requests = Counter(
             "hpcopt_http_requests", "REST requests", ["method", "route", "status"], registry=self.registry
         )
-        self.grpc_requests = Counter(
-            "hpcopt_grpc_requests", "gRPC calls", ["method", "code"], registry=self.registry
-        )
+        self.grpc_requests = Counter("hpcopt_grpc_requests", "gRPC calls", ["method", "code"], registry=self.registry)
         self.grpc_latency = Histogram(
             "hpcopt_grpc_latency_seconds", "gRPC call latency", ["method"], registry=self.registry
         )

@@ -60,7 +60,10 @@ def create_app(service: Service, metrics: Metrics, dashboard_dir: Path | None = 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
-            {"field": ".".join(str(p) for p in err["loc"] if p not in ("query", "path", "body")), "message": err["msg"]}
+            {
+                "field": ".".join(str(p) for p in err["loc"] if p not in ("query", "path", "body")),
+                "message": err["msg"],
+            }
             for err in exc.errors()
         ]
         detail = "; ".join(f"{x['field']}: {x['message']}" for x in errors)

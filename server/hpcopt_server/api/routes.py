@@ -54,13 +54,15 @@ async def _document(request: Request) -> Any:
             return yaml.safe_load(raw)
         return json.loads(raw)
     except (yaml.YAMLError, ValueError) as exc:
-        raise InvalidArgument(f"the request body is not valid {'YAML' if 'yaml' in kind else 'JSON'}: {exc}",
-                              [("body", "must be a JSON object (or YAML with Content-Type: application/yaml)")]) from None
+        raise InvalidArgument(
+            f"the request body is not valid {'YAML' if 'yaml' in kind else 'JSON'}: {exc}",
+            [("body", "must be a JSON object (or YAML with Content-Type: application/yaml)")],
+        ) from None
 
 
 @router.get("/campaigns", operation_id="list_campaigns")
 def list_campaigns(service: ServiceDep, _: CanRead) -> list[CampaignOut]:
-    return [campaign_out(s) for s in service.campaigns.list()]
+    return [campaign_out(s) for s in service.campaigns.list_all()]
 
 
 @router.post("/campaigns", status_code=201, operation_id="create_campaign", openapi_extra=_DOCUMENT_BODY)

@@ -57,9 +57,7 @@ class SearchSpace:
             if p["type"] == "categorical":
                 dims.append(Dimension(name, "categorical", choices=tuple(p["choices"])))
             else:
-                dims.append(
-                    Dimension(name, p["type"], float(p["low"]), float(p["high"]), p.get("scale") == "log")
-                )
+                dims.append(Dimension(name, p["type"], float(p["low"]), float(p["high"]), p.get("scale") == "log"))
         self.dims: tuple[Dimension, ...] = tuple(dims)
 
     def __len__(self) -> int:

@@ -26,9 +26,9 @@ class MetricsInterceptor(grpc.ServerInterceptor):
 
     def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler[Any, Any] | None],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler | None:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = continuation(handler_call_details)
         if handler is None or handler.unary_unary is None:
             return handler
@@ -42,7 +42,8 @@ class MetricsInterceptor(grpc.ServerInterceptor):
             try:
                 return inner(request, context)
             except Exception:
-                code = context.code().name if context.code() else "UNKNOWN"  # type: ignore[union-attr]
+                status = getattr(context, "code", lambda: None)()  # set by context.abort
+                code = status.name if status is not None else "UNKNOWN"
                 raise
             finally:
                 m.grpc_latency.labels(method).observe(time.perf_counter() - t0)
@@ -55,7 +56,9 @@ class MetricsInterceptor(grpc.ServerInterceptor):
         )
 
 
-def build_grpc_server(service: Service, metrics: Metrics, address: str, max_workers: int = 64) -> tuple[grpc.Server, int]:
+def build_grpc_server(
+    service: Service, metrics: Metrics, address: str, max_workers: int = 64
+) -> tuple[grpc.Server, int]:
     """A started-ready (not started) server bound to ``address``; returns it and the port."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeAlias
 
 import grpc
 
@@ -14,7 +14,7 @@ from hpcopt_server.rpc.errors import handles_errors
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import Lease
 
-Ctx = grpc.ServicerContext
+Ctx: TypeAlias = grpc.ServicerContext
 
 
 def _json(field: str, text: str) -> Any:
@@ -45,14 +45,12 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
     def ListCampaigns(
         self, request: campaign_pb2.ListCampaignsRequest, context: Ctx
     ) -> campaign_pb2.ListCampaignsResponse:
-        return campaign_pb2.ListCampaignsResponse(campaigns=[convert.campaign(s) for s in self.svc.campaigns.list()])
+        return campaign_pb2.ListCampaignsResponse(campaigns=[convert.campaign(s) for s in self.svc.campaigns.list_all()])
 
     @handles_errors
     def ListTrials(self, request: campaign_pb2.ListTrialsRequest, context: Ctx) -> campaign_pb2.ListTrialsResponse:
         states = [convert.TRIAL_STATES_BACK[s] for s in request.states if s in convert.TRIAL_STATES_BACK]
-        trials, total = self.svc.campaigns.trials(
-            request.campaign_id, states, request.offset, request.limit or 100
-        )
+        trials, total = self.svc.campaigns.trials(request.campaign_id, states, request.offset, request.limit or 100)
         return campaign_pb2.ListTrialsResponse(trials=[convert.trial(t) for t in trials], total=total)
 
     @handles_errors

@@ -245,9 +245,7 @@ class AgentService:
             values = [float(finished[k].value) for k in range(campaign.folds)]  # type: ignore[arg-type]
             mean = statistics.fmean(values)
             std = statistics.stdev(values) if len(values) > 1 else 0.0
-            tx.update_trial(
-                trial.id, state=d.TrialState.COMPLETED, value=mean, value_std=std, finished_at=now
-            )
+            tx.update_trial(trial.id, state=d.TrialState.COMPLETED, value=mean, value_std=std, finished_at=now)
             tx.add_event(trial.id, trial.attempt, "completed", now, agent_id=lease.agent_id)
             finish_campaign_if_done(tx, campaign, now)
             done = tx.get_trial(trial.id)
@@ -271,7 +269,12 @@ class AgentService:
             if state == d.TrialState.PREEMPTED:
                 requeue(tx, campaign, trial, now, why=f"preempted: {reason}" if reason else "preempted")
             else:
-                tx.update_trial(trial.id, state=state, error=reason if state == d.TrialState.FAILED else "", finished_at=now)
+                tx.update_trial(
+                    trial.id,
+                    state=state,
+                    error=reason if state == d.TrialState.FAILED else "",
+                    finished_at=now,
+                )
             finish_campaign_if_done(tx, campaign, now)
             out = tx.get_trial(trial.id)
         assert out is not None
@@ -305,7 +308,9 @@ class AgentService:
         if allow_stopped and trial.state in stopped:
             return trial
         if trial.state != d.TrialState.RUNNING:
-            raise FailedPrecondition(f"trial {trial.id} is {trial.state.value}, not RUNNING: nothing more can be reported")
+            raise FailedPrecondition(
+                f"trial {trial.id} is {trial.state.value}, not RUNNING: nothing more can be reported"
+            )
         if trial.lease_expires_at is not None and trial.lease_expires_at < now:
             raise FailedPrecondition(
                 f"the lease of trial {trial.id} expired at {trial.lease_expires_at.isoformat()}; "
@@ -352,4 +357,3 @@ def requeue(tx: Tx, campaign: d.Campaign, trial: d.Trial, now: datetime, *, why:
         lease_id="",
         lease_expires_at=None,
     )
-

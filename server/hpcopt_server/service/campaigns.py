@@ -24,8 +24,7 @@ def validate_spec(document: Any) -> dict[str, Any]:
     if name not in REGISTRY:
         allowed = sorted(REGISTRY)
         raise InvalidArgument(
-            f"invalid campaign spec: algorithm.name: {name!r} is not available on this server "
-            f"(allowed: {allowed})",
+            f"invalid campaign spec: algorithm.name: {name!r} is not available on this server (allowed: {allowed})",
             [("algorithm.name", f"must be one of {allowed} on this server")],
         )
     return spec
@@ -44,7 +43,7 @@ class CampaignService:
         with self.ctx.storage.read() as tx:
             return self._summaries(tx, [campaign_or_404(tx, campaign_id)])[0]
 
-    def list(self) -> list[d.CampaignSummary]:
+    def list_all(self) -> list[d.CampaignSummary]:
         with self.ctx.storage.read() as tx:
             return self._summaries(tx, tx.list_campaigns())
 

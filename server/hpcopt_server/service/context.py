@@ -56,7 +56,5 @@ def finish_campaign_if_done(tx: Tx, campaign: d.Campaign, now: datetime) -> None
 
 def require_finite(field_name: str, value: float) -> float:
     if not math.isfinite(value):
-        raise InvalidArgument(
-            f"{field_name} must be a finite number, got {value}", [(field_name, "must be finite")]
-        )
+        raise InvalidArgument(f"{field_name} must be a finite number, got {value}", [(field_name, "must be finite")])
     return float(value)

@@ -19,9 +19,6 @@ from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service.campaigns import validate_spec
 from hpcopt_server.service.context import Context, campaign_or_404
 
-FORMAT = "hpcopt-campaign"
-
-
 class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -87,12 +84,10 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
         ids = [t.id for t in tx.list_trials(campaign_id, with_folds=False)[0]]
         trials = [tx.get_trial(i, full=True) for i in ids]
     doc = ExportDoc(
-        format=FORMAT,
+        format="hpcopt-campaign",
         version=1,
         spec=c.spec,
-        campaign=CampaignDoc(
-            id=c.id, name=c.name, state=c.state, created_at=c.created_at, finished_at=c.finished_at
-        ),
+        campaign=CampaignDoc(id=c.id, name=c.name, state=c.state, created_at=c.created_at, finished_at=c.finished_at),
         trials=[
             TrialDoc(
                 number=t.number,

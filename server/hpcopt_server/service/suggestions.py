@@ -59,8 +59,7 @@ def build_optimizer(campaign: d.Campaign) -> Optimizer:
     factory = REGISTRY.get(algo["name"])
     if factory is None:
         raise InvalidArgument(
-            f"algorithm.name: {algo['name']!r} is not available on this server; "
-            f"allowed: {sorted(REGISTRY)}",
+            f"algorithm.name: {algo['name']!r} is not available on this server; allowed: {sorted(REGISTRY)}",
             [("algorithm.name", f"must be one of {sorted(REGISTRY)}")],
         )
     seed = algo.get("seed")

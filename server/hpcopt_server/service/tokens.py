@@ -53,7 +53,8 @@ class TokenService:
         bad = [s for s in scopes if s not in SCOPES]
         if not scopes or bad:
             raise InvalidArgument(
-                f"scope must be one or more of {list(SCOPES)}, got {scopes}", [("scope", f"allowed: {list(SCOPES)}")]
+                f"scope must be one or more of {list(SCOPES)}, got {scopes}",
+                [("scope", f"allowed: {list(SCOPES)}")],
             )
         if not name:
             raise InvalidArgument("a token needs a name", [("name", "must not be empty")])
@@ -66,7 +67,7 @@ class TokenService:
         self._invalidate()
         return token, secret
 
-    def list(self) -> list[d.ApiToken]:
+    def list_all(self) -> list[d.ApiToken]:
         with self.ctx.storage.read() as tx:
             return tx.list_tokens()
 
@@ -105,9 +106,7 @@ class TokenService:
         if token is None or token.revoked_at is not None:
             raise Unauthenticated("the token is unknown or revoked")
         if not grants(token.scopes, needed):
-            raise PermissionDenied(
-                f"token {token.name!r} has scopes {sorted(token.scopes)}; this needs {needed!r}"
-            )
+            raise PermissionDenied(f"token {token.name!r} has scopes {sorted(token.scopes)}; this needs {needed!r}")
         return token
 
     def _lookup(self, secret: str) -> d.ApiToken | None:

@@ -61,9 +61,7 @@ class Database:
 def _create_engine(url: str, *, pool_size: int, echo: bool) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(
-            url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, echo=echo
-        )
+        return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, echo=echo)
     engine = create_engine(
         url,
         echo=echo,

@@ -90,9 +90,7 @@ class TrialRow(Base):
 class FoldRow(Base):
     __tablename__ = "folds"
 
-    trial_id: Mapped[int] = mapped_column(
-        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
-    )
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True)
     index: Mapped[int] = mapped_column("fold", Integer, primary_key=True)
     finished: Mapped[bool] = mapped_column(default=False)
     value: Mapped[float | None] = mapped_column(Float)
@@ -105,9 +103,7 @@ class FoldRow(Base):
 class CurveRow(Base):
     __tablename__ = "curves"
 
-    trial_id: Mapped[int] = mapped_column(
-        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
-    )
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True)
     fold: Mapped[int] = mapped_column(Integer, primary_key=True)
     step: Mapped[int] = mapped_column(Integer, primary_key=True)
     value: Mapped[float] = mapped_column(Float)
@@ -117,9 +113,7 @@ class TrialEventRow(Base):
     __tablename__ = "trial_events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    trial_id: Mapped[int] = mapped_column(
-        ForeignKey("trials.id", ondelete="CASCADE"), index=True
-    )
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
     attempt: Mapped[int] = mapped_column(Integer)
     kind: Mapped[str] = mapped_column(String(32))
     agent_id: Mapped[str] = mapped_column(String(64), default="")

@@ -89,9 +89,7 @@ class Tx:
         rows = self.s.scalars(select(m.CampaignRow).order_by(m.CampaignRow.id))
         return [mapping.campaign(r) for r in rows]
 
-    def set_campaign_state(
-        self, campaign_id: int, state: d.CampaignState, finished_at: datetime | None
-    ) -> None:
+    def set_campaign_state(self, campaign_id: int, state: d.CampaignState, finished_at: datetime | None) -> None:
         self._must(
             self.s.execute(
                 update(m.CampaignRow)
@@ -196,9 +194,7 @@ class Tx:
         if not full:
             return mapping.trial(row, folds)
         curves = list(self.s.scalars(select(m.CurveRow).where(m.CurveRow.trial_id == trial_id)))
-        events = list(
-            self.s.scalars(select(m.TrialEventRow).where(m.TrialEventRow.trial_id == trial_id))
-        )
+        events = list(self.s.scalars(select(m.TrialEventRow).where(m.TrialEventRow.trial_id == trial_id)))
         return mapping.trial(row, folds, curves, events)
 
     def claim_queued_trial(self, campaign_id: int) -> d.Trial | None:
@@ -216,9 +212,7 @@ class Tx:
     def update_trial(self, trial_id: int, **values: Any) -> None:
         """Sets columns of one trial (names as in the ``trials`` table)."""
         self._must(
-            self.s.execute(
-                update(m.TrialRow).where(m.TrialRow.id == trial_id).values(**values)
-            ).rowcount,  # type: ignore[attr-defined]
+            self.s.execute(update(m.TrialRow).where(m.TrialRow.id == trial_id).values(**values)).rowcount,  # type: ignore[attr-defined]
             f"trial {trial_id}",
         )
 
@@ -249,9 +243,7 @@ class Tx:
         return [mapping.trial(r, folds.get(r.id, [])) for r in rows], total
 
     def running_count(self, campaign_id: int) -> int:
-        q = select(func.count()).where(
-            m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.RUNNING
-        )
+        q = select(func.count()).where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.RUNNING)
         return self.s.scalar(q) or 0
 
     def expired_trials(self, now: datetime, limit: int = 100) -> list[d.Trial]:
@@ -266,7 +258,8 @@ class Tx:
         return [mapping.trial(r) for r in self.s.scalars(q)]
 
     def cancel_unfinished(self, campaign_id: int, now: datetime) -> list[int]:
-        """Marks every QUEUED and RUNNING trial CANCELLED; returns their ids."""
+        """Marks every QUEUED and RUNNING trial CANCELLED; returns their ids. Leases stay, so
+        a holder asking again learns that its trial was cancelled."""
         ids = list(
             self.s.scalars(
                 select(m.TrialRow.id).where(
@@ -279,7 +272,7 @@ class Tx:
             self.s.execute(
                 update(m.TrialRow)
                 .where(m.TrialRow.id.in_(ids))
-                .values(state=d.TrialState.CANCELLED, finished_at=now, lease_id="")
+                .values(state=d.TrialState.CANCELLED, finished_at=now)
             )
         return ids
 
@@ -310,9 +303,7 @@ class Tx:
         self, trial_id: int, attempt: int, kind: str, now: datetime, *, agent_id: str = "", reason: str = ""
     ) -> None:
         self.s.add(
-            m.TrialEventRow(
-                trial_id=trial_id, attempt=attempt, kind=kind, agent_id=agent_id, reason=reason, at=now
-            )
+            m.TrialEventRow(trial_id=trial_id, attempt=attempt, kind=kind, agent_id=agent_id, reason=reason, at=now)
         )
 
     # -- agents ----------------------------------------------------------------------
@@ -356,9 +347,7 @@ class Tx:
         return mapping.token(row)
 
     def token_by_hash(self, token_hash: str) -> d.ApiToken | None:
-        row = self.s.scalars(
-            select(m.ApiTokenRow).where(m.ApiTokenRow.token_hash == token_hash)
-        ).one_or_none()
+        row = self.s.scalars(select(m.ApiTokenRow).where(m.ApiTokenRow.token_hash == token_hash)).one_or_none()
         return mapping.token(row) if row else None
 
     def list_tokens(self) -> list[d.ApiToken]:
@@ -370,9 +359,7 @@ class Tx:
 
     def revoke_token(self, token_id: int, now: datetime) -> None:
         self._must(
-            self.s.execute(
-                update(m.ApiTokenRow).where(m.ApiTokenRow.id == token_id).values(revoked_at=now)
-            ).rowcount,  # type: ignore[attr-defined]
+            self.s.execute(update(m.ApiTokenRow).where(m.ApiTokenRow.id == token_id).values(revoked_at=now)).rowcount,  # type: ignore[attr-defined]
             f"token {token_id}",
         )
 

@@ -1,0 +1,23 @@
+.PHONY: demo test setup protos lint bench
+
+# Runs the demo campaign end to end (server, campaign, simulated agents, leaderboard).
+demo:
+	bash scripts/setup.sh
+	.venv/bin/python examples/demo/run_demo.py
+
+# Runs every test: ruff, mypy, generated-code drift, SQLite and PostgreSQL suites.
+test:
+	bash scripts/test.sh
+
+setup:
+	bash scripts/setup.sh --services
+
+# Regenerates client/hpcopt/v1 from protos/.
+protos:
+	.venv/bin/python scripts/gen_protos.py
+
+lint:
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+
+bench:
+	.venv/bin/python benchmarks/server_throughput.py

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Sets up everything `make demo` and `make test` need on a fresh machine:
+# the virtual environment (.venv) with the three parts installed editable, and, when
+# run as root with --services, PostgreSQL 15 started on 127.0.0.1:5432.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv"
+  "$PY" -m venv .venv
+fi
+stamp=.venv/.hpcopt-installed
+inputs=$(cat requirements/*.txt client/pyproject.toml server/pyproject.toml agent/pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$inputs" ]; then
+  echo "setup: installing packages into .venv"
+  .venv/bin/pip install -q --upgrade pip
+  .venv/bin/pip install -q -c requirements/constraints.txt -r requirements/dev.txt \
+    -e client -e server -e agent
+  echo "$inputs" > "$stamp"
+fi
+
+if [ "${1:-}" = "--services" ]; then
+  if [ "$(id -u)" = 0 ] && command -v pg_ctlcluster >/dev/null 2>&1; then
+    if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
+      echo "setup: starting PostgreSQL"
+      pg_ctlcluster 15 main start || true
+      for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
+    fi
+    # The tests connect as postgres without a password from loopback (trust auth).
+    hba=$(ls /etc/postgresql/*/main/pg_hba.conf 2>/dev/null | head -n1 || true)
+    if [ -n "$hba" ] && ! grep -q "hpcopt-tests" "$hba"; then
+      sed -i '1i host all postgres 127.0.0.1/32 trust # hpcopt-tests' "$hba"
+      pg_ctlcluster 15 main reload
+    fi
+  elif ! command -v pg_ctlcluster >/dev/null 2>&1; then
+    echo "setup: PostgreSQL 15 is not installed; PostgreSQL tests will skip (and fail under CI=true)"
+  fi
+fi

@@ -1,0 +1,161 @@
+"""Fixtures shared by every test: databases (SQLite and the real PostgreSQL), a service
+over them, and live REST + gRPC servers on free ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PG_ADMIN_URL = os.environ.get("HPCOPT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg", "postgresql")
+
+
+@pytest.fixture(scope="session")
+def pg_admin() -> str:
+    """The admin URL of the real PostgreSQL; a skip locally, a failure under CI=true."""
+    import psycopg
+
+    try:
+        with psycopg.connect(_libpq(PG_ADMIN_URL), connect_timeout=3):
+            pass
+    except Exception as exc:
+        message = f"PostgreSQL at {PG_ADMIN_URL} is not reachable: {str(exc).strip()}"
+        if IN_CI:
+            pytest.fail(message + " (CI=true: the PostgreSQL suite must run, not skip)")
+        pytest.skip(message)
+    return PG_ADMIN_URL
+
+
+def _fresh_pg_database(admin: str) -> Iterator[str]:
+    import psycopg
+
+    name = f"hpcopt_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_libpq(admin), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield admin.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(_libpq(admin), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty, migrated database of each backend."""
+    from hpcopt_server.storage.migrate import upgrade
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'hpcopt.db'}"
+        upgrade(url)
+        yield url
+    else:
+        admin = request.getfixturevalue("pg_admin")
+        gen = _fresh_pg_database(admin)
+        url = next(gen)
+        upgrade(url)
+        yield url
+        gen.close()
+
+
+@pytest.fixture
+def pg_url(pg_admin: str) -> Iterator[str]:
+    """An empty, migrated PostgreSQL database."""
+    from hpcopt_server.storage.migrate import upgrade
+
+    gen = _fresh_pg_database(pg_admin)
+    url = next(gen)
+    upgrade(url)
+    yield url
+    gen.close()
+
+
+@pytest.fixture
+def service(db_url: str) -> Iterator[Any]:
+    from hpcopt_server.service import Service
+    from hpcopt_server.storage.repository import Storage
+
+    storage = Storage(db_url)
+    yield Service(storage)
+    storage.close()
+
+
+def make_spec(**overrides: Any) -> dict[str, Any]:
+    """A small valid campaign spec; keyword arguments replace top-level fields."""
+    spec: dict[str, Any] = {
+        "name": "test-campaign",
+        "objective": {"metric": "loss", "direction": "minimize"},
+        "space": {
+            "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
+            "width": {"type": "int", "low": 8, "high": 64},
+            "act": {"type": "categorical", "choices": ["relu", "tanh"]},
+        },
+        "algorithm": {"name": "random", "seed": 1},
+        "budget": {"max_trials": 10, "max_parallel": 4},
+        "folds": 3,
+        "training": {"task": "tests:task", "epochs": 2},
+        "max_attempts": 2,
+    }
+    spec.update(overrides)
+    return spec
+
+
+@dataclass
+class LiveServer:
+    """A real gRPC server and a real uvicorn HTTP server in this process."""
+
+    service: Any
+    grpc_target: str
+    http_url: str
+
+
+@pytest.fixture
+def live_server(service: Any) -> Iterator[LiveServer]:
+    yield from run_live_server(service)
+
+
+def run_live_server(service: Any) -> Iterator[LiveServer]:
+    import uvicorn
+
+    from hpcopt_server.api.app import create_app
+    from hpcopt_server.metrics import Metrics
+    from hpcopt_server.rpc.server import build_grpc_server
+
+    metrics = Metrics(service)
+    grpc_server, grpc_port = build_grpc_server(service, metrics, "127.0.0.1:0")
+    grpc_server.start()
+    http_port = free_port()
+    config = uvicorn.Config(create_app(service, metrics), host="127.0.0.1", port=http_port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.02)
+    try:
+        yield LiveServer(service, f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        grpc_server.stop(grace=1).wait()

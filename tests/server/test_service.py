@@ -1,0 +1,239 @@
+"""The trial life cycle and the service's rules, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from hpcopt_server.service import Service
+from hpcopt_server.service.agents import AcquireStatus, Action, Lease
+from tests.conftest import make_spec
+
+
+def _start(service: Service, **spec: Any) -> tuple[d.Campaign, str]:
+    campaign = service.campaigns.create(make_spec(**spec))
+    agent = service.agents.register(host="node", ranks=2, gpus=0).agent_id
+    return campaign, agent
+
+
+def _acquire(service: Service, agent: str, campaign: d.Campaign) -> tuple[d.Trial, Lease]:
+    got = service.agents.acquire(agent, campaign.id)
+    assert got.status == AcquireStatus.GRANTED and got.trial is not None
+    return got.trial, Lease(agent, got.trial.id, got.lease_id)
+
+
+def _finish(service: Service, lease: Lease, values: list[float]) -> d.Trial:
+    for k, v in enumerate(values):
+        service.agents.report_fold(lease, k, v, {"loss": v})
+    return service.agents.complete(lease)
+
+
+def test_value_is_the_mean_over_folds_with_the_sample_std(service: Service) -> None:
+    campaign, agent = _start(service)
+    trial, lease = _acquire(service, agent, campaign)
+    assert trial.state == d.TrialState.RUNNING and trial.attempt == 1
+    done = _finish(service, lease, [1.0, 2.0, 4.0])
+    assert done.state == d.TrialState.COMPLETED
+    assert done.value == pytest.approx(7 / 3)
+    assert done.value_std == pytest.approx(math.sqrt(((1 - 7 / 3) ** 2 + (2 - 7 / 3) ** 2 + (4 - 7 / 3) ** 2) / 2))
+
+
+def test_complete_refuses_until_every_fold_is_reported(service: Service) -> None:
+    campaign, agent = _start(service)
+    _, lease = _acquire(service, agent, campaign)
+    service.agents.report_fold(lease, 0, 1.0)
+    with pytest.raises(FailedPrecondition, match=r"folds \[1, 2\] of 3"):
+        service.agents.complete(lease)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_non_finite_values_are_rejected_and_nothing_is_stored(service: Service, bad: float) -> None:
+    campaign, agent = _start(service)
+    trial, lease = _acquire(service, agent, campaign)
+    with pytest.raises(InvalidArgument, match="value must be a finite number"):
+        service.agents.report_fold(lease, 0, bad)
+    with pytest.raises(InvalidArgument, match="metrics.acc"):
+        service.agents.report_fold(lease, 0, 1.0, {"acc": bad})
+    with pytest.raises(InvalidArgument):
+        service.agents.report_intermediate(lease, 0, 1, bad)
+    assert service.campaigns.trial(trial.id).folds == ()
+
+
+def test_unknown_folds_and_repeated_folds_are_rejected(service: Service) -> None:
+    campaign, agent = _start(service)
+    trial, lease = _acquire(service, agent, campaign)
+    with pytest.raises(InvalidArgument, match=r"fold 3 does not exist.*3 folds \(0..2\)"):
+        service.agents.report_fold(lease, 3, 1.0)
+    with pytest.raises(InvalidArgument, match="fold -1 does not exist"):
+        service.agents.report_intermediate(lease, -1, 0, 1.0)
+    service.agents.report_fold(lease, 0, 1.0)
+    with pytest.raises(FailedPrecondition, match="already finished"):
+        service.agents.report_fold(lease, 0, 9.0)
+    assert service.campaigns.trial(trial.id).folds[0].value == 1.0
+
+
+def test_reports_under_a_wrong_lease_are_refused(service: Service) -> None:
+    campaign, agent = _start(service)
+    trial, lease = _acquire(service, agent, campaign)
+    other = service.agents.register(host="other", ranks=1, gpus=0).agent_id
+    for bad in (Lease(agent, trial.id, "not-the-lease"), Lease(other, trial.id, lease.lease_id)):
+        with pytest.raises(FailedPrecondition, match="is not held by agent"):
+            service.agents.report_fold(bad, 0, 1.0)
+        with pytest.raises(FailedPrecondition):
+            service.agents.heartbeat(bad)
+    with pytest.raises(NotFound):
+        service.agents.heartbeat(Lease(agent, 10_000, lease.lease_id))
+
+
+def test_unregistered_agents_cannot_acquire(service: Service) -> None:
+    campaign, _ = _start(service)
+    with pytest.raises(NotFound, match="not registered"):
+        service.agents.acquire("ghost", campaign.id)
+
+
+def test_preempted_trial_returns_as_the_same_id_with_its_folds(service: Service) -> None:
+    campaign, agent = _start(service, budget={"max_trials": 1, "max_parallel": 1}, max_attempts=3)
+    trial, lease = _acquire(service, agent, campaign)
+    service.agents.report_fold(lease, 0, 0.5, checkpoint_uri="file:///ck/0")
+    service.agents.report_intermediate(lease, 1, 3, 0.7, checkpoint_uri="file:///ck/1-epoch3")
+    back = service.agents.release(lease, d.TrialState.PREEMPTED, "SIGTERM from Slurm")
+    assert back.state == d.TrialState.QUEUED and back.attempt == 2
+
+    again, lease2 = _acquire(service, agent, campaign)
+    assert again.id == trial.id and again.attempt == 2
+    assert [(f.index, f.finished, f.checkpoint_uri) for f in again.folds] == [
+        (0, True, "file:///ck/0"),
+        (1, False, "file:///ck/1-epoch3"),
+    ]
+    with pytest.raises(FailedPrecondition):  # the old lease is dead
+        service.agents.report_fold(lease, 1, 1.0)
+    service.agents.report_fold(lease2, 1, 0.6)
+    service.agents.report_fold(lease2, 2, 0.7)
+    done = service.agents.complete(lease2)
+    assert done.value == pytest.approx(0.6)
+    kinds = [e.kind for e in service.campaigns.trial(trial.id).events]
+    assert kinds == ["acquired", "preempted", "acquired", "completed"]
+    assert service.campaigns.get(campaign.id).campaign.state == d.CampaignState.COMPLETED
+
+
+def test_a_trial_preempted_max_attempts_times_fails(service: Service) -> None:
+    campaign, agent = _start(service, budget={"max_trials": 1, "max_parallel": 1}, max_attempts=2)
+    _, lease = _acquire(service, agent, campaign)
+    service.agents.release(lease, d.TrialState.PREEMPTED)
+    _, lease = _acquire(service, agent, campaign)
+    last = service.agents.release(lease, d.TrialState.PREEMPTED, "walltime")
+    assert last.state == d.TrialState.FAILED and "attempt 2 of 2" in last.error
+    assert service.agents.acquire(agent, campaign.id).status == AcquireStatus.DONE
+
+
+def test_failed_release_is_final_and_keeps_the_error(service: Service) -> None:
+    campaign, agent = _start(service)
+    trial, lease = _acquire(service, agent, campaign)
+    out = service.agents.release(lease, d.TrialState.FAILED, "ValueError: bad width")
+    assert out.state == d.TrialState.FAILED and out.error == "ValueError: bad width"
+    with pytest.raises(FailedPrecondition, match="is FAILED, not RUNNING"):
+        service.agents.complete(lease)
+    with pytest.raises(InvalidArgument, match="state must be one of"):
+        service.agents.release(lease, d.TrialState.COMPLETED)
+
+
+def test_expired_lease_is_requeued_by_the_reaper(service: Service) -> None:
+    campaign, agent = _start(service)
+    trial, lease = _acquire(service, agent, campaign)
+    service.agents.report_fold(lease, 0, 0.1)
+    assert service.reaper.reap() == 0
+    real_clock = service.ctx.clock
+    service.ctx.clock = lambda: real_clock() + timedelta(seconds=service.ctx.settings.lease_seconds + 1)
+    with pytest.raises(FailedPrecondition, match="expired"):
+        service.agents.heartbeat(lease)
+    assert service.reaper.reap() == 1
+    assert service.reaper.reap() == 0
+    back = service.campaigns.trial(trial.id)
+    assert back.state == d.TrialState.QUEUED and back.attempt == 2 and back.folds[0].finished
+    assert [e.kind for e in back.events] == ["acquired", "lease_expired"]
+
+
+def test_budget_limits_parallel_and_total_trials(service: Service) -> None:
+    campaign, agent = _start(service, budget={"max_trials": 3, "max_parallel": 2})
+    _, l1 = _acquire(service, agent, campaign)
+    _, l2 = _acquire(service, agent, campaign)
+    assert service.agents.acquire(agent, campaign.id).status == AcquireStatus.WAIT
+    _finish(service, l1, [1, 1, 1])
+    _, l3 = _acquire(service, agent, campaign)
+    assert service.agents.acquire(agent, campaign.id).status == AcquireStatus.WAIT  # 3 made, 2 running
+    _finish(service, l2, [1, 1, 1])
+    _finish(service, l3, [1, 1, 1])
+    assert service.agents.acquire(agent, campaign.id).status == AcquireStatus.DONE
+    summary = service.campaigns.get(campaign.id)
+    assert summary.campaign.state == d.CampaignState.COMPLETED and summary.trial_counts == {"COMPLETED": 3}
+
+
+def test_cancel_stops_running_trials_at_their_next_heartbeat(service: Service) -> None:
+    campaign, agent = _start(service)
+    trial, lease = _acquire(service, agent, campaign)
+    assert service.agents.heartbeat(lease).action == Action.CONTINUE
+    summary = service.campaigns.cancel(campaign.id)
+    assert summary.campaign.state == d.CampaignState.CANCELLED
+    assert service.agents.heartbeat(lease).action == Action.STOP_CANCELLED
+    assert service.agents.report_intermediate(lease, 0, 1, 0.5).action == Action.STOP_CANCELLED
+    with pytest.raises(FailedPrecondition):
+        service.agents.report_fold(lease, 0, 0.5)
+    assert service.agents.acquire(agent, campaign.id).status == AcquireStatus.DONE
+    with pytest.raises(FailedPrecondition, match="only a RUNNING campaign"):
+        service.campaigns.cancel(campaign.id)
+    assert service.campaigns.trial(trial.id).state == d.TrialState.CANCELLED
+
+
+def test_suggestions_decode_into_the_space(service: Service) -> None:
+    campaign, agent = _start(service, budget={"max_trials": 20, "max_parallel": 20})
+    seen = []
+    for _ in range(20):
+        trial, _lease = _acquire(service, agent, campaign)
+        p = trial.params
+        assert 1e-4 <= p["lr"] <= 1.0 and isinstance(p["lr"], float)
+        assert 8 <= p["width"] <= 64 and isinstance(p["width"], int)
+        assert p["act"] in ("relu", "tanh")
+        seen.append(tuple(sorted(p.items())))
+    assert len(set(seen)) == 20
+    assert sorted(t.number for t in service.campaigns.trials(campaign.id, limit=100)[0]) == list(range(20))
+
+
+def test_export_then_import_reproduces_the_campaign(service: Service) -> None:
+    campaign, agent = _start(service, budget={"max_trials": 3, "max_parallel": 3})
+    _, l1 = _acquire(service, agent, campaign)
+    service.agents.report_intermediate(l1, 0, 0, 2.0)
+    _finish(service, l1, [1.0, 2.0, 3.0])
+    _, l2 = _acquire(service, agent, campaign)
+    service.agents.report_fold(l2, 0, 5.0, checkpoint_uri="file:///x")
+    doc = service.export_campaign(campaign.id)
+    assert doc["format"] == "hpcopt-campaign" and len(doc["trials"]) == 2
+
+    copy = service.import_campaign(doc)
+    assert copy.id != campaign.id
+    trials = service.campaigns.trials(copy.id)[0]
+    assert [t.state for t in trials] == [d.TrialState.COMPLETED, d.TrialState.QUEUED]
+    first = service.campaigns.trial(trials[0].id)
+    assert first.value == pytest.approx(2.0) and first.curves == (d.CurvePoint(0, 0, 2.0),)
+    assert trials[1].folds[0].checkpoint_uri == "file:///x"
+    # The copy goes on where the original stood: one queued trial, then one new one.
+    t, _ = _acquire(service, agent, copy)
+    assert t.number == 1
+    t2, _ = _acquire(service, agent, copy)
+    assert t2.number == 2
+
+
+def test_import_rejects_a_damaged_document_and_stores_nothing(service: Service) -> None:
+    campaign, _ = _start(service)
+    doc = service.export_campaign(campaign.id)
+    before = len(service.campaigns.list_all())
+    with pytest.raises(InvalidArgument, match="format"):
+        service.import_campaign({**doc, "format": "other"})
+    bad_trial = {"number": 0, "state": "BOGUS", "params": {}, "created_at": "2026-01-01T00:00:00Z"}
+    with pytest.raises(InvalidArgument, match=r"trials\.0\.state"):
+        service.import_campaign({**doc, "trials": [bad_trial]})
+    assert len(service.campaigns.list_all()) == before

@@ -1,0 +1,210 @@
+"""The storage conformance suite: the contract of ``storage/repository.py`` on SQLite
+and on the real PostgreSQL (the ``db_url`` fixture runs every test on both)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hpcopt_server import domain as d
+from hpcopt_server.storage import migrate
+from hpcopt_server.storage.repository import Storage
+from tests.conftest import make_spec
+
+NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+@pytest.fixture
+def storage(db_url: str) -> Iterator[Storage]:
+    s = Storage(db_url)
+    yield s
+    s.close()
+
+
+def _campaign(storage: Storage) -> d.Campaign:
+    with storage.write() as tx:
+        return tx.insert_campaign("c", make_spec(), NOW)
+
+
+def _trial(storage: Storage, campaign_id: int, number: int = 0, state: d.TrialState = d.TrialState.QUEUED) -> d.Trial:
+    with storage.write() as tx:
+        return tx.insert_trial(campaign_id, number, {"lr": 0.1, "width": 8, "act": "relu"}, state, NOW)
+
+
+def test_schema_is_at_head_after_upgrade(db_url: str) -> None:
+    assert migrate.current_revision(db_url) == migrate.head_revision()
+
+
+def test_campaign_round_trips_with_aware_utc_timestamps(storage: Storage) -> None:
+    c = _campaign(storage)
+    with storage.read() as tx:
+        got = tx.get_campaign(c.id)
+    assert got == c
+    assert got is not None and got.created_at == NOW and got.created_at.tzinfo is not None
+    assert got.spec["budget"]["max_trials"] == 10
+
+
+def test_lookups_of_missing_things_return_none(storage: Storage) -> None:
+    with storage.read() as tx:
+        assert tx.get_campaign(999) is None
+        assert tx.get_trial(999) is None
+        assert tx.get_agent("nope") is None
+        assert tx.token_by_hash("0" * 64) is None
+
+
+def test_changing_missing_things_raises_key_error(storage: Storage) -> None:
+    with storage.write() as tx, pytest.raises(KeyError):
+        tx.update_trial(999, state=d.TrialState.FAILED)
+    with storage.write() as tx, pytest.raises(KeyError):
+        tx.set_campaign_state(999, d.CampaignState.CANCELLED, NOW)
+
+
+def test_an_exception_rolls_the_whole_transaction_back(storage: Storage) -> None:
+    c = _campaign(storage)
+    with pytest.raises(RuntimeError), storage.write() as tx:
+        tx.insert_trial(c.id, 0, {"lr": 0.1}, d.TrialState.QUEUED, NOW)
+        raise RuntimeError("boom")
+    with storage.read() as tx:
+        assert tx.list_trials(c.id) == ([], 0)
+
+
+def test_trial_numbers_are_dense_and_unique(storage: Storage) -> None:
+    c = _campaign(storage)
+    with storage.write() as tx:
+        numbers = [tx.next_trial_number(c.id) for _ in range(5)]
+    assert numbers == [0, 1, 2, 3, 4]
+    _trial(storage, c.id, 0)
+    with pytest.raises(Exception, match="(?i)unique|duplicate"), storage.write() as tx:
+        tx.insert_trial(c.id, 0, {}, d.TrialState.QUEUED, NOW)
+
+
+def test_claim_returns_the_oldest_queued_trial_only(storage: Storage) -> None:
+    c = _campaign(storage)
+    _trial(storage, c.id, 0, d.TrialState.RUNNING)
+    second = _trial(storage, c.id, 1)
+    _trial(storage, c.id, 2)
+    with storage.write() as tx:
+        claimed = tx.claim_queued_trial(c.id)
+    assert claimed is not None and claimed.id == second.id
+
+
+def test_claim_skips_a_row_locked_by_another_transaction(storage: Storage) -> None:
+    if storage.dialect != "postgresql":
+        pytest.skip("SQLite has one writer at a time: there is no concurrent row lock to skip")
+    c = _campaign(storage)
+    first = _trial(storage, c.id, 0)
+    second = _trial(storage, c.id, 1)
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with storage.write() as tx:
+            got = tx.claim_queued_trial(c.id)
+            assert got is not None and got.id == first.id
+            locked.set()
+            release.wait(10)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    assert locked.wait(10)
+    with storage.write() as tx:
+        other = tx.claim_queued_trial(c.id)
+    release.set()
+    t.join()
+    assert other is not None and other.id == second.id
+
+
+def test_folds_upsert_and_keep_their_fields(storage: Storage) -> None:
+    c = _campaign(storage)
+    t = _trial(storage, c.id)
+    with storage.write() as tx:
+        tx.upsert_fold(t.id, 1, NOW, attempt=1, checkpoint_uri="file:///a")
+        tx.upsert_fold(t.id, 1, NOW, finished=True, value=0.5, metrics={"acc": 0.9}, attempt=1)
+        tx.upsert_fold(t.id, 0, NOW, attempt=1)
+    with storage.read() as tx:
+        got = tx.get_trial(t.id)
+    assert got is not None
+    assert [f.index for f in got.folds] == [0, 1]
+    assert got.folds[1] == d.Fold(1, True, 0.5, {"acc": 0.9}, "file:///a", 1)
+    assert not got.folds[0].finished
+
+
+def test_curve_points_replace_on_the_same_fold_and_step(storage: Storage) -> None:
+    c = _campaign(storage)
+    t = _trial(storage, c.id)
+    with storage.write() as tx:
+        tx.put_curve_point(t.id, 0, 1, 0.9)
+        tx.put_curve_point(t.id, 0, 0, 1.0)
+        tx.put_curve_point(t.id, 0, 1, 0.8)
+    with storage.read() as tx:
+        got = tx.get_trial(t.id, full=True)
+    assert got is not None
+    assert got.curves == (d.CurvePoint(0, 0, 1.0), d.CurvePoint(0, 1, 0.8))
+
+
+def test_list_trials_pages_filters_and_counts(storage: Storage) -> None:
+    c = _campaign(storage)
+    for i in range(7):
+        _trial(storage, c.id, i, d.TrialState.COMPLETED if i % 2 else d.TrialState.QUEUED)
+    with storage.read() as tx:
+        page, total = tx.list_trials(c.id, offset=2, limit=3)
+        done, n_done = tx.list_trials(c.id, states=[d.TrialState.COMPLETED])
+        counts = tx.trial_counts([c.id])
+    assert [t.number for t in page] == [2, 3, 4] and total == 7
+    assert [t.number for t in done] == [1, 3, 5] and n_done == 3
+    assert counts == {c.id: {"QUEUED": 4, "COMPLETED": 3}}
+
+
+def test_best_trial_follows_the_direction(storage: Storage) -> None:
+    with storage.write() as tx:
+        lo = tx.insert_campaign("min", make_spec(), NOW)
+        hi = tx.insert_campaign("max", make_spec(objective={"metric": "acc", "direction": "maximize"}), NOW)
+        for c in (lo, hi):
+            for i, v in enumerate([0.3, 0.1, 0.7]):
+                tx.insert_trial(c.id, i, {}, d.TrialState.COMPLETED, NOW, value=v)
+            tx.insert_trial(c.id, 3, {}, d.TrialState.FAILED, NOW, value=-5.0)
+        best = tx.best_trials([lo, hi])
+    assert best[lo.id].value == 0.1 and best[hi.id].value == 0.7
+
+
+def test_expired_trials_are_running_ones_past_their_lease(storage: Storage) -> None:
+    c = _campaign(storage)
+    old = _trial(storage, c.id, 0, d.TrialState.RUNNING)
+    fresh = _trial(storage, c.id, 1, d.TrialState.RUNNING)
+    queued = _trial(storage, c.id, 2)
+    with storage.write() as tx:
+        tx.update_trial(old.id, lease_expires_at=NOW - timedelta(seconds=1))
+        tx.update_trial(fresh.id, lease_expires_at=NOW + timedelta(seconds=60))
+        tx.update_trial(queued.id, lease_expires_at=NOW - timedelta(seconds=60))
+    with storage.read() as tx:
+        assert [t.id for t in tx.expired_trials(NOW)] == [old.id]
+
+
+def test_cancel_unfinished_leaves_finished_trials_alone(storage: Storage) -> None:
+    c = _campaign(storage)
+    a = _trial(storage, c.id, 0, d.TrialState.QUEUED)
+    b = _trial(storage, c.id, 1, d.TrialState.RUNNING)
+    done = _trial(storage, c.id, 2, d.TrialState.COMPLETED)
+    with storage.write() as tx:
+        assert sorted(tx.cancel_unfinished(c.id, NOW)) == [a.id, b.id]
+    with storage.read() as tx:
+        states = {t.id: t.state for t in tx.list_trials(c.id)[0]}
+    assert states == {a.id: "CANCELLED", b.id: "CANCELLED", done.id: "COMPLETED"}
+
+
+def test_agents_and_tokens_round_trip(storage: Storage) -> None:
+    agent = d.Agent("a1", "node1", 4, 1, "123", None, 77, "0.1", NOW, NOW)
+    with storage.write() as tx:
+        tx.insert_agent(agent)
+        tok = tx.insert_token("ci", "f" * 64, ["read", "agent"], NOW)
+        tx.touch_agent("a1", NOW + timedelta(seconds=5))
+    with storage.read() as tx:
+        assert tx.get_agent("a1") == d.Agent("a1", "node1", 4, 1, "123", None, 77, "0.1", NOW, NOW + timedelta(seconds=5))
+        assert tx.token_by_hash("f" * 64) == tok and tok.scopes == {"read", "agent"}
+        assert tx.count_active_tokens() == 1
+    with storage.write() as tx:
+        tx.revoke_token(tok.id, NOW)
+    with storage.read() as tx:
+        assert tx.count_active_tokens() == 0
