@@ -201,7 +201,9 @@ def test_agents_and_tokens_round_trip(storage: Storage) -> None:
         tok = tx.insert_token("ci", "f" * 64, ["read", "agent"], NOW)
         tx.touch_agent("a1", NOW + timedelta(seconds=5))
     with storage.read() as tx:
-        assert tx.get_agent("a1") == d.Agent("a1", "node1", 4, 1, "123", None, 77, "0.1", NOW, NOW + timedelta(seconds=5))
+        assert tx.get_agent("a1") == d.Agent(
+            "a1", "node1", 4, 1, "123", None, 77, "0.1", NOW, NOW + timedelta(seconds=5)
+        )
         assert tx.token_by_hash("f" * 64) == tok and tok.scopes == {"read", "agent"}
         assert tx.count_active_tokens() == 1
     with storage.write() as tx:

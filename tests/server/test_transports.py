@@ -1,0 +1,185 @@
+"""Real gRPC and HTTP servers on free ports, driven by the real client, the CLI and httpx."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from hpcopt import AgentClient, ApiError, Client, lease_of
+from hpcopt.client import campaign_state, trial_state
+from hpcopt.v1 import agent_pb2
+from tests.conftest import ROOT, LiveServer, make_spec
+
+
+def _run_one_trial(server: LiveServer, campaign_id: int, values: list[float]) -> int:
+    with AgentClient(server.grpc_target) as agent:
+        reg = agent.register(host="node1", ranks=2, gpus=1, slurm_job_id="42", campaign_id=campaign_id)
+        got = agent.acquire(reg.agent_id, campaign_id)
+        assert got.status == agent_pb2.AcquireResponse.STATUS_GRANTED
+        assert json.loads(got.campaign_spec_json)["folds"] == len(values)
+        lease = lease_of(got, reg.agent_id)
+        assert agent.heartbeat(lease).action == agent_pb2.HeartbeatResponse.ACTION_CONTINUE
+        for k, v in enumerate(values):
+            agent.report_intermediate(lease, k, 0, v + 1)
+            agent.report_fold(lease, k, v, {"loss": v}, f"file:///ck/{k}")
+        return agent.complete(lease).id
+
+
+def test_grpc_client_runs_a_campaign_end_to_end(live_server: LiveServer) -> None:
+    with Client(live_server.grpc_target) as c:
+        campaign = c.create_campaign(make_spec(folds=2, budget={"max_trials": 2, "max_parallel": 1}))
+        assert campaign_state(campaign.state) == "RUNNING" and campaign.max_trials == 2
+        tid = _run_one_trial(live_server, campaign.id, [0.2, 0.4])
+        trial = c.get_trial(tid)
+        assert trial_state(trial.state) == "COMPLETED" and trial.value == pytest.approx(0.3)
+        assert [p.value for p in trial.curves] == [1.2, 1.4]
+        assert [e.kind for e in trial.events] == ["acquired", "completed"]
+        assert c.get_best_trial(campaign.id).id == tid
+        assert c.list_trials(campaign.id, ["COMPLETED"]).total == 1
+        assert [x.id for x in c.list_campaigns()] == [campaign.id]
+        doc = c.export_campaign(campaign.id)
+        copy = c.import_campaign(doc)
+        assert copy.trial_counts["COMPLETED"] == 1 and copy.id != campaign.id
+        assert campaign_state(c.cancel_campaign(campaign.id).state) == "CANCELLED"
+
+
+def test_grpc_errors_carry_codes_and_field_names(live_server: LiveServer) -> None:
+    with Client(live_server.grpc_target) as c:
+        bad = make_spec(space={"lr": {"type": "real", "low": 1, "high": 0}})
+        with pytest.raises(ApiError) as err:
+            c.create_campaign(bad)
+        assert err.value.code == "INVALID_ARGUMENT"
+        assert err.value.field_errors == [{"field": "space.lr", "message": "low (1.0) must be smaller than high (0.0)"}]
+        with pytest.raises(ApiError, match="NOT_FOUND"):
+            c.get_campaign(999)
+        with pytest.raises(ApiError, match="NOT_FOUND: campaign 1 has no completed trial yet"):
+            campaign = c.create_campaign(make_spec())
+            c.get_best_trial(campaign.id)
+    with AgentClient(live_server.grpc_target) as agent:
+        reg = agent.register(host="h")
+        got = agent.acquire(reg.agent_id, campaign.id)
+        lease = lease_of(got, reg.agent_id)
+        with pytest.raises(ApiError) as err:
+            agent.report_fold(lease, 0, float("nan"))
+        assert err.value.code == "INVALID_ARGUMENT" and "finite" in err.value.message
+        with pytest.raises(ApiError, match="FAILED_PRECONDITION"):
+            agent.complete(lease)
+        with pytest.raises(ApiError, match="INVALID_ARGUMENT: state must be"):
+            agent.release(lease, "COMPLETED")
+
+
+def test_rest_api_serves_campaigns_trials_and_errors(live_server: LiveServer) -> None:
+    base = live_server.http_url
+    r = httpx.post(f"{base}/api/v1/campaigns", json=make_spec(folds=2))
+    assert r.status_code == 201, r.text
+    cid = r.json()["id"]
+    r = httpx.post(
+        f"{base}/api/v1/campaigns",
+        content=yaml.safe_dump(make_spec(name="from-yaml")),
+        headers={"content-type": "application/yaml"},
+    )
+    assert r.status_code == 201 and r.json()["name"] == "from-yaml"
+    tid = _run_one_trial(live_server, cid, [1.0, 3.0])
+
+    assert httpx.get(f"{base}/api/v1/campaigns").json()[0]["id"] == cid
+    got = httpx.get(f"{base}/api/v1/campaigns/{cid}").json()
+    assert got["best_value"] == 2.0 and got["trial_counts"] == {"COMPLETED": 1}
+    page = httpx.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"state": "COMPLETED", "limit": 5}).json()
+    assert page["total"] == 1 and page["trials"][0]["value"] == 2.0 and page["trials"][0]["curves"] is None
+    trial = httpx.get(f"{base}/api/v1/trials/{tid}").json()
+    assert trial["value_std"] == pytest.approx(2**0.5) and len(trial["curves"]) == 2
+    assert httpx.get(f"{base}/api/v1/campaigns/{cid}/best").json()["id"] == tid
+    agents = httpx.get(f"{base}/api/v1/campaigns/{cid}/agents").json()
+    assert agents[0]["host"] == "node1" and agents[0]["slurm_job_id"] == "42"
+    export = httpx.get(f"{base}/api/v1/campaigns/{cid}/export")
+    assert "attachment" in export.headers["content-disposition"]
+    imported = httpx.post(f"{base}/api/v1/campaigns/import", json=export.json())
+    assert imported.status_code == 201 and imported.json()["trial_counts"] == {"COMPLETED": 1}
+    assert httpx.post(f"{base}/api/v1/campaigns/{cid}/cancel").json()["state"] == "CANCELLED"
+    assert httpx.post(f"{base}/api/v1/campaigns/{cid}/cancel").status_code == 409
+
+    bad = httpx.post(f"{base}/api/v1/campaigns", json=make_spec(budget={"max_trials": 0}))
+    assert bad.status_code == 422
+    assert bad.json()["errors"] == [
+        {"field": "budget.max_trials", "message": "Input should be greater than or equal to 1"}
+    ]
+    assert httpx.post(f"{base}/api/v1/campaigns", content=b"{not json").status_code == 422
+    assert httpx.get(f"{base}/api/v1/campaigns/999").status_code == 404
+    assert httpx.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"limit": 0}).status_code == 422
+    assert httpx.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"state": "NOPE"}).status_code == 422
+
+
+def test_health_docs_metrics_and_dashboard(live_server: LiveServer) -> None:
+    base = live_server.http_url
+    assert httpx.get(f"{base}/healthz").json()["status"] == "ok"
+    spec = httpx.get(f"{base}/openapi.json").json()
+    ops = {op["operationId"] for path in spec["paths"].values() for op in path.values()}
+    assert {"create_campaign", "list_trials", "get_trial", "cancel_campaign", "import_campaign"} <= ops
+    assert httpx.get(f"{base}/docs").status_code == 200
+    cid = httpx.post(f"{base}/api/v1/campaigns", json=make_spec(folds=1)).json()["id"]
+    _run_one_trial(live_server, cid, [0.5])
+    metrics = httpx.get(f"{base}/metrics").text
+    assert 'hpcopt_trials{state="COMPLETED"} 1.0' in metrics
+    assert "hpcopt_acquire_seconds_count 1.0" in metrics
+    assert 'hpcopt_grpc_requests_total{code="OK",method="ReportFold"} 1.0' in metrics
+    assert 'hpcopt_http_requests_total{method="POST",route="/api/v1/campaigns",status="201"}' in metrics
+    assert "<title>hpcopt</title>" in httpx.get(f"{base}/").text
+
+
+def test_grpc_health_and_reflection_are_on(live_server: LiveServer) -> None:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    with grpc.insecure_channel(live_server.grpc_target) as ch:
+        status = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service="hpcopt.v1.AgentService"))
+        assert status.status == health_pb2.HealthCheckResponse.SERVING
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+        [resp] = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")])))
+        names = {s.name for s in resp.list_services_response.service}
+        assert {"hpcopt.v1.CampaignService", "hpcopt.v1.AgentService", "grpc.health.v1.Health"} <= names
+
+
+def _cli(server: LiveServer, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hpcopt.cli", "--server", server.grpc_target, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_cli_submits_watches_and_exports(live_server: LiveServer, tmp_path: Path) -> None:
+    spec_file = tmp_path / "c.yaml"
+    spec_file.write_text(yaml.safe_dump(make_spec(folds=1, name="cli-campaign"), sort_keys=False))
+    out = _cli(live_server, "submit", str(spec_file))
+    assert out.returncode == 0 and "campaign 1 'cli-campaign' submitted" in out.stdout, out.stderr
+    _run_one_trial(live_server, 1, [0.25])
+    listing = _cli(live_server, "list").stdout
+    assert "cli-campaign" in listing and "1/10" in listing
+    assert "best       0.25" in _cli(live_server, "show", "1").stdout
+    assert "COMPLETED" in _cli(live_server, "trials", "1").stdout
+    assert json.loads(_cli(live_server, "--json", "best", "1").stdout)["value"] == 0.25
+    exported = tmp_path / "export.json"
+    assert _cli(live_server, "export", "1", "-o", str(exported)).returncode == 0
+    assert "imported as campaign 2" in _cli(live_server, "import", str(exported)).stdout
+    assert "CANCELLED" in _cli(live_server, "cancel", "1").stdout
+    missing = _cli(live_server, "show", "99")
+    assert missing.returncode == 1 and "NOT_FOUND: campaign 99 does not exist" in missing.stderr
+
+
+def test_cli_points_at_the_bad_field_in_the_file(live_server: LiveServer, tmp_path: Path) -> None:
+    spec_file = tmp_path / "bad.yaml"
+    text = (ROOT / "examples/demo/campaign.yaml").read_text().replace("low: 16, high: 512", "low: 600, high: 512")
+    spec_file.write_text(text)
+    out = _cli(live_server, "submit", str(spec_file))
+    line = next(i + 1 for i, s in enumerate(text.splitlines()) if s.strip().startswith("width:"))
+    assert out.returncode == 2
+    assert f"space.width: low (600) must be smaller than high (512) ({spec_file}:{line}:" in out.stderr
+    assert _cli(live_server, "list").stdout.count("\n") == 1  # header only: nothing was submitted
