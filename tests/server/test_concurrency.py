@@ -1,0 +1,138 @@
+"""Many agents at once over real gRPC: every trial is acquired exactly once; a lease that
+is not renewed goes to another agent as the same trial with attempt 2."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+
+from hpcopt import AgentClient, Client, lease_of
+from hpcopt.client import campaign_state, trial_state
+from hpcopt.v1 import agent_pb2
+from hpcopt_server.service import Service, ServiceSettings
+from hpcopt_server.storage.repository import Storage
+from tests.conftest import LiveServer, make_spec, run_live_server
+
+GRANTED, WAIT = agent_pb2.AcquireResponse.STATUS_GRANTED, agent_pb2.AcquireResponse.STATUS_WAIT
+
+
+def _swarm(targets: list[str], campaign_id: int, agents: int) -> list[int]:
+    """Runs ``agents`` threads, each its own gRPC channel, until the campaign is done;
+    returns every trial id any of them was granted."""
+    granted: list[int] = []
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+    start = threading.Barrier(agents)
+
+    def work(i: int) -> None:
+        try:
+            with AgentClient(targets[i % len(targets)]) as api:
+                reg = api.register(host=f"agent-{i}", campaign_id=campaign_id)
+                start.wait(timeout=60)
+                while True:
+                    resp = api.acquire(reg.agent_id, campaign_id)
+                    if resp.status == WAIT:
+                        time.sleep(0.01)
+                        continue
+                    if resp.status != GRANTED:
+                        return
+                    with lock:
+                        granted.append(resp.trial.id)
+                    lease = lease_of(resp, reg.agent_id)
+                    api.report_fold(lease, 0, float(resp.trial.number))
+                    api.complete(lease)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(agents)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert not errors, errors[:3]
+    return granted
+
+
+def _check_exactly_once(target: str, campaign_id: int, granted: list[int], max_trials: int) -> None:
+    dupes = [tid for tid, n in Counter(granted).items() if n > 1]
+    assert not dupes, f"trials acquired more than once: {dupes}"
+    assert len(granted) == max_trials
+    with Client(target) as c:
+        trials = c.iter_trials(campaign_id)
+        assert sorted(t.id for t in trials) == sorted(granted)
+        assert sorted(t.number for t in trials) == list(range(max_trials))
+        assert {trial_state(t.state) for t in trials} == {"COMPLETED"}
+        assert all(t.attempt == 1 for t in trials)
+        assert campaign_state(c.get_campaign(campaign_id).state) == "COMPLETED"
+
+
+@pytest.mark.slow
+def test_64_agents_acquire_every_trial_exactly_once(live_server: LiveServer) -> None:
+    with Client(live_server.grpc_target) as c:
+        cid = c.create_campaign(make_spec(folds=1, budget={"max_trials": 192, "max_parallel": 64})).id
+    granted = _swarm([live_server.grpc_target], cid, 64)
+    _check_exactly_once(live_server.grpc_target, cid, granted, 192)
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+def test_two_server_replicas_on_one_postgresql_share_the_work_exactly_once(pg_url: str) -> None:
+    storages = [Storage(pg_url), Storage(pg_url)]
+    replicas = [run_live_server(Service(s)) for s in storages]
+    try:
+        servers = [next(r) for r in replicas]
+        targets = [s.grpc_target for s in servers]
+        with Client(targets[0]) as c:
+            cid = c.create_campaign(make_spec(folds=1, budget={"max_trials": 128, "max_parallel": 16})).id
+        granted = _swarm(targets, cid, 64)
+        _check_exactly_once(targets[1], cid, granted, 128)
+    finally:
+        for r in replicas:
+            r.close()
+        for s in storages:
+            s.close()
+
+
+@pytest.fixture
+def short_lease_server(db_url: str) -> Iterator[LiveServer]:
+    storage = Storage(db_url)
+    service = Service(storage, ServiceSettings(lease_seconds=1.0, heartbeat_seconds=0.25), reap_interval=0.2)
+    service.reaper.start()
+    try:
+        yield from run_live_server(service)
+    finally:
+        service.reaper.stop()
+        storage.close()
+
+
+@pytest.mark.slow
+def test_a_silent_agent_loses_its_trial_to_another_agent(short_lease_server: LiveServer) -> None:
+    target = short_lease_server.grpc_target
+    with Client(target) as c:
+        cid = c.create_campaign(make_spec(folds=2, budget={"max_trials": 1, "max_parallel": 1})).id
+    with AgentClient(target) as a, AgentClient(target) as b:
+        ra, rb = a.register(host="silent"), b.register(host="rescuer")
+        first = a.acquire(ra.agent_id, cid)
+        lease_a = lease_of(first, ra.agent_id)
+        a.report_fold(lease_a, 0, 0.25, {"loss": 0.25}, "file:///ck/0")
+        assert b.acquire(rb.agent_id, cid).status == WAIT  # max_parallel 1, and it is held
+        # Agent a now goes silent; within lease + reap interval the trial must come back.
+        deadline = time.monotonic() + 10
+        while (second := b.acquire(rb.agent_id, cid)).status != GRANTED:
+            assert time.monotonic() < deadline, "the trial never came back"
+            time.sleep(0.1)
+        assert second.trial.id == first.trial.id and second.trial.attempt == 2
+        assert [(f.index, f.finished, f.value) for f in second.trial.folds] == [(0, True, 0.25)]
+        lease_b = lease_of(second, rb.agent_id)
+        with pytest.raises(Exception, match="FAILED_PRECONDITION"):
+            a.report_fold(lease_a, 1, 0.5)  # the old holder is refused
+        b.report_fold(lease_b, 1, 0.75)
+        done = b.complete(lease_b)
+    assert trial_state(done.state) == "COMPLETED" and done.value == 0.5 and done.attempt == 2
+    with Client(target) as c:
+        kinds = [e.kind for e in c.get_trial(done.id).events]
+    assert kinds == ["acquired", "lease_expired", "acquired", "completed"]
