@@ -47,6 +47,8 @@ class Campaign:
     spec: dict[str, Any]
     created_at: datetime
     finished_at: datetime | None = None
+    trials_created: int = 0
+    trials_finished: int = 0
 
     @property
     def algorithm(self) -> str:
@@ -120,6 +122,7 @@ class Trial:
     error: str = ""
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    finish_seq: int | None = None
     folds: tuple[Fold, ...] = ()
     curves: tuple[CurvePoint, ...] = ()
     events: tuple[TrialEvent, ...] = ()

@@ -57,7 +57,7 @@ def test_non_finite_values_are_rejected_and_nothing_is_stored(service: Service, 
     trial, lease = _acquire(service, agent, campaign)
     with pytest.raises(InvalidArgument, match="value must be a finite number"):
         service.agents.report_fold(lease, 0, bad)
-    with pytest.raises(InvalidArgument, match="metrics.acc"):
+    with pytest.raises(InvalidArgument, match=r"metrics\.acc"):
         service.agents.report_fold(lease, 0, 1.0, {"acc": bad})
     with pytest.raises(InvalidArgument):
         service.agents.report_intermediate(lease, 0, 1, bad)
@@ -133,10 +133,10 @@ def test_a_trial_preempted_max_attempts_times_fails(service: Service) -> None:
 
 def test_failed_release_is_final_and_keeps_the_error(service: Service) -> None:
     campaign, agent = _start(service)
-    trial, lease = _acquire(service, agent, campaign)
+    _, lease = _acquire(service, agent, campaign)
     out = service.agents.release(lease, d.TrialState.FAILED, "ValueError: bad width")
     assert out.state == d.TrialState.FAILED and out.error == "ValueError: bad width"
-    with pytest.raises(FailedPrecondition, match="is FAILED, not RUNNING"):
+    with pytest.raises(FailedPrecondition, match=r"is FAILED, not RUNNING"):
         service.agents.complete(lease)
     with pytest.raises(InvalidArgument, match="state must be one of"):
         service.agents.release(lease, d.TrialState.COMPLETED)
@@ -237,3 +237,30 @@ def test_import_rejects_a_damaged_document_and_stores_nothing(service: Service) 
     with pytest.raises(InvalidArgument, match=r"trials\.0\.state"):
         service.import_campaign({**doc, "trials": [bad_trial]})
     assert len(service.campaigns.list_all()) == before
+
+
+def test_the_optimizer_sees_each_finished_trial_once_and_a_new_cache_rebuilds(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpcopt_server.optimizers import REGISTRY, RandomSearch
+    from hpcopt_server.service.suggestions import OptimizerCache
+
+    observed: list[list[int]] = []
+
+    class Recording(RandomSearch):
+        def observe(self, trials: Any) -> None:
+            observed.append([t.id for t in trials])
+            super().observe(trials)
+
+    monkeypatch.setitem(REGISTRY, "random", Recording)
+    campaign, agent = _start(service, folds=1, budget={"max_trials": 6, "max_parallel": 2})
+    t1, l1 = _acquire(service, agent, campaign)
+    t2, l2 = _acquire(service, agent, campaign)
+    _finish(service, l2, [0.5])
+    service.agents.release(l1, d.TrialState.FAILED, "boom")
+    _acquire(service, agent, campaign)
+    assert observed == [[], [], [t2.id, t1.id]]  # in the order they finished, each once
+    observed.clear()
+    service.ctx.optimizers = OptimizerCache()  # as after a restart, or on another replica
+    _acquire(service, agent, campaign)
+    assert observed == [[t2.id, t1.id]]

@@ -77,7 +77,7 @@ def test_trial_numbers_are_dense_and_unique(storage: Storage) -> None:
         numbers = [tx.next_trial_number(c.id) for _ in range(5)]
     assert numbers == [0, 1, 2, 3, 4]
     _trial(storage, c.id, 0)
-    with pytest.raises(Exception, match="(?i)unique|duplicate"), storage.write() as tx:
+    with pytest.raises(Exception, match=r"(?i)unique|duplicate"), storage.write() as tx:
         tx.insert_trial(c.id, 0, {}, d.TrialState.QUEUED, NOW)
 
 
@@ -182,16 +182,31 @@ def test_expired_trials_are_running_ones_past_their_lease(storage: Storage) -> N
         assert [t.id for t in tx.expired_trials(NOW)] == [old.id]
 
 
-def test_cancel_unfinished_leaves_finished_trials_alone(storage: Storage) -> None:
+def test_unfinished_ids_are_the_queued_and_running_trials(storage: Storage) -> None:
     c = _campaign(storage)
     a = _trial(storage, c.id, 0, d.TrialState.QUEUED)
     b = _trial(storage, c.id, 1, d.TrialState.RUNNING)
-    done = _trial(storage, c.id, 2, d.TrialState.COMPLETED)
-    with storage.write() as tx:
-        assert sorted(tx.cancel_unfinished(c.id, NOW)) == [a.id, b.id]
+    _trial(storage, c.id, 2, d.TrialState.COMPLETED)
     with storage.read() as tx:
-        states = {t.id: t.state for t in tx.list_trials(c.id)[0]}
-    assert states == {a.id: "CANCELLED", b.id: "CANCELLED", done.id: "COMPLETED"}
+        assert tx.unfinished_trial_ids(c.id) == [a.id, b.id]
+
+
+def test_finishing_hands_out_a_dense_sequence_read_incrementally(storage: Storage) -> None:
+    c = _campaign(storage)
+    trials = [_trial(storage, c.id, i, d.TrialState.RUNNING) for i in range(4)]
+    for t, state in zip([trials[2], trials[0], trials[3]], [d.TrialState.COMPLETED, d.TrialState.FAILED,
+                                                           d.TrialState.PRUNED], strict=True):  # fmt: skip
+        with storage.write() as tx:
+            tx.lock_campaign(c.id)
+            tx.finish_trial(t.id, state, NOW, value=1.0)
+    with storage.read() as tx:
+        after0 = tx.finished_trials_after(c.id, 0)
+        after2 = tx.finished_trials_after(c.id, 2)
+        campaign = tx.get_campaign(c.id)
+    assert [(t.id, t.finish_seq) for t in after0] == [(trials[2].id, 1), (trials[0].id, 2), (trials[3].id, 3)]
+    assert [t.id for t in after2] == [trials[3].id] and after2[0].state == d.TrialState.PRUNED
+    assert campaign is not None and campaign.trials_finished == 3
+    assert after0[0].finished_at == NOW and after0[0].value == 1.0
 
 
 def test_agents_and_tokens_round_trip(storage: Storage) -> None:

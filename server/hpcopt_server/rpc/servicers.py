@@ -45,7 +45,9 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
     def ListCampaigns(
         self, request: campaign_pb2.ListCampaignsRequest, context: Ctx
     ) -> campaign_pb2.ListCampaignsResponse:
-        return campaign_pb2.ListCampaignsResponse(campaigns=[convert.campaign(s) for s in self.svc.campaigns.list_all()])
+        return campaign_pb2.ListCampaignsResponse(
+            campaigns=[convert.campaign(s) for s in self.svc.campaigns.list_all()]
+        )
 
     @handles_errors
     def ListTrials(self, request: campaign_pb2.ListTrialsRequest, context: Ctx) -> campaign_pb2.ListTrialsResponse:

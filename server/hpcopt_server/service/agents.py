@@ -133,12 +133,11 @@ class AgentService:
         wait = Acquisition(AcquireStatus.WAIT, retry_after_seconds=self.ctx.settings.wait_seconds)
         if campaign.state != d.CampaignState.RUNNING:
             return Acquisition(AcquireStatus.DONE)
-        counts = tx.trial_counts([campaign.id]).get(campaign.id, {})
-        if counts.get(d.TrialState.RUNNING, 0) >= campaign.max_parallel:
+        if tx.running_count(campaign.id) >= campaign.max_parallel:
             return wait
         trial = tx.claim_queued_trial(campaign.id)
         if trial is None:
-            if sum(counts.values()) >= campaign.max_trials:
+            if campaign.trials_created >= campaign.max_trials:
                 # Budget used; a running trial may still come back to the queue.
                 return wait
             [params] = self.ctx.optimizers.suggest(tx, campaign, 1)
@@ -245,7 +244,7 @@ class AgentService:
             values = [float(finished[k].value) for k in range(campaign.folds)]  # type: ignore[arg-type]
             mean = statistics.fmean(values)
             std = statistics.stdev(values) if len(values) > 1 else 0.0
-            tx.update_trial(trial.id, state=d.TrialState.COMPLETED, value=mean, value_std=std, finished_at=now)
+            tx.finish_trial(trial.id, d.TrialState.COMPLETED, now, value=mean, value_std=std)
             tx.add_event(trial.id, trial.attempt, "completed", now, agent_id=lease.agent_id)
             finish_campaign_if_done(tx, campaign, now)
             done = tx.get_trial(trial.id)
@@ -269,12 +268,7 @@ class AgentService:
             if state == d.TrialState.PREEMPTED:
                 requeue(tx, campaign, trial, now, why=f"preempted: {reason}" if reason else "preempted")
             else:
-                tx.update_trial(
-                    trial.id,
-                    state=state,
-                    error=reason if state == d.TrialState.FAILED else "",
-                    finished_at=now,
-                )
+                tx.finish_trial(trial.id, state, now, error=reason if state == d.TrialState.FAILED else "")
             finish_campaign_if_done(tx, campaign, now)
             out = tx.get_trial(trial.id)
         assert out is not None
@@ -340,12 +334,12 @@ def requeue(tx: Tx, campaign: d.Campaign, trial: d.Trial, now: datetime, *, why:
     """Puts a trial that lost its agent back in the queue as attempt + 1, or fails it
     after ``max_attempts``. Folds, curves and checkpoint URIs stay."""
     if trial.attempt >= campaign.max_attempts:
-        tx.update_trial(
+        tx.finish_trial(
             trial.id,
-            state=d.TrialState.FAILED,
+            d.TrialState.FAILED,
+            now,
             error=f"{why} on attempt {trial.attempt} of {campaign.max_attempts}",
             lease_id="",
-            finished_at=now,
         )
         tx.add_event(trial.id, trial.attempt, "failed", now, reason=f"max_attempts reached: {why}")
         return

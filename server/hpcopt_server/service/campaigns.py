@@ -93,9 +93,11 @@ class CampaignService:
                 raise FailedPrecondition(
                     f"campaign {campaign_id} is {campaign.state.value}; only a RUNNING campaign can be cancelled"
                 )
-            for trial_id in tx.cancel_unfinished(campaign_id, now):
+            for trial_id in tx.unfinished_trial_ids(campaign_id):
+                # The lease stays, so a holder's next heartbeat learns of the cancel.
                 trial = tx.get_trial(trial_id)
                 assert trial is not None
+                tx.finish_trial(trial_id, d.TrialState.CANCELLED, now)
                 tx.add_event(trial_id, trial.attempt, "cancelled", now, reason="campaign cancelled")
             tx.set_campaign_state(campaign_id, d.CampaignState.CANCELLED, now)
             updated = campaign_or_404(tx, campaign_id)

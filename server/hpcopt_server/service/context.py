@@ -46,11 +46,10 @@ def campaign_or_404(tx: Tx, campaign_id: int, *, lock: bool = False) -> d.Campai
 
 def finish_campaign_if_done(tx: Tx, campaign: d.Campaign, now: datetime) -> None:
     """A RUNNING campaign whose budget of trials has all finished becomes COMPLETED."""
-    if campaign.state != d.CampaignState.RUNNING:
+    current = tx.get_campaign(campaign.id)
+    if current is None or current.state != d.CampaignState.RUNNING:
         return
-    counts = tx.trial_counts([campaign.id]).get(campaign.id, {})
-    finished = sum(n for s, n in counts.items() if d.TrialState(s).finished)
-    if finished >= campaign.max_trials:
+    if current.trials_finished >= current.max_trials:
         tx.set_campaign_state(campaign.id, d.CampaignState.COMPLETED, now)
 
 

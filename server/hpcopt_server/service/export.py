@@ -19,6 +19,7 @@ from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service.campaigns import validate_spec
 from hpcopt_server.service.context import Context, campaign_or_404
 
+
 class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -126,20 +127,20 @@ def import_campaign(ctx: Context, document: Any) -> d.Campaign:
     now = ctx.clock()
     with ctx.storage.write() as tx:
         c = tx.insert_campaign(doc.campaign.name, spec, doc.campaign.created_at)
+        ids: dict[int, int] = {}
         for t in sorted(doc.trials, key=lambda t: t.number):
-            state = d.TrialState.QUEUED if t.state == d.TrialState.RUNNING else t.state
+            # RUNNING (and the transient PREEMPTED) come back QUEUED: their lease is gone.
             new = tx.insert_trial(
                 c.id,
                 t.number,
                 t.params,
-                state,
+                t.state if t.state.finished else d.TrialState.QUEUED,
                 t.created_at,
                 attempt=t.attempt,
                 value=t.value,
                 value_std=t.value_std,
                 error=t.error,
                 started_at=t.started_at,
-                finished_at=t.finished_at,
             )
             for f in t.folds:
                 tx.upsert_fold(
@@ -157,6 +158,11 @@ def import_campaign(ctx: Context, document: Any) -> d.Campaign:
             for e in t.events:
                 tx.add_event(new.id, e.attempt, e.kind, e.at, agent_id=e.agent_id, reason=e.reason)
             tx.add_event(new.id, t.attempt, "imported", now, reason=f"from campaign {doc.campaign.id}")
+            ids[t.number] = new.id
+        # Finished trials take their finish_seq in the order they originally finished.
+        for t in sorted(doc.trials, key=lambda t: (t.finished_at or now, t.number)):
+            if t.state.finished:
+                tx.finish_trial(ids[t.number], t.state, t.finished_at or now)
         tx.set_next_trial_number(c.id, max(numbers, default=-1) + 1)
         if doc.campaign.state != d.CampaignState.RUNNING:
             tx.set_campaign_state(c.id, doc.campaign.state, doc.campaign.finished_at or now)

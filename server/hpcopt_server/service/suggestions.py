@@ -1,17 +1,18 @@
 """Per-campaign optimizer state, cached in the server and rebuilt from SQL.
 
-SQL is the truth. The cache remembers which finished trials each optimizer has seen;
-before a suggestion it asks storage for the finished trials it has not seen (another
-replica, or this server before a restart, may have finished them) and feeds only those
-to ``observe``. So a cold cache rebuilds from the whole history once and a warm one
-catches up incrementally.
+SQL is the truth. Every trial that reaches a final state gets the next ``finish_seq`` of
+its campaign, handed out under the campaign row lock. The cache remembers the highest
+sequence each optimizer has seen; before a suggestion it reads only the trials finished
+after it (another replica, or this server before a restart, may have finished them) and
+feeds those to ``observe``. A cold cache rebuilds from the whole history once; a warm
+one catches up in O(new trials).
 """
 
 from __future__ import annotations
 
 import threading
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
@@ -22,7 +23,7 @@ from hpcopt_server.storage.repository import Tx
 @dataclass
 class _Entry:
     optimizer: Optimizer
-    seen: set[int] = field(default_factory=set)
+    seen_seq: int = 0  # the highest trials.finish_seq fed to observe()
 
 
 class OptimizerCache:
@@ -33,12 +34,12 @@ class OptimizerCache:
     def suggest(self, tx: Tx, campaign: d.Campaign, n: int = 1) -> list[d.Params]:
         """``n`` suggestions for the campaign; call with the campaign row locked."""
         entry = self._entry(campaign)
-        trials, _ = tx.list_trials(campaign.id, with_folds=False)
-        new = [t for t in trials if t.state.finished and t.id not in entry.seen]
-        new.sort(key=lambda t: (t.finished_at or t.created_at, t.id))
+        new = tx.finished_trials_after(campaign.id, entry.seen_seq)
         entry.optimizer.observe(new)
-        entry.seen.update(t.id for t in new)
-        pending = [t.params for t in trials if t.state in (d.TrialState.QUEUED, d.TrialState.RUNNING)]
+        if new:
+            entry.seen_seq = new[-1].finish_seq or entry.seen_seq
+        active = (d.TrialState.QUEUED, d.TrialState.RUNNING)
+        pending = [t.params for t in tx.list_trials(campaign.id, states=active, with_folds=False)[0]]
         return entry.optimizer.suggest(n, pending)
 
     def forget(self, campaign_id: int) -> None:

@@ -14,6 +14,8 @@ def campaign(row: m.CampaignRow) -> d.Campaign:
         spec=row.spec,
         created_at=row.created_at,
         finished_at=row.finished_at,
+        trials_created=row.next_number,
+        trials_finished=row.finished_count,
     )
 
 
@@ -50,6 +52,7 @@ def trial(
         error=row.error,
         started_at=row.started_at,
         finished_at=row.finished_at,
+        finish_seq=row.finish_seq,
         folds=tuple(fold(f) for f in sorted(folds or [], key=lambda f: f.index)),
         curves=tuple(
             d.CurvePoint(fold=c.fold, step=c.step, value=c.value)

@@ -58,6 +58,8 @@ class CampaignRow(Base):
     spec: Mapped[dict[str, Any]] = mapped_column(JSON)
     # Trials created so far; bumped under the campaign row lock, so numbers are dense.
     next_number: Mapped[int] = mapped_column(Integer, default=0)
+    # Trials that reached a final state; also the last `trials.finish_seq` handed out.
+    finished_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
 
@@ -68,6 +70,7 @@ class TrialRow(Base):
         UniqueConstraint("campaign_id", "number", name="uq_trials_campaign_number"),
         Index("ix_trials_campaign_state", "campaign_id", "state"),
         Index("ix_trials_state_lease", "state", "lease_expires_at"),
+        Index("ix_trials_campaign_finish_seq", "campaign_id", "finish_seq"),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -82,6 +85,9 @@ class TrialRow(Base):
     lease_id: Mapped[str] = mapped_column(String(64), default="")
     lease_expires_at: Mapped[datetime | None]
     error: Mapped[str] = mapped_column(Text, default="")
+    # 1, 2, 3, ... in the order trials of a campaign reached a final state. Handed out
+    # under the campaign row lock, so "everything after n" is a safe incremental read.
+    finish_seq: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]

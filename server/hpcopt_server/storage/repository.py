@@ -75,7 +75,7 @@ class Tx:
         return mapping.campaign(row)
 
     def get_campaign(self, campaign_id: int) -> d.Campaign | None:
-        row = self.s.get(m.CampaignRow, campaign_id)
+        row = self.s.get(m.CampaignRow, campaign_id, populate_existing=True)
         return mapping.campaign(row) if row else None
 
     def lock_campaign(self, campaign_id: int) -> d.Campaign | None:
@@ -257,24 +257,41 @@ class Tx:
         )
         return [mapping.trial(r) for r in self.s.scalars(q)]
 
-    def cancel_unfinished(self, campaign_id: int, now: datetime) -> list[int]:
-        """Marks every QUEUED and RUNNING trial CANCELLED; returns their ids. Leases stay, so
-        a holder asking again learns that its trial was cancelled."""
-        ids = list(
-            self.s.scalars(
-                select(m.TrialRow.id).where(
-                    m.TrialRow.campaign_id == campaign_id,
-                    m.TrialRow.state.in_([d.TrialState.QUEUED, d.TrialState.RUNNING]),
-                )
-            )
+    def unfinished_trial_ids(self, campaign_id: int) -> list[int]:
+        """Ids of the campaign's QUEUED and RUNNING trials."""
+        q = select(m.TrialRow.id).where(
+            m.TrialRow.campaign_id == campaign_id,
+            m.TrialRow.state.in_([d.TrialState.QUEUED, d.TrialState.RUNNING]),
         )
-        if ids:
-            self.s.execute(
-                update(m.TrialRow)
-                .where(m.TrialRow.id.in_(ids))
-                .values(state=d.TrialState.CANCELLED, finished_at=now)
-            )
-        return ids
+        return list(self.s.scalars(q.order_by(m.TrialRow.id)))
+
+    def finish_trial(self, trial_id: int, state: d.TrialState, now: datetime, **values: Any) -> None:
+        """Moves a trial to a final state and gives it the campaign's next ``finish_seq``.
+
+        Call with the campaign row locked (``lock_campaign``): the sequence is what lets the
+        optimizer cache read "everything finished after n" without missing a trial.
+        """
+        trial = self.s.get(m.TrialRow, trial_id)
+        if trial is None:
+            raise KeyError(f"trial {trial_id}")
+        campaign = self.s.get(m.CampaignRow, trial.campaign_id)
+        assert campaign is not None
+        campaign.finished_count += 1
+        trial.finish_seq = campaign.finished_count
+        trial.state = state
+        trial.finished_at = now
+        for key, value in values.items():
+            setattr(trial, key, value)
+        self.s.flush()
+
+    def finished_trials_after(self, campaign_id: int, finish_seq: int) -> list[d.Trial]:
+        """Trials that reached a final state after the given ``finish_seq``, in order."""
+        q = (
+            select(m.TrialRow)
+            .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.finish_seq > finish_seq)
+            .order_by(m.TrialRow.finish_seq)
+        )
+        return [mapping.trial(r) for r in self.s.scalars(q)]
 
     # -- folds, curves, events -------------------------------------------------------
 
