@@ -169,12 +169,13 @@ class AgentService:
     def heartbeat(self, lease: Lease) -> HeartbeatReply:
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
-            trial = self._leased(tx, lease, now, allow_stopped=True)
+            trial = self._leased(tx, lease, now, allow_stopped=True, folds=False)
             if trial.state == d.TrialState.CANCELLED:
                 return HeartbeatReply(Action.STOP_CANCELLED, None)
             if trial.state == d.TrialState.PRUNED:
                 return HeartbeatReply(Action.STOP_PRUNED, None)
             expires = self._renew(tx, lease, now)
+            tx.touch_agent(lease.agent_id, now)
         return HeartbeatReply(Action.CONTINUE, expires)
 
     def report_intermediate(
@@ -289,8 +290,10 @@ class AgentService:
             raise NotFound(f"trial {trial_id} does not exist")
         return campaign_or_404(tx, trial.campaign_id, lock=True)
 
-    def _leased(self, tx: Tx, lease: Lease, now: datetime, *, allow_stopped: bool = False) -> d.Trial:
-        trial = tx.get_trial(lease.trial_id, lock=True)
+    def _leased(
+        self, tx: Tx, lease: Lease, now: datetime, *, allow_stopped: bool = False, folds: bool = True
+    ) -> d.Trial:
+        trial = tx.get_trial(lease.trial_id, lock=True, folds=folds)
         if trial is None:
             raise NotFound(f"trial {lease.trial_id} does not exist")
         if trial.lease_id != lease.lease_id or trial.agent_id != lease.agent_id:
@@ -315,7 +318,6 @@ class AgentService:
     def _renew(self, tx: Tx, lease: Lease, now: datetime) -> datetime:
         expires = now + timedelta(seconds=self.ctx.settings.lease_seconds)
         tx.update_trial(lease.trial_id, lease_expires_at=expires)
-        tx.touch_agent(lease.agent_id, now)
         return expires
 
     @staticmethod

@@ -61,7 +61,9 @@ class Database:
 def _create_engine(url: str, *, pool_size: int, echo: bool) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, echo=echo)
+        # No pre-ping: it costs a round trip per transaction; recycle instead, and a
+        # connection broken by a database restart fails one call (INTERNAL) and is replaced.
+        return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800, echo=echo)
     engine = create_engine(
         url,
         echo=echo,

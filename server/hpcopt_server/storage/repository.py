@@ -182,20 +182,25 @@ class Tx:
         self.s.flush()
         return mapping.trial(row)
 
-    def get_trial(self, trial_id: int, *, lock: bool = False, full: bool = False) -> d.Trial | None:
-        """The trial; with ``full`` its folds, curves and events; with ``lock`` its row lock."""
+    def get_trial(
+        self, trial_id: int, *, lock: bool = False, full: bool = False, folds: bool = True
+    ) -> d.Trial | None:
+        """The trial with its folds (unless ``folds=False``); with ``full`` also its curves
+        and events; with ``lock`` its row lock held to the end of the transaction."""
         q = select(m.TrialRow).where(m.TrialRow.id == trial_id)
         if lock:
             q = q.with_for_update()
         row = self.s.scalars(q).one_or_none()
         if row is None:
             return None
-        folds = list(self.s.scalars(select(m.FoldRow).where(m.FoldRow.trial_id == trial_id)))
+        if not folds:
+            return mapping.trial(row)
+        fold_rows = list(self.s.scalars(select(m.FoldRow).where(m.FoldRow.trial_id == trial_id)))
         if not full:
-            return mapping.trial(row, folds)
+            return mapping.trial(row, fold_rows)
         curves = list(self.s.scalars(select(m.CurveRow).where(m.CurveRow.trial_id == trial_id)))
         events = list(self.s.scalars(select(m.TrialEventRow).where(m.TrialEventRow.trial_id == trial_id)))
-        return mapping.trial(row, folds, curves, events)
+        return mapping.trial(row, fold_rows, curves, events)
 
     def claim_queued_trial(self, campaign_id: int) -> d.Trial | None:
         """The oldest QUEUED trial of the campaign, row-locked, skipping locked rows."""
