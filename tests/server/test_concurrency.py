@@ -136,3 +136,36 @@ def test_a_silent_agent_loses_its_trial_to_another_agent(short_lease_server: Liv
     with Client(target) as c:
         kinds = [e.kind for e in c.get_trial(done.id).events]
     assert kinds == ["acquired", "lease_expired", "acquired", "completed"]
+
+
+@pytest.mark.postgres
+def test_reapers_of_two_server_processes_requeue_each_trial_once(pg_url: str) -> None:
+    from datetime import timedelta
+
+    from hpcopt_server.service.agents import AcquireStatus
+
+    storages = [Storage(pg_url) for _ in range(2)]
+    services = [Service(s) for s in storages]
+    try:
+        a = services[0]
+        cid = a.campaigns.create(make_spec(folds=1, budget={"max_trials": 40, "max_parallel": 40})).id
+        agent = a.agents.register(host="doomed", ranks=1, gpus=0).agent_id
+        for _ in range(40):
+            assert a.agents.acquire(agent, cid).status == AcquireStatus.GRANTED
+        later = a.ctx.clock() + timedelta(seconds=a.ctx.settings.lease_seconds + 5)
+        for s in services:
+            s.ctx.clock = lambda: later
+        counts: list[int] = []
+        threads = [threading.Thread(target=lambda s=s: counts.append(s.reaper.reap())) for s in services * 2]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=60)
+        assert sum(counts) == 40
+        trials = a.campaigns.trials(cid, limit=100)[0]
+        assert {(t.state, t.attempt) for t in trials} == {("QUEUED", 2)}
+        for t in trials:
+            assert [e.kind for e in a.campaigns.trial(t.id).events] == ["acquired", "lease_expired"]
+    finally:
+        for s in storages:
+            s.close()

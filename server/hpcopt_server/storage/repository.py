@@ -182,9 +182,7 @@ class Tx:
         self.s.flush()
         return mapping.trial(row)
 
-    def get_trial(
-        self, trial_id: int, *, lock: bool = False, full: bool = False, folds: bool = True
-    ) -> d.Trial | None:
+    def get_trial(self, trial_id: int, *, lock: bool = False, full: bool = False, folds: bool = True) -> d.Trial | None:
         """The trial with its folds (unless ``folds=False``); with ``full`` also its curves
         and events; with ``lock`` its row lock held to the end of the transaction."""
         q = select(m.TrialRow).where(m.TrialRow.id == trial_id)
