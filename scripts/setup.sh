@@ -14,9 +14,12 @@ stamp=.venv/.hpcopt-installed
 inputs=$(cat requirements/*.txt client/pyproject.toml server/pyproject.toml agent/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$inputs" ]; then
   echo "setup: installing packages into .venv"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -c requirements/constraints.txt -r requirements/dev.txt \
-    -e client -e server -e agent
+  log=.venv/pip-install.log
+  if ! { .venv/bin/pip install -q --upgrade pip &&
+         .venv/bin/pip install -q -c requirements/constraints.txt -r requirements/dev.txt \
+           -e client -e server -e agent; } > "$log" 2>&1; then
+    cat "$log"; echo "setup: pip install failed (log above, also in $log)"; exit 1
+  fi
   echo "$inputs" > "$stamp"
 fi
 

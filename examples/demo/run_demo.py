@@ -9,6 +9,7 @@ campaign, drive it with simulated agents until it finishes, print the leaderboar
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import socket
 import subprocess
@@ -104,14 +105,17 @@ def main() -> int:
             trials = sorted(client.iter_trials(campaign.id, ["COMPLETED"]), key=lambda t: t.value)
             print(f"\ncampaign {c.id} is {campaign_state(c.state)}; the five best of {len(trials)} trials:")
             print(f"  {'trial':>5}  {'val_loss':>17}  params")
+            order = list(json.loads(c.spec_json)["space"])
             for t in trials[:5]:
+                values = param_values(t)
                 params = ", ".join(
-                    f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in param_values(t).items()
+                    f"{k}={values[k]:.3g}" if isinstance(values[k], float) else f"{k}={values[k]}" for k in order
                 )
                 print(f"  {t.id:>5}  {t.value:.4f} ± {t.value_std:.4f}  {params}")
             best = client.get_best_trial(campaign.id)
             print(f"\nbest trial: {best.id} with val_loss {best.value:.4f} ± {best.value_std:.4f}")
-            print(f"dashboard: {url}/   API docs: {url}/docs")
+            where = "" if args.keep else " (while the server runs: add --keep)"
+            print(f"dashboard: {url}/   API docs: {url}/docs{where}")
         if args.keep:
             print("server still running; Ctrl-C to stop")
             server.wait()
