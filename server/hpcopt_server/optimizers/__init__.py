@@ -3,10 +3,33 @@
 
 from __future__ import annotations
 
-from hpcopt_server.optimizers.base import Optimizer, OptimizerFactory
+from hpcopt_server.optimizers.base import Optimizer, OptimizerFactory, Problem
+from hpcopt_server.optimizers.bo import BayesianOptimization
+from hpcopt_server.optimizers.ea import Evolutionary
 from hpcopt_server.optimizers.random import RandomSearch
+from hpcopt_server.optimizers.sequences import GridSearch, SobolSearch
+from hpcopt_server.optimizers.skopt_adapter import SkoptOptimizer
 from hpcopt_server.optimizers.space import SearchSpace
 
-REGISTRY: dict[str, OptimizerFactory] = {"random": RandomSearch}
+REGISTRY: dict[str, OptimizerFactory] = {
+    "random": RandomSearch,
+    "sobol": SobolSearch,
+    "grid": GridSearch,
+    "bo": BayesianOptimization,
+    "ea": Evolutionary,
+    "skopt": SkoptOptimizer,
+}
 
-__all__ = ["REGISTRY", "Optimizer", "OptimizerFactory", "RandomSearch", "SearchSpace"]
+__all__ = [
+    "REGISTRY",
+    "BayesianOptimization",
+    "Evolutionary",
+    "GridSearch",
+    "Optimizer",
+    "OptimizerFactory",
+    "Problem",
+    "RandomSearch",
+    "SearchSpace",
+    "SkoptOptimizer",
+    "SobolSearch",
+]

@@ -3,8 +3,9 @@
 Life cycle, per campaign, inside the server's optimizer cache
 (``service/suggestions.py``):
 
-1. ``factory(space, direction, seed, options)`` builds the optimizer when a campaign
-   first needs a suggestion (or after a server restart).
+1. ``factory(problem)`` builds the optimizer when a campaign first needs a suggestion
+   (or after a server restart). It raises ``ValueError`` naming a bad option
+   (``"options.n_initial must be >= 1"``); campaign creation builds one to check.
 2. ``observe(trials)`` feeds finished trials the optimizer has not seen yet, in the order
    they finished. It is called with every new batch, possibly empty; a stateful
    optimizer (GP, EA) updates its state incrementally here.
@@ -16,7 +17,7 @@ Life cycle, per campaign, inside the server's optimizer cache
 Both are called with the campaign's row lock held, so one optimizer instance is never
 used by two threads at once. Example::
 
-    opt = RandomSearch(space, "minimize", seed=0, options={})
+    opt = RandomSearch(Problem(space, "minimize", seed=0, options={}))
     opt.observe(finished_trials)
     [params] = opt.suggest(1, pending=[t.params for t in running])
 """
@@ -25,18 +26,50 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.space import SearchSpace
 
 
+@dataclass(frozen=True)
+class Problem:
+    """What an optimizer is built from."""
+
+    space: SearchSpace
+    direction: str  # "minimize" | "maximize"
+    seed: int
+    options: dict[str, Any] = field(default_factory=dict)
+    folds: int = 1  # K: a trial's value_std / sqrt(K) is the standard error of its value
+
+
 class Optimizer(ABC):
-    def __init__(self, space: SearchSpace, direction: str, seed: int, options: dict[str, Any]):
-        self.space = space
-        self.direction = direction
-        self.seed = seed
-        self.options = options
+    def __init__(self, problem: Problem):
+        self.problem = problem
+        self.space = problem.space
+        self.direction = problem.direction
+        self.seed = problem.seed
+        self.options = dict(problem.options)
+
+    def option(self, name: str, default: Any, kind: type, low: float | None = None, choices: Sequence[Any] = ()) -> Any:
+        """A validated entry of ``algorithm.options``."""
+        value: Any = self.options.get(name, default)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+            raise ValueError(f"options.{name} must be a {kind.__name__}, got {value!r}")
+        number: Any = value  # an int or float when low is given
+        if low is not None and number < low:
+            raise ValueError(f"options.{name} must be >= {low}, got {value!r}")
+        if choices and value not in choices:
+            raise ValueError(f"options.{name} must be one of {list(choices)}, got {value!r}")
+        return value
+
+    def reject_unknown_options(self, known: Sequence[str]) -> None:
+        unknown = sorted(set(self.options) - set(known))
+        if unknown:
+            raise ValueError(f"options.{unknown[0]} is not an option of this algorithm; known: {sorted(known)}")
 
     @abstractmethod
     def observe(self, trials: Sequence[d.Trial]) -> None:
@@ -47,4 +80,11 @@ class Optimizer(ABC):
         """Returns ``n`` parameter sets, valid in the search space."""
 
 
-OptimizerFactory = Callable[[SearchSpace, str, int, dict[str, Any]], Optimizer]
+OptimizerFactory = Callable[[Problem], Optimizer]
+
+
+def to_minimize(trial: d.Trial, direction: str) -> float | None:
+    """A COMPLETED trial's value as a loss (negated when maximizing); None otherwise."""
+    if trial.state != d.TrialState.COMPLETED or trial.value is None:
+        return None
+    return trial.value if direction == "minimize" else -trial.value

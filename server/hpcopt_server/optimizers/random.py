@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from hpcopt_server import domain as d
-from hpcopt_server.optimizers.base import Optimizer
+from hpcopt_server.optimizers.base import Optimizer, Problem
 
 
 class RandomSearch(Optimizer):
@@ -18,7 +18,10 @@ class RandomSearch(Optimizer):
     continues the same sequence instead of repeating it.
     """
 
-    _observed = 0
+    def __init__(self, problem: Problem):
+        super().__init__(problem)
+        self.reject_unknown_options(())
+        self._observed = 0
 
     def observe(self, trials: Sequence[d.Trial]) -> None:
         self._observed += len(trials)

@@ -8,8 +8,8 @@ from typing import Any
 from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
-from hpcopt_server.optimizers import REGISTRY
 from hpcopt_server.service.context import Context, campaign_or_404
+from hpcopt_server.service.suggestions import make_optimizer
 
 MAX_PAGE = 10_000
 
@@ -20,13 +20,7 @@ def validate_spec(document: Any) -> dict[str, Any]:
         spec = spec_to_json_dict(parse_spec(document))
     except SpecError as exc:
         raise InvalidArgument(f"invalid campaign spec: {exc}", exc.errors) from None
-    name = spec["algorithm"]["name"]
-    if name not in REGISTRY:
-        allowed = sorted(REGISTRY)
-        raise InvalidArgument(
-            f"invalid campaign spec: algorithm.name: {name!r} is not available on this server (allowed: {allowed})",
-            [("algorithm.name", f"must be one of {allowed} on this server")],
-        )
+    make_optimizer(spec)  # checks the algorithm and its options
     return spec
 
 

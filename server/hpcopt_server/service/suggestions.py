@@ -13,10 +13,11 @@ from __future__ import annotations
 import threading
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
-from hpcopt_server.optimizers import REGISTRY, Optimizer, SearchSpace
+from hpcopt_server.optimizers import REGISTRY, Optimizer, Problem, SearchSpace
 from hpcopt_server.storage.repository import Tx
 
 
@@ -56,7 +57,12 @@ class OptimizerCache:
 
 
 def build_optimizer(campaign: d.Campaign) -> Optimizer:
-    algo = campaign.spec["algorithm"]
+    return make_optimizer(campaign.spec, campaign.id)
+
+
+def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
+    """The optimizer a validated spec asks for; InvalidArgument naming a bad option."""
+    algo = spec["algorithm"]
     factory = REGISTRY.get(algo["name"])
     if factory is None:
         raise InvalidArgument(
@@ -65,5 +71,11 @@ def build_optimizer(campaign: d.Campaign) -> Optimizer:
         )
     seed = algo.get("seed")
     if seed is None:
-        seed = zlib.crc32(f"{campaign.id}:{campaign.name}".encode())
-    return factory(SearchSpace(campaign.spec["space"]), campaign.direction, int(seed), dict(algo["options"]))
+        seed = zlib.crc32(f"{campaign_id}:{spec['name']}".encode())
+    problem = Problem(SearchSpace(spec["space"]), spec["objective"]["direction"], int(seed), dict(algo["options"]),
+                      int(spec["folds"]))  # fmt: skip
+    try:
+        return factory(problem)
+    except (ValueError, ImportError) as exc:
+        field = str(exc).split(" ", 1)[0] if str(exc).startswith("options.") else "options"
+        raise InvalidArgument(f"algorithm.{field}: {exc}", [(f"algorithm.{field}", str(exc))]) from None

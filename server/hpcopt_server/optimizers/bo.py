@@ -1,0 +1,222 @@
+"""Bayesian optimization (``algorithm: bo``): a GP surrogate with a lazily extended
+Cholesky factor (Ram et al., MLHPC 2019), log EI or UCB, and kriging-believer
+fantasies for pending trials.
+
+Options (``algorithm.options``):
+
+| option | default | meaning |
+|---|---|---|
+| n_initial | 10 | Sobol points before the GP takes over |
+| acquisition | logei | ``logei`` or ``ucb`` |
+| ucb_beta | 2.0 | exploration weight of UCB |
+| candidates | 512 | quasi-random + local candidates scored per suggestion (fewer when n is large) |
+| polish | 2 | best candidates refined by L-BFGS-B |
+| refit_growth | 0.2 | refit the hyper-parameters when n grew by this fraction since the last fit |
+| fit_subsample | 400 | at most this many points in the marginal-likelihood fit |
+| background_refit | true | refit in a thread; suggestions use the latest factor meanwhile |
+| fold_noise | true | a trial's fold spread (value_std^2 / K) adds to its observation noise |
+
+Between refits every new observation extends the factor by one row, O(n^2); a
+suggestion costs O(m n^2) for m candidates plus the polishing, never O(n^3).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Sequence
+
+import numpy as np
+from scipy.optimize import minimize
+from scipy.stats import qmc
+
+from hpcopt_server import domain as d
+from hpcopt_server.optimizers import acquisition as acq
+from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize
+from hpcopt_server.optimizers.encoding import Encoder
+from hpcopt_server.optimizers.gp_model import GPModel
+
+OPTIONS = ("n_initial", "acquisition", "ucb_beta", "candidates", "polish", "refit_growth", "fit_subsample",
+           "background_refit", "fold_noise")  # fmt: skip
+
+
+def sobol_point(dims: int, seed: int, index: int) -> np.ndarray:
+    """Point ``index`` of a scrambled Sobol sequence in [0,1)^dims."""
+    sampler = qmc.Sobol(dims, scramble=True, seed=seed)
+    if index:
+        sampler.fast_forward(index)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # balance warnings for non-powers of two
+        return np.asarray(sampler.random(1)[0])
+
+
+class BayesianOptimization(Optimizer):
+    def __init__(self, problem: Problem):
+        super().__init__(problem)
+        self.reject_unknown_options(OPTIONS)
+        self.n_initial = self.option("n_initial", 10, int, low=1)
+        self.acquisition = self.option("acquisition", "logei", str, choices=("logei", "ucb"))
+        self.ucb_beta = self.option("ucb_beta", 2.0, float, low=0.0)
+        self.candidates = self.option("candidates", 512, int, low=8)
+        self.polish = self.option("polish", 2, int, low=0)
+        self.refit_growth = self.option("refit_growth", 0.2, float, low=0.0)
+        self.fit_subsample = self.option("fit_subsample", 400, int, low=10)
+        self.background = self.option("background_refit", True, bool)
+        self.fold_noise = self.option("fold_noise", True, bool)
+        self.encoder = Encoder(self.space)
+        self.model = GPModel(self.encoder.dim, self.seed)
+        self.rng = np.random.default_rng([self.seed, 1])
+        self._n_seen = 0  # finished trials observed, failed ones included
+        self._refit_thread: threading.Thread | None = None
+
+    # -- observations ---------------------------------------------------------------------
+
+    def observe(self, trials: Sequence[d.Trial]) -> None:
+        rows = []
+        for t in trials:
+            self._n_seen += 1
+            if t.state == d.TrialState.CANCELLED:
+                continue  # says nothing about the objective
+            loss = to_minimize(t, self.direction)
+            extra = 0.0
+            if loss is not None and self.fold_noise and t.value_std and self.problem.folds > 1:
+                extra = t.value_std**2 / self.problem.folds
+            rows.append((self.encoder.encode(t.params), np.nan if loss is None else loss, extra))
+        if not rows:
+            return
+        with self.model.lock:
+            self.model.drop_fantasies()
+            self.model.add(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
+                           np.array([r[2] for r in rows]))  # fmt: skip
+        self._maybe_refit()
+
+    def _n_ok(self) -> int:
+        y = self.model.y_raw[: self.model.n_real]
+        return int(np.isfinite(y).sum())
+
+    def _maybe_refit(self) -> None:
+        m = self.model
+        if self._n_ok() < 2 or m.n_real < max(m.fitted_n * (1 + self.refit_growth), m.fitted_n + 1):
+            return
+        if self._refit_thread is not None and self._refit_thread.is_alive():
+            return
+        with m.lock:
+            snapshot = m.refit_snapshot()
+
+        def work() -> None:
+            result = m.compute_refit(*snapshot, subsample=self.fit_subsample)
+            with m.lock:
+                m.drop_fantasies()
+                m.install(*result)
+
+        if self.background and m.fitted_n > 0:
+            self._refit_thread = threading.Thread(target=work, name="gp-refit", daemon=True)
+            self._refit_thread.start()
+        else:
+            work()
+
+    def wait_for_refit(self) -> None:
+        """Blocks until a background refit is done (tests and benchmarks)."""
+        if self._refit_thread is not None:
+            self._refit_thread.join()
+
+    # -- suggestions -----------------------------------------------------------------------
+
+    def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
+        out: list[d.Params] = []
+        made = self._n_seen + len(pending)
+        while len(out) < n and (made + len(out) < self.n_initial or self._n_ok() < 2):
+            out.append(self.space.decode(sobol_point(len(self.space), self.seed, made + len(out))))
+        if len(out) == n:
+            return out
+        with self.model.lock:
+            try:
+                return out + self._suggest_gp(n - len(out), [*pending, *out])
+            finally:
+                self.model.drop_fantasies()
+
+    def _suggest_gp(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
+        m = self.model
+        m.drop_fantasies()
+        if pending:
+            Xp = np.array([self.encoder.encode(p) for p in pending])
+            mu, _ = m.predict(Xp, m.outputs())
+            m.fantasize(Xp, mu)
+        out = []
+        for _ in range(n):
+            x = self._maximize_acquisition()
+            out.append(self.encoder.decode(x))
+            mu, _ = m.predict(x[None, :], m.outputs())
+            m.fantasize(x[None, :], mu)
+        return out
+
+    def _maximize_acquisition(self) -> np.ndarray:
+        m = self.model
+        y = m.outputs()
+        best = float(y[: m.n_real].min())
+        X_taken = m.X[: m.n]
+        # Fewer candidates as n grows: scoring costs O(candidates n^2).
+        count = int(np.clip(self.candidates * (1000.0 / max(m.n, 1)) ** 2, 64, self.candidates))
+        C = self._candidates(count, y)
+        mu, var = m.predict(C, y)
+        scores = self._score(mu, var, best)
+        order = np.argsort(-scores)
+        alpha = m.alpha(y)
+        finalists = []
+        for i in order[: max(self.polish, 1)]:
+            x = self._polish(C[i], alpha, best) if self.polish else C[i]
+            finalists.append(x)
+        finalists += [C[i] for i in order[: 4 * max(self.polish, 1)]]
+        F = self.encoder.project(np.array(finalists))
+        fmu, fvar = m.predict(F, y)
+        fscores = self._score(fmu, fvar, best)
+        for i in np.argsort(-fscores):
+            if np.min(np.abs(X_taken - F[i]).sum(1), initial=np.inf) > 1e-9:
+                return np.asarray(F[i])
+        # Everything near the optimum is taken: fall back to a fresh random point.
+        return np.asarray(self.encoder.random(1, self.rng)[0])
+
+    def _score(self, mu: np.ndarray, var: np.ndarray, best: float) -> np.ndarray:
+        if self.acquisition == "ucb":
+            return acq.neg_lcb(mu, var, self.ucb_beta)
+        return acq.log_ei(mu, var, best)
+
+    def _candidates(self, count: int, y: np.ndarray) -> np.ndarray:
+        """Half scrambled Sobol over the space, half Gaussian steps around the best points."""
+        m = self.model
+        n_global = count // 2
+        sobol = qmc.Sobol(len(self.encoder.slots), scramble=True, seed=self.rng)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            G = self.encoder.random(n_global, self.rng, u=sobol.random(n_global))
+        top = m.X[: m.n_real][np.argsort(y[: m.n_real])[:5]]
+        parents = top[self.rng.integers(0, len(top), count - n_global)]
+        sigma = self.rng.choice([0.01, 0.05, 0.15], size=(len(parents), 1))
+        local = parents + self.rng.normal(size=parents.shape) * sigma * self.encoder.continuous
+        flip = self.rng.random(len(parents)) < 0.2  # sometimes try another category too
+        if flip.any() and not self.encoder.continuous.all():
+            other = self.encoder.random(int(flip.sum()), self.rng)
+            local[flip] = np.where(self.encoder.continuous, local[flip], other)
+        return np.vstack([G, self.encoder.project(local)])
+
+    def _polish(self, x0: np.ndarray, alpha: np.ndarray, best: float) -> np.ndarray:
+        """L-BFGS-B on the continuous coordinates (categoricals stay as they are)."""
+        mask = self.encoder.continuous
+        if not mask.any():
+            return x0
+
+        def negative(u: np.ndarray) -> tuple[float, np.ndarray]:
+            x = x0.copy()
+            x[mask] = u
+            mu, var, dmu, dvar = self.model.predict_grad(x, alpha)
+            if self.acquisition == "ucb":
+                value, grad = acq.neg_lcb_grad(mu, var, self.ucb_beta, dmu, dvar)
+            else:
+                value, grad = acq.log_ei_grad(mu, var, best, dmu, dvar)
+            return -value, -grad[mask]
+
+        res = minimize(negative, x0[mask], jac=True, method="L-BFGS-B", bounds=[(0.0, 1.0)] * int(mask.sum()),
+                       options={"maxiter": 15})  # fmt: skip
+        x = x0.copy()
+        x[mask] = res.x
+        return x

@@ -1,0 +1,125 @@
+"""The evolutionary algorithm (``algorithm: ea``) of the seed slides (NNLO's GA), made
+steady-state: a new child whenever an agent asks, bred from the trials known so far.
+
+Genes live in the unit-cube coordinates of ``SearchSpace`` (log scales included; ints
+and categoricals decode from their coordinate). For a child:
+
+1. while fewer than ``population`` trials exist, the child is uniformly random;
+2. otherwise the elite is the fittest ``elite`` fraction (20%) of the finished trials
+   (failed ones count as the worst), at least two;
+3. two parents by binary tournament from the elite; A is the fitter;
+4. crossover per real/int gene: ``c = r (pA - pB) + pA`` with r ~ U(0, 1), clipped to
+   [0, 1]; a categorical gene comes from A or B with equal probability;
+5. Michalewicz non-uniform mutation of each real/int gene with probability
+   ``mutation_rate``: in generation g of G,
+   ``c += (1 - r1^((1 - g/G)^3)) * (1 - c if r2 > 0.5 else 0 - c)``, so steps shrink as
+   g -> G; a categorical gene is redrawn with probability ``mutation_rate * (1 - g/G)``.
+
+The generation of a child is g = min(finished // population, G). Fitness is the loss
+(the value, negated when maximizing), so negative figures of merit are fine.
+
+Options: ``population`` (20), ``generations`` G (10), ``elite`` (0.2),
+``mutation_rate`` (0.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from hpcopt_server import domain as d
+from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize
+
+
+def crossover(pa: np.ndarray, pb: np.ndarray, r: float) -> np.ndarray:
+    """``r (pA - pB) + pA`` clipped to the unit cube (A is the fitter parent)."""
+    return np.clip(r * (pa - pb) + pa, 0.0, 1.0)
+
+
+def mutate(c: float, g: int, G: int, r1: float, r2: float) -> float:
+    """Michalewicz non-uniform mutation of one gene in [0, 1]."""
+    step = 1.0 - r1 ** ((1.0 - min(g, G) / G) ** 3)
+    return float(np.clip(c + step * ((1.0 - c) if r2 > 0.5 else (0.0 - c)), 0.0, 1.0))
+
+
+class Evolutionary(Optimizer):
+    def __init__(self, problem: Problem):
+        super().__init__(problem)
+        self.reject_unknown_options(("population", "generations", "elite", "mutation_rate"))
+        self.population = self.option("population", 20, int, low=2)
+        self.generations = self.option("generations", 10, int, low=1)
+        self.elite_fraction = self.option("elite", 0.2, float, low=0.0)
+        self.mutation_rate = self.option("mutation_rate", 0.3, float, low=0.0)
+        if self.elite_fraction > 1 or self.mutation_rate > 1:
+            raise ValueError("options.elite and options.mutation_rate must be in [0, 1]")
+        self.categorical = np.array([dim.type == "categorical" for dim in self.space.dims])
+        self._genes: list[np.ndarray] = []
+        self._losses: list[float] = []  # NaN for failed
+        self._seen = 0
+        self.rng = np.random.default_rng([self.seed, 2])
+
+    def encode(self, params: d.Params) -> np.ndarray:
+        u = np.zeros(len(self.space))
+        for j, dim in enumerate(self.space.dims):
+            v = params[dim.name]
+            if dim.type == "categorical":
+                u[j] = (list(dim.choices).index(v) + 0.5) / len(dim.choices)
+            else:
+                lo, hi, x = dim.low, dim.high, float(v)
+                if dim.log:
+                    lo, hi, x = np.log(lo), np.log(hi), np.log(x)
+                u[j] = (x - lo) / (hi - lo)
+        return np.clip(u, 0.0, 1.0)
+
+    def observe(self, trials: Sequence[d.Trial]) -> None:
+        for t in trials:
+            self._seen += 1
+            if t.state == d.TrialState.CANCELLED:
+                continue
+            loss = to_minimize(t, self.direction)
+            self._genes.append(self.encode(t.params))
+            self._losses.append(np.nan if loss is None else loss)
+
+    def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
+        out = []
+        for i in range(n):
+            if self._seen + len(pending) + i < self.population or len(self._genes) < 2:
+                child = self.rng.random(len(self.space))
+            else:
+                child = self.child()
+            out.append(self.space.decode(child))
+        return out
+
+    def generation(self) -> int:
+        return min(len(self._genes) // self.population, self.generations)
+
+    def child(self) -> np.ndarray:
+        losses = np.array(self._losses)
+        worst = np.nanmax(losses) if np.isfinite(losses).any() else 0.0
+        losses = np.where(np.isfinite(losses), losses, worst + 1.0)
+        order = np.argsort(losses, kind="stable")
+        elite = order[: max(2, round(self.elite_fraction * len(order)))]
+
+        def tournament() -> int:
+            a, b = self.rng.choice(elite, 2, replace=False)
+            return int(a if losses[a] <= losses[b] else b)
+
+        ia = tournament()
+        ib = tournament()
+        while ib == ia:
+            ib = int(self.rng.choice(elite))
+        if losses[ib] < losses[ia]:
+            ia, ib = ib, ia
+        pa, pb = self._genes[ia], self._genes[ib]
+        c = crossover(pa, pb, float(self.rng.random()))
+        pick_b = self.rng.random(len(c)) < 0.5
+        c = np.where(self.categorical & pick_b, pb, np.where(self.categorical, pa, c))
+        g, G = self.generation(), self.generations
+        for j in range(len(c)):
+            if self.categorical[j]:
+                if self.rng.random() < self.mutation_rate * (1 - g / G):
+                    c[j] = self.rng.random()
+            elif self.rng.random() < self.mutation_rate:
+                c[j] = mutate(c[j], g, G, float(self.rng.random()), float(self.rng.random()))
+        return c

@@ -1,0 +1,207 @@
+"""Gaussian-process numerics: the Matern-5/2 ARD kernel, the marginal likelihood with its
+gradient, and a Cholesky factor that grows by block extension.
+
+Notation (shapes in brackets):
+
+| symbol | meaning |
+|---|---|
+| n, m   | observations in the model; query points |
+| D      | dimension of the encoded unit cube |
+| X [n,D], Xs [m,D] | observed and query inputs |
+| ell [D], amp, noise | lengthscales, signal variance, homoscedastic noise variance |
+| extra [n] | per-point extra noise variance (a trial's fold spread) |
+| K [n,n] | amp * R(X, X) + diag(noise + extra) |
+| L [n,n] | lower Cholesky factor of K |
+| y [n]   | standardized outputs (mean 0) |
+| z [n]   | L^-1 y;  alpha = L^-T z = K^-1 y |
+
+The kernel is k(a, b) = amp (1 + sqrt5 r + 5 r^2 / 3) exp(-sqrt5 r), r^2 = sum_d ((a_d - b_d) / ell_d)^2.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from scipy.linalg import lapack
+
+SQRT5 = math.sqrt(5.0)
+
+
+def scaled_sqdist(A: np.ndarray, B: np.ndarray, ell: np.ndarray) -> np.ndarray:
+    """r^2 between rows of A [n,D] and B [m,D] with lengthscales ell [D] -> [n,m]."""
+    a, b = A / ell, B / ell
+    d2 = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * a @ b.T
+    return np.maximum(d2, 0.0)
+
+
+def matern52(A: np.ndarray, B: np.ndarray, ell: np.ndarray, amp: float) -> np.ndarray:
+    """k(A, B) [n,m]."""
+    r = np.sqrt(scaled_sqdist(A, B, ell))
+    return amp * (1.0 + SQRT5 * r + (5.0 / 3.0) * r * r) * np.exp(-SQRT5 * r)
+
+
+def matern52_grad_x(x: np.ndarray, X: np.ndarray, ell: np.ndarray, amp: float) -> np.ndarray:
+    """d k(X_i, x) / d x [n,D] for one query point x [D].
+
+    dk/dr^2 = -(5/6) amp (1 + sqrt5 r) exp(-sqrt5 r), and d r^2 / dx = 2 (x - X_i) / ell^2.
+    """
+    diff = (x[None, :] - X) / (ell * ell)
+    r = np.sqrt(np.maximum(((x[None, :] - X) ** 2 / (ell * ell)).sum(1), 0.0))
+    g = -(5.0 / 3.0) * amp * (1.0 + SQRT5 * r) * np.exp(-SQRT5 * r)
+    return g[:, None] * diff
+
+
+class LazyCholesky:
+    """The lower Cholesky factor of a growing kernel matrix, kept in a preallocated
+    Fortran-ordered buffer that grows geometrically, so extending it never copies the
+    factor (amortized) and triangular solves run on a view of the buffer (LAPACK's lda).
+    """
+
+    def __init__(self, capacity: int = 64):
+        self._buf = np.zeros((max(capacity, 1), max(capacity, 1)), order="F")
+        self.n = 0
+
+    @classmethod
+    def from_factor(cls, L: np.ndarray, headroom: float = 1.5) -> LazyCholesky:
+        out = cls(int(L.shape[0] * headroom) + 16)
+        out._buf[: L.shape[0], : L.shape[0]] = L
+        out.n = L.shape[0]
+        return out
+
+    @property
+    def L(self) -> np.ndarray:
+        """The current factor [n,n] (a view)."""
+        return self._buf[: self.n, : self.n]
+
+    def _cols(self) -> np.ndarray:
+        # [capacity, n], Fortran-contiguous: LAPACK reads the n x n factor with lda = capacity.
+        return self._buf[:, : self.n]
+
+    def solve(self, B: np.ndarray, *, transpose: bool = False) -> np.ndarray:
+        """L^-1 B (or L^-T B) for B [n] or [n,k]."""
+        if self.n == 0:
+            return np.zeros_like(B)
+        vec = B.ndim == 1
+        rhs = np.asfortranarray(B.reshape(self.n, -1))
+        X, info = lapack.dtrtrs(self._cols(), rhs, lower=1, trans=1 if transpose else 0, lda=self._buf.shape[0])
+        if info != 0:
+            raise np.linalg.LinAlgError(f"dtrtrs info={info}")
+        return X[:, 0] if vec else X
+
+    def extend(self, K12: np.ndarray, K22: np.ndarray) -> None:
+        """Adds k rows: K12 [n,k] = k(old, new), K22 [k,k] = k(new, new) + noise.
+
+        With L21 = (L^-1 K12)^T [k,n] and L22 = chol(K22 - L21 L21^T) [k,k],
+        [[L, 0], [L21, L22]] [[L^T, L21^T], [0, L22^T]] = [[K11, K12], [K12^T, K22]]:
+        O(k n^2) for the solve and O(k^2 n + k^3) for the rest, instead of O((n+k)^3).
+        Raises ``np.linalg.LinAlgError`` when the Schur complement is not positive definite.
+        """
+        k = K22.shape[0]
+        W = self.solve(K12) if self.n else np.zeros((0, k))
+        L21 = W.T
+        L22 = np.linalg.cholesky(K22 - L21 @ L21.T)
+        self._reserve(self.n + k)
+        n = self.n
+        self._buf[n : n + k, :n] = L21
+        self._buf[n : n + k, n : n + k] = L22
+        self._buf[:n, n : n + k] = 0.0
+        self.n = n + k
+
+    def truncate(self, n: int) -> None:
+        """Drops the rows after the first n (fantasies): O(1)."""
+        self.n = min(self.n, n)
+
+    def _reserve(self, size: int) -> None:
+        cap = self._buf.shape[0]
+        if size <= cap:
+            return
+        new = np.zeros((max(size, int(cap * 1.5) + 16),) * 2, order="F")
+        new[: self.n, : self.n] = self.L
+        self._buf = new
+
+
+# -- hyper-parameters ------------------------------------------------------------------
+
+
+def lengthscale_prior(D: int) -> tuple[float, float]:
+    """Mean and sd of the normal prior on log lengthscales, scaled with the dimension as
+    in Hvarfner et al., "Vanilla Bayesian Optimization Performs Great in High Dimensions"
+    (ICML 2024, arXiv:2402.02229): mu = sqrt(2) + log(D) / 2, sigma = sqrt(3)."""
+    return math.sqrt(2.0) + 0.5 * math.log(D), math.sqrt(3.0)
+
+
+NOISE_PRIOR = (math.log(1e-3), 2.0)  # log noise variance, standardized outputs
+AMP_PRIOR = (0.0, 1.0)  # log signal variance
+BOUNDS_LOG_ELL = (math.log(1e-2), math.log(1e2))
+BOUNDS_LOG_AMP = (math.log(5e-2), math.log(2e1))
+BOUNDS_LOG_NOISE = (math.log(1e-6), math.log(1.0))
+
+
+def unpack(theta: np.ndarray) -> tuple[np.ndarray, float, float]:
+    return np.exp(theta[:-2]), float(np.exp(theta[-2])), float(np.exp(theta[-1]))
+
+
+def neg_log_posterior(theta: np.ndarray, X: np.ndarray, y: np.ndarray, extra: np.ndarray) -> tuple[float, np.ndarray]:
+    """Negative log marginal likelihood plus negative log prior of theta =
+    [log ell (D), log amp, log noise], and its gradient [D+2]."""
+    n, D = X.shape
+    ell, amp, noise = unpack(theta)
+    diff2 = (X[:, None, :] - X[None, :, :]) ** 2 / (ell * ell)  # [n,n,D]
+    r = np.sqrt(diff2.sum(-1))
+    e = np.exp(-SQRT5 * r)
+    R = (1.0 + SQRT5 * r + (5.0 / 3.0) * r * r) * e
+    K = amp * R + np.diag(noise + extra)
+    try:
+        L = np.linalg.cholesky(K)
+    except np.linalg.LinAlgError:
+        return 1e25, np.zeros_like(theta)
+    Linv = lapack.dtrtri(L, lower=1)[0]
+    Kinv = Linv.T @ Linv
+    alpha = Kinv @ y
+    nll = 0.5 * y @ alpha + np.log(np.diag(L)).sum() + 0.5 * n * math.log(2 * math.pi)
+    W = Kinv - np.outer(alpha, alpha)
+    M = amp * (5.0 / 3.0) * (1.0 + SQRT5 * r) * e  # dK/dlog ell_d = M * diff2_d
+    grad = np.empty_like(theta)
+    grad[:-2] = 0.5 * np.einsum("ij,ijd->d", W * M, diff2)
+    grad[-2] = 0.5 * np.sum(W * (amp * R))
+    grad[-1] = 0.5 * noise * np.trace(W)
+    mu_l, sd_l = lengthscale_prior(D)
+    log_ell = theta[:-2]
+    prior = 0.5 * np.sum(((log_ell - mu_l) / sd_l) ** 2)
+    grad[:-2] += (log_ell - mu_l) / sd_l**2
+    for idx, (mu, sd) in ((-2, AMP_PRIOR), (-1, NOISE_PRIOR)):
+        prior += 0.5 * ((theta[idx] - mu) / sd) ** 2
+        grad[idx] += (theta[idx] - mu) / sd**2
+    return float(nll + prior), grad
+
+
+def fit_hyperparameters(
+    X: np.ndarray,
+    y: np.ndarray,
+    extra: np.ndarray,
+    rng: np.random.Generator,
+    warm_start: np.ndarray | None = None,
+    restarts: int = 2,
+) -> np.ndarray:
+    """theta maximizing the log posterior by L-BFGS-B from the warm start and prior draws."""
+    from scipy.optimize import minimize
+
+    D = X.shape[1]
+    mu_l, sd_l = lengthscale_prior(D)
+    bounds = [BOUNDS_LOG_ELL] * D + [BOUNDS_LOG_AMP, BOUNDS_LOG_NOISE]
+    lo, hi = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
+    starts = []
+    if warm_start is not None:
+        starts.append(np.clip(warm_start, lo, hi))
+    starts.append(np.clip(np.r_[np.full(D, mu_l), 0.0, math.log(1e-3)], lo, hi))
+    for _ in range(restarts):
+        draw = np.r_[rng.normal(mu_l, sd_l / 2, D), rng.normal(0.0, 0.5), rng.normal(math.log(1e-3), 1.0)]
+        starts.append(np.clip(draw, lo, hi))
+    best, best_f = starts[0], math.inf
+    for s in starts:
+        res = minimize(neg_log_posterior, s, args=(X, y, extra), jac=True, method="L-BFGS-B", bounds=bounds,
+                       options={"maxiter": 100})  # fmt: skip
+        if res.fun < best_f:
+            best, best_f = res.x, float(res.fun)
+    return np.asarray(best)

@@ -1,0 +1,174 @@
+"""The GP surrogate of the BO optimizer: inputs, outputs, hyper-parameters and a lazily
+extended Cholesky factor, with fantasies (kriging believer) as temporary rows.
+
+Outputs are kept raw (as losses; NaN for a failed trial) and standardized robustly with
+a centre and scale frozen at the last refit: ``(y - median) / (IQR / 1.349)``, failures
+imputed as the worst observed value, and values beyond 3 scale units above the centre
+compressed logarithmically so a few huge losses do not flatten the model.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from hpcopt_server.optimizers import gp
+
+
+def robust_center_scale(y: np.ndarray) -> tuple[float, float]:
+    ok = y[np.isfinite(y)]
+    if ok.size == 0:
+        return 0.0, 1.0
+    center = float(np.median(ok))
+    q75, q25 = np.percentile(ok, [75, 25])
+    scale = float(q75 - q25) / 1.349
+    if not scale > 1e-12:
+        scale = float(np.std(ok)) or 1.0
+    return center, scale
+
+
+def standardize(y: np.ndarray, center: float, scale: float) -> np.ndarray:
+    """Raw losses [n] (NaN = failed) to mean-zero model outputs [n]."""
+    t = (y - center) / scale
+    ok = np.isfinite(t)
+    worst = float(t[ok].max()) if ok.any() else 0.0
+    t = np.where(ok, t, worst)
+    t = np.where(t > 3.0, 3.0 + np.log1p(np.maximum(t - 3.0, 0.0)), t)
+    return t - t.mean()
+
+
+class GPModel:
+    """Not thread-safe by itself: the owner holds ``lock`` around every call, and a
+    background refit takes it only to swap in its result."""
+
+    def __init__(self, dim: int, seed: int):
+        self.dim = dim
+        self.rng = np.random.default_rng(seed)
+        self.X = np.zeros((64, dim))
+        self.y_raw = np.zeros(64)
+        self.extra_raw = np.zeros(64)
+        self.n_real = 0
+        self.theta = np.r_[np.full(dim, gp.lengthscale_prior(dim)[0]), 0.0, np.log(1e-3)]
+        self.center, self.scale = 0.0, 1.0
+        self.factor = gp.LazyCholesky()
+        self.lock = threading.RLock()
+        self.fitted_n = 0
+        self._fantasy_y = np.zeros(0)
+
+    # -- data ---------------------------------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        """Rows in the factor: real observations, then fantasies."""
+        return self.factor.n
+
+    def _grow(self, size: int) -> None:
+        if size > len(self.X):
+            cap = max(size, int(len(self.X) * 1.5) + 16)
+            self.X = np.vstack([self.X, np.zeros((cap - len(self.X), self.dim))])
+            self.y_raw = np.r_[self.y_raw, np.zeros(cap - len(self.y_raw))]
+            self.extra_raw = np.r_[self.extra_raw, np.zeros(cap - len(self.extra_raw))]
+
+    def _noise(self, extra_raw: np.ndarray) -> np.ndarray:
+        return gp.unpack(self.theta)[2] + extra_raw / self.scale**2
+
+    def add(self, Xn: np.ndarray, y_raw: np.ndarray, extra_raw: np.ndarray) -> None:
+        """Appends real observations (call with no fantasies present): O(k n^2)."""
+        assert self.n == self.n_real, "drop fantasies before adding observations"
+        k, n = len(Xn), self.n
+        self._grow(n + k)
+        self.X[n : n + k], self.y_raw[n : n + k], self.extra_raw[n : n + k] = Xn, y_raw, extra_raw
+        self._extend(Xn, self._noise(extra_raw))
+        self.n_real = n + k
+
+    def _extend(self, Xn: np.ndarray, noise: np.ndarray) -> None:
+        ell, amp, _ = gp.unpack(self.theta)
+        n = self.n
+        K12 = gp.matern52(self.X[:n], Xn, ell, amp)
+        K22 = gp.matern52(Xn, Xn, ell, amp) + np.diag(noise)
+        try:
+            self.factor.extend(K12, K22)
+        except np.linalg.LinAlgError:
+            # Near-duplicate inputs with tiny noise: add jitter to the new block only.
+            self.factor.extend(K12, K22 + np.eye(len(Xn)) * 1e-6 * amp)
+        if len(self.X) < self.factor.n:
+            self._grow(self.factor.n)
+
+    def fantasize(self, Xf: np.ndarray, y_std_f: np.ndarray) -> None:
+        """Appends fantasy rows at standardized values (the posterior mean: kriging believer)."""
+        n, k = self.n, len(Xf)
+        self._grow(n + k)
+        self.X[n : n + k] = Xf
+        self._fantasy_y = np.r_[self._fantasy_y[: n - self.n_real], y_std_f]
+        self._extend(Xf, np.full(k, gp.unpack(self.theta)[2]))
+
+    def drop_fantasies(self) -> None:
+        self.factor.truncate(self.n_real)
+        self._fantasy_y = np.zeros(0)
+
+    def outputs(self) -> np.ndarray:
+        """Standardized outputs of every row of the factor (real, then fantasies) [n]."""
+        y = standardize(self.y_raw[: self.n_real], self.center, self.scale)
+        fant = self._fantasy_y[: self.n - self.n_real]
+        return np.r_[y, fant]
+
+    # -- posterior ----------------------------------------------------------------------
+
+    def predict(self, Xs: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and latent variance at Xs [m,D] given outputs y [n]: O(m n^2)."""
+        ell, amp, _ = gp.unpack(self.theta)
+        z = self.factor.solve(y)
+        V = self.factor.solve(gp.matern52(self.X[: self.n], Xs, ell, amp))
+        return V.T @ z, np.maximum(amp - (V * V).sum(0), 1e-12)
+
+    def predict_grad(self, x: np.ndarray, alpha: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray]:
+        """Mean, variance and their gradients at one point; ``alpha`` = K^-1 y."""
+        ell, amp, _ = gp.unpack(self.theta)
+        X = self.X[: self.n]
+        ks = gp.matern52(X, x[None, :], ell, amp)[:, 0]
+        v = self.factor.solve(ks)
+        w = self.factor.solve(v, transpose=True)
+        G = gp.matern52_grad_x(x, X, ell, amp)
+        return float(ks @ alpha), max(amp - float(v @ v), 1e-12), G.T @ alpha, -2.0 * G.T @ w
+
+    def alpha(self, y: np.ndarray) -> np.ndarray:
+        return self.factor.solve(self.factor.solve(y), transpose=True)
+
+    # -- refits -------------------------------------------------------------------------
+
+    def refit_snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        n = self.n_real
+        return self.X[:n].copy(), self.y_raw[:n].copy(), self.extra_raw[:n].copy(), self.theta.copy()
+
+    def compute_refit(
+        self, X: np.ndarray, y_raw: np.ndarray, extra_raw: np.ndarray, warm: np.ndarray, subsample: int
+    ) -> tuple[np.ndarray, float, float, gp.LazyCholesky]:
+        """New hyper-parameters (fitted on at most ``subsample`` points: the best tenth and
+        a random rest) and a fresh factor of all n points: O(n^3), run off the lock."""
+        center, scale = robust_center_scale(y_raw)
+        y = standardize(y_raw, center, scale)
+        extra = extra_raw / scale**2
+        idx = np.arange(len(X))
+        if len(X) > subsample:
+            best = np.argsort(y)[: subsample // 10]
+            rest = self.rng.choice(np.setdiff1d(idx, best), subsample - len(best), replace=False)
+            idx = np.r_[best, rest]
+        theta = gp.fit_hyperparameters(X[idx], y[idx] - y[idx].mean(), extra[idx], self.rng, warm)
+        ell, amp, noise = gp.unpack(theta)
+        K = gp.matern52(X, X, ell, amp) + np.diag(noise + extra)
+        try:
+            L = np.linalg.cholesky(K)
+        except np.linalg.LinAlgError:
+            L = np.linalg.cholesky(K + np.eye(len(X)) * 1e-6 * amp)
+        return theta, center, scale, gp.LazyCholesky.from_factor(L)
+
+    def install(self, theta: np.ndarray, center: float, scale: float, factor: gp.LazyCholesky) -> None:
+        """Swaps in a refit made from the first ``factor.n`` observations and extends it
+        with any that arrived meanwhile (call with the lock held, fantasies dropped)."""
+        m = factor.n
+        self.theta, self.center, self.scale, self.factor = theta, center, scale, factor
+        if self.n_real > m:
+            Xn = self.X[m : self.n_real].copy()
+            self._extend(Xn, self._noise(self.extra_raw[m : self.n_real]))
+        self.fitted_n = m
