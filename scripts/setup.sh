@@ -17,7 +17,7 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$inputs" ]; then
   log=.venv/pip-install.log
   if ! { .venv/bin/pip install -q --upgrade pip &&
          .venv/bin/pip install -q -c requirements/constraints.txt -r requirements/dev.txt \
-           -e client -e server -e agent; } > "$log" 2>&1; then
+           -e client -e "server[skopt]" -e agent; } > "$log" 2>&1; then
     cat "$log"; echo "setup: pip install failed (log above, also in $log)"; exit 1
   fi
   echo "$inputs" > "$stamp"

@@ -153,7 +153,7 @@ class BayesianOptimization(Optimizer):
     def _maximize_acquisition(self) -> np.ndarray:
         m = self.model
         y = m.outputs()
-        best = float(y[: m.n_real].min())
+        best = float(y.min())  # fantasies count: the believer treats them as observed
         X_taken = m.X[: m.n]
         # Fewer candidates as n grows: scoring costs O(candidates n^2).
         count = int(np.clip(self.candidates * (1000.0 / max(m.n, 1)) ** 2, 64, self.candidates))

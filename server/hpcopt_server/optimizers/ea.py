@@ -57,7 +57,7 @@ class Evolutionary(Optimizer):
         self._genes: list[np.ndarray] = []
         self._losses: list[float] = []  # NaN for failed
         self._seen = 0
-        self.rng = np.random.default_rng([self.seed, 2])
+        self.rng = np.random.default_rng([self.seed, 2, 0])
 
     def encode(self, params: d.Params) -> np.ndarray:
         u = np.zeros(len(self.space))
@@ -84,10 +84,10 @@ class Evolutionary(Optimizer):
     def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
         out = []
         for i in range(n):
-            if self._seen + len(pending) + i < self.population or len(self._genes) < 2:
-                child = self.rng.random(len(self.space))
-            else:
-                child = self.child()
+            # Seeded by the child's position, so a restarted server continues the search.
+            k = self._seen + len(pending) + i
+            self.rng = np.random.default_rng([self.seed, 2, k])
+            child = self.rng.random(len(self.space)) if k < self.population or len(self._genes) < 2 else self.child()
             out.append(self.space.decode(child))
         return out
 

@@ -41,12 +41,14 @@ class SkoptOptimizer(Optimizer):
         except (TypeError, ValueError) as exc:
             raise ValueError(f"options: skopt.Optimizer refused them: {exc}") from None
         self._names = [dim.name for dim in self.space.dims]
+        self._seen = 0
 
     def _point(self, params: d.Params) -> list[Any]:
         return [params[n] for n in self._names]
 
     def observe(self, trials: Sequence[d.Trial]) -> None:
         xs, ys = [], []
+        self._seen += len(trials)
         for t in trials:
             loss = to_minimize(t, self.direction)
             if loss is not None:
@@ -56,7 +58,12 @@ class SkoptOptimizer(Optimizer):
             self._opt.tell(xs, ys)
 
     def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
+        import numpy as np
+
         opt = self._opt
+        # skopt draws its random points from opt.rng: seed it by position, so a restarted
+        # server does not replay the initial design.
+        opt.rng = np.random.RandomState((self.seed + 7919 * (self._seen + len(pending))) % 2**32)
         if pending and opt.yi:
             opt = opt.copy(random_state=opt.rng)
             opt.tell([self._point(p) for p in pending], [min(opt.yi)] * len(pending))

@@ -1,0 +1,152 @@
+"""GP numerics against slow, obvious references."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.special import ndtr
+
+from hpcopt_server.optimizers import acquisition as acq
+from hpcopt_server.optimizers import gp
+from hpcopt_server.optimizers.gp_model import GPModel
+
+
+def _kernel_matrix(X: np.ndarray, ell: np.ndarray, amp: float, noise: np.ndarray) -> np.ndarray:
+    """The textbook Matern-5/2 matrix, one pair at a time."""
+    n = len(X)
+    K = np.empty((n, n))
+    for i in range(n):
+        for j in range(n):
+            r = math.sqrt(sum(((X[i, k] - X[j, k]) / ell[k]) ** 2 for k in range(X.shape[1])))
+            K[i, j] = amp * (1 + math.sqrt(5) * r + 5 * r * r / 3) * math.exp(-math.sqrt(5) * r)
+    return K + np.diag(noise)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    blocks=st.lists(st.integers(min_value=1, max_value=7), min_size=1, max_size=12),
+    dim=st.integers(min_value=1, max_value=5),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+)
+def test_lazily_extended_factor_equals_a_fresh_cholesky(blocks: list[int], dim: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    ell, amp = rng.uniform(0.1, 2.0, dim), float(rng.uniform(0.5, 2.0))
+    X = rng.random((sum(blocks), dim))
+    noise = rng.uniform(1e-4, 1e-1, len(X))
+    lazy = gp.LazyCholesky(capacity=2)  # small, so the buffer grows several times
+    n = 0
+    for k in blocks:
+        new = X[n : n + k]
+        K12 = gp.matern52(X[:n], new, ell, amp)
+        K22 = gp.matern52(new, new, ell, amp) + np.diag(noise[n : n + k])
+        lazy.extend(K12, K22)
+        n += k
+        fresh = np.linalg.cholesky(_kernel_matrix(X[:n], ell, amp, noise[:n]))
+        assert np.abs(lazy.L - fresh).max() <= 1e-8 * np.abs(fresh).max()
+
+
+def test_truncating_fantasies_restores_the_factor_exactly() -> None:
+    rng = np.random.default_rng(0)
+    X = rng.random((30, 3))
+    lazy = gp.LazyCholesky()
+    lazy.extend(np.zeros((0, 30)), gp.matern52(X, X, np.ones(3), 1.0) + 1e-3 * np.eye(30))
+    before = lazy.L.copy()
+    F = rng.random((5, 3))
+    lazy.extend(gp.matern52(X, F, np.ones(3), 1.0), gp.matern52(F, F, np.ones(3), 1.0) + 1e-3 * np.eye(5))
+    lazy.truncate(30)
+    assert np.array_equal(lazy.L, before)
+
+
+def test_triangular_solves_on_the_buffer_view_match_numpy() -> None:
+    rng = np.random.default_rng(1)
+    X = rng.random((40, 2))
+    lazy = gp.LazyCholesky(capacity=100)
+    K = gp.matern52(X, X, np.ones(2), 1.0) + 1e-2 * np.eye(40)
+    lazy.extend(np.zeros((0, 40)), K)
+    b = rng.random((40, 3))
+    L = np.linalg.cholesky(K)
+    assert np.allclose(lazy.solve(b), np.linalg.solve(L, b))
+    assert np.allclose(lazy.solve(b[:, 0], transpose=True), np.linalg.solve(L.T, b[:, 0]))
+
+
+def test_posterior_equals_the_textbook_gp() -> None:
+    rng = np.random.default_rng(2)
+    model = GPModel(dim=3, seed=0)
+    model.theta = np.r_[np.log([0.3, 0.5, 0.8]), np.log(1.3), np.log(1e-2)]
+    X = rng.random((25, 3))
+    y_raw = np.sin(3 * X).sum(1)
+    extra = rng.uniform(0, 0.05, 25)
+    for i in range(0, 25, 5):  # five block extensions
+        model.add(X[i : i + 5], y_raw[i : i + 5], extra[i : i + 5])
+    y = model.outputs()
+    Xs = rng.random((7, 3))
+    mu, var = model.predict(Xs, y)
+
+    ell, amp, noise = gp.unpack(model.theta)
+    K = _kernel_matrix(X, ell, amp, noise + extra)
+    Ks = np.array([[gp.matern52(X[i : i + 1], Xs[j : j + 1], ell, amp)[0, 0] for j in range(7)] for i in range(25)])
+    Kinv = np.linalg.inv(K)
+    assert np.allclose(mu, Ks.T @ Kinv @ y, rtol=1e-8, atol=1e-10)
+    assert np.allclose(var, amp - np.einsum("ij,ik,kj->j", Ks, Kinv, Ks), rtol=1e-7, atol=1e-10)
+
+    alpha = model.alpha(y)
+    x = Xs[0]
+    m0, v0, dm, dv = model.predict_grad(x, alpha)
+    assert m0 == pytest.approx(mu[0]) and v0 == pytest.approx(var[0])
+    eps = 1e-6
+    for k in range(3):
+        step = np.eye(3)[k] * eps
+        mp, vp = model.predict(np.array([x + step]), y)
+        mm, vm = model.predict(np.array([x - step]), y)
+        assert dm[k] == pytest.approx((mp[0] - mm[0]) / (2 * eps), rel=1e-4, abs=1e-7)
+        assert dv[k] == pytest.approx((vp[0] - vm[0]) / (2 * eps), rel=1e-4, abs=1e-7)
+
+
+def test_marginal_likelihood_gradient_matches_finite_differences() -> None:
+    rng = np.random.default_rng(3)
+    X = rng.random((20, 2))
+    y = np.cos(4 * X[:, 0]) + X[:, 1]
+    y = y - y.mean()
+    extra = rng.uniform(0, 1e-2, 20)
+    theta = np.r_[np.log([0.4, 0.7]), 0.1, np.log(1e-2)]
+    _, grad = gp.neg_log_posterior(theta, X, y, extra)
+    for k in range(len(theta)):
+        step = np.eye(len(theta))[k] * 1e-6
+        fp, _ = gp.neg_log_posterior(theta + step, X, y, extra)
+        fm, _ = gp.neg_log_posterior(theta - step, X, y, extra)
+        assert grad[k] == pytest.approx((fp - fm) / 2e-6, rel=1e-4, abs=1e-6)
+
+
+def test_fitted_lengthscales_find_the_irrelevant_dimension() -> None:
+    rng = np.random.default_rng(4)
+    X = rng.random((60, 2))
+    y = np.sin(6 * X[:, 0])  # the second input does not matter
+    theta = gp.fit_hyperparameters(X, y - y.mean(), np.zeros(60), rng)
+    ell = np.exp(theta[:2])
+    assert ell[1] > 3 * ell[0]
+
+
+def test_log_h_is_accurate_and_finite_everywhere() -> None:
+    z = np.linspace(-5, 5, 101)
+    direct = np.log(z * ndtr(z) + np.exp(-z * z / 2) / math.sqrt(2 * math.pi))
+    assert np.allclose(acq.log_h(z), direct, rtol=1e-9, atol=1e-12)
+    far = acq.log_h(np.array([-30.0, -39.99, -40.01, -1e3, -1e6]))
+    assert np.all(np.isfinite(far)) and np.all(np.diff(far) < 0)
+    # continuity across the branch points
+    for b in (-1.0, -40.0):
+        assert acq.log_h(np.array([b - 1e-9]))[0] == pytest.approx(acq.log_h(np.array([b + 1e-9]))[0], rel=1e-6)
+
+
+def test_log_ei_gradient_matches_finite_differences() -> None:
+    dmu, dvar = np.array([0.3, -1.2]), np.array([0.05, 0.2])
+    for mu, var, best in ((0.1, 0.04, 0.0), (3.0, 0.01, 0.0), (-1.0, 0.5, 0.0)):
+        _, grad = acq.log_ei_grad(mu, var, best, dmu, dvar)
+        eps = 1e-7
+        for k in range(2):
+            hi = acq.log_ei(np.array([mu + eps * dmu[k]]), np.array([var + eps * dvar[k]]), best)[0]
+            lo = acq.log_ei(np.array([mu - eps * dmu[k]]), np.array([var - eps * dvar[k]]), best)[0]
+            assert grad[k] == pytest.approx((hi - lo) / (2 * eps), rel=1e-4)

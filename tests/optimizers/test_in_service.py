@@ -1,0 +1,70 @@
+"""The optimizers behind the real service: suggestions, validation, rebuild from SQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.service import Service
+from hpcopt_server.service.agents import Lease
+from hpcopt_server.service.suggestions import OptimizerCache
+from tests.conftest import make_spec
+
+
+@pytest.mark.parametrize("algorithm", ["bo", "ea", "sobol", "grid", "skopt"])
+def test_every_algorithm_serves_a_campaign_to_the_end(service: Service, algorithm: str) -> None:
+    options = {"n_initial": 3, "background_refit": False} if algorithm == "bo" else {}
+    spec = make_spec(algorithm={"name": algorithm, "seed": 7, "options": options}, folds=2,
+                     budget={"max_trials": 8, "max_parallel": 3})  # fmt: skip
+    campaign = service.campaigns.create(spec)
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    seen = set()
+    for i in range(8):
+        if i == 5:
+            service.ctx.optimizers = OptimizerCache()  # a restart mid-campaign: rebuilt from SQL
+        got = service.agents.acquire(agent, campaign.id)
+        assert got.trial is not None
+        p = got.trial.params
+        assert 1e-4 <= p["lr"] <= 1 and 8 <= p["width"] <= 64 and p["act"] in ("relu", "tanh")
+        seen.add(tuple(sorted(p.items())))
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        loss = (float(p["lr"]) - 0.01) ** 2 + (int(p["width"]) - 32) ** 2 / 1e3
+        for k in range(2):
+            service.agents.report_fold(lease, k, loss + 0.01 * k)
+        service.agents.complete(lease)
+    assert len(seen) == 8
+    assert service.campaigns.get(campaign.id).campaign.state == d.CampaignState.COMPLETED
+
+
+def test_bo_suggestions_for_concurrent_agents_are_distinct(service: Service) -> None:
+    spec = make_spec(algorithm={"name": "bo", "options": {"n_initial": 4, "background_refit": False}}, folds=1,
+                     budget={"max_trials": 30, "max_parallel": 8})  # fmt: skip
+    campaign = service.campaigns.create(spec)
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    for _ in range(6):
+        got = service.agents.acquire(agent, campaign.id)
+        assert got.trial is not None
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, float(got.trial.params["lr"]))
+        service.agents.complete(lease)
+    running = [service.agents.acquire(agent, campaign.id).trial for _ in range(8)]
+    params = {tuple(sorted(t.params.items())) for t in running if t is not None}
+    assert len(params) == 8
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "field", "text"),
+    [
+        ({"name": "bo", "options": {"n_initial": 0}}, "algorithm.options.n_initial", "must be >= 1"),
+        ({"name": "ea", "options": {"population": 1.5}}, "algorithm.options.population", "must be a int"),
+        ({"name": "bo", "options": {"nope": 1}}, "algorithm.options.nope", "not an option"),
+    ],
+)
+def test_bad_algorithm_options_are_refused_at_creation(
+    service: Service, algorithm: dict, field: str, text: str
+) -> None:  # type: ignore[type-arg]
+    with pytest.raises(InvalidArgument) as err:
+        service.campaigns.create(make_spec(algorithm=algorithm))
+    assert err.value.errors[0][0] == field and text in err.value.errors[0][1]
+    assert service.campaigns.list_all() == []

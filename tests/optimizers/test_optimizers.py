@@ -1,0 +1,232 @@
+"""Optimizer behaviour: encodings, the EA's operators, finding an optimum with a modest
+budget (where random search fails), and spreading concurrent suggestions."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hpcopt_server import domain as d
+from hpcopt_server.optimizers import REGISTRY, Optimizer, Problem, SearchSpace
+from hpcopt_server.optimizers.ea import Evolutionary, crossover, mutate
+from hpcopt_server.optimizers.encoding import Encoder
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+MIXED = {
+    "lr": {"type": "real", "low": 1e-5, "high": 1.0, "scale": "log"},
+    "x": {"type": "real", "low": -3.0, "high": 2.0},
+    "n": {"type": "int", "low": -4, "high": 9},
+    "width": {"type": "int", "low": 16, "high": 1024, "scale": "log"},
+    "act": {"type": "categorical", "choices": ["relu", 3, 2.5, True]},
+}
+
+
+def _trial(i: int, params: d.Params, value: float | None, state: d.TrialState = d.TrialState.COMPLETED) -> d.Trial:
+    return d.Trial(id=i, campaign_id=1, number=i, state=state, attempt=1, params=params, created_at=NOW, value=value)
+
+
+def test_encoding_round_trips_every_parameter_kind() -> None:
+    enc = Encoder(SearchSpace(MIXED))
+    rng = np.random.default_rng(0)
+    for x in enc.random(200, rng):
+        params = enc.decode(x)
+        again = enc.encode(params)
+        assert enc.decode(again) == params
+        assert np.allclose(enc.project(again[None, :])[0], again)  # projection is idempotent
+        assert 1e-5 <= params["lr"] <= 1.0 and -3 <= params["x"] <= 2
+        assert isinstance(params["n"], int) and -4 <= params["n"] <= 9
+        assert isinstance(params["width"], int) and 16 <= params["width"] <= 1024
+        assert params["act"] in ("relu", 3, 2.5, True)
+    assert enc.dim == 4 + 4
+    for v in (16, 17, 1023, 1024):
+        assert enc.decode(enc.encode({"lr": 0.1, "x": 0.0, "n": 0, "width": v, "act": 3}))["width"] == v
+
+
+def test_every_int_value_is_reachable_with_equal_odds_in_the_space_decoding() -> None:
+    space = SearchSpace({"k": {"type": "int", "low": 1, "high": 4}})
+    counts = np.bincount([space.decode(np.array([u]))["k"] for u in np.linspace(0, 1, 4001)], minlength=5)[1:]
+    assert counts.min() > 0.9 * counts.max()
+
+
+def test_crossover_follows_the_formula_and_stays_in_bounds() -> None:
+    pa, pb = np.array([0.6, 0.2, 0.9]), np.array([0.4, 0.5, 0.1])
+    assert np.allclose(crossover(pa, pb, 0.5), [0.7, 0.05, 1.0])  # 0.5 * (0.9 - 0.1) + 0.9 clipped
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        c = crossover(rng.random(4), rng.random(4), float(rng.random()))
+        assert np.all((c >= 0) & (c <= 1))
+
+
+def test_mutation_follows_the_formula_and_shrinks_towards_the_last_generation() -> None:
+    assert mutate(0.5, 0, 10, 0.3, 0.9) == pytest.approx(0.5 + (1 - 0.3**1.0) * 0.5)
+    assert mutate(0.5, 5, 10, 0.3, 0.1) == pytest.approx(0.5 - (1 - 0.3 ** (0.5**3)) * 0.5)
+    assert mutate(0.5, 10, 10, 0.3, 0.9) == 0.5  # g = G: no step left
+    rng = np.random.default_rng(2)
+    steps = [
+        np.mean([abs(mutate(0.5, g, 10, rng.random(), rng.random()) - 0.5) for _ in range(2000)]) for g in range(11)
+    ]
+    assert all(a > b for a, b in zip(steps, steps[1:], strict=False)) and steps[-1] == 0
+
+
+def _run(opt: Optimizer, f: Any, budget: int, batch: int = 1) -> float:
+    best, i = math.inf, 0
+    while i < budget:
+        params = opt.suggest(batch, [])
+        trials = []
+        for p in params:
+            v = f(p)
+            best = min(best, v)
+            trials.append(_trial(i, p, v))
+            i += 1
+        opt.observe(trials)
+    wait = getattr(opt, "wait_for_refit", None)
+    if wait:
+        wait()
+    return best
+
+
+def branin(p: d.Params) -> float:
+    x1, x2 = float(p["x1"]), float(p["x2"])
+    b, c, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1 * x1 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+
+
+BRANIN = {"x1": {"type": "real", "low": -5.0, "high": 10.0}, "x2": {"type": "real", "low": 0.0, "high": 15.0}}
+BRANIN_MIN = 0.397887
+
+
+def _make(name: str, seed: int, direction: str = "minimize", **options: Any) -> Optimizer:
+    return REGISTRY[name](Problem(SearchSpace(BRANIN), direction, seed, options))
+
+
+@pytest.mark.parametrize(
+    ("name", "budget", "options", "tolerance"),
+    [
+        ("bo", 40, {"background_refit": False}, 0.05),
+        ("skopt", 40, {}, 0.05),
+        ("ea", 150, {"population": 10, "generations": 15}, 0.05),
+    ],
+)
+def test_each_optimizer_finds_the_optimum_region_where_random_search_does_not(
+    name: str, budget: int, options: dict[str, Any], tolerance: float
+) -> None:
+    regrets = [_run(_make(name, seed, **options), branin, budget) - BRANIN_MIN for seed in range(5)]
+    random_regrets = [_run(_make("random", seed), branin, budget) - BRANIN_MIN for seed in range(5)]
+    assert np.median(regrets) < tolerance, regrets
+    assert np.median(random_regrets) > tolerance, random_regrets  # the test can tell them apart
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "budget", "tolerance"),
+    [("bo", {"background_refit": False}, 40, 0.1), ("ea", {"population": 10}, 100, 0.1)],
+)
+def test_maximizing_a_negative_figure_of_merit(name: str, options: dict[str, Any], budget: int,
+                                               tolerance: float) -> None:  # fmt: skip
+    def fom(p: d.Params) -> float:  # to maximize; always below -100
+        return -branin(p) - 100.0
+
+    bests = []
+    for seed in range(3):
+        opt = _make(name, seed, direction="maximize", **options)
+        best = -math.inf
+        for i in range(budget):
+            [p] = opt.suggest(1, [])
+            best = max(best, fom(p))
+            opt.observe([_trial(i, p, fom(p))])
+        bests.append(best)
+    assert -100 - BRANIN_MIN - tolerance < np.median(bests) <= -100 - BRANIN_MIN + 1e-6, bests
+
+
+@pytest.mark.parametrize("damage", ["failed", "outlier"])
+def test_bo_still_converges_after_failed_trials_or_a_huge_outlier(damage: str) -> None:
+    regrets = []
+    for seed in range(4):
+        opt = _make("bo", seed, background_refit=False)
+        rng = np.random.default_rng(seed)
+        trials = []
+        for i in range(20):
+            p = {"x1": float(rng.uniform(-5, 10)), "x2": float(rng.uniform(0, 15))}
+            if damage == "failed" and i % 5 == 0:
+                trials.append(_trial(i, p, None, d.TrialState.FAILED))
+            else:
+                trials.append(_trial(i, p, 1e12 if damage == "outlier" and i == 7 else branin(p)))
+        opt.observe(trials)
+        regrets.append(_run(opt, branin, 20) - BRANIN_MIN)
+    assert np.median(regrets) < 0.5, regrets
+
+
+def test_eight_concurrent_suggestions_are_distinct_and_spread_out() -> None:
+    opt = _make("bo", 1, background_refit=False)
+    _run(opt, branin, 15)
+    enc = Encoder(SearchSpace(BRANIN))
+    batch = opt.suggest(8, [])
+    X = np.array([enc.encode(p) for p in batch])
+    dist = np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))[np.triu_indices(8, 1)]
+    assert dist.min() > 0.01, dist.min()
+    assert dist.max() > 0.2  # not one cluster
+    # asked again with those eight pending, the next one is apart from all of them
+    [nxt] = opt.suggest(1, batch)
+    assert np.sqrt(((X - enc.encode(nxt)) ** 2).sum(1)).min() > 0.01
+
+
+def test_a_rebuilt_bo_equals_one_that_caught_up_incrementally() -> None:
+    rng = np.random.default_rng(5)
+    pts = [{"x1": float(rng.uniform(-5, 10)), "x2": float(rng.uniform(0, 15))} for _ in range(25)]
+    done = [_trial(i, p, branin(p)) for i, p in enumerate(pts)]
+    warm = _make("bo", 3, background_refit=False, refit_growth=10.0)
+    warm.observe(done[:10])
+    for t in done[10:]:
+        warm.observe([t])  # one row at a time: lazy extensions, no refit
+    cold = _make("bo", 3, background_refit=False, refit_growth=10.0)
+    cold.observe(done[:10])  # the same fit ...
+    cold.observe(done[10:])  # ... then one block extension
+    assert warm.model.n_real == cold.model.n_real == 25
+    Xs = np.random.default_rng(6).random((5, 2))
+    mw, vw = warm.model.predict(Xs, warm.model.outputs())
+    mc, vc = cold.model.predict(Xs, cold.model.outputs())
+    assert np.allclose(mw, mc, atol=1e-8) and np.allclose(vw, vc, atol=1e-8)
+
+
+def test_grid_and_sobol_walk_their_sequences() -> None:
+    grid = REGISTRY["grid"](Problem(SearchSpace({"a": {"type": "int", "low": 1, "high": 3},
+                                                 "c": {"type": "categorical", "choices": ["x", "y"]}}),
+                                    "minimize", 0, {"points": 5}))  # fmt: skip
+    seen = [tuple(p.values()) for p in grid.suggest(6, [])]
+    assert sorted(seen) == sorted((a, c) for a in (1, 2, 3) for c in ("x", "y"))
+    sobol = REGISTRY["sobol"](Problem(SearchSpace(BRANIN), "minimize", 0, {}))
+    first = sobol.suggest(4, [])
+    assert sobol.suggest(2, first[:2]) == first[2:]  # continues after the pending ones
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "message"),
+    [
+        ("bo", {"n_initial": 0}, "options.n_initial must be >= 1"),
+        ("bo", {"acquisition": "pi"}, "options.acquisition must be one of ['logei', 'ucb']"),
+        ("bo", {"bogus": 1}, "options.bogus is not an option"),
+        ("ea", {"population": "big"}, "options.population must be a int"),
+        ("grid", {"points": 0}, "options.points must be >= 1"),
+    ],
+)
+def test_bad_options_are_refused_by_name(name: str, options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=re_escape(message)):
+        REGISTRY[name](Problem(SearchSpace(BRANIN), "minimize", 0, options))
+
+
+def re_escape(text: str) -> str:
+    import re
+
+    return re.escape(text)
+
+
+def test_ea_population_starts_random_then_breeds_from_the_elite() -> None:
+    ea = Evolutionary(Problem(SearchSpace(BRANIN), "minimize", 0, {"population": 5, "generations": 4}))
+    first = ea.suggest(5, [])
+    ea.observe([_trial(i, p, branin(p)) for i, p in enumerate(first)])
+    assert ea.generation() == 1
+    kids = ea.suggest(3, [])
+    assert all(-5 <= k["x1"] <= 10 and 0 <= k["x2"] <= 15 for k in kids)
