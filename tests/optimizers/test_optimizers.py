@@ -3,6 +3,7 @@ budget (where random search fails), and spreading concurrent suggestions."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from datetime import UTC, datetime
 from typing import Any
@@ -69,7 +70,7 @@ def test_mutation_follows_the_formula_and_shrinks_towards_the_last_generation() 
     steps = [
         np.mean([abs(mutate(0.5, g, 10, rng.random(), rng.random()) - 0.5) for _ in range(2000)]) for g in range(11)
     ]
-    assert all(a > b for a, b in zip(steps, steps[1:], strict=False)) and steps[-1] == 0
+    assert all(a > b for a, b in itertools.pairwise(steps)) and steps[-1] == 0
 
 
 def _run(opt: Optimizer, f: Any, budget: int, batch: int = 1) -> float:
