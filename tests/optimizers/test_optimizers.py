@@ -143,18 +143,24 @@ def test_maximizing_a_negative_figure_of_merit(name: str, options: dict[str, Any
 
 
 @pytest.mark.parametrize("damage", ["failed", "outlier"])
-def test_bo_still_converges_after_failed_trials_or_a_huge_outlier(damage: str) -> None:
+def test_bo_still_converges_after_failed_trials_or_huge_losses(damage: str) -> None:
+    """Failures at random places; or two bad trials (a diverged training, say) whose
+    losses came back as 1e12 and 1e9: the huge numbers must not squash the scale."""
     regrets = []
     for seed in range(4):
         opt = _make("bo", seed, background_refit=False)
         rng = np.random.default_rng(seed)
+        points = [{"x1": float(rng.uniform(-5, 10)), "x2": float(rng.uniform(0, 15))} for _ in range(20)]
+        values = [branin(p) for p in points]
+        worst_two = np.argsort(values)[-2:]
         trials = []
-        for i in range(20):
-            p = {"x1": float(rng.uniform(-5, 10)), "x2": float(rng.uniform(0, 15))}
+        for i, (p, v) in enumerate(zip(points, values, strict=True)):
             if damage == "failed" and i % 5 == 0:
                 trials.append(_trial(i, p, None, d.TrialState.FAILED))
+            elif damage == "outlier" and i in worst_two:
+                trials.append(_trial(i, p, 1e12 if i == worst_two[-1] else 1e9))
             else:
-                trials.append(_trial(i, p, 1e12 if damage == "outlier" and i == 7 else branin(p)))
+                trials.append(_trial(i, p, v))
         opt.observe(trials)
         regrets.append(_run(opt, branin, 20) - BRANIN_MIN)
     assert np.median(regrets) < 0.5, regrets

@@ -125,10 +125,16 @@ class LazyCholesky:
 
 
 def lengthscale_prior(D: int) -> tuple[float, float]:
-    """Mean and sd of the normal prior on log lengthscales, scaled with the dimension as
-    in Hvarfner et al., "Vanilla Bayesian Optimization Performs Great in High Dimensions"
-    (ICML 2024, arXiv:2402.02229): mu = sqrt(2) + log(D) / 2, sigma = sqrt(3)."""
-    return math.sqrt(2.0) + 0.5 * math.log(D), math.sqrt(3.0)
+    """Mean and sd of the normal prior on log lengthscales (inputs in the unit cube):
+    median 0.5 * D^(1/4), sd 1 in log space.
+
+    We tried the dimension-scaled prior of Hvarfner et al. (ICML 2024, arXiv:2402.02229),
+    mu = sqrt(2) + log(D) / 2, first: with our candidate search it favoured near-linear
+    models that sent suggestions to the boundary (median regret over 3 seeds, 100
+    evaluations: Ackley-10 7.6 vs 2.6 with this prior; Levy-8 14.6 vs 0.9; Hartmann6
+    0.46 vs 0.12).
+    """
+    return math.log(0.5) + 0.25 * math.log(D), 1.0
 
 
 NOISE_PRIOR = (math.log(1e-3), 2.0)  # log noise variance, standardized outputs

@@ -1,12 +1,13 @@
 """The GP surrogate of the BO optimizer: inputs, outputs, hyper-parameters and a lazily
 extended Cholesky factor, with fantasies (kriging believer) as temporary rows.
 
-Outputs are kept raw (as losses; NaN for a failed trial) and standardized robustly with
-a centre and scale frozen at the last refit: ``(y - median) / (IQR / 1.349)``; values
-beyond 3 scale units above the centre are compressed logarithmically and capped at 4,
-so a few huge losses do not flatten the model. A failed trial is imputed at the upper
-quartile: bad, but not a spike the GP must bend around (imputing the worst value made
-Branin runs with 20% random failures converge 5x slower in our trials).
+Outputs are kept raw (as losses; NaN for a failed trial) and standardized with
+statistics frozen at the last refit: losses more than 5 robust scales (IQR / 1.349)
+above the median grow only logarithmically beyond that point (capped at 8 scales), so a
+few huge losses do not flatten the model, and the result is z-scored. Good values are never compressed:
+they are what the search is about. A failed trial is imputed at the upper quartile of
+the losses: bad, but not a spike the GP must bend around (imputing the worst value made
+Branin runs with 20% random failures converge several times slower in our trials).
 """
 
 from __future__ import annotations
@@ -18,25 +19,39 @@ import numpy as np
 from hpcopt_server.optimizers import gp
 
 
-def robust_center_scale(y: np.ndarray) -> tuple[float, float]:
+OutputStats = tuple[float, float, float, float]  # median, robust scale, mean, std
+
+
+def _compress(y: np.ndarray, median: float, scale: float) -> np.ndarray:
+    """Values above median + 5 robust scales grow only logarithmically beyond it, and
+    never past median + 8 scales."""
+    thr = median + 5.0 * scale
+    over = np.minimum(np.log1p(np.maximum(y - thr, 0.0) / scale), 3.0)
+    return np.where(y > thr, thr + scale * over, y)
+
+
+def output_stats(y: np.ndarray) -> OutputStats:
+    """Frozen at each refit: the robust centre and scale used to tame outliers, then the
+    mean and standard deviation of the tamed values."""
     ok = y[np.isfinite(y)]
     if ok.size == 0:
-        return 0.0, 1.0
-    center = float(np.median(ok))
+        return 0.0, 1.0, 0.0, 1.0
+    median = float(np.median(ok))
     q75, q25 = np.percentile(ok, [75, 25])
     scale = float(q75 - q25) / 1.349
     if not scale > 1e-12:
         scale = float(np.std(ok)) or 1.0
-    return center, scale
+    tamed = _compress(ok, median, scale)
+    std = float(np.std(tamed))
+    return median, scale, float(np.mean(tamed)), std if std > 1e-12 else 1.0
 
 
-def standardize(y: np.ndarray, center: float, scale: float) -> np.ndarray:
+def standardize(y: np.ndarray, stats: OutputStats) -> np.ndarray:
     """Raw losses [n] (NaN = failed) to mean-zero model outputs [n]."""
-    t = (y - center) / scale
-    ok = np.isfinite(t)
-    bad = float(np.percentile(t[ok], 75)) if ok.any() else 0.0
-    t = np.where(ok, t, bad)
-    t = np.minimum(np.where(t > 3.0, 3.0 + np.log1p(np.maximum(t - 3.0, 0.0)), t), 4.0)
+    median, scale, mean, std = stats
+    ok = np.isfinite(y)
+    bad = float(np.percentile(y[ok], 75)) if ok.any() else median
+    t = (_compress(np.where(ok, y, bad), median, scale) - mean) / std
     return t - t.mean()
 
 
@@ -52,7 +67,7 @@ class GPModel:
         self.extra_raw = np.zeros(64)
         self.n_real = 0
         self.theta = np.r_[np.full(dim, gp.lengthscale_prior(dim)[0]), 0.0, np.log(1e-3)]
-        self.center, self.scale = 0.0, 1.0
+        self.stats: OutputStats = (0.0, 1.0, 0.0, 1.0)
         self.factor = gp.LazyCholesky()
         self.lock = threading.RLock()
         self.fitted_n = 0
@@ -73,7 +88,7 @@ class GPModel:
             self.extra_raw = np.r_[self.extra_raw, np.zeros(cap - len(self.extra_raw))]
 
     def _noise(self, extra_raw: np.ndarray) -> np.ndarray:
-        return gp.unpack(self.theta)[2] + extra_raw / self.scale**2
+        return gp.unpack(self.theta)[2] + extra_raw / self.stats[3] ** 2
 
     def add(self, Xn: np.ndarray, y_raw: np.ndarray, extra_raw: np.ndarray) -> None:
         """Appends real observations (call with no fantasies present): O(k n^2)."""
@@ -111,7 +126,7 @@ class GPModel:
 
     def outputs(self) -> np.ndarray:
         """Standardized outputs of every row of the factor (real, then fantasies) [n]."""
-        y = standardize(self.y_raw[: self.n_real], self.center, self.scale)
+        y = standardize(self.y_raw[: self.n_real], self.stats)
         fant = self._fantasy_y[: self.n - self.n_real]
         return np.r_[y, fant]
 
@@ -145,12 +160,12 @@ class GPModel:
 
     def compute_refit(
         self, X: np.ndarray, y_raw: np.ndarray, extra_raw: np.ndarray, warm: np.ndarray, subsample: int
-    ) -> tuple[np.ndarray, float, float, gp.LazyCholesky]:
+    ) -> tuple[np.ndarray, OutputStats, gp.LazyCholesky]:
         """New hyper-parameters (fitted on at most ``subsample`` points: the best tenth and
         a random rest) and a fresh factor of all n points: O(n^3), run off the lock."""
-        center, scale = robust_center_scale(y_raw)
-        y = standardize(y_raw, center, scale)
-        extra = extra_raw / scale**2
+        stats = output_stats(y_raw)
+        y = standardize(y_raw, stats)
+        extra = extra_raw / stats[3] ** 2
         idx = np.arange(len(X))
         if len(X) > subsample:
             best = np.argsort(y)[: subsample // 10]
@@ -163,13 +178,13 @@ class GPModel:
             L = np.linalg.cholesky(K)
         except np.linalg.LinAlgError:
             L = np.linalg.cholesky(K + np.eye(len(X)) * 1e-6 * amp)
-        return theta, center, scale, gp.LazyCholesky.from_factor(L)
+        return theta, stats, gp.LazyCholesky.from_factor(L)
 
-    def install(self, theta: np.ndarray, center: float, scale: float, factor: gp.LazyCholesky) -> None:
+    def install(self, theta: np.ndarray, stats: OutputStats, factor: gp.LazyCholesky) -> None:
         """Swaps in a refit made from the first ``factor.n`` observations and extends it
         with any that arrived meanwhile (call with the lock held, fantasies dropped)."""
         m = factor.n
-        self.theta, self.center, self.scale, self.factor = theta, center, scale, factor
+        self.theta, self.stats, self.factor = theta, stats, factor
         if self.n_real > m:
             Xn = self.X[m : self.n_real].copy()
             self._extend(Xn, self._noise(self.extra_raw[m : self.n_real]))

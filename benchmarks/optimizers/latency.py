@@ -1,0 +1,118 @@
+"""Suggestion latency against history size: the steady-state cost of one observe +
+suggest at n = 20 ... 5000 and d = 6 and 20, for our ``bo`` (and ``ea``) next to skopt's
+GP Optimizer, Optuna's GPSampler and TPESampler, and random search, in the same run.
+
+    python benchmarks/optimizers/latency.py [--ns 20,100,500,1000,2000,5000] [--dims 6,20]
+
+For each (optimizer, d, n): the optimizer is given n observed points of Ackley, then
+tells one new result and asks one suggestion ``--reps`` times; p50 and mean of that
+step are printed. Our BO refits its hyper-parameters in a background thread when n
+has grown by 20%; the step's mean therefore excludes the refit, so the table also shows
+one refit's time and the mean with refits amortized (refit / (0.2 n) added).
+A peer whose step took longer than ``--cap`` seconds is not run at larger n.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from functions import ackley  # noqa: E402
+from runners import Optuna, Ours, Skopt  # noqa: E402
+
+
+def _history(d: int, n: int, seed: int) -> list[tuple[dict[str, float], float]]:
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-5, 5, (n + 200, d))
+    return [({f"x{i}": float(v) for i, v in enumerate(x)}, ackley(x)) for x in X]
+
+
+def measure(name: str, d: int, n: int, reps: int) -> dict[str, float]:
+    space = {f"x{i}": {"type": "real", "low": -5.0, "high": 5.0} for i in range(d)}
+    hist = _history(d, n, seed=n + d)
+    opt: Any
+    refit = float("nan")
+    if name in ("bo", "ea", "random"):
+        opt = Ours(name, space, 0)
+        opt.tell(hist[:n])
+        if name == "bo":
+            bo = opt.opt
+            bo.wait_for_refit()
+            m = bo.model
+            with m.lock:
+                snap = m.refit_snapshot()
+            t0 = time.perf_counter()
+            m.compute_refit(*snap, subsample=bo.fit_subsample)
+            refit = time.perf_counter() - t0
+    elif name == "skopt":
+        opt = Skopt(space, 0)
+        opt.tell(hist[:n])
+    else:
+        opt = Optuna(name.split("-")[1], space, 0)
+        import optuna
+
+        dists = opt.dists
+        opt.study.add_trials([optuna.trial.create_trial(params=p, distributions=dists, value=v) for p, v in hist[:n]])
+    times = []
+    for i in range(reps):
+        p, v = hist[n + i]
+        t0 = time.perf_counter()
+        if name in ("bo", "ea", "random"):
+            opt.tell([(p, v)])
+            opt.ask(1)
+        elif name == "skopt":
+            opt.tell([(p, v)])
+            opt.ask(1)
+        else:
+            [params] = opt.ask(1)
+            opt.tell([(params, v)])
+        times.append(time.perf_counter() - t0)
+    out = {"p50": statistics.median(times), "mean": statistics.fmean(times), "refit": refit}
+    out["amortized"] = out["mean"] + (refit / (0.2 * n) if refit == refit else 0.0)
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ns", default="20,100,500,1000,2000,5000")
+    ap.add_argument("--dims", default="6,20")
+    ap.add_argument("--only", default="bo,ea,skopt,optuna-gp,optuna-tpe,random")
+    ap.add_argument("--reps", type=int, default=20, help="steps per cell for ours (peers: fewer when slow)")
+    ap.add_argument("--cap", type=float, default=15.0, help="seconds per step beyond which a peer stops")
+    args = ap.parse_args()
+    names = args.only.split(",")
+    print(f"{'d':>3} {'n':>5} | {'optimizer':<11} {'p50 ms':>10} {'mean ms':>10} {'refit s':>8} {'amort ms':>9} | "
+          f"{'p50 vs bo':>9}")  # fmt: skip
+    print("-" * 78)
+    for d in (int(x) for x in args.dims.split(",")):
+        stopped: set[str] = set()
+        for n in (int(x) for x in args.ns.split(",")):
+            ours_p50 = None
+            for name in names:
+                if name in stopped:
+                    print(f"{d:>3} {n:>5} | {name:<11} {'(skipped: slower than --cap at a smaller n)':>44}")
+                    continue
+                reps = args.reps if name in ("bo", "ea", "random", "optuna-tpe") else max(2, min(args.reps, 5))
+                r = measure(name, d, n, reps)
+                if name == "bo":
+                    ours_p50 = r["p50"]
+                ratio = f"{r['p50'] / ours_p50:>8.1f}x" if ours_p50 and name != "bo" else ""
+                refit = f"{r['refit']:>8.2f}" if r["refit"] == r["refit"] else f"{'':>8}"
+                print(f"{d:>3} {n:>5} | {name:<11} {r['p50'] * 1e3:>10.1f} {r['mean'] * 1e3:>10.1f} {refit} "
+                      f"{r['amortized'] * 1e3:>9.1f} | {ratio}", flush=True)  # fmt: skip
+                if r["p50"] > args.cap and name not in ("bo",):
+                    stopped.add(name)
+    print("\nratio: the peer's p50 step time over ours (bo); > 1 means bo is faster")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""Optimizer quality: median and IQR of the final simple regret over seeds on Branin
+(50 evaluations), Hartmann6 (50), Rosenbrock 4-d on [-2, 2] (50), Ackley 10-d on
+[-5, 5] (100), Levy 8-d (100), and Hartmann6 with 4 simulated concurrent workers
+(ask 4, tell 4), for our ``bo`` and ``ea`` next to skopt's GP, Optuna's GPSampler and
+TPESampler, and random search, all in the same run.
+
+    python benchmarks/optimizers/quality.py [--seeds 10] [--workers 2] [--only bo,optuna-gp]
+
+Optuna's GPSampler needs torch (`pip install torch==2.13.0`). Nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from functions import FUNCTIONS  # noqa: E402
+from runners import ALL, run  # noqa: E402
+
+CASES = [(name, 1) for name in FUNCTIONS] + [("hartmann6", 4)]
+
+
+def _task(args: tuple[str, str, int, int]) -> tuple[str, str, int, int, float, float]:
+    opt, fn, batch, seed = args
+    t0 = time.perf_counter()
+    regret = run(opt, FUNCTIONS[fn], seed, batch)
+    return opt, fn, batch, seed, regret, time.perf_counter() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=10)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--only", default=",".join(ALL), help="comma-separated optimizers")
+    ap.add_argument("--json", type=Path, help="write every run's regret here")
+    args = ap.parse_args()
+    opts = args.only.split(",")
+    tasks = [(o, fn, b, s) for fn, b in CASES for o in opts for s in range(args.seeds)]
+    # The slow peers first, so the pool stays busy to the end.
+    tasks.sort(key=lambda t: t[0] not in ("skopt", "optuna-gp"))
+    results: dict[tuple[str, str, int], list[float]] = {}
+    seconds: dict[str, float] = {}
+    t0 = time.time()
+    with mp.get_context("spawn").Pool(args.workers) as pool:
+        for i, (o, fn, b, _s, regret, dt) in enumerate(pool.imap_unordered(_task, tasks), 1):
+            results.setdefault((o, fn, b), []).append(regret)
+            seconds[o] = seconds.get(o, 0.0) + dt
+            print(f"\r{i}/{len(tasks)} runs, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
+    print(file=sys.stderr)
+    _table(results, opts)
+    print("\nCPU seconds per optimizer (all runs): " + ", ".join(f"{o} {seconds[o]:.0f}" for o in opts))
+    if args.json:
+        args.json.write_text(json.dumps({f"{o}/{fn}/{b}": r for (o, fn, b), r in results.items()}, indent=1))
+    return 0
+
+
+def _table(results: dict[tuple[str, str, int], list[float]], opts: list[str]) -> None:
+    width = 22
+    print(f"{'function':<18}" + "".join(f"{o:>{width}}" for o in opts))
+    print("-" * (18 + width * len(opts)))
+    medians: dict[tuple[str, str], float] = {}
+    for fn, batch in CASES:
+        label = fn if batch == 1 else f"{fn} x{batch} workers"
+        cells = []
+        for o in opts:
+            r = np.array(results.get((o, fn, batch), [np.nan]))
+            med, q1, q3 = np.median(r), np.percentile(r, 25), np.percentile(r, 75)
+            medians[(o, label)] = float(med)
+            cells.append(f"{med:.3g} [{q1:.2g}, {q3:.2g}]")
+        print(f"{label:<18}" + "".join(f"{c:>{width}}" for c in cells))
+    print("\nmedian regret [IQR]; lower is better")
+    labels = [fn for fn, b in CASES if b == 1]
+    for ours in ("bo", "ea"):
+        for peer in ("optuna-gp", "skopt", "optuna-tpe", "random"):
+            if ours in opts and peer in opts:
+                wins = sum(medians[(ours, f)] <= medians[(peer, f)] for f in labels)
+                print(f"{ours} no worse than {peer} on {wins} of {len(labels)} functions")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
