@@ -25,8 +25,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from functions import ackley  # noqa: E402
-from runners import Optuna, Ours, Skopt  # noqa: E402
+from functions import ackley
+from runners import Optuna, Ours, Skopt
 
 
 def _history(d: int, n: int, seed: int) -> list[tuple[dict[str, float], float]]:
@@ -65,10 +65,7 @@ def measure(name: str, d: int, n: int, reps: int) -> dict[str, float]:
     for i in range(reps):
         p, v = hist[n + i]
         t0 = time.perf_counter()
-        if name in ("bo", "ea", "random"):
-            opt.tell([(p, v)])
-            opt.ask(1)
-        elif name == "skopt":
+        if name in ("bo", "ea", "random") or name == "skopt":
             opt.tell([(p, v)])
             opt.ask(1)
         else:

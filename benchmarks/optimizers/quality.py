@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from functions import FUNCTIONS  # noqa: E402
-from runners import ALL, run  # noqa: E402
+from functions import FUNCTIONS
+from runners import ALL, run
 
 CASES = [(name, 1) for name in FUNCTIONS] + [("hartmann6", 4)]
 

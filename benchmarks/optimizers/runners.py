@@ -61,7 +61,9 @@ class Optuna:
         sampler = optuna.samplers.GPSampler(seed=seed) if kind == "gp" else optuna.samplers.TPESampler(seed=seed)
         self.study = optuna.create_study(sampler=sampler)
         self.space = space
-        self.dists = {n: optuna.distributions.FloatDistribution(p["low"], p["high"]) for n, p in space.items()}
+        self.dists: dict[str, Any] = {
+            n: optuna.distributions.FloatDistribution(p["low"], p["high"]) for n, p in space.items()
+        }
         self.pending: list[Any] = []
 
     def ask(self, k: int) -> list[dict[str, Any]]:

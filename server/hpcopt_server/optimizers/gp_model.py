@@ -18,7 +18,6 @@ import numpy as np
 
 from hpcopt_server.optimizers import gp
 
-
 OutputStats = tuple[float, float, float, float]  # median, robust scale, mean, std
 
 
