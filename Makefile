@@ -19,5 +19,10 @@ protos:
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 
+# The benchmarks (tens of minutes): server throughput, optimizer latency and quality.
 bench:
+	bash scripts/setup.sh
+	.venv/bin/pip install -q -c requirements/constraints.txt -r requirements/bench.txt
 	.venv/bin/python benchmarks/server_throughput.py
+	.venv/bin/python benchmarks/optimizers/latency.py
+	.venv/bin/python benchmarks/optimizers/quality.py
