@@ -188,7 +188,7 @@ def fit_hyperparameters(
     extra: np.ndarray,
     rng: np.random.Generator,
     warm_start: np.ndarray | None = None,
-    restarts: int = 2,
+    restarts: int = 1,
 ) -> np.ndarray:
     """theta maximizing the log posterior by L-BFGS-B from the warm start and prior draws."""
     from scipy.optimize import minimize
@@ -207,7 +207,7 @@ def fit_hyperparameters(
     best, best_f = starts[0], math.inf
     for s in starts:
         res = minimize(neg_log_posterior, s, args=(X, y, extra), jac=True, method="L-BFGS-B", bounds=bounds,
-                       options={"maxiter": 100})  # fmt: skip
+                       options={"maxiter": 60})  # fmt: skip
         if res.fun < best_f:
             best, best_f = res.x, float(res.fun)
     return np.asarray(best)
