@@ -59,24 +59,6 @@ def _fresh_pg_database(admin: str) -> Iterator[str]:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty, migrated database of each backend."""
-    from hpcopt_server.storage.migrate import upgrade
-
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'hpcopt.db'}"
-        upgrade(url)
-        yield url
-    else:
-        admin = request.getfixturevalue("pg_admin")
-        gen = _fresh_pg_database(admin)
-        url = next(gen)
-        upgrade(url)
-        yield url
-        gen.close()
-
-
 @pytest.fixture
 def pg_url(pg_admin: str) -> Iterator[str]:
     """An empty, migrated PostgreSQL database."""
@@ -87,6 +69,19 @@ def pg_url(pg_admin: str) -> Iterator[str]:
     upgrade(url)
     yield url
     gen.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty, migrated database of each backend."""
+    from hpcopt_server.storage.migrate import upgrade
+
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("pg_url")
+        return url
+    url = f"sqlite:///{tmp_path / 'hpcopt.db'}"
+    upgrade(url)
+    return url
 
 
 @pytest.fixture
