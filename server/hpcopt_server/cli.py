@@ -7,8 +7,12 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from hpcopt_server.settings import ServerSettings, env
+
+if TYPE_CHECKING:  # the storage stack is imported only by the commands that use it
+    from hpcopt_server.storage.repository import Storage
 
 
 def _db_arg(p: argparse.ArgumentParser) -> None:
@@ -73,12 +77,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _ready_storage(url: str, *, upgrade_empty: bool) -> object:
+def _ready_storage(url: str) -> Storage:
+    """Storage on a database at this release's schema (an empty one is migrated)."""
     from hpcopt_server.storage import migrate
     from hpcopt_server.storage.repository import Storage
 
     current, head = migrate.current_revision(url), migrate.head_revision()
-    if current is None and upgrade_empty:
+    if current is None:
         migrate.upgrade(url)
     elif current != head:
         raise SystemExit(
@@ -102,10 +107,8 @@ def _db(args: argparse.Namespace) -> int:
 
 def _token(args: argparse.Namespace) -> int:
     from hpcopt_server.service import Service
-    from hpcopt_server.storage.repository import Storage
 
-    storage = _ready_storage(args.db, upgrade_empty=True)
-    assert isinstance(storage, Storage)
+    storage = _ready_storage(args.db)
     service = Service(storage)
     if args.token_command == "create":
         token, secret = service.tokens.create(args.name, args.scope)
@@ -131,7 +134,6 @@ def _serve(args: argparse.Namespace) -> int:
     from hpcopt_server.metrics import Metrics
     from hpcopt_server.rpc.server import build_grpc_server
     from hpcopt_server.service import Service, ServiceSettings
-    from hpcopt_server.storage.repository import Storage
 
     settings = ServerSettings(
         db=args.db,
@@ -145,8 +147,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    storage = _ready_storage(settings.db, upgrade_empty=True)
-    assert isinstance(storage, Storage)
+    storage = _ready_storage(settings.db)
     service = Service(
         storage,
         ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),
