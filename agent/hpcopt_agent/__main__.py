@@ -1,18 +1,10 @@
-"""``hpcopt-agent``: not built yet; says so instead of pretending to work."""
+"""``python -m mpi4py -m hpcopt_agent ...`` (and the ``hpcopt-agent`` console script)."""
 
 from __future__ import annotations
 
 import sys
 
-
-def main() -> int:
-    print(
-        "hpcopt-agent: the MPI agent is not part of this release yet; "
-        "see examples/demo/simulated_agent.py for the protocol it will speak.",
-        file=sys.stderr,
-    )
-    return 2
-
+from hpcopt_agent.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -65,20 +65,26 @@ class RegisterResponse(_message.Message):
     AGENT_ID_FIELD_NUMBER: _builtins.int
     LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_SECONDS_FIELD_NUMBER: _builtins.int
+    CAMPAIGN_SPEC_JSON_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     lease_seconds: _builtins.float
     heartbeat_seconds: _builtins.float
     """Send a heartbeat at least this often."""
+    campaign_spec_json: _builtins.str
+    """The spec of the campaign named in the request (empty when none was), so that an
+    agent can check its layout against the training settings before it acquires.
+    """
     def __init__(
         self,
         *,
         agent_id: _builtins.str = ...,
         lease_seconds: _builtins.float = ...,
         heartbeat_seconds: _builtins.float = ...,
+        campaign_spec_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "heartbeat_seconds", b"heartbeat_seconds", "lease_seconds", b"lease_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "campaign_spec_json", b"campaign_spec_json", "heartbeat_seconds", b"heartbeat_seconds", "lease_seconds", b"lease_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -96,7 +96,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             version=request.version,
         )
         return agent_pb2.RegisterResponse(
-            agent_id=reg.agent_id, lease_seconds=reg.lease_seconds, heartbeat_seconds=reg.heartbeat_seconds
+            agent_id=reg.agent_id,
+            lease_seconds=reg.lease_seconds,
+            heartbeat_seconds=reg.heartbeat_seconds,
+            campaign_spec_json=json.dumps(reg.campaign_spec) if reg.campaign_spec else "",
         )
 
     @handles_errors

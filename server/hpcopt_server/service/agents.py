@@ -59,6 +59,7 @@ class Registration:
     agent_id: str
     lease_seconds: float
     heartbeat_seconds: float
+    campaign_spec: dict | None = None  # type: ignore[type-arg]
 
 
 @dataclass(frozen=True)
@@ -104,12 +105,13 @@ class AgentService:
             registered_at=now,
             last_seen_at=now,
         )
+        spec = None
         with self.ctx.storage.write() as tx:
             if campaign_id:
-                campaign_or_404(tx, campaign_id)
+                spec = campaign_or_404(tx, campaign_id).spec
             tx.insert_agent(agent)
         s = self.ctx.settings
-        return Registration(agent.id, s.lease_seconds, s.heartbeat_seconds)
+        return Registration(agent.id, s.lease_seconds, s.heartbeat_seconds, spec)
 
     def acquire(self, agent_id: str, campaign_id: int) -> Acquisition:
         """Hands the agent one trial of the campaign under a new lease.

@@ -1,0 +1,169 @@
+"""The agent loop of one trial group: acquire a trial, train its folds over the fold
+groups, complete or give it back; until the campaign is done, the allocation is
+signalled, or its walltime would not fit another trial."""
+
+from __future__ import annotations
+
+import logging
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hpcopt import AgentClient, param_values
+from hpcopt.v1 import agent_pb2
+from hpcopt_agent.comm import Comms, any_true, bcast, gather
+from hpcopt_agent.fold import FoldOutcome, FoldTrainer, TrialInfo
+from hpcopt_agent.runtime import Context, StopSignal, Walltime
+from hpcopt_agent.server import Heartbeat, TrialLink, retrying
+
+log = logging.getLogger("hpcopt_agent")
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What the group leader tells its group about an acquired trial."""
+
+    info: TrialInfo
+    lease: agent_pb2.TrialLease
+    finished: frozenset[int]
+    resume: dict[int, str]
+
+
+class GroupLoop:
+    def __init__(
+        self,
+        *,
+        comms: Comms,
+        client: AgentClient | None,
+        agent_id: str,
+        campaign_id: int,
+        heartbeat_seconds: float,
+        trainer: FoldTrainer,
+        splits: list[tuple[np.ndarray, np.ndarray]],
+        stop: StopSignal,
+        walltime: Walltime,
+        context: Context,
+        max_trials: int | None = None,
+        patience: float = 120.0,
+    ) -> None:
+        self.comms = comms
+        self.client = client  # on fold leaders
+        self.agent_id = agent_id
+        self.campaign_id = campaign_id
+        self.heartbeat_seconds = heartbeat_seconds
+        self.trainer = trainer
+        self.splits = splits
+        self.stop = stop
+        self.walltime = walltime
+        self.context = context
+        self.max_trials = max_trials
+        self.patience = patience
+        self.trials = 0
+
+    def run(self) -> str:
+        """Runs trials until there is a reason to stop; returns that reason."""
+        while True:
+            signalled = any_true(self.comms.group, self.stop.requested)
+            decision = self._decide(signalled) if self.comms.is_group_leader else None
+            kind, payload = bcast(self.comms.group, decision)
+            if kind == "stop":
+                return str(payload)
+            if kind == "wait":
+                continue
+            self._run_trial(payload)
+            self.trials += 1
+
+    # -- group leader ------------------------------------------------------------------
+
+    def _decide(self, signalled: bool) -> tuple[str, Any]:
+        if signalled:
+            return "stop", f"{self.stop.name or 'a signal'} received"
+        if self.max_trials is not None and self.trials >= self.max_trials:
+            return "stop", f"--max-trials {self.max_trials} reached"
+        if not self.walltime.fits_another():
+            left = self.walltime.remaining() or 0.0
+            return "stop", f"{left:.0f} s of walltime left, the longest trial took {self.walltime.longest:.0f} s"
+        assert self.client is not None
+        client = self.client
+        resp = retrying(lambda: client.acquire(self.agent_id, self.campaign_id), "Acquire", self.patience)
+        if resp.status == agent_pb2.AcquireResponse.STATUS_DONE:
+            return "stop", "the campaign is finished"
+        if resp.status == agent_pb2.AcquireResponse.STATUS_WAIT:
+            deadline = time.monotonic() + max(resp.retry_after_seconds, 0.2)
+            while time.monotonic() < deadline and not self.stop.requested:
+                time.sleep(0.1)
+            return "wait", None
+        trial = resp.trial
+        info = TrialInfo(self.campaign_id, trial.id, trial.number, trial.attempt, param_values(trial))
+        lease = agent_pb2.TrialLease(agent_id=self.agent_id, trial_id=trial.id, lease_id=resp.lease_id)
+        finished = frozenset(f.index for f in trial.folds if f.finished)
+        resume = {f.index: f.checkpoint_uri for f in trial.folds if not f.finished and f.checkpoint_uri}
+        return "trial", Grant(info, lease, finished, resume)
+
+    # -- every rank ----------------------------------------------------------------------
+
+    def _run_trial(self, grant: Grant) -> None:
+        info, layout = grant.info, self.comms.layout
+        t0 = time.monotonic()
+        link = TrialLink(self.client, grant.lease, self.patience) if self.client is not None else None
+        heartbeat = None
+        if self.comms.is_group_leader and link is not None:
+            params = ", ".join(f"{k}={_fmt(v)}" for k, v in info.params.items())
+            again = f", attempt {info.attempt}" if info.attempt > 1 else ""
+            skipped = f"; folds {sorted(grant.finished)} already done" if grant.finished else ""
+            log.info("trial %d (#%d%s): %s%s", info.trial_id, info.number, again, params, skipped)
+            heartbeat = Heartbeat(link, self.heartbeat_seconds)
+            heartbeat.start()
+        remaining = [k for k in range(layout.folds) if k not in grant.finished]
+        outcomes: list[FoldOutcome] = []
+        fold_link = link if self.comms.is_fold_leader else None
+        for fold in layout.folds_for(self.comms.fold_index, remaining):
+            self.context.what = f"trial {info.trial_id} fold {fold}"
+            train, validation = self.splits[fold]
+            outcome = self.trainer.run(info, fold, train, validation, fold_link, grant.resume.get(fold, ""))
+            outcomes.append(outcome)
+            if outcome.status != "completed":
+                break
+        self.context.what = f"trial {info.trial_id}"
+        everything = gather(self.comms.group, outcomes if self.comms.is_fold_leader else [])
+        if heartbeat is not None:
+            heartbeat.stop()
+        if everything is not None and link is not None:
+            self._finish(link, info, [o for part in everything for o in part], heartbeat)
+        self.walltime.record(time.monotonic() - t0)
+        self.context.what = ""
+
+    def _finish(self, link: TrialLink, info: TrialInfo, outcomes: list[FoldOutcome], hb: Heartbeat | None) -> None:
+        by = {s: [o for o in outcomes if o.status == s] for s in {o.status for o in outcomes}}
+        trained = sum(o.epochs for o in outcomes)
+        if "failed" in by:
+            log.error("FAILED (%s)", by["failed"][0].error.splitlines()[0] if by["failed"][0].error else "error")
+        elif "preempted" in by:
+            reason = f"{self.stop.name or 'signal'} on {socket.gethostname()}"
+            try:
+                link.release("PREEMPTED", reason)
+                log.warning(
+                    "PREEMPTED: checkpointed %d fold(s) in progress; %d epochs trained", len(by["preempted"]), trained
+                )
+            except Exception as exc:  # the lease may be gone already; the server requeues it then
+                log.warning("could not release as PREEMPTED: %s", exc)
+        elif "lost" in by or (hb is not None and hb.action == "lost"):
+            log.warning("the lease was lost (expired or taken over); the server requeues the trial")
+        elif "pruned" in by or "cancelled" in by:
+            log.info("stopped by the server (%s)", ", ".join(s for s in ("pruned", "cancelled") if s in by))
+        else:
+            try:
+                value = link.complete()
+            except Exception as exc:
+                log.error("could not complete: %s", exc)
+                return
+            log.info(
+                "COMPLETED: value %.6g over %d folds (%d epochs trained now)", value, self.comms.layout.folds, trained
+            )
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

@@ -1,0 +1,205 @@
+"""``hpcopt-agent``: one MPI job (``srun`` or ``mpiexec``) pulling trials of a campaign.
+
+    mpiexec -n 8 python -m mpi4py -m hpcopt_agent --server HOST:50051 --campaign 3 \\
+        --groups 2 --checkpoint-dir /scratch/ckpt
+
+The world splits into ``--groups`` trial groups; each trains one trial at a time, its K
+folds spread over fold groups of the campaign's ``training.ranks_per_fold`` ranks.
+Exit status: 0 when the campaign is done, the job was signalled (trials checkpointed
+and given back) or the walltime is used up; 2 for a configuration the agent refuses at
+start (layout, task, settings, server); 1 for anything unexpected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from hpcopt import AgentClient, ApiError
+from hpcopt_agent import __version__
+
+log = logging.getLogger("hpcopt_agent")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="hpcopt-agent", description=__doc__.splitlines()[0])
+    ap.add_argument(
+        "--server",
+        default=os.environ.get("HPCOPT_SERVER", "127.0.0.1:50051"),
+        help="the server's gRPC address (env HPCOPT_SERVER; default %(default)s)",
+    )
+    ap.add_argument(
+        "--token",
+        default=os.environ.get("HPCOPT_TOKEN"),
+        help="an agent-scope token (env HPCOPT_TOKEN); needed when the server has auth on",
+    )
+    ap.add_argument("--campaign", type=int, required=True, help="the campaign id to work on")
+    ap.add_argument("--groups", type=int, default=1, help="trial groups: trials trained at once (default 1)")
+    ap.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        default=Path("hpcopt-checkpoints"),
+        help="where fold checkpoints go, as DIR/<campaign>/<trial>/fold<k>.pt; must be visible to "
+        "every node and to later jobs (default ./%(default)s)",
+    )
+    ap.add_argument("--task", help="override the campaign's training.task (file.py:Name or module:Name)")
+    ap.add_argument(
+        "--time-limit",
+        help="the allocation's walltime (SECONDS, HH:MM:SS or D-HH:MM:SS); default: "
+        "Slurm's end time of this job, none outside Slurm",
+    )
+    ap.add_argument("--max-trials", type=int, help="stop after this many trials per group")
+    ap.add_argument(
+        "--collective-timeout",
+        type=float,
+        default=300.0,
+        help="seconds a gradient collective may wait for a rank before failing (default %(default)s)",
+    )
+    ap.add_argument("--threads", type=int, help="torch threads per rank (default: cores / ranks on the node)")
+    ap.add_argument("--master-addr", help="address of rank 0 for the torch rendezvous (default: its hostname)")
+    ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from mpi4py import MPI  # after argparse, so --help works without an MPI launch
+
+    from hpcopt_agent.layout import LayoutError, plan
+    from hpcopt_agent.runtime import Context, StopSignal, Walltime, parse_duration, setup_logging
+
+    world = MPI.COMM_WORLD
+    context = Context(world.rank, -1)
+    setup_logging(args.log_level, context)
+    stop = StopSignal()
+    stop.install()
+
+    # 1. The campaign's settings, from the registration of rank 0 (the first group leader).
+    reg: Any = None
+    problem = ""
+    if world.rank == 0:
+        try:
+            with AgentClient(args.server, args.token) as probe:
+                reg = _register(probe, args, world.size // max(args.groups, 1))
+        except ApiError as exc:
+            problem = f"cannot register with {args.server}: {exc}"
+    reg, problem = world.bcast((reg, problem), root=0)
+    spec: dict[str, Any] = json.loads(reg.campaign_spec_json) if reg is not None and reg.campaign_spec_json else {}
+    if not problem:
+        try:
+            settings, layout, task = _check(spec, args, world.size)
+        except (LayoutError, ValueError, ImportError) as exc:
+            problem = str(exc)
+    if problem:
+        if world.rank == 0:
+            log.error("refusing to start: %s", problem)
+        return 2
+    try:
+        limit = parse_duration(args.time_limit) if args.time_limit else None
+    except ValueError as exc:
+        if world.rank == 0:
+            log.error("refusing to start: --time-limit: %s", exc)
+        return 2
+    layout = plan(world.size, args.groups, settings.ranks_per_fold, settings.folds)
+    return _run(args, world, reg, settings, layout, task, context, stop, Walltime(limit))
+
+
+def _register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Any:
+    import torch
+
+    return client.register(
+        host=socket.gethostname(),
+        ranks=ranks,
+        gpus=min(ranks, torch.cuda.device_count()) if torch.cuda.is_available() else 0,
+        slurm_job_id=os.environ.get("SLURM_JOB_ID", ""),
+        campaign_id=args.campaign,
+        version=__version__,
+    )
+
+
+def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[Any, Any, Any]:
+    from hpcopt_agent.layout import plan
+    from hpcopt_agent.schemes import check_scheme
+    from hpcopt_agent.settings import TrainingSettings
+    from hpcopt_agent.task import load_task
+
+    settings = TrainingSettings.from_spec(spec, args.task)
+    layout = plan(world, args.groups, settings.ranks_per_fold, settings.folds)
+    check_scheme(settings.scheme)
+    task = load_task(settings.task)
+    return settings, layout, task
+
+
+def _run(
+    args: Any, world: Any, reg0: Any, settings: Any, layout: Any, task: Any, context: Any, stop: Any, walltime: Any
+) -> int:
+    from hpcopt_agent.agent import GroupLoop
+    from hpcopt_agent.comm import bcast, quiet, split
+    from hpcopt_agent.data import Data
+    from hpcopt_agent.fold import FoldTrainer
+    from hpcopt_agent.folds import kfold, train_indices
+    from hpcopt_agent.schemes import make_scheme
+
+    comms = split(layout, world, timeout=args.collective_timeout, master_addr=args.master_addr, threads=args.threads)
+    context.where = f"r{world.rank} g{comms.group_index}"
+    client = AgentClient(args.server, args.token) if comms.is_fold_leader else None
+    reg = reg0
+    if comms.is_group_leader and world.rank != 0:
+        assert client is not None
+        reg = _register(client, args, layout.group_size)
+    reg = bcast(comms.group, reg)
+    if world.rank == 0:
+        log.info(
+            "campaign %d: %s; scheme %s, %d epochs", args.campaign, layout.describe(), settings.scheme, settings.epochs
+        )
+    if comms.is_group_leader:
+        log.info("registered as agent %s (%d ranks)", reg.agent_id, layout.group_size)
+
+    data = Data(task.dataset(), comms.device)
+    labels = task.labels() if settings.stratified else None
+    if settings.stratified and labels is None:
+        raise SystemExit("training.options.stratified is true but Task.labels() returned None")
+    splits = [(train_indices(len(data), v), v) for v in kfold(len(data), settings.folds, settings.fold_seed, labels)]
+    trainer = FoldTrainer(
+        comms=comms,
+        scheme=make_scheme(settings.scheme, comms),
+        task=task,
+        data=data,
+        settings=settings,
+        stop=stop,
+        checkpoint_root=args.checkpoint_dir.resolve(),
+    )
+    loop = GroupLoop(
+        comms=comms,
+        client=client,
+        agent_id=reg.agent_id,
+        campaign_id=args.campaign,
+        heartbeat_seconds=reg.heartbeat_seconds,
+        trainer=trainer,
+        splits=splits,
+        stop=stop,
+        walltime=walltime,
+        context=context,
+        max_trials=args.max_trials,
+    )
+    reason = loop.run()
+    if comms.is_group_leader:
+        log.info("stopping after %d trial(s): %s", loop.trials, reason)
+    if client is not None:
+        client.close()
+    quiet(world)
+    if comms.pg is not None:
+        import torch.distributed as dist
+
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Communicators of one agent process: MPI for control (which trial, which fold, stop
+or go), torch.distributed for the gradients of a fold group.
+
+torch's CPU wheel has no MPI backend, so fold groups get gloo (NCCL on GPUs) process
+groups whose rendezvous address comes from MPI. Waits that can be long (a group leader
+asking the server, a fold group waiting for the others) go through :func:`quiet` so
+idle ranks sleep instead of spinning on a core that training needs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+
+from hpcopt_agent.layout import Layout
+
+
+@dataclass
+class Comms:
+    layout: Layout
+    world: MPI.Comm
+    group: MPI.Comm  # my trial group; rank 0 is the registered agent
+    fold: MPI.Comm  # my fold group; rank 0 reports the fold
+    group_index: int
+    fold_index: int
+    device: torch.device
+    pg: Any = None  # torch process group of my fold group (None with one rank per fold)
+
+    @property
+    def is_group_leader(self) -> bool:
+        return self.group.rank == 0
+
+    @property
+    def is_fold_leader(self) -> bool:
+        return self.fold.rank == 0
+
+
+def quiet(comm: MPI.Comm, poll: float = 0.002) -> None:
+    """A barrier that sleeps while it waits (blocking MPI collectives spin)."""
+    if comm.size == 1:
+        return
+    req = comm.Ibarrier()
+    while not req.Test():
+        time.sleep(poll)
+
+
+def bcast(comm: MPI.Comm, obj: Any = None) -> Any:
+    quiet(comm)
+    return comm.bcast(obj, root=0)
+
+
+def gather(comm: MPI.Comm, obj: Any) -> list[Any] | None:
+    quiet(comm)
+    return comm.gather(obj, root=0)
+
+
+def any_true(comm: MPI.Comm, flag: bool) -> bool:
+    quiet(comm)
+    return bool(comm.allreduce(bool(flag), op=MPI.LOR))
+
+
+def pick_device(local_rank: int) -> torch.device:
+    if torch.cuda.is_available():
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def split(
+    layout: Layout,
+    world: MPI.Comm,
+    *,
+    timeout: float,
+    master_addr: str | None = None,
+    threads: int | None = None,
+) -> Comms:
+    """Builds the group and fold communicators and, where a fold has several ranks,
+    the torch process groups (collective over the world, called once at start)."""
+    rank = world.rank
+    group_index, fold_index = layout.group_of(rank), layout.fold_group_of(rank)
+    group = world.Split(color=group_index, key=rank)
+    fold = group.Split(color=fold_index, key=rank)
+    node = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+    device = pick_device(node.rank)
+    if device.type == "cpu":
+        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // node.size))
+    node.Free()
+    comms = Comms(layout, world, group, fold, group_index, fold_index, device)
+    if layout.ranks_per_fold > 1:
+        comms.pg = _process_groups(layout, world, device, timeout, master_addr)
+    return comms
+
+
+def _process_groups(
+    layout: Layout, world: MPI.Comm, device: torch.device, timeout: float, master_addr: str | None
+) -> Any:
+    address = None
+    if world.rank == 0:
+        host = master_addr or os.environ.get("HPCOPT_MASTER_ADDR") or _reachable_address()
+        with socket.socket() as s:
+            s.bind(("", 0))
+            address = (host, s.getsockname()[1])
+    host, port = world.bcast(address, root=0)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    dist.init_process_group(
+        backend,
+        init_method=f"tcp://{host}:{port}",
+        rank=world.rank,
+        world_size=world.size,
+        timeout=timedelta(seconds=timeout),
+    )
+    mine = None
+    for g in range(layout.groups):
+        for f in range(layout.fold_groups):
+            ranks = layout.fold_ranks(g, f)
+            pg = dist.new_group(ranks, timeout=timedelta(seconds=timeout), backend=backend)
+            if world.rank in ranks:
+                mine = pg
+    return mine
+
+
+def _reachable_address() -> str:
+    """This host's address as other nodes see it (loopback on a single node is fine)."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"

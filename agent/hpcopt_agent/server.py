@@ -1,0 +1,112 @@
+"""The agent's side of the AgentService: one lease quoted by whichever rank reports
+(the group leader heartbeats; each fold group's leader reports its fold), with retries
+while the server is briefly unreachable (a restart), and the lease's loss as a state
+rather than an exception."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from hpcopt import AgentClient, ApiError
+from hpcopt.v1 import agent_pb2
+
+log = logging.getLogger("hpcopt_agent")
+T = TypeVar("T")
+
+RETRIED = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED")
+#: The trial is no longer ours: expired or released lease, finished or cancelled trial.
+LOST = ("FAILED_PRECONDITION", "NOT_FOUND")
+
+ACTIONS = {
+    agent_pb2.HeartbeatResponse.ACTION_CONTINUE: "continue",
+    agent_pb2.HeartbeatResponse.ACTION_STOP_PRUNED: "pruned",
+    agent_pb2.HeartbeatResponse.ACTION_STOP_CANCELLED: "cancelled",
+}
+
+
+class LeaseLost(Exception):
+    """The server no longer accepts reports under this lease."""
+
+
+def retrying(call: Callable[[], T], what: str, patience: float) -> T:
+    """Calls the server, retrying unavailability for up to ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    delay = 0.5
+    while True:
+        try:
+            return call()
+        except ApiError as exc:
+            if exc.code in LOST:
+                raise LeaseLost(exc.message) from None
+            if exc.code not in RETRIED or time.monotonic() > deadline:
+                raise
+            log.warning("%s: %s; retrying in %.1f s", what, exc.message, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
+class TrialLink:
+    """Reports of one trial under one lease, from any rank of the group."""
+
+    def __init__(self, client: AgentClient, lease: agent_pb2.TrialLease, patience: float = 120.0) -> None:
+        self.client = client
+        self.lease = lease
+        self.patience = patience
+
+    def intermediate(self, fold: int, step: int, value: float, checkpoint_uri: str) -> str:
+        """Reports a learning-curve point; the server's answer: continue, pruned, cancelled."""
+        reply = retrying(
+            lambda: self.client.report_intermediate(self.lease, fold, step, value, checkpoint_uri),
+            "ReportIntermediate",
+            self.patience,
+        )
+        return ACTIONS.get(reply.action, "continue")
+
+    def fold(self, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str) -> None:
+        retrying(
+            lambda: self.client.report_fold(self.lease, fold, value, metrics, checkpoint_uri),
+            "ReportFold",
+            self.patience,
+        )
+
+    def complete(self) -> float:
+        trial = retrying(lambda: self.client.complete(self.lease), "Complete", self.patience)
+        return float(trial.value)
+
+    def release(self, state: str, reason: str) -> None:
+        retrying(lambda: self.client.release(self.lease, state, reason), "Release", self.patience)
+
+
+class Heartbeat(threading.Thread):
+    """Renews the lease every ``interval`` seconds while a trial runs, so a long epoch
+    never loses it; remembers a stop the server asked for."""
+
+    def __init__(self, link: TrialLink, interval: float) -> None:
+        super().__init__(name="hpcopt-heartbeat", daemon=True)
+        self.link = link
+        self.interval = interval
+        self.stopping = threading.Event()
+        self.action = "continue"
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.interval):
+            try:
+                reply = self.link.client.heartbeat(self.link.lease)
+            except ApiError as exc:
+                if exc.code in LOST:
+                    self.action = "lost"
+                    log.warning("heartbeat: %s", exc.message)
+                    return
+                log.warning("heartbeat failed (%s); will retry", exc.message)
+                continue
+            self.action = ACTIONS.get(reply.action, "continue")
+            if self.action != "continue":
+                return
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=self.link.client.timeout + 1)

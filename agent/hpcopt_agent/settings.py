@@ -1,0 +1,69 @@
+"""The training settings an agent reads from the campaign spec (``training`` and
+``folds``), checked before any trial is taken."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+#: ``training.options`` the agent understands, with their defaults.
+OPTIONS: dict[str, Any] = {
+    # Save a checkpoint every N epochs (the last epoch always; 0: only the last and on preemption).
+    "checkpoint_every": 1,
+    # Stratify the K folds on Task.labels().
+    "stratified": False,
+    # Seed of the K-fold split (the same for every trial of the campaign).
+    "fold_seed": 0,
+    # Seed of model initialization and data order (combined with trial and fold).
+    "seed": 0,
+}
+
+
+class SettingsError(ValueError):
+    """A training setting the agent cannot use; names the field."""
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    task: str
+    scheme: str
+    ranks_per_fold: int
+    epochs: int
+    folds: int
+    metric: str
+    direction: str
+    checkpoint_every: int = 1
+    stratified: bool = False
+    fold_seed: int = 0
+    seed: int = 0
+
+    @classmethod
+    def from_spec(cls, spec: dict[str, Any], task_override: str | None = None) -> TrainingSettings:
+        training = spec.get("training") or {}
+        options = dict(training.get("options") or {})
+        unknown = sorted(set(options) - set(OPTIONS))
+        if unknown:
+            raise SettingsError(
+                f"training.options.{unknown[0]}: unknown option for the agent; allowed: {', '.join(OPTIONS)}"
+            )
+        merged = {**OPTIONS, **options}
+        for name in ("checkpoint_every", "fold_seed", "seed"):
+            value = merged[name]
+            if not isinstance(value, int) or isinstance(value, bool) or (name == "checkpoint_every" and value < 0):
+                raise SettingsError(f"training.options.{name}: must be an integer >= 0, got {value!r}")
+        if not isinstance(merged["stratified"], bool):
+            raise SettingsError(f"training.options.stratified: must be true or false, got {merged['stratified']!r}")
+        objective = spec.get("objective") or {}
+        return cls(
+            task=task_override or str(training.get("task", "")),
+            scheme=str(training.get("scheme", "allreduce")),
+            ranks_per_fold=int(training.get("ranks_per_fold", 1)),
+            epochs=int(training.get("epochs", 10)),
+            folds=int(spec.get("folds", 1)),
+            metric=str(objective.get("metric", "")),
+            direction=str(objective.get("direction", "minimize")),
+            checkpoint_every=merged["checkpoint_every"],
+            stratified=merged["stratified"],
+            fold_seed=merged["fold_seed"],
+            seed=merged["seed"],
+        )

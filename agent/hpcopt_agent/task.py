@@ -1,0 +1,138 @@
+"""The task: what a user writes so that the agent can train and evaluate a trial.
+
+A task is a subclass of :class:`Task` in plain PyTorch::
+
+    class Digits(Task):
+        def dataset(self):                       # the data to cross-validate on
+            return TensorDataset(x, y)
+        def build(self, params):                 # a model (or a dict of them) from the params
+            return nn.Sequential(...)
+        def optimizer(self, params, model):      # its optimizer (or a dict, keyed like build's)
+            return torch.optim.AdamW(model.parameters(), lr=params["lr"])
+        def loss(self, output, batch):           # used by the default training step
+            return F.cross_entropy(output, batch[1])
+        def evaluate(self, model, batches, params):   # means over the samples given
+            ...
+            return {"val_loss": ..., "val_accuracy": ...}
+
+The campaign names it in ``training.task`` as ``path/to/file.py:Digits`` or
+``package.module:Digits`` (a class, an instance, or a function returning one).
+
+Several networks (a GAN's generator and discriminator) are a dict from ``build`` and a
+dict from ``optimizer``; override :meth:`Task.train_step`, which receives both dicts
+(models wrapped by the parallelism scheme) and one batch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+Params = dict[str, Any]
+Models = nn.Module | Mapping[str, nn.Module]
+Optimizers = torch.optim.Optimizer | Mapping[str, torch.optim.Optimizer]
+Batch = Any
+
+
+class Task:
+    """Override ``dataset``, ``build``, ``optimizer``, ``loss`` and ``evaluate``;
+    ``labels``, ``batch_size`` and ``train_step`` have defaults."""
+
+    def dataset(self) -> Dataset[Any]:
+        """The whole dataset the K folds are drawn from (loaded once per process)."""
+        raise NotImplementedError("Task.dataset() must return the dataset to cross-validate on")
+
+    def labels(self) -> Sequence[int] | None:
+        """Class labels per sample, for ``training.options.stratified: true``."""
+        return None
+
+    def build(self, params: Params) -> Models:
+        """A fresh model (or a dict of named models) for these params."""
+        raise NotImplementedError("Task.build(params) must return a torch.nn.Module or a dict of them")
+
+    def optimizer(self, params: Params, models: Models) -> Optimizers:
+        """The optimizer(s) of the models ``build`` returned (a dict keyed like them)."""
+        raise NotImplementedError("Task.optimizer(params, models) must return a torch optimizer or a dict of them")
+
+    def loss(self, output: Any, batch: Batch) -> torch.Tensor:
+        """The training loss of one batch, used by the default :meth:`train_step`."""
+        raise NotImplementedError("Task.loss(output, batch) is needed by the default train_step")
+
+    def evaluate(self, models: Models, batches: Iterable[Batch], params: Params) -> dict[str, float]:
+        """Metrics on validation batches, each a mean over the samples given; one of them
+        must be the campaign's objective metric. Runs under ``torch.no_grad()`` with the
+        models in eval mode."""
+        raise NotImplementedError("Task.evaluate(models, batches, params) must return a dict of metrics")
+
+    def batch_size(self, params: Params) -> int:
+        """The global batch size of one fold (split over its ranks); ``params["batch_size"]``
+        when the space has one, else 64."""
+        return int(params.get("batch_size", 64))
+
+    def train_step(self, models: Models, optimizers: Optimizers, batch: Batch, params: Params) -> float:
+        """One optimization step; returns the batch's loss. The default handles a single
+        model: ``inputs = batch[0]``, forward, :meth:`loss`, backward, step."""
+        if not isinstance(models, nn.Module) or not isinstance(optimizers, torch.optim.Optimizer):
+            raise TypeError("the default train_step handles one model and one optimizer; override train_step")
+        optimizers.zero_grad(set_to_none=True)
+        loss = self.loss(models(batch[0]), batch)
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizers.step()
+        return float(loss.detach())
+
+
+class TaskError(ValueError):
+    """A task reference that cannot be loaded, with the reason."""
+
+
+def load_task(ref: str, base: Path | None = None) -> Task:
+    """Loads ``path/to/file.py:Attr`` (relative to ``base``, default the working
+    directory) or ``package.module:Attr``; ``Attr`` is a Task subclass, an instance or a
+    function returning one."""
+    module_ref, sep, attr = ref.rpartition(":")
+    if not sep or not module_ref or not attr:
+        raise TaskError(f"training.task must look like 'file.py:Name' or 'module:Name', got {ref!r}")
+    if module_ref.endswith(".py"):
+        path = Path(module_ref)
+        if not path.is_absolute():
+            path = (base or Path.cwd()) / path
+        if not path.is_file():
+            raise TaskError(f"training.task: no file {path}")
+        name = f"hpcopt_task_{path.stem}"
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise TaskError(f"training.task: cannot import {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(module_ref)
+        except ImportError as exc:
+            raise TaskError(f"training.task: cannot import module {module_ref!r}: {exc}") from exc
+    try:
+        obj = getattr(module, attr)
+    except AttributeError:
+        raise TaskError(f"training.task: {module_ref} has no attribute {attr!r}") from None
+    task = obj() if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Task)) else obj
+    if not isinstance(task, Task):
+        raise TaskError(f"training.task: {ref} gave a {type(task).__name__}, not an hpcopt_agent.Task")
+    return task
+
+
+def as_dict(items: Any) -> dict[str, Any]:
+    """A task's single model or optimizer as ``{"model": x}``; a dict as itself."""
+    return dict(items) if isinstance(items, Mapping) else {"model": items}
+
+
+def as_user(items: Mapping[str, Any], single: bool) -> Any:
+    """The shape the task used: its single object back, or the dict."""
+    return items["model"] if single else dict(items)
