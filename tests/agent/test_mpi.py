@@ -1,0 +1,199 @@
+"""The agent under the real mpiexec at world sizes 1, 2 and 4, against a real server."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpcopt.client import trial_state
+from tests.agent.conftest import (
+    AgentServer,
+    agent_spec,
+    dump,
+    kill_group,
+    mpi_env,
+    mpiexec_path,
+    trial_json,
+    wait_for,
+)
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize("ranks,rpf", [(2, 2), (4, 2)])
+def test_ddp_keeps_a_fold_groups_weights_identical(ranks: int, rpf: int) -> None:
+    cmd = [mpiexec_path(), "-n", str(ranks), "--oversubscribe", sys.executable, "tests/agent/ddp_check.py", str(rpf)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=mpi_env(), cwd=ROOT)
+    assert out.returncode == 0 and "OK:" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(
+    "ranks,groups,rpf",
+    [(1, 1, 1), (2, 2, 1), (2, 1, 2), (4, 2, 2)],
+    ids=["1-rank", "2-ranks-2-groups", "2-ranks-ddp", "4-ranks-2x2"],
+)
+def test_a_campaign_runs_to_completion(agent_server: AgentServer, ranks: int, groups: int, rpf: int) -> None:
+    spec = agent_spec(training={"task": "tests/agent/tasks.py:Regression", "epochs": 3, "ranks_per_fold": rpf})
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(ranks, campaign, "--groups", str(groups))
+    assert result.returncode == 0, dump(result)
+    assert "the campaign is finished" in result.stderr, dump(result)
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {"COMPLETED": 4}
+        for t in c.iter_trials(campaign):
+            full = c.get_trial(t.id)
+            assert sorted(f.index for f in full.folds if f.finished) == [0, 1]
+            assert all(f.checkpoint_uri.startswith("file://") and "rmse" in f.metrics for f in full.folds)
+            values = [f.value for f in full.folds]
+            assert full.value == pytest.approx(sum(values) / 2)
+            # One learning-curve point per epoch and fold.
+            assert sorted((p.fold, p.step) for p in full.curves) == [(k, e) for k in (0, 1) for e in (1, 2, 3)]
+    # Every group trained, and each line says which trial and fold it is about.
+    leaders = {int(m) for m in re.findall(r"\[r(\d+) g\d+\] trial \d+ COMPLETED", result.stderr)}
+    assert leaders == {g * (ranks // groups) for g in range(groups)}, dump(result)
+    assert re.search(r"trial \d+ fold [01] epoch 3/3: loss=", result.stderr), dump(result)
+
+
+def test_a_task_that_raises_fails_its_trial_and_the_agent_goes_on(agent_server: AgentServer) -> None:
+    spec = agent_spec(
+        task="tests/agent/tasks.py:Exploding",
+        space={"lr": {"type": "real", "low": 1e-3, "high": 1.0, "scale": "log"}},
+        budget={"max_trials": 8, "max_parallel": 2},
+    )
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(2, campaign, "--groups", "2")
+    assert result.returncode == 0, dump(result)
+    with agent_server.client() as c:
+        trials = c.iter_trials(campaign)
+        assert len(trials) == 8
+        for t in trials:
+            lr = t.params["lr"].real
+            if lr > 0.1:
+                assert trial_state(t.state) == "FAILED", t
+                assert "boom: lr" in t.error and "RuntimeError" in t.error
+                assert "fold 0, setting up fold 0" in t.error or "fold 1, setting up fold 1" in t.error
+            else:
+                assert trial_state(t.state) == "COMPLETED", t
+        assert {trial_state(t.state) for t in trials} == {"FAILED", "COMPLETED"}, "the seed should give both kinds"
+
+
+def _epochs_trained(log: str, trial_id: int) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for fold, epoch in re.findall(rf"trial {trial_id} fold (\d+) epoch (\d+)/", log):
+        out.setdefault(int(fold), []).append(int(epoch))
+    return out
+
+
+def test_kill_9_mid_trial_resumes_from_checkpoints_without_retraining_finished_folds(
+    agent_server: AgentServer,
+) -> None:
+    spec = agent_spec(
+        folds=4,
+        budget={"max_trials": 1, "max_parallel": 1},
+        training={"task": "tests/agent/tasks.py:Regression", "epochs": 4},
+    )
+    campaign = agent_server.submit(spec)
+    log_a = agent_server.workdir / "a.log"
+    slow = {"HPCOPT_TEST_STEP_SLEEP": "0.02"}  # ~0.3 s per epoch
+    a = agent_server.start_agent(2, campaign, log=log_a, **slow)  # 2 fold groups: folds 0+1, then 2+3
+
+    def folds_state() -> tuple[set[int], set[int]] | None:
+        trials = agent_server.client().iter_trials(campaign)
+        if not trials:
+            return None
+        full = trial_json(agent_server, trials[0].id)
+        done = {f["index"] for f in full["folds"] if f["finished"]}
+        started = {p["fold"] for p in full["curves"] if p["fold"] not in done}
+        return (done, started) if done == {0, 1} and started else None
+
+    try:
+        wait_for(folds_state, 120, "folds 0 and 1 finished and a later fold under way")
+    finally:
+        kill_group(a)
+    [trial] = agent_server.client().iter_trials(campaign)
+    before = trial_json(agent_server, trial.id)
+    assert before["state"] == "RUNNING" and before["attempt"] == 1
+    at_kill = {f["index"]: f for f in before["folds"]}
+
+    # A second agent takes the same trial id once the lease expires (4 s here).
+    result = agent_server.run_agent(2, campaign, **slow)
+    assert result.returncode == 0, dump(result)
+    after = trial_json(agent_server, trial.id)
+    assert after["state"] == "COMPLETED" and after["attempt"] == 2, after
+    trained = _epochs_trained(result.stderr, trial.id)
+    assert 0 not in trained and 1 not in trained, f"finished folds retrained: {trained}"
+    for fold in (2, 3):
+        resumed_at = max((p["step"] for p in before["curves"] if p["fold"] == fold), default=0)
+        if at_kill.get(fold, {}).get("checkpoint_uri"):
+            assert f"resuming fold {fold} from epoch {resumed_at}" in result.stderr, dump(result)
+        assert trained[fold] == list(range(resumed_at + 1, 5)), (fold, trained, resumed_at)
+    assert sum(1 for f in after["folds"] if f["finished"]) == 4
+    events = [e["kind"] for e in after["events"]]
+    assert "lease_expired" in events or any("expired" in e for e in events), events
+
+
+def test_sigterm_preempts_with_a_checkpoint_and_a_later_agent_resumes(agent_server: AgentServer) -> None:
+    spec = agent_spec(
+        folds=2,
+        budget={"max_trials": 1, "max_parallel": 1},
+        training={"task": "tests/agent/tasks.py:Regression", "epochs": 6},
+    )
+    campaign = agent_server.submit(spec)
+    log_a = agent_server.workdir / "a.log"
+    slow = {"HPCOPT_TEST_STEP_SLEEP": "0.03"}
+    a = agent_server.start_agent(2, campaign, log=log_a, **slow)
+
+    def some_curve() -> bool:
+        trials = agent_server.client().iter_trials(campaign)
+        return bool(trials) and len(trial_json(agent_server, trials[0].id)["curves"]) >= 2
+
+    try:
+        wait_for(some_curve, 120, "two epochs reported")
+        # As Slurm does: the signal goes to every task (rank), not to the launcher.
+        ranks = subprocess.run(
+            ["pgrep", "-s", str(a.pid), "-f", "mpi4py -m hpcopt_agent"], capture_output=True, text=True
+        )
+        pids = [int(p) for p in ranks.stdout.split() if int(p) != a.pid]
+        assert len(pids) == 2, ranks
+        for pid in pids:
+            subprocess.run(["kill", "-TERM", str(pid)], check=False)
+        assert a.wait(timeout=60) == 0, log_a.read_text()
+    finally:
+        if a.poll() is None:
+            kill_group(a)
+    text = log_a.read_text()
+    assert "SIGTERM received" in text and "PREEMPTED" in text, text
+    [trial] = agent_server.client().iter_trials(campaign)
+    state = trial_json(agent_server, trial.id)
+    assert state["state"] == "QUEUED" and state["attempt"] == 2, state
+    assert any(e["kind"] == "preempted" and "SIGTERM" in e["reason"] for e in state["events"]), state["events"]
+    unfinished = [f for f in state["folds"] if not f["finished"]]
+    assert unfinished and all(f["checkpoint_uri"] for f in unfinished), state["folds"]
+
+    result = agent_server.run_agent(2, campaign, **slow)
+    assert result.returncode == 0, dump(result)
+    assert re.search(r"resuming fold \d from epoch \d+, batch \d+", result.stderr), dump(result)
+    done = trial_json(agent_server, trial.id)
+    assert done["state"] == "COMPLETED" and done["attempt"] == 2
+    # The whole run trained each fold's 6 epochs once: nothing lost, nothing repeated.
+    for fold in (0, 1):
+        first = _epochs_trained(text, trial.id).get(fold, [])
+        second = _epochs_trained(result.stderr, trial.id).get(fold, [])
+        assert sorted(first + second) == list(range(1, 7)), (fold, first, second)
+
+
+def test_a_layout_that_does_not_fit_is_refused_at_start(agent_server: AgentServer) -> None:
+    campaign = agent_server.submit(agent_spec())
+    t0 = time.monotonic()
+    result = agent_server.run_agent(4, campaign, "--groups", "3")
+    assert result.returncode != 0
+    assert "refusing to start: 4 ranks do not split into 3 equal trial groups" in result.stderr
+    assert "--groups 2 (" in result.stderr and "--groups 4 (" in result.stderr, dump(result)
+    assert time.monotonic() - t0 < 120
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {}, "no trial was taken"
