@@ -79,6 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.log_level, context)
     stop = StopSignal()
     stop.install()
+    from hpcopt_agent.comm import limit_threads
+
+    limit_threads(world, args.threads)
 
     # 1. The campaign's settings, from the registration of rank 0 (the first group leader).
     reg: Any = None
@@ -146,7 +149,7 @@ def _run(
     from hpcopt_agent.folds import kfold, train_indices
     from hpcopt_agent.schemes import make_scheme
 
-    comms = split(layout, world, timeout=args.collective_timeout, master_addr=args.master_addr, threads=args.threads)
+    comms = split(layout, world, timeout=args.collective_timeout, master_addr=args.master_addr)
     context.where = f"r{world.rank} g{comms.group_index}"
     client = AgentClient(args.server, args.token) if comms.is_fold_leader else None
     reg = reg0

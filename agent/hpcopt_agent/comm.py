@@ -67,6 +67,25 @@ def any_true(comm: MPI.Comm, flag: bool) -> bool:
     return bool(comm.allreduce(bool(flag), op=MPI.LOR))
 
 
+def limit_threads(world: MPI.Comm, threads: int | None) -> int:
+    """Torch threads per rank: ``threads``, else the node's cores over its ranks. Call
+    before any torch work: OpenMP keeps the first pool's threads spinning, and without
+    CPU binding (srun with task/none) that pool would oversubscribe the cores."""
+    _, local_size = node_position(world)
+    cores = len(os.sched_getaffinity(0)) if local_size == 1 else (os.cpu_count() or 1)
+    n = threads or max(1, cores // local_size)
+    torch.set_num_threads(n)
+    return n
+
+
+def node_position(world: MPI.Comm) -> tuple[int, int]:
+    """(this rank's index among the ranks on its host, how many there are). By host
+    name: MPI_COMM_TYPE_SHARED sees one rank per node under some srun/PMIx launches."""
+    hosts = world.allgather(socket.gethostname())
+    me = hosts[world.rank]
+    return hosts[: world.rank].count(me), hosts.count(me)
+
+
 def pick_device(local_rank: int) -> torch.device:
     if torch.cuda.is_available():
         index = local_rank % torch.cuda.device_count()
@@ -81,7 +100,6 @@ def split(
     *,
     timeout: float,
     master_addr: str | None = None,
-    threads: int | None = None,
 ) -> Comms:
     """Builds the group and fold communicators and, where a fold has several ranks,
     the torch process groups (collective over the world, called once at start)."""
@@ -89,11 +107,7 @@ def split(
     group_index, fold_index = layout.group_of(rank), layout.fold_group_of(rank)
     group = world.Split(color=group_index, key=rank)
     fold = group.Split(color=fold_index, key=rank)
-    node = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
-    device = pick_device(node.rank)
-    if device.type == "cpu":
-        torch.set_num_threads(threads or max(1, (os.cpu_count() or 1) // node.size))
-    node.Free()
+    device = pick_device(node_position(world)[0])
     comms = Comms(layout, world, group, fold, group_index, fold_index, device)
     if layout.ranks_per_fold > 1:
         comms.pg = _process_groups(layout, world, device, timeout, master_addr)

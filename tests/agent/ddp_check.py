@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from hpcopt_agent.comm import split
+from hpcopt_agent.comm import limit_threads, split
 from hpcopt_agent.layout import plan
 from hpcopt_agent.schemes import make_scheme
 
@@ -21,7 +21,8 @@ def main() -> int:
     world = MPI.COMM_WORLD
     rpf = int(sys.argv[1])
     layout = plan(world.size, 1, rpf, folds=max(1, world.size // rpf))
-    comms = split(layout, world, timeout=60, threads=1)
+    limit_threads(world, 1)
+    comms = split(layout, world, timeout=60)
     scheme = make_scheme("allreduce", comms)
     torch.manual_seed(100 + comms.fold_index)  # fold groups start apart on purpose
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))

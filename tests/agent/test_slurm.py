@@ -1,0 +1,104 @@
+"""The sbatch examples on a real one-node Slurm cluster (slurmctld, slurmd and munge
+from Debian; ``scripts/test.sh`` starts it when run as root)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.agent.conftest import AgentServer, agent_spec, mpi_env, trial_json, wait_for
+from tests.conftest import IN_CI, ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def slurm() -> None:
+    problem = ""
+    if shutil.which("sbatch") is None:
+        problem = "Slurm is not installed (scripts/slurm/start.sh installs and starts it as root)"
+    else:
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30)
+        if not any(s.strip().rstrip("*") in ("idle", "mix", "alloc") for s in out.stdout.split()):
+            problem = f"the Slurm cluster is not up (sinfo: {out.stdout.strip() or out.stderr.strip()})"
+    if problem:
+        if IN_CI:
+            pytest.fail(problem + " (CI=true: the Slurm tests must run, not skip)")
+        pytest.skip(problem)
+
+
+def sbatch(server: AgentServer, script: str, campaign: int, *args: str, ntasks: int = 2, **env: str) -> int:
+    out = subprocess.run(
+        [
+            "sbatch", "--parsable", "--export=ALL", "-N", "1", "-n", str(ntasks), f"--ntasks-per-node={ntasks}",
+            "--time=10",
+            "-o", str(server.workdir / "slurm-%j.out"), f"examples/slurm/{script}", str(campaign), *args,
+        ],
+        capture_output=True, text=True, cwd=ROOT,
+        env=mpi_env(HPCOPT_SERVER=server.target, HPCOPT_PYTHON=sys.executable,
+                    HPCOPT_CHECKPOINT_DIR=str(server.workdir / "ckpt"), **env),
+    )  # fmt: skip
+    assert out.returncode == 0, f"sbatch failed: {out.stderr}"
+    return int(out.stdout.strip().split(";")[0])
+
+
+def job_state(job: int) -> str:
+    out = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True, timeout=30)
+    for word in out.stdout.split():
+        if word.startswith("JobState="):
+            return word.split("=", 1)[1]
+    return "GONE"
+
+
+def wait_job(job: int, timeout: float = 240) -> str:
+    wait_for(lambda: job_state(job) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"), timeout, f"job {job}")
+    return job_state(job)
+
+
+def output(server: AgentServer, job: int) -> str:
+    path = Path(server.workdir / f"slurm-{job}.out")
+    return path.read_text() if path.exists() else "(no output file)"
+
+
+def test_the_sbatch_examples_complete_a_campaign(slurm: None, agent_server: AgentServer) -> None:
+    campaign = agent_server.submit(agent_spec(budget={"max_trials": 6, "max_parallel": 4}))
+    one = sbatch(agent_server, "agent.sbatch", campaign)
+    two = sbatch(agent_server, "agent-groups.sbatch", campaign, HPCOPT_GROUPS="2")
+    for job in (one, two):
+        assert wait_job(job) == "COMPLETED", output(agent_server, job)
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {"COMPLETED": 6}
+    both = output(agent_server, one) + output(agent_server, two)
+    assert "stopping after" in both and "the campaign is finished" in both, both
+    # The agents registered with their Slurm job ids.
+    with urllib.request.urlopen(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=10) as r:
+        jobs = {a["slurm_job_id"] for a in json.loads(r.read())}
+    assert {str(one), str(two)} <= jobs, jobs
+
+
+def test_the_walltime_signal_preempts_and_the_job_exits_cleanly(slurm: None, agent_server: AgentServer) -> None:
+    spec = agent_spec(
+        budget={"max_trials": 1, "max_parallel": 1}, training={"task": "tests/agent/tasks.py:Regression", "epochs": 8}
+    )
+    campaign = agent_server.submit(spec)
+    job = sbatch(agent_server, "agent.sbatch", campaign, HPCOPT_TEST_STEP_SLEEP="0.03")
+
+    def running_trial() -> int | None:
+        trials = agent_server.client().iter_trials(campaign)
+        return trials[0].id if trials and len(trial_json(agent_server, trials[0].id)["curves"]) >= 2 else None
+
+    trial = wait_for(running_trial, 120, "two epochs reported")
+    # What --signal=B:USR1@120 does near the walltime: signal the batch script only.
+    subprocess.run(["scancel", "--batch", "--signal=USR1", str(job)], check=True)
+    assert wait_job(job) == "COMPLETED", output(agent_server, job)
+    text = output(agent_server, job)
+    assert "walltime near" in text and "SIGUSR1 received" in text and "PREEMPTED" in text, text
+    state = trial_json(agent_server, trial)
+    assert state["state"] == "QUEUED" and state["attempt"] == 2, state
+    assert any(f["checkpoint_uri"] for f in state["folds"] if not f["finished"]), state["folds"]
