@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything `make demo` and `make test` need on a fresh machine:
 # the virtual environment (.venv) with the three parts installed editable, and, when
-# run as root with --services, PostgreSQL 15 started on 127.0.0.1:5432.
+# run as root with --services, PostgreSQL 15 started on 127.0.0.1:5432 and a one-node
+# Slurm cluster (scripts/slurm/start.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -38,5 +39,11 @@ if [ "${1:-}" = "--services" ]; then
     fi
   elif ! command -v pg_ctlcluster >/dev/null 2>&1; then
     echo "setup: PostgreSQL 15 is not installed; PostgreSQL tests will skip (and fail under CI=true)"
+  fi
+  # A one-node Slurm cluster for the sbatch tests (installed from Debian when missing).
+  if [ "$(id -u)" = 0 ]; then
+    bash scripts/slurm/start.sh || echo "setup: Slurm did not start; the Slurm tests will skip (and fail under CI=true)"
+  else
+    echo "setup: not root; Slurm is not started (the Slurm tests skip unless a cluster is up)"
   fi
 fi

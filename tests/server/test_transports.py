@@ -176,10 +176,10 @@ def test_cli_submits_watches_and_exports(live_server: LiveServer, tmp_path: Path
 
 def test_cli_points_at_the_bad_field_in_the_file(live_server: LiveServer, tmp_path: Path) -> None:
     spec_file = tmp_path / "bad.yaml"
-    text = (ROOT / "examples/demo/campaign.yaml").read_text().replace("low: 16, high: 512", "low: 600, high: 512")
+    text = (ROOT / "examples/digits/campaign.yaml").read_text().replace("low: 16, high: 256", "low: 600, high: 256")
     spec_file.write_text(text)
     out = _cli(live_server, "submit", str(spec_file))
     line = next(i + 1 for i, s in enumerate(text.splitlines()) if s.strip().startswith("width:"))
     assert out.returncode == 2
-    assert f"space.width: low (600) must be smaller than high (512) ({spec_file}:{line}:" in out.stderr
+    assert f"space.width: low (600) must be smaller than high (256) ({spec_file}:{line}:" in out.stderr
     assert _cli(live_server, "list").stdout.count("\n") == 1  # header only: nothing was submitted
