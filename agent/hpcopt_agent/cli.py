@@ -146,7 +146,7 @@ def _run(
     from hpcopt_agent.comm import bcast, quiet, split
     from hpcopt_agent.data import Data
     from hpcopt_agent.fold import FoldTrainer
-    from hpcopt_agent.folds import kfold, train_indices
+    from hpcopt_agent.folds import splits as fold_splits
     from hpcopt_agent.schemes import make_scheme
 
     comms = split(layout, world, timeout=args.collective_timeout, master_addr=args.master_addr)
@@ -168,7 +168,7 @@ def _run(
     labels = task.labels() if settings.stratified else None
     if settings.stratified and labels is None:
         raise SystemExit("training.options.stratified is true but Task.labels() returned None")
-    splits = [(train_indices(len(data), v), v) for v in kfold(len(data), settings.folds, settings.fold_seed, labels)]
+    splits = fold_splits(len(data), settings.folds, settings.fold_seed, labels)
     trainer = FoldTrainer(
         comms=comms,
         scheme=make_scheme(settings.scheme, comms),

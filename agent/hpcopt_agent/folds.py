@@ -43,3 +43,14 @@ def train_indices(n: int, validation: np.ndarray) -> np.ndarray:
     mask = np.ones(n, dtype=bool)
     mask[validation] = False
     return np.flatnonzero(mask)
+
+
+def splits(
+    n: int, k: int, seed: int = 0, labels: Sequence[int] | np.ndarray | None = None
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, validation) indices per fold. With ``folds: 1`` there is nothing to cross
+    over: the one fold holds out a fifth of the samples (stratified with labels)."""
+    if k == 1:
+        validation = kfold(n, 5, seed, labels)[0]
+        return [(train_indices(n, validation), validation)]
+    return [(train_indices(n, v), v) for v in kfold(n, k, seed, labels)]

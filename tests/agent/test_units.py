@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hpcopt_agent.folds import kfold, train_indices
+from hpcopt_agent.folds import kfold, splits, train_indices
 from hpcopt_agent.layout import LayoutError, fitting_groups, plan
 from hpcopt_agent.runtime import parse_duration
 from hpcopt_agent.settings import SettingsError, TrainingSettings
@@ -74,6 +74,12 @@ def test_stratified_folds_keep_class_proportions() -> None:
     for f in folds:
         counts = np.bincount(labels[f], minlength=3)
         assert counts.tolist() == [10, 6, 4]
+
+
+def test_one_fold_holds_out_a_fifth() -> None:
+    [(train, validation)] = splits(100, 1, seed=2)
+    assert len(validation) == 20 and len(train) == 80 and not set(train.tolist()) & set(validation.tolist())
+    assert [len(v) for _, v in splits(100, 4)] == [25] * 4
 
 
 def test_fold_errors() -> None:

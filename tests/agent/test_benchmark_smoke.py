@@ -1,0 +1,29 @@
+"""The training benchmark still runs end to end (tiny data; its numbers are not checked
+beyond being there)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.agent.conftest import mpi_env, mpiexec_path
+from tests.conftest import ROOT
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_training_benchmark_runs_and_prints_both_tables() -> None:
+    mpiexec_path()  # a skip or, under CI, a failure without MPI
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/training/run.py"), "--reps", "1", "--epochs", "2", "--small"],
+        capture_output=True,
+        text=True,
+        timeout=380,
+        env=mpi_env(),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"ratio hpcopt / plain DDP: \d\.\d{3}", out.stdout), out.stdout
+    assert re.search(r"folds in parallel vs in turn with DDP on the same ranks: [\d.]+x", out.stdout), out.stdout
