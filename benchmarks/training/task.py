@@ -3,8 +3,8 @@ synthetic classification set, big enough that a step is real work on a CPU."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import torch
