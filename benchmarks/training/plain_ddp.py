@@ -69,7 +69,7 @@ def main() -> int:
         for i in range(0, len(order), per_rank):
             idx = torch.from_numpy(order[i : i + per_rank])
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(ddp(x[idx]), y[idx]).backward()
+            F.cross_entropy(ddp(x[idx]), y[idx]).backward()  # type: ignore[no-untyped-call]
             opt.step()
         model.eval()
         mine = val[world.rank :: world.size]
