@@ -1,11 +1,11 @@
 .PHONY: demo test setup protos lint bench
 
-# Runs the demo campaign end to end (server, campaign, simulated agents, leaderboard).
+# Runs the demo campaign end to end (server, digits campaign, a 4-rank MPI agent, leaderboard).
 demo:
 	bash scripts/setup.sh
 	.venv/bin/python examples/demo/run_demo.py
 
-# Runs every test: ruff, mypy, generated-code drift, SQLite and PostgreSQL suites.
+# Runs every test: ruff, mypy, generated-code drift, SQLite, PostgreSQL, mpiexec and Slurm suites.
 test:
 	bash scripts/test.sh
 
@@ -19,10 +19,11 @@ protos:
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
 
-# The benchmarks (tens of minutes): server throughput, optimizer latency and quality.
+# The benchmarks (tens of minutes): server throughput, optimizer latency and quality, training.
 bench:
 	bash scripts/setup.sh
 	.venv/bin/pip install -q -c requirements/constraints.txt -r requirements/bench.txt
 	.venv/bin/python benchmarks/server_throughput.py
 	.venv/bin/python benchmarks/optimizers/latency.py
 	.venv/bin/python benchmarks/optimizers/quality.py
+	.venv/bin/python benchmarks/training/run.py
