@@ -177,6 +177,7 @@ def _run(
         settings=settings,
         stop=stop,
         checkpoint_root=args.checkpoint_dir.resolve(),
+        timeout=args.collective_timeout,
     )
     loop = GroupLoop(
         comms=comms,

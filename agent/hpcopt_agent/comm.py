@@ -52,6 +52,36 @@ def quiet(comm: MPI.Comm, poll: float = 0.002) -> None:
         time.sleep(poll)
 
 
+class CollectiveTimeout(RuntimeError):
+    """Ranks of a communicator did not arrive in time; ``missing`` are their ranks in
+    it (known on its rank 0 only)."""
+
+    def __init__(self, missing: list[int], timeout: float) -> None:
+        super().__init__(f"ranks {missing or '?'} did not arrive within {timeout:.0f} s")
+        self.missing = missing
+        self.timeout = timeout
+
+
+def bounded_barrier(comm: MPI.Comm, timeout: float, poll: float = 0.002) -> None:
+    """:func:`quiet`, but raising :class:`CollectiveTimeout` after ``timeout`` seconds;
+    rank 0 learns which ranks never arrived from their arrival messages."""
+    if comm.size == 1:
+        return
+    arrivals = [comm.irecv(source=r, tag=7101) for r in range(1, comm.size)] if comm.rank == 0 else []
+    sent = comm.isend(True, dest=0, tag=7101) if comm.rank != 0 else None
+    barrier = comm.Ibarrier()
+    deadline = time.monotonic() + timeout
+    while not barrier.Test():
+        if time.monotonic() > deadline:
+            missing = [r for r, req in enumerate(arrivals, start=1) if not req.test()[0]]
+            raise CollectiveTimeout(missing, timeout)
+        time.sleep(poll)
+    for req in arrivals:
+        req.wait()
+    if sent is not None:
+        sent.wait()
+
+
 def bcast(comm: MPI.Comm, obj: Any = None) -> Any:
     quiet(comm)
     return comm.bcast(obj, root=0)

@@ -28,7 +28,7 @@ import torch
 from mpi4py import MPI
 
 from hpcopt_agent import checkpoint
-from hpcopt_agent.comm import Comms, bcast, gather, quiet
+from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
 from hpcopt_agent.data import Data
 from hpcopt_agent.runtime import StopSignal
 from hpcopt_agent.schemes import Scheme
@@ -93,6 +93,7 @@ class FoldTrainer:
         settings: TrainingSettings,
         stop: StopSignal,
         checkpoint_root: Path,
+        timeout: float = 300.0,
     ) -> None:
         self.comms = comms
         self.fold_comm = comms.fold
@@ -102,6 +103,8 @@ class FoldTrainer:
         self.s = settings
         self.stop = stop
         self.root = checkpoint_root
+        self.timeout = timeout
+        self.current: tuple[TrialInfo, int, TrialLink | None] | None = None
 
     # -- the fold ------------------------------------------------------------------------
 
@@ -117,6 +120,7 @@ class FoldTrainer:
         """Trains ``fold`` to the end (or a stop); ``link`` is set on the fold leader only."""
         out = FoldOutcome(fold, "completed")
         params = trial.params
+        self.current = (trial, fold, link)
         try:
             run = self._start(trial, fold, resume_uri)
             if resume_uri and run.epoch + run.batch > 0:
@@ -326,14 +330,36 @@ class FoldTrainer:
 
     def _agree(self, code: int, error: str) -> tuple[int, str]:
         """The fold group's common verdict (failure > preemption > ok) and, on the
-        leader, the first error text."""
-        quiet(self.fold_comm)
+        leader, the first error text. A rank that does not arrive within the collective
+        timeout fails the trial and ends the job: the fold group cannot go on without it."""
+        try:
+            bounded_barrier(self.fold_comm, self.timeout)
+        except CollectiveTimeout as exc:
+            self._abandon(exc, error)
         agreed = self.fold_comm.allreduce(code, op=MPI.MAX)
         if agreed != FAILED:
             return agreed, ""
         errors = gather(self.fold_comm, error)
         first = next((f"rank {r}: {e}" for r, e in enumerate(errors or []) if e), "")
         return agreed, first
+
+    def _abandon(self, exc: CollectiveTimeout, error: str) -> None:
+        assert self.current is not None
+        _, fold, link = self.current
+        ranks = self.comms.layout.fold_ranks(self.comms.group_index, self.comms.fold_index)
+        hung = [ranks[r] for r in exc.missing]
+        reason = (
+            f"fold {fold}: world rank(s) {hung or '(unknown, seen from a non-leader)'} did not reach the fold "
+            f"group's agreement within --collective-timeout {exc.timeout:.0f} s (hung in user code or in a "
+            "collective); the agent stops"
+        )
+        if error:
+            reason += f"\nrank {self.comms.world.rank} had failed with: {error}"
+        log.error("%s", reason)
+        if link is not None:
+            with contextlib.suppress(Exception):
+                link.release("FAILED", reason)
+        self.comms.world.Abort(3)
 
     def _fail(self, out: FoldOutcome, trial: TrialInfo, link: TrialLink | None, where: str, error: str) -> FoldOutcome:
         """Fails the trial right away (the other fold groups learn it at their next report)."""

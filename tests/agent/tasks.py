@@ -61,3 +61,56 @@ class Exploding(Regression):
         if float(params["lr"]) > 0.1:
             raise RuntimeError(f"boom: lr {params['lr']:.3g} is too large for this model")
         return super().build(params)
+
+
+class Hanging(Regression):
+    """World rank 1 stops answering at its first step, as user code stuck in I/O would."""
+
+    def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
+        import torch.distributed as dist
+
+        if dist.is_initialized() and dist.get_rank() == 1:
+            time.sleep(3600)
+        return super().train_step(models, optimizers, batch, params)
+
+
+class TinyGan(Regression):
+    """Two networks with their own optimizers and a custom step: a GAN that learns to
+    produce samples like the regression inputs. The objective ``loss`` is the distance
+    between the means and spreads of generated and real validation samples."""
+
+    def build(self, params: dict[str, Any]) -> dict[str, nn.Module]:
+        width = int(params.get("width", 16))
+        return {
+            "generator": nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, 8)),
+            "critic": nn.Sequential(nn.Linear(8, width), nn.ReLU(), nn.Linear(width, 1)),
+        }
+
+    def optimizer(self, params: dict[str, Any], models: Any) -> dict[str, torch.optim.Optimizer]:
+        lr = float(params["lr"])
+        return {name: torch.optim.Adam(m.parameters(), lr=lr, betas=(0.5, 0.9)) for name, m in models.items()}
+
+    def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
+        real = batch[0]
+        g, d = models["generator"], models["critic"]
+        noise = torch.randn(len(real), 4)
+        fake = g(noise)
+        # Critic: one forward over real and fake together (one DDP forward per backward).
+        logits = d(torch.cat([real, fake.detach()]))
+        target = torch.cat([torch.ones(len(real), 1), torch.zeros(len(real), 1)])
+        optimizers["critic"].zero_grad(set_to_none=True)
+        d_loss = F.binary_cross_entropy_with_logits(logits, target)
+        d_loss.backward()
+        optimizers["critic"].step()
+        # Generator: fool the critic.
+        optimizers["generator"].zero_grad(set_to_none=True)
+        g_loss = F.binary_cross_entropy_with_logits(d(g(noise)), torch.ones(len(real), 1))
+        g_loss.backward()
+        optimizers["generator"].step()
+        return float(g_loss.detach())
+
+    def evaluate(self, models: Any, batches: Iterable[Any], params: dict[str, Any]) -> dict[str, float]:
+        real = torch.cat([b[0] for b in batches])
+        fake = models["generator"](torch.randn(len(real), 4))
+        gap = (real.mean(0) - fake.mean(0)).abs().mean() + (real.std(0) - fake.std(0)).abs().mean()
+        return {"loss": float(gap)}

@@ -197,3 +197,49 @@ def test_a_layout_that_does_not_fit_is_refused_at_start(agent_server: AgentServe
     assert time.monotonic() - t0 < 120
     with agent_server.client() as c:
         assert c.get_campaign(campaign).trial_counts == {}, "no trial was taken"
+
+
+def test_two_networks_with_a_custom_step_train_under_ddp(agent_server: AgentServer) -> None:
+    spec = agent_spec(
+        task="tests/agent/tasks.py:TinyGan",
+        budget={"max_trials": 2, "max_parallel": 1},
+        training={"task": "tests/agent/tasks.py:TinyGan", "epochs": 3, "ranks_per_fold": 2},
+    )
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(2, campaign)
+    assert result.returncode == 0, dump(result)
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {"COMPLETED": 2}, dump(result)
+        trial = c.iter_trials(campaign)[0]
+    # Both networks and both optimizers are in the checkpoint.
+    import torch
+
+    uri = trial_json(agent_server, trial.id)["folds"][0]["checkpoint_uri"]
+    state = torch.load(uri.removeprefix("file://"), weights_only=False)
+    assert set(state["models"]) == {"generator", "critic"} and set(state["optimizers"]) == {"generator", "critic"}
+    assert len(state["rng"]) == 2 and state["epoch"] == 3
+
+
+def test_a_hung_rank_is_bounded_by_the_collective_timeout(agent_server: AgentServer) -> None:
+    spec = agent_spec(
+        budget={"max_trials": 1, "max_parallel": 1},
+        training={"task": "tests/agent/tasks.py:Hanging", "epochs": 2, "ranks_per_fold": 2},
+    )
+    campaign = agent_server.submit(spec)
+    t0 = time.monotonic()
+    result = agent_server.run_agent(2, campaign, "--collective-timeout", "5", timeout=120)
+    assert time.monotonic() - t0 < 90, "the hang was not bounded"
+    assert result.returncode != 0, dump(result)
+    [trial] = agent_server.client().iter_trials(campaign)
+    state = trial_json(agent_server, trial.id)
+    assert state["state"] == "FAILED", state
+    assert "world rank(s) [1] did not reach" in state["error"] and "Timed out" in state["error"], state["error"]
+
+
+def test_an_allocation_without_time_for_a_trial_takes_none(agent_server: AgentServer) -> None:
+    campaign = agent_server.submit(agent_spec())
+    result = agent_server.run_agent(1, campaign, "--time-limit", "00:04")
+    assert result.returncode == 0, dump(result)
+    assert "stopping after 0 trial(s): 4 s of walltime left" in result.stderr, dump(result)
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {}

@@ -122,3 +122,20 @@ def test_durations() -> None:
     assert parse_duration("1-00:00:10") == 86410
     with pytest.raises(ValueError):
         parse_duration("soon")
+
+
+def test_walltime_stops_taking_trials_that_would_not_fit() -> None:
+    from hpcopt_agent.runtime import Walltime
+
+    unlimited = Walltime(None)
+    unlimited.record(1e6)
+    assert unlimited.fits_another()
+    w = Walltime(100.0)
+    assert w.fits_another()  # nothing measured yet: 100 s > 5 s margin
+    w.record(80.0)
+    assert w.fits_another()  # 1.1 * 80 + 5 = 93 < 100
+    w.record(90.0)
+    assert not w.fits_another()  # 1.1 * 90 + 5 = 104 > 100
+    w.record(30.0)
+    assert w.longest == 90.0
+    assert not Walltime(4.0).fits_another()
