@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcopt import AgentClient, param_values
+from hpcopt import AgentClient, ApiError, param_values
 from hpcopt.v1 import agent_pb2
 from hpcopt_agent.comm import Comms, any_true, bcast, gather
 from hpcopt_agent.fold import FoldOutcome, FoldTrainer, TrialInfo
@@ -63,14 +63,20 @@ class GroupLoop:
         self.patience = patience
         self.trials = 0
 
-    def run(self) -> str:
-        """Runs trials until there is a reason to stop; returns that reason."""
+    def run(self) -> tuple[str, bool]:
+        """Runs trials until there is a reason to stop; returns it, and whether it is a
+        normal end (done, signalled, walltime) rather than a server that failed us."""
         while True:
             signalled = any_true(self.comms.group, self.stop.requested)
-            decision = self._decide(signalled) if self.comms.is_group_leader else None
+            decision = None
+            if self.comms.is_group_leader:
+                try:
+                    decision = self._decide(signalled)
+                except ApiError as exc:
+                    decision = ("error", f"the server failed: {exc}")
             kind, payload = bcast(self.comms.group, decision)
-            if kind == "stop":
-                return str(payload)
+            if kind in ("stop", "error"):
+                return str(payload), kind == "stop"
             if kind == "wait":
                 continue
             self._run_trial(payload)

@@ -19,10 +19,18 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcopt import AgentClient, ApiError
 from hpcopt_agent import __version__
+
+if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts on import)
+    from mpi4py import MPI
+
+    from hpcopt_agent.layout import Layout
+    from hpcopt_agent.runtime import Context, StopSignal, Walltime
+    from hpcopt_agent.settings import TrainingSettings
+    from hpcopt_agent.task import Task
 
 log = logging.getLogger("hpcopt_agent")
 
@@ -71,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mpi4py import MPI  # after argparse, so --help works without an MPI launch
 
-    from hpcopt_agent.layout import LayoutError, plan
+    from hpcopt_agent.layout import LayoutError
     from hpcopt_agent.runtime import Context, StopSignal, Walltime, parse_duration, setup_logging
 
     world = MPI.COMM_WORLD
@@ -83,7 +91,15 @@ def main(argv: list[str] | None = None) -> int:
 
     limit_threads(world, args.threads)
 
-    # 1. The campaign's settings, from the registration of rank 0 (the first group leader).
+    try:
+        limit = parse_duration(args.time_limit) if args.time_limit else None
+    except ValueError as exc:
+        if world.rank == 0:
+            log.error("refusing to start: --time-limit: %s", exc)
+        return 2
+
+    # The campaign's settings come with the registration of rank 0 (the first group
+    # leader); every rank checks them, and all refuse together if any rank cannot go on.
     reg: Any = None
     problem = ""
     if world.rank == 0:
@@ -97,19 +113,17 @@ def main(argv: list[str] | None = None) -> int:
     if not problem:
         try:
             settings, layout, task = _check(spec, args, world.size)
-        except (LayoutError, ValueError, ImportError) as exc:
+        except (LayoutError, ValueError) as exc:
             problem = str(exc)
-    if problem:
+        except Exception as exc:  # the task's own module or constructor failed
+            problem = f"cannot load training.task {args.task or spec.get('training', {}).get('task')!r}: {exc!r}"
+    problems = [(r, p) for r, p in enumerate(world.allgather(problem)) if p]
+    if problems:
         if world.rank == 0:
-            log.error("refusing to start: %s", problem)
+            rank, first = problems[0]
+            where = f" (rank {rank})" if rank else ""
+            log.error("refusing to start%s: %s", where, first)
         return 2
-    try:
-        limit = parse_duration(args.time_limit) if args.time_limit else None
-    except ValueError as exc:
-        if world.rank == 0:
-            log.error("refusing to start: --time-limit: %s", exc)
-        return 2
-    layout = plan(world.size, args.groups, settings.ranks_per_fold, settings.folds)
     return _run(args, world, reg, settings, layout, task, context, stop, Walltime(limit))
 
 
@@ -126,7 +140,7 @@ def _register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Any:
     )
 
 
-def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[Any, Any, Any]:
+def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[TrainingSettings, Layout, Task]:
     from hpcopt_agent.layout import plan
     from hpcopt_agent.schemes import check_scheme
     from hpcopt_agent.settings import TrainingSettings
@@ -140,8 +154,18 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
 
 
 def _run(
-    args: Any, world: Any, reg0: Any, settings: Any, layout: Any, task: Any, context: Any, stop: Any, walltime: Any
+    args: argparse.Namespace,
+    world: MPI.Comm,
+    reg0: Any,
+    settings: TrainingSettings,
+    layout: Layout,
+    task: Task,
+    context: Context,
+    stop: StopSignal,
+    walltime: Walltime,
 ) -> int:
+    from mpi4py import MPI
+
     from hpcopt_agent.agent import GroupLoop
     from hpcopt_agent.comm import bcast, quiet, split
     from hpcopt_agent.data import Data
@@ -192,9 +216,9 @@ def _run(
         context=context,
         max_trials=args.max_trials,
     )
-    reason = loop.run()
+    reason, normal = loop.run()
     if comms.is_group_leader:
-        log.info("stopping after %d trial(s): %s", loop.trials, reason)
+        (log.info if normal else log.error)("stopping after %d trial(s): %s", loop.trials, reason)
     if client is not None:
         client.close()
     quiet(world)
@@ -202,7 +226,8 @@ def _run(
         import torch.distributed as dist
 
         dist.destroy_process_group()
-    return 0
+    all_normal = world.allreduce(normal, op=MPI.LAND)
+    return 0 if all_normal else 1
 
 
 if __name__ == "__main__":

@@ -27,12 +27,13 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from hpcopt import ApiError
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
 from hpcopt_agent.data import Data
 from hpcopt_agent.runtime import StopSignal
 from hpcopt_agent.schemes import Scheme
-from hpcopt_agent.server import LeaseLost, TrialLink
+from hpcopt_agent.server import RETRIED, LeaseLost, TrialLink
 from hpcopt_agent.settings import TrainingSettings
 from hpcopt_agent.task import Task, as_dict, as_user
 
@@ -312,9 +313,8 @@ class FoldTrainer:
             return "failed", f"the objective {self.s.metric} is {value} after epoch {run.epoch} (training diverged?)"
         try:
             return link.intermediate(fold, run.epoch, value, uri), ""
-        except LeaseLost as exc:
-            log.warning("the trial is no longer ours: %s", exc)
-            return "lost", ""
+        except (LeaseLost, ApiError) as exc:
+            return self._report_error(exc)
 
     def _report_fold(self, link: TrialLink, fold: int, run: _Run) -> tuple[str, str]:
         value = run.metrics.get(self.s.metric)
@@ -322,11 +322,23 @@ class FoldTrainer:
             return "failed", f"no finite {self.s.metric} at the end of fold {fold}"
         try:
             link.fold(fold, value, run.metrics, run.uri)
-        except LeaseLost as exc:
-            log.warning("the trial is no longer ours: %s", exc)
-            return "lost", ""
+        except (LeaseLost, ApiError) as exc:
+            return self._report_error(exc)
         log.info("done: %s=%.6g", self.s.metric, value)
         return "completed", ""
+
+    @staticmethod
+    def _report_error(exc: Exception) -> tuple[str, str]:
+        """What a failed report means for the fold group: the trial is gone (lease
+        lost, or the server unreachable past the retries), or the report was refused."""
+        if isinstance(exc, LeaseLost):
+            log.warning("the trial is no longer ours: %s", exc)
+            return "lost", ""
+        assert isinstance(exc, ApiError)
+        if exc.code in RETRIED:
+            log.error("the server did not take the report: %s; leaving the trial to its lease", exc)
+            return "lost", ""
+        return "failed", f"the server refused a report: {exc}"
 
     def _agree(self, code: int, error: str) -> tuple[int, str]:
         """The fold group's common verdict (failure > preemption > ok) and, on the

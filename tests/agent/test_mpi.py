@@ -243,3 +243,14 @@ def test_an_allocation_without_time_for_a_trial_takes_none(agent_server: AgentSe
     assert "stopping after 0 trial(s): 4 s of walltime left" in result.stderr, dump(result)
     with agent_server.client() as c:
         assert c.get_campaign(campaign).trial_counts == {}
+
+
+def test_a_task_that_cannot_load_is_refused_at_start(agent_server: AgentServer) -> None:
+    campaign = agent_server.submit(agent_spec())
+    result = agent_server.run_agent(2, campaign, "--task", "tests/agent/tasks.py:Missing")
+    assert result.returncode != 0
+    assert "refusing to start: training.task: " in result.stderr and "no attribute 'Missing'" in result.stderr, dump(
+        result
+    )
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {}
