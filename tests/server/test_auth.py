@@ -31,6 +31,9 @@ REST = [
     ("GET", "/api/v1/campaigns/{cid}/best", "read"),
     ("GET", "/api/v1/campaigns/{cid}/agents", "read"),
     ("GET", "/api/v1/campaigns/{cid}/export", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/plot", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/curves", "read"),
+    ("POST", "/api/v1/campaigns/validate", "read"),
     ("POST", "/api/v1/campaigns/{cid}/cancel", "submit"),
     ("GET", "/api/v1/trials/{tid}", "read"),
     ("GET", "/metrics", "read"),
@@ -55,12 +58,16 @@ def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[st
     export = httpx.get(
         f"{server.http_url}/api/v1/campaigns/{cid}/export", headers={"authorization": f"Bearer {tokens['read']}"}
     ).json()
-    bodies: dict[str, Any] = {"/api/v1/campaigns": make_spec(), "/api/v1/campaigns/import": export}
+    bodies: dict[str, Any] = {
+        "/api/v1/campaigns": make_spec(),
+        "/api/v1/campaigns/import": export,
+        "/api/v1/campaigns/validate": make_spec(),
+    }
     documented = {
         (m.upper(), p)
         for p, ops in httpx.get(f"{server.http_url}/openapi.json").json()["paths"].items()
         for m in ops
-        if p.startswith("/api/") or p == "/metrics"
+        if (p.startswith("/api/") or p == "/metrics") and p != "/api/v1/whoami"
     }
     covered = {(m, p.replace("{cid}", "{campaign_id}").replace("{tid}", "{trial_id}")) for m, p, _ in REST}
     assert documented == covered, "a new endpoint needs a row in the auth matrix"
@@ -80,6 +87,12 @@ def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[st
         for scope in (needed, "admin"):
             assert call(tokens[scope]).status_code not in (401, 403), (path, scope)
     assert httpx.get(f"{server.http_url}/healthz").status_code == 200  # open for probes
+    # /whoami is open: it tells a client whether it needs a token and what its token may do.
+    assert httpx.get(f"{server.http_url}/api/v1/whoami").json() == {"auth": True, "token": None, "scopes": []}
+    bad = httpx.get(f"{server.http_url}/api/v1/whoami", headers={"authorization": "Bearer hpc_nope"}).json()
+    assert bad["token"] is None and bad["scopes"] == []
+    read = httpx.get(f"{server.http_url}/api/v1/whoami", headers={"authorization": f"Bearer {tokens['read']}"}).json()
+    assert read == {"auth": True, "token": "read-token", "scopes": ["read"]}
 
 
 def _rpcs() -> list[tuple[str, str, Any, str]]:

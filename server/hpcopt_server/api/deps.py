@@ -18,7 +18,7 @@ def get_service(request: Request) -> Service:
 ServiceDep = Annotated[Service, Depends(get_service)]
 
 
-def _bearer(request: Request) -> str | None:
+def bearer(request: Request) -> str | None:
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
@@ -28,7 +28,7 @@ def require(scope: str) -> object:
     """A dependency that checks the request's bearer token for ``scope``."""
 
     def check(request: Request, service: ServiceDep) -> d.ApiToken | None:
-        return service.tokens.authorize(_bearer(request), scope)
+        return service.tokens.authorize(bearer(request), scope)
 
     return Depends(check)
 

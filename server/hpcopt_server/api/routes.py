@@ -3,26 +3,32 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from hpcopt_server import domain as d
-from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep
+from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, bearer
 from hpcopt_server.api.schemas import (
     AgentOut,
     CampaignOut,
     ErrorOut,
+    FieldError,
+    PlotData,
+    TrialCurves,
     TrialOut,
     TrialPage,
+    ValidationOut,
+    WhoAmI,
     agent_out,
     campaign_out,
     trial_out,
 )
-from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.errors import InvalidArgument, ServiceError
+from hpcopt_server.service.campaigns import validate_spec
 
 router = APIRouter(
     prefix="/api/v1",
@@ -60,9 +66,39 @@ async def _document(request: Request) -> Any:
         ) from None
 
 
+@router.get("/whoami", operation_id="whoami")
+def whoami(request: Request, service: ServiceDep) -> WhoAmI:
+    """Open: whether the server wants tokens, and the presented token's name and scopes
+    (none when it is missing, unknown or revoked). The dashboard asks this first, so it
+    can prompt for a token and say what the token may do."""
+    if not service.tokens.enabled():
+        return WhoAmI(auth=False, token=None, scopes=["read", "submit", "agent", "admin"])
+    try:
+        token = service.tokens.authorize(bearer(request), "read")
+    except ServiceError:
+        token = None
+    if token is None:
+        return WhoAmI(auth=True, token=None, scopes=[])
+    return WhoAmI(auth=True, token=token.name, scopes=sorted(token.scopes))
+
+
+@router.post("/campaigns/validate", operation_id="validate_campaign", openapi_extra=_DOCUMENT_BODY)
+async def validate_campaign(request: Request, service: ServiceDep, _: CanRead) -> ValidationOut:
+    """Checks a spec without submitting it: 200 with ``valid`` and the field errors."""
+    try:
+        document = await _document(request)
+        await run_in_threadpool(validate_spec, document)
+    except InvalidArgument as exc:
+        return ValidationOut(
+            valid=False, detail=exc.message, errors=[FieldError(field=f, message=m) for f, m in exc.errors]
+        )
+    return ValidationOut(valid=True, detail="", errors=[])
+
+
 @router.get("/campaigns", operation_id="list_campaigns")
 def list_campaigns(service: ServiceDep, _: CanRead) -> list[CampaignOut]:
-    return [campaign_out(s) for s in service.campaigns.list_all()]
+    live = service.insights.live_agents()
+    return [campaign_out(s, live.get(s.campaign.id, 0)) for s in service.campaigns.list_all()]
 
 
 @router.post("/campaigns", status_code=201, operation_id="create_campaign", openapi_extra=_DOCUMENT_BODY)
@@ -82,7 +118,8 @@ async def import_campaign(request: Request, service: ServiceDep, _: CanSubmit) -
 
 @router.get("/campaigns/{campaign_id}", operation_id="get_campaign")
 def get_campaign(campaign_id: int, service: ServiceDep, _: CanRead) -> CampaignOut:
-    return campaign_out(service.campaigns.get(campaign_id))
+    summary = service.campaigns.get(campaign_id)
+    return campaign_out(summary, service.insights.live_agents().get(campaign_id, 0))
 
 
 @router.get("/campaigns/{campaign_id}/trials", operation_id="list_trials")
@@ -93,8 +130,12 @@ def list_trials(
     state: Annotated[list[d.TrialState] | None, Query(description="only these states")] = None,
     offset: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    sort: Annotated[
+        str, Query(description="number, value, value_std, state, attempt, started_at or finished_at")
+    ] = "number",
+    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
 ) -> TrialPage:
-    trials, total = service.campaigns.trials(campaign_id, state or (), offset, limit)
+    trials, total = service.campaigns.trials(campaign_id, state or (), offset, limit, sort, order == "desc")
     return TrialPage(trials=[trial_out(t) for t in trials], total=total, offset=offset, limit=limit)
 
 
@@ -105,12 +146,46 @@ def best_trial(campaign_id: int, service: ServiceDep, _: CanRead) -> TrialOut:
 
 @router.get("/campaigns/{campaign_id}/agents", operation_id="list_agents")
 def list_agents(campaign_id: int, service: ServiceDep, _: CanRead) -> list[AgentOut]:
-    service.campaigns.get(campaign_id)
-    return [agent_out(a) for a in service.campaigns.agents(campaign_id)]
+    return [agent_out(v.agent, v) for v in service.insights.agents(campaign_id)]
+
+
+@router.get("/campaigns/{campaign_id}/plot", operation_id="plot_data")
+def plot_data(
+    campaign_id: int,
+    service: ServiceDep,
+    _: CanRead,
+    max_points: Annotated[int, Query(ge=10, le=20_000, description="downsample past this many trials")] = 2000,
+) -> PlotData:
+    return PlotData.model_validate(service.insights.plot_data(campaign_id, max_points))
+
+
+@router.get("/campaigns/{campaign_id}/curves", operation_id="learning_curves")
+def learning_curves(
+    campaign_id: int,
+    service: ServiceDep,
+    _: CanRead,
+    trial_id: Annotated[list[int] | None, Query(description="these trials (default: the best `limit`)")] = None,
+    limit: Annotated[int, Query(ge=1, le=50)] = 5,
+) -> list[TrialCurves]:
+    return [TrialCurves.model_validate(c) for c in service.insights.curves(campaign_id, trial_id or [], limit)]
 
 
 @router.get("/campaigns/{campaign_id}/export", operation_id="export_campaign")
-def export_campaign(campaign_id: int, service: ServiceDep, _: CanRead) -> JSONResponse:
+def export_campaign(
+    campaign_id: int,
+    service: ServiceDep,
+    _: CanRead,
+    format: Annotated[
+        Literal["json", "csv"], Query(description="json: the re-importable document; csv: trials")
+    ] = "json",
+) -> Response:
+    if format == "csv":
+        name = f"campaign-{campaign_id}-trials.csv"
+        return Response(
+            service.insights.trials_csv(campaign_id),
+            media_type="text/csv",
+            headers={"Content-Disposition": f'attachment; filename="{name}"'},
+        )
     doc = service.export_campaign(campaign_id)
     name = f"campaign-{campaign_id}.json"
     return JSONResponse(doc, headers={"Content-Disposition": f'attachment; filename="{name}"'})

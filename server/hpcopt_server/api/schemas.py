@@ -66,6 +66,8 @@ class CampaignOut(BaseModel):
     created_at: datetime
     finished_at: datetime | None
     spec: dict[str, Any]
+    #: Agents of this campaign heard from within the lease period.
+    live_agents: int = 0
 
 
 class TrialPage(BaseModel):
@@ -84,6 +86,52 @@ class AgentOut(BaseModel):
     campaign_id: int | None
     registered_at: datetime
     last_seen_at: datetime
+    current_trial_id: int | None = None
+    lease_expires_at: datetime | None = None
+    #: Holding a trial but silent for two heartbeat periods: its lease is at risk.
+    stale: bool = False
+
+
+class PlotPoint(BaseModel):
+    trial_id: int
+    number: int
+    value: float
+    value_std: float | None
+    params: dict[str, bool | int | float | str]
+
+
+class BestPoint(BaseModel):
+    number: int
+    value: float
+    trial_id: int
+
+
+class PlotData(BaseModel):
+    """Completed trials for the dashboard's plots (downsampled past ``max_points``)."""
+
+    metric: str
+    direction: str
+    space: dict[str, Any]
+    completed: int
+    downsampled: bool
+    points: list[PlotPoint]
+    best: list[BestPoint]
+
+
+class TrialCurves(BaseModel):
+    trial_id: int
+    number: int
+    value: float | None
+    state: str
+    points: list[CurvePointOut]
+
+
+class WhoAmI(BaseModel):
+    """Whether the server wants tokens, and what the presented one may do."""
+
+    auth: bool
+    token: str | None
+    scopes: list[str]
 
 
 class FieldError(BaseModel):
@@ -91,12 +139,18 @@ class FieldError(BaseModel):
     message: str
 
 
+class ValidationOut(BaseModel):
+    valid: bool
+    detail: str
+    errors: list[FieldError]
+
+
 class ErrorOut(BaseModel):
     detail: str
     errors: list[FieldError] = []
 
 
-def campaign_out(s: d.CampaignSummary) -> CampaignOut:
+def campaign_out(s: d.CampaignSummary, live_agents: int = 0) -> CampaignOut:
     c = s.campaign
     return CampaignOut(
         id=c.id,
@@ -112,6 +166,7 @@ def campaign_out(s: d.CampaignSummary) -> CampaignOut:
         created_at=c.created_at,
         finished_at=c.finished_at,
         spec=c.spec,
+        live_agents=live_agents,
     )
 
 
@@ -136,8 +191,15 @@ def trial_out(t: d.Trial, *, full: bool = False) -> TrialOut:
     )
 
 
-def agent_out(a: d.Agent) -> AgentOut:
+def agent_out(a: d.Agent, view: Any = None) -> AgentOut:
+    """An agent, with its current trial and health when ``view`` (an AgentView) is given."""
+    extra = (
+        {"current_trial_id": view.current_trial_id, "lease_expires_at": view.lease_expires_at, "stale": view.stale}
+        if view is not None
+        else {}
+    )
     return AgentOut(
+        **extra,
         id=a.id,
         host=a.host,
         ranks=a.ranks,

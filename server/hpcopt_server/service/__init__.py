@@ -13,6 +13,7 @@ from hpcopt_server.service.agents import AgentService
 from hpcopt_server.service.campaigns import CampaignService
 from hpcopt_server.service.context import Context, ServiceSettings
 from hpcopt_server.service.export import export_campaign, import_campaign
+from hpcopt_server.service.insights import InsightService
 from hpcopt_server.service.leases import LeaseReaper
 from hpcopt_server.service.tokens import TokenService
 from hpcopt_server.storage.repository import Storage
@@ -33,6 +34,7 @@ class Service:
         self.campaigns = CampaignService(self.ctx)
         self.agents = AgentService(self.ctx)
         self.tokens = TokenService(self.ctx, require_auth=require_auth)
+        self.insights = InsightService(self.ctx)
         self.reaper = LeaseReaper(self.ctx, reap_interval)
 
     def export_campaign(self, campaign_id: int) -> dict[str, Any]:

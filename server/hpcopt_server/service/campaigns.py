@@ -10,6 +10,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.service.context import Context, campaign_or_404
 from hpcopt_server.service.suggestions import make_optimizer
+from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
 
 MAX_PAGE = 10_000
 
@@ -47,14 +48,21 @@ class CampaignService:
         states: Iterable[d.TrialState] = (),
         offset: int = 0,
         limit: int = 100,
+        sort: str = "number",
+        descending: bool = False,
     ) -> tuple[list[d.Trial], int]:
+        if sort not in TRIAL_SORT_KEYS:
+            allowed = ", ".join(TRIAL_SORT_KEYS)
+            raise InvalidArgument(f"sort must be one of {allowed}, got {sort!r}", [("sort", f"one of {allowed}")])
         if offset < 0:
             raise InvalidArgument("offset must be >= 0", [("offset", "must be >= 0")])
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidArgument(f"limit must be in 1..{MAX_PAGE}", [("limit", f"must be in 1..{MAX_PAGE}")])
         with self.ctx.storage.read() as tx:
             campaign_or_404(tx, campaign_id)
-            return tx.list_trials(campaign_id, states=states, offset=offset, limit=limit)
+            return tx.list_trials(
+                campaign_id, states=states, offset=offset, limit=limit, sort=sort, descending=descending
+            )
 
     def trial(self, trial_id: int) -> d.Trial:
         with self.ctx.storage.read() as tx:

@@ -60,6 +60,18 @@ class Storage:
         self.db.dispose()
 
 
+#: Trial orderings the listing offers, by public name -> column.
+TRIAL_SORT_KEYS = {
+    "number": "number",
+    "value": "value",
+    "value_std": "value_std",
+    "state": "state",
+    "attempt": "attempt",
+    "started_at": "started_at",
+    "finished_at": "finished_at",
+}
+
+
 class Tx:
     """Operations inside one transaction."""
 
@@ -227,14 +239,19 @@ class Tx:
         offset: int = 0,
         limit: int | None = None,
         with_folds: bool = True,
+        sort: str = "number",
+        descending: bool = False,
     ) -> tuple[list[d.Trial], int]:
-        """A page of the campaign's trials by number, and the total that match."""
+        """A page of the campaign's trials ordered by ``sort`` (one of
+        :data:`TRIAL_SORT_KEYS`; empty values last, then by number), and the total that match."""
         where = [m.TrialRow.campaign_id == campaign_id]
         wanted = [str(s) for s in states]
         if wanted:
             where.append(m.TrialRow.state.in_(wanted))
         total = self.s.scalar(select(func.count()).select_from(m.TrialRow).where(*where)) or 0
-        q = select(m.TrialRow).where(*where).order_by(m.TrialRow.number).offset(offset)
+        column = getattr(m.TrialRow, TRIAL_SORT_KEYS[sort])
+        key = column.desc() if descending else column.asc()
+        q = select(m.TrialRow).where(*where).order_by(column.is_(None), key, m.TrialRow.number).offset(offset)
         if limit is not None:
             q = q.limit(limit)
         rows = list(self.s.scalars(q))
@@ -351,6 +368,54 @@ class Tx:
 
     def touch_agent(self, agent_id: str, now: datetime) -> None:
         self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(last_seen_at=now))
+
+    def completed_points(self, campaign_id: int) -> list[tuple[int, int, float, float | None, dict[str, Any]]]:
+        """(id, number, value, value_std, params) of every COMPLETED trial, by number:
+        the columns the dashboard's plots need, without folds."""
+        q = (
+            select(m.TrialRow.id, m.TrialRow.number, m.TrialRow.value, m.TrialRow.value_std, m.TrialRow.params)
+            .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.COMPLETED)
+            .where(m.TrialRow.value.is_not(None))
+            .order_by(m.TrialRow.number)
+        )
+        return [(r[0], r[1], float(r[2]), r[3], dict(r[4])) for r in self.s.execute(q)]
+
+    def best_trial_ids(self, campaign_id: int, direction: str, limit: int) -> list[int]:
+        """Ids of the ``limit`` best COMPLETED trials."""
+        order = m.TrialRow.value.asc() if direction == "minimize" else m.TrialRow.value.desc()
+        q = (
+            select(m.TrialRow.id)
+            .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.COMPLETED)
+            .where(m.TrialRow.value.is_not(None))
+            .order_by(order, m.TrialRow.id)
+            .limit(limit)
+        )
+        return list(self.s.scalars(q))
+
+    def curves_of(self, trial_ids: list[int]) -> dict[int, list[d.CurvePoint]]:
+        """Learning-curve points of several trials, by trial id."""
+        out: dict[int, list[d.CurvePoint]] = {t: [] for t in trial_ids}
+        if trial_ids:
+            q = select(m.CurveRow).where(m.CurveRow.trial_id.in_(trial_ids)).order_by(m.CurveRow.fold, m.CurveRow.step)
+            for row in self.s.scalars(q):
+                out[row.trial_id].append(d.CurvePoint(row.fold, row.step, row.value))
+        return out
+
+    def running_by_agent(self, campaign_id: int) -> dict[str, tuple[int, datetime | None]]:
+        """{agent id: (trial id, lease expiry)} of the campaign's RUNNING trials."""
+        q = select(m.TrialRow.agent_id, m.TrialRow.id, m.TrialRow.lease_expires_at).where(
+            m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.RUNNING
+        )
+        return {agent: (tid, expires) for agent, tid, expires in self.s.execute(q)}
+
+    def live_agent_counts(self, since: datetime) -> dict[int, int]:
+        """{campaign id: agents heard from since ``since``}."""
+        q = (
+            select(m.AgentRow.campaign_id, func.count())
+            .where(m.AgentRow.last_seen_at >= since, m.AgentRow.campaign_id.is_not(None))
+            .group_by(m.AgentRow.campaign_id)
+        )
+        return {int(cid or 0): int(n) for cid, n in self.s.execute(q)}
 
     def list_agents(self, campaign_id: int | None = None) -> list[d.Agent]:
         q = select(m.AgentRow).order_by(m.AgentRow.registered_at)

@@ -1,0 +1,117 @@
+"""Dashboard tests: Playwright for Python driving Debian's chromium against a live
+server (REST + the static dashboard) on a free port, with seeded campaigns."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import IN_CI, ROOT, LiveServer, run_live_server
+from tests.seed import seed_campaign
+
+CHROMIUM = "/usr/bin/chromium"
+ARTIFACTS = ROOT / "artifacts" / "dashboard"
+FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--enable-unsafe-swiftshader"]
+
+
+def _missing(message: str) -> None:
+    if IN_CI:
+        pytest.fail(message + " (CI=true: the browser tests must run, not skip)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Any]:
+    if not Path(CHROMIUM).exists() and shutil.which("chromium") is None:
+        _missing(f"Debian's chromium is not installed at {CHROMIUM} (scripts/setup.sh --services installs it as root)")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("the playwright package is not installed")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
+        yield b
+        b.close()
+
+
+@dataclass
+class Seeded:
+    server: LiveServer
+    small: int  # 60 completed, 3 failed, 2 queued; curves for all
+    big: int  # 10,000 completed
+    spare: int  # a campaign to cancel
+
+    @property
+    def service(self) -> Any:
+        return self.server.service
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    from hpcopt_server.service import Service
+    from hpcopt_server.storage.migrate import upgrade
+    from hpcopt_server.storage.repository import Storage
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('dash') / 'hpcopt.db'}"
+    upgrade(url)
+    storage = Storage(url)
+    service = Service(storage)
+    small = seed_campaign(service, name="mlp-small", completed=60, failed=3, queued=2, curves_for=60)
+    big = seed_campaign(service, name="big-10k", completed=10_000, folds=1, curves_for=0, seed=1)
+    spare = seed_campaign(service, name="to-cancel", completed=5, queued=1, seed=2)
+    for server in run_live_server(service):
+        yield Seeded(server, small, big, spare)
+    storage.close()
+
+
+@dataclass
+class Page:
+    """A browser page that records console errors and saves a screenshot at the end."""
+
+    page: Any
+    base: str
+    errors: list[str] = field(default_factory=list)
+
+    def open(self, route: str) -> None:
+        self.page.goto(f"{self.base}/#{route}")
+
+    def plot(self, element_id: str) -> Any:
+        """The traces Plotly holds for a plot element (``gd.data``)."""
+        return self.page.evaluate(
+            "(id) => { const gd = document.getElementById(id);"
+            " return gd && gd.data ? JSON.parse(JSON.stringify(gd.data)) : null; }",
+            element_id,
+        )
+
+    def wait_plot(self, element_id: str, predicate: str = "d => d.length > 0", timeout: float = 10_000) -> Any:
+        self.page.wait_for_function(
+            f"() => {{ const gd = document.getElementById({element_id!r});"
+            f" return gd && gd.data && ({predicate})(gd.data); }}",
+            timeout=timeout,
+        )
+        return self.plot(element_id)
+
+
+def make_page(browser: Any, base: str, request: pytest.FixtureRequest) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = context.new_page()
+    wrapped = Page(page, base)
+    page.on("console", lambda m: wrapped.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: wrapped.errors.append(f"page error: {e}"))
+    yield wrapped
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    context.close()
+    assert not wrapped.errors, f"console errors: {wrapped.errors}"
+
+
+@pytest.fixture
+def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterator[Page]:
+    yield from make_page(browser, seeded.server.http_url, request)

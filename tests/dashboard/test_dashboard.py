@@ -1,0 +1,265 @@
+"""The dashboard in a real browser: every page, plot, table interaction and live update."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from hpcopt_server import domain as d
+from hpcopt_server.service.agents import Lease
+from tests.dashboard.conftest import ARTIFACTS, Page, Seeded, make_page
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_the_campaign_list_shows_every_campaign_and_sorts(page: Page, seeded: Seeded) -> None:
+    page.open("/")
+    rows = page.page.locator("#campaigns tbody tr")
+    rows.first.wait_for()
+    page.page.wait_for_function("() => document.querySelectorAll('#campaigns tbody tr[data-id]').length === 3")
+    names = rows.locator("td:nth-child(2)").all_inner_texts()
+    assert sorted(names) == ["big-10k", "mlp-small", "to-cancel"]
+    small = page.page.locator(f"#campaigns tr[data-id='{seeded.small}']")
+    assert "60" in small.inner_text() and "failed 3" in small.inner_text() and "queued 2" in small.inner_text()
+    page.page.click("#campaigns th[data-sort=name]")
+    assert rows.locator("td:nth-child(2)").all_inner_texts() == ["big-10k", "mlp-small", "to-cancel"]
+    page.page.click("#campaigns th[data-sort=name]")
+    assert rows.locator("td:nth-child(2)").all_inner_texts() == ["to-cancel", "mlp-small", "big-10k"]
+    # The sort survives the live refresh.
+    page.page.wait_for_timeout(2500)
+    assert rows.locator("td:nth-child(2)").all_inner_texts() == ["to-cancel", "mlp-small", "big-10k"]
+
+
+def test_a_campaign_page_renders_every_plot_with_the_right_number_of_points(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    history = page.wait_plot("plot-history")
+    assert len(history[0]["x"]) == 60 and len(history[0]["error_y"]["array"]) == 60
+    best = [v for v in history[1]["y"]]
+    assert best == sorted(best, reverse=True), "the best-so-far line only goes down when minimizing"
+    parcoords = page.plot("plot-parcoords")[0]
+    assert [dim["label"] for dim in parcoords["dimensions"]] == ["lr", "width", "act", "loss"]
+    assert all(len(dim["values"]) == 60 for dim in parcoords["dimensions"])
+    for name in ("lr", "width", "act"):
+        assert len(page.plot(f"slice-{name}")[0]["x"]) == 60
+    layout_type = page.page.evaluate("() => document.getElementById('slice-lr').layout.xaxis.type")
+    assert layout_type == "log"
+    curves = page.wait_plot("plot-curves")
+    assert len(curves) == 5 * 3 and all(len(t["x"]) == 4 for t in curves), "the 5 best trials, 3 folds, 4 epochs"
+    assert page.page.locator("#trials tbody tr").count() == 25
+    assert "page 1 of 3 · 65 trials" in page.page.inner_text("#page-info")
+
+
+def test_the_trials_table_sorts_and_filters_on_the_server(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    page.page.locator("#trials tbody tr[data-trial]").first.wait_for()
+    page.page.click("#trials th[data-sort=value]")
+    page.page.wait_for_function(
+        "() => document.querySelector('#trials th[data-sort=value]').classList.contains('sorted')"
+    )
+    page.page.wait_for_timeout(500)
+    values = _values(page)
+    assert values == sorted(values) and len(values) == 25
+    with seeded.service.ctx.storage.read() as tx:
+        all_values = sorted(v for _, _, v, _, _ in tx.completed_points(seeded.small))
+    assert values[0] == pytest.approx(all_values[0], rel=1e-3), "sorted over all pages, not just this one"
+    page.page.click("#trials th[data-sort=value]")
+    page.page.wait_for_function(
+        "() => document.querySelector('#trials th[data-sort=value]').classList.contains('desc')"
+    )
+    page.page.wait_for_timeout(500)
+    assert _values(page) == sorted(_values(page), reverse=True)
+    page.page.check("#state-filter input[data-state=FAILED]")
+    page.page.wait_for_function("() => document.getElementById('page-info').textContent.includes('3 trials')")
+    states = page.page.locator("#trials tbody td:nth-child(4)").all_inner_texts()
+    assert states == ["FAILED"] * 3
+    # The filter and sort outlive the 2 s refresh.
+    page.page.wait_for_timeout(2500)
+    assert page.page.locator("#trials tbody td:nth-child(4)").all_inner_texts() == ["FAILED"] * 3
+    assert page.page.is_checked("#state-filter input[data-state=FAILED]")
+
+
+def _values(page: Page) -> list[float]:
+    return [float(t.split("±")[0]) for t in page.page.locator("#trials tbody td:nth-child(5)").all_inner_texts()]
+
+
+def test_a_trial_that_completes_while_the_page_is_open_appears_without_a_reload(page: Page, seeded: Seeded) -> None:
+    service = seeded.service
+    page.open(f"/campaign/{seeded.small}")
+    before = len(page.wait_plot("plot-history")[0]["x"])
+    page.page.click("#trials th[data-sort=value]")  # a user choice the update must keep
+    page.page.evaluate("() => { window.__marker = 'same page'; }")
+    reg = service.agents.register(host="live-test", ranks=1, gpus=0, campaign_id=seeded.small)
+    got = service.agents.acquire(reg.agent_id, seeded.small)
+    assert got.trial is not None
+    lease = Lease(reg.agent_id, got.trial.id, got.lease_id)
+    for k in range(3):
+        service.agents.report_fold(lease, k, 0.01 + 0.001 * k)
+    service.agents.complete(lease)
+    page.wait_plot("plot-history", f"d => d[0].x.length === {before + 1}")
+    assert page.page.evaluate("() => window.__marker") == "same page", "the page reloaded"
+    assert "sorted" in (page.page.get_attribute("#trials th[data-sort=value]", "class") or "")
+    # The new trial is the best: it leads the value-sorted table and the summary.
+    page.page.wait_for_function(
+        f"() => document.querySelector('#trials tbody tr[data-trial]').dataset.trial === '{got.trial.id}'"
+    )
+    assert f"trial {got.trial.id}" in page.page.inner_text("#summary")
+    # Its agent shows up with the trial it last held.
+    agents = page.page.inner_text("#agents")
+    assert "live-test" in agents
+
+
+def test_a_bad_spec_shows_its_field_error_next_to_the_field(page: Page, seeded: Seeded) -> None:
+    page.open("/new")
+    bad = (
+        "name: broken\nobjective: {metric: loss}\nspace:\n  lr: {type: real, low: 0.0, high: 1.0, scale: log}\n"
+        "budget: {max_trials: 5}\ntraining: {task: t.py:T}\n"
+    )
+    page.page.fill("#spec-text", bad)
+    page.page.click("#submit")
+    error = page.page.locator(".field-error[data-field='space.lr']")
+    error.wait_for()
+    assert "must be > 0 for scale: log" in error.inner_text()
+    # It sits right under the line that defines lr.
+    previous = error.evaluate("e => e.previousElementSibling.textContent")
+    assert "lr: {type: real, low: 0.0" in previous
+    assert page.page.locator("#annotated .line.bad").count() == 1
+    page.page.screenshot(path=str(ARTIFACTS / "new-campaign-field-error.png"), full_page=True)
+    # A good spec is submitted and opens its page.
+    good = bad.replace("low: 0.0", "low: 0.001").replace("name: broken", "name: from-the-ui")
+    page.page.fill("#spec-text", good)
+    page.page.click("#submit")
+    page.page.wait_for_function("() => location.hash.startsWith('#/campaign/')")
+    page.page.wait_for_function("() => document.getElementById('campaign-title').textContent === 'from-the-ui'")
+
+
+def test_cancel_asks_for_confirmation_and_works(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.spare}")
+    button = page.page.locator("#cancel")
+    page.page.wait_for_function("() => !document.getElementById('cancel').disabled")
+    asked: list[str] = []
+
+    def dismiss(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.dismiss()
+
+    page.page.once("dialog", dismiss)
+    button.click()
+    page.page.wait_for_timeout(500)
+    assert asked and "Cancel campaign" in asked[0]
+    assert seeded.service.campaigns.get(seeded.spare).campaign.state == d.CampaignState.RUNNING
+    page.page.once("dialog", lambda dialog: dialog.accept())
+    button.click()
+    page.page.wait_for_function("() => document.querySelector('#summary .badge').textContent === 'CANCELLED'")
+    assert seeded.service.campaigns.get(seeded.spare).campaign.state == d.CampaignState.CANCELLED
+    page.page.wait_for_function("() => document.getElementById('cancel').disabled")
+
+
+def test_exports_download_json_and_csv(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    page.page.locator("#trials tbody tr[data-trial]").first.wait_for()
+    with page.page.expect_download() as got:
+        page.page.click("#export-csv")
+    rows = list(csv.DictReader(io.StringIO(got.value.path().read_text())))
+    assert len(rows) >= 65 and {"trial_id", "state", "loss", "loss_std", "param_lr"} <= set(rows[0])
+    with page.page.expect_download() as got:
+        page.page.click("#export-json")
+    assert got.value.suggested_filename == f"campaign-{seeded.small}.json"
+
+
+def test_a_trial_page_shows_folds_curves_and_the_attempt_history(page: Page, seeded: Seeded) -> None:
+    with seeded.service.ctx.storage.read() as tx:
+        trials, _ = tx.list_trials(seeded.small, states=[d.TrialState.FAILED], limit=1)
+        ok, _ = tx.list_trials(seeded.small, states=[d.TrialState.COMPLETED], limit=1)
+    page.open(f"/trial/{ok[0].id}")
+    curves = page.wait_plot("plot-trial-curves")
+    assert len(curves) == 3 and all(len(t["x"]) == 4 for t in curves)
+    assert page.page.locator("#folds tbody tr").count() == 3
+    assert "file:///ckpt/" in page.page.inner_text("#folds")
+    assert "COMPLETED" in page.page.inner_text("#events")
+    page.open(f"/trial/{trials[0].id}")
+    page.page.locator("#trial-error").wait_for()
+    assert "RuntimeError: boom" in page.page.inner_text("#trial-error")
+    assert "FAILED" in page.page.inner_text("#events")
+
+
+def test_a_campaign_with_10000_trials_gets_downsampled_plots_and_a_server_side_table(
+    page: Page, seeded: Seeded
+) -> None:
+    # How fast it opens is measured by benchmarks/dashboard_open.py, not asserted here.
+    page.open(f"/campaign/{seeded.big}")
+    history = page.wait_plot("plot-history", "d => d[0].x.length > 0")
+    assert len(history[0]["x"]) <= 1000, "the server downsamples"
+    assert "of 10000 completed trials shown" in page.page.inner_text("#history-note")
+    best = page.plot("plot-history")[1]
+    with seeded.service.ctx.storage.read() as tx:
+        overall = min(v for _, _, v, _, _ in tx.completed_points(seeded.big))
+    assert min(best["y"]) == pytest.approx(overall), "the best line covers all trials, not the sample"
+    slices = page.wait_plot("slice-act")
+    assert len(slices[0]["x"]) == len(history[0]["x"])
+    page.page.locator("#trials tbody tr[data-trial]").first.wait_for()
+    assert page.page.locator("#trials tbody tr").count() == 25
+    assert "page 1 of 400 · 10000 trials" in page.page.inner_text("#page-info")
+    page.page.click("#next")
+    page.page.wait_for_function("() => document.getElementById('page-info').textContent.startsWith('page 2 of')")
+    first = page.page.locator("#trials tbody tr[data-trial] td:nth-child(2)").first.inner_text()
+    assert first == "25"
+
+
+@pytest.fixture(scope="module")
+def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dict[str, str], int]]:
+    from hpcopt_server.service import Service
+    from hpcopt_server.storage.migrate import upgrade
+    from hpcopt_server.storage.repository import Storage
+    from tests.conftest import run_live_server
+    from tests.seed import seed_campaign
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('dash-auth') / 'hpcopt.db'}"
+    upgrade(url)
+    storage = Storage(url)
+    service = Service(storage)
+    cid = seed_campaign(service, name="guarded", completed=8, queued=1)
+    tokens = {scope: service.tokens.create(f"{scope}-ui", [scope])[1] for scope in ("read", "submit")}
+    for server in run_live_server(service):
+        yield server, tokens, cid
+    storage.close()
+
+
+@pytest.fixture
+def secured_page(
+    browser: Any, secured: tuple[Any, dict[str, str], int], request: pytest.FixtureRequest
+) -> Iterator[Page]:
+    yield from make_page(browser, secured[0].http_url, request)
+
+
+def test_with_auth_on_a_read_token_can_view_but_not_cancel(
+    secured_page: Page, secured: tuple[Any, dict[str, str], int]
+) -> None:
+    server, tokens, cid = secured
+    page = secured_page
+    page.page.on("console", lambda m: None)
+    page.open(f"/campaign/{cid}")
+    page.page.locator("#token-dialog[open]").wait_for()
+    page.page.fill("#token-input", tokens["read"])
+    page.page.click("#token-form button[type=submit]")
+    page.wait_plot("plot-history", "d => d[0].x.length === 8")
+    assert "can read but not submit" in page.page.inner_text("#banner")
+    assert page.page.is_disabled("#cancel")
+    assert "no submit scope" in (page.page.get_attribute("#cancel", "title") or "")
+    assert page.page.is_hidden("#nav-new")
+    assert "read-ui" in page.page.inner_text("#whoami")
+    page.page.screenshot(path=str(ARTIFACTS / "read-only-token.png"), full_page=True)
+    # The API agrees: the same token cannot cancel.
+    denied = httpx.post(
+        f"{server.http_url}/api/v1/campaigns/{cid}/cancel", headers={"authorization": f"Bearer {tokens['read']}"}
+    )
+    assert denied.status_code == 403
+    # A submit token may.
+    page.page.evaluate("(t) => localStorage.setItem('hpcopt.token', t)", tokens["submit"])
+    page.page.reload()
+    page.page.wait_for_function("() => !document.getElementById('cancel').disabled")
+    assert page.page.is_hidden("#banner")

@@ -1,0 +1,93 @@
+"""Seeded campaigns for the dashboard and insight tests: trials written straight into
+storage in one transaction (10,000 trials in seconds), through the same Tx methods the
+service uses, so the REST API reads them as it would real ones."""
+
+from __future__ import annotations
+
+import math
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from hpcopt_server import domain as d
+from tests.conftest import make_spec
+
+SPACE: dict[str, Any] = {
+    "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
+    "width": {"type": "int", "low": 8, "high": 256},
+    "act": {"type": "categorical", "choices": ["relu", "tanh", "gelu"]},
+}
+
+
+def objective(params: dict[str, Any]) -> float:
+    lr, width = float(params["lr"]), int(params["width"])
+    return (
+        (math.log10(lr) + 2.0) ** 2
+        + 0.3 * abs(math.log2(width) - 6)
+        + {"relu": 0.0, "tanh": 0.2, "gelu": 0.1}[params["act"]]
+    )
+
+
+def seed_campaign(
+    service: Any,
+    *,
+    name: str,
+    completed: int,
+    failed: int = 0,
+    queued: int = 0,
+    folds: int = 3,
+    epochs: int = 4,
+    curves_for: int = 50,
+    seed: int = 0,
+) -> int:
+    """A RUNNING campaign with ``completed`` COMPLETED trials (values from
+    :func:`objective` plus noise, fold values and per-epoch curves for the first
+    ``curves_for``), ``failed`` FAILED trials with an error, and ``queued`` QUEUED ones."""
+    total = completed + failed + queued
+    spec = make_spec(
+        name=name,
+        space=SPACE,
+        folds=folds,
+        budget={"max_trials": max(total + 5, 10), "max_parallel": 4},
+        training={"task": "tests/agent/tasks.py:Regression", "epochs": epochs},
+    )
+    cid = int(service.campaigns.create(spec).id)
+    rng = random.Random(seed)
+    t0 = datetime.now(UTC) - timedelta(hours=2)
+    with service.ctx.storage.write() as tx:
+        for number in range(total):
+            params = {
+                "lr": 10 ** rng.uniform(-4, 0),
+                "width": rng.randint(8, 256),
+                "act": rng.choice(["relu", "tanh", "gelu"]),
+            }
+            started = t0 + timedelta(seconds=number)
+            if number < completed:
+                base = objective(params)
+                values = [base + rng.gauss(0, 0.05) for _ in range(folds)]
+                mean = sum(values) / folds
+                std = (sum((v - mean) ** 2 for v in values) / max(1, folds - 1)) ** 0.5
+                trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
+                for k, v in enumerate(values):
+                    uri = f"file:///ckpt/{cid}/{trial.id}/fold{k}.pt"
+                    metrics = {"loss": v, "acc": 1 / (1 + v)}
+                    tx.upsert_fold(
+                        trial.id, k, started, finished=True, value=v, metrics=metrics, checkpoint_uri=uri, attempt=1
+                    )
+                    if number < curves_for:
+                        for e in range(1, epochs + 1):
+                            tx.put_curve_point(trial.id, k, e, v + (epochs - e) * 0.3 * (1 + k * 0.1))
+                tx.add_event(trial.id, 1, "acquired", started, agent_id="seed-agent")
+                tx.finish_trial(
+                    trial.id, d.TrialState.COMPLETED, started + timedelta(seconds=30), value=mean, value_std=std
+                )
+                tx.add_event(trial.id, 1, "completed", started + timedelta(seconds=30), agent_id="seed-agent")
+            elif number < completed + failed:
+                trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
+                error = "fold 0, epoch 1: rank 0: Traceback (most recent call last):\nRuntimeError: boom"
+                tx.add_event(trial.id, 1, "failed", started + timedelta(seconds=5), agent_id="seed-agent", reason=error)
+                tx.finish_trial(trial.id, d.TrialState.FAILED, started + timedelta(seconds=5), error=error)
+            else:
+                tx.insert_trial(cid, number, params, d.TrialState.QUEUED, started)
+        tx.set_next_trial_number(cid, total)
+    return cid
