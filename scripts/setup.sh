@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up everything `make demo` and `make test` need on a fresh machine:
 # the virtual environment (.venv) with the three parts installed editable, and, when
-# run as root with --services, PostgreSQL 15 started on 127.0.0.1:5432 and a one-node
-# Slurm cluster (scripts/slurm/start.sh).
+# run as root with --services, PostgreSQL 15 started on 127.0.0.1:5432, Debian's
+# chromium for the dashboard tests and a one-node Slurm cluster (scripts/slurm/start.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -39,6 +39,15 @@ if [ "${1:-}" = "--services" ]; then
     fi
   elif ! command -v pg_ctlcluster >/dev/null 2>&1; then
     echo "setup: PostgreSQL 15 is not installed; PostgreSQL tests will skip (and fail under CI=true)"
+  fi
+  # Debian's chromium for the dashboard tests (Playwright drives it; never `playwright install`).
+  if [ "$(id -u)" = 0 ] && [ ! -x /usr/bin/chromium ]; then
+    echo "setup: installing chromium from Debian"
+    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+        > /tmp/hpcopt-chromium-apt.log 2>&1; then
+      tail -20 /tmp/hpcopt-chromium-apt.log
+      echo "setup: chromium did not install; the browser tests will skip (and fail under CI=true)"
+    fi
   fi
   # A one-node Slurm cluster for the sbatch tests (installed from Debian when missing).
   if [ "$(id -u)" = 0 ]; then

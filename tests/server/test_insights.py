@@ -1,0 +1,115 @@
+"""The REST aggregates behind the dashboard: downsampled plot data, sorted trial pages,
+learning curves, agents with their health, CSV export, spec validation."""
+
+from __future__ import annotations
+
+import csv
+import io
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from hpcopt_server.service.agents import Lease
+from tests.conftest import LiveServer, make_spec
+from tests.seed import seed_campaign
+
+
+def test_plot_data_keeps_every_point_when_small_and_downsamples_big_campaigns(service: Any) -> None:
+    small = seed_campaign(service, name="small", completed=30, failed=2, queued=1)
+    data = service.insights.plot_data(small, max_points=100)
+    assert data["completed"] == 30 and not data["downsampled"] and len(data["points"]) == 30
+    assert [p["number"] for p in data["points"]] == sorted(p["number"] for p in data["points"])
+    best = [b["value"] for b in data["best"]]
+    assert best == sorted(best, reverse=True) and best[-1] == min(p["value"] for p in data["points"])
+
+    big = seed_campaign(service, name="big", completed=3000, folds=1, curves_for=0, seed=4)
+    data = service.insights.plot_data(big, max_points=200)
+    assert data["completed"] == 3000 and data["downsampled"] and len(data["points"]) <= 200
+    kept = {p["trial_id"] for p in data["points"]}
+    assert {b["trial_id"] for b in data["best"]} <= kept, "every improvement is drawn"
+    with service.ctx.storage.read() as tx:
+        values = sorted(v for _, _, v, _, _ in tx.completed_points(big))
+    drawn = sorted(p["value"] for p in data["points"])
+    assert drawn[:20] == values[:20], "the best trials are all drawn"
+    assert service.insights.plot_data(big, max_points=200) == data, "the sample is stable between polls"
+
+
+def test_trials_sort_on_the_server_and_refuse_an_unknown_key(live_server: LiveServer) -> None:
+    service = live_server.service
+    cid = seed_campaign(service, name="sorting", completed=40, failed=3, queued=2)
+    url = f"{live_server.http_url}/api/v1/campaigns/{cid}/trials"
+    page = httpx.get(url, params={"sort": "value", "order": "asc", "limit": 10}).json()
+    values = [t["value"] for t in page["trials"]]
+    assert page["total"] == 45 and values == sorted(values)
+    with service.ctx.storage.read() as tx:
+        assert values[0] == min(v for _, _, v, _, _ in tx.completed_points(cid))
+    last = httpx.get(url, params={"sort": "value", "order": "asc", "offset": 40, "limit": 10}).json()["trials"]
+    assert [t["value"] for t in last] == [None] * 5, "trials without a value sort last"
+    desc = httpx.get(url, params={"sort": "value", "order": "desc", "limit": 5}).json()["trials"]
+    assert [t["value"] for t in desc] == sorted((t["value"] for t in desc), reverse=True)
+    failed = httpx.get(url, params={"state": "FAILED", "sort": "number"}).json()
+    assert failed["total"] == 3 and {t["state"] for t in failed["trials"]} == {"FAILED"}
+    bad = httpx.get(url, params={"sort": "colour"})
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "sort"
+
+
+def test_learning_curves_of_the_best_or_chosen_trials(live_server: LiveServer) -> None:
+    cid = seed_campaign(live_server.service, name="curves", completed=12, folds=2, epochs=3)
+    url = f"{live_server.http_url}/api/v1/campaigns/{cid}/curves"
+    best = httpx.get(url, params={"limit": 3}).json()
+    assert len(best) == 3 and [c["value"] for c in best] == sorted(c["value"] for c in best)
+    assert all(len(c["points"]) == 2 * 3 for c in best)
+    chosen = httpx.get(url, params=[("trial_id", best[2]["trial_id"])]).json()
+    assert [c["trial_id"] for c in chosen] == [best[2]["trial_id"]]
+
+
+def test_agents_show_their_trial_and_turn_stale_when_silent(service: Any) -> None:
+    cid = seed_campaign(service, name="agents", completed=2, queued=2)
+    reg = service.agents.register(host="node17", ranks=4, gpus=1, slurm_job_id="991", campaign_id=cid)
+    got = service.agents.acquire(reg.agent_id, cid)
+    [view] = service.insights.agents(cid)
+    assert view.current_trial_id == got.trial.id and not view.stale and view.agent.slurm_job_id == "991"
+    real_clock = service.ctx.clock
+    service.ctx.clock = lambda: real_clock() + timedelta(seconds=3 * service.ctx.settings.heartbeat_seconds)
+    try:
+        [view] = service.insights.agents(cid)
+        assert view.stale, "no heartbeat for two periods: the lease is at risk"
+        assert service.insights.live_agents().get(cid) == 1
+    finally:
+        service.ctx.clock = real_clock
+    service.agents.heartbeat(Lease(reg.agent_id, got.trial.id, got.lease_id))
+    assert not service.insights.agents(cid)[0].stale
+
+
+def test_csv_export_has_a_row_per_trial(live_server: LiveServer) -> None:
+    cid = seed_campaign(live_server.service, name="csv", completed=7, failed=1)
+    res = httpx.get(f"{live_server.http_url}/api/v1/campaigns/{cid}/export", params={"format": "csv"})
+    assert res.status_code == 200 and res.headers["content-type"].startswith("text/csv")
+    assert f"campaign-{cid}-trials.csv" in res.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(res.text)))
+    assert len(rows) == 8
+    assert {"trial_id", "number", "state", "loss", "loss_std", "param_lr", "param_width", "param_act"} <= set(rows[0])
+    assert [r["state"] for r in rows].count("FAILED") == 1
+    assert float(rows[0]["loss"]) > 0 and rows[0]["param_act"] in ("relu", "tanh", "gelu")
+
+
+def test_validate_answers_200_with_field_errors_and_stores_nothing(live_server: LiveServer) -> None:
+    url = f"{live_server.http_url}/api/v1/campaigns/validate"
+    bad = make_spec(space={"lr": {"type": "real", "low": 0.0, "high": 1.0, "scale": "log"}})
+    res = httpx.post(url, json=bad)
+    assert res.status_code == 200
+    body = res.json()
+    assert not body["valid"] and body["errors"][0]["field"] == "space.lr" and "> 0" in body["errors"][0]["message"]
+    yaml_res = httpx.post(url, content="name: [unclosed", headers={"content-type": "application/yaml"})
+    assert yaml_res.status_code == 200 and yaml_res.json()["errors"][0]["field"] == "body"
+    assert httpx.post(url, json=make_spec()).json() == {"valid": True, "detail": "", "errors": []}
+    assert httpx.get(f"{live_server.http_url}/api/v1/campaigns").json() == []
+
+
+@pytest.mark.parametrize("max_points", [5, 50_000])
+def test_plot_data_bounds_are_enforced(live_server: LiveServer, max_points: int) -> None:
+    cid = live_server.service.campaigns.create(make_spec()).id
+    res = httpx.get(f"{live_server.http_url}/api/v1/campaigns/{cid}/plot", params={"max_points": max_points})
+    assert res.status_code == 422
