@@ -253,10 +253,14 @@ function campaignPage(id) {
     renderSummary(c);
     renderTrials(id, c, page, t);
     renderAgents(agents);
-    for (const step of [() => renderHistory(plot), () => renderCurves(id, curves, plot), () => renderParcoords(plot), () => renderSlices(plot)]) {
+    performance.mark("hpcopt:tables"); // performance marks: benchmarks/dashboard_open.py reads them
+    // Parallel coordinates last: WebGL, the slowest to set up where there is no GPU.
+    const steps = [["history", () => renderHistory(plot)], ["curves", () => renderCurves(id, curves, plot)], ["slices", () => renderSlices(plot)], ["parcoords", () => renderParcoords(plot)]];
+    for (const [name, step] of steps) {
       await nextFrame();
       if (gen !== session.generation) return;
       step();
+      performance.mark(`hpcopt:${name}`);
     }
   });
   document.getElementById("cancel").disabled = true;

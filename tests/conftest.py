@@ -8,7 +8,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ def pg_admin() -> str:
     return PG_ADMIN_URL
 
 
-def _fresh_pg_database(admin: str) -> Iterator[str]:
+def _fresh_pg_database(admin: str) -> Generator[str, None, None]:
     import psycopg
 
     name = f"hpcopt_test_{uuid.uuid4().hex[:12]}"
