@@ -1,4 +1,4 @@
-.PHONY: demo test setup protos lint bench
+.PHONY: demo test setup protos lint bench dashboard-vendor
 
 # Runs the demo campaign end to end (server, digits campaign, a 4-rank MPI agent, leaderboard).
 demo:
@@ -11,6 +11,10 @@ test:
 
 setup:
 	bash scripts/setup.sh --services
+
+# Copies plotly.js from the pinned plotly package into dashboard/vendor/.
+dashboard-vendor:
+	.venv/bin/python scripts/vendor_dashboard.py
 
 # Regenerates client/hpcopt/v1 from protos/.
 protos:
@@ -27,3 +31,4 @@ bench:
 	.venv/bin/python benchmarks/optimizers/latency.py
 	.venv/bin/python benchmarks/optimizers/quality.py
 	.venv/bin/python benchmarks/training/run.py
+	.venv/bin/python benchmarks/dashboard_open.py
