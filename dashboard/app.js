@@ -239,9 +239,13 @@ function campaignPage(id) {
     el("div", { class: "card" }, el("h2", { text: "Agents" }), el("table", { id: "agents" }, el("thead"), el("tbody"))),
   );
   renderStateFilter(id, t);
-  live(async (gen) => {
+  const query = () => {
     const qs = new URLSearchParams({ sort: t.sort, order: t.desc ? "desc" : "asc", offset: t.offset, limit: t.limit });
     t.states.forEach((s) => qs.append("state", s));
+    return qs.toString();
+  };
+  live(async (gen) => {
+    const qs = query();
     const sel = session.curves[id];
     const cq = sel && sel.length ? sel.map((x) => `trial_id=${x}`).join("&") : "limit=5";
     const [c, plot, page, agents, curves] = await Promise.all([
@@ -251,7 +255,8 @@ function campaignPage(id) {
     if (gen !== session.generation) return;
     // Cheap parts first, then one plot per frame, so the page answers while plots draw.
     renderSummary(c);
-    renderTrials(id, c, page, t);
+    // A sort, filter or page change made while this refresh ran: the queued one renders it.
+    if (qs === query()) renderTrials(id, c, page, t);
     renderAgents(agents);
     performance.mark("hpcopt:tables"); // performance marks: benchmarks/dashboard_open.py reads them
     // Parallel coordinates last: WebGL, the slowest to set up where there is no GPU.

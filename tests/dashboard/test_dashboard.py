@@ -41,11 +41,12 @@ def test_a_campaign_page_renders_every_plot_with_the_right_number_of_points(page
     assert len(history[0]["x"]) == 60 and len(history[0]["error_y"]["array"]) == 60
     best = [v for v in history[1]["y"]]
     assert best == sorted(best, reverse=True), "the best-so-far line only goes down when minimizing"
-    parcoords = page.plot("plot-parcoords")[0]
+    # Plots are drawn one per frame after the tables: wait for each.
+    parcoords = page.wait_plot("plot-parcoords")[0]
     assert [dim["label"] for dim in parcoords["dimensions"]] == ["lr", "width", "act", "loss"]
     assert all(len(dim["values"]) == 60 for dim in parcoords["dimensions"])
     for name in ("lr", "width", "act"):
-        assert len(page.plot(f"slice-{name}")[0]["x"]) == 60
+        assert len(page.wait_plot(f"slice-{name}")[0]["x"]) == 60
     layout_type = page.page.evaluate("() => document.getElementById('slice-lr').layout.xaxis.type")
     assert layout_type == "log"
     curves = page.wait_plot("plot-curves")
@@ -58,21 +59,15 @@ def test_the_trials_table_sorts_and_filters_on_the_server(page: Page, seeded: Se
     page.open(f"/campaign/{seeded.small}")
     page.page.locator("#trials tbody tr[data-trial]").first.wait_for()
     page.page.click("#trials th[data-sort=value]")
-    page.page.wait_for_function(
-        "() => document.querySelector('#trials th[data-sort=value]').classList.contains('sorted')"
-    )
-    page.page.wait_for_timeout(500)
+    _wait_sorted(page, "ascending")
     values = _values(page)
     assert values == sorted(values) and len(values) == 25
     with seeded.service.ctx.storage.read() as tx:
         all_values = sorted(v for _, _, v, _, _ in tx.completed_points(seeded.small))
     assert values[0] == pytest.approx(all_values[0], rel=1e-3), "sorted over all pages, not just this one"
     page.page.click("#trials th[data-sort=value]")
-    page.page.wait_for_function(
-        "() => document.querySelector('#trials th[data-sort=value]').classList.contains('desc')"
-    )
-    page.page.wait_for_timeout(500)
-    assert _values(page) == sorted(_values(page), reverse=True)
+    _wait_sorted(page, "descending")
+    assert "desc" in (page.page.get_attribute("#trials th[data-sort=value]", "class") or "")
     page.page.check("#state-filter input[data-state=FAILED]")
     page.page.wait_for_function("() => document.getElementById('page-info').textContent.includes('3 trials')")
     states = page.page.locator("#trials tbody td:nth-child(4)").all_inner_texts()
@@ -81,6 +76,16 @@ def test_the_trials_table_sorts_and_filters_on_the_server(page: Page, seeded: Se
     page.page.wait_for_timeout(2500)
     assert page.page.locator("#trials tbody td:nth-child(4)").all_inner_texts() == ["FAILED"] * 3
     assert page.page.is_checked("#state-filter input[data-state=FAILED]")
+
+
+def _wait_sorted(page: Page, way: str) -> None:
+    """Until the table shows 25 values sorted that way (refreshes are asynchronous)."""
+    ok = "a <= b" if way == "ascending" else "a >= b"
+    page.page.wait_for_function(
+        "() => { const v = [...document.querySelectorAll('#trials tbody td:nth-child(5)')]"
+        ".map(td => parseFloat(td.textContent.split('±')[0]));"
+        f" return v.length === 25 && v.every((b, i) => i === 0 || ((a, b) => {ok})(v[i - 1], b)); }}"
+    )
 
 
 def _values(page: Page) -> list[float]:
@@ -206,6 +211,7 @@ def test_a_campaign_with_10000_trials_gets_downsampled_plots_and_a_server_side_t
     assert "page 1 of 400 · 10000 trials" in page.page.inner_text("#page-info")
     page.page.click("#next")
     page.page.wait_for_function("() => document.getElementById('page-info').textContent.startsWith('page 2 of')")
+    # The page shown is the page the pager says: trials #25.. by number.
     first = page.page.locator("#trials tbody tr[data-trial] td:nth-child(2)").first.inner_text()
     assert first == "25"
 
