@@ -436,8 +436,10 @@ function renderAgents(agents) {
 
 function trialPage(id) {
   app.replaceChildren(el("h1", { id: "trial-title", text: `Trial ${id}` }), el("div", { id: "trial" }));
+  let metric = "objective";
   live(async (gen) => {
     const t = await api(`/trials/${id}`);
+    if (metric === "objective") metric = (await api(`/campaigns/${t.campaign_id}`)).metric;
     if (gen !== session.generation) return;
     const box = document.getElementById("trial");
     document.getElementById("trial-title").replaceChildren(`Trial ${t.id} `, badge(t.state), " ", el("a", { class: "note", href: `#/campaign/${t.campaign_id}`, text: `campaign ${t.campaign_id}` }));
@@ -464,7 +466,7 @@ function trialPage(id) {
         el("td", { class: "mono", text: (e.agent_id || "").slice(0, 8) || "–" }), el("td", { text: e.reason || "" }))))));
     const folds = [...new Set((t.curves || []).map((p) => p.fold))].sort((a, b) => a - b);
     draw("plot-trial-curves", folds.map((f) => { const pts = t.curves.filter((p) => p.fold === f); return { type: "scatter", mode: "lines+markers", name: `fold ${f}`, x: pts.map((p) => p.step), y: pts.map((p) => p.value) }; }),
-      { xaxis: { title: { text: "epoch" } }, yaxis: { title: { text: "objective" } } });
+      { xaxis: { title: { text: "epoch" } }, yaxis: { title: { text: metric } } });
   });
 }
 
