@@ -59,7 +59,6 @@ class FoldOutcome:
     value: float | None = None
     error: str = ""
     epochs: int = 0  # epochs this attempt trained
-    resumed_from: int | None = None
 
 
 @dataclass
@@ -124,8 +123,6 @@ class FoldTrainer:
         self.current = (trial, fold, link)
         try:
             run = self._start(trial, fold, resume_uri)
-            if resume_uri and run.epoch + run.batch > 0:
-                out.resumed_from = run.epoch
         except Exception as exc:
             run, error = None, summarize(exc)
         else:

@@ -159,3 +159,5 @@ class CampaignSummary:
     trial_counts: dict[str, int] = field(default_factory=dict)
     best_value: float | None = None
     best_trial_id: int | None = None
+    #: Agents of the campaign heard from within the lease period.
+    live_agents: int = 0

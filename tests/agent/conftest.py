@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI, ROOT, free_port
+from tests.conftest import IN_CI, ROOT, free_port, make_spec
 
 BIN = Path(sys.executable).parent
 
@@ -176,9 +176,8 @@ def agent_server(tmp_path: Path) -> Iterator[AgentServer]:
 
 
 def agent_spec(task: str = "tests/agent/tasks.py:Regression", **overrides: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {
+    defaults: dict[str, Any] = {
         "name": "agent-test",
-        "objective": {"metric": "loss", "direction": "minimize"},
         "space": {
             "lr": {"type": "real", "low": 1e-3, "high": 0.05, "scale": "log"},
             "width": {"type": "int", "low": 4, "high": 32},
@@ -189,7 +188,7 @@ def agent_spec(task: str = "tests/agent/tasks.py:Regression", **overrides: Any) 
         "training": {"task": task, "epochs": 2, "ranks_per_fold": 1},
         "max_attempts": 3,
     }
-    spec.update(overrides)
+    spec = make_spec(**{**defaults, **overrides})
     return spec
 
 

@@ -76,7 +76,7 @@ def test_agents_show_their_trial_and_turn_stale_when_silent(service: Any) -> Non
     try:
         [view] = service.insights.agents(cid)
         assert view.stale, "no heartbeat for two periods: the lease is at risk"
-        assert service.insights.live_agents().get(cid) == 1
+        assert service.campaigns.get(cid).live_agents == 1
     finally:
         service.ctx.clock = real_clock
     service.agents.heartbeat(Lease(reg.agent_id, got.trial.id, got.lease_id))

@@ -27,8 +27,9 @@ from hpcopt_server.api.schemas import (
     campaign_out,
     trial_out,
 )
-from hpcopt_server.errors import InvalidArgument, ServiceError
+from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service.campaigns import validate_spec
+from hpcopt_server.service.tokens import SCOPES
 
 router = APIRouter(
     prefix="/api/v1",
@@ -71,15 +72,10 @@ def whoami(request: Request, service: ServiceDep) -> WhoAmI:
     """Open: whether the server wants tokens, and the presented token's name and scopes
     (none when it is missing, unknown or revoked). The dashboard asks this first, so it
     can prompt for a token and say what the token may do."""
-    if not service.tokens.enabled():
-        return WhoAmI(auth=False, token=None, scopes=["read", "submit", "agent", "admin"])
-    try:
-        token = service.tokens.authorize(bearer(request), "read")
-    except ServiceError:
-        token = None
-    if token is None:
-        return WhoAmI(auth=True, token=None, scopes=[])
-    return WhoAmI(auth=True, token=token.name, scopes=sorted(token.scopes))
+    auth, token = service.tokens.describe(bearer(request))
+    if not auth:
+        return WhoAmI(auth=False, token=None, scopes=list(SCOPES))
+    return WhoAmI(auth=True, token=token.name if token else None, scopes=sorted(token.scopes) if token else [])
 
 
 @router.post("/campaigns/validate", operation_id="validate_campaign", openapi_extra=_DOCUMENT_BODY)
@@ -97,8 +93,7 @@ async def validate_campaign(request: Request, service: ServiceDep, _: CanRead) -
 
 @router.get("/campaigns", operation_id="list_campaigns")
 def list_campaigns(service: ServiceDep, _: CanRead) -> list[CampaignOut]:
-    live = service.insights.live_agents()
-    return [campaign_out(s, live.get(s.campaign.id, 0)) for s in service.campaigns.list_all()]
+    return [campaign_out(s) for s in service.campaigns.list_all()]
 
 
 @router.post("/campaigns", status_code=201, operation_id="create_campaign", openapi_extra=_DOCUMENT_BODY)
@@ -118,8 +113,7 @@ async def import_campaign(request: Request, service: ServiceDep, _: CanSubmit) -
 
 @router.get("/campaigns/{campaign_id}", operation_id="get_campaign")
 def get_campaign(campaign_id: int, service: ServiceDep, _: CanRead) -> CampaignOut:
-    summary = service.campaigns.get(campaign_id)
-    return campaign_out(summary, service.insights.live_agents().get(campaign_id, 0))
+    return campaign_out(service.campaigns.get(campaign_id))
 
 
 @router.get("/campaigns/{campaign_id}/trials", operation_id="list_trials")
@@ -146,7 +140,7 @@ def best_trial(campaign_id: int, service: ServiceDep, _: CanRead) -> TrialOut:
 
 @router.get("/campaigns/{campaign_id}/agents", operation_id="list_agents")
 def list_agents(campaign_id: int, service: ServiceDep, _: CanRead) -> list[AgentOut]:
-    return [agent_out(v.agent, v) for v in service.insights.agents(campaign_id)]
+    return [agent_out(v) for v in service.insights.agents(campaign_id)]
 
 
 @router.get("/campaigns/{campaign_id}/plot", operation_id="plot_data")

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from hpcopt_server import domain as d
+from hpcopt_server.service.insights import AgentView
 
 
 class FoldOut(BaseModel):
@@ -150,7 +151,7 @@ class ErrorOut(BaseModel):
     errors: list[FieldError] = []
 
 
-def campaign_out(s: d.CampaignSummary, live_agents: int = 0) -> CampaignOut:
+def campaign_out(s: d.CampaignSummary) -> CampaignOut:
     c = s.campaign
     return CampaignOut(
         id=c.id,
@@ -166,7 +167,7 @@ def campaign_out(s: d.CampaignSummary, live_agents: int = 0) -> CampaignOut:
         created_at=c.created_at,
         finished_at=c.finished_at,
         spec=c.spec,
-        live_agents=live_agents,
+        live_agents=s.live_agents,
     )
 
 
@@ -191,15 +192,13 @@ def trial_out(t: d.Trial, *, full: bool = False) -> TrialOut:
     )
 
 
-def agent_out(a: d.Agent, view: Any = None) -> AgentOut:
-    """An agent, with its current trial and health when ``view`` (an AgentView) is given."""
-    extra = (
-        {"current_trial_id": view.current_trial_id, "lease_expires_at": view.lease_expires_at, "stale": view.stale}
-        if view is not None
-        else {}
-    )
+def agent_out(view: AgentView) -> AgentOut:
+    """An agent with its current trial and health."""
+    a = view.agent
     return AgentOut(
-        **extra,
+        current_trial_id=view.current_trial_id,
+        lease_expires_at=view.lease_expires_at,
+        stale=view.stale,
         id=a.id,
         host=a.host,
         ranks=a.ranks,

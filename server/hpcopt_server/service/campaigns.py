@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
@@ -107,16 +108,17 @@ class CampaignService:
         self.ctx.optimizers.forget(campaign_id)
         return summary
 
-    @staticmethod
-    def _summaries(tx: Any, campaigns: list[d.Campaign]) -> list[d.CampaignSummary]:
+    def _summaries(self, tx: Any, campaigns: list[d.Campaign]) -> list[d.CampaignSummary]:
         counts = tx.trial_counts([c.id for c in campaigns])
         best = tx.best_trials(campaigns)
+        live = tx.live_agent_counts(self.ctx.clock() - timedelta(seconds=self.ctx.settings.lease_seconds))
         return [
             d.CampaignSummary(
                 campaign=c,
                 trial_counts=counts.get(c.id, {}),
                 best_value=best[c.id].value if c.id in best else None,
                 best_trial_id=best[c.id].id if c.id in best else None,
+                live_agents=live.get(c.id, 0),
             )
             for c in campaigns
         ]

@@ -87,14 +87,15 @@ class InsightService:
             campaign = campaign_or_404(tx, campaign_id)
             if not trial_ids:
                 trial_ids = tx.best_trial_ids(campaign_id, campaign.direction, limit)
-            trials = {t: tx.get_trial(t, folds=False) for t in trial_ids}
-            points = tx.curves_of([t for t, trial in trials.items() if trial and trial.campaign_id == campaign_id])
+            found = (tx.get_trial(t, folds=False) for t in trial_ids)
+            trials = {t.id: t for t in found if t is not None and t.campaign_id == campaign_id}
+            points = tx.curves_of(list(trials))
         return [
             {
                 "trial_id": tid,
-                "number": trials[tid].number,  # type: ignore[union-attr]
-                "value": trials[tid].value,  # type: ignore[union-attr]
-                "state": trials[tid].state.value,  # type: ignore[union-attr]
+                "number": trials[tid].number,
+                "value": trials[tid].value,
+                "state": trials[tid].state.value,
                 "points": [{"fold": p.fold, "step": p.step, "value": p.value} for p in pts],
             }
             for tid, pts in points.items()
@@ -112,12 +113,6 @@ class InsightService:
             trial_id, expires = running.get(a.id, (None, None))
             out.append(AgentView(a, trial_id, expires, trial_id is not None and now - a.last_seen_at > at_risk))
         return out
-
-    def live_agents(self) -> dict[int, int]:
-        """{campaign id: agents heard from within the lease period}."""
-        since = self.ctx.clock() - timedelta(seconds=self.ctx.settings.lease_seconds)
-        with self.ctx.storage.read() as tx:
-            return tx.live_agent_counts(since)
 
     def trials_csv(self, campaign_id: int) -> str:
         """One row per trial: ids, state, attempt, value ± std, params, times, agent."""

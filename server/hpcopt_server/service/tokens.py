@@ -93,6 +93,13 @@ class TokenService:
             self._enabled = (now, on)
         return on
 
+    def describe(self, secret: str | None) -> tuple[bool, d.ApiToken | None]:
+        """(whether auth is on, the presented token if it is known and not revoked)."""
+        if not self.enabled():
+            return False, None
+        token = self._lookup(secret) if secret else None
+        return True, token if token is not None and token.revoked_at is None else None
+
     def authorize(self, secret: str | None, needed: str) -> d.ApiToken | None:
         """Checks a presented secret for a scope. Returns the token (None with auth off)."""
         if not self.enabled():
