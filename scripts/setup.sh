@@ -28,14 +28,14 @@ if [ "${1:-}" = "--services" ]; then
   if [ "$(id -u)" = 0 ] && command -v pg_ctlcluster >/dev/null 2>&1; then
     if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then
       echo "setup: starting PostgreSQL"
-      pg_ctlcluster 15 main start || true
+      timeout 120 pg_ctlcluster 15 main start || echo "setup: pg_ctlcluster start failed or timed out"
       for _ in $(seq 1 30); do pg_isready -q -h 127.0.0.1 -p 5432 && break; sleep 0.5; done
     fi
     # The tests connect as postgres without a password from loopback (trust auth).
     hba=$(ls /etc/postgresql/*/main/pg_hba.conf 2>/dev/null | head -n1 || true)
     if [ -n "$hba" ] && ! grep -q "hpcopt-tests" "$hba"; then
       sed -i '1i host all postgres 127.0.0.1/32 trust # hpcopt-tests' "$hba"
-      pg_ctlcluster 15 main reload
+      timeout 60 pg_ctlcluster 15 main reload || echo "setup: pg_ctlcluster reload failed or timed out"
     fi
   elif ! command -v pg_ctlcluster >/dev/null 2>&1; then
     echo "setup: PostgreSQL 15 is not installed; PostgreSQL tests will skip (and fail under CI=true)"
@@ -43,7 +43,7 @@ if [ "${1:-}" = "--services" ]; then
   # Debian's chromium for the dashboard tests (Playwright drives it; never `playwright install`).
   if [ "$(id -u)" = 0 ] && [ ! -x /usr/bin/chromium ]; then
     echo "setup: installing chromium from Debian"
-    if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } \
+    if ! { timeout 900 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq chromium; } \
         > /tmp/hpcopt-chromium-apt.log 2>&1; then
       tail -20 /tmp/hpcopt-chromium-apt.log
       echo "setup: chromium did not install; the browser tests will skip (and fail under CI=true)"
@@ -51,7 +51,8 @@ if [ "${1:-}" = "--services" ]; then
   fi
   # A one-node Slurm cluster for the sbatch tests (installed from Debian when missing).
   if [ "$(id -u)" = 0 ]; then
-    bash scripts/slurm/start.sh || echo "setup: Slurm did not start; the Slurm tests will skip (and fail under CI=true)"
+    echo "setup: starting Slurm"
+    timeout 600 bash scripts/slurm/start.sh || echo "setup: Slurm did not start; the Slurm tests will skip (and fail under CI=true)"
   else
     echo "setup: not root; Slurm is not started (the Slurm tests skip unless a cluster is up)"
   fi
