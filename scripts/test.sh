@@ -12,9 +12,12 @@ ruff format --check .
 echo "== mypy"
 mypy
 echo "== pytest"
+# Each test has its own limit (pytest-timeout); this bounds the whole run so a
+# systematic hang ends with pytest's summary instead of an outside kill.
 set +e
-pytest "$@"
+timeout -s INT -k 120 "${HPCOPT_TEST_LIMIT_S:-2400}" pytest "$@"
 rc=$?
+if [ "$rc" = 124 ]; then echo "pytest ran past ${HPCOPT_TEST_LIMIT_S:-2400} s"; fi
 set -e
 # pytest's 5 means no test ran: that is a failure here, not a pass.
 if [ "$rc" = 5 ]; then echo "no tests ran"; exit 1; fi
