@@ -191,6 +191,7 @@ def _run(
     data = Data(task.dataset(), comms.device)
     labels = task.labels() if settings.stratified else None
     if settings.stratified and labels is None:
+        comms.close()
         raise SystemExit("training.options.stratified is true but Task.labels() returned None")
     splits = fold_splits(len(data), settings.folds, settings.fold_seed, labels)
     trainer = FoldTrainer(
@@ -222,10 +223,7 @@ def _run(
     if client is not None:
         client.close()
     quiet(world)
-    if comms.pg is not None:
-        import torch.distributed as dist
-
-        dist.destroy_process_group()
+    comms.close()
     all_normal = world.allreduce(normal, op=MPI.LAND)
     return 0 if all_normal else 1
 

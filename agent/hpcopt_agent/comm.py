@@ -42,6 +42,19 @@ class Comms:
     def is_fold_leader(self) -> bool:
         return self.fold.rank == 0
 
+    def close(self) -> None:
+        """Ends the torch process groups (collective over the fold group). gloo's worker
+        threads drop their last reference to finished work under the GIL; if one is
+        still doing so when a process group is destroyed (the destructor joins them
+        while the main thread holds the GIL) the rank deadlocks, and at interpreter exit
+        it aborts (SIGABRT). So: a barrier, a pause that lets them finish, then destroy."""
+        if self.pg is None:
+            return
+        pg, self.pg = self.pg, None
+        dist.barrier(group=pg)
+        time.sleep(0.1)
+        dist.destroy_process_group()
+
 
 def quiet(comm: MPI.Comm, poll: float = 0.002) -> None:
     """A barrier that sleeps while it waits (blocking MPI collectives spin)."""

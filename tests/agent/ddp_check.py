@@ -45,6 +45,7 @@ def main() -> int:
         leaders = world.allgather(flat if comms.is_fold_leader else None)
         distinct = {leaders[r].tobytes() for r in range(0, world.size, rpf)}
         assert len(distinct) == world.size // rpf, "fold groups should train separately"
+    comms.close()
     if world.rank == 0:
         print(f"OK: {world.size} ranks, fold groups of {rpf}: weights identical within, distinct across")
     return 0
