@@ -60,16 +60,8 @@ class Storage:
         self.db.dispose()
 
 
-#: Trial orderings the listing offers, by public name -> column.
-TRIAL_SORT_KEYS = {
-    "number": "number",
-    "value": "value",
-    "value_std": "value_std",
-    "state": "state",
-    "attempt": "attempt",
-    "started_at": "started_at",
-    "finished_at": "finished_at",
-}
+#: The trial columns the listing can sort by.
+TRIAL_SORT_KEYS = ("number", "value", "value_std", "state", "attempt", "started_at", "finished_at")
 
 
 class Tx:
@@ -249,7 +241,9 @@ class Tx:
         if wanted:
             where.append(m.TrialRow.state.in_(wanted))
         total = self.s.scalar(select(func.count()).select_from(m.TrialRow).where(*where)) or 0
-        column = getattr(m.TrialRow, TRIAL_SORT_KEYS[sort])
+        if sort not in TRIAL_SORT_KEYS:
+            raise ValueError(f"sort must be one of {TRIAL_SORT_KEYS}, not {sort!r}")
+        column = getattr(m.TrialRow, sort)
         key = column.desc() if descending else column.asc()
         q = select(m.TrialRow).where(*where).order_by(column.is_(None), key, m.TrialRow.number).offset(offset)
         if limit is not None:
