@@ -132,6 +132,7 @@ def run_live_server(service: Any) -> Iterator[LiveServer]:
     import uvicorn
 
     from hpcopt_server.api.app import create_app
+    from hpcopt_server.api.connections import uvicorn_config
     from hpcopt_server.metrics import Metrics
     from hpcopt_server.rpc.server import build_grpc_server
 
@@ -139,7 +140,7 @@ def run_live_server(service: Any) -> Iterator[LiveServer]:
     grpc_server, grpc_port = build_grpc_server(service, metrics, "127.0.0.1:0")
     grpc_server.start()
     http_port = free_port()
-    config = uvicorn.Config(create_app(service, metrics), host="127.0.0.1", port=http_port, log_level="warning")
+    config = uvicorn_config(create_app(service, metrics), "127.0.0.1", http_port, log_level="warning")
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

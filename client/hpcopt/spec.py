@@ -22,19 +22,34 @@ the same error everywhere: a list of ``(field path, message)`` pairs such as
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Annotated, Any, Literal
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from hpcopt.documents import DocumentError, check_values, clip
+
 #: Algorithms the server knows. The server checks the name against its registry too.
 ALGORITHMS = ("random", "sobol", "grid", "bo", "ea", "skopt")
 SCHEMES = ("allreduce", "downpour", "easgd", "daso", "pipeline", "horovod")
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$"
 
+# Limits that bound what one campaign costs the server (README: "Security and limits").
+#: Parameters in a space: each one is a coordinate of every GP and EA computation.
+MAX_DIMENSIONS = 100
+#: Choices of one categorical parameter (each is a one-hot coordinate for the GP).
+MAX_CHOICES = 1000
+#: Longest string choice, metric, task reference.
+MAX_TEXT = 256
+#: Integer bounds stay exactly representable as floats (the optimizers work in floats).
+MAX_INT = 2**53
+#: The canonical JSON of a whole spec; it is stored once and sent with every Acquire.
+MAX_SPEC_BYTES = 64 * 1024
+
 ParamName = Annotated[str, Field(pattern=NAME_PATTERN)]
-Choice = bool | int | float | str
+Choice = bool | Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)] | float | Annotated[str, Field(max_length=MAX_TEXT)]
 
 
 class _Strict(BaseModel):
@@ -59,8 +74,8 @@ class IntParam(_Strict):
     """An integer in [low, high], both included."""
 
     type: Literal["int"]
-    low: int
-    high: int
+    low: int = Field(ge=-MAX_INT, le=MAX_INT)
+    high: int = Field(ge=-MAX_INT, le=MAX_INT)
     scale: Literal["linear", "log"] = "linear"
 
     @model_validator(mode="after")
@@ -73,7 +88,7 @@ class CategoricalParam(_Strict):
     """One of ``choices`` (strings, numbers or booleans; no duplicates)."""
 
     type: Literal["categorical"]
-    choices: list[Choice] = Field(min_length=1)
+    choices: list[Choice] = Field(min_length=1, max_length=MAX_CHOICES)
 
     @model_validator(mode="after")
     def _unique(self) -> CategoricalParam:
@@ -98,7 +113,7 @@ def _check_bounds(low: float, high: float, scale: str) -> None:
 class Objective(_Strict):
     """The figure of merit the agents report, and which way is better."""
 
-    metric: str = Field(min_length=1, max_length=128)
+    metric: str = Field(min_length=1, max_length=MAX_TEXT)
     direction: Literal["minimize", "maximize"] = "minimize"
 
 
@@ -106,7 +121,7 @@ class Algorithm(_Strict):
     """The optimizer; ``options`` are passed to it (each optimizer documents its own)."""
 
     name: Literal["random", "sobol", "grid", "bo", "ea", "skopt"] = "random"
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -120,10 +135,10 @@ class Budget(_Strict):
 class Training(_Strict):
     """Settings the agent reads; the server stores them and does not interpret them."""
 
-    task: str = Field(min_length=1)
+    task: str = Field(min_length=1, max_length=MAX_TEXT)
     scheme: Literal["allreduce", "downpour", "easgd", "daso", "pipeline", "horovod"] = "allreduce"
-    ranks_per_fold: int = Field(default=1, ge=1)
-    epochs: int = Field(default=10, ge=1)
+    ranks_per_fold: int = Field(default=1, ge=1, le=1_000_000)
+    epochs: int = Field(default=10, ge=1, le=1_000_000)
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -132,7 +147,7 @@ class CampaignSpec(_Strict):
 
     name: str = Field(min_length=1, max_length=200)
     objective: Objective
-    space: dict[ParamName, Param] = Field(min_length=1)
+    space: dict[ParamName, Param] = Field(min_length=1, max_length=MAX_DIMENSIONS)
     algorithm: Algorithm = Field(default_factory=Algorithm)
     budget: Budget
     folds: int = Field(default=1, ge=1, le=100)
@@ -171,7 +186,10 @@ def parse_spec(data: Any) -> CampaignSpec:
     if not isinstance(data, dict):
         raise SpecError([("", f"a campaign spec must be a mapping, not {type(data).__name__}")])
     try:
-        return CampaignSpec.model_validate(data)
+        check_values(data, "spec")
+        spec = CampaignSpec.model_validate(data)
+    except DocumentError as exc:
+        raise SpecError(exc.errors) from None
     except pydantic.ValidationError as exc:
         errors = []
         for err in exc.errors(include_url=False):
@@ -182,8 +200,12 @@ def parse_spec(data: Any) -> CampaignSpec:
                 msg = "unknown field"
             elif err["type"] == "union_tag_invalid":
                 msg = "type must be one of 'real', 'int', 'categorical'"
-            errors.append((_path(tuple(err["loc"])), msg.removeprefix("Value error, ")))
+            errors.append((_path(tuple(clip(str(p)) for p in err["loc"])), msg.removeprefix("Value error, ")))
         raise SpecError(errors) from None
+    size = len(json.dumps(spec_to_json_dict(spec)))
+    if size > MAX_SPEC_BYTES:
+        raise SpecError([("", f"the spec is {size} bytes as JSON; at most {MAX_SPEC_BYTES} are accepted")])
+    return spec
 
 
 def spec_to_json_dict(spec: CampaignSpec) -> dict[str, Any]:

@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from hpcopt.documents import DocumentError, parse_document
 from hpcopt.spec import CampaignSpec, SpecError, parse_spec
+
+#: A spec file larger than this is refused before it is parsed (the server's limit too).
+MAX_SPEC_FILE_BYTES = 1024 * 1024
 
 
 def load_document(path: str | Path) -> tuple[Any, str]:
-    """Returns the parsed document and its text. Raises SpecError on a syntax error."""
+    """Returns the parsed document and its text. Raises SpecError on a syntax error, a
+    YAML alias, too deep nesting, NaN/Infinity or NUL characters (see hpcopt.documents)."""
     text = Path(path).read_text()
     try:
-        if str(path).endswith(".json"):
-            return json.loads(text), text
-        return yaml.safe_load(text), text
-    except (yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise SpecError([("", f"{path}: not valid YAML/JSON: {exc}")]) from None
+        data = parse_document(
+            text, yaml_syntax=not str(path).endswith(".json"), max_bytes=MAX_SPEC_FILE_BYTES, what=str(path)
+        )
+    except DocumentError as exc:
+        raise SpecError(exc.errors) from None
+    return data, text
 
 
 def locate(text: str, path: str) -> tuple[int, int] | None:

@@ -37,6 +37,31 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--reap-interval", type=float, default=float(env("REAP_INTERVAL", "5")))
     s.add_argument("--grpc-workers", type=int, default=int(env("GRPC_WORKERS", "64")))
     s.add_argument(
+        "--max-connections",
+        type=int,
+        default=int(env("MAX_CONNECTIONS", "1000")),
+        help="open HTTP connections before idle ones are shed (env HPCOPT_MAX_CONNECTIONS)",
+    )
+    s.add_argument(
+        "--header-timeout",
+        type=float,
+        default=float(env("HEADER_TIMEOUT", "10")),
+        help="seconds to send a request's headers (env HPCOPT_HEADER_TIMEOUT)",
+    )
+    s.add_argument("--idle-timeout", type=int, default=int(env("IDLE_TIMEOUT", "5")), help="HTTP keep-alive seconds")
+    s.add_argument(
+        "--max-spec-bytes",
+        type=int,
+        default=int(env("MAX_SPEC_BYTES", str(ServerSettings.max_spec_bytes))),
+        help="largest spec document (env HPCOPT_MAX_SPEC_BYTES)",
+    )
+    s.add_argument(
+        "--max-import-bytes",
+        type=int,
+        default=int(env("MAX_IMPORT_BYTES", str(ServerSettings.max_import_bytes))),
+        help="largest import document (env HPCOPT_MAX_IMPORT_BYTES)",
+    )
+    s.add_argument(
         "--require-auth",
         action="store_true",
         default=env("REQUIRE_AUTH", "") not in ("", "0", "false"),
@@ -56,9 +81,19 @@ def parser() -> argparse.ArgumentParser:
     create.add_argument("--name", required=True)
     create.add_argument("--scope", action="append", required=True, help="read, submit, agent or admin; repeatable")
     _db_arg(toksub.add_parser("list", help="list tokens (never their secrets)"))
-    revoke = toksub.add_parser("revoke", help="revoke a token by id")
+    revoke = toksub.add_parser("revoke", help="revoke a token by id (auth stays on)")
     _db_arg(revoke)
     revoke.add_argument("id", type=int)
+
+    auth = sub.add_parser("auth", help="whether the server demands tokens")
+    authsub = auth.add_subparsers(dest="auth_command", required=True)
+    _db_arg(authsub.add_parser("status", help="print whether auth is on and how many tokens are active"))
+    _db_arg(authsub.add_parser("enable", help="turn auth on (creating a token does too)"))
+    disable = authsub.add_parser(
+        "disable", help="turn auth off: anyone who reaches a loopback-bound server may then do anything"
+    )
+    _db_arg(disable)
+    disable.add_argument("--yes", action="store_true", help="confirm: open the server to anyone who reaches it")
     return ap
 
 
@@ -71,6 +106,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _serve(args)
         if args.command == "db":
             return _db(args)
+        if args.command == "auth":
+            return _auth(args)
         return _token(args)
     except ServiceError as exc:
         print(f"hpcopt-server: {exc.message}", file=sys.stderr)
@@ -124,6 +161,33 @@ def _token(args: argparse.Namespace) -> int:
     else:
         service.tokens.revoke(args.id)
         print(f"token {args.id} revoked")
+        if not any(t.revoked_at is None and "admin" in t.scopes for t in service.tokens.list_all()):
+            print(
+                "no active admin token is left; auth stays on. To get one back: "
+                f"hpcopt-server token create --db {args.db} --scope admin --name NAME",
+                file=sys.stderr,
+            )
+    return 0
+
+
+def _auth(args: argparse.Namespace) -> int:
+    from hpcopt_server.service import Service
+
+    tokens = Service(_ready_storage(args.db)).tokens
+    if args.auth_command == "enable":
+        tokens.turn_on()
+    elif args.auth_command == "disable":
+        if not args.yes:
+            print(
+                "hpcopt-server: `auth disable` opens the server to anyone who can reach it (servers bound beyond "
+                "loopback refuse to start without auth). Add --yes to confirm.",
+                file=sys.stderr,
+            )
+            return 2
+        tokens.turn_off()
+        print("auth is now off; running servers keep it on until they restart", file=sys.stderr)
+    on, active = tokens.stored_state()
+    print(f"auth {'on' if on else 'off'}; {active} active token(s)")
     return 0
 
 
@@ -131,9 +195,10 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from hpcopt_server.api.app import create_app
+    from hpcopt_server.api.connections import uvicorn_config
     from hpcopt_server.metrics import Metrics
     from hpcopt_server.rpc.server import build_grpc_server
-    from hpcopt_server.service import Service, ServiceSettings
+    from hpcopt_server.service import RequestLimits, Service, ServiceSettings
 
     settings = ServerSettings(
         db=args.db,
@@ -144,6 +209,11 @@ def _serve(args: argparse.Namespace) -> int:
         reap_interval=args.reap_interval,
         require_auth=args.require_auth,
         grpc_workers=args.grpc_workers,
+        max_connections=args.max_connections,
+        header_timeout=args.header_timeout,
+        idle_timeout=args.idle_timeout,
+        max_spec_bytes=args.max_spec_bytes,
+        max_import_bytes=args.max_import_bytes,
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
@@ -153,20 +223,25 @@ def _serve(args: argparse.Namespace) -> int:
         ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),
         require_auth=settings.require_auth,
         reap_interval=settings.reap_interval,
+        limits=RequestLimits(spec_bytes=settings.max_spec_bytes, import_bytes=settings.max_import_bytes),
     )
     admin = os.environ.get("HPCOPT_ADMIN_TOKEN")
     if admin:
         service.tokens.create("HPCOPT_ADMIN_TOKEN", ["admin"], secret=admin)
+    if not settings.loopback:
+        if service.tokens.stored_state()[1] == 0:
+            print(
+                f"hpcopt-server: refusing to serve on {settings.host} without auth: anyone who can reach it "
+                "could submit and cancel campaigns. Create a token first "
+                "(`hpcopt-server token create --scope admin --name me`), set HPCOPT_ADMIN_TOKEN, "
+                "or bind to 127.0.0.1.",
+                file=sys.stderr,
+            )
+            return 2
+        service.tokens.turn_on()  # beyond loopback auth is on, and stays on for this database
+    elif settings.require_auth:
+        service.tokens.turn_on()
     auth_on = service.tokens.enabled()
-    if not auth_on and not settings.loopback:
-        print(
-            f"hpcopt-server: refusing to serve on {settings.host} without auth: anyone who can reach it "
-            "could submit and cancel campaigns. Create a token first "
-            "(`hpcopt-server token create --scope admin --name me`), set HPCOPT_ADMIN_TOKEN, "
-            "or bind to 127.0.0.1.",
-            file=sys.stderr,
-        )
-        return 2
     metrics = Metrics(service)
     grpc_server, grpc_port = build_grpc_server(
         service, metrics, f"{_bracket(settings.host)}:{settings.grpc_port}", settings.grpc_workers
@@ -181,8 +256,17 @@ def _serve(args: argparse.Namespace) -> int:
         f"  database          {storage.db.url.render_as_string(hide_password=True)}",
         flush=True,
     )
+    config = uvicorn_config(
+        app,
+        settings.host,
+        settings.port,
+        max_connections=settings.max_connections,
+        header_timeout=settings.header_timeout,
+        idle_timeout=settings.idle_timeout,
+        log_level=args.log_level.lower(),
+    )
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=args.log_level.lower(), access_log=False)
+        uvicorn.Server(config).run()
     finally:
         service.reaper.stop()
         grpc_server.stop(grace=5).wait()

@@ -140,6 +140,8 @@ class Agent:
     version: str
     registered_at: datetime
     last_seen_at: datetime
+    #: The token that registered it (None with auth off): only that token may use the id.
+    token_id: int | None = None
 
 
 @dataclass(frozen=True)

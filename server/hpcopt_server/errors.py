@@ -4,6 +4,7 @@
 |---------------------|---------------------|------|
 | NotFound            | NOT_FOUND           | 404  |
 | InvalidArgument     | INVALID_ARGUMENT    | 422  |
+| TooLarge            | INVALID_ARGUMENT    | 413  |
 | FailedPrecondition  | FAILED_PRECONDITION | 409  |
 | Unauthenticated     | UNAUTHENTICATED     | 401  |
 | PermissionDenied    | PERMISSION_DENIED   | 403  |
@@ -11,14 +12,32 @@
 
 from __future__ import annotations
 
+from hpcopt.documents import clip
+
+#: What an error may echo back: a caller's over-long input must not come back whole (an
+#: 8,000-character name in the gRPC trailer broke the client's metadata limit).
+MAX_MESSAGE_CHARS = 1000
+MAX_FIELD_CHARS = 200
+MAX_FIELD_MESSAGE_CHARS = 300
+MAX_FIELD_ERRORS = 20
+
 
 class ServiceError(Exception):
-    """Base class. ``errors`` lists (field path, message) for field-level problems."""
+    """Base class. ``errors`` lists (field path, message) for field-level problems.
+
+    The message and the field errors are cut to the limits above, so an error stays
+    small whatever the input was."""
 
     def __init__(self, message: str, errors: list[tuple[str, str]] | None = None):
+        message = clip(message, MAX_MESSAGE_CHARS)
         super().__init__(message)
         self.message = message
-        self.errors = errors or []
+        errors = errors or []
+        self.errors = [
+            (clip(f, MAX_FIELD_CHARS), clip(m, MAX_FIELD_MESSAGE_CHARS)) for f, m in errors[:MAX_FIELD_ERRORS]
+        ]
+        if len(errors) > MAX_FIELD_ERRORS:
+            self.errors.append(("", f"... and {len(errors) - MAX_FIELD_ERRORS} more errors"))
 
 
 class NotFound(ServiceError):
@@ -27,6 +46,10 @@ class NotFound(ServiceError):
 
 class InvalidArgument(ServiceError):
     pass
+
+
+class TooLarge(InvalidArgument):
+    """A request body over its limit: HTTP 413 (gRPC INVALID_ARGUMENT)."""
 
 
 class FailedPrecondition(ServiceError):

@@ -30,6 +30,18 @@ class ServerSettings:
     """Demand tokens even with none created yet (auth is on anyway once a token exists)."""
     grpc_workers: int = 64
     """Threads serving gRPC calls."""
+    max_connections: int = 1000
+    """Open HTTP connections; past it the oldest idle one is closed (at most half the
+    process's open-file limit)."""
+    header_timeout: float = 10.0
+    """Seconds a client has to send a request's headers after connecting (or after its
+    previous response) before the connection is closed."""
+    idle_timeout: int = 5
+    """Seconds an HTTP keep-alive connection may sit idle after a response."""
+    max_spec_bytes: int = 1024 * 1024
+    """Largest campaign spec document accepted (REST body or gRPC spec_json)."""
+    max_import_bytes: int = 32 * 1024 * 1024
+    """Largest export document accepted by import (JSON)."""
 
     @property
     def loopback(self) -> bool:

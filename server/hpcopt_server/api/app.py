@@ -14,6 +14,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from hpcopt import __version__
+from hpcopt.documents import clip
 from hpcopt_server import errors as e
 from hpcopt_server.api.deps import CanRead
 from hpcopt_server.api.routes import router
@@ -23,6 +24,7 @@ from hpcopt_server.service import Service
 STATUS: dict[type[e.ServiceError], int] = {
     e.NotFound: 404,
     e.InvalidArgument: 422,
+    e.TooLarge: 413,
     e.FailedPrecondition: 409,
     e.Unauthenticated: 401,
     e.PermissionDenied: 403,
@@ -61,10 +63,10 @@ def create_app(service: Service, metrics: Metrics, dashboard_dir: Path | None = 
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
             {
-                "field": ".".join(str(p) for p in err["loc"] if p not in ("query", "path", "body")),
-                "message": err["msg"],
+                "field": clip(".".join(str(p) for p in err["loc"] if p not in ("query", "path", "body")), 200),
+                "message": clip(err["msg"], 300),
             }
-            for err in exc.errors()
+            for err in exc.errors()[:20]
         ]
         detail = "; ".join(f"{x['field']}: {x['message']}" for x in errors)
         return JSONResponse({"detail": f"invalid request: {detail}", "errors": errors}, status_code=422)

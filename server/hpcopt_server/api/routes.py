@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
-import yaml
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from hpcopt.documents import DocumentError, parse_document
 from hpcopt_server import domain as d
 from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, bearer
 from hpcopt_server.api.schemas import (
@@ -27,8 +26,9 @@ from hpcopt_server.api.schemas import (
     campaign_out,
     trial_out,
 )
-from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.errors import InvalidArgument, TooLarge
 from hpcopt_server.service.campaigns import validate_spec
+from hpcopt_server.service.limits import MAX_ID
 from hpcopt_server.service.tokens import SCOPES
 
 router = APIRouter(
@@ -41,6 +41,10 @@ router = APIRouter(
     },
 )
 
+_TOO_LARGE: dict[int | str, dict[str, Any]] = {
+    413: {"model": ErrorOut, "description": "the body is over the server's size limit"}
+}
+
 _DOCUMENT_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -52,19 +56,34 @@ _DOCUMENT_BODY: dict[str, Any] = {
 }
 
 
-async def _document(request: Request) -> Any:
-    """The request body as a parsed JSON or YAML (by Content-Type) document."""
-    raw = await request.body()
-    kind = request.headers.get("content-type", "application/json")
+async def _body(request: Request, max_bytes: int) -> bytes:
+    """The request body, refused (413) as soon as it passes ``max_bytes``: a huge body is
+    never held in memory whole."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise TooLarge(f"the body is {declared} bytes; at most {max_bytes} are accepted", [("body", "too large")])
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise TooLarge(f"the body is over {max_bytes} bytes, the most accepted", [("body", "too large")])
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _document(request: Request, service: Any, *, export: bool = False) -> Any:
+    """The body as a parsed JSON or YAML (by Content-Type) document, under the server's
+    limits (hpcopt.documents); parsed off the event loop so /healthz keeps answering."""
+    yaml_syntax = "yaml" in request.headers.get("content-type", "application/json")
+    limits = service.limits
+    max_bytes = limits.import_bytes if export and not yaml_syntax else limits.spec_bytes
+    raw = await _body(request, max_bytes)
     try:
-        if "yaml" in kind:
-            return yaml.safe_load(raw)
-        return json.loads(raw)
-    except (yaml.YAMLError, ValueError) as exc:
-        raise InvalidArgument(
-            f"the request body is not valid {'YAML' if 'yaml' in kind else 'JSON'}: {exc}",
-            [("body", "must be a JSON object (or YAML with Content-Type: application/yaml)")],
-        ) from None
+        return await run_in_threadpool(
+            parse_document, raw, yaml_syntax=yaml_syntax, max_bytes=max_bytes, what="request body"
+        )
+    except DocumentError as exc:
+        raise InvalidArgument(str(exc), [(p or "body", m) for p, m in exc.errors]) from None
 
 
 @router.get("/whoami", operation_id="whoami")
@@ -78,11 +97,13 @@ def whoami(request: Request, service: ServiceDep) -> WhoAmI:
     return WhoAmI(auth=True, token=token.name if token else None, scopes=sorted(token.scopes) if token else [])
 
 
-@router.post("/campaigns/validate", operation_id="validate_campaign", openapi_extra=_DOCUMENT_BODY)
+@router.post(
+    "/campaigns/validate", operation_id="validate_campaign", openapi_extra=_DOCUMENT_BODY, responses=_TOO_LARGE
+)
 async def validate_campaign(request: Request, service: ServiceDep, _: CanRead) -> ValidationOut:
     """Checks a spec without submitting it: 200 with ``valid`` and the field errors."""
     try:
-        document = await _document(request)
+        document = await _document(request, service)
         await run_in_threadpool(validate_spec, document)
     except InvalidArgument as exc:
         return ValidationOut(
@@ -93,20 +114,28 @@ async def validate_campaign(request: Request, service: ServiceDep, _: CanRead) -
 
 @router.get("/campaigns", operation_id="list_campaigns")
 def list_campaigns(service: ServiceDep, _: CanRead) -> list[CampaignOut]:
-    return [campaign_out(s) for s in service.campaigns.list_all()]
+    return [campaign_out(s, with_spec=False) for s in service.campaigns.list_all()]
 
 
-@router.post("/campaigns", status_code=201, operation_id="create_campaign", openapi_extra=_DOCUMENT_BODY)
+@router.post(
+    "/campaigns", status_code=201, operation_id="create_campaign", openapi_extra=_DOCUMENT_BODY, responses=_TOO_LARGE
+)
 async def create_campaign(request: Request, service: ServiceDep, _: CanSubmit) -> CampaignOut:
-    document = await _document(request)
+    document = await _document(request, service)
     # The service is synchronous (SQL): keep it off the event loop.
     created = await run_in_threadpool(service.campaigns.create, document)
     return campaign_out(await run_in_threadpool(service.campaigns.get, created.id))
 
 
-@router.post("/campaigns/import", status_code=201, operation_id="import_campaign", openapi_extra=_DOCUMENT_BODY)
+@router.post(
+    "/campaigns/import",
+    status_code=201,
+    operation_id="import_campaign",
+    openapi_extra=_DOCUMENT_BODY,
+    responses=_TOO_LARGE,
+)
 async def import_campaign(request: Request, service: ServiceDep, _: CanSubmit) -> CampaignOut:
-    document = await _document(request)
+    document = await _document(request, service, export=True)
     created = await run_in_threadpool(service.import_campaign, document)
     return campaign_out(await run_in_threadpool(service.campaigns.get, created.id))
 
@@ -122,7 +151,7 @@ def list_trials(
     service: ServiceDep,
     _: CanRead,
     state: Annotated[list[d.TrialState] | None, Query(description="only these states")] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     sort: Annotated[
         str, Query(description="number, value, value_std, state, attempt, started_at or finished_at")
@@ -164,7 +193,16 @@ def learning_curves(
     return [TrialCurves.model_validate(c) for c in service.insights.curves(campaign_id, trial_id or [], limit)]
 
 
-@router.get("/campaigns/{campaign_id}/export", operation_id="export_campaign")
+@router.get(
+    "/campaigns/{campaign_id}/export",
+    operation_id="export_campaign",
+    responses={
+        200: {
+            "description": "json: the re-importable document; csv: one row per trial",
+            "content": {"application/json": {"schema": {"type": "object"}}, "text/csv": {"schema": {"type": "string"}}},
+        }
+    },
+)
 def export_campaign(
     campaign_id: int,
     service: ServiceDep,
@@ -185,7 +223,11 @@ def export_campaign(
     return JSONResponse(doc, headers={"Content-Disposition": f'attachment; filename="{name}"'})
 
 
-@router.post("/campaigns/{campaign_id}/cancel", operation_id="cancel_campaign")
+@router.post(
+    "/campaigns/{campaign_id}/cancel",
+    operation_id="cancel_campaign",
+    responses={409: {"model": ErrorOut, "description": "the campaign is not RUNNING"}},
+)
 def cancel_campaign(campaign_id: int, service: ServiceDep, _: CanSubmit) -> CampaignOut:
     return campaign_out(service.campaigns.cancel(campaign_id))
 

@@ -66,7 +66,8 @@ class CampaignOut(BaseModel):
     best_trial_id: int | None
     created_at: datetime
     finished_at: datetime | None
-    spec: dict[str, Any]
+    #: The whole spec; null in listings (GET /campaigns/{id} has it).
+    spec: dict[str, Any] | None
     #: Agents of this campaign heard from within the lease period.
     live_agents: int = 0
 
@@ -151,7 +152,7 @@ class ErrorOut(BaseModel):
     errors: list[FieldError] = []
 
 
-def campaign_out(s: d.CampaignSummary) -> CampaignOut:
+def campaign_out(s: d.CampaignSummary, *, with_spec: bool = True) -> CampaignOut:
     c = s.campaign
     return CampaignOut(
         id=c.id,
@@ -166,7 +167,7 @@ def campaign_out(s: d.CampaignSummary) -> CampaignOut:
         best_trial_id=s.best_trial_id,
         created_at=c.created_at,
         finished_at=c.finished_at,
-        spec=c.spec,
+        spec=c.spec if with_spec else None,
         live_agents=s.live_agents,
     )
 

@@ -52,8 +52,17 @@ class Optimizer(ABC):
         self.seed = problem.seed
         self.options = dict(problem.options)
 
-    def option(self, name: str, default: Any, kind: type, low: float | None = None, choices: Sequence[Any] = ()) -> Any:
-        """A validated entry of ``algorithm.options``."""
+    def option(
+        self,
+        name: str,
+        default: Any,
+        kind: type,
+        low: float | None = None,
+        choices: Sequence[Any] = (),
+        high: float | None = None,
+    ) -> Any:
+        """A validated entry of ``algorithm.options``. Every numeric option has a ``high``
+        bound too where its cost grows with it: a request must not buy unbounded work."""
         value: Any = self.options.get(name, default)
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             value = float(value)
@@ -62,6 +71,8 @@ class Optimizer(ABC):
         number: Any = value  # an int or float when low is given
         if low is not None and number < low:
             raise ValueError(f"options.{name} must be >= {low}, got {value!r}")
+        if high is not None and number > high:
+            raise ValueError(f"options.{name} must be <= {high}, got {value!r}")
         if choices and value not in choices:
             raise ValueError(f"options.{name} must be one of {list(choices)}, got {value!r}")
         return value

@@ -9,10 +9,10 @@ Options (``algorithm.options``):
 | n_initial | 10 | Sobol points before the GP takes over |
 | acquisition | logei | ``logei`` or ``ucb`` |
 | ucb_beta | 2.0 | exploration weight of UCB |
-| candidates | 512 | quasi-random + local candidates scored per suggestion (down to 128 as n grows past 300) |
-| polish | 2 | best candidates refined by L-BFGS-B |
+| candidates | 512 | quasi-random + local candidates scored per suggestion (128 past n = 300); at most 8192 |
+| polish | 2 | best candidates refined by L-BFGS-B; at most 16 |
 | refit_growth | 0.2 | refit the hyper-parameters when n grew by this fraction since the last fit |
-| fit_subsample | 300 | at most this many points in the marginal-likelihood fit |
+| fit_subsample | 300 | at most this many points in the marginal-likelihood fit (10..2000) |
 | background_refit | true | refit in a thread; suggestions use the latest factor meanwhile |
 | fold_noise | true | a trial's fold spread (value_std^2 / K) adds to its observation noise |
 
@@ -37,6 +37,8 @@ from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize
 from hpcopt_server.optimizers.encoding import Encoder
 from hpcopt_server.optimizers.gp_model import GPModel
 
+#: The most candidates one suggestion may score (10**7 took 1.9 GB and 30 s under the lock).
+MAX_CANDIDATES = 8192
 OPTIONS = ("n_initial", "acquisition", "ucb_beta", "candidates", "polish", "refit_growth", "fit_subsample",
            "background_refit", "fold_noise")  # fmt: skip
 
@@ -62,13 +64,14 @@ class BayesianOptimization(Optimizer):
     def __init__(self, problem: Problem):
         super().__init__(problem)
         self.reject_unknown_options(OPTIONS)
-        self.n_initial = self.option("n_initial", 10, int, low=1)
+        self.n_initial = self.option("n_initial", 10, int, low=1, high=100_000)
         self.acquisition = self.option("acquisition", "logei", str, choices=("logei", "ucb"))
-        self.ucb_beta = self.option("ucb_beta", 2.0, float, low=0.0)
-        self.candidates = self.option("candidates", 512, int, low=8)
-        self.polish = self.option("polish", 2, int, low=0)
-        self.refit_growth = self.option("refit_growth", 0.2, float, low=0.0)
-        self.fit_subsample = self.option("fit_subsample", 300, int, low=10)
+        self.ucb_beta = self.option("ucb_beta", 2.0, float, low=0.0, high=1e6)
+        # The cost of a suggestion grows with these, under the campaign's lock: bounded.
+        self.candidates = self.option("candidates", 512, int, low=8, high=MAX_CANDIDATES)
+        self.polish = self.option("polish", 2, int, low=0, high=16)
+        self.refit_growth = self.option("refit_growth", 0.2, float, low=0.0, high=100.0)
+        self.fit_subsample = self.option("fit_subsample", 300, int, low=10, high=2000)
         self.background = self.option("background_refit", True, bool)
         self.fold_noise = self.option("fold_noise", True, bool)
         self.encoder = Encoder(self.space)

@@ -47,8 +47,8 @@ class Evolutionary(Optimizer):
     def __init__(self, problem: Problem):
         super().__init__(problem)
         self.reject_unknown_options(("population", "generations", "elite", "mutation_rate"))
-        self.population = self.option("population", 20, int, low=2)
-        self.generations = self.option("generations", 10, int, low=1)
+        self.population = self.option("population", 20, int, low=2, high=100_000)
+        self.generations = self.option("generations", 10, int, low=1, high=1_000_000)
         self.elite_fraction = self.option("elite", 0.2, float, low=0.0)
         self.mutation_rate = self.option("mutation_rate", 0.3, float, low=0.0)
         if self.elite_fraction > 1 or self.mutation_rate > 1:

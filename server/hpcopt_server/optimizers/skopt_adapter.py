@@ -4,7 +4,17 @@ for users who want the reference implementation of the seed slides. Needs the
 
 Pending trials are handed to skopt as constant liars at the best value seen
 (``cl_min``), the strategy skopt itself uses for ``ask(n_points=...)``. Options are
-passed to ``skopt.Optimizer`` (for example ``acq_func``, ``n_initial_points``).
+passed to ``skopt.Optimizer``; only these, with bounds, since their cost is the server's:
+
+| option | allowed |
+|---|---|
+| base_estimator | GP, RF, ET, GBRT |
+| acq_func | EI, PI, LCB, gp_hedge |
+| acq_optimizer | auto, sampling, lbfgs |
+| initial_point_generator | random, sobol, halton, hammersly, lhs |
+| n_initial_points | 0..10000 |
+| acq_func_kwargs | ``{xi: float, kappa: float}`` |
+| acq_optimizer_kwargs | ``{n_points: 1..20000, n_restarts_optimizer: 1..20}`` |
 """
 
 from __future__ import annotations
@@ -14,6 +24,17 @@ from typing import Any
 
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize
+
+CHOICES = {
+    "base_estimator": ("GP", "RF", "ET", "GBRT"),
+    "acq_func": ("EI", "PI", "LCB", "gp_hedge"),
+    "acq_optimizer": ("auto", "sampling", "lbfgs"),
+    "initial_point_generator": ("random", "sobol", "halton", "hammersly", "lhs"),
+}
+NESTED: dict[str, dict[str, tuple[type, float, float]]] = {
+    "acq_func_kwargs": {"xi": (float, 0.0, 1e6), "kappa": (float, 0.0, 1e6)},
+    "acq_optimizer_kwargs": {"n_points": (int, 1, 20_000), "n_restarts_optimizer": (int, 1, 20)},
+}
 
 
 class SkoptOptimizer(Optimizer):
@@ -35,13 +56,35 @@ class SkoptOptimizer(Optimizer):
             else:
                 prior = "log-uniform" if dim.log else "uniform"
                 dims.append(skopt.space.Real(dim.low, dim.high, prior=prior, name=dim.name))
-        kwargs = {"base_estimator": "GP", "acq_func": "EI", "random_state": self.seed, **self.options}
+        kwargs = {"base_estimator": "GP", "acq_func": "EI", "random_state": self.seed, **self._checked_options()}
         try:
             self._opt = skopt.Optimizer(dims, **kwargs)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"options: skopt.Optimizer refused them: {exc}") from None
         self._names = [dim.name for dim in self.space.dims]
         self._seen = 0
+
+    def _checked_options(self) -> dict[str, Any]:
+        self.reject_unknown_options([*CHOICES, "n_initial_points", *NESTED])
+        out: dict[str, Any] = {k: self.option(k, v[0], str, choices=v) for k, v in CHOICES.items() if k in self.options}
+        if "n_initial_points" in self.options:
+            out["n_initial_points"] = self.option("n_initial_points", 10, int, low=0, high=10_000)
+        for name, allowed in NESTED.items():
+            given = self.options.get(name, {})
+            if not isinstance(given, dict) or set(given) - set(allowed):
+                raise ValueError(f"options.{name} must be a mapping with keys among {sorted(allowed)}")
+            nested: dict[str, Any] = {}
+            for key, (kind, low, high) in allowed.items():
+                if key in given:
+                    value = given[key]
+                    if not isinstance(value, int | float) or isinstance(value, bool) or not low <= value <= high:
+                        raise ValueError(f"options.{name}.{key} must be a number in {low}..{high}")
+                    nested[key] = kind(value)
+            if nested:
+                out[name] = nested
+        if "acq_optimizer_kwargs" in out:
+            out["acq_optimizer_kwargs"]["n_jobs"] = 1
+        return out
 
     def _point(self, params: d.Params) -> list[Any]:
         return [params[n] for n in self._names]

@@ -66,3 +66,24 @@ class SearchSpace:
     def decode(self, u: np.ndarray) -> d.Params:
         """Parameters at a point ``u`` of shape (len(self),) in the unit cube."""
         return {dim.name: dim.decode(x) for dim, x in zip(self.dims, u, strict=True)}
+
+    def problems(self, params: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """(parameter, what is wrong) for parameters that this space could not have
+        produced: missing or unknown names, wrong types, values out of range. An
+        optimizer fed such a point fails (the encoders look choices up by value)."""
+        out = [(name, "is not a parameter of the space") for name in params if name not in {d.name for d in self.dims}]
+        for dim in self.dims:
+            if dim.name not in params:
+                out.append((dim.name, "is missing"))
+                continue
+            v = params[dim.name]
+            if dim.type == "categorical":
+                if not any(type(v) is type(c) and v == c for c in dim.choices):
+                    out.append((dim.name, f"must be one of the choices {list(dim.choices)[:10]}"))
+            elif (
+                isinstance(v, bool) or not isinstance(v, int | float) or (dim.type == "int" and not isinstance(v, int))
+            ):
+                out.append((dim.name, f"must be {'an integer' if dim.type == 'int' else 'a number'}"))
+            elif not (math.isfinite(v) and dim.low <= v <= dim.high):
+                out.append((dim.name, f"must be in [{dim.low}, {dim.high}]"))
+        return out

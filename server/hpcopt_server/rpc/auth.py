@@ -1,4 +1,5 @@
-"""gRPC authentication: a bearer token in the ``authorization`` metadata, checked
+"""gRPC authentication: a bearer token in the ``authorization`` metadata
+(``Bearer TOKEN``, the same form as REST's header; a bare token is refused), checked
 against the scope each method needs. Health checks and reflection stay open so that
 load balancers and grpcurl can see the server."""
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import grpc
 
-from hpcopt_server.errors import ServiceError
+from hpcopt_server.errors import ServiceError, Unauthenticated
 from hpcopt_server.rpc.errors import CODES
 from hpcopt_server.service.tokens import TokenService
 
@@ -30,11 +31,23 @@ def scope_for(method: str) -> str | None:
 
 
 def bearer(metadata: Any) -> str | None:
+    """The token of ``authorization: Bearer TOKEN``; None when there is no such entry.
+    Raises Unauthenticated for an entry of another form (a bare token, say)."""
     for key, value in metadata or ():
         if key == "authorization":
-            text = value.decode() if isinstance(value, bytes) else value
-            return text.removeprefix("Bearer ").removeprefix("bearer ").strip() or None
+            text = value.decode(errors="replace") if isinstance(value, bytes) else value
+            scheme, _, token = text.strip().partition(" ")
+            if scheme.lower() != "bearer" or not token.strip():
+                raise Unauthenticated("the authorization metadata must be 'Bearer TOKEN'")
+            return token.strip()
     return None
+
+
+def caller(tokens: TokenService, context: grpc.ServicerContext, scope: str) -> int | None:
+    """The id of the token the call presented (None with auth off). The interceptor has
+    already checked it; this lookup is served from the token cache."""
+    token = tokens.authorize(bearer(context.invocation_metadata()), scope)
+    return token.id if token is not None else None
 
 
 class AuthInterceptor(grpc.ServerInterceptor):
@@ -50,7 +63,8 @@ class AuthInterceptor(grpc.ServerInterceptor):
         if needed is None:
             return continuation(handler_call_details)
         try:
-            self.tokens.authorize(bearer(handler_call_details.invocation_metadata), needed)
+            if self.tokens.enabled():
+                self.tokens.authorize(bearer(handler_call_details.invocation_metadata), needed)
         except ServiceError as exc:
             code, message = CODES[type(exc)], exc.message
 

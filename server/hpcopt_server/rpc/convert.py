@@ -34,7 +34,8 @@ def param_value(v: d.ParamValue) -> common_pb2.ParamValue:
     return common_pb2.ParamValue(str=str(v))
 
 
-def campaign(s: d.CampaignSummary) -> common_pb2.Campaign:
+def campaign(s: d.CampaignSummary, *, with_spec: bool = True) -> common_pb2.Campaign:
+    """The campaign; listings leave ``spec_json`` empty (GetCampaign has it)."""
     c = s.campaign
     return common_pb2.Campaign(
         id=c.id,
@@ -47,7 +48,7 @@ def campaign(s: d.CampaignSummary) -> common_pb2.Campaign:
         trial_counts=s.trial_counts,
         best_value=s.best_value,
         best_trial_id=s.best_trial_id,
-        spec_json=json.dumps(c.spec),
+        spec_json=json.dumps(c.spec) if with_spec else "",
         created_at=ts(c.created_at),
         finished_at=ts(c.finished_at),
     )

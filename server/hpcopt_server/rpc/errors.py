@@ -17,6 +17,7 @@ log = logging.getLogger(__name__)
 CODES: dict[type[e.ServiceError], grpc.StatusCode] = {
     e.NotFound: grpc.StatusCode.NOT_FOUND,
     e.InvalidArgument: grpc.StatusCode.INVALID_ARGUMENT,
+    e.TooLarge: grpc.StatusCode.INVALID_ARGUMENT,
     e.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     e.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     e.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,

@@ -63,7 +63,15 @@ def build_grpc_server(
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         interceptors=[MetricsInterceptor(metrics), AuthInterceptor(service.tokens)],
-        options=[("grpc.so_reuseport", 0)],
+        options=[
+            ("grpc.so_reuseport", 0),
+            # An import document may be larger than gRPC's 4 MiB default; nothing more.
+            ("grpc.max_receive_message_length", service.limits.import_bytes + 64 * 1024),
+            # A connection that never finishes its handshake, or sits idle, is closed
+            # (agents call every heartbeat period, far below these).
+            ("grpc.server_handshake_timeout_ms", 10_000),
+            ("grpc.max_connection_idle_ms", 300_000),
+        ],
     )
     campaign_pb2_grpc.add_CampaignServiceServicer_to_server(CampaignServicer(service), server)
     agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(service), server)

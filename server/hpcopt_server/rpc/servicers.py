@@ -7,9 +7,11 @@ from typing import Any, TypeAlias
 
 import grpc
 
+from hpcopt.documents import DocumentError, parse_document
 from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc, common_pb2
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.rpc import convert
+from hpcopt_server.rpc.auth import caller
 from hpcopt_server.rpc.errors import handles_errors
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import Lease
@@ -17,11 +19,11 @@ from hpcopt_server.service.agents import Lease
 Ctx: TypeAlias = grpc.ServicerContext
 
 
-def _json(field: str, text: str) -> Any:
+def _json(field: str, text: str, max_bytes: int) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(f"{field} is not valid JSON: {exc}", [(field, "must be a JSON document")]) from None
+        return parse_document(text, yaml_syntax=False, max_bytes=max_bytes, what=field)
+    except DocumentError as exc:
+        raise InvalidArgument(str(exc), [(field, m) for _, m in exc.errors]) from None
 
 
 def _lease(msg: agent_pb2.TrialLease) -> Lease:
@@ -34,7 +36,7 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
 
     @handles_errors
     def CreateCampaign(self, request: campaign_pb2.CreateCampaignRequest, context: Ctx) -> common_pb2.Campaign:
-        created = self.svc.campaigns.create(_json("spec_json", request.spec_json))
+        created = self.svc.campaigns.create(_json("spec_json", request.spec_json, self.svc.limits.spec_bytes))
         return convert.campaign(self.svc.campaigns.get(created.id))
 
     @handles_errors
@@ -46,7 +48,7 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
         self, request: campaign_pb2.ListCampaignsRequest, context: Ctx
     ) -> campaign_pb2.ListCampaignsResponse:
         return campaign_pb2.ListCampaignsResponse(
-            campaigns=[convert.campaign(s) for s in self.svc.campaigns.list_all()]
+            campaigns=[convert.campaign(s, with_spec=False) for s in self.svc.campaigns.list_all()]
         )
 
     @handles_errors
@@ -76,13 +78,16 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
 
     @handles_errors
     def ImportCampaign(self, request: campaign_pb2.ImportCampaignRequest, context: Ctx) -> common_pb2.Campaign:
-        created = self.svc.import_campaign(_json("document_json", request.document_json))
+        created = self.svc.import_campaign(_json("document_json", request.document_json, self.svc.limits.import_bytes))
         return convert.campaign(self.svc.campaigns.get(created.id))
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     def __init__(self, service: Service):
         self.svc = service
+
+    def _caller(self, context: Ctx) -> int | None:
+        return caller(self.svc.tokens, context, "agent")
 
     @handles_errors
     def Register(self, request: agent_pb2.RegisterRequest, context: Ctx) -> agent_pb2.RegisterResponse:
@@ -94,6 +99,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             campaign_id=request.campaign_id or None,
             pid=request.pid,
             version=request.version,
+            caller=self._caller(context),
         )
         return agent_pb2.RegisterResponse(
             agent_id=reg.agent_id,
@@ -104,31 +110,43 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
     @handles_errors
     def Acquire(self, request: agent_pb2.AcquireRequest, context: Ctx) -> agent_pb2.AcquireResponse:
-        return convert.acquisition(self.svc.agents.acquire(request.agent_id, request.campaign_id))
+        return convert.acquisition(
+            self.svc.agents.acquire(request.agent_id, request.campaign_id, caller=self._caller(context))
+        )
 
     @handles_errors
     def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Ctx) -> agent_pb2.HeartbeatResponse:
-        return convert.heartbeat(self.svc.agents.heartbeat(_lease(request.lease)))
+        return convert.heartbeat(self.svc.agents.heartbeat(_lease(request.lease), caller=self._caller(context)))
 
     @handles_errors
     def ReportIntermediate(
         self, request: agent_pb2.ReportIntermediateRequest, context: Ctx
     ) -> agent_pb2.HeartbeatResponse:
         reply = self.svc.agents.report_intermediate(
-            _lease(request.lease), request.fold, request.step, request.value, request.checkpoint_uri
+            _lease(request.lease),
+            request.fold,
+            request.step,
+            request.value,
+            request.checkpoint_uri,
+            caller=self._caller(context),
         )
         return convert.heartbeat(reply)
 
     @handles_errors
     def ReportFold(self, request: agent_pb2.ReportFoldRequest, context: Ctx) -> common_pb2.Fold:
         fold = self.svc.agents.report_fold(
-            _lease(request.lease), request.fold, request.value, dict(request.metrics), request.checkpoint_uri
+            _lease(request.lease),
+            request.fold,
+            request.value,
+            dict(request.metrics),
+            request.checkpoint_uri,
+            caller=self._caller(context),
         )
         return convert.fold(fold)
 
     @handles_errors
     def Complete(self, request: agent_pb2.TrialLease, context: Ctx) -> common_pb2.Trial:
-        return convert.trial(self.svc.agents.complete(_lease(request)))
+        return convert.trial(self.svc.agents.complete(_lease(request), caller=self._caller(context)))
 
     @handles_errors
     def Release(self, request: agent_pb2.ReleaseRequest, context: Ctx) -> common_pb2.Trial:
@@ -138,4 +156,5 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 "state must be TRIAL_STATE_FAILED, TRIAL_STATE_PREEMPTED or TRIAL_STATE_PRUNED",
                 [("state", "must be FAILED, PREEMPTED or PRUNED")],
             )
-        return convert.trial(self.svc.agents.release(_lease(request.lease), state, request.reason))
+        lease = _lease(request.lease)
+        return convert.trial(self.svc.agents.release(lease, state, request.reason, caller=self._caller(context)))

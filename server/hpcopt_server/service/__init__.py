@@ -15,6 +15,7 @@ from hpcopt_server.service.context import Context, ServiceSettings
 from hpcopt_server.service.export import export_campaign, import_campaign
 from hpcopt_server.service.insights import InsightService
 from hpcopt_server.service.leases import LeaseReaper
+from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.service.tokens import TokenService
 from hpcopt_server.storage.repository import Storage
 
@@ -29,8 +30,10 @@ class Service:
         *,
         require_auth: bool = False,
         reap_interval: float = 5.0,
+        limits: RequestLimits | None = None,
     ):
         self.ctx = Context(storage, settings or ServiceSettings())
+        self.limits = limits or RequestLimits()
         self.campaigns = CampaignService(self.ctx)
         self.agents = AgentService(self.ctx)
         self.tokens = TokenService(self.ctx, require_auth=require_auth)
@@ -53,4 +56,4 @@ class Service:
             return totals
 
 
-__all__ = ["Service", "ServiceSettings"]
+__all__ = ["RequestLimits", "Service", "ServiceSettings"]

@@ -3,6 +3,15 @@
 Every report names its lease (agent id, trial id, lease id). A report whose lease is not
 the trial's current one, or has expired, is refused with FailedPrecondition and changes
 nothing: the trial may already be running elsewhere.
+
+With auth on, an agent id belongs to the token that registered it: a call naming that
+agent with any other token is refused with PermissionDenied (agent ids are visible to
+read tokens at ``/agents``, so they are not secrets). ``caller`` is the presented
+token's id, None with auth off.
+
+Retries are safe: ``report_fold`` with the same lease and the same content as a
+finished fold, and ``complete`` of a trial this lease already completed, answer as the
+first call did and change nothing, so an agent whose reply was lost can call again.
 """
 
 from __future__ import annotations
@@ -15,13 +24,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hpcopt_server import domain as d
-from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
-from hpcopt_server.service.context import (
-    Context,
-    campaign_or_404,
-    finish_campaign_if_done,
-    require_finite,
-)
+from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from hpcopt_server.service import limits as lim
+from hpcopt_server.service.context import Context, campaign_or_404, finish_campaign_if_done
 from hpcopt_server.storage.repository import Tx
 
 
@@ -42,6 +47,11 @@ class Lease:
     agent_id: str
     trial_id: int
     lease_id: str
+
+    def __post_init__(self) -> None:
+        lim.require_text("lease.agent_id", self.agent_id, lim.MAX_SHORT)
+        lim.require_text("lease.lease_id", self.lease_id, lim.MAX_SHORT)
+        lim.require_id("lease.trial_id", self.trial_id)
 
 
 @dataclass(frozen=True)
@@ -87,23 +97,27 @@ class AgentService:
         campaign_id: int | None = None,
         pid: int = 0,
         version: str = "",
+        caller: int | None = None,
     ) -> Registration:
-        if ranks < 1:
-            raise InvalidArgument(f"ranks must be >= 1, got {ranks}", [("ranks", "must be >= 1")])
-        if gpus < 0:
-            raise InvalidArgument(f"gpus must be >= 0, got {gpus}", [("gpus", "must be >= 0")])
+        lim.require_range("ranks", ranks, 1)
+        lim.require_range("gpus", gpus, 0)
+        lim.require_range("pid", pid, 0)
+        lim.require_text("host", host, lim.MAX_HOST)
+        lim.require_text("slurm_job_id", slurm_job_id, lim.MAX_SHORT)
+        lim.require_text("version", version, lim.MAX_SHORT)
         now = self.ctx.clock()
         agent = d.Agent(
             id=uuid.uuid4().hex,
-            host=host[:255] or "unknown",
+            host=host or "unknown",
             ranks=ranks,
             gpus=gpus,
-            slurm_job_id=slurm_job_id[:64],
+            slurm_job_id=slurm_job_id,
             campaign_id=campaign_id or None,
             pid=pid,
-            version=version[:64],
+            version=version,
             registered_at=now,
             last_seen_at=now,
+            token_id=caller,
         )
         spec = None
         with self.ctx.storage.write() as tx:
@@ -113,7 +127,7 @@ class AgentService:
         s = self.ctx.settings
         return Registration(agent.id, s.lease_seconds, s.heartbeat_seconds, spec)
 
-    def acquire(self, agent_id: str, campaign_id: int) -> Acquisition:
+    def acquire(self, agent_id: str, campaign_id: int, *, caller: int | None = None) -> Acquisition:
         """Hands the agent one trial of the campaign under a new lease.
 
         A QUEUED trial (one that was preempted or lost its lease) goes first, so it
@@ -121,10 +135,11 @@ class AgentService:
         while the budget allows. The campaign row lock makes the budget exact across
         threads and server replicas.
         """
+        lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         t0 = time.perf_counter()
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
-            self._agent(tx, agent_id)
+            self._agent(tx, agent_id, caller)
             campaign = campaign_or_404(tx, campaign_id, lock=True)
             result = self._acquire_locked(tx, agent_id, campaign, now)
             tx.touch_agent(agent_id, now)
@@ -168,9 +183,10 @@ class AgentService:
 
     # -- while the trial runs ----------------------------------------------------------
 
-    def heartbeat(self, lease: Lease) -> HeartbeatReply:
+    def heartbeat(self, lease: Lease, *, caller: int | None = None) -> HeartbeatReply:
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
+            self._agent(tx, lease.agent_id, caller)
             trial = self._leased(tx, lease, now, allow_stopped=True, folds=False)
             if trial.state == d.TrialState.CANCELLED:
                 return HeartbeatReply(Action.STOP_CANCELLED, None)
@@ -181,13 +197,21 @@ class AgentService:
         return HeartbeatReply(Action.CONTINUE, expires)
 
     def report_intermediate(
-        self, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str = ""
+        self,
+        lease: Lease,
+        fold: int,
+        step: int,
+        value: float,
+        checkpoint_uri: str = "",
+        *,
+        caller: int | None = None,
     ) -> HeartbeatReply:
-        value = require_finite("value", value)
-        if step < 0:
-            raise InvalidArgument(f"step must be >= 0, got {step}", [("step", "must be >= 0")])
+        value = lim.require_finite("value", value)
+        lim.require_range("step", step, 0)
+        lim.require_text("checkpoint_uri", checkpoint_uri, lim.MAX_URI)
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
+            self._agent(tx, lease.agent_id, caller)
             trial = self._leased(tx, lease, now, allow_stopped=True)
             if trial.state != d.TrialState.RUNNING:
                 action = Action.STOP_CANCELLED if trial.state == d.TrialState.CANCELLED else Action.STOP_PRUNED
@@ -209,11 +233,18 @@ class AgentService:
         value: float,
         metrics: dict[str, float] | None = None,
         checkpoint_uri: str = "",
+        *,
+        caller: int | None = None,
     ) -> d.Fold:
-        value = require_finite("value", value)
-        metrics = {k: require_finite(f"metrics.{k}", v) for k, v in (metrics or {}).items()}
+        value = lim.require_finite("value", value)
+        metrics = lim.require_metrics("metrics", metrics or {})
+        lim.require_text("checkpoint_uri", checkpoint_uri, lim.MAX_URI)
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
+            self._agent(tx, lease.agent_id, caller)
+            replay = self._replayed_fold(tx, lease, fold, value, metrics, checkpoint_uri)
+            if replay is not None:
+                return replay
             trial = self._leased(tx, lease, now)
             campaign = campaign_or_404(tx, trial.campaign_id)
             self._unfinished_fold(trial, campaign, fold)
@@ -231,11 +262,16 @@ class AgentService:
 
     # -- the end of an attempt ---------------------------------------------------------
 
-    def complete(self, lease: Lease) -> d.Trial:
-        """All K folds reported: the trial is COMPLETED with their mean and spread."""
+    def complete(self, lease: Lease, *, caller: int | None = None) -> d.Trial:
+        """All K folds reported: the trial is COMPLETED with their mean and spread.
+        Completing again under the same lease returns the completed trial unchanged."""
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
+            self._agent(tx, lease.agent_id, caller)
             campaign = self._lock_campaign_of(tx, lease.trial_id)
+            current = tx.get_trial(lease.trial_id, lock=True)
+            if current is not None and current.state == d.TrialState.COMPLETED and self._holds(current, lease):
+                return current
             trial = self._leased(tx, lease, now)
             finished = {f.index: f for f in trial.folds if f.finished}
             missing = [k for k in range(campaign.folds) if k not in finished]
@@ -254,7 +290,7 @@ class AgentService:
         assert done is not None
         return done
 
-    def release(self, lease: Lease, state: d.TrialState, reason: str = "") -> d.Trial:
+    def release(self, lease: Lease, state: d.TrialState, reason: str = "", *, caller: int | None = None) -> d.Trial:
         """FAILED and PRUNED are final; PREEMPTED requeues the same trial as attempt + 1
         (its folds, curves and checkpoints kept) unless it was the last attempt."""
         if state not in RELEASE_STATES:
@@ -262,9 +298,10 @@ class AgentService:
                 f"state must be one of {[s.value for s in RELEASE_STATES]}, got {state}",
                 [("state", "must be FAILED, PREEMPTED or PRUNED")],
             )
+        lim.require_text("reason", reason, lim.MAX_REASON)
         now = self.ctx.clock()
-        reason = reason[:10_000]
         with self.ctx.storage.write() as tx:
+            self._agent(tx, lease.agent_id, caller)
             campaign = self._lock_campaign_of(tx, lease.trial_id)
             trial = self._leased(tx, lease, now)
             tx.add_event(trial.id, trial.attempt, state.value.lower(), now, agent_id=lease.agent_id, reason=reason)
@@ -279,11 +316,39 @@ class AgentService:
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _agent(self, tx: Tx, agent_id: str) -> d.Agent:
+    def _agent(self, tx: Tx, agent_id: str, caller: int | None) -> d.Agent:
+        """The registered agent, if the caller's token is the one that registered it."""
         agent = tx.get_agent(agent_id)
         if agent is None:
             raise NotFound(f"agent {agent_id!r} is not registered (call Register first)")
+        if caller is not None and agent.token_id != caller:
+            raise PermissionDenied(
+                f"agent {agent_id!r} was registered with another token (or before auth was on); "
+                "an agent id can be used only with the token that registered it: register again"
+            )
         return agent
+
+    @staticmethod
+    def _holds(trial: d.Trial, lease: Lease) -> bool:
+        return trial.lease_id == lease.lease_id and trial.agent_id == lease.agent_id
+
+    def _replayed_fold(
+        self, tx: Tx, lease: Lease, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str
+    ) -> d.Fold | None:
+        """The finished fold, if this lease already reported it with this content."""
+        trial = tx.get_trial(lease.trial_id)
+        if trial is None or not self._holds(trial, lease):
+            return None
+        done = next((f for f in trial.folds if f.index == fold and f.finished), None)
+        if done is None or done.attempt != trial.attempt:
+            return None
+        same = done.value == value and done.metrics == metrics
+        if same and checkpoint_uri in ("", done.checkpoint_uri):
+            return done
+        raise FailedPrecondition(
+            f"fold {fold} of trial {trial.id} is already finished with value {done.value}; "
+            "a retry must repeat the same value, metrics and checkpoint"
+        )
 
     def _lock_campaign_of(self, tx: Tx, trial_id: int) -> d.Campaign:
         # Campaign before trial: the lock order every writer follows (see acquire).

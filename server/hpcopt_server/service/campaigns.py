@@ -10,6 +10,7 @@ from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.service.context import Context, campaign_or_404
+from hpcopt_server.service.limits import require_id, require_range
 from hpcopt_server.service.suggestions import make_optimizer
 from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
 
@@ -55,8 +56,7 @@ class CampaignService:
         if sort not in TRIAL_SORT_KEYS:
             allowed = ", ".join(TRIAL_SORT_KEYS)
             raise InvalidArgument(f"sort must be one of {allowed}, got {sort!r}", [("sort", f"one of {allowed}")])
-        if offset < 0:
-            raise InvalidArgument("offset must be >= 0", [("offset", "must be >= 0")])
+        require_range("offset", offset, 0)
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidArgument(f"limit must be in 1..{MAX_PAGE}", [("limit", f"must be in 1..{MAX_PAGE}")])
         with self.ctx.storage.read() as tx:
@@ -66,6 +66,7 @@ class CampaignService:
             )
 
     def trial(self, trial_id: int) -> d.Trial:
+        require_id("trial_id", trial_id)
         with self.ctx.storage.read() as tx:
             trial = tx.get_trial(trial_id, full=True)
         if trial is None:

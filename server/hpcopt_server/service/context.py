@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from hpcopt_server import domain as d
-from hpcopt_server.errors import InvalidArgument, NotFound
+from hpcopt_server.errors import NotFound
+from hpcopt_server.service.limits import require_id
 from hpcopt_server.service.suggestions import OptimizerCache
 from hpcopt_server.storage.repository import Storage, Tx
 
@@ -38,6 +38,7 @@ class Context:
 
 
 def campaign_or_404(tx: Tx, campaign_id: int, *, lock: bool = False) -> d.Campaign:
+    require_id("campaign_id", campaign_id)
     c = tx.lock_campaign(campaign_id) if lock else tx.get_campaign(campaign_id)
     if c is None:
         raise NotFound(f"campaign {campaign_id} does not exist")
@@ -51,9 +52,3 @@ def finish_campaign_if_done(tx: Tx, campaign: d.Campaign, now: datetime) -> None
         return
     if current.trials_finished >= current.max_trials:
         tx.set_campaign_state(campaign.id, d.CampaignState.COMPLETED, now)
-
-
-def require_finite(field_name: str, value: float) -> float:
-    if not math.isfinite(value):
-        raise InvalidArgument(f"{field_name} must be a finite number, got {value}", [(field_name, "must be finite")])
-    return float(value)

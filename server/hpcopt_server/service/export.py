@@ -4,71 +4,101 @@ The document (``format: hpcopt-campaign``, ``version: 1``) holds the spec, the
 campaign's state and every trial with its folds, curves and attempt history. Importing
 gives new ids; trials that were RUNNING come back QUEUED (their lease died with the
 export), so an imported running campaign simply goes on.
+
+An import is checked as strictly as the live path checks reports: finite numbers,
+folds and curve points inside the campaign's K folds, parameters the space could have
+produced, ids and steps within the database's columns, timezone-aware times, text
+without NUL within its column's width, and no more trials than the budget. A document
+that fails any of it is refused whole, naming the field; nothing is stored.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.optimizers import SearchSpace
+from hpcopt_server.service import limits as lim
 from hpcopt_server.service.campaigns import validate_spec
 from hpcopt_server.service.context import Context, campaign_or_404
 
 
+def _no_nul(text: str) -> str:
+    if "\x00" in text:
+        raise ValueError("must not contain NUL characters")
+    return text
+
+
+def _utc(t: datetime) -> datetime:
+    try:
+        return t.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range in UTC") from None
+
+
+def Text(max_chars: int) -> Any:
+    return Annotated[str, Field(max_length=max_chars), AfterValidator(_no_nul)]
+
+
+Index = Annotated[int, Field(ge=0, le=lim.MAX_ID)]
+Attempt = Annotated[int, Field(ge=1, le=lim.MAX_ID)]
+Time = Annotated[AwareDatetime, AfterValidator(_utc)]
+
+
 class _Doc(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class FoldDoc(_Doc):
-    index: int
+    index: Index
     finished: bool
     value: float | None = None
-    metrics: dict[str, float] = {}
-    checkpoint_uri: str = ""
-    attempt: int = 1
+    metrics: dict[Text(lim.MAX_METRIC_NAME), float] = Field(default={}, max_length=lim.MAX_METRICS)  # type: ignore[valid-type]
+    checkpoint_uri: Text(lim.MAX_URI) = ""  # type: ignore[valid-type]
+    attempt: Attempt = 1
 
 
 class CurveDoc(_Doc):
-    fold: int
-    step: int
+    fold: Index
+    step: Index
     value: float
 
 
 class EventDoc(_Doc):
-    attempt: int
-    kind: str
-    agent_id: str = ""
-    reason: str = ""
-    at: datetime
+    attempt: Attempt
+    kind: Text(32)  # type: ignore[valid-type]
+    agent_id: Text(lim.MAX_SHORT) = ""  # type: ignore[valid-type]
+    reason: Text(lim.MAX_REASON) = ""  # type: ignore[valid-type]
+    at: Time
 
 
 class TrialDoc(_Doc):
-    number: int
+    number: Index
     state: d.TrialState
-    attempt: int = 1
+    attempt: Attempt = 1
     params: dict[str, bool | int | float | str]
     value: float | None = None
-    value_std: float | None = None
-    error: str = ""
-    created_at: datetime
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    value_std: float | None = Field(default=None, ge=0)
+    error: Text(lim.MAX_REASON) = ""  # type: ignore[valid-type]
+    created_at: Time
+    started_at: Time | None = None
+    finished_at: Time | None = None
     folds: list[FoldDoc] = []
     curves: list[CurveDoc] = []
     events: list[EventDoc] = []
 
 
 class CampaignDoc(_Doc):
-    id: int | None = None
-    name: str
+    id: Index | None = None
+    name: Text(200)  # type: ignore[valid-type]
     state: d.CampaignState
-    created_at: datetime
-    finished_at: datetime | None = None
+    created_at: Time
+    finished_at: Time | None = None
 
 
 class ExportDoc(_Doc):
@@ -121,9 +151,8 @@ def import_campaign(ctx: Context, document: Any) -> d.Campaign:
             "invalid export document: " + "; ".join(f"{p}: {m}" for p, m in errors[:10]), errors
         ) from None
     spec = validate_spec(doc.spec)
+    check_trials(spec, doc.trials)
     numbers = [t.number for t in doc.trials]
-    if len(set(numbers)) != len(numbers):
-        raise InvalidArgument("invalid export document: trial numbers repeat", [("trials", "numbers must be unique")])
     now = ctx.clock()
     with ctx.storage.write() as tx:
         c = tx.insert_campaign(doc.campaign.name, spec, doc.campaign.created_at)
@@ -169,3 +198,36 @@ def import_campaign(ctx: Context, document: Any) -> d.Campaign:
         out = tx.get_campaign(c.id)
     assert out is not None
     return out
+
+
+def check_trials(spec: dict[str, Any], trials: list[TrialDoc]) -> None:
+    """What the document's types cannot say: every trial against the campaign's spec.
+    Raises InvalidArgument listing the problems (the first 20)."""
+    space, folds = SearchSpace(spec["space"]), int(spec["folds"])
+    errors: list[tuple[str, str]] = []
+    if len(trials) > spec["budget"]["max_trials"]:
+        errors.append(("trials", f"{len(trials)} trials; the budget allows {spec['budget']['max_trials']}"))
+    if len({t.number for t in trials}) != len(trials):
+        errors.append(("trials", "numbers must be unique"))
+    for i, t in enumerate(trials):
+        at = f"trials.{i}"
+        errors += [(f"{at}.params.{name}", msg) for name, msg in space.problems(t.params)]
+        if t.attempt > spec["max_attempts"]:
+            errors.append((f"{at}.attempt", f"must be <= max_attempts ({spec['max_attempts']})"))
+        if t.state == d.TrialState.COMPLETED and t.value is None:
+            errors.append((f"{at}.value", "a COMPLETED trial needs a value"))
+        indices = [f.index for f in t.folds]
+        if len(set(indices)) != len(indices):
+            errors.append((f"{at}.folds", "fold indices must be unique"))
+        for j, f in enumerate(t.folds):
+            if f.index >= folds:
+                errors.append((f"{at}.folds.{j}.index", f"must be in 0..{folds - 1} (the campaign has {folds} folds)"))
+            if f.finished and f.value is None:
+                errors.append((f"{at}.folds.{j}.value", "a finished fold needs a value"))
+        for j, p in enumerate(t.curves):
+            if p.fold >= folds:
+                errors.append((f"{at}.curves.{j}.fold", f"must be in 0..{folds - 1}"))
+        if len(errors) >= 20:
+            break
+    if errors:
+        raise InvalidArgument("invalid export document: " + "; ".join(f"{p}: {m}" for p, m in errors[:5]), errors)

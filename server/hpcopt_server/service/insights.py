@@ -15,6 +15,7 @@ from typing import Any
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service.context import Context, campaign_or_404
+from hpcopt_server.service.limits import require_id
 
 MAX_PLOT_POINTS = 20_000
 MAX_CURVE_TRIALS = 50
@@ -83,6 +84,8 @@ class InsightService:
             raise InvalidArgument(
                 f"at most {MAX_CURVE_TRIALS} trials at once", [("trial_id", f"at most {MAX_CURVE_TRIALS}")]
             )
+        for t in trial_ids:
+            require_id("trial_id", t)
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
             if not trial_ids:

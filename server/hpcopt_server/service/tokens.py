@@ -9,7 +9,17 @@ Scopes and what they allow:
 | `agent`  | the AgentService RPCs                                     |
 | `admin`  | everything                                                |
 
-Auth is on as soon as one active token exists (or when the server is told to require it).
+When auth is on, and why it cannot fail open:
+
+- Auth is a flag stored in the database (``server_flags.auth``), not a count of tokens.
+  Creating a token turns it on; so does serving with ``--require-auth`` or on an
+  address beyond loopback. Revoking tokens, even the last one, never turns it off.
+- Only ``hpcopt-server auth disable`` turns it off: an explicit command run by someone
+  with access to the database, which says what it does. A server that has seen auth on
+  keeps it on until it restarts, whatever the flag says meanwhile.
+- Locked out (every admin token revoked or lost)? Whoever can reach the database can
+  always mint a new one: ``hpcopt-server token create --db URL --scope admin --name NAME``
+  (or restart the server with ``HPCOPT_ADMIN_TOKEN`` set).
 """
 
 from __future__ import annotations
@@ -21,11 +31,13 @@ import time
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
+from hpcopt_server.service import limits as lim
 from hpcopt_server.service.context import Context
 
 SCOPES = ("read", "submit", "agent", "admin")
 IMPLIES = {"admin": set(SCOPES), "submit": {"submit", "read"}, "read": {"read"}, "agent": {"agent"}}
 PREFIX = "hpc_"
+AUTH_FLAG = "auth"
 
 
 def hash_token(secret: str) -> str:
@@ -46,6 +58,7 @@ class TokenService:
         self.require_auth = require_auth
         self._cache: dict[str, tuple[float, d.ApiToken | None]] = {}
         self._enabled: tuple[float, bool] | None = None
+        self._latched = require_auth  # once on in this process, on until it exits
         self._lock = threading.Lock()
 
     def create(self, name: str, scopes: list[str], secret: str | None = None) -> tuple[d.ApiToken, str]:
@@ -58,8 +71,10 @@ class TokenService:
             )
         if not name:
             raise InvalidArgument("a token needs a name", [("name", "must not be empty")])
+        lim.require_text("name", name, 200)
         secret = secret or PREFIX + secrets.token_urlsafe(32)
         with self.ctx.storage.write() as tx:
+            tx.set_flag(AUTH_FLAG, "on", self.ctx.clock())
             existing = tx.token_by_hash(hash_token(secret))
             if existing is not None:
                 return existing, secret
@@ -67,11 +82,32 @@ class TokenService:
         self._invalidate()
         return token, secret
 
+    def turn_on(self) -> None:
+        """Turns auth on for good (until ``turn_off``); creating a token does it too."""
+        with self.ctx.storage.write() as tx:
+            tx.set_flag(AUTH_FLAG, "on", self.ctx.clock())
+        self._invalidate()
+
+    def turn_off(self) -> None:
+        """Turns auth off: the explicit opening. Running servers keep auth on until restarted."""
+        with self.ctx.storage.write() as tx:
+            tx.set_flag(AUTH_FLAG, "off", self.ctx.clock())
+        self._invalidate()
+        with self._lock:
+            self._latched = self.require_auth
+
+    def stored_state(self) -> tuple[bool, int]:
+        """(the stored flag, how many active tokens exist)."""
+        with self.ctx.storage.read() as tx:
+            return tx.get_flag(AUTH_FLAG) == "on", tx.count_active_tokens()
+
     def list_all(self) -> list[d.ApiToken]:
         with self.ctx.storage.read() as tx:
             return tx.list_tokens()
 
     def revoke(self, token_id: int) -> None:
+        """Revokes a token. Auth stays on, whatever tokens remain."""
+        lim.require_id("id", token_id)
         with self.ctx.storage.write() as tx:
             try:
                 tx.revoke_token(token_id, self.ctx.clock())
@@ -80,17 +116,18 @@ class TokenService:
         self._invalidate()
 
     def enabled(self) -> bool:
-        """Whether requests must carry a token."""
-        if self.require_auth:
+        """Whether requests must carry a token: the stored flag, latched on in this process."""
+        if self._latched:
             return True
         now = time.monotonic()
         with self._lock:
             if self._enabled and now - self._enabled[0] < self.cache_seconds:
                 return self._enabled[1]
         with self.ctx.storage.read() as tx:
-            on = tx.count_active_tokens() > 0
+            on = tx.get_flag(AUTH_FLAG) == "on"
         with self._lock:
             self._enabled = (now, on)
+            self._latched = self._latched or on
         return on
 
     def describe(self, secret: str | None) -> tuple[bool, d.ApiToken | None]:

@@ -77,6 +77,7 @@ def agent(row: m.AgentRow) -> d.Agent:
         version=row.version,
         registered_at=row.registered_at,
         last_seen_at=row.last_seen_at,
+        token_id=row.token_id,
     )
 
 

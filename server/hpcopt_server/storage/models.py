@@ -140,6 +140,8 @@ class AgentRow(Base):
     version: Mapped[str] = mapped_column(String(64))
     registered_at: Mapped[datetime]
     last_seen_at: Mapped[datetime]
+    # The API token that registered the agent; NULL when it registered with auth off.
+    token_id: Mapped[int | None] = mapped_column(Integer)
 
 
 class ApiTokenRow(Base):
@@ -152,3 +154,13 @@ class ApiTokenRow(Base):
     scopes: Mapped[str] = mapped_column(String(200))
     created_at: Mapped[datetime]
     revoked_at: Mapped[datetime | None]
+
+
+class ServerFlagRow(Base):
+    """Server-wide settings that must outlive a process, such as whether auth is on."""
+
+    __tablename__ = "server_flags"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(String(200))
+    changed_at: Mapped[datetime]

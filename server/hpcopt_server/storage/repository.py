@@ -352,6 +352,7 @@ class Tx:
                 version=agent.version,
                 registered_at=agent.registered_at,
                 last_seen_at=agent.last_seen_at,
+                token_id=agent.token_id,
             )
         )
         self.s.flush()
@@ -441,6 +442,20 @@ class Tx:
             self.s.execute(update(m.ApiTokenRow).where(m.ApiTokenRow.id == token_id).values(revoked_at=now)).rowcount,  # type: ignore[attr-defined]
             f"token {token_id}",
         )
+
+    # -- server flags ----------------------------------------------------------------
+
+    def get_flag(self, name: str) -> str | None:
+        row = self.s.get(m.ServerFlagRow, name)
+        return row.value if row else None
+
+    def set_flag(self, name: str, value: str, now: datetime) -> None:
+        row = self.s.get(m.ServerFlagRow, name)
+        if row is None:
+            self.s.add(m.ServerFlagRow(name=name, value=value, changed_at=now))
+        elif row.value != value:
+            row.value, row.changed_at = value, now
+        self.s.flush()
 
     @staticmethod
     def _must(rowcount: int, what: str) -> None:

@@ -1,0 +1,90 @@
+"""Limits on what one request may ask of the server, and the checks that apply them.
+
+Every id, step and string that reaches SQL passes one of these first, so a value the
+database cannot hold (an id past its 32-bit columns, a NUL in a PostgreSQL text column,
+a string past its column's width) is an InvalidArgument naming the field, never an
+INTERNAL error, and is the same answer on SQLite and PostgreSQL.
+
+Widths chosen: ids, trial numbers, steps, folds and attempts are 32-bit signed columns
+(``Integer``) on both databases. A campaign holds at most 1,000,000 trials and a run
+reports a few thousand steps, so 2**31 - 1 leaves a wide margin; the proto fields are
+64-bit so that the contract can widen later without a wire change.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from hpcopt.documents import clip
+from hpcopt_server.errors import InvalidArgument
+
+
+@dataclass(frozen=True)
+class RequestLimits:
+    """Sizes of the documents a request may carry (``hpcopt-server serve`` flags)."""
+
+    spec_bytes: int = 1024 * 1024
+    """A campaign spec as sent (REST body, gRPC ``spec_json``), YAML or JSON. The spec
+    itself, as canonical JSON, is further held to ``hpcopt.spec.MAX_SPEC_BYTES``."""
+    import_bytes: int = 32 * 1024 * 1024
+    """An export document to import (a campaign of 10,000 trials with curves is ~10 MB)."""
+
+
+#: The largest value of the database's integer columns (ids, numbers, steps).
+MAX_ID = 2**31 - 1
+#: Agent-given text stored in fixed-width columns.
+MAX_HOST = 255
+MAX_SHORT = 64
+#: Free text: release reasons, error texts, checkpoint URIs.
+MAX_REASON = 10_000
+MAX_URI = 4096
+#: Metrics reported with one fold.
+MAX_METRICS = 100
+MAX_METRIC_NAME = 128
+
+
+def require_id(field: str, value: int) -> int:
+    """A row id (campaign, trial, token): 1..MAX_ID."""
+    if not 1 <= value <= MAX_ID:
+        raise InvalidArgument(f"{field} must be in 1..{MAX_ID}, got {value}", [(field, f"must be in 1..{MAX_ID}")])
+    return value
+
+
+def require_range(field: str, value: int, low: int, high: int = MAX_ID) -> int:
+    if not low <= value <= high:
+        raise InvalidArgument(f"{field} must be in {low}..{high}, got {value}", [(field, f"must be in {low}..{high}")])
+    return value
+
+
+def require_text(field: str, value: str, max_chars: int) -> str:
+    """Text without NUL characters, at most ``max_chars`` long (not silently cut)."""
+    if "\x00" in value:
+        raise InvalidArgument(f"{field} must not contain NUL characters", [(field, "must not contain NUL characters")])
+    if len(value) > max_chars:
+        raise InvalidArgument(
+            f"{field} is {len(value)} characters long; at most {max_chars} are allowed",
+            [(field, f"at most {max_chars} characters")],
+        )
+    return value
+
+
+def require_finite(field: str, value: float) -> float:
+    if not math.isfinite(value):
+        raise InvalidArgument(f"{field} must be a finite number, got {value}", [(field, "must be finite")])
+    return float(value)
+
+
+def require_metrics(field: str, metrics: dict[str, float]) -> dict[str, float]:
+    """Named finite values, at most MAX_METRICS of them with names of MAX_METRIC_NAME."""
+    if len(metrics) > MAX_METRICS:
+        raise InvalidArgument(
+            f"{field} has {len(metrics)} entries; at most {MAX_METRICS} are allowed",
+            [(field, f"at most {MAX_METRICS} entries")],
+        )
+    out = {}
+    for name, value in metrics.items():
+        key = f"{field}.{clip(name)}"
+        require_text(key, name, MAX_METRIC_NAME)
+        out[name] = require_finite(key, value)
+    return out
