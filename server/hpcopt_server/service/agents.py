@@ -105,6 +105,8 @@ class AgentService:
         lim.require_text("host", host, lim.MAX_HOST)
         lim.require_text("slurm_job_id", slurm_job_id, lim.MAX_SHORT)
         lim.require_text("version", version, lim.MAX_SHORT)
+        if campaign_id:
+            lim.require_id("campaign_id", campaign_id)
         now = self.ctx.clock()
         agent = d.Agent(
             id=uuid.uuid4().hex,
@@ -136,6 +138,7 @@ class AgentService:
         threads and server replicas.
         """
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
+        lim.require_id("campaign_id", campaign_id)
         t0 = time.perf_counter()
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
