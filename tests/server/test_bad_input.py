@@ -33,7 +33,7 @@ TABLES = ("campaigns", "trials", "folds", "curves", "trial_events", "agents")
 TOO_BIG = 2**31  # one past the 32-bit id and step columns
 #: Peak memory of the server process after every case here. It idles at ~150 MB; the
 #: alias bomb alone took it to 900 MB before the hardening.
-MAX_RSS_MB = 450
+MAX_RSS_MB = 350
 
 
 @dataclass
