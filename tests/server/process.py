@@ -54,7 +54,8 @@ class ServerProcess:
             "--port", str(self.port), "--grpc-port", str(self.grpc_port), "--log-level", "warning", *self.args,
         ]  # fmt: skip
         out = open(self.log, "a") if self.log else subprocess.PIPE  # noqa: SIM115 - the child keeps it
-        self.proc = subprocess.Popen(cmd, env={**os.environ, **self.env}, stdout=out, stderr=subprocess.STDOUT, text=True)
+        env = {**os.environ, **self.env}
+        self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
         if self.nofile is not None:  # before the interpreter has even imported the server
             resource.prlimit(self.proc.pid, resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
         wait_healthy(self.http_url, self.proc)

@@ -7,6 +7,7 @@ input that broke it then."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -119,7 +120,7 @@ def _alias_bomb() -> str:
     # 594 bytes that PyYAML expands to 9**9 strings.
     lines = ['a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]']
     names = "abcdefghi"
-    for prev, name in zip(names, names[1:], strict=False):
+    for prev, name in itertools.pairwise(names):
         lines.append(f"{name}: &{name} [{','.join(['*' + prev] * 9)}]")
     return "\n".join(lines) + "\n"
 
@@ -233,11 +234,19 @@ BAD_IMPORTS = [
     ("a missing param", lambda doc: doc["trials"][0]["params"].pop("act"), "trials.0.params.act"),
     ("a wrong choice", lambda doc: doc["trials"][0]["params"].update(act="gelu"), "trials.0.params.act"),
     ("a trial number past the column", lambda doc: doc["trials"][0].update(number=TOO_BIG), "trials.0.number"),
-    ("a step past the column", lambda doc: doc["trials"][0]["curves"][0].update(step=TOO_BIG), "trials.0.curves.0.step"),  # noqa: E501
+    (
+        "a step past the column",
+        lambda doc: doc["trials"][0]["curves"][0].update(step=TOO_BIG),
+        "trials.0.curves.0.step",
+    ),  # noqa: E501
     ("attempt 0", lambda doc: doc["trials"][0].update(attempt=0), "trials.0.attempt"),
     ("a naive time", lambda doc: doc["trials"][0].update(created_at="2026-01-01T00:00:00"), "trials.0.created_at"),
     ("a long event kind", lambda doc: doc["trials"][0]["events"][0].update(kind="k" * 33), "trials.0.events.0.kind"),
-    ("a NUL in a URI", lambda doc: doc["trials"][0]["folds"][0].update(checkpoint_uri="a\x00b"), "trials.0.folds.0.checkpoint_uri"),  # noqa: E501
+    (
+        "a NUL in a URI",
+        lambda doc: doc["trials"][0]["folds"][0].update(checkpoint_uri="a\x00b"),
+        "trials.0.folds.0.checkpoint_uri",
+    ),  # noqa: E501
     ("a completed trial without value", lambda doc: doc["trials"][0].update(value=None), "trials.0.value"),
     ("more trials than the budget", lambda doc: doc["spec"]["budget"].update(max_trials=0), "budget.max_trials"),
 ]
@@ -367,7 +376,12 @@ def test_errors_do_not_echo_long_input(target: Target, unchanged: None) -> None:
         err = _grpc_error(c.create_campaign, spec)
     assert err.code == "INVALID_ARGUMENT", err  # not RESOURCE_EXHAUSTED from an oversized trailer
     assert len(json.dumps(err.field_errors)) < 4096 and len(err.message) <= 1100
-    r = target.rest("POST", "/api/v1/campaigns", "submit", json=make_spec(space={"q" * 1_000_000: {"type": "real", "low": 0, "high": 1}}))  # noqa: E501
+    r = target.rest(
+        "POST",
+        "/api/v1/campaigns",
+        "submit",
+        json=make_spec(space={"q" * 1_000_000: {"type": "real", "low": 0, "high": 1}}),
+    )  # noqa: E501
     assert r.status_code == 422 and len(r.content) < 16_384
 
 
