@@ -238,7 +238,7 @@ BAD_IMPORTS = [
         "a step past the column",
         lambda doc: doc["trials"][0]["curves"][0].update(step=TOO_BIG),
         "trials.0.curves.0.step",
-    ),  # noqa: E501
+    ),
     ("attempt 0", lambda doc: doc["trials"][0].update(attempt=0), "trials.0.attempt"),
     ("a naive time", lambda doc: doc["trials"][0].update(created_at="2026-01-01T00:00:00"), "trials.0.created_at"),
     ("a long event kind", lambda doc: doc["trials"][0]["events"][0].update(kind="k" * 33), "trials.0.events.0.kind"),
@@ -246,7 +246,7 @@ BAD_IMPORTS = [
         "a NUL in a URI",
         lambda doc: doc["trials"][0]["folds"][0].update(checkpoint_uri="a\x00b"),
         "trials.0.folds.0.checkpoint_uri",
-    ),  # noqa: E501
+    ),
     ("a completed trial without value", lambda doc: doc["trials"][0].update(value=None), "trials.0.value"),
     ("more trials than the budget", lambda doc: doc["spec"]["budget"].update(max_trials=0), "budget.max_trials"),
 ]
@@ -381,7 +381,7 @@ def test_errors_do_not_echo_long_input(target: Target, unchanged: None) -> None:
         "/api/v1/campaigns",
         "submit",
         json=make_spec(space={"q" * 1_000_000: {"type": "real", "low": 0, "high": 1}}),
-    )  # noqa: E501
+    )
     assert r.status_code == 422 and len(r.content) < 16_384
 
 

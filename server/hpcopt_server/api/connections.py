@@ -18,6 +18,7 @@ and then) holds a file descriptor forever: about 1,000 such connections exhauste
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import resource
 from typing import Any
@@ -26,6 +27,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 log = logging.getLogger(__name__)
+_order = itertools.count()  # connection ages: accepts in one loop pass share a clock reading
 
 
 class GuardedHttpProtocol(H11Protocol):
@@ -35,7 +37,7 @@ class GuardedHttpProtocol(H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
-        self._opened = self.loop.time()
+        self._opened = next(_order)
         self._arm()
         if len(self.connections) > self.max_connections:
             self._shed()
@@ -69,10 +71,21 @@ class GuardedHttpProtocol(H11Protocol):
             self.transport.close()
 
     def _shed(self) -> None:
-        idle = [c for c in self.connections if c is not self and isinstance(c, GuardedHttpProtocol) and c.idle]
+        """Closes the oldest idle connection if more than ``max_connections`` are open.
+        Closed ones leave ``connections`` only when their connection_lost runs, later:
+        they are not counted."""
+        live, idle = 0, []
+        for c in self.connections:
+            if c.transport is None or c.transport.is_closing():
+                continue
+            live += 1
+            if c is not self and isinstance(c, GuardedHttpProtocol) and c.idle:
+                idle.append(c)
+        if live <= self.max_connections:
+            return
         victim = min(idle, key=lambda c: c._opened) if idle else self
         if victim is self:
-            log.warning("%d connections open, all busy: refusing a new one", len(self.connections))
+            log.warning("%d connections open, all busy: refusing a new one", live)
         victim.transport.close()
 
 
