@@ -181,7 +181,7 @@ def test_admin_token_from_the_environment_turns_auth_on(tmp_path: Path) -> None:
         text=True,
     )  # fmt: skip
     try:
-        from tests.server.test_crash import wait_healthy
+        from tests.server.process import wait_healthy
 
         wait_healthy(f"http://127.0.0.1:{port}", proc)
         assert httpx.get(f"http://127.0.0.1:{port}/api/v1/campaigns").status_code == 401
