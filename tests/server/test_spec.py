@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from hpcopt.spec import SpecError, parse_spec
+from hpcopt.documents import MAX_DEPTH, DocumentError, parse_document
+from hpcopt.spec import MAX_SPEC_BYTES, SpecError, parse_spec
 from hpcopt.specfile import load_spec_file, locate
 from tests.conftest import ROOT, make_spec
 
@@ -62,3 +63,45 @@ def test_locate_finds_the_line_of_a_field(tmp_path: Path) -> None:
     assert locate(text, "space.lr.low") == (5, 10)
     assert locate(text, "space.lr.missing") == (4, 5)
     assert locate(text, "budget") == (1, 1)
+
+
+def _document_errors(text: str, yaml_syntax: bool = True, max_bytes: int = 10**6) -> str:
+    with pytest.raises(DocumentError) as err:
+        parse_document(text, yaml_syntax=yaml_syntax, max_bytes=max_bytes)
+    return str(err.value)
+
+
+def test_documents_are_refused_before_they_cost_anything() -> None:
+    assert "alias" in _document_errors("a: &x [1, 2]\nb: *x\n")
+    assert "at most 10 are accepted" in _document_errors("a: 12345678901", max_bytes=10)
+    deep_yaml = "a: " + "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)
+    assert f"deeper than {MAX_DEPTH}" in _document_errors(deep_yaml)
+    assert f"deeper than {MAX_DEPTH}" in _document_errors("[" * 100_000 + "]" * 100_000, yaml_syntax=False)
+    assert f"deeper than {MAX_DEPTH}" in _document_errors("[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1), False)
+    assert "a.b.0: must be a finite number" in _document_errors('{"a": {"b": [NaN]}}', yaml_syntax=False)
+    assert "x: must be a finite number" in _document_errors("x: -.inf")
+    assert "must not contain NUL" in _document_errors('{"a": "x\\u0000y"}', yaml_syntax=False)
+    assert "not valid JSON" in _document_errors("{", yaml_syntax=False)
+    # Within the limits, a document parses as usual (anchors without aliases are harmless).
+    assert parse_document("a: &x [1, 2]\n", yaml_syntax=True, max_bytes=100) == {"a": [1, 2]}
+    depth_ok = "[" * (MAX_DEPTH - 1) + "]" * (MAX_DEPTH - 1)
+    assert parse_document(depth_ok, yaml_syntax=False, max_bytes=1000) is not None
+
+
+def test_spec_limits_name_the_field() -> None:
+    [(field, message)] = _errors(make_spec(space={f"x{i}": {"type": "real", "low": 0, "high": 1} for i in range(101)}))
+    assert field == "space" and "at most 100 items" in message
+    choices = make_spec(space={"c": {"type": "categorical", "choices": list(range(1001))}})
+    assert [p for p, _ in _errors(choices)] == ["space.c.choices"]
+    assert [p for p, _ in _errors(make_spec(algorithm={"name": "random", "seed": -1}))] == ["algorithm.seed"]
+    big = make_spec(training={"task": "t", "options": {"blob": "x" * MAX_SPEC_BYTES}})
+    assert f"at most {MAX_SPEC_BYTES} are accepted" in _errors(big)[0][1]
+    long_name = _errors(make_spec(space={"p" * 8000: {"type": "real", "low": 0, "high": 1}}))
+    assert all(len(p) < 200 for p, _ in long_name)  # the name is not echoed whole
+
+
+def test_a_spec_file_with_an_alias_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "bomb.yaml"
+    path.write_text("a: &a [1, 2]\nname: *a\n")
+    with pytest.raises(SpecError, match="alias"):
+        load_spec_file(path)

@@ -121,6 +121,13 @@ def test_health_docs_metrics_and_dashboard(live_server: LiveServer) -> None:
     spec = httpx.get(f"{base}/openapi.json").json()
     ops = {op["operationId"] for path in spec["paths"].values() for op in path.values()}
     assert {"create_campaign", "list_trials", "get_trial", "cancel_campaign", "import_campaign"} <= ops
+    # Every answer a route gives is in the document (schemathesis checks them against it).
+    paths = spec["paths"]
+    assert "409" in paths["/api/v1/campaigns/{campaign_id}/cancel"]["post"]["responses"]
+    exported = paths["/api/v1/campaigns/{campaign_id}/export"]["get"]["responses"]["200"]["content"]
+    assert {"application/json", "text/csv"} <= set(exported)
+    for path in ("/api/v1/campaigns", "/api/v1/campaigns/validate", "/api/v1/campaigns/import"):
+        assert "413" in paths[path]["post"]["responses"], path
     assert httpx.get(f"{base}/docs").status_code == 200
     cid = httpx.post(f"{base}/api/v1/campaigns", json=make_spec(folds=1)).json()["id"]
     _run_one_trial(live_server, cid, [0.5])
