@@ -245,10 +245,11 @@ class AgentService:
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             self._agent(tx, lease.agent_id, caller)
-            replay = self._replayed_fold(tx, lease, fold, value, metrics, checkpoint_uri)
+            trial = self._locked_trial(tx, lease.trial_id)
+            replay = self._replayed_fold(trial, lease, fold, value, metrics, checkpoint_uri)
             if replay is not None:
                 return replay
-            trial = self._leased(tx, lease, now)
+            self._check_lease(trial, lease, now)
             campaign = campaign_or_404(tx, trial.campaign_id)
             self._unfinished_fold(trial, campaign, fold)
             values: dict[str, object] = {
@@ -272,10 +273,10 @@ class AgentService:
         with self.ctx.storage.write() as tx:
             self._agent(tx, lease.agent_id, caller)
             campaign = self._lock_campaign_of(tx, lease.trial_id)
-            current = tx.get_trial(lease.trial_id, lock=True)
-            if current is not None and current.state == d.TrialState.COMPLETED and self._holds(current, lease):
-                return current
-            trial = self._leased(tx, lease, now)
+            trial = self._locked_trial(tx, lease.trial_id)
+            if trial.state == d.TrialState.COMPLETED and self._holds(trial, lease):
+                return trial  # a retry whose first reply was lost
+            self._check_lease(trial, lease, now)
             finished = {f.index: f for f in trial.folds if f.finished}
             missing = [k for k in range(campaign.folds) if k not in finished]
             if missing:
@@ -336,11 +337,10 @@ class AgentService:
         return trial.lease_id == lease.lease_id and trial.agent_id == lease.agent_id
 
     def _replayed_fold(
-        self, tx: Tx, lease: Lease, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str
+        self, trial: d.Trial, lease: Lease, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str
     ) -> d.Fold | None:
         """The finished fold, if this lease already reported it with this content."""
-        trial = tx.get_trial(lease.trial_id)
-        if trial is None or not self._holds(trial, lease):
+        if not self._holds(trial, lease):
             return None
         done = next((f for f in trial.folds if f.index == fold and f.finished), None)
         if done is None or done.attempt != trial.attempt:
@@ -363,9 +363,20 @@ class AgentService:
     def _leased(
         self, tx: Tx, lease: Lease, now: datetime, *, allow_stopped: bool = False, folds: bool = True
     ) -> d.Trial:
-        trial = tx.get_trial(lease.trial_id, lock=True, folds=folds)
+        """The trial, row-locked, if ``lease`` holds it now (see _check_lease)."""
+        return self._check_lease(self._locked_trial(tx, lease.trial_id, folds), lease, now, allow_stopped)
+
+    @staticmethod
+    def _locked_trial(tx: Tx, trial_id: int, folds: bool = True) -> d.Trial:
+        trial = tx.get_trial(trial_id, lock=True, folds=folds)
         if trial is None:
-            raise NotFound(f"trial {lease.trial_id} does not exist")
+            raise NotFound(f"trial {trial_id} does not exist")
+        return trial
+
+    @staticmethod
+    def _check_lease(trial: d.Trial, lease: Lease, now: datetime, allow_stopped: bool = False) -> d.Trial:
+        """FailedPrecondition unless ``lease`` is the trial's current, unexpired lease and
+        it is RUNNING (or CANCELLED/PRUNED with ``allow_stopped``)."""
         if trial.lease_id != lease.lease_id or trial.agent_id != lease.agent_id:
             raise FailedPrecondition(
                 f"trial {trial.id} is not held by agent {lease.agent_id} under lease {lease.lease_id!r} "
