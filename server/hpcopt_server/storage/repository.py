@@ -28,6 +28,8 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from hpcopt_server import domain as d
@@ -450,12 +452,16 @@ class Tx:
         return row.value if row else None
 
     def set_flag(self, name: str, value: str, now: datetime) -> None:
-        row = self.s.get(m.ServerFlagRow, name)
-        if row is None:
-            self.s.add(m.ServerFlagRow(name=name, value=value, changed_at=now))
-        elif row.value != value:
-            row.value, row.changed_at = value, now
-        self.s.flush()
+        """Sets a flag atomically (an upsert: two servers starting at once both succeed)."""
+        insert = pg_insert if self.s.get_bind().dialect.name == "postgresql" else sqlite_insert
+        stmt = insert(m.ServerFlagRow).values(name=name, value=value, changed_at=now)
+        self.s.execute(
+            stmt.on_conflict_do_update(
+                index_elements=["name"],
+                set_={"value": value, "changed_at": now},
+                where=m.ServerFlagRow.value != stmt.excluded.value,
+            )
+        )
 
     @staticmethod
     def _must(rowcount: int, what: str) -> None:
