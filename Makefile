@@ -32,3 +32,4 @@ bench:
 	.venv/bin/python benchmarks/optimizers/quality.py
 	.venv/bin/python benchmarks/training/run.py
 	.venv/bin/python benchmarks/dashboard_open.py
+	.venv/bin/python benchmarks/request_cost.py
