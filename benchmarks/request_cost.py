@@ -23,7 +23,6 @@ after ``--timeout`` seconds (shown as ">T"). Nothing is asserted: machines are n
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import socket
@@ -39,31 +38,15 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.hostile import alias_bomb  # noqa: E402 - after the path
 
 
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def alias_bomb(levels: int = 8) -> bytes:
-    """A valid spec whose ``training.options`` nest YAML aliases ``levels`` deep: 9**levels
-    strings once expanded (PyYAML shares them; serializing the spec to JSON expanded them,
-    which took the server 27.6 s and 900 MB before aliases were refused)."""
-    lines = [
-        "name: bomb",
-        "objective: {metric: loss}",
-        "space: {x: {type: real, low: 0, high: 1}}",
-        "budget: {max_trials: 1}",
-        "training:",
-        "  task: t:T",
-        "  options:",
-        '    a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
-    ]
-    for prev, name in itertools.pairwise("abcdefghi"[:levels]):
-        lines.append(f"    {name}: &{name} [{','.join(['*' + prev] * 9)}]")
-    return ("\n".join(lines) + "\n").encode()
 
 
 def spec(**overrides: Any) -> dict[str, Any]:
@@ -180,7 +163,12 @@ def main() -> None:
             for rep in range(args.reps):
                 for name, server in servers.items():
                     for row, path, body, kind in (
-                        ("alias bomb -> validate", "/api/v1/campaigns/validate", alias_bomb(), "application/yaml"),
+                        (
+                            "alias bomb -> validate",
+                            "/api/v1/campaigns/validate",
+                            alias_bomb(8).encode(),
+                            "application/yaml",
+                        ),
                         ("grid 10^7 -> validate", "/api/v1/campaigns/validate", grid, "application/json"),
                         ("json 100k deep -> create", "/api/v1/campaigns", deep, "application/json"),
                     ):
@@ -194,7 +182,9 @@ def main() -> None:
 
                 def bombs(server: Server = server, stop: threading.Event = stop) -> None:
                     while not stop.is_set():
-                        server.post("/api/v1/campaigns/validate", alias_bomb(), "application/yaml", args.timeout)
+                        server.post(
+                            "/api/v1/campaigns/validate", alias_bomb(8).encode(), "application/yaml", args.timeout
+                        )
 
                 t = threading.Thread(target=bombs, daemon=True)
                 t.start()

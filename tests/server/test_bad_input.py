@@ -7,7 +7,6 @@ input that broke it then."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from hpcopt_server.service import Service
 from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
 from tests.conftest import _fresh_pg_database, make_spec
+from tests.hostile import alias_bomb
 from tests.server.process import ServerProcess
 
 pytestmark = pytest.mark.slow
@@ -116,31 +116,12 @@ def _grpc_error(call: Any, *args: Any) -> ApiError:
 # -- cost -----------------------------------------------------------------------------
 
 
-def _alias_bomb() -> str:
-    """A valid spec whose ``training.options`` nest YAML aliases 9 deep: 9**9 strings once
-    expanded (PyYAML shares them; serializing the spec to JSON expanded them: 27.6 s and
-    900 MB on the server before aliases were refused)."""
-    lines = [
-        "name: bomb",
-        "objective: {metric: loss}",
-        "space: {x: {type: real, low: 0, high: 1}}",
-        "budget: {max_trials: 1}",
-        "training:",
-        "  task: t:T",
-        "  options:",
-        '    a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]',
-    ]
-    for prev, name in itertools.pairwise("abcdefghi"):
-        lines.append(f"    {name}: &{name} [{','.join(['*' + prev] * 9)}]")
-    return "\n".join(lines) + "\n"
-
-
 def test_a_yaml_alias_bomb_is_refused_unexpanded(target: Target, unchanged: None) -> None:
     yaml_headers = {"content-type": "application/yaml"}
-    checked = target.rest("POST", "/api/v1/campaigns/validate", "read", content=_alias_bomb(), headers=yaml_headers)
+    checked = target.rest("POST", "/api/v1/campaigns/validate", "read", content=alias_bomb(), headers=yaml_headers)
     assert checked.status_code == 200
     assert checked.json()["valid"] is False and "alias" in checked.json()["detail"]
-    created = target.rest("POST", "/api/v1/campaigns", "submit", content=_alias_bomb(), headers=yaml_headers)
+    created = target.rest("POST", "/api/v1/campaigns", "submit", content=alias_bomb(), headers=yaml_headers)
     assert created.status_code == 422 and "alias" in created.json()["detail"]
 
 
