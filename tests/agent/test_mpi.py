@@ -99,7 +99,9 @@ def test_kill_9_mid_trial_resumes_from_checkpoints_without_retraining_finished_f
     )
     campaign = agent_server.submit(spec)
     log_a = agent_server.workdir / "a.log"
-    slow = {"HPCOPT_TEST_STEP_SLEEP": "0.02"}  # ~0.3 s per epoch
+    # ~0.5 s per epoch: the window the kill aims at (folds 0 and 1 finished, 2 or 3 under
+    # way) lasts about two epochs. At 0.1 s per epoch a loaded CI machine polled past it.
+    slow = {"HPCOPT_TEST_STEP_SLEEP": "0.1"}
     a = agent_server.start_agent(2, campaign, log=log_a, **slow)  # 2 fold groups: folds 0+1, then 2+3
 
     def folds_state() -> tuple[set[int], set[int]] | None:
@@ -107,6 +109,7 @@ def test_kill_9_mid_trial_resumes_from_checkpoints_without_retraining_finished_f
         if not trials:
             return None
         full = trial_json(agent_server, trials[0].id)
+        assert full["state"] == "RUNNING", f"the trial ended before the kill: {full['state']}"
         done = {f["index"] for f in full["folds"] if f["finished"]}
         started = {p["fold"] for p in full["curves"] if p["fold"] not in done}
         return (done, started) if done == {0, 1} and started else None
