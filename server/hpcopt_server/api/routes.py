@@ -27,6 +27,7 @@ from hpcopt_server.api.schemas import (
     trial_out,
 )
 from hpcopt_server.errors import InvalidArgument, TooLarge
+from hpcopt_server.service import Service
 from hpcopt_server.service.campaigns import validate_spec
 from hpcopt_server.service.limits import MAX_ID
 from hpcopt_server.service.tokens import SCOPES
@@ -71,7 +72,7 @@ async def _body(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-async def _document(request: Request, service: Any, *, export: bool = False) -> Any:
+async def _document(request: Request, service: Service, *, export: bool = False) -> Any:
     """The body as a parsed JSON or YAML (by Content-Type) document, under the server's
     limits (hpcopt.documents); parsed off the event loop so /healthz keeps answering."""
     yaml_syntax = "yaml" in request.headers.get("content-type", "application/json")
@@ -101,10 +102,13 @@ def whoami(request: Request, service: ServiceDep) -> WhoAmI:
     "/campaigns/validate", operation_id="validate_campaign", openapi_extra=_DOCUMENT_BODY, responses=_TOO_LARGE
 )
 async def validate_campaign(request: Request, service: ServiceDep, _: CanRead) -> ValidationOut:
-    """Checks a spec without submitting it: 200 with ``valid`` and the field errors."""
+    """Checks a spec without submitting it: 200 with ``valid`` and the field errors (413
+    for a body over the size limit)."""
     try:
         document = await _document(request, service)
         await run_in_threadpool(validate_spec, document)
+    except TooLarge:
+        raise
     except InvalidArgument as exc:
         return ValidationOut(
             valid=False, detail=exc.message, errors=[FieldError(field=f, message=m) for f, m in exc.errors]
