@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -195,7 +196,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from hpcopt_server.api.app import create_app
-    from hpcopt_server.api.connections import uvicorn_config
+    from hpcopt_server.api.connections import listen, uvicorn_config
     from hpcopt_server.metrics import Metrics
     from hpcopt_server.rpc.server import build_grpc_server
     from hpcopt_server.service import RequestLimits, Service, ServiceSettings
@@ -243,14 +244,22 @@ def _serve(args: argparse.Namespace) -> int:
         service.tokens.turn_on()
     auth_on = service.tokens.enabled()
     metrics = Metrics(service)
-    grpc_server, grpc_port = build_grpc_server(
-        service, metrics, f"{_bracket(settings.host)}:{settings.grpc_port}", settings.grpc_workers
-    )
+    try:
+        http_socket = listen(settings.host, settings.port)
+    except OSError as exc:
+        return _cannot_listen("REST", settings.host, settings.port, "--port", "HPCOPT_PORT", exc)
+    try:
+        grpc_server, grpc_port = build_grpc_server(
+            service, metrics, f"{_bracket(settings.host)}:{settings.grpc_port}", settings.grpc_workers
+        )
+    except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError("Failed to bind ...")
+        http_socket.close()
+        return _cannot_listen("gRPC", settings.host, settings.grpc_port, "--grpc-port", "HPCOPT_GRPC_PORT", exc)
     grpc_server.start()
     service.reaper.start()
     app = create_app(service, metrics)
     print(
-        f"hpcopt-server {'(auth on)' if auth_on else '(auth off: loopback and no tokens)'}\n"
+        f"hpcopt-server {'(auth on)' if auth_on else '(auth off: loopback, and auth never turned on or disabled)'}\n"
         f"  REST + dashboard  http://{_bracket(settings.host)}:{settings.port}/   (API docs /docs)\n"
         f"  gRPC              {_bracket(settings.host)}:{grpc_port}\n"
         f"  database          {storage.db.url.render_as_string(hide_password=True)}",
@@ -266,12 +275,24 @@ def _serve(args: argparse.Namespace) -> int:
         log_level=args.log_level.lower(),
     )
     try:
-        uvicorn.Server(config).run()
+        uvicorn.Server(config).run(sockets=[http_socket])
     finally:
         service.reaper.stop()
         grpc_server.stop(grace=5).wait()
         storage.close()
     return 0
+
+
+def _cannot_listen(what: str, host: str, port: int, flag: str, env_name: str, exc: Exception) -> int:
+    """Says which port could not be used and how to choose another; the exit status."""
+    busy = isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE
+    why = "the port is already in use" if busy else f"{exc}".split(";")[0]
+    print(
+        f"hpcopt-server: cannot listen for {what} on {_bracket(host)}:{port}: {why}. "
+        f"Choose another port with {flag} PORT (env {env_name}), or stop what holds it.",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def _bracket(host: str) -> str:

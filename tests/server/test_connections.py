@@ -1,6 +1,7 @@
 """Idle and slow clients cannot make the server unreachable: 1,000 idle connections to a
 server limited to 1,024 open files (where they used to exhaust it and stop REST, gRPC
-and /healthz alike), and a client that trickles its headers is cut off."""
+and /healthz alike), and a client that trickles its headers is cut off. A busy port is
+named, with the flag that changes it, in one line."""
 
 from __future__ import annotations
 
@@ -88,3 +89,21 @@ def test_a_client_that_trickles_its_headers_is_cut_off(db: str) -> None:
         with httpx.Client() as h:
             assert h.get(server.http_url + "/healthz").status_code == 200
             assert h.get(server.http_url + "/healthz").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("flag", "what", "env"), [("--port", "REST", "HPCOPT_PORT"), ("--grpc-port", "gRPC", "HPCOPT_GRPC_PORT")]
+)
+def test_a_busy_port_is_named_with_the_flag_to_change_it(db: str, flag: str, what: str, env: str) -> None:
+    from tests.conftest import free_port
+    from tests.server.test_auth import _server_cli
+
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        ports = {"--port": str(free_port()), "--grpc-port": str(free_port()), flag: str(busy)}
+        out = _server_cli("serve", "--db", db, *(x for kv in ports.items() for x in kv))
+    assert out.returncode == 2, out.stderr
+    assert f"cannot listen for {what} on 127.0.0.1:{busy}" in out.stderr and f"{flag} PORT (env {env})" in out.stderr
+    assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) <= 2, out.stderr

@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import logging
 import resource
+import socket
 from typing import Any
 
 import uvicorn
@@ -123,3 +124,19 @@ def uvicorn_config(app: Any, host: str, port: int, *, max_connections: int = 100
         log_level=log_level,
         access_log=False,
     )
+
+
+def listen(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A listening TCP socket on ``host:port`` for uvicorn (``Server.run(sockets=...)``).
+    Bound here, not by uvicorn, so that a busy port is an OSError the caller can explain
+    (uvicorn logs it and exits with status 0)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError:
+        sock.close()
+        raise
+    return sock
