@@ -11,6 +11,10 @@ ruff check .
 ruff format --check .
 echo "== mypy"
 mypy
+# Nothing a test run writes may land in the checkout: anything untracked and not ignored
+# that appears during the run fails it (artifacts/, .venv/ and the like are ignored).
+untracked() { git status --porcelain --untracked-files=all 2>/dev/null | grep '^??' | sort || true; }
+before=$(untracked)
 echo "== pytest"
 # Each test has its own limit (pytest-timeout); this bounds the whole run so a
 # systematic hang ends with pytest's summary instead of an outside kill.
@@ -21,4 +25,10 @@ if [ "$rc" = 124 ]; then echo "pytest ran past ${HPCOPT_TEST_LIMIT_S:-2400} s"; 
 set -e
 # pytest's 5 means no test ran: that is a failure here, not a pass.
 if [ "$rc" = 5 ]; then echo "no tests ran"; exit 1; fi
+left=$(comm -13 <(echo "$before") <(untracked))
+if [ -n "$left" ]; then
+  echo "== the test run left untracked files in the checkout (ignore them in .gitignore, or write them elsewhere):"
+  echo "$left" | head -20
+  [ "$rc" = 0 ] && rc=1
+fi
 exit "$rc"
