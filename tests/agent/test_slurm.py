@@ -33,11 +33,12 @@ def slurm() -> None:
         pytest.skip(problem)
 
 
-def sbatch(server: AgentServer, script: str, campaign: int, *args: str, ntasks: int = 2, **env: str) -> int:
+def sbatch(server: AgentServer, script: str, campaign: int, *args: str, ntasks: int | None = None, **env: str) -> int:
+    """Submits an example script; without ``ntasks`` it asks for what the script says."""
+    shape = ["-N", "1", "-n", str(ntasks), f"--ntasks-per-node={ntasks}"] if ntasks else []
     out = subprocess.run(
         [
-            "sbatch", "--parsable", "--export=ALL", "-N", "1", "-n", str(ntasks), f"--ntasks-per-node={ntasks}",
-            "--time=10",
+            "sbatch", "--parsable", "--export=ALL", *shape, "--time=10",
             "-o", str(server.workdir / "slurm-%j.out"), f"examples/slurm/{script}", str(campaign), *args,
         ],
         capture_output=True, text=True, cwd=ROOT,
@@ -67,9 +68,12 @@ def output(server: AgentServer, job: int) -> str:
 
 
 def test_the_sbatch_examples_complete_a_campaign(slurm: None, agent_server: AgentServer) -> None:
-    campaign = agent_server.submit(agent_spec(budget={"max_trials": 6, "max_parallel": 4}))
+    # agent.sbatch as the README submits it (its own 4 tasks: 4 folds at once, srun --mpi=pmi2
+    # with the mpich wheel; Open MPI's wheel under --mpi=pmix failed to start 4 tasks here),
+    # and agent-groups.sbatch on one node's 4 tasks as 2 trial groups.
+    campaign = agent_server.submit(agent_spec(budget={"max_trials": 6, "max_parallel": 4}, folds=4))
     one = sbatch(agent_server, "agent.sbatch", campaign)
-    two = sbatch(agent_server, "agent-groups.sbatch", campaign, HPCOPT_GROUPS="2")
+    two = sbatch(agent_server, "agent-groups.sbatch", campaign, ntasks=4, HPCOPT_GROUPS="2")
     for job in (one, two):
         assert wait_job(job) == "COMPLETED", output(agent_server, job)
     with agent_server.client() as c:
@@ -87,7 +91,7 @@ def test_the_walltime_signal_preempts_and_the_job_exits_cleanly(slurm: None, age
         budget={"max_trials": 1, "max_parallel": 1}, training={"task": "tests/agent/tasks.py:Regression", "epochs": 8}
     )
     campaign = agent_server.submit(spec)
-    job = sbatch(agent_server, "agent.sbatch", campaign, HPCOPT_TEST_STEP_SLEEP="0.03")
+    job = sbatch(agent_server, "agent.sbatch", campaign, "--groups", "2", HPCOPT_TEST_STEP_SLEEP="0.03")
 
     def running_trial() -> int | None:
         trials = agent_server.client().iter_trials(campaign)
@@ -98,7 +102,19 @@ def test_the_walltime_signal_preempts_and_the_job_exits_cleanly(slurm: None, age
     subprocess.run(["scancel", "--batch", "--signal=USR1", str(job)], check=True)
     assert wait_job(job) == "COMPLETED", output(agent_server, job)
     text = output(agent_server, job)
-    assert "walltime near" in text and "SIGUSR1 received" in text and "PREEMPTED" in text, text
+    # Ten minutes of walltime were left: the script says the signal came by hand.
+    assert "SIGUSR1 sent by hand" in text and "walltime near" not in text, text
+    assert "SIGUSR1 received" in text and "PREEMPTED" in text, text
     state = trial_json(agent_server, trial)
     assert state["state"] == "QUEUED" and state["attempt"] == 2, state
     assert any(f["checkpoint_uri"] for f in state["folds"] if not f["finished"]), state["folds"]
+
+
+def test_a_request_the_cluster_can_never_run_is_refused_at_submission(slurm: None, tmp_path: Path) -> None:
+    # The test cluster declares 4 CPUs and EnforcePartLimits=ALL: without it the job
+    # would stay PENDING (reason PartitionConfig) forever, saying nothing.
+    out = subprocess.run(
+        ["sbatch", "-n", "64", "-o", str(tmp_path / "x-%j.out"), "examples/slurm/agent.sbatch", "1"],
+        capture_output=True, text=True, cwd=ROOT, timeout=30, env=mpi_env(HPCOPT_SERVER="127.0.0.1:1"),
+    )  # fmt: skip
+    assert out.returncode != 0 and "More processors requested than permitted" in out.stderr, out
