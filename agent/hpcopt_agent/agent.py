@@ -103,7 +103,8 @@ class GroupLoop:
                 time.sleep(0.1)
             return "wait", None
         trial = resp.trial
-        info = TrialInfo(self.campaign_id, trial.id, trial.number, trial.attempt, param_values(trial))
+        params = param_values(trial, self.trainer.s.param_names)
+        info = TrialInfo(self.campaign_id, trial.id, trial.number, trial.attempt, params)
         lease = agent_pb2.TrialLease(agent_id=self.agent_id, trial_id=trial.id, lease_id=resp.lease_id)
         finished = frozenset(f.index for f in trial.folds if f.finished)
         resume = {f.index: f.checkpoint_uri for f in trial.folds if not f.finished and f.checkpoint_uri}

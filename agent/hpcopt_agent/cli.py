@@ -35,6 +35,18 @@ if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts o
 log = logging.getLogger("hpcopt_agent")
 
 
+def default_checkpoint_dir() -> Path:
+    """Never the working directory: an agent started from a source tree would fill it.
+    ``$SCRATCH`` is where clusters want large files; the home directory is shared by
+    the nodes of most clusters (and ``~/.cache`` is kept out of backups)."""
+    if os.environ.get("HPCOPT_CHECKPOINT_DIR"):
+        return Path(os.environ["HPCOPT_CHECKPOINT_DIR"])
+    if os.environ.get("SCRATCH"):
+        return Path(os.environ["SCRATCH"]) / "hpcopt-checkpoints"
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "hpcopt" / "checkpoints"
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="hpcopt-agent", description=__doc__.splitlines()[0])
     ap.add_argument(
@@ -52,9 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--checkpoint-dir",
         type=Path,
-        default=Path("hpcopt-checkpoints"),
-        help="where fold checkpoints go, as DIR/<campaign>/<trial>/fold<k>.pt; must be visible to "
-        "every node and to later jobs (default ./%(default)s)",
+        default=default_checkpoint_dir(),
+        help="where fold checkpoints go, as DIR/<campaign>/<trial>/fold<k>.pt; must be visible to every node "
+        "and to later jobs (default: HPCOPT_CHECKPOINT_DIR, else $SCRATCH/hpcopt-checkpoints, else "
+        "~/.cache/hpcopt/checkpoints; here %(default)s)",
     )
     ap.add_argument("--task", help="override the campaign's training.task (file.py:Name or module:Name)")
     ap.add_argument(
@@ -228,5 +241,22 @@ def _run(
     return 0 if all_normal else 1
 
 
+def entry() -> None:
+    """``main`` as a program. A refusal at start (exit 2) is agreed by every rank, so the
+    job ends quietly: MPI is finalized and the process leaves without the SystemExit that
+    ``python -m mpi4py`` turns into MPI_Abort (and a screen of abort messages)."""
+    rc = main()
+    if rc == 2 and "mpi4py.MPI" in sys.modules:
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            MPI.Finalize()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2)
+    sys.exit(rc)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -36,10 +36,17 @@ class TrainingSettings:
     stratified: bool = False
     fold_seed: int = 0
     seed: int = 0
+    #: The names of the campaign's space in the spec's order (how trials are logged).
+    param_names: tuple[str, ...] = ()
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], task_override: str | None = None) -> TrainingSettings:
         training = spec.get("training") or {}
+        if not training:
+            raise SettingsError(
+                "the campaign has no `training` section: it is driven by a script (hpcopt.Client.trials), "
+                "not by agents; submit one with training.task to train it here"
+            )
         options = dict(training.get("options") or {})
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
@@ -66,4 +73,5 @@ class TrainingSettings:
             stratified=merged["stratified"],
             fold_seed=merged["fold_seed"],
             seed=merged["seed"],
+            param_names=tuple(spec.get("space") or ()),
         )

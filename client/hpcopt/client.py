@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc
 
 from hpcopt.spec import CampaignSpec
 from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc, common_pb2
+
+if TYPE_CHECKING:
+    from hpcopt.asktell import ActiveTrial
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 T = TypeVar("T")
@@ -55,6 +58,7 @@ class _Base:
     def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
         self.target = target or os.environ.get("HPCOPT_SERVER", DEFAULT_SERVER)
         token = token if token is not None else os.environ.get("HPCOPT_TOKEN")
+        self._token = token
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout = timeout
         self.channel = grpc.insecure_channel(
@@ -136,6 +140,21 @@ class Client(_Base):
         req = campaign_pb2.ImportCampaignRequest(document_json=json.dumps(document))
         return self._do(self._stub.ImportCampaign, req)
 
+    def trials(
+        self, campaign_id: int, *, max_trials: int | None = None, host: str | None = None
+    ) -> Iterator[ActiveTrial]:
+        """Ask/tell: yields the campaign's trials one at a time, each held under a lease
+        that a background thread renews, until the campaign is done (or ``max_trials``
+        were handed out). Call ``trial.report(step, value)`` for intermediate values and
+        ``trial.complete(value)`` (or ``folds=[...]``) at the end; see ``hpcopt.asktell``."""
+        from hpcopt.asktell import trials
+
+        agent = AgentClient(self.target, self._token, self.timeout)
+        try:
+            yield from trials(agent, campaign_id, host=host, max_trials=max_trials)
+        finally:
+            agent.close()
+
 
 class AgentClient(_Base):
     """The AgentService calls, one method each; the MPI agent builds on this."""
@@ -209,13 +228,12 @@ def lease_of(resp: agent_pb2.AcquireResponse, agent_id: str) -> agent_pb2.TrialL
     return agent_pb2.TrialLease(agent_id=agent_id, trial_id=resp.trial.id, lease_id=resp.lease_id)
 
 
-def param_values(trial: common_pb2.Trial) -> dict[str, bool | int | float | str]:
-    """A trial's params as plain Python values."""
-    out: dict[str, bool | int | float | str] = {}
-    for name, v in trial.params.items():
-        kind = v.WhichOneof("kind")
-        out[name] = getattr(v, kind) if kind else ""
-    return out
+def param_values(trial: common_pb2.Trial, order: Iterable[str] = ()) -> dict[str, bool | int | float | str]:
+    """A trial's params as plain Python values, in ``order`` (give the spec's space: a
+    protobuf map has no order), then any others by name."""
+    from hpcopt.records import ordered_params
+
+    return ordered_params(trial, order)
 
 
 def trial_state(state: int) -> str:

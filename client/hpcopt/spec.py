@@ -151,7 +151,8 @@ class CampaignSpec(_Strict):
     algorithm: Algorithm = Field(default_factory=Algorithm)
     budget: Budget
     folds: int = Field(default=1, ge=1, le=100)
-    training: Training
+    # None: the campaign is driven by a script (Client.trials); the MPI agent refuses it.
+    training: Training | None = None
     max_attempts: int = Field(default=3, ge=1, le=100)
 
     @model_validator(mode="before")

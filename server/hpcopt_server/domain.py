@@ -78,6 +78,11 @@ class Campaign:
     def max_attempts(self) -> int:
         return int(self.spec["max_attempts"])
 
+    def in_space_order(self, params: Params) -> Params:
+        """``params`` keyed in the order of the spec's space: the one order every view shows."""
+        order = {name: i for i, name in enumerate(self.spec["space"])}
+        return dict(sorted(params.items(), key=lambda kv: order.get(kv[0], len(order))))
+
 
 @dataclass(frozen=True)
 class Fold:

@@ -162,7 +162,7 @@ class AgentService:
                 return wait
             [params] = self.ctx.optimizers.suggest(tx, campaign, 1)
             number = tx.next_trial_number(campaign.id)
-            trial = tx.insert_trial(campaign.id, number, params, d.TrialState.QUEUED, now)
+            trial = tx.insert_trial(campaign.id, number, campaign.in_space_order(params), d.TrialState.QUEUED, now)
         lease_id = uuid.uuid4().hex
         expires = now + timedelta(seconds=self.ctx.settings.lease_seconds)
         tx.update_trial(

@@ -162,7 +162,7 @@ def import_campaign(ctx: Context, document: Any) -> d.Campaign:
             new = tx.insert_trial(
                 c.id,
                 t.number,
-                t.params,
+                c.in_space_order(t.params),
                 t.state if t.state.finished else d.TrialState.QUEUED,
                 t.created_at,
                 attempt=t.attempt,

@@ -1,0 +1,224 @@
+"""Ask/tell for scripts: ``Client.trials(campaign_id)`` hands out trials one at a time
+under a lease, renews the lease in the background, and takes the results back.
+
+    with hpcopt.Client() as c:
+        for trial in c.trials(campaign_id):
+            for epoch in range(10):
+                loss = train_one_epoch(trial.params)
+                if not trial.report(epoch, loss):   # False: pruned or cancelled, stop
+                    break
+            else:
+                trial.complete(loss)                # or complete(folds=[...]) with K values
+
+The script registers as an agent (its token needs the ``agent`` scope when auth is on).
+A script that dies mid-trial stops heartbeating; the server requeues the trial when the
+lease expires (``--lease-seconds``) and the next caller resumes it as attempt + 1.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from hpcopt.client import AgentClient, ApiError
+from hpcopt.records import ParamValue, Trial, ordered_params
+from hpcopt.v1 import agent_pb2, common_pb2
+
+log = logging.getLogger("hpcopt.trials")
+_CONTINUE = agent_pb2.HeartbeatResponse.ACTION_CONTINUE
+_PRUNED = agent_pb2.HeartbeatResponse.ACTION_STOP_PRUNED
+
+
+class TrialStopped(RuntimeError):
+    """The trial is over for this script (completed, failed, pruned, cancelled or its lease
+    lost); ``reason`` says which."""
+
+    def __init__(self, trial_id: int, reason: str) -> None:
+        super().__init__(f"trial {trial_id} is over for this script: {reason}")
+        self.reason = reason
+
+
+class ActiveTrial:
+    """A trial this script holds under a lease. ``params`` are in the spec's order."""
+
+    def __init__(
+        self,
+        agent: AgentClient,
+        lease: agent_pb2.TrialLease,
+        trial: common_pb2.Trial,
+        order: Sequence[str],
+        folds: int,
+        heartbeat_seconds: float,
+    ) -> None:
+        self._agent = agent
+        self._lease = lease
+        self.id = int(trial.id)
+        self.number = int(trial.number)
+        self.attempt = int(trial.attempt)
+        self.params: dict[str, ParamValue] = ordered_params(trial, order)
+        #: K of the campaign's K-fold cross-validation: ``complete(folds=...)`` takes K values.
+        self.folds = folds
+        #: Folds a previous attempt already reported (a requeued trial keeps them).
+        self.finished_folds = {f.index: f.value for f in trial.folds if f.finished}
+        self.ended: str = ""  # why this script no longer holds the trial
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, args=(heartbeat_seconds,), daemon=True, name=f"hpcopt-heartbeat-{self.id}"
+        )
+        self._thread.start()
+
+    def __repr__(self) -> str:
+        return f"ActiveTrial(id={self.id}, number={self.number}, attempt={self.attempt}, params={self.params})"
+
+    # -- results ------------------------------------------------------------------------
+
+    def report(self, step: int, value: float, fold: int = 0) -> bool:
+        """An intermediate value (a learning-curve point of ``fold``). True: go on; False:
+        the server pruned the trial or the campaign was cancelled, and this script should
+        stop working on it (it is no longer held)."""
+        self._check_open()
+        resp = self._call(lambda: self._agent.report_intermediate(self._lease, fold, step, float(value)))
+        return self._act(resp.action)
+
+    def should_stop(self) -> bool:
+        """Whether the trial ended for this script since the last report (pruned,
+        cancelled, lease lost), as the background heartbeat heard."""
+        return bool(self.ended)
+
+    def complete(
+        self,
+        value: float | None = None,
+        *,
+        folds: Sequence[float] | None = None,
+        metrics: Mapping[str, float] | None = None,
+    ) -> Trial:
+        """Finishes the trial: ``value`` for a campaign of one fold, or ``folds``: one value
+        per fold (K of them; those a previous attempt finished may be None). The trial's
+        value is their mean. Returns the completed trial."""
+        self._check_open()
+        if (value is None) == (folds is None):
+            raise ValueError("complete() takes a value or folds=[...], not both and not neither")
+        values: list[float | None] = [value] if folds is None else list(folds)
+        if len(values) != self.folds:
+            what = "a value" if folds is None else f"{len(values)} fold values"
+            raise ValueError(
+                f"the campaign has {self.folds} folds: complete() got {what}; pass folds=[...] with {self.folds} values"
+            )
+        for k, v in enumerate(values):
+            if k in self.finished_folds and v is None:
+                continue
+            if v is None or not math.isfinite(float(v)):
+                raise ValueError(f"fold {k}: a finite number is needed, got {v!r}")
+            self._call(lambda k=k, v=v: self._agent.report_fold(self._lease, k, float(v), dict(metrics or {})))
+            self.finished_folds[k] = float(v)
+        done = self._call(lambda: self._agent.complete(self._lease))
+        self._end("completed")
+        return Trial.from_proto(done, self.params)
+
+    def fail(self, reason: str) -> None:
+        """Ends the trial as FAILED (final) with ``reason`` as its error."""
+        self._release("FAILED", reason, "failed")
+
+    def prune(self, reason: str = "pruned by the script") -> None:
+        """Ends the trial as PRUNED (final)."""
+        self._release("PRUNED", reason, "pruned")
+
+    def give_back(self, reason: str = "the script stopped") -> None:
+        """Gives the trial back unfinished (PREEMPTED): it is requeued as attempt + 1."""
+        self._release("PREEMPTED", reason, "given back")
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _release(self, state: str, reason: str, why: str) -> None:
+        self._check_open()
+        self._call(lambda: self._agent.release(self._lease, state, reason))
+        self._end(why)
+
+    def _check_open(self) -> None:
+        if self.ended:
+            raise TrialStopped(self.id, self.ended)
+
+    def _call(self, fn: Any) -> Any:
+        with self._lock:
+            try:
+                return fn()
+            except ApiError as exc:
+                if exc.code == "FAILED_PRECONDITION":  # the lease is no longer ours
+                    self._end(f"the server refused: {exc.message}")
+                raise
+
+    def _act(self, action: int) -> bool:
+        if action == _CONTINUE:
+            return True
+        self._end("pruned by the server" if action == _PRUNED else "the campaign was cancelled")
+        return False
+
+    def _end(self, why: str) -> None:
+        if not self.ended:
+            self.ended = why
+        self._stop.set()
+
+    def _beat(self, period: float) -> None:
+        while not self._stop.wait(max(period, 0.2)):
+            try:
+                with self._lock:
+                    if self._stop.is_set():
+                        return
+                    resp = self._agent.heartbeat(self._lease)
+                self._act(resp.action)
+            except ApiError as exc:
+                if exc.code == "FAILED_PRECONDITION":
+                    self._end(f"lease lost: {exc.message}")
+                else:  # the server is away: keep trying until the lease would expire anyway
+                    log.warning("trial %d: heartbeat failed: %s", self.id, exc)
+
+    def _close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def trials(
+    agent: AgentClient, campaign_id: int, *, host: str | None = None, max_trials: int | None = None, poll: float = 30.0
+) -> Iterator[ActiveTrial]:
+    """The generator behind :meth:`hpcopt.Client.trials`."""
+    import json
+
+    reg = agent.register(
+        host=host or socket.gethostname(), ranks=1, campaign_id=campaign_id, pid=os.getpid(), version="hpcopt-script"
+    )
+    spec = json.loads(reg.campaign_spec_json) if reg.campaign_spec_json else {}
+    order, folds = list(spec.get("space", {})), int(spec.get("folds", 1))
+    served = 0
+    while max_trials is None or served < max_trials:
+        resp = agent.acquire(reg.agent_id, campaign_id)
+        if resp.status == agent_pb2.AcquireResponse.STATUS_DONE:
+            return
+        if resp.status == agent_pb2.AcquireResponse.STATUS_WAIT:
+            time.sleep(min(max(resp.retry_after_seconds, 0.2), poll))
+            continue
+        lease = agent_pb2.TrialLease(agent_id=reg.agent_id, trial_id=resp.trial.id, lease_id=resp.lease_id)
+        trial = ActiveTrial(agent, lease, resp.trial, order, folds, reg.heartbeat_seconds)
+        served += 1
+        try:
+            yield trial
+        except GeneratorExit:  # the loop was left (break, exception): give the trial back
+            _abandon(trial, "the script left its trials() loop before finishing the trial")
+            raise
+        _abandon(trial, "the script's loop body ended without complete(), fail() or prune()")
+
+
+def _abandon(trial: ActiveTrial, reason: str) -> None:
+    if not trial.ended:
+        log.warning("trial %d: %s; giving it back", trial.id, reason)
+        try:
+            trial.give_back(reason)
+        except ApiError as exc:
+            log.warning("trial %d: could not give it back (%s); its lease will expire", trial.id, exc)
+    trial._close()
