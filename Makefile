@@ -1,9 +1,10 @@
 .PHONY: demo test setup protos lint bench dashboard-vendor
 
 # Runs the demo campaign end to end (server, digits campaign, a 4-rank MPI agent, leaderboard).
+# `make demo ARGS=--keep` keeps the server (and its dashboard) up until Ctrl-C.
 demo:
 	bash scripts/setup.sh
-	.venv/bin/python examples/demo/run_demo.py
+	.venv/bin/python examples/demo/run_demo.py $(ARGS)
 
 # Runs every test: ruff, mypy, generated-code drift, SQLite, PostgreSQL, mpiexec and Slurm suites.
 test:

@@ -46,26 +46,30 @@ def clip(text: str, limit: int = ECHO_CHARS) -> str:
     return text if len(text) <= limit else f"{text[:limit]}…(+{len(text) - limit} chars)"
 
 
-def parse_document(raw: bytes | str, *, yaml_syntax: bool, max_bytes: int, what: str = "document") -> Any:
-    """The parsed JSON (or YAML) document ``raw``, checked as the module docstring says."""
+def parse_document(
+    raw: bytes | str, *, yaml_syntax: bool, max_bytes: int, what: str = "document", source: str = ""
+) -> Any:
+    """The parsed JSON (or YAML) document ``raw``, checked as the module docstring says;
+    ``source`` (a file name) prefixes the line:column of a syntax error."""
     size = len(raw.encode() if isinstance(raw, str) else raw)
     if size > max_bytes:
         raise DocumentError([("", f"the {what} is {size} bytes; at most {max_bytes} are accepted")])
     text = raw if isinstance(raw, str) else raw.decode("utf-8", errors="replace")
     if yaml_syntax:
-        _check_yaml_events(text, what)
+        _check_yaml_events(text, what, source)
     try:
         data = yaml.load(text, Loader=_YAML_LOADER) if yaml_syntax else json.loads(text)
     except RecursionError:
         raise DocumentError([("", f"the {what} nests deeper than {MAX_DEPTH} levels")]) from None
     except (yaml.YAMLError, ValueError) as exc:
         kind = "YAML" if yaml_syntax else "JSON"
-        raise DocumentError([("", f"the {what} is not valid {kind}: {clip(str(exc), 300)}")]) from None
+        problem = yaml_problem(exc, source) if isinstance(exc, yaml.YAMLError) else str(exc)
+        raise DocumentError([("", f"the {what} is not valid {kind}: {clip(problem, 300)}")]) from None
     check_values(data, what)
     return data
 
 
-def _check_yaml_events(text: str, what: str) -> None:
+def _check_yaml_events(text: str, what: str, source: str = "") -> None:
     depth = 0
     try:
         for event in yaml.parse(text, Loader=_YAML_LOADER):
@@ -79,7 +83,22 @@ def _check_yaml_events(text: str, what: str) -> None:
             elif isinstance(event, yaml.CollectionEndEvent):
                 depth -= 1
     except yaml.YAMLError as exc:
-        raise DocumentError([("", f"the {what} is not valid YAML: {clip(str(exc), 300)}")]) from None
+        raise DocumentError([("", f"the {what} is not valid YAML: {clip(yaml_problem(exc, source), 300)}")]) from None
+
+
+def yaml_problem(exc: yaml.YAMLError, source: str) -> str:
+    """PyYAML's error with the document's name and line:column (its own text says
+    ``in "<unicode string>"`` for a string)."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return str(exc)
+    mark = exc.problem_mark
+    text = f"{exc.problem} at {source + ':' if source else 'line:column '}{mark.line + 1}:{mark.column + 1}"
+    if exc.context and exc.context_mark is not None:
+        ctx = exc.context_mark
+        text += f" ({exc.context} that starts at {ctx.line + 1}:{ctx.column + 1})"
+    elif exc.context:
+        text += f" ({exc.context})"
+    return text
 
 
 def check_values(data: Any, what: str = "document") -> None:
