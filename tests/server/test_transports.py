@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import httpx
@@ -181,6 +183,50 @@ def test_cli_submits_watches_and_exports(live_server: LiveServer, tmp_path: Path
     assert missing.returncode == 1 and "NOT_FOUND: campaign 99 does not exist" in missing.stderr
 
 
+def _cli_after(server: LiveServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """The options after the command, as users type them."""
+    return subprocess.run(
+        [sys.executable, "-m", "hpcopt.cli", *args, "--server", server.grpc_target, "--json"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+
+
+def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_server: LiveServer) -> None:
+    with Client(live_server.grpc_target) as c:
+        c.create_campaign(make_spec(folds=2, name="typed"))
+    tid = _run_one_trial(live_server, 1, [0.2, 0.4])
+    listing = json.loads(_cli_after(live_server, "list").stdout)
+    assert listing[0]["id"] == 1 and listing[0]["state"] == "RUNNING" and listing[0]["spec"] is None
+    assert listing[0]["trial_counts"] == {"COMPLETED": 1} and listing[0]["finished"] == 1
+    shown = json.loads(_cli_after(live_server, "show", "1").stdout)
+    assert shown["max_trials"] == 10 and shown["best_trial_id"] == tid and shown["spec"]["folds"] == 2
+    trial = json.loads(_cli_after(live_server, "trial", str(tid)).stdout)
+    assert trial["state"] == "COMPLETED" and trial["value"] == pytest.approx(0.3) and trial["attempt"] == 1
+    assert [f["value"] for f in trial["folds"]] == [0.2, 0.4] and trial["folds"][0]["metrics"] == {"loss": 0.2}
+    assert [e["kind"] for e in trial["events"]] == ["acquired", "completed"] and trial["finished_at"].endswith("+00:00")
+    # Parameters in the spec's order (lr, width, act: not alphabetical) in every view.
+    assert list(trial["params"]) == ["lr", "width", "act"]
+    with urllib.request.urlopen(f"{live_server.http_url}/api/v1/trials/{tid}", timeout=10) as r:
+        assert list(json.loads(r.read())["params"]) == ["lr", "width", "act"]  # stored in that order
+    assert list(json.loads(_cli_after(live_server, "best", "1").stdout)["params"]) == ["lr", "width", "act"]
+    assert list(json.loads(_cli_after(live_server, "trials", "1").stdout)[0]["params"]) == ["lr", "width", "act"]
+    # The text shows what the JSON holds: folds, learning curves and the attempt history.
+    text = _cli(live_server, "trial", str(tid)).stdout
+    for word in ("COMPLETED", "folds", "learning curves", "history", "acquired", "file:///ck/1", "loss=0.2"):
+        assert word in text, text
+    assert text.index("  lr ") < text.index("  width ") < text.index("  act "), text
+    header = _cli(live_server, "trials", "1").stdout.splitlines()[0].split()
+    assert header[-3:] == ["lr", "width", "act"], header
+    # A campaign that ends: watch draws it and returns; with --json one document per refresh.
+    with Client(live_server.grpc_target) as c:
+        c.cancel_campaign(1)
+    watched = _cli(live_server, "watch", "1", "--interval", "0.2")
+    assert watched.returncode == 0 and "campaign 1 'typed': CANCELLED" in watched.stdout, watched
+    assert "latest finished" in watched.stdout and "best: trial" in watched.stdout, watched.stdout
+    lines = _cli_after(live_server, "watch", "1").stdout.splitlines()
+    assert json.loads(lines[-1])["campaign"]["state"] == "CANCELLED"
+
+
 def test_cli_points_at_the_bad_field_in_the_file(live_server: LiveServer, tmp_path: Path) -> None:
     spec_file = tmp_path / "bad.yaml"
     text = (ROOT / "examples/digits/campaign.yaml").read_text().replace("low: 16, high: 256", "low: 600, high: 256")
@@ -189,4 +235,4 @@ def test_cli_points_at_the_bad_field_in_the_file(live_server: LiveServer, tmp_pa
     line = next(i + 1 for i, s in enumerate(text.splitlines()) if s.strip().startswith("width:"))
     assert out.returncode == 2
     assert f"space.width: low (600) must be smaller than high (256) ({spec_file}:{line}:" in out.stderr
-    assert _cli(live_server, "list").stdout.count("\n") == 1  # header only: nothing was submitted
+    assert json.loads(_cli(live_server, "list", "--json").stdout) == []  # nothing was submitted
