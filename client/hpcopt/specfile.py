@@ -20,7 +20,10 @@ def load_document(path: str | Path) -> tuple[Any, str]:
     text = Path(path).read_text()
     try:
         data = parse_document(
-            text, yaml_syntax=not str(path).endswith(".json"), max_bytes=MAX_SPEC_FILE_BYTES, what="file",
+            text,
+            yaml_syntax=not str(path).endswith(".json"),
+            max_bytes=MAX_SPEC_FILE_BYTES,
+            what="file",
             source=str(path),
         )
     except DocumentError as exc:
