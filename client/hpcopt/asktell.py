@@ -100,8 +100,8 @@ class ActiveTrial:
         metrics: Mapping[str, float] | None = None,
     ) -> Trial:
         """Finishes the trial: ``value`` for a campaign of one fold, or ``folds``: one value
-        per fold (K of them; those a previous attempt finished may be None). The trial's
-        value is their mean. Returns the completed trial."""
+        per fold (K of them; those a previous attempt finished, see ``finished_folds``, keep
+        their stored value and may be None). The trial's value is the mean of the K. Returns the completed trial."""
         self._check_open()
         if (value is None) == (folds is None):
             raise ValueError("complete() takes a value or folds=[...], not both and not neither")
@@ -112,7 +112,7 @@ class ActiveTrial:
                 f"the campaign has {self.folds} folds: complete() got {what}; pass folds=[...] with {self.folds} values"
             )
         for k, v in enumerate(values):
-            if k in self.finished_folds and v is None:
+            if k in self.finished_folds:  # an earlier attempt finished it: the server keeps that value
                 continue
             if v is None or not math.isfinite(float(v)):
                 raise ValueError(f"fold {k}: a finite number is needed, got {v!r}")
