@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hpcopt.client import Client
-from hpcopt.records import Campaign, Trial, space_order
+from hpcopt.records import Campaign, Trial
 from hpcopt.views import num, param, table
 
 #: Running trials fetched in full (folds and curves) per refresh; the rest are counted.
@@ -110,7 +110,6 @@ def watch(c: Client, campaign_id: int, interval: float = 2.0, *, as_json: bool =
     """Redraws until the campaign is no longer RUNNING; 0 then, 130 on Ctrl-C."""
     t0 = time.monotonic()
     interval = max(interval, 0.2)
-    space_order(c.get_campaign(campaign_id))  # NOT_FOUND before anything is drawn
     if as_json:  # one JSON document per refresh (JSON Lines), the last when the campaign ends
         while True:
             s = snapshot(c, campaign_id, t0)
