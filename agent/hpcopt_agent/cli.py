@@ -184,7 +184,6 @@ def _run(
     from hpcopt_agent.data import Data
     from hpcopt_agent.fold import FoldTrainer
     from hpcopt_agent.folds import splits as fold_splits
-    from hpcopt_agent.schemes import make_scheme
 
     comms = split(layout, world, timeout=args.collective_timeout, master_addr=args.master_addr)
     context.where = f"r{world.rank} g{comms.group_index}"
@@ -209,7 +208,6 @@ def _run(
     splits = fold_splits(len(data), settings.folds, settings.fold_seed, labels)
     trainer = FoldTrainer(
         comms=comms,
-        scheme=make_scheme(settings.scheme, comms),
         task=task,
         data=data,
         settings=settings,

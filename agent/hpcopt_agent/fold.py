@@ -3,12 +3,17 @@
 Every rank of the fold group runs :meth:`FoldTrainer.run` in step. Decisions that all
 ranks must share are agreed on at fixed points, never assumed:
 
-- after every batch, a stop signal (SIGTERM/SIGUSR1) is combined over the fold group
-  with a non-blocking allreduce that completes one batch later, so all ranks stop after
-  the same batch without a blocking collective per step;
-- after every epoch, failures (any rank) win over preemption, then the fold leader
-  evaluates the objective, checkpoints, reports, and broadcasts the server's answer
-  (go on, pruned, cancelled, lease lost).
+- after every batch, the scheme's stop vote combines a stop signal (SIGTERM/SIGUSR1)
+  over the ranks that train, so they stop after the same batch without a blocking
+  collective per step;
+- after every epoch, failures (any rank) win over preemption; then the scheme's
+  consensus gives every rank the weights to evaluate, the fold leader evaluates the
+  objective, checkpoints (with every rank's position and scheme state), reports, and
+  broadcasts the server's answer (go on, pruned, cancelled, lease lost).
+
+The scheme (``hpcopt_agent.schemes``) is built per trial and fold from the trial's
+params and the campaign's knobs; ranks that do not train (a parameter server's master)
+serve the epoch instead of running the batch loop.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
 from hpcopt_agent.data import Data
 from hpcopt_agent.runtime import StopSignal
-from hpcopt_agent.schemes import Scheme
+from hpcopt_agent.schemes import Scheme, make_scheme
 from hpcopt_agent.server import RETRIED, LeaseLost, TrialLink
 from hpcopt_agent.settings import TrainingSettings
 from hpcopt_agent.task import Task, as_dict, as_user
@@ -66,10 +71,22 @@ class _Run:
     models: dict[str, torch.nn.Module]
     optimizers: dict[str, torch.optim.Optimizer]
     single: bool
+    scheme: Scheme
+    step_models: Any = None  # what the task's train_step gets (as the scheme wrapped them)
+    step_optimizers: Any = None
     epoch: int = 0
-    batch: int = 0
+    batch: int = 0  # this rank's position in the epoch (asynchronous schemes: per rank)
     metrics: dict[str, float] = field(default_factory=dict)
     uri: str = ""  # the latest checkpoint
+
+
+@dataclass
+class _Epoch:
+    """What one rank did in an epoch's batch loop."""
+
+    stop_at: int | None = None  # the position where the ranks agreed to stop
+    samples: int = 0
+    losses: list[float] = field(default_factory=list)
 
 
 def summarize(exc: BaseException, limit: int = 4000) -> str:
@@ -87,7 +104,6 @@ class FoldTrainer:
         self,
         *,
         comms: Comms,
-        scheme: Scheme,
         task: Task,
         data: Data,
         settings: TrainingSettings,
@@ -97,7 +113,6 @@ class FoldTrainer:
     ) -> None:
         self.comms = comms
         self.fold_comm = comms.fold
-        self.scheme = scheme
         self.task = task
         self.data = data
         self.s = settings
@@ -119,40 +134,59 @@ class FoldTrainer:
     ) -> FoldOutcome:
         """Trains ``fold`` to the end (or a stop); ``link`` is set on the fold leader only."""
         out = FoldOutcome(fold, "completed")
-        params = trial.params
         self.current = (trial, fold, link)
-        try:
-            run = self._start(trial, fold, resume_uri)
+        scheme: Scheme | None = None
+        run: _Run | None = None
+        error = ""
+        try:  # the same knobs on every rank: all build the scheme (a collective) or none does
+            scheme = make_scheme(self.s.scheme, self.comms, self.s.knobs(trial.params), self.s.epochs, self.timeout)
+            run = self._start(trial, fold, resume_uri, scheme)
         except Exception as exc:
-            run, error = None, summarize(exc)
-        else:
-            error = ""
-        code, error = self._agree(FAILED if run is None else OK, error)
-        if code == FAILED or run is None:
-            return self._fail(out, trial, link, f"setting up fold {fold}", error)
-        wrapped = as_user(self.scheme.wrap(run.models), run.single)
-        optimizers = as_user(run.optimizers, run.single)
-        batch_size = self.scheme.rank_batch(self.task.batch_size(params))
+            error = summarize(exc)
+        try:
+            code, error = self._agree(FAILED if run is None else OK, error)
+            if code == FAILED or run is None:
+                return self._fail(out, trial, link, f"setting up fold {fold}", error)
+            return self._epochs(out, run, trial, fold, train, validation, link)
+        finally:
+            if scheme is not None:
+                scheme.close()
 
+    def _epochs(
+        self,
+        out: FoldOutcome,
+        run: _Run,
+        trial: TrialInfo,
+        fold: int,
+        train: np.ndarray,
+        validation: np.ndarray,
+        link: TrialLink | None,
+    ) -> FoldOutcome:
+        params = trial.params
+        batch_size = run.scheme.rank_batch(self.task.batch_size(params))
         while run.epoch < self.s.epochs:
             t0 = time.perf_counter()
-            preempt_at, error, samples = None, "", 0
+            ep, error = _Epoch(), ""
             try:
-                preempt_at, samples = self._train_epoch(run, trial, fold, train, wrapped, optimizers, batch_size)
+                ep = self._train_epoch(run, trial, fold, train, batch_size)
             except Exception as exc:
                 error = summarize(exc)
-            code, error = self._agree(FAILED if error else PREEMPT if preempt_at is not None else OK, error)
+            code, error = self._agree(FAILED if error else PREEMPT if ep.stop_at is not None else OK, error)
             if code == FAILED:
                 return self._fail(out, trial, link, f"epoch {run.epoch + 1}", error)
             if code == PREEMPT:
-                run.batch = preempt_at if preempt_at is not None else run.batch
+                run.batch = ep.stop_at if ep.stop_at is not None else run.batch
                 uri = self._checkpoint(trial, fold, run)
                 if link is not None:
-                    log.info("preempted after batch %d of epoch %d; checkpoint %s", run.batch, run.epoch + 1, uri)
+                    log.info("preempted in epoch %d; checkpoint %s", run.epoch + 1, uri)
                 out.status = "preempted"
                 return out
+            samples = 0
             try:
-                metrics = self._evaluate(run, validation, params)
+                run.scheme.consensus(run.models)
+                metrics, samples, train_loss = self._evaluate(run, validation, params, ep)
+                metrics.update(run.scheme.epoch_metrics())
+                run.scheme.end_epoch(run.epoch, train_loss)
             except Exception as exc:
                 metrics, error = {}, summarize(exc)
             code, error = self._agree(FAILED if error else OK, error)
@@ -184,7 +218,7 @@ class FoldTrainer:
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _start(self, trial: TrialInfo, fold: int, resume_uri: str) -> _Run:
+    def _start(self, trial: TrialInfo, fold: int, resume_uri: str, scheme: Scheme) -> _Run:
         torch.manual_seed(seed_for(self.s.seed, trial.number, fold))
         random.seed(seed_for(self.s.seed, trial.number, fold, self.fold_comm.rank))
         np.random.seed(seed_for(self.s.seed, trial.number, fold, self.fold_comm.rank) % 2**32)
@@ -194,68 +228,77 @@ class FoldTrainer:
         optimizers = as_dict(self.task.optimizer(trial.params, as_user(models, single)))
         if set(optimizers) - set(models) and not single:
             raise ValueError(f"Task.optimizer returned keys {sorted(optimizers)}; build returned {sorted(models)}")
-        run = _Run(models, optimizers, single)
-        if not resume_uri:
-            return run
-        state = checkpoint.load(resume_uri)
-        if state is None:
+        run = _Run(models, optimizers, single, scheme)
+        state = checkpoint.load(resume_uri) if resume_uri else None
+        if resume_uri and state is None:
             log.warning("fold %d: checkpoint %s is gone; training the fold from the start", fold, resume_uri)
+        if state is not None:
+            for name, model in models.items():
+                model.load_state_dict(state["models"][name])
+            for name, opt in optimizers.items():
+                opt.load_state_dict(state["optimizers"][name])
+        step_models, step_optimizers = scheme.wrap(models, optimizers)
+        run.step_models, run.step_optimizers = as_user(step_models, single), as_user(step_optimizers, single)
+        if state is None:
             return run
-        for name, model in models.items():
-            model.load_state_dict(state["models"][name])
-        for name, opt in optimizers.items():
-            opt.load_state_dict(state["optimizers"][name])
-        run.epoch, run.batch, run.metrics = int(state["epoch"]), int(state["batch"]), dict(state.get("metrics", {}))
+        me = self.fold_comm.rank
+        run.epoch, run.metrics = int(state["epoch"]), dict(state.get("metrics", {}))
+        batches, schemes = state.get("batches") or [], state.get("schemes") or []
+        run.batch = int(batches[me]) if len(batches) == self.fold_comm.size else int(state["batch"])
+        if len(schemes) == self.fold_comm.size:
+            scheme.load_state(schemes[me])
         run.uri = resume_uri
         rng = state.get("rng") or []
         if len(rng) == self.fold_comm.size:
-            torch_state, np_state, py_state = rng[self.fold_comm.rank]
+            torch_state, np_state, py_state = rng[me]
             torch.set_rng_state(torch_state)
             np.random.set_state(np_state)
             random.setstate(py_state)
-        if self.fold_comm.rank == 0:
+        if me == 0:
             log.info("resuming fold %d from epoch %d, batch %d (%s)", fold, run.epoch, run.batch, resume_uri)
         return run
 
-    def _train_epoch(
-        self,
-        run: _Run,
-        trial: TrialInfo,
-        fold: int,
-        train: np.ndarray,
-        models: Any,
-        optimizers: Any,
-        batch_size: int,
-    ) -> tuple[int | None, int]:
-        """One epoch from ``run.batch`` on; returns (the batch count where all ranks
-        agreed to stop, or None; samples this rank trained on)."""
+    def _train_epoch(self, run: _Run, trial: TrialInfo, fold: int, train: np.ndarray, batch_size: int) -> _Epoch:
+        """This rank's part of one epoch from ``run.batch`` on: the batch loop, or, on
+        a rank that does not train, serving the ones that do."""
+        scheme, ep = run.scheme, _Epoch()
         for model in run.models.values():
             model.train()
-        order = self.scheme.shard(train, seed_for(self.s.seed, trial.number, fold, run.epoch, 1))
+        order = scheme.shard(train, seed_for(self.s.seed, trial.number, fold, run.epoch, 1))
         chunks = self.data.batches(order, batch_size)
-        send, recv = np.zeros(1, np.int32), np.zeros(1, np.int32)
-        pending: MPI.Request | None = None
-        samples = 0
-        for b in range(run.batch, len(chunks)):
-            batch = self.data.batch(chunks[b])
-            self.task.train_step(models, optimizers, batch, trial.params)
-            self.scheme.after_step(b)
-            samples += len(chunks[b])
-            if pending is not None:
-                pending.Wait()
-                if recv[0]:
-                    return b + 1, samples
-            send[0] = int(self.stop.requested)
-            pending = self.fold_comm.Iallreduce(send, recv, op=MPI.MAX)
-        if pending is not None:
-            pending.Wait()
-            if recv[0]:
-                return len(chunks), samples
-        return None, samples
+        scheme.begin_epoch(run.epoch, run.batch)
+        if not scheme.trains:
+            ep.stop_at = run.batch if scheme.serve(self.stop) else None
+            return ep
+        vote = scheme.vote()
+        try:
+            for b in range(run.batch, len(chunks)):
+                batch = self.data.batch(chunks[b])
+                loss = self.task.train_step(run.step_models, run.step_optimizers, batch, trial.params)
+                if loss is not None:
+                    ep.losses.append(float(loss))
+                scheme.after_step(b, ep.losses[-1] if ep.losses else math.nan)
+                ep.samples += len(chunks[b])
+                if vote.step(self.stop.requested):
+                    ep.stop_at = b + 1
+                    break
+            else:
+                if vote.finish():
+                    ep.stop_at = len(chunks)
+        except Exception:
+            # Tell the scheme's peers (a parameter server waiting for this rank) before failing.
+            with contextlib.suppress(Exception):
+                scheme.end_batches(stopped=True)
+            raise
+        scheme.end_batches(stopped=ep.stop_at is not None)
+        return ep
 
-    def _evaluate(self, run: _Run, validation: np.ndarray, params: dict[str, Any]) -> dict[str, float]:
-        """The fold group's metrics: each rank evaluates its share of the validation
-        samples; the leader averages weighted by samples."""
+    def _evaluate(
+        self, run: _Run, validation: np.ndarray, params: dict[str, Any], ep: _Epoch
+    ) -> tuple[dict[str, float], int, float]:
+        """The fold group's metrics (each rank evaluates its share of the validation
+        samples; the leader averages weighted by samples), the samples trained in the
+        epoch, and the mean training loss (every rank gets the last two)."""
         mine = validation[self.fold_comm.rank :: self.fold_comm.size]
         local: dict[str, float] = {}
         if len(mine):
@@ -266,17 +309,26 @@ class FoldTrainer:
                 local = {
                     k: float(v) for k, v in self.task.evaluate(as_user(run.models, run.single), batches, params).items()
                 }
+        trained = np.array([ep.samples, sum(ep.losses), len(ep.losses)], np.float64)
+        total = np.zeros_like(trained)
+        self.fold_comm.Allreduce(trained, total, op=MPI.SUM)
+        train_loss = total[1] / total[2] if total[2] else math.nan
         parts = gather(self.fold_comm, (len(mine), local))
         if parts is None:
-            return {}
-        total = sum(n for n, _ in parts if n)
+            return {}, int(total[0]), train_loss
+        n = sum(k for k, _ in parts if k)
         keys = [k for k in parts[0][1]] if parts[0][1] else []
-        return {k: sum(n * m[k] for n, m in parts if n) / total for k in keys}
+        metrics = {k: sum(c * m[k] for c, m in parts if c) / n for k in keys}
+        if math.isfinite(train_loss):
+            metrics.setdefault("train_loss", train_loss)
+        return metrics, int(total[0]), train_loss
 
     def _checkpoint(self, trial: TrialInfo, fold: int, run: _Run) -> str:
-        """All ranks give their RNG states; the fold leader writes (weights are equal)."""
+        """Every rank gives its RNG states, position and scheme state; the fold leader
+        writes them with its models and optimizers (a scheme whose ranks hold different
+        weights keeps them in its state)."""
         rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-        states = gather(self.fold_comm, rng)
+        states = gather(self.fold_comm, (rng, run.batch, run.scheme.state()))
         if states is None:
             return ""
         state = {
@@ -284,8 +336,11 @@ class FoldTrainer:
             "optimizers": {k: o.state_dict() for k, o in run.optimizers.items()},
             "epoch": run.epoch,
             "batch": run.batch,
+            "batches": [b for _, b, _ in states],
+            "schemes": [s for _, _, s in states],
+            "scheme": run.scheme.name,
             "metrics": run.metrics,
-            "rng": states,
+            "rng": [r for r, _, _ in states],
             "trial": trial.trial_id,
             "attempt": trial.attempt,
             "fold": fold,
@@ -299,7 +354,7 @@ class FoldTrainer:
     ) -> tuple[str, str]:
         value = run.metrics.get(self.s.metric)
         shown = " ".join(f"{k}={v:.4g}" for k, v in run.metrics.items())
-        rate = samples * self.fold_comm.size / seconds if seconds > 0 else 0.0
+        rate = samples / seconds if seconds > 0 else 0.0
         log.info("epoch %d/%d: %s (%.1f s, %.0f samples/s)", run.epoch, self.s.epochs, shown, seconds, rate)
         if value is None:
             return "failed", (

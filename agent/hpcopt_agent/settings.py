@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+from hpcopt.schemes import KnobError, resolve, split_options
 
 #: ``training.options`` the agent understands, with their defaults.
 OPTIONS: dict[str, Any] = {
@@ -38,6 +40,15 @@ class TrainingSettings:
     seed: int = 0
     #: The names of the campaign's space in the spec's order (how trials are logged).
     param_names: tuple[str, ...] = ()
+    #: The schemes' knobs as given in training.options ({scheme: {knob: value}}).
+    scheme_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def knobs(self, params: dict[str, Any]) -> dict[str, Any]:
+        """The knobs of this campaign's scheme for one trial (its params may set them)."""
+        try:
+            return resolve(self.scheme, self.scheme_options, self.ranks_per_fold, params)
+        except KnobError as exc:
+            raise SettingsError(str(exc)) from None
 
     @classmethod
     def from_spec(cls, spec: dict[str, Any], task_override: str | None = None) -> TrainingSettings:
@@ -47,11 +58,12 @@ class TrainingSettings:
                 "the campaign has no `training` section: it is driven by a script (hpcopt.Client.trials), "
                 "not by agents; submit one with training.task to train it here"
             )
-        options = dict(training.get("options") or {})
+        sections, options = split_options(dict(training.get("options") or {}))
         unknown = sorted(set(options) - set(OPTIONS))
         if unknown:
             raise SettingsError(
-                f"training.options.{unknown[0]}: unknown option for the agent; allowed: {', '.join(OPTIONS)}"
+                f"training.options.{unknown[0]}: unknown option for the agent; allowed: {', '.join(OPTIONS)}, "
+                "and a scheme's knobs under its name (easgd: {tau: 4})"
             )
         merged = {**OPTIONS, **options}
         for name in ("checkpoint_every", "fold_seed", "seed"):
@@ -61,10 +73,15 @@ class TrainingSettings:
         if not isinstance(merged["stratified"], bool):
             raise SettingsError(f"training.options.stratified: must be true or false, got {merged['stratified']!r}")
         objective = spec.get("objective") or {}
+        scheme, ranks = str(training.get("scheme", "allreduce")), int(training.get("ranks_per_fold", 1))
+        try:  # the server checked these at submission; an older server may not have
+            resolve(scheme, sections, ranks)
+        except KnobError as exc:
+            raise SettingsError(str(exc)) from None
         return cls(
             task=task_override or str(training.get("task", "")),
-            scheme=str(training.get("scheme", "allreduce")),
-            ranks_per_fold=int(training.get("ranks_per_fold", 1)),
+            scheme=scheme,
+            ranks_per_fold=ranks,
             epochs=int(training.get("epochs", 10)),
             folds=int(spec.get("folds", 1)),
             metric=str(objective.get("metric", "")),
@@ -74,4 +91,5 @@ class TrainingSettings:
             fold_seed=merged["fold_seed"],
             seed=merged["seed"],
             param_names=tuple(spec.get("space") or ()),
+            scheme_options=sections,
         )

@@ -30,10 +30,10 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hpcopt.documents import DocumentError, check_values, clip
+from hpcopt.schemes import KnobError, resolve
 
 #: Algorithms the server knows. The server checks the name against its registry too.
 ALGORITHMS = ("random", "sobol", "grid", "bo", "ea", "skopt")
-SCHEMES = ("allreduce", "downpour", "easgd", "daso", "pipeline", "horovod")
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$"
 
 # Limits that bound what one campaign costs the server (README: "Security and limits").
@@ -136,7 +136,7 @@ class Training(_Strict):
     """Settings the agent reads; the server stores them and does not interpret them."""
 
     task: str = Field(min_length=1, max_length=MAX_TEXT)
-    scheme: Literal["allreduce", "downpour", "easgd", "daso", "pipeline", "horovod"] = "allreduce"
+    scheme: Literal["allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod"] = "allreduce"
     ranks_per_fold: int = Field(default=1, ge=1, le=1_000_000)
     epochs: int = Field(default=10, ge=1, le=1_000_000)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -203,6 +203,12 @@ def parse_spec(data: Any) -> CampaignSpec:
                 msg = "type must be one of 'real', 'int', 'categorical'"
             errors.append((_path(tuple(clip(str(p)) for p in err["loc"])), msg.removeprefix("Value error, ")))
         raise SpecError(errors) from None
+    if spec.training is not None:
+        # The scheme's knobs and the rank layout they make (hpcopt.schemes), before any trial.
+        try:
+            resolve(spec.training.scheme, spec.training.options, spec.training.ranks_per_fold)
+        except KnobError as exc:
+            raise SpecError([(exc.field, exc.message)]) from None
     size = len(json.dumps(spec_to_json_dict(spec)))
     if size > MAX_SPEC_BYTES:
         raise SpecError([("", f"the spec is {size} bytes as JSON; at most {MAX_SPEC_BYTES} are accepted")])

@@ -23,11 +23,11 @@ def main() -> int:
     layout = plan(world.size, 1, rpf, folds=max(1, world.size // rpf))
     limit_threads(world, 1)
     comms = split(layout, world, timeout=60)
-    scheme = make_scheme("allreduce", comms)
+    scheme = make_scheme("allreduce", comms, {}, epochs=1)
     torch.manual_seed(100 + comms.fold_index)  # fold groups start apart on purpose
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))
-    wrapped = scheme.wrap({"model": model})["model"]
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    wrapped = scheme.wrap({"model": model}, {"model": opt})[0]["model"]
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(64, 6, generator=g), torch.randn(64, 1, generator=g)
     mine = scheme.shard(np.arange(64), seed=5)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.allreduce import AllReduce
-from hpcopt_agent.schemes.base import Scheme
+from hpcopt_agent.schemes.base import Scheme, StopVote
+from hpcopt_agent.schemes.rules import EASGD, GEM, Downpour
 from hpcopt_agent.settings import SettingsError
 
-SCHEMES: dict[str, type[Scheme]] = {AllReduce.name: AllReduce}
+SCHEMES: dict[str, type[Scheme]] = {s.name: s for s in (AllReduce, Downpour, EASGD, GEM)}
 
 
 def check_scheme(name: str) -> type[Scheme]:
@@ -19,8 +22,9 @@ def check_scheme(name: str) -> type[Scheme]:
         ) from None
 
 
-def make_scheme(name: str, comms: Comms) -> Scheme:
-    return check_scheme(name)(comms)
+def make_scheme(name: str, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> Scheme:
+    """A scheme for one fold of one trial (collective over the fold group)."""
+    return check_scheme(name)(comms, knobs, epochs, timeout)
 
 
-__all__ = ["SCHEMES", "Scheme", "check_scheme", "make_scheme"]
+__all__ = ["SCHEMES", "Scheme", "StopVote", "check_scheme", "make_scheme"]

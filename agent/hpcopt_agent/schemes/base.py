@@ -1,49 +1,160 @@
 """The parallelism-scheme interface: how the ranks of one fold group train together.
 
-A scheme decides which samples each rank trains on, wraps the task's models so that
-the task's training step stays plain PyTorch, and gets a hook after every step (where
-asynchronous schemes such as downpour or EASGD exchange with their parameter server).
-The fold trainer calls only these methods, so a new scheme is one class registered in
-``hpcopt_agent.schemes.SCHEMES``.
+A scheme is built per trial and fold (its knobs may come from the trial's params) and
+owns everything that differs between synchronous, asynchronous and hierarchical
+training, so the fold loop (``fold.py``) has no special cases:
+
+- **roles**: ranks that train (``trains``) run the batch loop; the others (a parameter
+  server's master and sub-masters) run :meth:`serve` for the epoch instead;
+- **data**: :meth:`shard` deals an epoch's samples over the training ranks;
+  :meth:`rank_batch` is one rank's share of the global batch;
+- **wrapping**: :meth:`wrap` returns the models *and optimizers* the task's
+  ``train_step`` uses (DDP models, gradient-collecting optimizers), so the step stays
+  plain PyTorch;
+- **steps and stops**: :meth:`after_step` sees every step and its loss; :meth:`vote`
+  combines the stop signal over the ranks that train, so they stop after the same batch;
+  :meth:`end_batches` closes a rank's part of the epoch (a last push, a stop notice);
+- **epoch boundaries** stay synchronous: :meth:`consensus` gives every rank the weights
+  to evaluate, :meth:`epoch_metrics` adds the scheme's own figures (staleness),
+  :meth:`end_epoch` gets the epoch's training loss;
+- **checkpoints**: :meth:`state`/:meth:`load_state` carry each rank's scheme state
+  (master optimizer, local weights, moments, clocks) next to the fold's weights.
+
+Register a new scheme in ``hpcopt_agent.schemes.SCHEMES``; its knobs (defaults and
+checks) go in ``hpcopt.schemes.KNOBS`` so the server validates them at submission.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import numpy as np
+import torch
+from mpi4py import MPI
 from torch import nn
 
 from hpcopt_agent.comm import Comms
 
+Models = dict[str, nn.Module]
+Optimizers = dict[str, torch.optim.Optimizer]
 
-class Scheme(ABC):
+
+class StopVote:
+    """A stop signal combined over ``comm`` with a non-blocking allreduce that
+    completes one step later: every member stops after the same step without a
+    blocking collective per step. ``comm`` None: this rank decides alone."""
+
+    def __init__(self, comm: MPI.Comm | None, extra: Callable[[], bool] | None = None) -> None:
+        self.comm = comm if comm is not None and comm != MPI.COMM_NULL and comm.size > 1 else None
+        self.extra = extra  # another reason to stop (a parameter server's reply said so)
+        self.send = np.zeros(1, np.int32)
+        self.recv = np.zeros(1, np.int32)
+        self.pending: MPI.Request | None = None
+
+    def step(self, stop: bool) -> bool:
+        """After a step: whether all members agreed (one step ago) to stop."""
+        stop = stop or (self.extra is not None and self.extra())
+        if self.comm is None:
+            return stop
+        agreed = False
+        if self.pending is not None:
+            self.pending.Wait()
+            agreed = bool(self.recv[0])
+        if not agreed:
+            self.send[0] = int(stop)
+            self.pending = self.comm.Iallreduce(self.send, self.recv, op=MPI.MAX)
+        else:
+            self.pending = None
+        return agreed
+
+    def finish(self) -> bool:
+        """At the end of the batches: the last vote's outcome."""
+        if self.pending is None:
+            return False
+        self.pending.Wait()
+        self.pending = None
+        return bool(self.recv[0])
+
+
+class Scheme:
     name: ClassVar[str]
 
-    def __init__(self, comms: Comms) -> None:
+    def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
         self.comms = comms
+        self.timeout = timeout  # seconds a rank may wait for another (the collective timeout)
+        self.fold = comms.fold
         self.rank = comms.fold.rank
         self.size = comms.fold.size
+        self.knobs = knobs
+        self.epochs = epochs
+        #: This rank's place among the ranks that train, and how many there are.
+        self.train_rank, self.train_size = self.rank, self.size
+
+    # -- roles and data ------------------------------------------------------------------
+
+    @property
+    def trains(self) -> bool:
+        return True
 
     def shard(self, indices: np.ndarray, seed: int) -> np.ndarray:
         """This rank's training samples for one epoch: a seeded shuffle of the fold's
-        training indices, padded (by wrapping) to a multiple of the fold group's size so
-        every rank takes the same number of steps, then dealt round-robin."""
+        training indices, padded (by wrapping) to a multiple of the training ranks so
+        every one takes the same number of steps, then dealt round-robin."""
+        if not self.trains:
+            return indices[:0]
         order = np.random.default_rng(seed).permutation(indices)
-        pad = (-len(order)) % self.size
+        pad = (-len(order)) % self.train_size
         if pad:
             order = np.concatenate([order, order[:pad]])
-        return order[self.rank :: self.size]
+        return order[self.train_rank :: self.train_size]
 
     def rank_batch(self, batch_size: int) -> int:
-        """Samples per rank and step for a fold's global batch size."""
-        return max(1, batch_size // self.size)
+        """Samples per training rank and step for a fold's global batch size."""
+        return max(1, batch_size // self.train_size)
 
-    @abstractmethod
-    def wrap(self, models: dict[str, nn.Module]) -> dict[str, nn.Module]:
-        """The models the training step uses (the originals keep the weights that are
-        evaluated and checkpointed)."""
+    def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
+        """The models and optimizers the task's training step uses; the originals in
+        ``models`` keep the weights that are evaluated and checkpointed."""
+        return models, optimizers
 
-    def after_step(self, step: int) -> None:  # noqa: B027 - a hook: most schemes need nothing here
-        """Called after every training step of this rank."""
+    # -- one epoch -----------------------------------------------------------------------
+
+    def begin_epoch(self, epoch: int, start: int) -> None:
+        """Before the epoch's first batch (``start`` > 0 when resuming mid-epoch)."""
+
+    def after_step(self, step: int, loss: float) -> None:
+        """After every training step of this rank."""
+
+    def vote(self) -> StopVote:
+        """The stop vote of the ranks that train."""
+        return StopVote(self.fold)
+
+    def serve(self, stop: Any) -> bool:
+        """The epoch on a rank that does not train; returns whether it ended in a stop."""
+        raise NotImplementedError(f"{self.name}: every rank trains")
+
+    def end_batches(self, stopped: bool) -> None:
+        """After this rank's last batch of the epoch, or after the agreed stop."""
+
+    def consensus(self, models: Models) -> None:
+        """Collective: leaves in ``models`` on every rank the weights to evaluate."""
+
+    def epoch_metrics(self) -> dict[str, float]:
+        """Collective: the scheme's figures for the epoch (on fold rank 0; {} elsewhere)."""
+        return {}
+
+    def end_epoch(self, epoch: int, train_loss: float) -> None:
+        """After evaluation, with this rank's mean training loss of the epoch."""
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """This rank's scheme state for a checkpoint (gathered to the fold leader)."""
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restores :meth:`state` on resume (after the models and optimizers are)."""
+
+    def close(self) -> None:
+        """The fold is over: free what the scheme made."""

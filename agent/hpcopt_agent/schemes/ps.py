@@ -1,0 +1,374 @@
+"""The parameter-server family (MPI-Learn/NNLO): a master holds the central weights,
+workers train on their shards and exchange with it; the rule of the exchange is the
+scheme (:mod:`.rules`: downpour, EASGD, GEM).
+
+Layout of a fold group (:class:`hpcopt.schemes.PsLayout`): fold rank 0 is the master
+(and the fold leader, so it evaluates, checkpoints and reports), ranks 1..M are
+sub-masters, the rest are workers dealt round-robin to them. A sub-master serves its
+workers with the scheme's rule on its own copy and, after each round of its workers'
+updates, exchanges with the master as a worker would.
+
+Transport is MPI point-to-point on the fold communicator: a 2-integer header, then
+one flat buffer (:mod:`.flat`); replies likewise. Serving ranks poll with short
+sleeps, so waiting costs no core that oversubscribed workers need. Epochs stay
+synchronous: every worker ends its epoch with a last push (or an end notice), the
+master stops serving when all have, and :meth:`consensus` gives every rank the
+central weights to evaluate. Staleness (master updates between a child's last reply
+and its push) is recorded per push; ``max_staleness`` holds back a push that would
+leave another child unable to keep the bound; ``order: round_robin`` serves children
+in rank order, which makes runs reproducible bit for bit.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from hpcopt.schemes import PsLayout
+from hpcopt_agent.comm import Comms
+from hpcopt_agent.schemes.base import Models, Optimizers, Scheme, StopVote
+from hpcopt_agent.schemes.flat import Collect, Flat
+
+HDR, DATA, RHDR, RDATA = 7201, 7202, 7203, 7204
+#: Header kinds: a push (update, then a reply), a pull (just the weights), an end.
+PUSH, PULL, END = 1, 2, 3
+POLL = 0.0005
+
+
+class Halted(RuntimeError):
+    """A peer went silent past the collective timeout."""
+
+
+class ParameterServer(Scheme):
+    #: The worker pulls the central weights before computing its push (GEM).
+    pulls_first = False
+    #: Workers step through Collect proxies (their gradients are pushed).
+    collects = True
+
+    def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
+        super().__init__(comms, knobs, epochs, timeout)
+        self.layout = PsLayout(self.size, knobs["sub_masters"])
+        self.parent = self.layout.parent(self.rank)
+        self.children = self.layout.children(self.rank)
+        workers = self.layout.workers
+        self.is_worker = self.rank in workers
+        self.train_rank, self.train_size = (workers.index(self.rank) if self.is_worker else 0), len(workers)
+        self.round_robin = knobs["order"] == "round_robin"
+        self.bound: int | None = knobs["max_staleness"]
+        self.every = int(knobs.get("sync_every", knobs.get("tau", 1)))
+        # The workers' own communicator carries their stop vote (collective over the fold).
+        self.worker_comm = self.fold.Split(1 if self.is_worker else MPI.UNDEFINED, self.rank)
+        self.remote_stop = False  # a reply said stop
+        self.flat: Flat | None = None
+        self.stash: torch.Tensor | None = None  # training weights while the central ones are evaluated
+        self.resumed = False
+        # worker
+        self.proxies: dict[str, Collect] = {}
+        self.acc: torch.Tensor | None = None
+        self.since = 0  # steps since the last exchange
+        # serving ranks
+        self.clock = 0
+        self.child_clock: dict[int, int] = {}
+        self.rr = 0
+        self.served = 0  # updates served since the last exchange with the parent
+        self.up_acc: torch.Tensor | None = None
+        self.staleness: list[int] = []
+        self.messages = 0
+
+    # -- roles and wrapping ------------------------------------------------------------
+
+    @property
+    def trains(self) -> bool:
+        return self.is_worker
+
+    def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
+        self.models, self.optimizers = models, optimizers
+        self.flat = Flat(models, optimizers)
+        if not (self.is_worker and self.collects):
+            return models, optimizers
+        self.acc = self.flat.zeros(grads=True)
+        self.proxies = {
+            name: Collect(optimizers[name], self.acc[part], self.knobs.get("local_lr", 0.0))
+            for name, _, part in self.flat.segments
+        }
+        return models, dict(self.proxies)
+
+    def alpha(self, node: int) -> float:
+        """EASGD's moving rate at a serving rank: alpha, else beta over its children."""
+        a = self.knobs.get("alpha")
+        return float(a) if a is not None else float(self.knobs.get("beta", 0.9)) / len(self.layout.children(node))
+
+    # -- rules (the subclasses) --------------------------------------------------------
+
+    def payload(self, pulled: torch.Tensor | None) -> torch.Tensor:
+        """A worker's push."""
+        raise NotImplementedError
+
+    def adopt(self, reply: torch.Tensor) -> None:
+        """A worker's weights after the reply to its push."""
+        raise NotImplementedError
+
+    def apply(self, payloads: list[torch.Tensor]) -> torch.Tensor:
+        """A serving rank applies children's pushes to its copy; returns the reply."""
+        raise NotImplementedError
+
+    def up_payload(self) -> torch.Tensor:
+        """A sub-master's push to the master (what it served since the last one)."""
+        raise NotImplementedError
+
+    def up_adopt(self, reply: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    # -- workers -------------------------------------------------------------------------
+
+    def vote(self) -> StopVote:
+        return StopVote(self.worker_comm if self.is_worker else None, extra=lambda: self.remote_stop)
+
+    def begin_epoch(self, epoch: int, start: int) -> None:
+        assert self.flat is not None
+        if self.stash is not None:
+            self.flat.set(self.stash)
+            self.stash = None
+        if not self.resumed:
+            self.child_clock = dict.fromkeys(self.children, self.clock)
+            self.rr = 0
+            self.staleness = []
+            self.messages = 0
+        self.resumed = False
+        self.remote_stop = False
+
+    def after_step(self, step: int, loss: float) -> None:
+        self.since += 1
+        if self.since >= self.every:
+            self._exchange(done=False)
+
+    def end_batches(self, stopped: bool) -> None:
+        if self.is_worker:
+            if self.since and not stopped:
+                self._exchange(done=True)
+            else:
+                self._end(stopped)
+
+    def _exchange(self, done: bool) -> None:
+        """One exchange of a worker with its parent."""
+        assert self.parent is not None
+        pulled = self._call(PULL, None) if self.pulls_first else None
+        reply = self._call(PUSH, self.payload(pulled), done)
+        self.adopt(reply)
+        self.since = 0
+
+    def _call(self, kind: int, data: torch.Tensor | None, done: bool = False) -> torch.Tensor:
+        """Sends a header (and data) to the parent; returns the weights it replies."""
+        assert self.flat is not None and self.parent is not None
+        reply = self.flat.zeros()
+        rhdr = np.zeros(2, np.int64)
+        reqs = [self.fold.Irecv(rhdr, source=self.parent, tag=RHDR), self.fold.Irecv(reply.numpy(), self.parent, RDATA)]
+        self.fold.Send(np.array([kind, int(done)], np.int64), dest=self.parent, tag=HDR)
+        if data is not None:
+            self.fold.Send(np.ascontiguousarray(data.numpy()), dest=self.parent, tag=DATA)
+        self._wait(reqs, f"a reply from fold rank {self.parent}")
+        self.remote_stop = self.remote_stop or bool(rhdr[1])
+        self.messages += 1
+        return reply
+
+    def _end(self, stopped: bool) -> None:
+        assert self.parent is not None
+        self.fold.Send(np.array([END, int(stopped)], np.int64), dest=self.parent, tag=HDR)
+
+    def _wait(self, reqs: list[MPI.Request], what: str) -> None:
+        deadline = time.monotonic() + self.timeout
+        while not MPI.Request.Testall(reqs):
+            if time.monotonic() > deadline:
+                raise Halted(f"fold rank {self.rank}: no {what} within {self.timeout:.0f} s")
+            time.sleep(POLL)
+
+    # -- serving ranks -------------------------------------------------------------------
+
+    def serve(self, stop: Any) -> bool:
+        """Serves the children until each has ended its epoch; returns whether the
+        epoch ended in a stop (a child stopped, or this rank was signalled)."""
+        assert self.flat is not None
+        active = [c for c in self.children]
+        hdrs = {c: np.zeros(2, np.int64) for c in active}
+        reqs = {c: self.fold.Irecv(hdrs[c], source=c, tag=HDR) for c in active}
+        arrived: list[int] = []
+        stopped = False
+        deadline = time.monotonic() + self.timeout
+        while active:
+            for c in active:
+                if c not in arrived and reqs[c].Test():
+                    arrived.append(c)
+            batch = self._pick(arrived, active, hdrs)
+            if not batch:
+                if time.monotonic() > deadline:
+                    silent = [c for c in active if c not in arrived]
+                    raise Halted(f"fold rank {self.rank}: no message from fold ranks {silent} in {self.timeout:.0f} s")
+                time.sleep(POLL)
+                continue
+            deadline = time.monotonic() + self.timeout
+            own_stop = bool(stop.requested) or self.remote_stop
+            pushes = []
+            for c in batch:
+                arrived.remove(c)
+                kind, flag = int(hdrs[c][0]), int(hdrs[c][1])
+                if kind == PUSH:
+                    data = self.flat.zeros(grads=self.collects)
+                    self.fold.Recv(data.numpy(), source=c, tag=DATA)
+                    pushes.append((c, data, flag))
+                elif kind == PULL:  # the clock does not move: round robin stays on this child
+                    self._reply(c, self.flat.get(), own_stop)
+                    self.child_clock[c] = self.clock
+                    reqs[c] = self.fold.Irecv(hdrs[c], source=c, tag=HDR)
+                else:
+                    stopped = stopped or bool(flag)
+                    active.remove(c)
+            if pushes:
+                for c, _, _ in pushes:
+                    self.staleness.append(self.clock - self.child_clock[c])
+                reply = self.apply([d for _, d, _ in pushes])
+                self.clock += 1
+                for c, _, done in pushes:
+                    self._reply(c, reply, own_stop)
+                    self.child_clock[c] = self.clock
+                    self.served += 1
+                    if done:
+                        active.remove(c)
+                    else:
+                        reqs[c] = self.fold.Irecv(hdrs[c], source=c, tag=HDR)
+                    self._advance(c)
+                if self.parent is not None and self.served >= len(self.children):
+                    self._up(done=False)
+        if self.parent is not None:
+            if self.served and not stopped:
+                self._up(done=True)
+            else:
+                self._end(stopped)
+        return stopped or bool(stop.requested)
+
+    def _reply(self, child: int, weights: torch.Tensor, stop: bool) -> None:
+        self.fold.Send(np.array([self.clock, int(stop)], np.int64), dest=child, tag=RHDR)
+        self.fold.Send(np.ascontiguousarray(weights.numpy()), dest=child, tag=RDATA)
+
+    def _advance(self, child: int) -> None:
+        """Round robin: after a push from ``child``, the turn passes to the next rank."""
+        self.rr = child + 1
+
+    def _pick(self, arrived: list[int], active: list[int], hdrs: dict[int, np.ndarray]) -> list[int]:
+        """The messages to serve now (several only in synchronous mode)."""
+        if not arrived:
+            return []
+        if self.knobs.get("synchronous"):
+            return list(arrived) if len(arrived) == len(active) else []
+        if self.round_robin:  # the first active child at or after the turn, wrapping
+            nxt = next((c for c in active if c >= self.rr), active[0])
+            return [nxt] if nxt in arrived else []
+        for c in arrived:
+            if int(hdrs[c][0]) != PUSH or self._allowed(c, active):
+                return [c]
+        return []
+
+    def _allowed(self, child: int, active: list[int]) -> bool:
+        """Whether serving ``child``'s push leaves the others a schedule that keeps
+        the staleness bound: sorted by staleness after it, the i-th stalest must still
+        have i pushes of room."""
+        if self.bound is None:
+            return True
+        after = sorted((self.clock + 1 - self.child_clock[c] for c in active if c != child), reverse=True)
+        return all(s + i <= self.bound for i, s in enumerate(after))
+
+    def _up(self, done: bool) -> None:
+        """A sub-master's exchange with the master."""
+        reply = self._call(PUSH, self.up_payload(), done)
+        self.up_adopt(reply)
+        self.served = 0
+
+    # -- epoch boundary ------------------------------------------------------------------
+
+    def consensus(self, models: Models) -> None:
+        """The master's weights to every rank (the others keep theirs to go on
+        training); floating buffers (BatchNorm statistics) averaged over the workers."""
+        assert self.flat is not None
+        central = self.flat.get() if self.rank == 0 else self.flat.zeros()
+        self.fold.Bcast(central.numpy(), root=0)
+        if self.rank != 0:
+            self.stash = self.flat.get()
+            self.flat.set(central)
+        self.on_consensus(central)
+        bufs = self.flat.get_buffers()
+        if len(bufs):
+            mine = bufs * (1.0 if self.is_worker else 0.0)
+            total = np.zeros_like(mine.numpy())
+            self.fold.Allreduce(mine.numpy(), total, op=MPI.SUM)
+            self.flat.set_buffers(torch.from_numpy(total / self.train_size))
+
+    def on_consensus(self, central: torch.Tensor) -> None:
+        """After the central weights arrived (GEM resets its view of them)."""
+
+    def epoch_metrics(self) -> dict[str, float]:
+        mine = (sum(self.staleness), len(self.staleness), max(self.staleness, default=0), self.messages)
+        parts = self.fold.gather(mine, root=0)
+        if parts is None:
+            return {}
+        n = sum(p[1] for p in parts)
+        if not n:
+            return {}
+        return {
+            "staleness_mean": sum(p[0] for p in parts) / n,
+            "staleness_max": float(max(p[2] for p in parts)),
+        }
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        assert self.flat is not None
+        s: dict[str, Any] = {
+            "clock": self.clock,
+            "child_clock": dict(self.child_clock),
+            "rr": self.rr,
+            "served": self.served,
+            "since": self.since,
+            "staleness": list(self.staleness),
+            "messages": self.messages,
+            "up_acc": self.up_acc,
+            "acc": self.acc.clone() if self.acc is not None else None,
+            "steps": {k: p.steps for k, p in self.proxies.items()},
+        }
+        if self.rank != 0:  # the master's weights and optimizers are the fold's own
+            s["local"] = self.stash if self.stash is not None else self.flat.get()
+            s["optimizers"] = {k: o.state_dict() for k, o in self.optimizers.items()}
+        s.update(self.rule_state())
+        return s
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        if not state:
+            return
+        self.clock, self.rr, self.served = state["clock"], state["rr"], state["served"]
+        self.child_clock = {int(k): v for k, v in state["child_clock"].items()}
+        self.since, self.messages = state["since"], state["messages"]
+        self.staleness = list(state["staleness"])
+        self.up_acc = state["up_acc"]
+        if self.acc is not None and state["acc"] is not None:
+            self.acc.copy_(state["acc"])
+        for k, steps in state["steps"].items():
+            if k in self.proxies:
+                self.proxies[k].steps = steps
+        if "local" in state:
+            self.stash = state["local"]
+            for k, o in self.optimizers.items():
+                o.load_state_dict(state["optimizers"][k])
+        self.load_rule_state(state)
+        self.resumed = True
+
+    def rule_state(self) -> dict[str, Any]:
+        return {}
+
+    def load_rule_state(self, state: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        if self.worker_comm != MPI.COMM_NULL:
+            self.worker_comm.Free()

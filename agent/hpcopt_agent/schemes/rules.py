@@ -1,0 +1,180 @@
+"""The exchange rules of the parameter-server schemes (the transport, roles and
+bookkeeping are in :mod:`.ps`).
+
+- **downpour** (Dean et al. 2012): workers push their mean gradient every
+  ``sync_every`` batches; the master applies it with the task's optimizer (one master
+  optimizer per model) and replies with the new weights, which the worker adopts.
+  ``synchronous: true``: the master waits for every worker and applies their mean.
+- **easgd** (Zhang, Choromanska & LeCun 2015): workers step with the task's optimizer;
+  every ``tau`` steps, with the master's centre c and alpha = beta / workers,
+  worker x <- x - alpha (x - c) and centre c <- c + alpha (x - c), both from the values
+  before the exchange.
+- **gem** (Hermans & Louppe 2018): a worker's step u = -eta g, its proxy momentum
+  m <- mu m + u; it pulls the centre, measures how far the others moved it since it last
+  looked (d), and pushes pi * u with pi = clip((kappa |m| - |d|) / |u|, 0, 5) element-wise,
+  so the workers together move the centre with about the energy of one momentum SGD.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from hpcopt_agent.schemes.base import Models, Optimizers
+from hpcopt_agent.schemes.ps import ParameterServer
+
+EPS = 1e-12
+PI_MAX = 5.0
+
+
+class _GradientPush(ParameterServer):
+    """Workers push mean gradients (downpour) or steps built from them (GEM)."""
+
+    up_n = 0
+
+    def mean_gradient(self) -> torch.Tensor:
+        """The accumulated gradient, each optimizer's segment over its step count; resets."""
+        assert self.acc is not None and self.flat is not None
+        out = self.acc.clone()
+        for name, _, part in self.flat.segments:
+            out[part] /= max(self.proxies[name].steps, 1)
+            self.proxies[name].steps = 0
+        self.acc.zero_()
+        return out
+
+    def adopt(self, reply: torch.Tensor) -> None:
+        assert self.flat is not None
+        self.flat.set(reply)
+
+    def up_adopt(self, reply: torch.Tensor) -> None:
+        assert self.flat is not None
+        self.flat.set(reply)
+
+    def _collect_up(self, update: torch.Tensor, mean: bool) -> None:
+        if self.parent is None:
+            return
+        self.up_acc = update.clone() if self.up_acc is None else self.up_acc + update
+        self.up_n = self.up_n + 1 if mean else 1
+
+    def up_payload(self) -> torch.Tensor:
+        assert self.up_acc is not None
+        out = self.up_acc / max(self.up_n, 1)
+        self.up_acc, self.up_n = None, 0
+        return out
+
+    def rule_state(self) -> dict[str, Any]:
+        return {"up_n": self.up_n}
+
+    def load_rule_state(self, state: dict[str, Any]) -> None:
+        self.up_n = state.get("up_n", 0)
+
+
+class Downpour(_GradientPush):
+    name = "downpour"
+
+    def payload(self, pulled: torch.Tensor | None) -> torch.Tensor:
+        return self.mean_gradient()
+
+    def apply(self, payloads: list[torch.Tensor]) -> torch.Tensor:
+        assert self.flat is not None
+        g = payloads[0] if len(payloads) == 1 else torch.stack(payloads).mean(0)
+        for name, params, part in self.flat.segments:
+            seg, at = g[part], 0
+            for p in params:
+                p.grad = seg[at : at + p.numel()].view_as(p).to(p.device, copy=True)
+                at += p.numel()
+            self.optimizers[name].step()
+        for p in self.flat.params:
+            p.grad = None
+        self._collect_up(g, mean=True)
+        return self.flat.get()
+
+
+class EASGD(ParameterServer):
+    name = "easgd"
+    collects = False  # workers keep the task's optimizer
+
+    def payload(self, pulled: torch.Tensor | None) -> torch.Tensor:
+        assert self.flat is not None
+        return self.flat.get()
+
+    def adopt(self, reply: torch.Tensor) -> None:
+        assert self.flat is not None and self.parent is not None
+        x = self.flat.get()
+        self.flat.set(x - self.alpha(self.parent) * (x - reply))
+
+    def apply(self, payloads: list[torch.Tensor]) -> torch.Tensor:
+        assert self.flat is not None
+        centre = self.flat.get()
+        self.flat.set(centre + self.alpha(self.rank) * (payloads[0] - centre))
+        return centre  # the centre before the move: both sides use pre-exchange values
+
+    def up_payload(self) -> torch.Tensor:
+        assert self.flat is not None
+        return self.flat.get()
+
+    def up_adopt(self, reply: torch.Tensor) -> None:
+        self.adopt(reply)
+
+
+class GEM(_GradientPush):
+    name = "gem"
+    pulls_first = True
+
+    def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
+        out = super().wrap(models, optimizers)
+        assert self.flat is not None
+        self.m: torch.Tensor | None = None
+        self.prev: torch.Tensor | None = None
+        # eta per gradient-layout element: the knob, else each param group's lr.
+        lr = self.knobs.get("lr")
+        etas = []
+        for name, params, _ in self.flat.segments:
+            by_param = {id(p): g.get("lr", 0.01) for g in optimizers[name].param_groups for p in g["params"]}
+            etas += [torch.full((p.numel(),), float(lr if lr is not None else by_param[id(p)])) for p in params]
+        self.eta = torch.cat(etas).to(self.flat.dtype) if etas else self.flat.zeros(grads=True)
+        return out
+
+    def begin_epoch(self, epoch: int, start: int) -> None:
+        super().begin_epoch(epoch, start)
+        if self.is_worker and self.prev is None:
+            assert self.flat is not None
+            self.prev = self.flat.get()  # the first epoch starts from the common initial weights
+
+    def payload(self, pulled: torch.Tensor | None) -> torch.Tensor:
+        assert pulled is not None and self.prev is not None and self.flat is not None
+        u = -self.eta * self.mean_gradient()
+        mu, kappa = float(self.knobs["momentum"]), float(self.knobs["kappa"])
+        self.m = u.clone() if self.m is None else mu * self.m + u
+        moved = (pulled - self.prev)[self.flat.index]
+        pi = ((kappa * self.m.abs() - moved.abs()) / (u.abs() + EPS)).clamp(0.0, PI_MAX)
+        return pi * u
+
+    def adopt(self, reply: torch.Tensor) -> None:
+        super().adopt(reply)
+        self.prev = reply
+
+    def apply(self, payloads: list[torch.Tensor]) -> torch.Tensor:
+        assert self.flat is not None
+        centre = self.flat.get()
+        for d in payloads:
+            centre.index_add_(0, self.flat.index, d)
+            self._collect_up(d, mean=False)
+        self.flat.set(centre)
+        return centre
+
+    def up_payload(self) -> torch.Tensor:
+        assert self.up_acc is not None
+        out, self.up_acc = self.up_acc, None
+        return out
+
+    def on_consensus(self, central: torch.Tensor) -> None:
+        self.prev = central.clone()
+
+    def rule_state(self) -> dict[str, Any]:
+        return {**super().rule_state(), "m": self.m, "prev": self.prev}
+
+    def load_rule_state(self, state: dict[str, Any]) -> None:
+        super().load_rule_state(state)
+        self.m, self.prev = state.get("m"), state.get("prev")

@@ -1,0 +1,235 @@
+"""The parallelism schemes' knobs: names, defaults, allowed values and the rank layouts
+they make. One table for both sides: the spec checks a campaign's ``training.options``
+against it at submission (so a bad knob is refused before any trial), and the agent
+reads the same defaults when it builds a trial's scheme.
+
+A scheme's knobs live in ``training.options`` under the scheme's name, nested or
+dotted::
+
+    training:
+      scheme: easgd
+      ranks_per_fold: 4
+      options: {easgd: {tau: 4, beta: 0.9}}      # or {"easgd.tau": 4, ...}
+
+A trial's own parameters named ``<scheme>.<knob>`` (``easgd.tau`` in the space) win
+over the campaign's options, so knobs can be searched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+#: Every scheme name a campaign may give; the agent implements some of them.
+SCHEMES = ("allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod")
+#: The parameter-server family: fold rank 0 is the master, then sub-masters, then workers.
+PARAMETER_SERVER = ("downpour", "easgd", "gem")
+
+
+class KnobError(ValueError):
+    """A knob value or a layout that cannot work; ``field`` names where it was given."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Knob:
+    default: Any
+    kind: type
+    low: float | None = None
+    high: float | None = None
+    #: The low bound is excluded (a rate that must be > 0).
+    open_low: bool = False
+    choices: tuple[str, ...] = ()
+    #: None is allowed and means "not set" (an unbounded staleness, a derived rate).
+    optional: bool = False
+    doc: str = ""
+
+    def check(self, field: str, value: Any) -> Any:
+        if value is None:
+            if self.optional:
+                return None
+            raise KnobError(field, f"must be set ({self.describe()})")
+        if self.kind is bool:
+            if not isinstance(value, bool):
+                raise KnobError(field, f"must be true or false, got {value!r}")
+            return value
+        if self.kind is str:
+            if value not in self.choices:
+                raise KnobError(field, f"must be one of {', '.join(self.choices)}; got {value!r}")
+            return value
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise KnobError(field, f"must be {self.describe()}, got {value!r}")
+        if self.kind is int and not (isinstance(value, int) or float(value).is_integer()):
+            raise KnobError(field, f"must be an integer ({self.describe()}), got {value!r}")
+        if not math.isfinite(value):
+            raise KnobError(field, f"must be a finite number ({self.describe()}), got {value!r}")
+        low_bad = self.low is not None and (value <= self.low if self.open_low else value < self.low)
+        if low_bad or (self.high is not None and value > self.high):
+            raise KnobError(field, f"must be {self.describe()}, got {value!r}")
+        return int(value) if self.kind is int else float(value)
+
+    def describe(self) -> str:
+        if self.kind is bool:
+            return "true or false"
+        if self.kind is str:
+            return "one of " + ", ".join(self.choices)
+        what = "an integer" if self.kind is int else "a number"
+        low = "" if self.low is None else f"{'>' if self.open_low else '>='} {self.low:g}"
+        high = "" if self.high is None else f"<= {self.high:g}"
+        bounds = " and ".join(b for b in (low, high) if b)
+        extra = ", or null" if self.optional else ""
+        return f"{what} {bounds}{extra}".strip()
+
+
+_PS = {
+    "sub_masters": Knob(
+        0, int, 0, 1024, doc="sub-masters between the master and the workers (each serves its share of workers)"
+    ),
+    "max_staleness": Knob(
+        None,
+        int,
+        0,
+        1_000_000,
+        optional=True,
+        doc="bound on master updates between a worker's pull and its push (null: unbounded)",
+    ),
+    "order": Knob(
+        "arrival",
+        str,
+        choices=("arrival", "round_robin"),
+        doc="round_robin serves workers in rank order: runs are reproducible bit for bit",
+    ),
+}
+
+KNOBS: dict[str, dict[str, Knob]] = {
+    "allreduce": {},
+    "downpour": {
+        **_PS,
+        "sync_every": Knob(1, int, 1, 1_000_000, doc="batches between a worker's pushes of its mean gradient"),
+        "synchronous": Knob(False, bool, doc="the master waits for every worker and applies their mean gradient"),
+        "local_lr": Knob(0.0, float, 0.0, 1e6, doc="plain SGD steps a worker takes between pushes (0: none)"),
+    },
+    "easgd": {
+        **_PS,
+        "tau": Knob(1, int, 1, 1_000_000, doc="worker steps between elastic exchanges"),
+        "beta": Knob(0.9, float, 0.0, 1.0, open_low=True, doc="elastic force; alpha = beta / workers"),
+        "alpha": Knob(None, float, 0.0, 1.0, open_low=True, optional=True, doc="the moving rate itself"),
+    },
+    "gem": {
+        **_PS,
+        "sync_every": Knob(1, int, 1, 1_000_000, doc="batches between a worker's exchanges"),
+        "lr": Knob(
+            None, float, 0.0, 1e6, open_low=True, optional=True, doc="worker step size (null: the task optimizer's lr)"
+        ),
+        "momentum": Knob(0.9, float, 0.0, 1.0, doc="momentum of the proxy that sets the energy to match"),
+        "kappa": Knob(2.0, float, 0.0, 100.0, open_low=True, doc="energy factor (2 per the paper)"),
+    },
+}
+
+
+@dataclass(frozen=True)
+class PsLayout:
+    """The tree of a parameter-server fold group: fold rank 0 is the master, ranks
+    1..M the sub-masters, the rest workers, dealt round-robin to the sub-masters."""
+
+    ranks: int
+    sub_masters: int
+
+    @property
+    def workers(self) -> list[int]:
+        return list(range(1 + self.sub_masters, self.ranks))
+
+    def parent(self, rank: int) -> int | None:
+        if rank == 0:
+            return None
+        if rank <= self.sub_masters:
+            return 0
+        return 1 + (rank - 1 - self.sub_masters) % self.sub_masters if self.sub_masters else 0
+
+    def children(self, rank: int) -> list[int]:
+        return [r for r in range(1, self.ranks) if self.parent(r) == rank]
+
+    def fan_in(self) -> int:
+        """The most children any serving rank has."""
+        return max(len(self.children(r)) for r in range(1 + self.sub_masters))
+
+
+def split_options(options: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """``training.options`` as (scheme sections ``{scheme: {knob: value}}``, the other
+    options). Both ``easgd: {tau: 4}`` and ``"easgd.tau": 4`` name a knob."""
+    sections: dict[str, dict[str, Any]] = {}
+    rest: dict[str, Any] = {}
+    for key, value in options.items():
+        head, dot, knob = str(key).partition(".")
+        if head in KNOBS and not dot:
+            if not isinstance(value, dict):
+                raise KnobError(f"training.options.{head}", f"must be a mapping of knobs, got {value!r}")
+            sections.setdefault(head, {}).update(value)
+        elif head in KNOBS:
+            sections.setdefault(head, {})[knob] = value
+        else:
+            rest[key] = value
+    return sections, rest
+
+
+def resolve(
+    scheme: str, options: dict[str, Any], ranks_per_fold: int, params: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The knobs ``scheme`` runs with: its defaults, then the campaign's options, then
+    a trial's ``<scheme>.<knob>`` parameters; each checked, and the layout checked
+    against ``ranks_per_fold``. Raises :class:`KnobError` naming the field."""
+    sections, _ = split_options(options)
+    for name, given in sections.items():
+        table = KNOBS[name]
+        for knob in given:
+            if knob not in table:
+                allowed = ", ".join(table) or "none"
+                raise KnobError(f"training.options.{name}.{knob}", f"unknown knob for {name}; allowed: {allowed}")
+    table = KNOBS.get(scheme, {})
+    knobs: dict[str, Any] = {}
+    for knob, spec in table.items():
+        field, value = f"training.options.{scheme}.{knob}", spec.default
+        if knob in sections.get(scheme, {}):
+            value = sections[scheme][knob]
+        if params is not None and f"{scheme}.{knob}" in params:
+            field, value = f"params.{scheme}.{knob}", params[f"{scheme}.{knob}"]
+        knobs[knob] = spec.check(field, value)
+    if scheme in PARAMETER_SERVER:
+        check_layout(scheme, knobs, ranks_per_fold)
+    return knobs
+
+
+def check_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
+    """A parameter-server layout that leaves every serving rank a worker, and a
+    staleness bound the tree can keep."""
+    m = knobs["sub_masters"]
+    if ranks < 2:
+        raise KnobError(
+            "training.ranks_per_fold",
+            f"{scheme} needs at least 2 ranks per fold (a master and a worker); got {ranks}",
+        )
+    if ranks < 1 + 2 * m:
+        fits = (ranks - 1) // 2
+        raise KnobError(
+            f"training.options.{scheme}.sub_masters",
+            f"{m} sub-masters need at least {1 + 2 * m} ranks per fold (a master, {m} sub-masters and a worker "
+            f"each); ranks_per_fold is {ranks}: use sub_masters <= {fits} or ranks_per_fold >= {1 + 2 * m}",
+        )
+    bound = knobs["max_staleness"]
+    if bound is None:
+        return
+    if knobs.get("synchronous"):
+        raise KnobError(f"training.options.{scheme}.max_staleness", "synchronous mode has no staleness; leave it null")
+    fan_in = PsLayout(ranks, m).fan_in()
+    if bound < fan_in - 1:
+        raise KnobError(
+            f"training.options.{scheme}.max_staleness",
+            f"{bound} cannot be kept: a master serving {fan_in} workers sees each push at least {fan_in - 1} "
+            f"updates late once all have pushed; use >= {fan_in - 1}"
+            + (", or synchronous: true" if scheme == "downpour" else ""),
+        )

@@ -1,0 +1,341 @@
+"""Run under mpiexec: the parameter-server schemes against their definitions.
+
+    mpiexec -n 2 python -m mpi4py tests/agent/ps_check.py degenerate  # = sequential rules
+    mpiexec -n 3 python -m mpi4py tests/agent/ps_check.py gan         # GANs, order, resume
+    mpiexec -n 4 python -m mpi4py tests/agent/ps_check.py tree        # staleness, sub-masters, digits
+
+Each check drives a scheme through the same calls, in the same order, as the fold loop
+(``hpcopt_agent.fold``): begin_epoch, the batch loop with after_step and the stop vote
+(or serve on the master), end_batches, consensus; and state/load_state for resume.
+Prints one ``OK`` line per check on rank 0; any failure raises (and mpiexec ends the job).
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from mpi4py import MPI
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from hpcopt.schemes import resolve  # noqa: E402
+from hpcopt_agent.comm import Comms, limit_threads, split  # noqa: E402
+from hpcopt_agent.data import Data  # noqa: E402
+from hpcopt_agent.layout import plan  # noqa: E402
+from hpcopt_agent.schemes import make_scheme  # noqa: E402
+from hpcopt_agent.task import Task, as_dict, as_user  # noqa: E402
+from tests.agent.tasks import Regression, TinyGan  # noqa: E402
+
+world = MPI.COMM_WORLD
+
+
+def say(text: str) -> None:
+    if world.rank == 0:
+        print(text, flush=True)
+
+
+@dataclass
+class Stop:
+    """A stop signal that arrives at a given step of one rank (as SIGTERM would)."""
+
+    rank: int = -1
+    at: int = -1
+    requested: bool = False
+
+
+class Digits(Task):
+    def __init__(self) -> None:
+        from sklearn.datasets import load_digits
+
+        x, y = load_digits(return_X_y=True)
+        self.x, self.y = torch.tensor(x / 16.0, dtype=torch.float32), torch.tensor(y)
+
+    def dataset(self) -> Any:
+        return torch.utils.data.TensorDataset(self.x, self.y)
+
+    def build(self, params: dict[str, Any]) -> nn.Module:
+        return nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 10))
+
+    def optimizer(self, params: dict[str, Any], model: Any) -> torch.optim.Optimizer:
+        return torch.optim.Adam(model.parameters(), lr=params["lr"])
+
+    def loss(self, output: torch.Tensor, batch: Any) -> torch.Tensor:
+        return F.cross_entropy(output, batch[1])
+
+    def evaluate(self, model: Any, batches: Any, params: dict[str, Any]) -> dict[str, float]:
+        right = n = 0
+        for x, y in batches:
+            right += int((model(x).argmax(1) == y).sum())
+            n += len(y)
+        return {"accuracy": right / n}
+
+
+class SharedGan(TinyGan):
+    """TinyGan plus a ``combined`` model sharing both networks (as NNLO's GAN does):
+    the shared parameters must travel once."""
+
+    def build(self, params: dict[str, Any]) -> dict[str, nn.Module]:
+        models = super().build(params)
+        return {**models, "combined": nn.Sequential(models["generator"], models["critic"])}
+
+
+@dataclass
+class Result:
+    central: torch.Tensor  # the master's weights after the last consensus
+    metrics: dict[str, float]
+    scheme: Any
+    models: dict[str, nn.Module]
+
+
+class Run:
+    """One fold of training with a scheme, the way the fold loop drives it."""
+
+    def __init__(self, comms: Comms, name: str, knobs: dict[str, Any], task: Task, params: dict[str, Any]) -> None:
+        torch.manual_seed(0)
+        built = task.build(params)
+        self.single = isinstance(built, nn.Module)
+        self.models = as_dict(built)
+        self.optimizers = as_dict(task.optimizer(params, as_user(self.models, self.single)))
+        resolved = resolve(name, {name: knobs}, comms.fold.size)
+        self.scheme = make_scheme(name, comms, resolved, epochs=1, timeout=60)
+        sm, so = self.scheme.wrap(self.models, self.optimizers)
+        self.step_models, self.step_optimizers = as_user(sm, self.single), as_user(so, self.single)
+        self.task, self.params, self.comms = task, params, comms
+        self.epoch, self.batch = 0, 0
+
+    def train(
+        self, data: Data, train: np.ndarray, epochs: int, batch: int, stop: Stop | None = None, sleep: float = 0.0
+    ) -> bool:
+        """Trains to ``epochs``; returns False when the stop cut it short."""
+        s, stop = self.scheme, stop or Stop()
+        while self.epoch < epochs:
+            chunks = data.batches(s.shard(train, seed=self.epoch), s.rank_batch(batch))
+            s.begin_epoch(self.epoch, self.batch)
+            stopped = False
+            if s.trains:
+                vote = s.vote()
+                for b in range(self.batch, len(chunks)):
+                    if sleep:
+                        time.sleep(sleep)
+                    loss = self.task.train_step(self.step_models, self.step_optimizers, data.batch(chunks[b]), {})
+                    s.after_step(b, float(loss))
+                    stop.requested = stop.requested or (world.rank == stop.rank and b == stop.at and self.epoch == 1)
+                    if vote.step(stop.requested):
+                        self.batch, stopped = b + 1, True
+                        break
+                else:
+                    if vote.finish():
+                        self.batch, stopped = len(chunks), True
+                s.end_batches(stopped)
+            else:
+                stopped = s.serve(stop)
+            stopped = bool(self.comms.fold.allreduce(stopped, op=MPI.LOR))
+            if stopped:
+                return False
+            s.consensus(self.models)
+            self.metrics = s.epoch_metrics()
+            self.epoch, self.batch = self.epoch + 1, 0
+        return True
+
+    def checkpoint(self) -> bytes:
+        parts = self.comms.fold.gather((self.batch, self.scheme.state(), torch.get_rng_state()), root=0)
+        buf = io.BytesIO()
+        if parts is not None:
+            torch.save(
+                {
+                    "models": {k: m.state_dict() for k, m in self.models.items()},
+                    "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+                    "epoch": self.epoch,
+                    "ranks": parts,
+                },
+                buf,
+            )
+        return self.comms.fold.bcast(buf.getvalue(), root=0)
+
+    def resume(self, blob: bytes) -> None:
+        state = torch.load(io.BytesIO(blob), weights_only=False)
+        for k, m in self.models.items():
+            m.load_state_dict(state["models"][k])
+        for k, o in self.optimizers.items():
+            o.load_state_dict(state["optimizers"][k])
+        self.epoch = state["epoch"]
+        self.batch, scheme_state, rng = state["ranks"][self.comms.fold.rank]
+        self.scheme.load_state(scheme_state)
+        torch.set_rng_state(rng)
+
+    def result(self) -> Result:
+        central = self.comms.fold.bcast(self.scheme.flat.get() if self.comms.fold.rank == 0 else None, root=0)
+        metrics = self.comms.fold.bcast(getattr(self, "metrics", {}), root=0)
+        return Result(central, metrics, self.scheme, self.models)
+
+
+def comms_for(rpf: int) -> Comms:
+    layout = plan(world.size, 1, rpf, folds=max(1, world.size // rpf))
+    return split(layout, world, timeout=60)
+
+
+def flat(models: dict[str, nn.Module]) -> torch.Tensor:
+    return torch.cat([p.detach().reshape(-1) for m in models.values() for p in m.parameters()])
+
+
+# -- checks -----------------------------------------------------------------------------
+
+
+def degenerate(comms: Comms) -> None:
+    """One worker, one step per exchange: each rule against its sequential closed form."""
+    task = Regression()
+    data = Data(task.dataset(), torch.device("cpu"))
+    train = np.arange(200)
+    params = {"lr": 0.05}
+
+    def sequential(rule: str) -> torch.Tensor:
+        torch.manual_seed(0)
+        model = task.build(params)
+        opt = task.optimizer(params, model)
+        centre = flat({"m": model}).clone()
+        for epoch in range(2):
+            order = np.random.default_rng(epoch).permutation(train)
+            for chunk in data.batches(order, 16):
+                task.train_step(model, opt, data.batch(chunk), params)
+                if rule == "easgd":  # alpha = beta / 1 worker = 0.5, both from pre-exchange values
+                    x = flat({"m": model}).clone()
+                    new_x, centre = x - 0.5 * (x - centre), centre + 0.5 * (x - centre)
+                    torch.nn.utils.vector_to_parameters(new_x, model.parameters())
+        return centre if rule == "easgd" else flat({"m": model})
+
+    cases = {
+        "downpour": {"sync_every": 1},
+        "easgd": {"tau": 1, "beta": 0.5},
+        "gem": {"sync_every": 1, "momentum": 0.0, "kappa": 1.0},
+    }
+    for name, knobs in cases.items():
+        run = Run(comms, name, knobs, task, params)
+        assert run.train(data, train, epochs=2, batch=16)
+        got = run.result().central
+        want = sequential("easgd" if name == "easgd" else "sgd")
+        err = float((got - want).abs().max())
+        assert err <= 1e-6, f"{name}: max |delta| {err:.3g} from the sequential rule"
+        say(f"OK degenerate {name}: max |delta| = {err:.2g}")
+        run.scheme.close()
+
+
+def gan(comms: Comms) -> None:
+    """A dict of models and optimizers with a custom step trains under every scheme;
+    shared parameters travel once; round robin is reproducible bit for bit; a stop
+    mid-epoch and a resume end where an uninterrupted run does."""
+    task = SharedGan()
+    data = Data(task.dataset(), torch.device("cpu"))
+    train = np.arange(200)
+    params = {"lr": 0.01}
+    unique = sum(p.numel() for k in ("generator", "critic") for p in task.build(params)[k].parameters())
+    for name in ("downpour", "easgd", "gem"):
+        knobs = {"order": "round_robin"}
+        a = Run(comms, name, knobs, task, params)
+        assert a.scheme.flat.numel == unique, f"{name}: {a.scheme.flat.numel} weights sent, {unique} unique"
+        start = flat(a.models).clone()
+        assert a.train(data, train, epochs=3, batch=32)
+        ra = a.result()
+        a.scheme.close()
+        moved = float((flat(ra.models) - start).abs().max())
+        assert moved > 1e-4, f"{name}: the GAN did not train"
+        b = Run(comms, name, knobs, task, params)
+        b.train(data, train, epochs=3, batch=32)
+        rb = b.result()
+        b.scheme.close()
+        assert torch.equal(ra.central, rb.central), f"{name}: round robin differs between two runs"
+        # Stop at step 2 of epoch 2 on the last rank, checkpoint, resume in a fresh run.
+        c = Run(comms, name, knobs, task, params)
+        assert not c.train(data, train, epochs=3, batch=32, stop=Stop(rank=world.size - 1, at=2))
+        blob = c.checkpoint()
+        c.scheme.close()
+        d = Run(comms, name, knobs, task, params)
+        d.resume(blob)
+        assert d.train(data, train, epochs=3, batch=32)
+        rd = d.result()
+        d.scheme.close()
+        assert torch.equal(ra.central, rd.central), f"{name}: the resumed run ends elsewhere"
+        say(f"OK gan {name}: {unique} weights per message; trained (max move {moved:.2g}); "
+            f"round robin identical twice; stop at epoch 2 + resume identical")
+
+
+def tree(comms: Comms) -> None:
+    """4 ranks: the staleness bound holds where it binds; sub-masters route and train;
+    every scheme reaches allreduce's digits accuracy within 3 points."""
+    task = Regression()
+    data = Data(task.dataset(), torch.device("cpu"))
+    train = np.arange(240)
+    slow = 0.05 if world.rank == 1 else 0.0
+    for name in ("downpour", "easgd"):
+        free = Run(comms, name, {}, task, {"lr": 0.02})
+        free.train(data, train, epochs=1, batch=12, sleep=slow)
+        unbounded = free.result().metrics["staleness_max"]
+        free.scheme.close()
+        held = Run(comms, name, {"max_staleness": 2}, task, {"lr": 0.02})
+        held.train(data, train, epochs=1, batch=12, sleep=slow)
+        bounded = held.result().metrics["staleness_max"]
+        held.scheme.close()
+        assert unbounded > 2, f"{name}: a slow worker should see staleness > 2 without a bound ({unbounded})"
+        assert bounded <= 2, f"{name}: max_staleness 2 not kept: {bounded}"
+        say(f"OK staleness {name}: max {unbounded:.0f} unbounded, {bounded:.0f} with max_staleness 2")
+
+    # Sub-masters: master 0 <- sub-master 1 <- workers 2, 3.
+    for name in ("downpour", "easgd", "gem"):
+        run = Run(comms, name, {"sub_masters": 1}, task, {"lr": 0.02})
+        before = evaluate_regression(run, data)
+        run.train(data, train, epochs=2, batch=12)
+        after = evaluate_regression(run, data)
+        counts = comms.fold.gather(run.scheme.messages, root=0)
+        run.scheme.close()
+        if counts is not None:
+            # The master hears only from the sub-master, once per round of its two workers.
+            assert counts[0] == 0 and 0 < counts[1] < counts[2] + counts[3], counts
+            assert after < before * 0.7, f"{name} with a sub-master did not train: {before:.3g} -> {after:.3g}"
+        say(f"OK sub-master {name}: exchanges per rank {counts}; loss {before:.3g} -> {after:.3g}")
+
+    digits = Digits()
+    ddata = Data(digits.dataset(), torch.device("cpu"))
+    order = np.random.default_rng(0).permutation(len(ddata))
+    dtrain, dval = order[:1400], order[1400:]
+    acc = {}
+    for name, knobs in (("allreduce", {}), ("downpour", {}), ("easgd", {"tau": 4}), ("gem", {"lr": 0.1})):
+        run = Run(comms, name, knobs, digits, {"lr": 3e-3})
+        run.train(ddata, dtrain, epochs=4, batch=64)
+        run.result() if name != "allreduce" else None
+        model = run.models["model"]
+        with torch.no_grad():
+            acc[name] = digits.evaluate(model, [ddata.batch(dval)], {})["accuracy"]
+        run.scheme.close()
+    say("digits accuracy after 4 epochs: " + ", ".join(f"{k} {v:.3f}" for k, v in acc.items()))
+    for name in ("downpour", "easgd", "gem"):
+        assert acc[name] >= acc["allreduce"] - 0.03, f"{name}: {acc[name]:.3f} vs allreduce {acc['allreduce']:.3f}"
+    say("OK digits: every scheme within 3 points of allreduce")
+
+
+def evaluate_regression(run: Run, data: Data) -> float:
+    model = run.models["model"]
+    with torch.no_grad():
+        x, y = data.batch(np.arange(240))
+        return float(F.mse_loss(model(x), y))
+
+
+def main() -> int:
+    limit_threads(world, 1)
+    check = sys.argv[1]
+    comms = comms_for(world.size)
+    {"degenerate": degenerate, "gan": gan, "tree": tree}[check](comms)
+    comms.close()
+    say(f"ALL OK {check}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
