@@ -266,13 +266,13 @@ class FoldTrainer:
             model.train()
         order = scheme.shard(train, seed_for(self.s.seed, trial.number, fold, run.epoch, 1))
         chunks = self.data.batches(order, batch_size)
-        scheme.begin_epoch(run.epoch, run.batch)
+        scheme.begin_epoch(run.epoch, run.batch, len(chunks), self.stop)
         if not scheme.trains:
             ep.stop_at = run.batch if scheme.serve(self.stop) else None
             return ep
         vote = scheme.vote()
         try:
-            for b in range(run.batch, len(chunks)):
+            for b in scheme.batches(len(chunks), run.batch):
                 batch = self.data.batch(chunks[b])
                 loss = self.task.train_step(run.step_models, run.step_optimizers, batch, trial.params)
                 if loss is not None:
@@ -290,7 +290,8 @@ class FoldTrainer:
             with contextlib.suppress(Exception):
                 scheme.end_batches(stopped=True)
             raise
-        scheme.end_batches(stopped=ep.stop_at is not None)
+        if scheme.end_batches(stopped=ep.stop_at is not None) and ep.stop_at is None:
+            ep.stop_at = run.batch  # the scheme stopped the epoch (a parameter server's "stop")
         return ep
 
     def _evaluate(

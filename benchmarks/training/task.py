@@ -4,6 +4,7 @@ synthetic classification set, big enough that a step is real work on a CPU."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -16,6 +17,9 @@ from hpcopt_agent import Task
 
 # HPCOPT_BENCH_SAMPLES shrinks the data for the smoke test (run.py --small).
 SAMPLES = int(os.environ.get("HPCOPT_BENCH_SAMPLES", "32768"))
+# schemes.py slows one rank: HPCOPT_BENCH_SLOW_S seconds per step on world rank HPCOPT_BENCH_SLOW_RANK.
+SLOW_S = float(os.environ.get("HPCOPT_BENCH_SLOW_S", "0"))
+SLOW_RANK = int(os.environ.get("HPCOPT_BENCH_SLOW_RANK", "-1"))
 FEATURES, CLASSES, WIDTH = 128, 10, 1024
 BATCH = 256  # global per fold; split over the fold's ranks
 LR = 0.05
@@ -48,6 +52,7 @@ def evaluate(model: nn.Module, batches: Iterable[Any]) -> dict[str, float]:
 class Synthetic(Task):
     def __init__(self) -> None:
         self.data = make_data()
+        self.rank = int(os.environ.get("PMI_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")))
 
     def dataset(self) -> TensorDataset:
         return self.data
@@ -63,6 +68,11 @@ class Synthetic(Task):
 
     def batch_size(self, params: dict[str, Any]) -> int:
         return BATCH
+
+    def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
+        if SLOW_S and self.rank == SLOW_RANK:
+            time.sleep(SLOW_S)
+        return super().train_step(models, optimizers, batch, params)
 
     def evaluate(self, model: Any, batches: Iterable[Any], params: dict[str, Any]) -> dict[str, float]:
         return evaluate(model, batches)

@@ -115,7 +115,10 @@ def _make(name: str, seed: int, direction: str = "minimize", **options: Any) -> 
 def test_each_optimizer_finds_the_optimum_region_where_random_search_does_not(
     name: str, budget: int, options: dict[str, Any], tolerance: float
 ) -> None:
-    regrets = [_run(_make(name, seed, **options), branin, budget) - BRANIN_MIN for seed in range(5)]
+    # skopt refits its GP from scratch at every ask (O(n^3)): three seeds keep the suite
+    # within its time budget; the others take five.
+    seeds = range(3 if name == "skopt" else 5)
+    regrets = [_run(_make(name, seed, **options), branin, budget) - BRANIN_MIN for seed in seeds]
     random_regrets = [_run(_make("random", seed), branin, budget) - BRANIN_MIN for seed in range(5)]
     assert np.median(regrets) < tolerance, regrets
     assert np.median(random_regrets) > tolerance, random_regrets  # the test can tell them apart

@@ -47,6 +47,72 @@ def test_the_example_specs_are_valid() -> None:
         ({"folds": 0}, "folds", "greater than or equal to 1"),
         ({"training": {"task": "t", "scheme": "magic"}}, "training.scheme", "'allreduce'"),
         ({"colour": "blue"}, "colour", "unknown field"),
+        # Scheme knobs and the layouts they make, refused at submission (hpcopt.schemes).
+        ({"training": {"task": "t", "scheme": "easgd", "ranks_per_fold": 1}}, "training.ranks_per_fold", "at least 2"),
+        (
+            {
+                "training": {
+                    "task": "t",
+                    "scheme": "easgd",
+                    "ranks_per_fold": 4,
+                    "options": {"easgd": {"sub_masters": 2}},
+                }
+            },
+            "training.options.easgd.sub_masters",
+            "2 sub-masters need at least 5 ranks per fold (a master, 2 sub-masters and a worker each); "
+            "ranks_per_fold is 4: use sub_masters <= 1 or ranks_per_fold >= 5",
+        ),
+        (
+            {"training": {"task": "t", "scheme": "easgd", "ranks_per_fold": 3, "options": {"easgd.tau": 0}}},
+            "training.options.easgd.tau",
+            "must be an integer >= 1 and <= 1e+06, got 0",
+        ),
+        (
+            {"training": {"task": "t", "scheme": "gem", "ranks_per_fold": 3, "options": {"gem": {"kapa": 2}}}},
+            "training.options.gem.kapa",
+            "unknown knob for gem; allowed: sub_masters, max_staleness, order, sync_every, lr, momentum, kappa",
+        ),
+        (
+            {
+                "training": {
+                    "task": "t",
+                    "scheme": "downpour",
+                    "ranks_per_fold": 4,
+                    "options": {"downpour": {"max_staleness": 1}},
+                }
+            },
+            "training.options.downpour.max_staleness",
+            "1 cannot be kept: a master serving 3 workers sees each push at least 2 updates late",
+        ),
+        (
+            {
+                "training": {
+                    "task": "t",
+                    "scheme": "easgd",
+                    "ranks_per_fold": 2,
+                    "options": {"easgd": {"order": "fifo"}},
+                }
+            },
+            "training.options.easgd.order",
+            "must be one of arrival, round_robin; got 'fifo'",
+        ),
+        (
+            {
+                "training": {
+                    "task": "t",
+                    "scheme": "easgd",
+                    "ranks_per_fold": 2,
+                    "options": {"easgd": {"beta": float("nan")}},
+                }
+            },
+            "training.options.easgd.beta",
+            "must be a finite number, not nan",
+        ),
+        (
+            {"training": {"task": "t", "scheme": "downpour", "ranks_per_fold": 2, "options": {"downpour": 3}}},
+            "training.options.downpour",
+            "must be a mapping of knobs, got 3",
+        ),
     ],
 )
 def test_errors_name_the_field_and_what_is_allowed(change: dict[str, Any], field: str, message: str) -> None:

@@ -155,6 +155,11 @@ def test_grpc_health_and_reflection_are_on(live_server: LiveServer) -> None:
         assert {"hpcopt.v1.CampaignService", "hpcopt.v1.AgentService", "grpc.health.v1.Health"} <= names
 
 
+# The CLI is a client of the gRPC API, whose storage backends the tests above cover:
+# on SQLite only, to keep the suite within its time budget.
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
 def _cli(server: LiveServer, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hpcopt.cli", "--server", server.grpc_target, *args],
@@ -164,6 +169,7 @@ def _cli(server: LiveServer, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@SQLITE_ONLY
 def test_cli_submits_watches_and_exports(live_server: LiveServer, tmp_path: Path) -> None:
     spec_file = tmp_path / "c.yaml"
     spec_file.write_text(yaml.safe_dump(make_spec(folds=1, name="cli-campaign"), sort_keys=False))
@@ -191,6 +197,7 @@ def _cli_after(server: LiveServer, *args: str) -> subprocess.CompletedProcess[st
     )  # fmt: skip
 
 
+@SQLITE_ONLY
 def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_server: LiveServer) -> None:
     with Client(live_server.grpc_target) as c:
         c.create_campaign(make_spec(folds=2, name="typed"))
@@ -227,6 +234,7 @@ def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_ser
     assert json.loads(lines[-1])["campaign"]["state"] == "CANCELLED"
 
 
+@SQLITE_ONLY
 def test_cli_points_at_the_bad_field_in_the_file(live_server: LiveServer, tmp_path: Path) -> None:
     spec_file = tmp_path / "bad.yaml"
     text = (ROOT / "examples/digits/campaign.yaml").read_text().replace("low: 16, high: 256", "low: 600, high: 256")

@@ -11,9 +11,10 @@ training, so the fold loop (``fold.py``) has no special cases:
 - **wrapping**: :meth:`wrap` returns the models *and optimizers* the task's
   ``train_step`` uses (DDP models, gradient-collecting optimizers), so the step stays
   plain PyTorch;
-- **steps and stops**: :meth:`after_step` sees every step and its loss; :meth:`vote`
-  combines the stop signal over the ranks that train, so they stop after the same batch;
-  :meth:`end_batches` closes a rank's part of the epoch (a last push, a stop notice);
+- **steps and stops**: :meth:`batches` yields the batches a rank trains (a parameter
+  server hands out blocks of them as workers ask); :meth:`after_step` sees every step
+  and its loss; :meth:`vote` combines the stop signal over the ranks that train, so they
+  stop after the same batch; :meth:`end_batches` closes a rank's part of the epoch;
 - **epoch boundaries** stay synchronous: :meth:`consensus` gives every rank the weights
   to evaluate, :meth:`epoch_metrics` adds the scheme's own figures (staleness),
   :meth:`end_epoch` gets the epoch's training loss;
@@ -26,7 +27,7 @@ checks) go in ``hpcopt.schemes.KNOBS`` so the server validates them at submissio
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -120,8 +121,13 @@ class Scheme:
 
     # -- one epoch -----------------------------------------------------------------------
 
-    def begin_epoch(self, epoch: int, start: int) -> None:
-        """Before the epoch's first batch (``start`` > 0 when resuming mid-epoch)."""
+    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
+        """Before the epoch's batches (``start`` > 0 when resuming mid-epoch; ``stop``
+        is this rank's stop signal, with ``.requested``)."""
+
+    def batches(self, n_batches: int, start: int) -> Iterator[int]:
+        """The batches (indices into the epoch's ``n_batches``) this rank trains, in order."""
+        return iter(range(start, n_batches))
 
     def after_step(self, step: int, loss: float) -> None:
         """After every training step of this rank."""
@@ -134,8 +140,10 @@ class Scheme:
         """The epoch on a rank that does not train; returns whether it ended in a stop."""
         raise NotImplementedError(f"{self.name}: every rank trains")
 
-    def end_batches(self, stopped: bool) -> None:
-        """After this rank's last batch of the epoch, or after the agreed stop."""
+    def end_batches(self, stopped: bool) -> bool:
+        """After this rank's last batch of the epoch, after the agreed stop
+        (``stopped``), or after an error; returns whether the epoch stops here."""
+        return stopped
 
     def consensus(self, models: Models) -> None:
         """Collective: leaves in ``models`` on every rank the weights to evaluate."""

@@ -22,6 +22,7 @@ in rank order, which makes runs reproducible bit for bit.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -34,9 +35,21 @@ from hpcopt_agent.schemes.base import Models, Optimizers, Scheme, StopVote
 from hpcopt_agent.schemes.flat import Collect, Flat
 
 HDR, DATA, RHDR, RDATA = 7201, 7202, 7203, 7204
-#: Header kinds: a push (update, then a reply), a pull (just the weights), an end.
-PUSH, PULL, END = 1, 2, 3
+#: Header kinds: a push (an update; the reply has the weights and the next block), a
+#: pull (just the weights), a request for a block of batches, an early end (an error).
+PUSH, PULL, END, WORK = 1, 2, 3, 4
+#: Header flags: the sender was signalled to stop; a sub-master's last push of the epoch.
+STOP_FLAG, DONE_FLAG = 1, 2
+NO_BLOCK = -2  # a reply that assigns nothing (a pull, a sub-master's push)
 POLL = 0.0005
+
+
+class _NoVote(StopVote):
+    def step(self, stop: bool) -> bool:
+        return False
+
+    def finish(self) -> bool:
+        return False
 
 
 class Halted(RuntimeError):
@@ -60,9 +73,9 @@ class ParameterServer(Scheme):
         self.round_robin = knobs["order"] == "round_robin"
         self.bound: int | None = knobs["max_staleness"]
         self.every = int(knobs.get("sync_every", knobs.get("tau", 1)))
-        # The workers' own communicator carries their stop vote (collective over the fold).
-        self.worker_comm = self.fold.Split(1 if self.is_worker else MPI.UNDEFINED, self.rank)
         self.remote_stop = False  # a reply said stop
+        self.signal: Any = None  # this rank's stop signal (set per epoch)
+        self.stopping = False  # a serving rank answers "stop" from now on
         self.flat: Flat | None = None
         self.stash: torch.Tensor | None = None  # training weights while the central ones are evaluated
         self.resumed = False
@@ -70,10 +83,14 @@ class ParameterServer(Scheme):
         self.proxies: dict[str, Collect] = {}
         self.acc: torch.Tensor | None = None
         self.since = 0  # steps since the last exchange
+        self.block, self.block_end, self.released = -1, 0, False
         # serving ranks
         self.clock = 0
         self.child_clock: dict[int, int] = {}
         self.rr = 0
+        self.rr_resume: int | None = None  # the child that got the first "stop": round robin resumes there
+        self.queue: list[int] = []  # the blocks this serving rank hands out, and the next one
+        self.next = 0
         self.served = 0  # updates served since the last exchange with the parent
         self.up_acc: torch.Tensor | None = None
         self.staleness: list[int] = []
@@ -123,61 +140,102 @@ class ParameterServer(Scheme):
     def up_adopt(self, reply: torch.Tensor) -> None:
         raise NotImplementedError
 
+    # -- data ----------------------------------------------------------------------------
+
+    def shard(self, indices: np.ndarray, seed: int) -> np.ndarray:
+        """Every rank sees the epoch's whole order: workers take blocks of its batches
+        from their parent as they go, so a fast worker trains more of the epoch than a
+        slow one instead of waiting for it."""
+        return np.random.default_rng(seed).permutation(indices)
+
+    def rank_batch(self, batch_size: int) -> int:
+        return max(1, batch_size // len(self.layout.workers))
+
     # -- workers -------------------------------------------------------------------------
 
     def vote(self) -> StopVote:
-        return StopVote(self.worker_comm if self.is_worker else None, extra=lambda: self.remote_stop)
+        return _NoVote(None)  # stops travel in the headers: the parent answers "no more blocks"
 
-    def begin_epoch(self, epoch: int, start: int) -> None:
+    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
         assert self.flat is not None
         if self.stash is not None:
             self.flat.set(self.stash)
             self.stash = None
+        self.signal = stop
+        blocks = list(range(-(-n_batches // self.every)))
+        if self.rank == 0 and self.layout.sub_masters:
+            self.queue = []  # the sub-masters hand out the blocks
+        elif self.rank == 0 or not self.is_worker:
+            m = self.layout.sub_masters
+            self.queue = blocks[self.rank - 1 :: m] if self.rank and m else blocks
         if not self.resumed:
             self.child_clock = dict.fromkeys(self.children, self.clock)
-            self.rr = 0
+            self.rr, self.next = 0, 0
             self.staleness = []
             self.messages = 0
         self.resumed = False
         self.remote_stop = False
+        self.stopping = False
+        self.rr_resume = None
+        self.released = False
+
+    def batches(self, n_batches: int, start: int) -> Iterator[int]:
+        """The batches this worker trains: block after block, as its parent assigns them."""
+        block = self._work()
+        while block >= 0:
+            lo = block * self.every
+            self.block_end = min(lo + self.every, n_batches)
+            yield from range(lo, self.block_end)
+            block = self.block  # the reply to the exchange at the block's end
 
     def after_step(self, step: int, loss: float) -> None:
         self.since += 1
-        if self.since >= self.every:
-            self._exchange(done=False)
+        if step + 1 >= self.block_end:
+            self._exchange()
 
-    def end_batches(self, stopped: bool) -> None:
-        if self.is_worker:
-            if self.since and not stopped:
-                self._exchange(done=True)
-            else:
-                self._end(stopped)
+    def end_batches(self, stopped: bool) -> bool:
+        if self.is_worker and not self.released:  # left early (an error): tell the parent
+            self._end(True)
+            self.released = True
+        return self.remote_stop
 
-    def _exchange(self, done: bool) -> None:
-        """One exchange of a worker with its parent."""
+    def _work(self) -> int:
+        """Asks the parent for a block of batches (-1: none left, or stop)."""
+        self._call(WORK, None)
+        return self.block
+
+    def _exchange(self) -> None:
+        """One exchange of a worker with its parent at the end of a block."""
         assert self.parent is not None
         pulled = self._call(PULL, None) if self.pulls_first else None
-        reply = self._call(PUSH, self.payload(pulled), done)
+        reply = self._call(PUSH, self.payload(pulled))
         self.adopt(reply)
         self.since = 0
 
-    def _call(self, kind: int, data: torch.Tensor | None, done: bool = False) -> torch.Tensor:
-        """Sends a header (and data) to the parent; returns the weights it replies."""
+    def _call(self, kind: int, data: torch.Tensor | None, flags: int = 0) -> torch.Tensor:
+        """Sends a header (and data) to the parent; returns the weights it replies
+        (nothing for a request for work) and keeps the block it assigns."""
         assert self.flat is not None and self.parent is not None
         reply = self.flat.zeros()
-        rhdr = np.zeros(2, np.int64)
-        reqs = [self.fold.Irecv(rhdr, source=self.parent, tag=RHDR), self.fold.Irecv(reply.numpy(), self.parent, RDATA)]
-        self.fold.Send(np.array([kind, int(done)], np.int64), dest=self.parent, tag=HDR)
+        rhdr = np.zeros(3, np.int64)
+        reqs = [self.fold.Irecv(rhdr, source=self.parent, tag=RHDR)]
+        if kind != WORK:
+            reqs.append(self.fold.Irecv(reply.numpy(), self.parent, RDATA))
+        flags |= STOP_FLAG if self.signal is not None and self.signal.requested else 0
+        self.fold.Send(np.array([kind, flags], np.int64), dest=self.parent, tag=HDR)
         if data is not None:
             self.fold.Send(np.ascontiguousarray(data.numpy()), dest=self.parent, tag=DATA)
         self._wait(reqs, f"a reply from fold rank {self.parent}")
         self.remote_stop = self.remote_stop or bool(rhdr[1])
+        if self.is_worker and kind != PULL:
+            self.block = int(rhdr[2])
+            self.released = self.block < 0
         self.messages += 1
         return reply
 
     def _end(self, stopped: bool) -> None:
         assert self.parent is not None
-        self.fold.Send(np.array([END, int(stopped)], np.int64), dest=self.parent, tag=HDR)
+        self.fold.Send(np.array([END, STOP_FLAG if stopped else 0], np.int64), dest=self.parent, tag=HDR)
 
     def _wait(self, reqs: list[MPI.Request], what: str) -> None:
         deadline = time.monotonic() + self.timeout
@@ -189,14 +247,13 @@ class ParameterServer(Scheme):
     # -- serving ranks -------------------------------------------------------------------
 
     def serve(self, stop: Any) -> bool:
-        """Serves the children until each has ended its epoch; returns whether the
-        epoch ended in a stop (a child stopped, or this rank was signalled)."""
+        """Serves the children until each is done with the epoch; returns whether the
+        epoch ended in a stop (this rank, its parent or a child was signalled)."""
         assert self.flat is not None
-        active = [c for c in self.children]
+        active = list(self.children)
         hdrs = {c: np.zeros(2, np.int64) for c in active}
         reqs = {c: self.fold.Irecv(hdrs[c], source=c, tag=HDR) for c in active}
         arrived: list[int] = []
-        stopped = False
         deadline = time.monotonic() + self.timeout
         while active:
             for c in active:
@@ -210,52 +267,67 @@ class ParameterServer(Scheme):
                 time.sleep(POLL)
                 continue
             deadline = time.monotonic() + self.timeout
-            own_stop = bool(stop.requested) or self.remote_stop
             pushes = []
             for c in batch:
                 arrived.remove(c)
-                kind, flag = int(hdrs[c][0]), int(hdrs[c][1])
+                kind, flags = int(hdrs[c][0]), int(hdrs[c][1])
+                self.stopping = self.stopping or bool(flags & STOP_FLAG) or stop.requested or self.remote_stop
                 if kind == PUSH:
                     data = self.flat.zeros(grads=self.collects)
                     self.fold.Recv(data.numpy(), source=c, tag=DATA)
-                    pushes.append((c, data, flag))
+                    pushes.append((c, data, flags))
                 elif kind == PULL:  # the clock does not move: round robin stays on this child
-                    self._reply(c, self.flat.get(), own_stop)
+                    self._reply(c, self.flat.get(), NO_BLOCK)
                     self.child_clock[c] = self.clock
                     reqs[c] = self.fold.Irecv(hdrs[c], source=c, tag=HDR)
-                else:
-                    stopped = stopped or bool(flag)
+                elif kind == WORK:
+                    if self._reply(c, None, self._assign(c)) < 0:
+                        active.remove(c)
+                    else:
+                        reqs[c] = self.fold.Irecv(hdrs[c], source=c, tag=HDR)
+                    self.rr = c + 1
+                else:  # END: a child that left early
+                    self.stopping = True
                     active.remove(c)
             if pushes:
                 for c, _, _ in pushes:
                     self.staleness.append(self.clock - self.child_clock[c])
                 reply = self.apply([d for _, d, _ in pushes])
                 self.clock += 1
-                for c, _, done in pushes:
-                    self._reply(c, reply, own_stop)
+                for c, _, flags in pushes:
+                    sub = c <= self.layout.sub_masters
+                    block = NO_BLOCK if sub else self._assign(c)
+                    self._reply(c, reply, block)
                     self.child_clock[c] = self.clock
                     self.served += 1
-                    if done:
+                    if (sub and flags & DONE_FLAG) or (block < 0 and not sub):
                         active.remove(c)
                     else:
                         reqs[c] = self.fold.Irecv(hdrs[c], source=c, tag=HDR)
-                    self._advance(c)
+                    self.rr = c + 1
                 if self.parent is not None and self.served >= len(self.children):
                     self._up(done=False)
         if self.parent is not None:
-            if self.served and not stopped:
+            if self.served and not self.stopping:
                 self._up(done=True)
             else:
-                self._end(stopped)
-        return stopped or bool(stop.requested)
+                self._end(self.stopping)
+        return self.stopping
 
-    def _reply(self, child: int, weights: torch.Tensor, stop: bool) -> None:
-        self.fold.Send(np.array([self.clock, int(stop)], np.int64), dest=child, tag=RHDR)
-        self.fold.Send(np.ascontiguousarray(weights.numpy()), dest=child, tag=RDATA)
+    def _assign(self, child: int) -> int:
+        """The next block for a worker: -1 when none is left or the epoch stops."""
+        if self.stopping or self.next >= len(self.queue):
+            if self.stopping and self.rr_resume is None:
+                self.rr_resume = child  # where round robin picks up after a resume
+            return -1
+        self.next += 1
+        return self.queue[self.next - 1]
 
-    def _advance(self, child: int) -> None:
-        """Round robin: after a push from ``child``, the turn passes to the next rank."""
-        self.rr = child + 1
+    def _reply(self, child: int, weights: torch.Tensor | None, block: int) -> int:
+        self.fold.Send(np.array([self.clock, int(self.stopping), block], np.int64), dest=child, tag=RHDR)
+        if weights is not None:
+            self.fold.Send(np.ascontiguousarray(weights.numpy()), dest=child, tag=RDATA)
+        return block
 
     def _pick(self, arrived: list[int], active: list[int], hdrs: dict[int, np.ndarray]) -> list[int]:
         """The messages to serve now (several only in synchronous mode)."""
@@ -282,7 +354,7 @@ class ParameterServer(Scheme):
 
     def _up(self, done: bool) -> None:
         """A sub-master's exchange with the master."""
-        reply = self._call(PUSH, self.up_payload(), done)
+        reply = self._call(PUSH, self.up_payload(), DONE_FLAG if done else 0)
         self.up_adopt(reply)
         self.served = 0
 
@@ -328,7 +400,8 @@ class ParameterServer(Scheme):
         s: dict[str, Any] = {
             "clock": self.clock,
             "child_clock": dict(self.child_clock),
-            "rr": self.rr,
+            "rr": self.rr_resume if self.rr_resume is not None else self.rr,
+            "next": self.next,
             "served": self.served,
             "since": self.since,
             "staleness": list(self.staleness),
@@ -347,6 +420,7 @@ class ParameterServer(Scheme):
         if not state:
             return
         self.clock, self.rr, self.served = state["clock"], state["rr"], state["served"]
+        self.next = state["next"]
         self.child_clock = {int(k): v for k, v in state["child_clock"].items()}
         self.since, self.messages = state["since"], state["messages"]
         self.staleness = list(state["staleness"])
@@ -368,7 +442,3 @@ class ParameterServer(Scheme):
 
     def load_rule_state(self, state: dict[str, Any]) -> None:
         pass
-
-    def close(self) -> None:
-        if self.worker_comm != MPI.COMM_NULL:
-            self.worker_comm.Free()

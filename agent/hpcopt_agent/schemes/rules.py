@@ -136,8 +136,8 @@ class GEM(_GradientPush):
         self.eta = torch.cat(etas).to(self.flat.dtype) if etas else self.flat.zeros(grads=True)
         return out
 
-    def begin_epoch(self, epoch: int, start: int) -> None:
-        super().begin_epoch(epoch, start)
+    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
+        super().begin_epoch(epoch, start, n_batches, stop)
         if self.is_worker and self.prev is None:
             assert self.flat is not None
             self.prev = self.flat.get()  # the first epoch starts from the common initial weights

@@ -1,0 +1,105 @@
+"""The parameter-server schemes under the real mpiexec at 2, 3 and 4 ranks.
+
+``ps_check.py`` batches the scheme-level checks into three launches (``import torch``
+costs seconds per rank here); the agent test below runs one through the whole agent:
+a real server, SIGTERM mid-epoch, a checkpoint, and a later agent that resumes."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from tests.agent.conftest import (
+    AgentServer,
+    agent_spec,
+    dump,
+    kill_group,
+    mpi_env,
+    mpiexec_path,
+    rank_pids,
+    trial_json,
+    wait_for,
+)
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.mark.parametrize(
+    "ranks,check,expected",
+    [
+        (2, "degenerate", ["OK degenerate downpour", "OK degenerate easgd", "OK degenerate gem"]),
+        (3, "gan", ["OK gan downpour", "OK gan easgd", "OK gan gem", "OK examples/gan gem"]),
+        (4, "tree", ["OK staleness downpour", "OK staleness easgd", "OK sub-master gem", "OK digits"]),
+    ],
+)
+def test_parameter_server_schemes(ranks: int, check: str, expected: list[str]) -> None:
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "tests/agent/ps_check.py", check]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=mpi_env(), cwd=ROOT)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0 and f"ALL OK {check}" in out.stdout, text
+    for line in expected:
+        assert line in out.stdout, text
+
+
+def _final_weights(server: AgentServer, trial_id: int) -> dict[str, Any]:
+    import torch
+
+    uri = trial_json(server, trial_id)["folds"][0]["checkpoint_uri"]
+    state = torch.load(uri.removeprefix("file://"), weights_only=False)
+    assert state["epoch"] == 4 and state["scheme"] == "downpour"
+    return dict(state["models"]["model"])
+
+
+def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninterrupted_one_ends(
+    agent_server: AgentServer,
+) -> None:
+    spec = agent_spec(
+        folds=1,
+        budget={"max_trials": 1, "max_parallel": 1},
+        training={
+            "task": "tests/agent/tasks.py:Regression",
+            "scheme": "downpour",
+            "ranks_per_fold": 4,
+            "epochs": 4,
+            "options": {"downpour": {"sub_masters": 1, "order": "round_robin", "sync_every": 2}},
+        },
+    )
+    slow = {"HPCOPT_TEST_STEP_SLEEP": "0.03"}
+    whole = agent_server.submit(spec)
+    result = agent_server.run_agent(4, whole)
+    assert result.returncode == 0, dump(result)
+    [reference] = agent_server.client().iter_trials(whole)
+    folds = trial_json(agent_server, reference.id)["folds"]
+    assert {"staleness_mean", "staleness_max", "train_loss", "loss"} <= set(folds[0]["metrics"]), folds
+
+    cut = agent_server.submit(spec)
+    log_a = agent_server.workdir / "a.log"
+    a = agent_server.start_agent(4, cut, log=log_a, **slow)
+
+    def one_epoch() -> bool:
+        trials = agent_server.client().iter_trials(cut)
+        return bool(trials) and len(trial_json(agent_server, trials[0].id)["curves"]) >= 1
+
+    try:
+        wait_for(one_epoch, 120, "an epoch reported")
+        for pid in rank_pids(a):  # as Slurm does: every rank gets the signal
+            subprocess.run(["kill", "-TERM", str(pid)], check=False)
+        assert a.wait(timeout=60) == 0, log_a.read_text()
+    finally:
+        if a.poll() is None:
+            kill_group(a)
+    text = log_a.read_text()
+    assert "PREEMPTED" in text, text
+    [trial] = agent_server.client().iter_trials(cut)
+    assert trial_json(agent_server, trial.id)["state"] == "QUEUED"
+    resumed = agent_server.run_agent(4, cut)
+    assert resumed.returncode == 0, dump(resumed)
+    assert "resuming fold 0 from epoch" in resumed.stderr, dump(resumed)
+    assert trial_json(agent_server, trial.id)["state"] == "COMPLETED"
+    want, got = _final_weights(agent_server, reference.id), _final_weights(agent_server, trial.id)
+    for name, tensor in want.items():
+        assert got[name].equal(tensor), f"{name} differs after the preemption and resume"
