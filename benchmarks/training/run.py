@@ -127,6 +127,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--small", action="store_true", help="2,048 samples: a smoke run, not a measurement")
+    ap.add_argument("--throughput-only", action="store_true", help="skip the fold-layout table")
     args = ap.parse_args()
     if args.small:
         os.environ["HPCOPT_BENCH_SAMPLES"] = "2048"
@@ -136,19 +137,23 @@ def main() -> int:
         k = args.ranks
         plain: list[float] = []
         ours: list[float] = []
+        ratios: list[float] = []  # per repetition: median hpcopt over median plain
         walls: dict[str, list[float]] = {"parallel": [], "in turn, DDP": [], "in turn, 1 rank": []}
         for rep in range(args.reps):
             # Alternate the order so drift on a noisy machine hits both sides alike.
             if rep % 2 == 0:
-                plain += run_plain(args.ranks, k, args.epochs)
+                theirs = run_plain(args.ranks, k, args.epochs)
                 wall, rates = run_trial(server, args.ranks, k, args.ranks, args.epochs, workdir)
             else:
                 wall, rates = run_trial(server, args.ranks, k, args.ranks, args.epochs, workdir)
-                plain += run_plain(args.ranks, k, args.epochs)
+                theirs = run_plain(args.ranks, k, args.epochs)
+            plain += theirs
             ours += rates
+            ratios.append(statistics.median(rates) / statistics.median(theirs))
             walls["in turn, DDP"].append(wall)
-            walls["parallel"].append(run_trial(server, args.ranks, k, 1, args.epochs, workdir)[0])
-            walls["in turn, 1 rank"].append(run_trial(server, 1, k, 1, args.epochs, workdir)[0])
+            if not args.throughput_only:
+                walls["parallel"].append(run_trial(server, args.ranks, k, 1, args.epochs, workdir)[0])
+                walls["in turn, 1 rank"].append(run_trial(server, 1, k, 1, args.epochs, workdir)[0])
             print(f"rep {rep + 1}/{args.reps} done", file=sys.stderr, flush=True)
     finally:
         server.close()
@@ -161,6 +166,10 @@ def main() -> int:
     print(f"{'plain torch DDP':24} {p:>10.0f} {min(plain):>10.0f} {max(plain):>10.0f}")
     print(f"{'hpcopt trial (allreduce)':24} {o:>10.0f} {min(ours):>10.0f} {max(ours):>10.0f}")
     print(f"ratio hpcopt / plain DDP: {o / p:.3f}  (target >= 0.95)")
+    print("per repetition (interleaved): " + " ".join(f"{r:.3f}" for r in ratios))
+    print(f"median {statistics.median(ratios):.3f}, min {min(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)}")
+    if args.throughput_only:
+        return 0
     print(f"\nfold layouts: K={k} folds, {args.epochs} epochs, median trial wall time over {args.reps} runs")
     print(f"{'layout':36} {'seconds':>8} {'speed-up':>9}")
     base = statistics.median(walls["in turn, 1 rank"])

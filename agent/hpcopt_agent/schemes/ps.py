@@ -1,5 +1,5 @@
 """The parameter-server family (MPI-Learn/NNLO): a master holds the central weights,
-workers train on their shards and exchange with it; the rule of the exchange is the
+workers train blocks of the epoch and exchange with it; the rule of the exchange is the
 scheme (:mod:`.rules`: downpour, EASGD, GEM).
 
 Layout of a fold group (:class:`hpcopt.schemes.PsLayout`): fold rank 0 is the master
@@ -8,15 +8,22 @@ sub-masters, the rest are workers dealt round-robin to them. A sub-master serves
 workers with the scheme's rule on its own copy and, after each round of its workers'
 updates, exchanges with the master as a worker would.
 
-Transport is MPI point-to-point on the fold communicator: a 2-integer header, then
-one flat buffer (:mod:`.flat`); replies likewise. Serving ranks poll with short
-sleeps, so waiting costs no core that oversubscribed workers need. Epochs stay
-synchronous: every worker ends its epoch with a last push (or an end notice), the
-master stops serving when all have, and :meth:`consensus` gives every rank the
-central weights to evaluate. Staleness (master updates between a child's last reply
-and its push) is recorded per push; ``max_staleness`` holds back a push that would
-leave another child unable to keep the bound; ``order: round_robin`` serves children
-in rank order, which makes runs reproducible bit for bit.
+Transport is MPI point-to-point on the fold communicator: a 2-integer header (kind,
+flags), then one flat buffer (:mod:`.flat`); replies carry the parent's clock, a stop
+flag and the worker's next block of batches, then the weights. Serving ranks poll with
+short sleeps, so waiting costs no core that oversubscribed workers need.
+
+Workers take blocks of ``sync_every``/``tau`` batches of the epoch from their parent as
+they go (sub-masters share the blocks out), so a slow worker trains less of the epoch
+instead of holding the others back. Epochs stay synchronous: the master serves until
+every worker has been told "no more blocks", and :meth:`consensus` gives every rank
+the central weights to evaluate. A stop (a signal on any rank) travels in the headers;
+the parent answers it with "no more blocks", after the push it came with is applied.
+
+Staleness (master updates between a child's last reply and its push) is recorded per
+push; ``max_staleness`` holds back a push that would leave another child unable to keep
+the bound; ``order: round_robin`` serves children in rank order, which makes runs (and
+preempted, resumed runs) reproducible bit for bit.
 """
 
 from __future__ import annotations
@@ -286,8 +293,7 @@ class ParameterServer(Scheme):
                     else:
                         reqs[c] = self.fold.Irecv(hdrs[c], source=c, tag=HDR)
                     self.rr = c + 1
-                else:  # END: a child that left early
-                    self.stopping = True
+                else:  # END: a sub-master with nothing left to push, or a worker that failed
                     active.remove(c)
             if pushes:
                 for c, _, _ in pushes:
