@@ -26,7 +26,8 @@ from tests.conftest import ROOT
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.mark.parametrize("ranks,rpf", [(2, 2), (4, 2)])
+# 4 ranks in fold groups of 2 shows both halves: identical within a group, distinct across.
+@pytest.mark.parametrize("ranks,rpf", [(4, 2)])
 def test_ddp_keeps_a_fold_groups_weights_identical(ranks: int, rpf: int) -> None:
     cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "tests/agent/ddp_check.py", str(rpf)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=mpi_env(), cwd=ROOT)
@@ -35,8 +36,8 @@ def test_ddp_keeps_a_fold_groups_weights_identical(ranks: int, rpf: int) -> None
 
 @pytest.mark.parametrize(
     "ranks,groups,rpf",
-    [(1, 1, 1), (2, 2, 1), (2, 1, 2), (4, 2, 2)],
-    ids=["1-rank", "2-ranks-2-groups", "2-ranks-ddp", "4-ranks-2x2"],
+    [(1, 1, 1), (2, 2, 1), (4, 2, 2)],  # DDP fold groups: 4-ranks-2x2 (2 groups of rpf 2)
+    ids=["1-rank", "2-ranks-2-groups", "4-ranks-2x2"],
 )
 def test_a_campaign_runs_to_completion(agent_server: AgentServer, ranks: int, groups: int, rpf: int) -> None:
     spec = agent_spec(training={"task": "tests/agent/tasks.py:Regression", "epochs": 3, "ranks_per_fold": rpf})

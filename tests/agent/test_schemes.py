@@ -50,7 +50,7 @@ def _final_weights(server: AgentServer, trial_id: int) -> dict[str, Any]:
 
     uri = trial_json(server, trial_id)["folds"][0]["checkpoint_uri"]
     state = torch.load(uri.removeprefix("file://"), weights_only=False)
-    assert state["epoch"] == 4 and state["scheme"] == "downpour"
+    assert state["epoch"] == 3 and state["scheme"] == "downpour"
     return dict(state["models"]["model"])
 
 
@@ -64,7 +64,7 @@ def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninter
             "task": "tests/agent/tasks.py:Regression",
             "scheme": "downpour",
             "ranks_per_fold": 4,
-            "epochs": 4,
+            "epochs": 3,
             "options": {"downpour": {"sub_masters": 1, "order": "round_robin", "sync_every": 2}},
         },
     )
