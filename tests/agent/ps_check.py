@@ -270,7 +270,8 @@ def gan(comms: Comms) -> None:
     rdata = Data(ring.dataset(), torch.device("cpu"))
     for name in ("downpour", "easgd", "gem"):
         params = {"lr_g": 3e-4, "lr_d": 3e-4, "width": 64}
-        run = Run(comms, name, {"gem": {"lr": 0.01}, "easgd": {"tau": 4}}.get(name, {}), ring, params)
+        knobs = {"order": "round_robin", **{"gem": {"lr": 0.01}, "easgd": {"tau": 4}}.get(name, {})}
+        run = Run(comms, name, knobs, ring, params)
         real = rdata.batch(np.arange(7000, 8192))
         with torch.no_grad():
             before = ring.evaluate(run.models, [real], params)["sliced_w1"]
@@ -288,7 +289,11 @@ def tree(comms: Comms) -> None:
     task = Regression()
     data = Data(task.dataset(), torch.device("cpu"))
     train = np.arange(240)
-    slow = 0.05 if world.rank == 1 else 0.0
+    # Every worker sleeps per step, the slow one 10x longer: the epoch's 60 one-step
+    # blocks last ~0.3 s for the fast two, so a slow worker a scheduler tick late still
+    # gets blocks (without the fast sleep, one fast worker could take them all alone and
+    # see no staleness at all).
+    slow = 0.1 if world.rank == 1 else 0.01
     for name in ("downpour", "easgd"):
         free = Run(comms, name, {}, task, {"lr": 0.02})
         free.train(data, train, epochs=1, batch=12, sleep=slow)
@@ -304,7 +309,7 @@ def tree(comms: Comms) -> None:
 
     # Sub-masters: master 0 <- sub-master 1 <- workers 2, 3.
     for name in ("downpour", "easgd", "gem"):
-        run = Run(comms, name, {"sub_masters": 1}, task, {"lr": 0.02})
+        run = Run(comms, name, {"sub_masters": 1, "order": "round_robin"}, task, {"lr": 0.02})
         before = evaluate_regression(run, data)
         run.train(data, train, epochs=2, batch=12)
         after = evaluate_regression(run, data)
@@ -321,7 +326,9 @@ def tree(comms: Comms) -> None:
     order = np.random.default_rng(0).permutation(len(ddata))
     dtrain, dval = order[:1400], order[1400:]
     acc = {}
-    for name, knobs in (("allreduce", {}), ("downpour", {}), ("easgd", {"tau": 4}), ("gem", {"lr": 0.1})):
+    # Round robin: the accuracies are the same on every run (arrival order moves them ~1 point).
+    rr = {"order": "round_robin"}
+    for name, knobs in (("allreduce", {}), ("downpour", rr), ("easgd", {**rr, "tau": 4}), ("gem", {**rr, "lr": 0.1})):
         run = Run(comms, name, knobs, digits, {"lr": 3e-3})
         run.train(ddata, dtrain, epochs=4, batch=64)
         run.result() if name != "allreduce" else None
