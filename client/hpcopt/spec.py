@@ -133,7 +133,8 @@ class Budget(_Strict):
 
 
 class Training(_Strict):
-    """Settings the agent reads; the server stores them and does not interpret them."""
+    """Settings the agent reads. The server checks the scheme's knobs and the layout
+    they make (``hpcopt.schemes``) and stores the rest without interpreting it."""
 
     task: str = Field(min_length=1, max_length=MAX_TEXT)
     scheme: Literal["allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod"] = "allreduce"
