@@ -21,8 +21,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-#: Every scheme name a campaign may give; the agent implements some of them.
-SCHEMES = ("allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod")
 #: The parameter-server family: fold rank 0 is the master, then sub-masters, then workers.
 PARAMETER_SERVER = ("downpour", "easgd", "gem")
 

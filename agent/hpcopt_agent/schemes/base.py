@@ -27,7 +27,7 @@ checks) go in ``hpcopt.schemes.KNOBS`` so the server validates them at submissio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import numpy as np
@@ -46,16 +46,14 @@ class StopVote:
     completes one step later: every member stops after the same step without a
     blocking collective per step. ``comm`` None: this rank decides alone."""
 
-    def __init__(self, comm: MPI.Comm | None, extra: Callable[[], bool] | None = None) -> None:
-        self.comm = comm if comm is not None and comm != MPI.COMM_NULL and comm.size > 1 else None
-        self.extra = extra  # another reason to stop (a parameter server's reply said so)
+    def __init__(self, comm: MPI.Comm | None) -> None:
+        self.comm = comm if comm is not None and comm.size > 1 else None
         self.send = np.zeros(1, np.int32)
         self.recv = np.zeros(1, np.int32)
         self.pending: MPI.Request | None = None
 
     def step(self, stop: bool) -> bool:
         """After a step: whether all members agreed (one step ago) to stop."""
-        stop = stop or (self.extra is not None and self.extra())
         if self.comm is None:
             return stop
         agreed = False

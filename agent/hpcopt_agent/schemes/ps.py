@@ -76,7 +76,7 @@ class ParameterServer(Scheme):
         self.children = self.layout.children(self.rank)
         workers = self.layout.workers
         self.is_worker = self.rank in workers
-        self.train_rank, self.train_size = (workers.index(self.rank) if self.is_worker else 0), len(workers)
+        self.train_size = len(workers)
         self.round_robin = knobs["order"] == "round_robin"
         self.bound: int | None = knobs["max_staleness"]
         self.every = int(knobs.get("sync_every", knobs.get("tau", 1)))
@@ -89,7 +89,6 @@ class ParameterServer(Scheme):
         # worker
         self.proxies: dict[str, Collect] = {}
         self.acc: torch.Tensor | None = None
-        self.since = 0  # steps since the last exchange
         self.block, self.block_end, self.released = -1, 0, False
         # serving ranks
         self.clock = 0
@@ -156,7 +155,7 @@ class ParameterServer(Scheme):
         return np.random.default_rng(seed).permutation(indices)
 
     def rank_batch(self, batch_size: int) -> int:
-        return max(1, batch_size // len(self.layout.workers))
+        return max(1, batch_size // self.train_size)
 
     # -- workers -------------------------------------------------------------------------
 
@@ -196,7 +195,6 @@ class ParameterServer(Scheme):
             block = self.block  # the reply to the exchange at the block's end
 
     def after_step(self, step: int, loss: float) -> None:
-        self.since += 1
         if step + 1 >= self.block_end:
             self._exchange()
 
@@ -217,7 +215,6 @@ class ParameterServer(Scheme):
         pulled = self._call(PULL, None) if self.pulls_first else None
         reply = self._call(PUSH, self.payload(pulled))
         self.adopt(reply)
-        self.since = 0
 
     def _call(self, kind: int, data: torch.Tensor | None, flags: int = 0) -> torch.Tensor:
         """Sends a header (and data) to the parent; returns the weights it replies
@@ -409,7 +406,6 @@ class ParameterServer(Scheme):
             "rr": self.rr_resume if self.rr_resume is not None else self.rr,
             "next": self.next,
             "served": self.served,
-            "since": self.since,
             "staleness": list(self.staleness),
             "messages": self.messages,
             "up_acc": self.up_acc,
@@ -428,7 +424,7 @@ class ParameterServer(Scheme):
         self.clock, self.rr, self.served = state["clock"], state["rr"], state["served"]
         self.next = state["next"]
         self.child_clock = {int(k): v for k, v in state["child_clock"].items()}
-        self.since, self.messages = state["since"], state["messages"]
+        self.messages = state["messages"]
         self.staleness = list(state["staleness"])
         self.up_acc = state["up_acc"]
         if self.acc is not None and state["acc"] is not None:

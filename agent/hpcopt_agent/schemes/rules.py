@@ -52,6 +52,8 @@ class _GradientPush(ParameterServer):
         self.flat.set(reply)
 
     def _collect_up(self, update: torch.Tensor, mean: bool) -> None:
+        """On a sub-master: what it pushes up next, the mean of the updates it served
+        (downpour's gradients) or their sum (GEM's steps)."""
         if self.parent is None:
             return
         self.up_acc = update.clone() if self.up_acc is None else self.up_acc + update
@@ -163,11 +165,6 @@ class GEM(_GradientPush):
             self._collect_up(d, mean=False)
         self.flat.set(centre)
         return centre
-
-    def up_payload(self) -> torch.Tensor:
-        assert self.up_acc is not None
-        out, self.up_acc = self.up_acc, None
-        return out
 
     def on_consensus(self, central: torch.Tensor) -> None:
         self.prev = central.clone()
