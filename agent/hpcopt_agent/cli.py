@@ -161,7 +161,8 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
 
     settings = TrainingSettings.from_spec(spec, args.task)
     layout = plan(world, args.groups, settings.ranks_per_fold, settings.folds)
-    check_scheme(settings.scheme)
+    for name in settings.schemes:
+        check_scheme(name)
     task = load_task(settings.task)
     return settings, layout, task
 
@@ -195,7 +196,11 @@ def _run(
     reg = bcast(comms.group, reg)
     if world.rank == 0:
         log.info(
-            "campaign %d: %s; scheme %s, %d epochs", args.campaign, layout.describe(), settings.scheme, settings.epochs
+            "campaign %d: %s; scheme %s, %d epochs",
+            args.campaign,
+            layout.describe(),
+            settings.scheme if settings.scheme != "search" else "searched among " + ", ".join(settings.schemes),
+            settings.epochs,
         )
     if comms.is_group_leader:
         log.info("registered as agent %s (%d ranks)", reg.agent_id, layout.group_size)

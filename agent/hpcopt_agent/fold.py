@@ -139,7 +139,8 @@ class FoldTrainer:
         run: _Run | None = None
         error = ""
         try:  # the same knobs on every rank: all build the scheme (a collective) or none does
-            scheme = make_scheme(self.s.scheme, self.comms, self.s.knobs(trial.params), self.s.epochs, self.timeout)
+            name = self.s.scheme_for(trial.params)
+            scheme = make_scheme(name, self.comms, self.s.knobs(trial.params), self.s.epochs, self.timeout)
             run = self._start(trial, fold, resume_uri, scheme)
         except Exception as exc:
             error = summarize(exc)

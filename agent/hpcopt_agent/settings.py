@@ -43,10 +43,22 @@ class TrainingSettings:
     #: The schemes' knobs as given in training.options ({scheme: {knob: value}}).
     scheme_options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
+    #: The schemes this campaign trains with (``scheme: search``: the choices of ``scheme``).
+    schemes: tuple[str, ...] = ()
+
+    def scheme_for(self, params: dict[str, Any]) -> str:
+        """The scheme one trial trains with: its ``scheme`` parameter under ``scheme: search``."""
+        if self.scheme != "search":
+            return self.scheme
+        name = params.get("scheme")
+        if name not in self.schemes:
+            raise SettingsError(f"params.scheme: {name!r} is not one of this campaign's schemes {list(self.schemes)}")
+        return str(name)
+
     def knobs(self, params: dict[str, Any]) -> dict[str, Any]:
-        """The knobs of this campaign's scheme for one trial (its params may set them)."""
+        """The knobs of a trial's scheme (its params may set them: searched > options > defaults)."""
         try:
-            return resolve(self.scheme, self.scheme_options, self.ranks_per_fold, params)
+            return resolve(self.scheme_for(params), self.scheme_options, self.ranks_per_fold, params)
         except KnobError as exc:
             raise SettingsError(str(exc)) from None
 
@@ -74,8 +86,14 @@ class TrainingSettings:
             raise SettingsError(f"training.options.stratified: must be true or false, got {merged['stratified']!r}")
         objective = spec.get("objective") or {}
         scheme, ranks = str(training.get("scheme", "allreduce")), int(training.get("ranks_per_fold", 1))
+        schemes = [scheme]
+        if scheme == "search":
+            schemes = [str(c) for c in ((spec.get("space") or {}).get("scheme") or {}).get("choices", [])]
+            if not schemes:
+                raise SettingsError("training.scheme: search needs a categorical `scheme` parameter in the space")
         try:  # the server checked these at submission; an older server may not have
-            resolve(scheme, sections, ranks)
+            for name in schemes:
+                resolve(name, sections, ranks)
         except KnobError as exc:
             raise SettingsError(str(exc)) from None
         return cls(
@@ -92,4 +110,5 @@ class TrainingSettings:
             seed=merged["seed"],
             param_names=tuple(spec.get("space") or ()),
             scheme_options=sections,
+            schemes=tuple(schemes),
         )

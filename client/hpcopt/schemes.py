@@ -104,8 +104,48 @@ _PS = {
     ),
 }
 
+_DASO = {
+    "node_size": Knob(
+        None,
+        int,
+        1,
+        1_000_000,
+        optional=True,
+        doc="ranks per node (null: ranks sharing a host); must divide ranks_per_fold",
+    ),
+    "max_global_skips": Knob(8, int, 1, 1024, doc="batches between global syncs after a reset of the cycle"),
+    "warmup_epochs": Knob(
+        None,
+        int,
+        0,
+        1_000_000,
+        optional=True,
+        doc="epochs of full synchronous training first (null: min(4, epochs // 4))",
+    ),
+    "cooldown_epochs": Knob(
+        None, int, 0, 1_000_000, optional=True, doc="epochs of full synchronous training last (null: as warm-up)"
+    ),
+    "stability_level": Knob(
+        0.05, float, 0.0, 1.0, open_low=True, doc="relative loss change under which an epoch counts as stable"
+    ),
+    "patience": Knob(2, int, 0, 1000, doc="stable epochs before the skips shrink"),
+    "local_skip_factor": Knob(4, int, 1, 1024, doc="at a reset, S = local skip = max_global_skips // this"),
+    "skip_reduction_factor": Knob(2, int, 2, 1024, doc="the skips shrink by this factor when the loss is stable"),
+}
+
+_PIPELINE = {
+    "stages": Knob(
+        None, int, 1, 1024, optional=True, doc="pipeline stages (null: ranks_per_fold); divides ranks_per_fold"
+    ),
+    "microbatches": Knob(4, int, 1, 1024, doc="micro-batches per batch; must divide the batch size"),
+    "schedule": Knob("1f1b", str, choices=("gpipe", "1f1b"), doc="the pipeline schedule"),
+}
+
 KNOBS: dict[str, dict[str, Knob]] = {
-    "allreduce": {},
+    "allreduce": {"backend": Knob("ddp", str, choices=("ddp", "horovod"), doc="torch DDP, or Horovod (make horovod)")},
+    "horovod": {},
+    "daso": _DASO,
+    "pipeline": _PIPELINE,
     "downpour": {
         **_PS,
         "sync_every": Knob(1, int, 1, 1_000_000, doc="batches between a worker's pushes of its mean gradient"),
@@ -197,12 +237,28 @@ def resolve(
         if params is not None and f"{scheme}.{knob}" in params:
             field, value = f"params.{scheme}.{knob}", params[f"{scheme}.{knob}"]
         knobs[knob] = spec.check(field, value)
-    if scheme in PARAMETER_SERVER:
-        check_layout(scheme, knobs, ranks_per_fold)
+    check_layout(scheme, knobs, ranks_per_fold)
     return knobs
 
 
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+
+
 def check_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
+    """The rank layout a scheme's knobs make fits ``ranks`` ranks per fold."""
+    if scheme in PARAMETER_SERVER:
+        _check_ps_layout(scheme, knobs, ranks)
+    for knob in ("node_size", "stages"):
+        value = knobs.get(knob)
+        if scheme in ("daso", "pipeline") and value is not None and ranks % value:
+            raise KnobError(
+                f"training.options.{scheme}.{knob}",
+                f"{knob}={value} does not divide ranks_per_fold={ranks}; values that fit: {_divisors(ranks)}",
+            )
+
+
+def _check_ps_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
     """A parameter-server layout that leaves every serving rank a worker, and a
     staleness bound the tree can keep."""
     m = knobs["sub_masters"]
@@ -231,3 +287,94 @@ def check_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
             f"updates late once all have pushed; use >= {fan_in - 1}"
             + (", or synchronous: true" if scheme == "downpour" else ""),
         )
+
+
+def expand_search(data: Any) -> Any:
+    """A spec document with ``training.scheme: {search: {scheme: {knob: parameter}}}``
+    normalized into a categorical ``scheme`` parameter and conditional knob parameters
+    (``easgd.tau`` with ``when: {scheme: [easgd]}``), and ``training.scheme: search``.
+    Other documents come back as they are."""
+    training = data.get("training") if isinstance(data, dict) else None
+    if not isinstance(training, dict) or not isinstance(training.get("scheme"), dict):
+        return data
+    search = training["scheme"].get("search")
+    if set(training["scheme"]) != {"search"} or not isinstance(search, dict) or not search:
+        raise KnobError(
+            "training.scheme", "must be a scheme's name or {search: {<scheme>: {<knob>: <parameter>}, ...}}"
+        )
+    space = data.get("space")
+    if not isinstance(space, dict):
+        return data  # the spec's own validation names it
+    if "scheme" in space:
+        raise KnobError("space.scheme", "is made by training.scheme.search; drop it from the space")
+    out = {**space, "scheme": {"type": "categorical", "choices": list(search)}}
+    for name, knobs in search.items():
+        at = f"training.scheme.search.{name}"
+        if name not in KNOBS:
+            raise KnobError(at, f"unknown scheme; allowed: {', '.join(KNOBS)}")
+        if not isinstance(knobs, dict | None):
+            raise KnobError(at, "must be a mapping of knob: parameter ({} to search the scheme with its defaults)")
+        for knob, param in (knobs or {}).items():
+            if knob not in KNOBS[name]:
+                raise KnobError(f"{at}.{knob}", f"unknown knob for {name}; allowed: {', '.join(KNOBS[name]) or 'none'}")
+            if not isinstance(param, dict) or "when" in param:
+                raise KnobError(f"{at}.{knob}", "must be a parameter such as {type: int, low: 1, high: 16} (no when)")
+            out[f"{name}.{knob}"] = {**param, "when": {"scheme": [name]}}
+    return {**data, "space": out, "training": {**training, "scheme": "search"}}
+
+
+def _probes(param: dict[str, Any]) -> list[Any]:
+    """The values of a parameter that a knob check must see: every choice, every int of
+    a short range, else the bounds."""
+    if param["type"] == "categorical":
+        return list(param["choices"])
+    low, high = param["low"], param["high"]
+    if param["type"] == "int" and high - low <= 256:
+        return list(range(low, high + 1))
+    return [low, high]
+
+
+def check_space_knobs(space: dict[str, dict[str, Any]], scheme: str, options: dict[str, Any], ranks: int) -> None:
+    """The scheme(s) a campaign trains with, and every knob its space searches, checked
+    against the knob table and ``ranks`` per fold: each value a parameter can take must
+    be allowed and make a layout that fits. Raises :class:`KnobError` naming the field
+    and the value (knobs searched together are checked one at a time; the agent checks
+    each trial's combination again)."""
+    schemes = [scheme]
+    if scheme == "search":
+        p = space.get("scheme")
+        if p is None or p["type"] != "categorical" or p.get("when"):
+            raise KnobError("space.scheme", "training.scheme: search needs an unconditional categorical `scheme`")
+        bad = [c for c in p["choices"] if c not in KNOBS]
+        if bad:
+            raise KnobError("space.scheme.choices", f"{bad[0]!r} is not a scheme; allowed: {', '.join(KNOBS)}")
+        schemes = list(p["choices"])
+    searched: dict[str, dict[str, list[Any]]] = {s: {} for s in schemes}
+    for name, p in space.items():
+        head, dot, knob = name.partition(".")
+        if not dot or head not in KNOBS:
+            continue
+        at = f"space.{name}"
+        if knob not in KNOBS[head]:
+            raise KnobError(at, f"unknown knob for {head}; allowed: {', '.join(KNOBS[head]) or 'none'}")
+        if head not in schemes:
+            raise KnobError(at, f"{head} is not a scheme this campaign trains with ({', '.join(schemes)})")
+        if scheme == "search" and (p.get("when") or {}).get("scheme") != [head]:
+            raise KnobError(f"{at}.when", f"a knob of {head} must be active only under it: when: {{scheme: [{head}]}}")
+        searched[head][name] = _probes(p)
+    for s in schemes:
+        first = {name: values[0] for name, values in searched[s].items()}
+        try:
+            resolve(s, options, ranks, first)
+        except KnobError as exc:
+            if not exc.field.startswith("training."):
+                raise KnobError(f"space.{exc.field.removeprefix('params.')}", exc.message) from None
+            raise KnobError(
+                exc.field, f"under scheme {s}: {exc.message}" if scheme == "search" else exc.message
+            ) from None
+        for name, values in searched[s].items():
+            for value in values:
+                try:
+                    resolve(s, options, ranks, {**first, name: value})
+                except KnobError as exc:
+                    raise KnobError(f"space.{name}", f"{name}={value!r}: {exc.message}") from None

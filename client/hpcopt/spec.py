@@ -30,7 +30,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from hpcopt.documents import DocumentError, check_values, clip
-from hpcopt.schemes import KnobError, resolve
+from hpcopt.schemes import KnobError, check_space_knobs, expand_search
 
 #: Algorithms the server knows. The server checks the name against its registry too.
 ALGORITHMS = ("random", "sobol", "grid", "bo", "ea", "skopt")
@@ -56,7 +56,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class RealParam(_Strict):
+class _Param(_Strict):
+    #: Active only when every named categorical parameter takes one of the listed values
+    #: (``when: {optimizer: [sgd]}``); an inactive parameter is absent from the trial.
+    when: dict[ParamName, list[Choice]] | None = Field(default=None, min_length=1, max_length=8)
+
+
+class RealParam(_Param):
     """A float in [low, high]; ``scale: log`` searches log(low)..log(high)."""
 
     type: Literal["real"]
@@ -70,7 +76,7 @@ class RealParam(_Strict):
         return self
 
 
-class IntParam(_Strict):
+class IntParam(_Param):
     """An integer in [low, high], both included."""
 
     type: Literal["int"]
@@ -84,7 +90,7 @@ class IntParam(_Strict):
         return self
 
 
-class CategoricalParam(_Strict):
+class CategoricalParam(_Param):
     """One of ``choices`` (strings, numbers or booleans; no duplicates)."""
 
     type: Literal["categorical"]
@@ -137,7 +143,9 @@ class Training(_Strict):
     they make (``hpcopt.schemes``) and stores the rest without interpreting it."""
 
     task: str = Field(min_length=1, max_length=MAX_TEXT)
-    scheme: Literal["allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod"] = "allreduce"
+    #: A scheme's name, or ``search``: the trial's ``scheme`` parameter picks it (what
+    #: ``scheme: {search: {...}}`` is normalized into).
+    scheme: Literal["allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod", "search"] = "allreduce"
     ranks_per_fold: int = Field(default=1, ge=1, le=1_000_000)
     epochs: int = Field(default=10, ge=1, le=1_000_000)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -189,7 +197,10 @@ def parse_spec(data: Any) -> CampaignSpec:
         raise SpecError([("", f"a campaign spec must be a mapping, not {type(data).__name__}")])
     try:
         check_values(data, "spec")
-        spec = CampaignSpec.model_validate(data)
+        expanded = expand_search(data)
+        spec = CampaignSpec.model_validate(expanded)
+    except KnobError as exc:
+        raise SpecError([(exc.field, exc.message)]) from None
     except DocumentError as exc:
         raise SpecError(exc.errors) from None
     except pydantic.ValidationError as exc:
@@ -204,18 +215,58 @@ def parse_spec(data: Any) -> CampaignSpec:
                 msg = "type must be one of 'real', 'int', 'categorical'"
             errors.append((_path(tuple(clip(str(p)) for p in err["loc"])), msg.removeprefix("Value error, ")))
         raise SpecError(errors) from None
+    errors = _check_conditions(spec.space)
+    if errors:
+        raise SpecError(errors)
+    space = {name: p.model_dump(mode="json") for name, p in spec.space.items()}
     if spec.training is not None:
-        # The scheme's knobs and the rank layout they make (hpcopt.schemes), before any trial.
+        # The scheme's knobs, searched or fixed, and the rank layouts they make
+        # (hpcopt.schemes), before any trial.
+        t = spec.training
         try:
-            resolve(spec.training.scheme, spec.training.options, spec.training.ranks_per_fold)
+            check_space_knobs(space, t.scheme, t.options, t.ranks_per_fold)
         except KnobError as exc:
-            raise SpecError([(exc.field, exc.message)]) from None
+            field = exc.field
+            if expanded is not data and field.startswith("space.") and field.count(".") == 2:
+                field = "training.scheme.search." + field.removeprefix("space.")  # where the user wrote it
+            raise SpecError([(field, exc.message)]) from None
     size = len(json.dumps(spec_to_json_dict(spec)))
     if size > MAX_SPEC_BYTES:
         raise SpecError([("", f"the spec is {size} bytes as JSON; at most {MAX_SPEC_BYTES} are accepted")])
     return spec
 
 
+def _check_conditions(space: dict[str, Any]) -> list[tuple[str, str]]:
+    """``when`` names unconditional categorical parameters of the space and their choices
+    (one level: a chain of conditions is not needed for scheme knobs or optimizer options
+    and would make "active" a fixed point to compute)."""
+    errors = []
+    for name, p in space.items():
+        for parent, values in (p.when or {}).items():
+            at, q = f"space.{name}.when.{parent}", space.get(parent)
+            if parent == name:
+                errors.append((at, "a parameter cannot depend on itself"))
+            elif q is None:
+                errors.append((at, f"names no parameter of the space; parameters: {', '.join(space)}"))
+            elif not isinstance(q, CategoricalParam):
+                errors.append((at, f"must name a categorical parameter; {parent} is {q.type}"))
+            elif q.when:
+                errors.append(
+                    (at, f"{parent} is itself conditional; conditions may name unconditional parameters only")
+                )
+            elif not values:
+                errors.append((at, f"must list at least one of the choices of {parent}"))
+            else:
+                bad = [v for v in values if not any(type(v) is type(c) and v == c for c in q.choices)]
+                if bad:
+                    errors.append((at, f"{bad[0]!r} is not a choice of {parent}; choices: {q.choices}"))
+    return errors
+
+
 def spec_to_json_dict(spec: CampaignSpec) -> dict[str, Any]:
-    """The canonical JSON form of a spec (defaults filled in)."""
-    return spec.model_dump(mode="json")
+    """The canonical JSON form of a spec (defaults filled in; ``when`` only where set)."""
+    out = spec.model_dump(mode="json")
+    for p in out["space"].values():
+        if p.get("when") is None:
+            p.pop("when", None)
+    return out

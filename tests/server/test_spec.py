@@ -8,9 +8,24 @@ from typing import Any
 import pytest
 
 from hpcopt.documents import MAX_DEPTH, DocumentError, parse_document
-from hpcopt.spec import MAX_SPEC_BYTES, SpecError, parse_spec
+from hpcopt.spec import MAX_SPEC_BYTES, SpecError, parse_spec, spec_to_json_dict
 from hpcopt.specfile import load_spec_file, locate
 from tests.conftest import ROOT, make_spec
+
+
+def _when(when: dict[str, Any], parent: dict[str, Any] | None = None, missing: bool = False) -> dict[str, Any]:
+    """A space whose ``m`` has ``when``, beside a categorical ``opt`` (``parent`` replaces it)."""
+    space: dict[str, Any] = {"lr": {"type": "real", "low": 0.01, "high": 1},
+                             "act": {"type": "categorical", "choices": ["relu"]},
+                             "opt": parent or {"type": "categorical", "choices": ["sgd", "adam"]}}  # fmt: skip
+    if missing:
+        del space["opt"]
+    space["m"] = {"type": "real", "low": 0, "high": 1, "when": when}
+    return {"space": space}
+
+
+def _search(search: dict[str, Any], ranks: int = 4) -> dict[str, Any]:
+    return {"training": {"task": "t", "ranks_per_fold": ranks, "scheme": {"search": {"allreduce": {}, **search}}}}
 
 
 def _errors(spec: dict[str, Any]) -> list[tuple[str, str]]:
@@ -113,11 +128,79 @@ def test_the_example_specs_are_valid() -> None:
             "training.options.downpour",
             "must be a mapping of knobs, got 3",
         ),
+        # Conditional parameters.
+        (_when({"opt": ["sgd"]}, missing=True), "space.m.when.opt", "names no parameter of the space"),
+        (_when({"opt": ["rmsprop"]}), "space.m.when.opt", "'rmsprop' is not a choice of opt; choices: ['sgd', 'adam']"),
+        (_when({"lr": [0.1]}), "space.m.when.lr", "must name a categorical parameter; lr is real"),
+        (_when({"m": [0.5]}), "space.m.when.m", "a parameter cannot depend on itself"),
+        (_when({"opt": []}), "space.m.when.opt", "must list at least one of the choices of opt"),
+        (
+            _when({"opt": ["sgd"]}, parent={"type": "categorical", "choices": ["sgd"], "when": {"act": ["relu"]}}),
+            "space.m.when.opt",
+            "opt is itself conditional",
+        ),
+        # The scheme as a searched parameter: layouts that cannot fit, unknown schemes and knobs.
+        (
+            _search({"daso": {"node_size": {"type": "categorical", "choices": [2, 3]}}}),
+            "training.scheme.search.daso.node_size",
+            "node_size=3 does not divide ranks_per_fold=4; values that fit: 1, 2, 4",
+        ),
+        (
+            _search({"easgd": {"sub_masters": {"type": "int", "low": 0, "high": 2}}}),
+            "training.scheme.search.easgd.sub_masters",
+            "2 sub-masters need at least 5 ranks per fold",
+        ),
+        (
+            _search({"pipeline": {"stages": {"type": "int", "low": 2, "high": 3}}}),
+            "training.scheme.search.pipeline.stages",
+            "stages=3 does not divide ranks_per_fold=4",
+        ),
+        (
+            _search({"easgd": {"beta": {"type": "real", "low": 0.0, "high": 1.0}}}),
+            "training.scheme.search.easgd.beta",
+            "must be a number > 0 and <= 1, got 0.0",
+        ),
+        (_search({"sgd": {}}), "training.scheme.search.sgd", "unknown scheme; allowed: allreduce, horovod, daso"),
+        (
+            _search({"daso": {"skips": {"type": "int", "low": 1, "high": 2}}}),
+            "training.scheme.search.daso.skips",
+            "unknown knob for daso; allowed: node_size, max_global_skips",
+        ),
+        (
+            _search({"easgd": {}}, ranks=1),
+            "training.ranks_per_fold",
+            "under scheme easgd: easgd needs at least 2 ranks",
+        ),
+        (_search({"easgd": {"tau": 4}}), "training.scheme.search.easgd.tau", "must be a parameter such as"),
+        ({"training": {"task": "t", "scheme": {"grid": ["easgd"]}}}, "training.scheme", "must be a scheme's name or"),
+        (
+            {
+                "space": {"easgd.tau": {"type": "int", "low": 1, "high": 4}},
+                "training": {"task": "t", "scheme": "daso", "ranks_per_fold": 4},
+            },
+            "space.easgd.tau",
+            "easgd is not a scheme this campaign trains with (daso)",
+        ),
     ],
 )
 def test_errors_name_the_field_and_what_is_allowed(change: dict[str, Any], field: str, message: str) -> None:
     errors = _errors({**make_spec(), **change})
     assert any(f == field and message in m for f, m in errors), errors
+
+
+def test_a_scheme_search_is_normalized_into_a_conditional_space() -> None:
+    spec = make_spec(training={"task": "t", "ranks_per_fold": 4, "scheme": {"search": {
+        "allreduce": {},
+        "easgd": {"beta": {"type": "real", "low": 0.3, "high": 0.99}, "tau": {"type": "int", "low": 1, "high": 16}},
+        "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
+    }}})  # fmt: skip
+    canonical = spec_to_json_dict(parse_spec(spec))
+    assert canonical["training"]["scheme"] == "search"
+    space = canonical["space"]
+    assert list(space) == ["lr", "width", "act", "scheme", "easgd.beta", "easgd.tau", "daso.max_global_skips"]
+    assert space["scheme"] == {"type": "categorical", "choices": ["allreduce", "easgd", "daso"]}
+    assert space["easgd.tau"]["when"] == {"scheme": ["easgd"]} and "when" not in space["lr"]
+    assert spec_to_json_dict(parse_spec(canonical)) == canonical  # what the server stores parses to itself
 
 
 def test_a_document_that_is_not_a_mapping_is_refused() -> None:

@@ -62,8 +62,10 @@ class Evolutionary(Optimizer):
     def encode(self, params: d.Params) -> np.ndarray:
         u = np.zeros(len(self.space))
         for j, dim in enumerate(self.space.dims):
-            v = params[dim.name]
-            if dim.type == "categorical":
+            v = params.get(dim.name)
+            if v is None:  # inactive (a conditional parameter): imputed, like the GP's encoding
+                u[j] = dim.IMPUTED
+            elif dim.type == "categorical":
                 u[j] = (list(dim.choices).index(v) + 0.5) / len(dim.choices)
             else:
                 lo, hi, x = dim.low, dim.high, float(v)

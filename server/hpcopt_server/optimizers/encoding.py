@@ -4,6 +4,11 @@ a log axis for ``scale: log``), one-hot coordinates per categorical.
 An int v in [low, high] owns the bin [v - 1/2, v + 1/2] of the (log-)interval
 [low - 1/2, high + 1/2]; ``project`` moves any point to the centre of its bin and to an
 exact one-hot vector, so the GP is always asked about points that can be evaluated.
+
+Conditional parameters (``when``) are imputed where inactive: a continuous coordinate
+sits at 0.5, a categorical block is all zeros (no choice). ``project`` imputes them too,
+so a candidate is scored exactly as it will be stored, and two candidates that differ
+only in inactive coordinates are the same point (the duplicate check sees it).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ class _Slot:
 
 class Encoder:
     def __init__(self, space: SearchSpace):
+        self.space = space
         slots, start = [], 0
         for dim in space.dims:
             if dim.type == "categorical":
@@ -43,12 +49,21 @@ class Encoder:
         self.slots = tuple(slots)
         self.dim = start
         self.continuous = np.array([s.dim.type != "categorical" for s in slots for _ in range(s.width)])
+        by_name = {s.dim.name: s for s in slots}
+        # Per conditional slot: (slot, [(parent slot, indices of the parent's choices that activate it)]).
+        self._conditions = [
+            (s, [(by_name[p], [list(by_name[p].dim.choices).index(v) for v in values]) for p, values in s.dim.when])
+            for s in slots
+            if s.dim.when
+        ]
 
     def encode(self, params: d.Params) -> np.ndarray:
         x = np.zeros(self.dim)
         for s in self.slots:
-            v = params[s.dim.name]
-            if s.dim.type == "categorical":
+            v = params.get(s.dim.name)
+            if v is None:  # inactive: imputed
+                x[s.start] = 0.0 if s.dim.type == "categorical" else s.dim.IMPUTED
+            elif s.dim.type == "categorical":
                 x[s.start + list(s.dim.choices).index(v)] = 1.0
             else:
                 t = math.log(float(v)) if s.dim.log else float(v)
@@ -67,7 +82,7 @@ class Encoder:
                 out[s.dim.name] = int(min(max(round(v), s.dim.low), s.dim.high))
             else:
                 out[s.dim.name] = float(min(max(v, s.dim.low), s.dim.high))
-        return out
+        return self.space.active(out) if self.space.conditional else out
 
     def project(self, X: np.ndarray) -> np.ndarray:
         """Rows of X [m,D] moved onto evaluable points (int bin centres, exact one-hots)."""
@@ -83,6 +98,11 @@ class Encoder:
                 v = np.clip(np.round(np.exp(t) if s.dim.log else t), s.dim.low, s.dim.high)
                 t = np.log(v) if s.dim.log else v
                 X[:, s.start] = (t - s.lo) / (s.hi - s.lo)
+        for s, parents in self._conditions:
+            active = np.ones(len(X), dtype=bool)
+            for p, indices in parents:
+                active &= np.isin(X[:, p.start : p.start + p.width].argmax(1), indices)
+            X[~active, s.start : s.start + s.width] = 0.0 if s.dim.type == "categorical" else s.dim.IMPUTED
         return X
 
     def random(self, m: int, rng: np.random.Generator, u: np.ndarray | None = None) -> np.ndarray:

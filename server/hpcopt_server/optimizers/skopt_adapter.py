@@ -87,7 +87,8 @@ class SkoptOptimizer(Optimizer):
         return out
 
     def _point(self, params: d.Params) -> list[Any]:
-        return [params[n] for n in self._names]
+        full = self.space.complete(params)  # inactive parameters at a fixed value
+        return [full[n] for n in self._names]
 
     def observe(self, trials: Sequence[d.Trial]) -> None:
         xs, ys = [], []
@@ -111,7 +112,7 @@ class SkoptOptimizer(Optimizer):
             opt = opt.copy(random_state=opt.rng)
             opt.tell([self._point(p) for p in pending], [min(opt.yi)] * len(pending))
         points = opt.ask(n_points=n) if n > 1 else [opt.ask()]
-        return [dict(zip(self._names, (_plain(v) for v in p), strict=True)) for p in points]
+        return [self.space.active(dict(zip(self._names, (_plain(v) for v in p), strict=True))) for p in points]
 
 
 def _plain(v: Any) -> d.ParamValue:
