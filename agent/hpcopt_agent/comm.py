@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +33,20 @@ class Comms:
     fold_index: int
     device: torch.device
     pg: Any = None  # torch process group of my fold group (None with one rank per fold)
+    subgroups: dict[tuple[int, ...], Any] = field(default_factory=dict)
+    timeout: float = 300.0
+
+    def subgroup(self, ranks: list[int]) -> Any:
+        """A torch process group of these world ranks (a DASO node), made by its members
+        alone the first time and kept until :meth:`close`: torch names such groups by
+        their ranks, so making one twice would reuse the first one's rendezvous keys."""
+        key = tuple(sorted(ranks))
+        if key not in self.subgroups:
+            backend = "nccl" if self.device.type == "cuda" else "gloo"
+            self.subgroups[key] = dist.new_group(
+                list(key), timeout=timedelta(seconds=self.timeout), backend=backend, use_local_synchronization=True
+            )
+        return self.subgroups[key]
 
     @property
     def is_group_leader(self) -> bool:
@@ -151,7 +165,7 @@ def split(
     group = world.Split(color=group_index, key=rank)
     fold = group.Split(color=fold_index, key=rank)
     device = pick_device(node_position(world)[0])
-    comms = Comms(layout, world, group, fold, group_index, fold_index, device)
+    comms = Comms(layout, world, group, fold, group_index, fold_index, device, timeout=timeout)
     if layout.ranks_per_fold > 1:
         comms.pg = _process_groups(layout, world, device, timeout, master_addr)
     return comms

@@ -289,7 +289,7 @@ class FoldTrainer:
         except Exception:
             # Tell the scheme's peers (a parameter server waiting for this rank) before failing.
             with contextlib.suppress(Exception):
-                scheme.end_batches(stopped=True)
+                scheme.abort()
             raise
         if scheme.end_batches(stopped=ep.stop_at is not None) and ep.stop_at is None:
             ep.stop_at = run.batch  # the scheme stopped the epoch (a parameter server's "stop")

@@ -39,8 +39,17 @@ SCHEMES: dict[str, dict[str, Any]] = {
 }
 
 
-def run(server: Server, scheme: str, ranks: int, epochs: int, workdir: Path, slow: float) -> tuple[float, float]:
-    """(median samples/s of epochs 2.., validation accuracy at the end)."""
+def run(
+    server: Server,
+    scheme: str,
+    ranks: int,
+    epochs: int,
+    workdir: Path,
+    slow: float,
+    options: dict[str, Any] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> tuple[float, float, float]:
+    """(median samples/s of epochs 2.., validation accuracy at the end, median seconds of epochs 2..)."""
     from hpcopt import Client
 
     spec = {
@@ -54,22 +63,23 @@ def run(server: Server, scheme: str, ranks: int, epochs: int, workdir: Path, slo
             "scheme": scheme,
             "epochs": epochs,
             "ranks_per_fold": ranks,
-            "options": {"checkpoint_every": 1, **SCHEMES[scheme]},
+            "options": {"checkpoint_every": 1, **(SCHEMES[scheme] if options is None else options)},
         },
     }
     with Client(server.target) as c:
         cid = int(c.create_campaign(spec).id)
     cmd = [*mpi_cmd(ranks), sys.executable, "-m", "mpi4py", "-m", "hpcopt_agent", "--server", server.target,
            "--campaign", str(cid), "--checkpoint-dir", str(workdir / "ckpt"), "--threads", "1"]  # fmt: skip
-    e = dict(env(), HPCOPT_BENCH_SLOW_S=str(slow), HPCOPT_BENCH_SLOW_RANK=str(ranks - 1))
+    e = dict(env(), HPCOPT_BENCH_SLOW_S=str(slow), HPCOPT_BENCH_SLOW_RANK=str(ranks - 1), **(extra_env or {}))
     out = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=ROOT, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"{scheme}: agent failed ({out.returncode}):\n{out.stderr[-4000:]}")
-    rates = [float(r) for r in re.findall(r"epoch \d+/\d+: .*?, ([\d.]+) samples/s\)", out.stderr)]
+    found = re.findall(r"epoch \d+/\d+: .*?\(([\d.]+) s, ([\d.]+) samples/s\)", out.stderr)
+    seconds, rates = [float(s) for s, _ in found], [float(r) for _, r in found]
     [trial] = server.get(f"/campaigns/{cid}/trials")["trials"]
     if trial["state"] != "COMPLETED":
         raise SystemExit(f"{scheme}: trial {trial['id']} is {trial['state']}: {trial.get('error')}")
-    return statistics.median(rates[1:] or rates), float(trial["value"])
+    return statistics.median(rates[1:] or rates), float(trial["value"]), statistics.median(seconds[1:] or seconds)
 
 
 def main() -> int:
@@ -92,8 +102,8 @@ def main() -> int:
             # Rotate the order every repetition so drift on a noisy machine spreads evenly.
             order = names[rep % len(names) :] + names[: rep % len(names)]
             for name in order:
-                rate, acc = run(server, name, args.ranks, args.epochs, workdir, 0.0)
-                slow_rate, slow_acc = run(server, name, args.ranks, args.epochs, workdir, args.slow)
+                rate, acc, _ = run(server, name, args.ranks, args.epochs, workdir, 0.0)
+                slow_rate, slow_acc, _ = run(server, name, args.ranks, args.epochs, workdir, args.slow)
                 for key, value in (("rate", rate), ("acc", acc), ("slow", slow_rate), ("slow_acc", slow_acc)):
                     rows[name][key].append(value)
                 print(f"rep {rep + 1}/{args.reps} {name}: {rate:.0f} samples/s, slowed {slow_rate:.0f}",

@@ -20,6 +20,14 @@ SAMPLES = int(os.environ.get("HPCOPT_BENCH_SAMPLES", "32768"))
 # schemes.py slows one rank: HPCOPT_BENCH_SLOW_S seconds per step on world rank HPCOPT_BENCH_SLOW_RANK.
 SLOW_S = float(os.environ.get("HPCOPT_BENCH_SLOW_S", "0"))
 SLOW_RANK = int(os.environ.get("HPCOPT_BENCH_SLOW_RANK", "-1"))
+# daso.py emulates a slow link between nodes: HPCOPT_BENCH_LINK_S seconds of latency added
+# to every exchange that crosses it (DASO's global syncs; allreduce's every step).
+LINK_S = float(os.environ.get("HPCOPT_BENCH_LINK_S", "0"))
+LINK_EVERY_STEP = os.environ.get("HPCOPT_BENCH_LINK_EVERY_STEP") == "1"
+if LINK_S and not LINK_EVERY_STEP:
+    from hpcopt_agent.schemes.daso import DASO
+
+    DASO.link_delay = LINK_S
 FEATURES, CLASSES, WIDTH = 128, 10, 1024
 BATCH = 256  # global per fold; split over the fold's ranks
 LR = 0.05
@@ -72,6 +80,8 @@ class Synthetic(Task):
     def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
         if SLOW_S and self.rank == SLOW_RANK:
             time.sleep(SLOW_S)
+        if LINK_S and LINK_EVERY_STEP:
+            time.sleep(LINK_S)  # allreduce: each step's gradient allreduce crosses the slow link
         return super().train_step(models, optimizers, batch, params)
 
     def evaluate(self, model: Any, batches: Iterable[Any], params: dict[str, Any]) -> dict[str, float]:

@@ -97,14 +97,16 @@ class Result:
 class Run:
     """One fold of training with a scheme, the way the fold loop drives it."""
 
-    def __init__(self, comms: Comms, name: str, knobs: dict[str, Any], task: Task, params: dict[str, Any]) -> None:
+    def __init__(
+        self, comms: Comms, name: str, knobs: dict[str, Any], task: Task, params: dict[str, Any], epochs: int = 1
+    ) -> None:
         torch.manual_seed(0)
         built = task.build(params)
         self.single = isinstance(built, nn.Module)
         self.models = as_dict(built)
         self.optimizers = as_dict(task.optimizer(params, as_user(self.models, self.single)))
         resolved = resolve(name, {name: knobs}, comms.fold.size)
-        self.scheme = make_scheme(name, comms, resolved, epochs=1, timeout=60)
+        self.scheme = make_scheme(name, comms, resolved, epochs=epochs, timeout=60)
         sm, so = self.scheme.wrap(self.models, self.optimizers)
         self.step_models, self.step_optimizers = as_user(sm, self.single), as_user(so, self.single)
         self.task, self.params, self.comms = task, params, comms
@@ -118,13 +120,14 @@ class Run:
         while self.epoch < epochs:
             chunks = data.batches(s.shard(train, seed=self.epoch), s.rank_batch(batch))
             s.begin_epoch(self.epoch, self.batch, len(chunks), stop)
-            stopped = False
+            stopped, losses = False, []
             if s.trains:
                 vote = s.vote()
                 for b in s.batches(len(chunks), self.batch):
                     if sleep:
                         time.sleep(sleep)
                     loss = self.task.train_step(self.step_models, self.step_optimizers, data.batch(chunks[b]), {})
+                    losses.append(float(loss))
                     s.after_step(b, float(loss))
                     stop.requested = stop.requested or (world.rank == stop.rank and b >= stop.at and self.epoch == 1)
                     if vote.step(stop.requested):
@@ -141,6 +144,8 @@ class Run:
                 return False
             s.consensus(self.models)
             self.metrics = s.epoch_metrics()
+            total, count = self.comms.fold.allreduce(np.array([sum(losses), len(losses)]), op=MPI.SUM)
+            s.end_epoch(self.epoch, total / count if count else float("nan"))
             self.epoch, self.batch = self.epoch + 1, 0
         return True
 

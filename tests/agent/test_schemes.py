@@ -34,10 +34,12 @@ pytestmark = pytest.mark.timeout(300)
         (2, "degenerate", ["OK degenerate downpour", "OK degenerate easgd", "OK degenerate gem"]),
         (3, "gan", ["OK gan downpour", "OK gan easgd", "OK gan gem", "OK examples/gan gem"]),
         (4, "tree", ["OK staleness downpour", "OK staleness easgd", "OK sub-master gem", "OK digits"]),
+        (4, "daso", ["OK daso one node", "OK daso blocking", "OK daso resume", "OK daso digits"]),
     ],
 )
-def test_parameter_server_schemes(ranks: int, check: str, expected: list[str]) -> None:
-    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "tests/agent/ps_check.py", check]
+def test_schemes_under_mpiexec(ranks: int, check: str, expected: list[str]) -> None:
+    script = "tests/agent/daso_check.py" if check == "daso" else "tests/agent/ps_check.py"
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", script, check]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=mpi_env(), cwd=ROOT)
     text = out.stdout + out.stderr
     assert out.returncode == 0 and f"ALL OK {check}" in out.stdout, text
@@ -103,3 +105,27 @@ def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninter
     want, got = _final_weights(agent_server, reference.id), _final_weights(agent_server, trial.id)
     for name, tensor in want.items():
         assert got[name].equal(tensor), f"{name} differs after the preemption and resume"
+
+
+def test_the_daso_schedule_follows_heat_for_a_scripted_loss() -> None:
+    from hpcopt_agent.schemes.daso import Schedule
+
+    # 14 epochs: warm-up 2, cool-down 2; patience 1: a second epoch without a 5% gain is a plateau.
+    s = Schedule(epochs=14, max_global_skips=8, warmup_epochs=2, cooldown_epochs=2, stability_level=0.05, patience=1)
+    losses = [5.0, 4.0, 3.0, 2.0, 1.99, 1.98, 1.97, 1.96, 1.95, 1.94, 1.5, 1.4, 1.3]
+    seen = [(s.global_skip, s.batches_to_wait)]
+    for epoch, loss in enumerate(losses):
+        s.end_epoch(epoch, loss)
+        seen.append((s.global_skip, s.batches_to_wait))
+    assert seen == [
+        (0, 0), (0, 0),  # warm-up: a blocking average after every batch
+        (4, 1), (4, 1), (4, 1),  # cycling starts at skip 4, S 1; 3.0 and 2.0 improve
+        (4, 1),  # 1.99: no 5% gain, 1 bad epoch
+        (2, 1),  # 1.98: a plateau, the skip halves (S stays >= 1)
+        (2, 1), (1, 1),  # 1.97, 1.96: the next plateau, skip 1
+        (1, 1), (8, 2),  # 1.95, 1.94: a plateau at skip 1: the cycle resets to 8, S = 8 // 4
+        (8, 2),  # 1.5 improves on the reset tracker
+        (0, 0), (0, 0),  # cool-down
+    ]  # fmt: skip
+    assert Schedule(epochs=10).warmup == 2 and Schedule(epochs=10).cooldown == 2  # min(4, epochs // 4)
+    assert Schedule(epochs=3, warmup_epochs=0, cooldown_epochs=0).global_skip == 4

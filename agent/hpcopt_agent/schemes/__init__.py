@@ -7,10 +7,11 @@ from typing import Any
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.allreduce import AllReduce
 from hpcopt_agent.schemes.base import Scheme, StopVote
+from hpcopt_agent.schemes.daso import DASO
 from hpcopt_agent.schemes.rules import EASGD, GEM, Downpour
 from hpcopt_agent.settings import SettingsError
 
-SCHEMES: dict[str, type[Scheme]] = {s.name: s for s in (AllReduce, Downpour, EASGD, GEM)}
+SCHEMES: dict[str, type[Scheme]] = {s.name: s for s in (AllReduce, DASO, Downpour, EASGD, GEM)}
 
 
 def check_scheme(name: str) -> type[Scheme]:

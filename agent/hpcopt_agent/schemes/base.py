@@ -143,6 +143,11 @@ class Scheme:
         (``stopped``), or after an error; returns whether the epoch stops here."""
         return stopped
 
+    def abort(self) -> None:
+        """This rank failed in the epoch's batches: tell peers that wait for it (without
+        a collective: the others may be anywhere)."""
+        self.end_batches(stopped=True)
+
     def consensus(self, models: Models) -> None:
         """Collective: leaves in ``models`` on every rank the weights to evaluate."""
 

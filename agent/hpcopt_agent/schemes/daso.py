@@ -1,0 +1,307 @@
+"""DASO, Distributed Asynchronous and Selective Optimization (Coquelin et al., 2022; HeAT's
+``DASO`` optimizer), written for CPU (gloo + MPI) and GPU (NCCL local groups).
+
+A fold group of R ranks is N nodes x L local ranks (``daso.node_size`` = L, else the
+ranks sharing a host). Every step is synchronous inside a node (DDP on the node's
+process group). Across nodes only one rank per node talks, and rarely:
+
+- every ``global_skip`` batches the node's *sender* (its local rank ``send_mod``, which
+  rotates) starts a non-blocking ``Iallreduce`` of its flat weights with the other
+  nodes' senders;
+- ``S`` (``batches_to_wait``) batches later it takes the sum and merges it with the
+  weights it has trained since, the local ones doubly weighted as in HeAT:
+  ``theta = (2 S theta_local + sum_nodes theta_sent) / (2 S + N)``;
+- then broadcasts theta inside its node.
+
+With ``global_skip`` = 0 (warm-up and cool-down epochs) every batch ends with a blocking
+average over the nodes, which is synchronous data parallelism over all R ranks. The
+last batch of every epoch (and a stop) always ends with a blocking average, so every
+epoch ends with the same weights on every rank: evaluation and checkpoints need no
+other consensus. :class:`Schedule` is HeAT's ``epoch_loss_logic``: between warm-up and
+cool-down the skips start at (global_skip 4, S 1) and halve (S decreases by one) each
+time the epoch loss is stable, until a reset to ``max_global_skips``.
+
+The global exchange goes through MPI on host copies of the weights (on GPUs too: no
+CUDA-aware MPI is needed; the weights cross PCIe once per exchange). One node (N = 1)
+is exactly ``allreduce``: nothing is exchanged.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from mpi4py import MPI
+from torch.nn.parallel import DistributedDataParallel
+
+from hpcopt_agent.comm import Comms
+from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
+from hpcopt_agent.schemes.flat import Flat
+
+
+@dataclass
+class Schedule:
+    """The skips of each epoch (HeAT's ``epoch_loss_logic``, no MPI): ``global_skip`` 0
+    means a blocking average after every batch."""
+
+    epochs: int
+    max_global_skips: int = 8
+    warmup_epochs: int | None = None
+    cooldown_epochs: int | None = None
+    stability_level: float = 0.05
+    patience: int = 2
+    local_skip_factor: int = 4
+    skip_reduction_factor: int = 2
+    global_skip: int = 0
+    batches_to_wait: int = 0
+    best: float = math.inf  # the plateau detector (relative threshold, like ReduceLROnPlateau)
+    bad_epochs: int = 0
+
+    def __post_init__(self) -> None:
+        default = min(4, self.epochs // 4)
+        self.warmup = default if self.warmup_epochs is None else self.warmup_epochs
+        self.cooldown = self.warmup if self.cooldown_epochs is None else self.cooldown_epochs
+        self.start(0)
+
+    def blocking(self, epoch: int) -> bool:
+        return epoch < self.warmup or epoch >= self.epochs - self.cooldown
+
+    def start(self, epoch: int) -> None:
+        """The skips of a first epoch (a fresh trial: no loss seen yet)."""
+        if self.blocking(epoch):
+            self.global_skip, self.batches_to_wait = 0, 0
+        else:
+            self.global_skip, self.batches_to_wait = min(4, self.max_global_skips), 1
+
+    def stable(self, loss: float) -> bool:
+        """Whether the loss has not improved by ``stability_level`` (relative) for more
+        than ``patience`` epochs; a plateau resets the count."""
+        if math.isfinite(loss) and loss < self.best * (1 - self.stability_level if self.best > 0 else 1):
+            self.best, self.bad_epochs = loss, 0
+            return False
+        self.bad_epochs += 1
+        if self.bad_epochs > self.patience:
+            self.bad_epochs = 0
+            return True
+        return False
+
+    def end_epoch(self, epoch: int, loss: float) -> None:
+        """Sets the skips of epoch ``epoch + 1`` from the training loss of ``epoch``."""
+        following = epoch + 1
+        if self.blocking(following):
+            self.global_skip, self.batches_to_wait = 0, 0
+        elif self.global_skip == 0:  # warm-up is over
+            self.start(following)
+        elif self.stable(loss):
+            if self.global_skip == 1:  # the cycle starts over
+                self.global_skip = self.max_global_skips
+                self.batches_to_wait = max(1, self.max_global_skips // self.local_skip_factor)
+                self.best = math.inf
+            else:
+                self.global_skip = max(1, self.global_skip // self.skip_reduction_factor)
+                self.batches_to_wait = max(1, self.batches_to_wait - 1)
+
+    def state(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if k in ("global_skip", "batches_to_wait", "best", "bad_epochs")}
+
+
+@dataclass
+class _Pending:
+    request: MPI.Request
+    buffer: np.ndarray | None  # the sum, on the sender
+    sent_at: int  # batch index
+    wait: int  # S
+    sent_time: float
+
+
+class DASO(Scheme):
+    name = "daso"
+    #: Seconds added to every global exchange (benchmarks emulate a slow inter-node link
+    #: with it: a non-blocking exchange completes no earlier than this after it started).
+    link_delay: float = 0.0
+
+    def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
+        super().__init__(comms, knobs, epochs, timeout)
+        self.node, self.local, self.node_size = _placement(self.fold, knobs.get("node_size"))
+        self.nodes = self.size // self.node_size
+        self.schedule = Schedule(
+            epochs,
+            knobs["max_global_skips"],
+            knobs["warmup_epochs"],
+            knobs["cooldown_epochs"],
+            knobs["stability_level"],
+            knobs["patience"],
+            knobs["local_skip_factor"],
+            knobs["skip_reduction_factor"],
+        )
+        # One rank per node with the same local index talk across nodes; a node's ranks among themselves.
+        self.across = self.fold.Split(color=self.local, key=self.node)
+        self.within = self.fold.Split(color=self.node, key=self.local)
+        world_ranks, nodes_of = zip(*self.fold.allgather((comms.world.rank, self.node)), strict=True)
+        mine = sorted(w for w, n in zip(world_ranks, nodes_of, strict=True) if n == self.node)
+        self.pg = comms.pg if self.nodes == 1 else comms.subgroup(mine) if self.node_size > 1 else None
+        self.send_mod = 0
+        self.n_batches = 0
+        self.pending: _Pending | None = None
+        self.flat: Flat | None = None
+        self.exchanges = 0
+
+    # -- wrapping ------------------------------------------------------------------------
+
+    def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
+        self.flat = Flat(models, optimizers)
+        if self.pg is None:
+            return models, optimizers
+        device_ids = [self.comms.device.index] if self.comms.device.type == "cuda" else None
+        wrapped: Models = {}
+        for name, model in models.items():
+            trainable = any(p.requires_grad for p in model.parameters())
+            wrapped[name] = (
+                DistributedDataParallel(model, device_ids=device_ids, process_group=self.pg) if trainable else model
+            )
+        return wrapped, optimizers
+
+    # -- the epoch -----------------------------------------------------------------------
+
+    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
+        self.n_batches = n_batches
+        self.exchanges = 0
+
+    def after_step(self, step: int, loss: float) -> None:
+        if self.nodes == 1:
+            return
+        if self.pending is not None and step - self.pending.sent_at >= self.pending.wait:
+            self._receive()
+        if step == self.n_batches - 1:
+            return  # end_batches averages after the last batch
+        gs = self.schedule.global_skip
+        if gs == 0:
+            self._blocking()
+        elif (step + 1) % gs == 0 and self.pending is None:
+            self._send(step, self.schedule.batches_to_wait)
+
+    def end_batches(self, stopped: bool) -> bool:
+        """Every rank gets here after the same batch (the last one, or the agreed stop):
+        the exchange in flight is merged, then a blocking average leaves the same weights
+        on every rank of the fold group."""
+        if self.nodes > 1:
+            if self.pending is not None:
+                self._receive()
+            self._blocking()
+        return stopped
+
+    def abort(self) -> None:
+        """An error on this rank: no collective (its peers stop on the timeout)."""
+        self.pending = None
+
+    def epoch_metrics(self) -> dict[str, float]:
+        if self.rank != 0:
+            return {}
+        return {"daso_global_skip": float(self.schedule.global_skip), "daso_exchanges": float(self.exchanges)}
+
+    def end_epoch(self, epoch: int, train_loss: float) -> None:
+        self.schedule.end_epoch(epoch, train_loss)
+
+    # -- exchanges -----------------------------------------------------------------------
+
+    def _send(self, step: int, wait: int) -> None:
+        assert self.flat is not None
+        buffer = None
+        if self.local == self.send_mod:
+            buffer = self.flat.get().numpy()
+            request = self.across.Iallreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
+        else:
+            request = MPI.REQUEST_NULL
+        self.pending = _Pending(request, buffer, step, wait, time.perf_counter())
+        self.exchanges += 1
+
+    def _receive(self) -> None:
+        """Merges the exchange in flight: ``(2 S theta_local + sum) / (2 S + N)`` on the
+        sender, then the sender's weights to its node."""
+        p, self.pending = self.pending, None
+        assert p is not None and self.flat is not None
+        p.request.Wait()
+        _sleep_until(p.sent_time + self.link_delay)
+        sender = self.send_mod
+        if self.local == sender and p.buffer is not None:
+            local = self.flat.get().numpy()
+            weight = 2.0 * p.wait
+            self.flat.set(torch.from_numpy((weight * local + p.buffer) / (weight + self.nodes)))
+        self._to_node(sender)
+        self.send_mod = (sender + 1) % self.node_size
+
+    def _blocking(self) -> None:
+        """The senders' weights averaged over the nodes (and floating buffers, so
+        BatchNorm statistics agree too), then given to every rank of each node."""
+        assert self.flat is not None
+        sender = self.send_mod
+        if self.local == sender:
+            weights = self.flat.get().numpy()
+            buffers = self.flat.get_buffers().numpy()
+            both = np.concatenate([weights.astype(np.float64, copy=False), buffers]) if len(buffers) else weights
+            self.across.Allreduce(MPI.IN_PLACE, both, op=MPI.SUM)
+            _sleep_until(time.perf_counter() + self.link_delay)
+            both /= self.nodes
+            self.flat.set(torch.from_numpy(both[: self.flat.numel].astype(weights.dtype, copy=False)))
+            if len(buffers):
+                self.flat.set_buffers(torch.from_numpy(both[self.flat.numel :]))
+        self._to_node(sender, buffers=True)
+        self.exchanges += 1
+
+    def _to_node(self, sender: int, buffers: bool = False) -> None:
+        assert self.flat is not None
+        if self.node_size == 1:
+            return
+        weights = self.flat.get().numpy()
+        self.within.Bcast(weights, root=sender)
+        if self.local != sender:
+            self.flat.set(torch.from_numpy(weights))
+        if buffers and self.flat.buffers:
+            values = self.flat.get_buffers().numpy()
+            self.within.Bcast(values, root=sender)
+            if self.local != sender:
+                self.flat.set_buffers(torch.from_numpy(values))
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {**self.schedule.state(), "send_mod": self.send_mod}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        for key in ("global_skip", "batches_to_wait", "best", "bad_epochs"):
+            if key in state:
+                setattr(self.schedule, key, state[key])
+        self.send_mod = int(state.get("send_mod", 0)) % self.node_size
+
+    def close(self) -> None:
+        for comm in (self.across, self.within):
+            comm.Free()
+
+
+def _sleep_until(deadline: float) -> None:
+    left = deadline - time.perf_counter()
+    if left > 0:
+        time.sleep(left)
+
+
+def _placement(fold: MPI.Comm, node_size: int | None) -> tuple[int, int, int]:
+    """(node index, local index, ranks per node) of this rank in its fold group: by
+    ``node_size`` (contiguous fold ranks), else by host name."""
+    if node_size is not None:
+        return fold.rank // node_size, fold.rank % node_size, node_size
+    hosts = fold.allgather(socket.gethostname())
+    order = list(dict.fromkeys(hosts))
+    sizes = {h: hosts.count(h) for h in order}
+    if len(set(sizes.values())) > 1:
+        raise ValueError(
+            f"daso: the fold group's ranks are spread unevenly over hosts ({sizes}); "
+            "set training.options.daso.node_size (it must divide ranks_per_fold)"
+        )
+    me = hosts[fold.rank]
+    return order.index(me), hosts[: fold.rank].count(me), sizes[me]
+
