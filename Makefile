@@ -1,4 +1,4 @@
-.PHONY: demo test setup protos lint bench dashboard-vendor
+.PHONY: demo test setup protos lint bench dashboard-vendor horovod
 
 # Runs the demo campaign end to end (server, digits campaign, a 4-rank MPI agent, leaderboard).
 # `make demo ARGS=--keep` keeps the server (and its dashboard) up until Ctrl-C.
@@ -12,6 +12,11 @@ test:
 
 setup:
 	bash scripts/setup.sh --services
+
+# Builds the optional Horovod 0.28.1 (PyTorch + MPI) into .venv, patched for C++17: about 5 minutes.
+horovod:
+	bash scripts/setup.sh
+	bash scripts/build_horovod.sh
 
 # Copies plotly.js from the pinned plotly package into dashboard/vendor/.
 dashboard-vendor:

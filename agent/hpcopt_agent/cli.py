@@ -155,7 +155,7 @@ def _register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Any:
 
 def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[TrainingSettings, Layout, Task]:
     from hpcopt_agent.layout import plan
-    from hpcopt_agent.schemes import check_scheme
+    from hpcopt_agent.schemes import check_scheme, check_task
     from hpcopt_agent.settings import TrainingSettings
     from hpcopt_agent.task import load_task
 
@@ -164,6 +164,8 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
     for name in settings.schemes:
         check_scheme(name)
     task = load_task(settings.task)
+    for name in settings.schemes:
+        check_task(name, task)
     return settings, layout, task
 
 
@@ -185,8 +187,12 @@ def _run(
     from hpcopt_agent.data import Data
     from hpcopt_agent.fold import FoldTrainer
     from hpcopt_agent.folds import splits as fold_splits
+    from hpcopt_agent.schemes import uses_horovod
+    from hpcopt_agent.schemes.horovod import init_horovod
 
     comms = split(layout, world, timeout=args.collective_timeout, master_addr=args.master_addr)
+    if uses_horovod(settings):
+        comms.horovod = init_horovod(comms)
     context.where = f"r{world.rank} g{comms.group_index}"
     client = AgentClient(args.server, args.token) if comms.is_fold_leader else None
     reg = reg0

@@ -35,6 +35,7 @@ class Comms:
     pg: Any = None  # torch process group of my fold group (None with one rank per fold)
     subgroups: dict[tuple[int, ...], Any] = field(default_factory=dict)
     timeout: float = 300.0
+    horovod: Any = None  # this rank's Horovod process set (its fold group), when a campaign uses Horovod
 
     def subgroup(self, ranks: list[int]) -> Any:
         """A torch process group of these world ranks (a DASO node), made by its members
@@ -62,6 +63,12 @@ class Comms:
         still doing so when a process group is destroyed (the destructor joins them
         while the main thread holds the GIL) the rank deadlocks, and at interpreter exit
         it aborts (SIGABRT). So: a barrier, a pause that lets them finish, then destroy."""
+        if self.horovod is not None:
+            from hpcopt_agent.schemes.horovod import shutdown_horovod
+
+            self.horovod = None
+            quiet(self.world)  # Horovod's shutdown is global: every fold group must be done
+            shutdown_horovod()
         if self.pg is None:
             return
         pg, self.pg = self.pg, None

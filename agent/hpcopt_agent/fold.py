@@ -275,7 +275,7 @@ class FoldTrainer:
         try:
             for b in scheme.batches(len(chunks), run.batch):
                 batch = self.data.batch(chunks[b])
-                loss = self.task.train_step(run.step_models, run.step_optimizers, batch, trial.params)
+                loss = scheme.step(self.task, run.step_models, run.step_optimizers, batch, trial.params)
                 if loss is not None:
                     ep.losses.append(float(loss))
                 scheme.after_step(b, ep.losses[-1] if ep.losses else math.nan)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import itertools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -87,6 +88,48 @@ class Task:
         loss.backward()  # type: ignore[no-untyped-call]
         optimizers.step()
         return float(loss.detach())
+
+    def stages(self, params: Params, model: nn.Module, n: int) -> list[nn.Module]:
+        """The model cut into ``n`` contiguous pipeline stages for ``scheme: pipeline``,
+        sharing the model's parameters: stage k's output is stage k + 1's input, the last
+        stage's output goes to :meth:`loss`. The default cuts an ``nn.Sequential`` into
+        runs of layers with about equal parameter counts; override it for other models."""
+        return split_sequential(model, n)
+
+
+def split_sequential(model: nn.Module, n: int) -> list[nn.Module]:
+    """``model``'s layers in ``n`` contiguous ``nn.Sequential`` runs, each with about
+    1/n of the parameters (and at least one layer)."""
+    if not isinstance(model, nn.Sequential):
+        raise TypeError(
+            f"scheme pipeline: the model is a {type(model).__name__}, not an nn.Sequential; override "
+            "Task.stages(params, model, n) to cut it into n stages"
+        )
+    layers = list(model)
+    if len(layers) < n:
+        raise ValueError(f"scheme pipeline: {n} stages need at least {n} layers; the nn.Sequential has {len(layers)}")
+    sizes = [sum(p.numel() for p in layer.parameters()) for layer in layers]
+    prefix = [0]
+    for size in sizes:
+        prefix.append(prefix[-1] + size)
+    count = len(layers)
+    # best[k][i]: the smallest largest stage for layers[:i] in k stages (linear partition).
+    inf = float("inf")
+    best = [[inf] * (count + 1) for _ in range(n + 1)]
+    cut = [[0] * (count + 1) for _ in range(n + 1)]
+    best[0][0] = 0
+    for k in range(1, n + 1):
+        for i in range(k, count + 1):
+            for j in range(k - 1, i):
+                cost = max(best[k - 1][j], prefix[i] - prefix[j])
+                if cost < best[k][i]:
+                    best[k][i], cut[k][i] = cost, j
+    cuts, i = [count], count
+    for k in range(n, 0, -1):
+        i = cut[k][i]
+        cuts.append(i)
+    cuts.reverse()
+    return [nn.Sequential(*layers[a:b]) for a, b in itertools.pairwise(cuts)]
 
 
 class TaskError(ValueError):

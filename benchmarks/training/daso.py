@@ -67,8 +67,8 @@ def main() -> int:
         server.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"\nDASO vs allreduce: 4 ranks as 2 nodes x 2, {args.epochs} epochs, {samples} samples, "
-          f"emulated inter-node latency {args.link * 1000:g} ms per crossing exchange, {args.reps} interleaved reps")  # fmt: skip
+    print(f"\nDASO vs allreduce: 4 ranks as 2 nodes x 2, {args.epochs} epochs, {samples} samples, emulated "
+          f"inter-node latency {args.link * 1000:g} ms per crossing exchange, {args.reps} reps")  # fmt: skip
     print(f"{'scheme':10} {'s/epoch':>8} {'spread':>15} {'val_acc':>8} {'spread':>15}")
     for name, r in rows.items():
         e, a = r["epoch_s"], r["acc"]

@@ -257,6 +257,15 @@ def check_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
                 f"{knob}={value} does not divide ranks_per_fold={ranks}; values that fit: {_divisors(ranks)}",
             )
 
+    if scheme == "pipeline" and knobs["schedule"] == "1f1b":
+        stages = knobs["stages"] or ranks
+        if knobs["microbatches"] < stages:
+            raise KnobError(
+                "training.options.pipeline.microbatches",
+                f"the 1f1b schedule needs at least one micro-batch per stage: microbatches={knobs['microbatches']} "
+                f"< {stages} stages; use microbatches >= {stages}, fewer stages, or schedule: gpipe",
+            )
+
 
 def _check_ps_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
     """A parameter-server layout that leaves every serving rank a worker, and a

@@ -118,7 +118,8 @@ class Run:
         """Trains to ``epochs``; returns False when the stop cut it short."""
         s, stop = self.scheme, stop or Stop()
         while self.epoch < epochs:
-            chunks = data.batches(s.shard(train, seed=self.epoch), s.rank_batch(batch))
+            size = s.rank_batch(batch)  # before shard, as in the fold loop (a pipeline pads to it)
+            chunks = data.batches(s.shard(train, seed=self.epoch), size)
             s.begin_epoch(self.epoch, self.batch, len(chunks), stop)
             stopped, losses = False, []
             if s.trains:
@@ -126,9 +127,9 @@ class Run:
                 for b in s.batches(len(chunks), self.batch):
                     if sleep:
                         time.sleep(sleep)
-                    loss = self.task.train_step(self.step_models, self.step_optimizers, data.batch(chunks[b]), {})
-                    losses.append(float(loss))
-                    s.after_step(b, float(loss))
+                    loss = s.step(self.task, self.step_models, self.step_optimizers, data.batch(chunks[b]), {})
+                    losses += [] if loss is None else [float(loss)]
+                    s.after_step(b, float("nan") if loss is None else float(loss))
                     stop.requested = stop.requested or (world.rank == stop.rank and b >= stop.at and self.epoch == 1)
                     if vote.step(stop.requested):
                         self.batch, stopped = b + 1, True

@@ -35,11 +35,24 @@ pytestmark = pytest.mark.timeout(300)
         (3, "gan", ["OK gan downpour", "OK gan easgd", "OK gan gem", "OK examples/gan gem"]),
         (4, "tree", ["OK staleness downpour", "OK staleness easgd", "OK sub-master gem", "OK digits"]),
         (4, "daso", ["OK daso one node", "OK daso blocking", "OK daso resume", "OK daso digits"]),
+        (
+            4,
+            "pipeline",
+            [
+                "OK pipeline 4 stages x 1 gpipe",
+                "OK pipeline 2 stages x 2 1f1b",
+                "OK pipeline resume with 4",
+                "OK pipeline refuses a dict of models",
+            ],
+        ),
+        (4, "horovod", ["OK horovod regression", "OK horovod gan"]),
     ],
 )
 def test_schemes_under_mpiexec(ranks: int, check: str, expected: list[str]) -> None:
-    script = "tests/agent/daso_check.py" if check == "daso" else "tests/agent/ps_check.py"
-    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", script, check]
+    if check == "horovod":
+        pytest.importorskip("horovod.torch", reason="Horovod is an optional extra: `make horovod` builds it")
+    script = {"daso": "hier_check", "pipeline": "hier_check", "horovod": "hvd_check"}.get(check, "ps_check")
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", f"tests/agent/{script}.py", check]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=mpi_env(), cwd=ROOT)
     text = out.stdout + out.stderr
     assert out.returncode == 0 and f"ALL OK {check}" in out.stdout, text
@@ -129,3 +142,14 @@ def test_the_daso_schedule_follows_heat_for_a_scripted_loss() -> None:
     ]  # fmt: skip
     assert Schedule(epochs=10).warmup == 2 and Schedule(epochs=10).cooldown == 2  # min(4, epochs // 4)
     assert Schedule(epochs=3, warmup_epochs=0, cooldown_epochs=0).global_skip == 4
+
+
+def test_a_pipeline_refuses_a_task_with_its_own_train_step() -> None:
+    from hpcopt_agent.schemes import check_task
+    from hpcopt_agent.settings import SettingsError
+    from tests.agent.tasks import Regression
+
+    check_task("allreduce", Regression())
+    with pytest.raises(SettingsError, match="pipeline runs the task's loss through its schedule, so it cannot use the "
+                       "custom train_step of Regression"):  # fmt: skip
+        check_task("pipeline", Regression())

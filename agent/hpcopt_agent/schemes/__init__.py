@@ -8,10 +8,15 @@ from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.allreduce import AllReduce
 from hpcopt_agent.schemes.base import Scheme, StopVote
 from hpcopt_agent.schemes.daso import DASO
+from hpcopt_agent.schemes.horovod import HorovodAllReduce
+from hpcopt_agent.schemes.pipeline import Pipeline
 from hpcopt_agent.schemes.rules import EASGD, GEM, Downpour
-from hpcopt_agent.settings import SettingsError
+from hpcopt_agent.settings import SettingsError, TrainingSettings
+from hpcopt_agent.task import Task
 
-SCHEMES: dict[str, type[Scheme]] = {s.name: s for s in (AllReduce, DASO, Downpour, EASGD, GEM)}
+SCHEMES: dict[str, type[Scheme]] = {
+    s.name: s for s in (AllReduce, HorovodAllReduce, DASO, Pipeline, Downpour, EASGD, GEM)
+}
 
 
 def check_scheme(name: str) -> type[Scheme]:
@@ -23,9 +28,33 @@ def check_scheme(name: str) -> type[Scheme]:
         ) from None
 
 
+def check_task(name: str, task: Task) -> None:
+    """What a scheme cannot train, refused when the agent starts."""
+    if name == "pipeline" and type(task).train_step is not Task.train_step:
+        raise SettingsError(
+            f"training.scheme: pipeline runs the task's loss through its schedule, so it cannot use the custom "
+            f"train_step of {type(task).__name__}; drop the override (the default step is forward, loss, "
+            "backward, step) or use another scheme"
+        )
+
+
 def make_scheme(name: str, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> Scheme:
     """A scheme for one fold of one trial (collective over the fold group)."""
+    if name == "allreduce" and knobs.get("backend") == "horovod":
+        name = "horovod"
     return check_scheme(name)(comms, knobs, epochs, timeout)
 
 
-__all__ = ["SCHEMES", "Scheme", "StopVote", "check_scheme", "make_scheme"]
+def uses_horovod(settings: TrainingSettings) -> bool:
+    """Whether a trial of the campaign may train with Horovod (then the agent
+    initializes it at start)."""
+    return (
+        "horovod" in settings.schemes
+        or (
+            "allreduce" in settings.schemes and settings.scheme_options.get("allreduce", {}).get("backend") == "horovod"
+        )
+        or "allreduce.backend" in settings.param_names
+    )
+
+
+__all__ = ["SCHEMES", "Scheme", "StopVote", "check_scheme", "check_task", "make_scheme", "uses_horovod"]

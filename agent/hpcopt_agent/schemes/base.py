@@ -36,6 +36,7 @@ from mpi4py import MPI
 from torch import nn
 
 from hpcopt_agent.comm import Comms
+from hpcopt_agent.task import Task
 
 Models = dict[str, nn.Module]
 Optimizers = dict[str, torch.optim.Optimizer]
@@ -126,6 +127,11 @@ class Scheme:
     def batches(self, n_batches: int, start: int) -> Iterator[int]:
         """The batches (indices into the epoch's ``n_batches``) this rank trains, in order."""
         return iter(range(start, n_batches))
+
+    def step(self, task: Task, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float | None:
+        """One training step of this rank (the task's ``train_step``; a pipeline runs its
+        schedule instead); returns the batch's loss, or None where this rank has none."""
+        return task.train_step(models, optimizers, batch, params)
 
     def after_step(self, step: int, loss: float) -> None:
         """After every training step of this rank."""

@@ -304,4 +304,3 @@ def _placement(fold: MPI.Comm, node_size: int | None) -> tuple[int, int, int]:
         )
     me = hosts[fold.rank]
     return order.index(me), hosts[: fold.rank].count(me), sizes[me]
-
