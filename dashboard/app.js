@@ -310,10 +310,12 @@ function renderHistory(plot) {
   const last = pts.length ? pts[pts.length - 1].number : 0;
   const best = plot.best.map((b) => [b.number, b.value]);
   if (best.length) best.push([Math.max(last, best[best.length - 1][0]), best[best.length - 1][1]]);
+  // A campaign that searches the training scheme: one trace (colour, legend entry that hides it) per scheme.
+  const groups = schemeGroups(plot, pts);
   draw("plot-history", [
-    { type: "scatter", mode: "markers", name: "trial", x: pts.map((p) => p.number), y: pts.map((p) => p.value), customdata: pts.map((p) => p.trial_id),
-      error_y: { type: "data", array: pts.map((p) => p.value_std || 0), visible: true, thickness: 1, width: 0, color: "rgba(43,95,217,.35)" },
-      marker: { size: 6, color: "rgba(43,95,217,.75)" }, hovertemplate: "trial %{customdata}<br>#%{x}: %{y:.4g}<extra></extra>" },
+    ...groups.map(([name, color, members]) => ({ type: "scatter", mode: "markers", name, x: members.map((p) => p.number), y: members.map((p) => p.value), customdata: members.map((p) => p.trial_id),
+      error_y: { type: "data", array: members.map((p) => p.value_std || 0), visible: true, thickness: 1, width: 0, color: color.replace(".8)", ".35)") },
+      marker: { size: 6, color }, hovertemplate: `trial %{customdata}${name === "trial" ? "" : ` (${name})`}<br>#%{x}: %{y:.4g}<extra></extra>` })),
     { type: "scatter", mode: "lines", name: `best ${plot.metric}`, x: best.map((b) => b[0]), y: best.map((b) => b[1]), line: { shape: "hv", color: "#c0392b", width: 2 } },
   ], { xaxis: { title: { text: "trial number" } }, yaxis: { title: { text: plot.metric } }, legend: { orientation: "h", y: 1.12 } });
   document.getElementById("history-note").textContent = plot.downsampled
@@ -321,6 +323,15 @@ function renderHistory(plot) {
     : `${plot.completed} completed trials; error bars: std over folds.`;
   const node = document.getElementById("plot-history");
   if (node && !node.dataset.bound && node.on) { node.on("plotly_click", (e) => { const tid = e.points[0].customdata; if (tid) location.hash = `#/trial/${tid}`; }); node.dataset.bound = "1"; }
+}
+
+const SCHEME_COLORS = ["rgba(43,95,217,.8)", "rgba(230,126,34,.8)", "rgba(39,174,96,.8)", "rgba(142,68,173,.8)", "rgba(192,57,43,.8)", "rgba(22,160,133,.8)", "rgba(127,140,141,.8)"];
+
+// [name, colour, points] per choice of the space's `scheme` parameter, or one group "trial".
+function schemeGroups(plot, pts) {
+  const scheme = plot.space.scheme;
+  if (!scheme || scheme.type !== "categorical") return [["trial", SCHEME_COLORS[0], pts]];
+  return scheme.choices.map((c, i) => [String(c), SCHEME_COLORS[i % SCHEME_COLORS.length], pts.filter((p) => p.params.scheme === c)]);
 }
 
 function paramAxis(spec, values) {
@@ -338,7 +349,8 @@ function paramAxis(spec, values) {
 }
 
 function renderParcoords(plot) {
-  const names = Object.keys(plot.space);
+  // Conditional parameters are missing from some trials: parallel coordinates need every axis.
+  const names = Object.keys(plot.space).filter((n) => !plot.space[n].when);
   const pts = plot.points;
   const dims = names.map((n) => Object.assign({ label: n }, paramAxis(plot.space[n], pts.map((p) => p.params[n]))));
   dims.push({ label: plot.metric, values: pts.map((p) => p.value) });
@@ -356,9 +368,15 @@ function renderSlices(plot) {
     const xaxis = { title: { text: n } };
     if (spec.type === "categorical") xaxis.type = "category";
     else if (spec.scale === "log") xaxis.type = "log";
-    draw(`slice-${n}`, [{ type: "scatter", mode: "markers", x: plot.points.map((p) => (spec.type === "categorical" ? String(p.params[n]) : p.params[n])), y: plot.points.map((p) => p.value),
-      marker: { size: 5, color: plot.points.map((p) => p.number), colorscale: "Blues", showscale: false }, hovertemplate: `${n}=%{x}<br>${plot.metric}=%{y:.4g}<extra></extra>` }],
-    { xaxis, yaxis: { title: { text: plot.metric } }, margin: { l: 50, r: 10, t: 10, b: 40 } });
+    // Inactive (conditional) parameters are absent from a trial: its point is left out here.
+    const pts = plot.points.filter((p) => p.params[n] !== undefined);
+    const groups = plot.space.scheme ? schemeGroups(plot, pts) : null;
+    const traces = groups
+      ? groups.map(([name, color, members]) => ({ type: "scatter", mode: "markers", name, x: members.map((p) => (spec.type === "categorical" ? String(p.params[n]) : p.params[n])), y: members.map((p) => p.value),
+        marker: { size: 5, color }, hovertemplate: `${n}=%{x}<br>${plot.metric}=%{y:.4g} (${name})<extra></extra>` }))
+      : [{ type: "scatter", mode: "markers", x: pts.map((p) => (spec.type === "categorical" ? String(p.params[n]) : p.params[n])), y: pts.map((p) => p.value),
+        marker: { size: 5, color: pts.map((p) => p.number), colorscale: "Blues", showscale: false }, hovertemplate: `${n}=%{x}<br>${plot.metric}=%{y:.4g}<extra></extra>` }];
+    draw(`slice-${n}`, traces, { xaxis, yaxis: { title: { text: plot.metric } }, margin: { l: 50, r: 10, t: 10, b: 40 }, showlegend: false });
   }
 }
 
@@ -434,12 +452,29 @@ function renderAgents(agents) {
 
 // -------------------------------------------------------------- trial ---
 
+// The scheme a trial trained with and its knobs: searched ones from its params, fixed ones from training.options.
+function schemeRow(training, params) {
+  if (!training) return [];
+  const scheme = training.scheme === "search" ? params.scheme : training.scheme;
+  if (scheme === undefined) return [];
+  const searched = Object.entries(params).filter(([k]) => k.startsWith(`${scheme}.`)).map(([k, v]) => `${k.slice(scheme.length + 1)}=${fmt(v, 4)}`);
+  const options = training.options || {};
+  const fixed = Object.entries(options[scheme] || {}).concat(Object.entries(options).filter(([k]) => k.startsWith(`${scheme}.`)).map(([k, v]) => [k.slice(scheme.length + 1), v]))
+    .filter(([k]) => !(`${scheme}.${k}` in params)).map(([k, v]) => `${k}=${v}`);
+  const knobs = [...searched, ...fixed];
+  return [el("dt", { text: "Scheme" }), el("dd", { id: "trial-scheme", class: "mono", text: `${scheme}${knobs.length ? ` (${knobs.join(", ")})` : ""}` })];
+}
+
 function trialPage(id) {
   app.replaceChildren(el("h1", { id: "trial-title", text: `Trial ${id}` }), el("div", { id: "trial" }));
-  let metric = "objective";
+  let metric = "objective", training = null;
   live(async (gen) => {
     const t = await api(`/trials/${id}`);
-    if (metric === "objective") metric = (await api(`/campaigns/${t.campaign_id}`)).metric;
+    if (metric === "objective") {
+      const c = await api(`/campaigns/${t.campaign_id}`);
+      metric = c.metric;
+      training = (c.spec && c.spec.training) || null;
+    }
     if (gen !== session.generation) return;
     const box = document.getElementById("trial");
     document.getElementById("trial-title").replaceChildren(`Trial ${t.id} `, badge(t.state), " ", el("a", { class: "note", href: `#/campaign/${t.campaign_id}`, text: `campaign ${t.campaign_id}` }));
@@ -450,6 +485,7 @@ function trialPage(id) {
     }
     document.getElementById("trial-params").replaceChildren(el("h2", { text: "Parameters" }), el("dl", { class: "spec" },
       ...Object.entries(t.params).flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { class: "mono", text: fmt(v, 6) })]),
+      ...schemeRow(training, t.params),
       el("dt", { text: "Value" }), el("dd", { text: t.value === null ? "–" : `${fmt(t.value, 6)} ± ${fmt(t.value_std || 0, 3)}` }),
       el("dt", { text: "Attempt" }), el("dd", { text: t.attempt }), el("dt", { text: "Duration" }), el("dd", { text: duration(t) }),
       el("dt", { text: "Agent" }), el("dd", { class: "mono", text: t.agent_id || "–" })),

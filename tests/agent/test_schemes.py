@@ -34,11 +34,15 @@ pytestmark = pytest.mark.timeout(300)
         (2, "degenerate", ["OK degenerate downpour", "OK degenerate easgd", "OK degenerate gem"]),
         (3, "gan", ["OK gan downpour", "OK gan easgd", "OK gan gem", "OK examples/gan gem"]),
         (4, "tree", ["OK staleness downpour", "OK staleness easgd", "OK sub-master gem", "OK digits"]),
-        (4, "daso", ["OK daso one node", "OK daso blocking", "OK daso resume", "OK daso digits"]),
+        # DASO and pipeline in one launch (each launch pays the ranks' torch import).
         (
             4,
-            "pipeline",
+            "hier",
             [
+                "OK daso one node",
+                "OK daso blocking",
+                "OK daso resume",
+                "OK daso digits",
                 "OK pipeline 4 stages x 1 gpipe",
                 "OK pipeline 2 stages x 2 1f1b",
                 "OK pipeline resume with 4",
@@ -51,7 +55,7 @@ pytestmark = pytest.mark.timeout(300)
 def test_schemes_under_mpiexec(ranks: int, check: str, expected: list[str]) -> None:
     if check == "horovod":
         pytest.importorskip("horovod.torch", reason="Horovod is an optional extra: `make horovod` builds it")
-    script = {"daso": "hier_check", "pipeline": "hier_check", "horovod": "hvd_check"}.get(check, "ps_check")
+    script = {"hier": "hier_check", "horovod": "hvd_check"}.get(check, "ps_check")
     cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", f"tests/agent/{script}.py", check]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=mpi_env(), cwd=ROOT)
     text = out.stdout + out.stderr
@@ -153,3 +157,40 @@ def test_a_pipeline_refuses_a_task_with_its_own_train_step() -> None:
     with pytest.raises(SettingsError, match="pipeline runs the task's loss through its schedule, so it cannot use the "
                        "custom train_step of Regression"):  # fmt: skip
         check_task("pipeline", Regression())
+
+
+def test_a_campaign_searching_the_scheme_trains_each_trial_with_its_scheme_and_only_its_knobs(
+    agent_server: AgentServer,
+) -> None:
+    # Grid: the branches take turns, so 3 trials are one per scheme.
+    spec = agent_spec(
+        space={"lr": {"type": "real", "low": 0.01, "high": 0.05, "scale": "log"}},
+        algorithm={"name": "grid", "options": {"points": 1}},
+        folds=1,
+        budget={"max_trials": 3, "max_parallel": 1},
+        training={
+            "task": "tests/agent/tasks.py:Regression",
+            "ranks_per_fold": 4,
+            "epochs": 2,
+            "scheme": {"search": {
+                "allreduce": {},
+                "easgd": {"beta": {"type": "real", "low": 0.5, "high": 0.9}, "tau": {"type": "int", "low": 1, "high": 4}},
+                "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
+            }},
+            "options": {"daso": {"node_size": 2, "warmup_epochs": 0, "cooldown_epochs": 0}},
+        },
+    )  # fmt: skip
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(4, campaign)
+    assert result.returncode == 0, dump(result)
+    assert "scheme searched among allreduce, easgd, daso" in result.stderr, dump(result)
+    knobs = {"allreduce": set(), "easgd": {"easgd.beta", "easgd.tau"}, "daso": {"daso.max_global_skips"}}
+    trials = [trial_json(agent_server, t.id) for t in agent_server.client().iter_trials(campaign)]
+    assert sorted(t["params"]["scheme"] for t in trials) == ["allreduce", "daso", "easgd"]
+    for t in trials:
+        scheme = t["params"]["scheme"]
+        assert t["state"] == "COMPLETED" and set(t["params"]) == {"lr", "scheme"} | knobs[scheme], t
+        metrics = t["folds"][0]["metrics"]
+        # Each trained with its own scheme: the schemes' own figures are in its metrics.
+        assert ("daso_global_skip" in metrics) == (scheme == "daso"), metrics
+        assert ("staleness_max" in metrics) == (scheme == "easgd"), metrics

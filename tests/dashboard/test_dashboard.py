@@ -269,3 +269,43 @@ def test_with_auth_on_a_read_token_can_view_but_not_cancel(
     page.page.reload()
     page.page.wait_for_function("() => !document.getElementById('cancel').disabled")
     assert page.page.is_hidden("#banner")
+
+
+def test_a_scheme_search_is_coloured_by_scheme_and_the_trial_page_names_its_knobs(page: Page, seeded: Seeded) -> None:
+    from tests.conftest import make_spec
+
+    service = seeded.service
+    spec = make_spec(
+        name="scheme-search",
+        space={"lr": {"type": "real", "low": 1e-3, "high": 0.1, "scale": "log"}},
+        algorithm={"name": "grid", "options": {"points": 2}},
+        budget={"max_trials": 6, "max_parallel": 1},
+        folds=1,
+        training={"task": "t.py:task", "ranks_per_fold": 4, "scheme": {"search": {
+            "allreduce": {},
+            "easgd": {"tau": {"type": "int", "low": 1, "high": 8}},
+            "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
+        }}, "options": {"daso": {"node_size": 2}}},
+    )  # fmt: skip
+    cid = service.campaigns.create(spec).id
+    agent = service.agents.register(host="h", ranks=4, gpus=0).agent_id
+    by_scheme: dict[str, int] = {}
+    for _ in range(6):
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        by_scheme.setdefault(str(got.trial.params["scheme"]), got.trial.id)
+        service.agents.report_fold(lease, 0, float(got.trial.params["lr"]))
+        service.agents.complete(lease)
+    page.open(f"/campaign/{cid}")
+    history = page.wait_plot("plot-history", "d => d.length === 4")
+    assert [t["name"] for t in history[:3]] == ["allreduce", "easgd", "daso"]
+    assert sum(len(t["x"]) for t in history[:3]) == 6 and len({t["marker"]["color"] for t in history[:3]}) == 3
+    tau = page.wait_plot("slice-easgd.tau", "d => d.length === 3")
+    assert [len(t["x"]) for t in tau] == [0, 2, 0], "only easgd's trials have an easgd.tau"
+    page.open(f"/trial/{by_scheme['easgd']}")
+    page.page.locator("#trial-scheme").wait_for()
+    assert page.page.inner_text("#trial-scheme").startswith("easgd (tau=")
+    page.open(f"/trial/{by_scheme['daso']}")
+    page.page.wait_for_function("() => (document.getElementById('trial-scheme') || {}).textContent?.startsWith('daso')")
+    text = page.page.inner_text("#trial-scheme")
+    assert "max_global_skips=" in text and "node_size=2" in text, text
