@@ -174,7 +174,8 @@ def test_a_campaign_searching_the_scheme_trains_each_trial_with_its_scheme_and_o
             "epochs": 2,
             "scheme": {"search": {
                 "allreduce": {},
-                "easgd": {"beta": {"type": "real", "low": 0.5, "high": 0.9}, "tau": {"type": "int", "low": 1, "high": 4}},
+                "easgd": {"beta": {"type": "real", "low": 0.5, "high": 0.9},
+                          "tau": {"type": "int", "low": 1, "high": 4}},
                 "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
             }},
             "options": {"daso": {"node_size": 2, "warmup_epochs": 0, "cooldown_epochs": 0}},
