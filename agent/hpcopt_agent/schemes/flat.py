@@ -34,7 +34,9 @@ class Flat:
             raise ValueError("the task's models have no trainable parameters")
         dtypes = {p.dtype for p in self.params}
         if len(dtypes) > 1 or not next(iter(dtypes)).is_floating_point:
-            raise ValueError(f"schemes that exchange flat weights (parameter servers, daso) need one floating dtype for all parameters, got {dtypes}")
+            raise ValueError(
+                f"schemes that exchange flat weights (parameter servers, daso) need one floating dtype for all parameters, got {dtypes}"
+            )
         self.dtype = self.params[0].dtype
         self.offsets: dict[int, tuple[int, int]] = {}
         at = 0
