@@ -35,7 +35,8 @@ class Flat:
         dtypes = {p.dtype for p in self.params}
         if len(dtypes) > 1 or not next(iter(dtypes)).is_floating_point:
             raise ValueError(
-                f"schemes that exchange flat weights (parameter servers, daso) need one floating dtype for all parameters, got {dtypes}"
+                "schemes that exchange flat weights (parameter servers, daso) need one floating dtype for all "
+                f"parameters, got {dtypes}"
             )
         self.dtype = self.params[0].dtype
         self.offsets: dict[int, tuple[int, int]] = {}
