@@ -375,10 +375,13 @@ class FoldTrainer:
         if value is None or not math.isfinite(value):
             return "failed", f"no finite {self.s.metric} at the end of fold {fold}"
         try:
-            link.fold(fold, value, run.metrics, run.uri)
+            action = link.fold(fold, value, run.metrics, run.uri)
         except (LeaseLost, ApiError) as exc:
             return self._report_error(exc)
         log.info("done: %s=%.6g", self.s.metric, value)
+        if action != "continue":
+            log.info("the server stopped the trial after fold %d (%s)", fold, action)
+            return action, ""
         return "completed", ""
 
     @staticmethod

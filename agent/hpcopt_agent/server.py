@@ -66,12 +66,16 @@ class TrialLink:
         )
         return ACTIONS.get(reply.action, "continue")
 
-    def fold(self, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str) -> None:
+    def fold(self, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str) -> str:
+        """Reports a finished fold, then asks whether the trial goes on: the server's
+        pruner may have stopped it on this very result (continue, pruned, cancelled)."""
         retrying(
             lambda: self.client.report_fold(self.lease, fold, value, metrics, checkpoint_uri),
             "ReportFold",
             self.patience,
         )
+        reply = retrying(lambda: self.client.heartbeat(self.lease), "Heartbeat", self.patience)
+        return ACTIONS.get(reply.action, "continue")
 
     def complete(self) -> float:
         trial = retrying(lambda: self.client.complete(self.lease), "Complete", self.patience)

@@ -9,6 +9,7 @@ A spec is a YAML or JSON document::
       width:   {type: int, low: 16, high: 256, scale: log}
       act:     {type: categorical, choices: [relu, tanh]}
     algorithm: {name: random, seed: 0}
+    pruner: {name: fold, options: {within: {name: asha}}}
     budget: {max_trials: 50, max_parallel: 4}
     folds: 5
     training: {task: "examples/digits/task.py:task", scheme: allreduce,
@@ -138,6 +139,14 @@ class Budget(_Strict):
     max_parallel: int = Field(default=8, ge=1, le=100_000)
 
 
+class Pruner(_Strict):
+    """Early stopping, decided by the server where intermediate values and fold results
+    arrive; ``options`` are the pruner's own (each documents them; the server checks)."""
+
+    name: Literal["none", "median", "asha", "fold"] = "none"
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
 class Training(_Strict):
     """Settings the agent reads. The server checks the scheme's knobs and the layout
     they make (``hpcopt.schemes``) and stores the rest without interpreting it."""
@@ -158,6 +167,7 @@ class CampaignSpec(_Strict):
     objective: Objective
     space: dict[ParamName, Param] = Field(min_length=1, max_length=MAX_DIMENSIONS)
     algorithm: Algorithm = Field(default_factory=Algorithm)
+    pruner: Pruner = Field(default_factory=Pruner)
     budget: Budget
     folds: int = Field(default=1, ge=1, le=100)
     # None: the campaign is driven by a script (Client.trials); the MPI agent refuses it.
@@ -167,9 +177,11 @@ class CampaignSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _algorithm_shorthand(cls, data: Any) -> Any:
-        # `algorithm: bo` is accepted for `algorithm: {name: bo}`.
+        # `algorithm: bo` and `pruner: asha` are accepted for `{name: bo}` and `{name: asha}`.
         if isinstance(data, dict) and isinstance(data.get("algorithm"), str):
             data = {**data, "algorithm": {"name": data["algorithm"]}}
+        if isinstance(data, dict) and isinstance(data.get("pruner"), str):
+            data = {**data, "pruner": {"name": data["pruner"]}}
         return data
 
 

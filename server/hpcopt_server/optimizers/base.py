@@ -99,3 +99,12 @@ def to_minimize(trial: d.Trial, direction: str) -> float | None:
     if trial.state != d.TrialState.COMPLETED or trial.value is None:
         return None
     return trial.value if direction == "minimize" else -trial.value
+
+
+def pruned_loss(trial: d.Trial, direction: str) -> float | None:
+    """A PRUNED trial's value (what it reached when it was stopped) as a loss; None
+    otherwise. It is an optimistic reading for a trial the pruner judged bad: each
+    optimizer documents how it uses it."""
+    if trial.state != d.TrialState.PRUNED or trial.value is None:
+        return None
+    return trial.value if direction == "minimize" else -trial.value

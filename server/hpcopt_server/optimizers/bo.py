@@ -16,7 +16,8 @@ Options (``algorithm.options``):
 | background_refit | true | refit in a thread; suggestions use the latest factor meanwhile |
 | fold_noise | true | a trial's fold spread (value_std^2 / K) adds to its observation noise |
 
-Between refits every new observation extends the factor by one row, O(n^2); a
+A PRUNED trial is a censored observation: the value it reached when it was stopped,
+floored at the median loss (``gp_model``). Between refits every new observation extends the factor by one row, O(n^2); a
 suggestion costs O(m n^2) for m candidates plus the polishing, never O(n^3).
 """
 
@@ -33,7 +34,7 @@ from threadpoolctl import threadpool_limits
 
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import acquisition as acq
-from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize
+from hpcopt_server.optimizers.base import Optimizer, Problem, pruned_loss, to_minimize
 from hpcopt_server.optimizers.encoding import Encoder
 from hpcopt_server.optimizers.gp_model import GPModel
 
@@ -96,13 +97,16 @@ class BayesianOptimization(Optimizer):
             extra = 0.0
             if loss is not None and self.fold_noise and t.value_std and self.problem.folds > 1:
                 extra = t.value_std**2 / self.problem.folds
-            rows.append((self.encoder.encode(t.params), np.nan if loss is None else loss, extra))
+            pruned = pruned_loss(t, self.direction)
+            if pruned is not None:
+                loss = pruned
+            rows.append((self.encoder.encode(t.params), np.nan if loss is None else loss, extra, pruned is not None))
         if not rows:
             return
         with self.model.lock:
             self.model.drop_fantasies()
-            self.model.add(np.array([r[0] for r in rows]), np.array([r[1] for r in rows]),
-                           np.array([r[2] for r in rows]))  # fmt: skip
+            X, y, extra_, censored = (np.array(col) for col in zip(*rows, strict=True))
+            self.model.add(X, y, extra_, censored)
         self._maybe_refit()
 
     def _n_ok(self) -> int:

@@ -6,7 +6,7 @@ and categoricals decode from their coordinate). For a child:
 
 1. while fewer than ``population`` trials exist, the child is uniformly random;
 2. otherwise the elite is the fittest ``elite`` fraction (20%) of the finished trials
-   (failed ones count as the worst), at least two;
+   (failed and pruned ones count as the worst: a pruned trial lost to the others), at least two;
 3. two parents by binary tournament from the elite; A is the fitter;
 4. crossover per real/int gene: ``c = r (pA - pB) + pA`` with r ~ U(0, 1), clipped to
    [0, 1]; a categorical gene comes from A or B with equal probability;
@@ -55,7 +55,7 @@ class Evolutionary(Optimizer):
             raise ValueError("options.elite and options.mutation_rate must be in [0, 1]")
         self.categorical = np.array([dim.type == "categorical" for dim in self.space.dims])
         self._genes: list[np.ndarray] = []
-        self._losses: list[float] = []  # NaN for failed
+        self._losses: list[float] = []  # NaN for failed and pruned
         self._seen = 0
         self.rng = np.random.default_rng([self.seed, 2, 0])
 

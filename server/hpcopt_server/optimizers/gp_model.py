@@ -8,6 +8,8 @@ few huge losses do not flatten the model, and the result is z-scored. Good value
 they are what the search is about. A failed trial is imputed at the upper quartile of
 the losses: bad, but not a spike the GP must bend around (imputing the worst value made
 Branin runs with 20% random failures converge several times slower in our trials).
+A pruned trial is *censored*: it enters at the value it reached when it was stopped, but
+never better than the median of the other losses (the pruner judged it worse than most).
 """
 
 from __future__ import annotations
@@ -29,10 +31,10 @@ def _compress(y: np.ndarray, median: float, scale: float) -> np.ndarray:
     return np.where(y > thr, thr + scale * over, y)
 
 
-def output_stats(y: np.ndarray) -> OutputStats:
+def output_stats(y: np.ndarray, censored: np.ndarray | None = None) -> OutputStats:
     """Frozen at each refit: the robust centre and scale used to tame outliers, then the
-    mean and standard deviation of the tamed values."""
-    ok = y[np.isfinite(y)]
+    mean and standard deviation of the tamed values (of the uncensored losses)."""
+    ok = y[np.isfinite(y) & (True if censored is None else ~censored)]
     if ok.size == 0:
         return 0.0, 1.0, 0.0, 1.0
     median = float(np.median(ok))
@@ -45,12 +47,17 @@ def output_stats(y: np.ndarray) -> OutputStats:
     return median, scale, float(np.mean(tamed)), std if std > 1e-12 else 1.0
 
 
-def standardize(y: np.ndarray, stats: OutputStats) -> np.ndarray:
-    """Raw losses [n] (NaN = failed) to mean-zero model outputs [n]."""
+def standardize(y: np.ndarray, stats: OutputStats, censored: np.ndarray | None = None) -> np.ndarray:
+    """Raw losses [n] (NaN = failed; ``censored``: pruned, a floor at the median) to
+    mean-zero model outputs [n]."""
     median, scale, mean, std = stats
     ok = np.isfinite(y)
-    bad = float(np.percentile(y[ok], 75)) if ok.any() else median
-    t = (_compress(np.where(ok, y, bad), median, scale) - mean) / std
+    plain = ok if censored is None else ok & ~censored
+    bad = float(np.percentile(y[plain], 75)) if plain.any() else median
+    y = np.where(ok, y, bad)
+    if censored is not None:
+        y = np.where(censored, np.maximum(y, median), y)
+    t = (_compress(y, median, scale) - mean) / std
     return t - t.mean()
 
 
@@ -64,6 +71,7 @@ class GPModel:
         self.X = np.zeros((64, dim))
         self.y_raw = np.zeros(64)
         self.extra_raw = np.zeros(64)
+        self.censored = np.zeros(64, dtype=bool)
         self.n_real = 0
         self.theta = np.r_[np.full(dim, gp.lengthscale_prior(dim)[0]), 0.0, np.log(1e-3)]
         self.stats: OutputStats = (0.0, 1.0, 0.0, 1.0)
@@ -85,16 +93,18 @@ class GPModel:
             self.X = np.vstack([self.X, np.zeros((cap - len(self.X), self.dim))])
             self.y_raw = np.r_[self.y_raw, np.zeros(cap - len(self.y_raw))]
             self.extra_raw = np.r_[self.extra_raw, np.zeros(cap - len(self.extra_raw))]
+            self.censored = np.r_[self.censored, np.zeros(cap - len(self.censored), dtype=bool)]
 
     def _noise(self, extra_raw: np.ndarray) -> np.ndarray:
         return gp.unpack(self.theta)[2] + extra_raw / self.stats[3] ** 2
 
-    def add(self, Xn: np.ndarray, y_raw: np.ndarray, extra_raw: np.ndarray) -> None:
+    def add(self, Xn: np.ndarray, y_raw: np.ndarray, extra_raw: np.ndarray, censored: np.ndarray | None = None) -> None:
         """Appends real observations (call with no fantasies present): O(k n^2)."""
         assert self.n == self.n_real, "drop fantasies before adding observations"
         k, n = len(Xn), self.n
         self._grow(n + k)
         self.X[n : n + k], self.y_raw[n : n + k], self.extra_raw[n : n + k] = Xn, y_raw, extra_raw
+        self.censored[n : n + k] = False if censored is None else censored
         self._extend(Xn, self._noise(extra_raw))
         self.n_real = n + k
 
@@ -125,7 +135,7 @@ class GPModel:
 
     def outputs(self) -> np.ndarray:
         """Standardized outputs of every row of the factor (real, then fantasies) [n]."""
-        y = standardize(self.y_raw[: self.n_real], self.stats)
+        y = standardize(self.y_raw[: self.n_real], self.stats, self.censored[: self.n_real])
         fant = self._fantasy_y[: self.n - self.n_real]
         return np.r_[y, fant]
 
@@ -153,17 +163,24 @@ class GPModel:
 
     # -- refits -------------------------------------------------------------------------
 
-    def refit_snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def refit_snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         n = self.n_real
-        return self.X[:n].copy(), self.y_raw[:n].copy(), self.extra_raw[:n].copy(), self.theta.copy()
+        copies = (a[:n].copy() for a in (self.X, self.y_raw, self.extra_raw, self.censored))
+        return (*copies, self.theta.copy())
 
     def compute_refit(
-        self, X: np.ndarray, y_raw: np.ndarray, extra_raw: np.ndarray, warm: np.ndarray, subsample: int
+        self,
+        X: np.ndarray,
+        y_raw: np.ndarray,
+        extra_raw: np.ndarray,
+        censored: np.ndarray,
+        warm: np.ndarray,
+        subsample: int,
     ) -> tuple[np.ndarray, OutputStats, gp.LazyCholesky]:
         """New hyper-parameters (fitted on at most ``subsample`` points: the best tenth and
         a random rest) and a fresh factor of all n points: O(n^3), run off the lock."""
-        stats = output_stats(y_raw)
-        y = standardize(y_raw, stats)
+        stats = output_stats(y_raw, censored)
+        y = standardize(y_raw, stats, censored)
         extra = extra_raw / stats[3] ** 2
         idx = np.arange(len(X))
         if len(X) > subsample:

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hpcopt_server import domain as d
-from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize
+from hpcopt_server.optimizers.base import Optimizer, Problem, pruned_loss, to_minimize
 
 CHOICES = {
     "base_estimator": ("GP", "RF", "ET", "GBRT"),
@@ -94,7 +94,9 @@ class SkoptOptimizer(Optimizer):
         xs, ys = [], []
         self._seen += len(trials)
         for t in trials:
+            # A pruned trial counts at the value it reached when it was stopped.
             loss = to_minimize(t, self.direction)
+            loss = pruned_loss(t, self.direction) if loss is None else loss
             if loss is not None:
                 xs.append(self._point(t.params))
                 ys.append(loss)

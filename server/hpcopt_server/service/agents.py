@@ -25,8 +25,10 @@ from datetime import datetime, timedelta
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
+from hpcopt_server.pruners import Pruner
 from hpcopt_server.service import limits as lim
 from hpcopt_server.service.context import Context, campaign_or_404, finish_campaign_if_done
+from hpcopt_server.service.pruning import SqlHistory, prune, pruner_of
 from hpcopt_server.storage.repository import Tx
 
 
@@ -215,17 +217,21 @@ class AgentService:
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             self._agent(tx, lease.agent_id, caller)
+            campaign, pruner = self._campaign_and_pruner(tx, lease.trial_id)
             trial = self._leased(tx, lease, now, allow_stopped=True)
             if trial.state != d.TrialState.RUNNING:
                 action = Action.STOP_CANCELLED if trial.state == d.TrialState.CANCELLED else Action.STOP_PRUNED
                 return HeartbeatReply(action, None)
-            campaign = campaign_or_404(tx, trial.campaign_id)
             self._unfinished_fold(trial, campaign, fold)
             tx.put_curve_point(trial.id, fold, step, value)
             fold_values: dict[str, object] = {"attempt": trial.attempt}
             if checkpoint_uri:
                 fold_values["checkpoint_uri"] = checkpoint_uri
             tx.upsert_fold(trial.id, fold, now, **fold_values)
+            verdict = pruner.at_step(SqlHistory(tx, campaign.id), trial, fold, step, value) if pruner else None
+            if verdict is not None:
+                prune(tx, campaign, trial, verdict, now)
+                return HeartbeatReply(Action.STOP_PRUNED, None)
             expires = self._renew(tx, lease, now)
         return HeartbeatReply(Action.CONTINUE, expires)
 
@@ -245,12 +251,12 @@ class AgentService:
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             self._agent(tx, lease.agent_id, caller)
+            campaign, pruner = self._campaign_and_pruner(tx, lease.trial_id)
             trial = self._locked_trial(tx, lease.trial_id)
             replay = self._replayed_fold(trial, lease, fold, value, metrics, checkpoint_uri)
             if replay is not None:
                 return replay
             self._check_lease(trial, lease, now)
-            campaign = campaign_or_404(tx, trial.campaign_id)
             self._unfinished_fold(trial, campaign, fold)
             values: dict[str, object] = {
                 "finished": True,
@@ -262,6 +268,12 @@ class AgentService:
                 values["checkpoint_uri"] = checkpoint_uri
             result = tx.upsert_fold(trial.id, fold, now, **values)
             self._renew(tx, lease, now)
+            after = tx.get_trial(trial.id)
+            assert after is not None
+            if pruner is not None and sum(f.finished for f in after.folds) < campaign.folds:
+                verdict = pruner.at_fold(SqlHistory(tx, campaign.id), after)
+                if verdict is not None:
+                    prune(tx, campaign, after, verdict, now)
         return result
 
     # -- the end of an attempt ---------------------------------------------------------
@@ -331,6 +343,19 @@ class AgentService:
                 "an agent id can be used only with the token that registered it: register again"
             )
         return agent
+
+    def _campaign_and_pruner(self, tx: Tx, trial_id: int) -> tuple[d.Campaign, Pruner | None]:
+        """The trial's campaign, row-locked first when it has a pruner (a pruning decision
+        finishes the trial, which takes the campaign lock; campaign before trial is the
+        lock order), and its pruner."""
+        trial = tx.get_trial(trial_id, folds=False)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} does not exist")
+        campaign = campaign_or_404(tx, trial.campaign_id)
+        pruner = pruner_of(campaign)
+        if pruner is not None:
+            campaign = campaign_or_404(tx, trial.campaign_id, lock=True)
+        return campaign, pruner
 
     @staticmethod
     def _holds(trial: d.Trial, lease: Lease) -> bool:

@@ -9,6 +9,7 @@ from typing import Any
 from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from hpcopt_server.pruners import make_pruner
 from hpcopt_server.service.context import Context, campaign_or_404
 from hpcopt_server.service.limits import require_id, require_range
 from hpcopt_server.service.suggestions import make_optimizer
@@ -24,6 +25,11 @@ def validate_spec(document: Any) -> dict[str, Any]:
     except SpecError as exc:
         raise InvalidArgument(f"invalid campaign spec: {exc}", exc.errors) from None
     make_optimizer(spec)  # checks the algorithm and its options
+    try:
+        make_pruner(spec)
+    except ValueError as exc:
+        field = "pruner." + (str(exc).split(" ", 1)[0] if str(exc).startswith("options.") else "options")
+        raise InvalidArgument(f"pruner.{exc}", [(field, str(exc))]) from None
     return spec
 
 

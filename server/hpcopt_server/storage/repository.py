@@ -332,6 +332,39 @@ class Tx:
             row.value = value
         self.s.flush()
 
+    def values_at(self, campaign_id: int, fold: int, step: int, states: Iterable[d.TrialState]) -> dict[int, float]:
+        """{trial id: value} at one (fold, step) of the campaign's trials in ``states``:
+        what the pruners compare a new report with."""
+        q = (
+            select(m.CurveRow.trial_id, m.CurveRow.value)
+            .join(m.TrialRow, m.TrialRow.id == m.CurveRow.trial_id)
+            .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state.in_(list(states)))
+            .where(m.CurveRow.fold == fold, m.CurveRow.step == step)
+        )
+        return {tid: float(v) for tid, v in self.s.execute(q)}
+
+    def curve(self, trial_id: int, fold: int) -> list[tuple[int, float]]:
+        q = (
+            select(m.CurveRow.step, m.CurveRow.value)
+            .where(m.CurveRow.trial_id == trial_id, m.CurveRow.fold == fold)
+            .order_by(m.CurveRow.step)
+        )
+        return [(int(s), float(v)) for s, v in self.s.execute(q)]
+
+    def completed_folds(self, campaign_id: int) -> dict[int, tuple[int, list[float]]]:
+        """{trial id: (number, fold values by index)} of the campaign's COMPLETED trials."""
+        q = (
+            select(m.TrialRow.id, m.TrialRow.number, m.FoldRow.index, m.FoldRow.value)
+            .join(m.FoldRow, m.FoldRow.trial_id == m.TrialRow.id)
+            .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.COMPLETED)
+            .where(m.FoldRow.finished.is_(True), m.FoldRow.value.is_not(None))
+            .order_by(m.TrialRow.id, m.FoldRow.index)
+        )
+        out: dict[int, tuple[int, list[float]]] = {}
+        for tid, number, _, value in self.s.execute(q):
+            out.setdefault(tid, (number, []))[1].append(float(value or 0.0))  # not None: filtered
+        return out
+
     def add_event(
         self, trial_id: int, attempt: int, kind: str, now: datetime, *, agent_id: str = "", reason: str = ""
     ) -> None:

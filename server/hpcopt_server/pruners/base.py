@@ -1,0 +1,104 @@
+"""The pruner interface: early stopping decided by the server, where a trial's
+intermediate values (``ReportIntermediate``: fold, epoch, value) and fold results
+(``ReportFold``) arrive.
+
+A pruner is pure numerics, like an optimizer: it reads the campaign's history through
+:class:`History` (the service implements it on a SQL transaction, so every server
+replica decides from the same data) and answers ``None`` (go on) or a :class:`Verdict`.
+The service then moves the trial to PRUNED with the verdict's value and reason in the
+same transaction, and the agent stops at its next report or heartbeat.
+
+Values handed to a pruner are as reported; :meth:`Pruner.loss` turns them into losses
+(lower is better) for either direction.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from hpcopt_server import domain as d
+
+
+class History(Protocol):
+    """What a pruner may read about its campaign (as reported, not as losses)."""
+
+    def values_at(self, fold: int, step: int, states: Sequence[d.TrialState]) -> dict[int, float]:
+        """{trial id: value} of the trials in ``states`` that reported (fold, step)."""
+        ...
+
+    def curve(self, trial_id: int, fold: int) -> list[tuple[int, float]]:
+        """(step, value) points of one trial's fold, by step."""
+        ...
+
+    def completed_folds(self) -> dict[int, tuple[int, list[float]]]:
+        """{trial id: (number, its K fold values by fold index)} of COMPLETED trials."""
+        ...
+
+
+@dataclass(frozen=True)
+class PrunerProblem:
+    direction: str  # "minimize" | "maximize"
+    folds: int
+    options: dict[str, Any] = field(default_factory=dict)
+    metric: str = "value"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Prune: ``value`` is stored as the pruned trial's value (what it reached), and
+    ``reason`` says why, in words a user reads on the trial's page."""
+
+    value: float
+    reason: str
+
+
+class Pruner(ABC):
+    #: The options this pruner accepts (anything else is refused by name).
+    OPTIONS: tuple[str, ...] = ()
+
+    def __init__(self, problem: PrunerProblem):
+        self.problem = problem
+        self.sign = 1.0 if problem.direction == "minimize" else -1.0
+        unknown = sorted(set(problem.options) - set(self.OPTIONS))
+        if unknown:
+            known = ", ".join(self.OPTIONS) or "none"
+            raise ValueError(f"options.{unknown[0]} is not an option of this pruner; known: {known}")
+
+    def loss(self, value: float) -> float:
+        return self.sign * value
+
+    def option(self, name: str, default: Any, kind: type, low: float | None = None, high: float | None = None) -> Any:
+        value: Any = self.problem.options.get(name, default)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ValueError(f"options.{name} must be a {kind.__name__}, got {value!r}")
+        number = float(self.problem.options.get(name, default))  # an int or a float here
+        if low is not None and number < low:
+            raise ValueError(f"options.{name} must be >= {low}, got {value!r}")
+        if high is not None and number > high:
+            raise ValueError(f"options.{name} must be <= {high}, got {value!r}")
+        return value
+
+    @abstractmethod
+    def at_step(self, history: History, trial: d.Trial, fold: int, step: int, value: float) -> Verdict | None:
+        """After the trial reported ``value`` at (fold, step), stored already."""
+
+    def at_fold(self, history: History, trial: d.Trial) -> Verdict | None:
+        """After one of the trial's folds finished (``trial.folds`` includes it), while
+        others remain."""
+        return None
+
+
+class NoPruner(Pruner):
+    """``pruner: none`` (the default): every trial trains all its folds and epochs."""
+
+    def at_step(self, history: History, trial: d.Trial, fold: int, step: int, value: float) -> Verdict | None:
+        return None
+
+
+def fmt(value: float) -> str:
+    return f"{value:.4g}"

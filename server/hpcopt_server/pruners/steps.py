@@ -1,0 +1,108 @@
+"""Pruners that compare learning curves at the same (fold, epoch): ``median`` and ``asha``.
+
+Both compare a trial only with other trials on the same fold: folds are different data
+splits, so fold 2's loss at epoch 3 says nothing against fold 0's. With K folds trained
+one after another every fold gets its own comparison, and a trial that survived fold 0
+can still be stopped in fold 1.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from hpcopt_server import domain as d
+from hpcopt_server.pruners.base import History, Pruner, PrunerProblem, Verdict, fmt
+
+#: Trials whose reports count as competitors for a rung (ASHA counts every trial that
+#: reached it, pruned ones included: they were compared there too).
+RUNG_STATES = (d.TrialState.RUNNING, d.TrialState.COMPLETED, d.TrialState.PRUNED, d.TrialState.QUEUED,
+               d.TrialState.PREEMPTED)  # fmt: skip
+
+
+class MedianPruner(Pruner):
+    """Optuna's median rule, per fold: after ``n_warmup_steps`` epochs of a fold, a trial
+    whose best value so far in that fold is worse than the median of the COMPLETED
+    trials' values at the same (fold, epoch) stops. Needs ``n_startup_trials`` completed
+    trials with a value there before it prunes anything.
+
+    | option | default | meaning |
+    |---|---|---|
+    | n_startup_trials | 5 | completed trials with a value at (fold, epoch) before pruning |
+    | n_warmup_steps | 1 | epochs of each fold that are never pruned |
+    | interval_steps | 1 | judge every this many epochs |
+    """
+
+    OPTIONS = ("n_startup_trials", "n_warmup_steps", "interval_steps")
+
+    def __init__(self, problem: PrunerProblem):
+        super().__init__(problem)
+        self.n_startup = self.option("n_startup_trials", 5, int, low=1, high=100_000)
+        self.warmup = self.option("n_warmup_steps", 1, int, low=0, high=1_000_000)
+        self.interval = self.option("interval_steps", 1, int, low=1, high=1_000_000)
+
+    def at_step(self, history: History, trial: d.Trial, fold: int, step: int, value: float) -> Verdict | None:
+        if step <= self.warmup or (step - self.warmup) % self.interval:
+            return None
+        others = history.values_at(fold, step, (d.TrialState.COMPLETED,))
+        others.pop(trial.id, None)
+        if len(others) < self.n_startup:
+            return None
+        median = statistics.median(self.loss(v) for v in others.values())
+        best = min(self.loss(v) for _, v in history.curve(trial.id, fold) or [(step, value)])
+        if best <= median:
+            return None
+        return Verdict(
+            value,
+            f"median: its best {self.problem.metric} in fold {fold} up to epoch {step} ({fmt(self.sign * best)}) "
+            f"is worse than the median {fmt(self.sign * median)} of {len(others)} completed trials there",
+        )
+
+
+class AshaPruner(Pruner):
+    """Asynchronous successive halving (Li et al., MLSys 2020) over the epochs of each
+    fold. Rungs sit at epochs ``min_epochs * reduction_factor ** (min_early_stopping_rate
+    + k)``. A trial reaching a rung goes on only if its value is among the best
+    ``1 / reduction_factor`` of every value recorded at that rung so far (at least the
+    best one); it never waits for a rung to fill, which is what makes it asynchronous.
+
+    | option | default | meaning |
+    |---|---|---|
+    | min_epochs | 1 | the first rung |
+    | reduction_factor | 3 | η: a rung keeps the best 1/η |
+    | min_early_stopping_rate | 0 | s: skips the first s rungs |
+    | bootstrap_count | 0 | values a rung needs before it stops anyone |
+    """
+
+    OPTIONS = ("min_epochs", "reduction_factor", "min_early_stopping_rate", "bootstrap_count")
+
+    def __init__(self, problem: PrunerProblem):
+        super().__init__(problem)
+        self.min_epochs = self.option("min_epochs", 1, int, low=1, high=1_000_000)
+        self.eta = self.option("reduction_factor", 3, int, low=2, high=1000)
+        self.rate = self.option("min_early_stopping_rate", 0, int, low=0, high=60)
+        self.bootstrap = self.option("bootstrap_count", 0, int, low=0, high=100_000)
+
+    def rung(self, step: int) -> int | None:
+        """The rung index whose epoch is ``step``, or None."""
+        r, k = self.min_epochs * self.eta**self.rate, 0
+        while r < step:
+            r, k = r * self.eta, k + 1
+        return k if r == step else None
+
+    def at_step(self, history: History, trial: d.Trial, fold: int, step: int, value: float) -> Verdict | None:
+        k = self.rung(step)
+        if k is None:
+            return None
+        rung = history.values_at(fold, step, RUNG_STATES)
+        rung[trial.id] = value
+        if len(rung) <= self.bootstrap:
+            return None
+        losses = sorted(self.loss(v) for v in rung.values())
+        keep = max(1, len(losses) // self.eta)
+        if self.loss(value) <= losses[keep - 1]:
+            return None
+        return Verdict(
+            value,
+            f"asha: {self.problem.metric} {fmt(value)} at rung {k} (fold {fold}, epoch {step}) is not among the "
+            f"best {keep} of the {len(losses)} trials that reached it (1/{self.eta} go on)",
+        )
