@@ -48,9 +48,9 @@ def measure(name: str, d: int, n: int, reps: int) -> dict[str, float]:
             bo.wait_for_refit()
             m = bo.model
             with m.lock:
-                snap = m.refit_snapshot()
+                X, y, extra, censored, _ = m.refit_snapshot()
             t0 = time.perf_counter()
-            m.compute_refit(*snap, subsample=bo.fit_subsample)
+            m.compute_refit(X, y, extra, censored, np.random.default_rng(0), subsample=bo.fit_subsample)
             refit = time.perf_counter() - t0
     elif name == "skopt":
         opt = Skopt(space, 0)

@@ -13,7 +13,7 @@ Options (``algorithm.options``):
 | polish | 2 | best candidates refined by L-BFGS-B; at most 16 |
 | refit_growth | 0.2 | refit the hyper-parameters when n grew by this fraction since the last fit |
 | fit_subsample | 300 | at most this many points in the marginal-likelihood fit (10..2000) |
-| background_refit | true | refit in a thread; suggestions use the latest factor meanwhile |
+| background_refit | true | refit in a thread; the fit is used from a fixed later history size on (see ``due``) |
 | fold_noise | true | a trial's fold spread (value_std^2 / K) adds to its observation noise |
 
 A PRUNED trial is a censored observation: the value it reached when it was stopped,
@@ -23,9 +23,11 @@ suggestion costs O(m n^2) for m candidates plus the polishing, never O(n^3).
 
 from __future__ import annotations
 
+import math
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
@@ -36,7 +38,8 @@ from hpcopt_server import domain as d
 from hpcopt_server.optimizers import acquisition as acq
 from hpcopt_server.optimizers.base import Optimizer, Problem, pruned_loss, to_minimize
 from hpcopt_server.optimizers.encoding import Encoder
-from hpcopt_server.optimizers.gp_model import GPModel
+from hpcopt_server.optimizers.gp import LazyCholesky
+from hpcopt_server.optimizers.gp_model import GPModel, OutputStats
 
 #: The most candidates one suggestion may score (10**7 took 1.9 GB and 30 s under the lock).
 MAX_CANDIDATES = 8192
@@ -76,10 +79,12 @@ class BayesianOptimization(Optimizer):
         self.background = self.option("background_refit", True, bool)
         self.fold_noise = self.option("fold_noise", True, bool)
         self.encoder = Encoder(self.space)
-        self.model = GPModel(self.encoder.dim, self.seed)
-        self.rng = np.random.default_rng([self.seed, 1])
+        self.model = GPModel(self.encoder.dim)
+        self.rng = np.random.default_rng([self.seed, 1])  # reseeded per suggestion
         self._n_seen = 0  # finished trials observed, failed ones included
-        self._refit_thread: threading.Thread | None = None
+        self._schedule = [2]  # refit points (see _points)
+        self._fit_at = 0  # the refit point whose fit the model uses
+        self._job: _Refit | None = None
 
     # -- observations ---------------------------------------------------------------------
 
@@ -107,42 +112,78 @@ class BayesianOptimization(Optimizer):
             self.model.drop_fantasies()
             X, y, extra_, censored = (np.array(col) for col in zip(*rows, strict=True))
             self.model.add(X, y, extra_, censored)
-        self._maybe_refit()
+        self._refits()
 
     def _n_ok(self) -> int:
         y = self.model.y_raw[: self.model.n_real]
         return int(np.isfinite(y).sum())
 
-    def _maybe_refit(self) -> None:
+    # -- refits: a deterministic function of the history ---------------------------------
+
+    def _points(self, upto: int) -> list[int]:
+        """Refit points s_0 = 2, s_j+1 = max(ceil(s_j (1 + refit_growth)), s_j + 1), up to ``upto``."""
+        while self._schedule[-1] < upto:
+            last = self._schedule[-1]
+            self._schedule.append(max(math.ceil(last * (1.0 + self.refit_growth)), last + 1))
+        return [p for p in self._schedule if p <= upto]
+
+    def due(self, point: int) -> int:
+        """The history size at which the fit of the first ``point`` observations is used.
+        In the background a refit has ``refit_growth * point / 2`` observations' time to
+        finish; a suggestion that comes before it does waits for it. The first fit, and
+        every fit without ``background_refit``, is used at once."""
+        if not self.background or point == self._schedule[0]:
+            return point
+        return point + max(1, int(self.refit_growth * point / 2))
+
+    def _refits(self) -> None:
+        """Installs the latest fit that is due and starts the next one.
+
+        The model a suggestion uses is the fit of the first s_j observations for the
+        largest s_j due by now, extended by the rest: the same history gives the same
+        model whatever the timing. A fit starts from the prior's centre and two draws
+        from a generator seeded by (seed, s_j), never from the previous fit, so a server
+        that rebuilds the optimizer after a restart computes only the last one."""
+        n = self.model.n_real
+        points = [p for p in self._points(n) if p > self._fit_at]
+        due = [p for p in points if self.due(p) <= n]
+        if due:
+            target = due[-1]
+            job = self._job
+            result = job.result() if job is not None and job.point == target else self._fit(target)
+            if job is not None and job.point <= target:
+                self._job = None
+            with self.model.lock:
+                self.model.drop_fantasies()
+                if result is not None:
+                    self.model.install(*result)
+            self._fit_at = target
+            points = [p for p in points if p > target]
+        if points and self._job is None:
+            self._job = _Refit(points[0], self._fit, self.background)
+
+    def _fit(self, point: int) -> tuple[np.ndarray, OutputStats, LazyCholesky] | None:
         m = self.model
-        if self._n_ok() < 2 or m.n_real < max(m.fitted_n * (1 + self.refit_growth), m.fitted_n + 1):
-            return
-        if self._refit_thread is not None and self._refit_thread.is_alive():
-            return
         with m.lock:
-            snapshot = m.refit_snapshot()
-
-        def work() -> None:
-            with blas_threads(len(snapshot[0])):
-                result = m.compute_refit(*snapshot, subsample=self.fit_subsample)
-            with m.lock:
-                m.drop_fantasies()
-                m.install(*result)
-
-        if self.background and m.fitted_n > 0:
-            self._refit_thread = threading.Thread(target=work, name="gp-refit", daemon=True)
-            self._refit_thread.start()
-        else:
-            work()
+            X, y, extra, censored, _ = m.refit_snapshot(point)
+        if int(np.isfinite(y).sum()) < 2:
+            return None
+        with blas_threads(point):
+            rng = np.random.default_rng([self.seed, 3, point])
+            return m.compute_refit(X, y, extra, censored, rng, subsample=self.fit_subsample)
 
     def wait_for_refit(self) -> None:
-        """Blocks until a background refit is done (tests and benchmarks)."""
-        if self._refit_thread is not None:
-            self._refit_thread.join()
+        """Blocks until a background refit is done (tests and benchmarks); it is used
+        when its history size is due, as always."""
+        if self._job is not None:
+            self._job.wait()
 
     # -- suggestions -----------------------------------------------------------------------
 
     def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
+        # Candidates from a generator seeded by the history's size and the pending count:
+        # the same history and pending trials give the same suggestions, even after a restart.
+        self.rng = np.random.default_rng([self.seed, 1, self.model.n_real, len(pending)])
         out: list[d.Params] = []
         made = self._n_seen + len(pending)
         while len(out) < n and (made + len(out) < self.n_initial or self._n_ok() < 2):
@@ -243,3 +284,31 @@ class BayesianOptimization(Optimizer):
         x = x0.copy()
         x[mask] = res.x
         return x
+
+
+class _Refit:
+    """One hyper-parameter refit, in a thread (``background``) or at once."""
+
+    def __init__(self, point: int, fit: Callable[[int], object], background: bool):
+        self.point = point
+        self._value: object = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fit,), name=f"gp-refit-{point}", daemon=True)
+        self._thread.start()
+        if not background:
+            self._thread.join()
+
+    def _run(self, fit: Callable[[int], object]) -> None:
+        try:
+            self._value = fit(self.point)
+        except BaseException as exc:  # handed to the thread that installs it
+            self._error = exc
+
+    def wait(self) -> None:
+        self._thread.join()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value

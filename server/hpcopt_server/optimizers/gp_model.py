@@ -65,9 +65,8 @@ class GPModel:
     """Not thread-safe by itself: the owner holds ``lock`` around every call, and a
     background refit takes it only to swap in its result."""
 
-    def __init__(self, dim: int, seed: int):
+    def __init__(self, dim: int):
         self.dim = dim
-        self.rng = np.random.default_rng(seed)
         self.X = np.zeros((64, dim))
         self.y_raw = np.zeros(64)
         self.extra_raw = np.zeros(64)
@@ -163,8 +162,9 @@ class GPModel:
 
     # -- refits -------------------------------------------------------------------------
 
-    def refit_snapshot(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        n = self.n_real
+    def refit_snapshot(self, n: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Copies of the first ``n`` observations (all by default) and theta."""
+        n = self.n_real if n is None else n
         copies = (a[:n].copy() for a in (self.X, self.y_raw, self.extra_raw, self.censored))
         return (*copies, self.theta.copy())
 
@@ -174,20 +174,29 @@ class GPModel:
         y_raw: np.ndarray,
         extra_raw: np.ndarray,
         censored: np.ndarray,
-        warm: np.ndarray,
+        rng: np.random.Generator,
         subsample: int,
     ) -> tuple[np.ndarray, OutputStats, gp.LazyCholesky]:
-        """New hyper-parameters (fitted on at most ``subsample`` points: the best tenth and
-        a random rest) and a fresh factor of all n points: O(n^3), run off the lock."""
+        """New hyper-parameters and a fresh factor of all n points: O(n^3), run off the lock.
+
+        The hyper-parameters are fitted on measured losses only (at most ``subsample``
+        of them: the best tenth and a random rest). Failed and pruned trials are in the
+        factor at their imputed values, so the model steers away from them, but not in
+        the fit: imputed values at unrelated places made the fit see a rough function
+        (Branin, 20 random points with every fifth failed, then 20 suggestions: fitted
+        lengthscales 0.14-0.4 instead of 0.6-2; median regret over 8 seeds 0.046 with
+        them in the fit, 0.0055 without)."""
         stats = output_stats(y_raw, censored)
         y = standardize(y_raw, stats, censored)
         extra = extra_raw / stats[3] ** 2
-        idx = np.arange(len(X))
-        if len(X) > subsample:
-            best = np.argsort(y)[: subsample // 10]
-            rest = self.rng.choice(np.setdiff1d(idx, best), subsample - len(best), replace=False)
+        idx = np.flatnonzero(np.isfinite(y_raw) & ~censored)
+        if len(idx) < 2:
+            idx = np.arange(len(X))
+        if len(idx) > subsample:
+            best = idx[np.argsort(y[idx])[: subsample // 10]]
+            rest = rng.choice(np.setdiff1d(idx, best), subsample - len(best), replace=False)
             idx = np.r_[best, rest]
-        theta = gp.fit_hyperparameters(X[idx], y[idx] - y[idx].mean(), extra[idx], self.rng, warm)
+        theta = gp.fit_hyperparameters(X[idx], y[idx] - y[idx].mean(), extra[idx], rng, restarts=2)
         ell, amp, noise = gp.unpack(theta)
         K = gp.matern52(X, X, ell, amp) + np.diag(noise + extra)
         try:
