@@ -22,7 +22,9 @@ def _f(p: d.Params) -> float:
 def _campaign(delays: list[float], steps: int, refit_growth: float = 0.1) -> list[d.Params]:
     """Suggest-observe ``steps`` times with bo's background refits; ``delays[i]`` seconds
     pass after step i (refits finish earlier or later relative to the requests)."""
-    opt = BayesianOptimization(Problem(SearchSpace(MIXED), "minimize", 7, {"n_initial": 6, "refit_growth": refit_growth}))
+    opt = BayesianOptimization(
+        Problem(SearchSpace(MIXED), "minimize", 7, {"n_initial": 6, "refit_growth": refit_growth})
+    )
     out = []
     for i in range(steps):
         [p] = opt.suggest(1, [])
@@ -57,3 +59,26 @@ def test_a_rebuilt_optimizer_suggests_what_the_live_one_does() -> None:
     # Equal up to the rounding of one block extension against many small ones.
     assert np.allclose([enc.encode(p) for p in again], [enc.encode(p) for p in pending], atol=1e-6)
     assert [p["act"] for p in again] == [p["act"] for p in pending]
+
+
+def test_past_max_points_the_gp_factors_a_subset_that_keeps_the_best_and_stays_reproducible() -> None:
+    space = {f"x{i}": {"type": "real", "low": -2.0, "high": 2.0} for i in range(3)}
+    rng = np.random.default_rng(4)
+    history = []
+    for i in range(700):
+        p = {k: float(v) for k, v in zip(space, rng.uniform(-2, 2, 3), strict=True)}
+        history.append(_trial(i, p, sum((float(v) - 0.5) ** 2 for v in p.values())))
+    history.append(_trial(700, {"x0": 0.5, "x1": 0.5, "x2": 0.52}, 0.0004))  # the incumbent
+
+    def build() -> BayesianOptimization:
+        opt = BayesianOptimization(Problem(SearchSpace(space), "minimize", 0, {"max_points": 200}))
+        opt.observe(history)
+        return opt
+
+    opt = build()
+    assert opt._fit_at > 200 and opt.model.n_real <= 200  # 100 chosen + those since the refit
+    X = opt.model.X[: opt.model.n_real]
+    assert np.abs(X - Encoder(SearchSpace(space)).encode(history[-1].params)).sum(1).min() < 1e-12
+    [p] = opt.suggest(1, [])
+    assert sum((float(v) - 0.5) ** 2 for v in p.values()) < 0.05  # it still searches where the optimum is
+    assert build().suggest(1, []) == [p]

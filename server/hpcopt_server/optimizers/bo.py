@@ -15,6 +15,7 @@ Options (``algorithm.options``):
 | fit_subsample | 300 | at most this many points in the marginal-likelihood fit (10..2000) |
 | background_refit | true | refit in a thread; the fit is used from a fixed later history size on (see ``due``) |
 | fold_noise | true | a trial's fold spread (value_std^2 / K) adds to its observation noise |
+| max_points | 4000 | past this many observations the GP factors a subset (``select_subset``); 200..20000 |
 
 A PRUNED trial is a censored observation: the value it reached when it was stopped,
 floored at the median loss (``gp_model``). Between refits every new observation extends the factor by one row, O(n^2); a
@@ -23,6 +24,7 @@ suggestion costs O(m n^2) for m candidates plus the polishing, never O(n^3).
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import warnings
@@ -39,12 +41,15 @@ from hpcopt_server.optimizers import acquisition as acq
 from hpcopt_server.optimizers.base import Optimizer, Problem, pruned_loss, to_minimize
 from hpcopt_server.optimizers.encoding import Encoder
 from hpcopt_server.optimizers.gp import LazyCholesky
-from hpcopt_server.optimizers.gp_model import GPModel, OutputStats
+from hpcopt_server.optimizers.gp_model import GPModel, OutputStats, select_subset
+
+log = logging.getLogger(__name__)
+Fit = tuple[np.ndarray, OutputStats, LazyCholesky, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
 
 #: The most candidates one suggestion may score (10**7 took 1.9 GB and 30 s under the lock).
 MAX_CANDIDATES = 8192
 OPTIONS = ("n_initial", "acquisition", "ucb_beta", "candidates", "polish", "refit_growth", "fit_subsample",
-           "background_refit", "fold_noise")  # fmt: skip
+           "background_refit", "fold_noise", "max_points")  # fmt: skip
 
 
 def blas_threads(n: int) -> threadpool_limits:
@@ -78,10 +83,15 @@ class BayesianOptimization(Optimizer):
         self.fit_subsample = self.option("fit_subsample", 300, int, low=10, high=2000)
         self.background = self.option("background_refit", True, bool)
         self.fold_noise = self.option("fold_noise", True, bool)
+        self.max_points = self.option("max_points", 4000, int, low=200, high=20_000)
         self.encoder = Encoder(self.space)
         self.model = GPModel(self.encoder.dim)
         self.rng = np.random.default_rng([self.seed, 1])  # reseeded per suggestion
         self._n_seen = 0  # finished trials observed, failed ones included
+        # Every observation (X, loss or NaN, extra noise, censored), in order: the model
+        # factors all of them up to max_points, a subset past it.
+        self._rows: list[tuple[np.ndarray, float, float, bool]] = []
+        self._n_finite = 0
         self._schedule = [2]  # refit points (see _points)
         self._fit_at = 0  # the refit point whose fit the model uses
         self._job: _Refit | None = None
@@ -108,6 +118,8 @@ class BayesianOptimization(Optimizer):
             rows.append((self.encoder.encode(t.params), np.nan if loss is None else loss, extra, pruned is not None))
         if not rows:
             return
+        self._rows += rows
+        self._n_finite += sum(np.isfinite(r[1]) for r in rows)
         with self.model.lock:
             self.model.drop_fantasies()
             X, y, extra_, censored = (np.array(col) for col in zip(*rows, strict=True))
@@ -115,16 +127,18 @@ class BayesianOptimization(Optimizer):
         self._refits()
 
     def _n_ok(self) -> int:
-        y = self.model.y_raw[: self.model.n_real]
-        return int(np.isfinite(y).sum())
+        return self._n_finite
 
     # -- refits: a deterministic function of the history ---------------------------------
 
     def _points(self, upto: int) -> list[int]:
-        """Refit points s_0 = 2, s_j+1 = max(ceil(s_j (1 + refit_growth)), s_j + 1), up to ``upto``."""
+        """Refit points s_0 = 2, s_j+1 = max(ceil(s_j (1 + refit_growth)), s_j + 1), up to
+        ``upto``; past ``max_points`` one every max_points / 4 observations (each refit
+        selects a new subset, and the factor never holds more than about max_points)."""
         while self._schedule[-1] < upto:
             last = self._schedule[-1]
-            self._schedule.append(max(math.ceil(last * (1.0 + self.refit_growth)), last + 1))
+            step = self.max_points // 4 if last > self.max_points else max(math.ceil(last * self.refit_growth), 1)
+            self._schedule.append(last + step)
         return [p for p in self._schedule if p <= upto]
 
     def due(self, point: int) -> int:
@@ -134,6 +148,8 @@ class BayesianOptimization(Optimizer):
         every fit without ``background_refit``, is used at once."""
         if not self.background or point == self._schedule[0]:
             return point
+        if point > self.max_points:
+            return point + self.max_points // 8
         return point + max(1, int(self.refit_growth * point / 2))
 
     def _refits(self) -> None:
@@ -144,7 +160,7 @@ class BayesianOptimization(Optimizer):
         model whatever the timing. A fit starts from the prior's centre and two draws
         from a generator seeded by (seed, s_j), never from the previous fit, so a server
         that rebuilds the optimizer after a restart computes only the last one."""
-        n = self.model.n_real
+        n = len(self._rows)
         points = [p for p in self._points(n) if p > self._fit_at]
         due = [p for p in points if self.due(p) <= n]
         if due:
@@ -153,24 +169,45 @@ class BayesianOptimization(Optimizer):
             result = job.result() if job is not None and job.point == target else self._fit(target)
             if job is not None and job.point <= target:
                 self._job = None
-            with self.model.lock:
-                self.model.drop_fantasies()
-                if result is not None:
+            if result is not None:
+                with self.model.lock:
+                    self.model.drop_fantasies()
                     self.model.install(*result)
+                    if n > target:
+                        self.model.add(*self._arrays(target, n))
+                if target > self.max_points >= self._fit_at:
+                    log.info("bo: %d observations; the GP now factors a subset of %d (max_points %d)", target,
+                             len(result[3][0]), self.max_points)  # fmt: skip
             self._fit_at = target
             points = [p for p in points if p > target]
         if points and self._job is None:
             self._job = _Refit(points[0], self._fit, self.background)
 
-    def _fit(self, point: int) -> tuple[np.ndarray, OutputStats, LazyCholesky] | None:
-        m = self.model
-        with m.lock:
-            X, y, extra, censored, _ = m.refit_snapshot(point)
+    def _arrays(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        rows = self._rows[start:stop]
+        X, y, extra, censored = (np.array(col) for col in zip(*rows, strict=True))
+        return X.reshape(len(rows), self.encoder.dim), y, extra, censored.astype(bool)
+
+    def _fit(self, point: int) -> Fit | None:
+        """The fit of the first ``point`` observations (past max_points: of a subset of
+        max_points / 2 of them, ``select_subset``), with its rows."""
+        X, y, extra, censored = self._arrays(0, point)
         if int(np.isfinite(y).sum()) < 2:
             return None
-        with blas_threads(point):
-            rng = np.random.default_rng([self.seed, 3, point])
-            return m.compute_refit(X, y, extra, censored, rng, subsample=self.fit_subsample)
+        rng = np.random.default_rng([self.seed, 3, point])
+        if point > self.max_points:
+            idx = select_subset(X, y, censored, self.max_points // 2, rng)
+            X, y, extra, censored = X[idx], y[idx], extra[idx], censored[idx]
+        with blas_threads(len(X)):
+            theta, stats, factor = self.model.compute_refit(X, y, extra, censored, rng, subsample=self.fit_subsample)
+        return theta, stats, factor, (X, y, extra, censored)
+
+    def memory_bytes(self) -> int:
+        """What this optimizer holds: the model's arrays and factor buffer, and the
+        history rows (about 300 bytes each as Python objects)."""
+        m = self.model
+        arrays = sum(a.nbytes for a in (m.X, m.y_raw, m.extra_raw, m.censored)) + m.factor.nbytes
+        return int(arrays + 300 * len(self._rows))
 
     def wait_for_refit(self) -> None:
         """Blocks until a background refit is done (tests and benchmarks); it is used
@@ -183,7 +220,7 @@ class BayesianOptimization(Optimizer):
     def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
         # Candidates from a generator seeded by the history's size and the pending count:
         # the same history and pending trials give the same suggestions, even after a restart.
-        self.rng = np.random.default_rng([self.seed, 1, self.model.n_real, len(pending)])
+        self.rng = np.random.default_rng([self.seed, 1, len(self._rows), len(pending)])
         out: list[d.Params] = []
         made = self._n_seen + len(pending)
         while len(out) < n and (made + len(out) < self.n_initial or self._n_ok() < 2):

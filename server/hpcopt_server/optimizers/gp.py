@@ -70,6 +70,10 @@ class LazyCholesky:
         return out
 
     @property
+    def nbytes(self) -> int:
+        return int(self._buf.nbytes)
+
+    @property
     def L(self) -> np.ndarray:
         """The current factor [n,n] (a view)."""
         return self._buf[: self.n, : self.n]

@@ -205,12 +205,49 @@ class GPModel:
             L = np.linalg.cholesky(K + np.eye(len(X)) * 1e-6 * amp)
         return theta, stats, gp.LazyCholesky.from_factor(L)
 
-    def install(self, theta: np.ndarray, stats: OutputStats, factor: gp.LazyCholesky) -> None:
-        """Swaps in a refit made from the first ``factor.n`` observations and extends it
-        with any that arrived meanwhile (call with the lock held, fantasies dropped)."""
-        m = factor.n
+    def install(
+        self,
+        theta: np.ndarray,
+        stats: OutputStats,
+        factor: gp.LazyCholesky,
+        rows: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> None:
+        """Swaps in a refit: its hyper-parameters, output statistics, factor and the rows
+        (X, y_raw, extra_raw, censored) it factors. Observations that arrived since are
+        added by the caller (call with the lock held)."""
+        X, y_raw, extra_raw, censored = rows
+        k = len(X)
+        self.X, self.y_raw, self.extra_raw, self.censored = (
+            np.zeros((0, self.dim)),
+            np.zeros(0),
+            np.zeros(0),
+            np.zeros(0, bool),
+        )
+        self._grow(k + 16)
+        self.X[:k], self.y_raw[:k], self.extra_raw[:k], self.censored[:k] = X, y_raw, extra_raw, censored
         self.theta, self.stats, self.factor = theta, stats, factor
-        if self.n_real > m:
-            Xn = self.X[m : self.n_real].copy()
-            self._extend(Xn, self._noise(self.extra_raw[m : self.n_real]))
-        self.fitted_n = m
+        self.n_real = self.fitted_n = k
+        self._fantasy_y = np.zeros(0)
+
+
+def select_subset(
+    X: np.ndarray, y_raw: np.ndarray, censored: np.ndarray, size: int, rng: np.random.Generator
+) -> np.ndarray:
+    """Row indices of a subset of data for a GP past ``max_points`` observations, sorted:
+    the best tenth (measured losses), the 40% nearest the incumbent in the unit cube (a
+    trust region, after TuRBO, where the search now spends its time), and a seeded
+    uniform sample of the rest (the global shape). A function of the rows and the
+    generator only, so a rebuilt optimizer selects the same subset."""
+    n = len(X)
+    if n <= size:
+        return np.arange(n)
+    measured = np.where(np.isfinite(y_raw) & ~censored, y_raw, np.inf)
+    order = np.argsort(measured, kind="stable")
+    best = order[: size // 10]
+    dist = ((X - X[order[0]]) ** 2).sum(1)
+    dist[best] = np.inf
+    near = np.argsort(dist, kind="stable")[: size * 4 // 10]
+    taken = np.zeros(n, bool)
+    taken[best] = taken[near] = True
+    rest = rng.choice(np.flatnonzero(~taken), size - int(taken.sum()), replace=False)
+    return np.sort(np.r_[best, near, rest])
