@@ -486,10 +486,12 @@ function trialPage(id) {
     document.getElementById("trial-params").replaceChildren(el("h2", { text: "Parameters" }), el("dl", { class: "spec" },
       ...Object.entries(t.params).flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { class: "mono", text: fmt(v, 6) })]),
       ...schemeRow(training, t.params),
-      el("dt", { text: "Value" }), el("dd", { text: t.value === null ? "–" : `${fmt(t.value, 6)} ± ${fmt(t.value_std || 0, 3)}` }),
+      el("dt", { text: t.state === "PRUNED" ? "Value when pruned" : "Value" }),
+      el("dd", { text: t.value === null ? "–" : t.state === "PRUNED" ? fmt(t.value, 6) : `${fmt(t.value, 6)} ± ${fmt(t.value_std || 0, 3)}` }),
       el("dt", { text: "Attempt" }), el("dd", { text: t.attempt }), el("dt", { text: "Duration" }), el("dd", { text: duration(t) }),
       el("dt", { text: "Agent" }), el("dd", { class: "mono", text: t.agent_id || "–" })),
-    t.error ? el("div", {}, el("h2", { text: "Error" }), el("pre", { class: "trace", id: "trial-error", text: t.error })) : "");
+    t.error && t.state === "PRUNED" ? el("div", {}, el("h2", { text: "Why it was pruned" }), el("p", { id: "trial-pruned", text: t.error })) : "",
+    t.error && t.state !== "PRUNED" ? el("div", {}, el("h2", { text: "Error" }), el("pre", { class: "trace", id: "trial-error", text: t.error })) : "");
     document.getElementById("trial-folds").replaceChildren(el("h2", { text: "Folds" }), el("table", { id: "folds" },
       el("thead", {}, el("tr", {}, el("th", { text: "Fold" }), el("th", { text: "Finished" }), el("th", { class: "num", text: "Value" }),
         ...metrics.map((m) => el("th", { class: "num", text: m })), el("th", { text: "Attempt" }), el("th", { text: "Checkpoint" }))),

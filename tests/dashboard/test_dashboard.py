@@ -309,3 +309,22 @@ def test_a_scheme_search_is_coloured_by_scheme_and_the_trial_page_names_its_knob
     page.page.wait_for_function("() => (document.getElementById('trial-scheme') || {}).textContent?.startsWith('daso')")
     text = page.page.inner_text("#trial-scheme")
     assert "max_global_skips=" in text and "node_size=2" in text, text
+
+
+def test_a_pruned_trial_page_says_why_it_was_pruned(page: Page, seeded: Seeded) -> None:
+    from tests.conftest import make_spec
+
+    service = seeded.service
+    spec = make_spec(name="pruned", folds=2, pruner={"name": "asha", "options": {"reduction_factor": 2}})
+    cid = service.campaigns.create(spec).id
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    leases = []
+    for value in (1.0, 2.0):
+        got = service.agents.acquire(agent, cid)
+        leases.append(Lease(agent, got.trial.id, got.lease_id))
+        service.agents.report_intermediate(leases[-1], 0, 1, value)
+    page.open(f"/trial/{leases[1].trial_id}")
+    page.page.locator("#trial-pruned").wait_for()
+    assert "asha: loss 2 at rung 0 (fold 0, epoch 1)" in page.page.inner_text("#trial-pruned")
+    assert "Value when pruned" in page.page.inner_text("#trial-params")
+    assert "PRUNED" in page.page.inner_text("#events")
