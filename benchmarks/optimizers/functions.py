@@ -63,10 +63,22 @@ def levy(x: np.ndarray) -> float:
     return float(head + mid + tail)
 
 
+_ROTATION = np.linalg.qr(np.random.default_rng(12345).normal(size=(5, 5)))[0]
+_SCALES = 10.0 ** np.linspace(0, 4, 5)  # curvatures 1 .. 10^4: condition number 10^4
+
+
+def ellipsoid(x: np.ndarray) -> float:
+    """A rotated ill-conditioned quadratic (condition number 10^4), minimum 0 at 1.5:
+    long narrow valleys not aligned with the axes, which ARD lengthscales cannot fix."""
+    z = _ROTATION @ (x - 1.5)
+    return float(np.sum(_SCALES * z * z) / 100.0)
+
+
 FUNCTIONS = {
     "branin": TestFunction("branin", [(-5.0, 10.0), (0.0, 15.0)], 0.397887, 50, branin),
     "hartmann6": TestFunction("hartmann6", [(0.0, 1.0)] * 6, -3.32237, 50, hartmann6),
     "rosenbrock4": TestFunction("rosenbrock4", [(-2.0, 2.0)] * 4, 0.0, 50, rosenbrock),
     "ackley10": TestFunction("ackley10", [(-5.0, 5.0)] * 10, 0.0, 100, ackley),
     "levy8": TestFunction("levy8", [(-10.0, 10.0)] * 8, 0.0, 100, levy),
+    "ellipsoid5": TestFunction("ellipsoid5", [(-5.0, 5.0)] * 5, 0.0, 60, ellipsoid),
 }

@@ -1,10 +1,12 @@
 """Optimizer quality: median and IQR of the final simple regret over seeds on Branin
 (50 evaluations), Hartmann6 (50), Rosenbrock 4-d on [-2, 2] (50), Ackley 10-d on
-[-5, 5] (100), Levy 8-d (100), and Hartmann6 with 4 simulated concurrent workers
-(ask 4, tell 4), for our ``bo`` and ``ea`` next to skopt's GP, Optuna's GPSampler and
-TPESampler, and random search, all in the same run.
+[-5, 5] (100), Levy 8-d (100) and a rotated ill-conditioned 5-d ellipsoid (60), one
+evaluation at a time and with 4 and 16 pending (asynchronous workers: the oldest
+pending evaluation finishes, one new suggestion is made with the others pending), for
+our ``bo`` and ``ea`` next to skopt's GP, Optuna's GPSampler and TPESampler, and random
+search, all in the same run.
 
-    python benchmarks/optimizers/quality.py [--seeds 10] [--workers 2] [--only bo,optuna-gp]
+    python benchmarks/optimizers/quality.py [--seeds 10] [--procs 2] [--pending 4,16] [--only bo,optuna-gp]
 
 Optuna's GPSampler needs torch (`pip install torch==2.13.0`). Nothing is asserted.
 """
@@ -25,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from functions import FUNCTIONS
 from runners import ALL, run
 
-CASES = [(name, 1) for name in FUNCTIONS] + [("hartmann6", 4)]
+CASES: list[tuple[str, int]] = []
 
 
 def _task(args: tuple[str, str, int, int]) -> tuple[str, str, int, int, float, float]:
@@ -38,18 +40,22 @@ def _task(args: tuple[str, str, int, int]) -> tuple[str, str, int, int, float, f
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--procs", type=int, default=2, help="runs at once (processes)")
+    ap.add_argument("--pending", default="4,16", help="batch tables: evaluations in flight")
+    ap.add_argument("--functions", default=",".join(FUNCTIONS))
     ap.add_argument("--only", default=",".join(ALL), help="comma-separated optimizers")
     ap.add_argument("--json", type=Path, help="write every run's regret here")
     args = ap.parse_args()
     opts = args.only.split(",")
+    fns = args.functions.split(",")
+    CASES[:] = [(fn, w) for w in [1, *(int(p) for p in args.pending.split(",") if p)] for fn in fns]
     tasks = [(o, fn, b, s) for fn, b in CASES for o in opts for s in range(args.seeds)]
     # The slow peers first, so the pool stays busy to the end.
     tasks.sort(key=lambda t: t[0] not in ("skopt", "optuna-gp"))
     results: dict[tuple[str, str, int], list[float]] = {}
     seconds: dict[str, float] = {}
     t0 = time.time()
-    with mp.get_context("spawn").Pool(args.workers) as pool:
+    with mp.get_context("spawn").Pool(args.procs) as pool:
         for i, (o, fn, b, _s, regret, dt) in enumerate(pool.imap_unordered(_task, tasks), 1):
             results.setdefault((o, fn, b), []).append(regret)
             seconds[o] = seconds.get(o, 0.0) + dt
@@ -64,25 +70,34 @@ def main() -> int:
 
 def _table(results: dict[tuple[str, str, int], list[float]], opts: list[str]) -> None:
     width = 22
-    print(f"{'function':<18}" + "".join(f"{o:>{width}}" for o in opts))
-    print("-" * (18 + width * len(opts)))
-    medians: dict[tuple[str, str], float] = {}
-    for fn, batch in CASES:
-        label = fn if batch == 1 else f"{fn} x{batch} workers"
-        cells = []
-        for o in opts:
-            r = np.array(results.get((o, fn, batch), [np.nan]))
-            med, q1, q3 = np.median(r), np.percentile(r, 25), np.percentile(r, 75)
-            medians[(o, label)] = float(med)
-            cells.append(f"{med:.3g} [{q1:.2g}, {q3:.2g}]")
-        print(f"{label:<18}" + "".join(f"{c:>{width}}" for c in cells))
-    print("\nmedian regret [IQR]; lower is better")
-    labels = [fn for fn, b in CASES if b == 1]
-    for ours in ("bo", "ea"):
-        for peer in ("optuna-gp", "skopt", "optuna-tpe", "random"):
-            if ours in opts and peer in opts:
-                wins = sum(medians[(ours, f)] <= medians[(peer, f)] for f in labels)
-                print(f"{ours} no worse than {peer} on {wins} of {len(labels)} functions")
+    medians: dict[tuple[str, str, int], float] = {}
+    for pending in sorted({b for _, b in CASES}):
+        title = "one at a time" if pending == 1 else f"{pending} pending"
+        print(f"\n{title}: median regret [IQR]; lower is better\n")
+        print(f"{'function':<14}" + "".join(f"{o:>{width}}" for o in opts))
+        print("-" * (14 + width * len(opts)))
+        for fn, b in CASES:
+            if b != pending:
+                continue
+            cells = []
+            for o in opts:
+                r = np.array(results.get((o, fn, b), [np.nan]))
+                med, q1, q3 = np.median(r), np.percentile(r, 25), np.percentile(r, 75)
+                medians[(o, fn, b)] = float(med)
+                cells.append(f"{med:.3g} [{q1:.2g}, {q3:.2g}]")
+            print(f"{fn:<14}" + "".join(f"{c:>{width}}" for c in cells))
+    print()
+    for pending in sorted({b for _, b in CASES}):
+        fns = [fn for fn, b in CASES if b == pending]
+        for ours in ("bo", "ea"):
+            for peer in ("optuna-gp", "skopt", "optuna-tpe", "random"):
+                if ours in opts and peer in opts:
+                    wins = sum(medians[(ours, f, pending)] <= medians[(peer, f, pending)] for f in fns)
+                    print(f"{pending} pending: {ours} no worse than {peer} on {wins} of {len(fns)} functions")
+        if "bo" in opts and pending > 1:
+            ratios = [medians[("bo", f, pending)] / max(medians[("bo", f, 1)], 1e-12) for f in fns]
+            print(f"{pending} pending: bo's regret over its sequential regret: "
+                  + ", ".join(f"{f} {r:.2f}" for f, r in zip(fns, ratios, strict=True)))  # fmt: skip
 
 
 if __name__ == "__main__":

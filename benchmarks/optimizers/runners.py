@@ -25,8 +25,8 @@ class Ours:
         self.opt = REGISTRY[name](Problem(SearchSpace(space), "minimize", seed, options or {}))
         self.n = 0
 
-    def ask(self, k: int) -> list[dict[str, Any]]:
-        return self.opt.suggest(k, [])
+    def ask(self, k: int, pending: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        return self.opt.suggest(k, pending or [])
 
     def tell(self, results: list[tuple[dict[str, Any], float]]) -> None:
         trials = []
@@ -88,14 +88,45 @@ def make(name: str, space: dict[str, Any], seed: int) -> Any:
     return Optuna(name.split("-")[1], space, seed)
 
 
-def run(name: str, fn: Any, seed: int, batch: int = 1) -> float:
-    """Final simple regret of one run of ``fn.budget`` evaluations."""
+def run(name: str, fn: Any, seed: int, workers: int = 1) -> float:
+    """Final simple regret of one run of ``fn.budget`` evaluations with ``workers``
+    evaluations in flight: after the first ``workers`` suggestions, the oldest pending
+    one finishes and one new suggestion is made while ``workers - 1`` are pending (an
+    agent that finishes asks again at once; ours are told what is pending, Optuna sees
+    its RUNNING trials, skopt is asked as a user would, without them)."""
     opt = make(name, fn.space(), seed)
-    best, n = np.inf, 0
-    while n < fn.budget:
-        asked = opt.ask(min(batch, fn.budget - n))
-        results = [(p, fn(p)) for p in asked]
-        opt.tell(results)
-        best = min(best, *(v for _, v in results))
-        n += len(asked)
+    if workers == 1:
+        best = np.inf
+        for _ in range(fn.budget):
+            [p] = opt.ask(1)
+            value = fn(p)
+            opt.tell([(p, value)])
+            best = min(best, value)
+        return float(best - fn.minimum)
+    if isinstance(opt, Optuna):
+        return _run_optuna_async(opt, fn, workers)
+    pending = opt.ask(min(workers, fn.budget))
+    best, asked = np.inf, workers
+    while pending:
+        p = pending.pop(0)
+        value = fn(p)
+        opt.tell([(p, value)])
+        best = min(best, value)
+        if asked < fn.budget:
+            pending += opt.ask(1, list(pending)) if isinstance(opt, Ours) else opt.ask(1)
+            asked += 1
+    return float(best - fn.minimum)
+
+
+def _run_optuna_async(opt: Optuna, fn: Any, workers: int) -> float:
+    trials = [opt.study.ask(opt.dists) for _ in range(min(workers, fn.budget))]
+    best, asked = np.inf, workers
+    while trials:
+        trial = trials.pop(0)
+        value = fn(dict(trial.params))
+        opt.study.tell(trial, value)
+        best = min(best, value)
+        if asked < fn.budget:
+            trials.append(opt.study.ask(opt.dists))
+            asked += 1
     return float(best - fn.minimum)
