@@ -284,6 +284,7 @@ function renderSummary(c) {
       el("dt", { text: "ID" }), el("dd", { text: c.id }), el("dt", { text: "State" }), el("dd", {}, badge(c.state)),
       el("dt", { text: "Objective" }), el("dd", { text: `${c.direction} ${c.metric}` }),
       el("dt", { text: "Algorithm" }), el("dd", { text: `${c.algorithm}${spec.algorithm && spec.algorithm.seed !== null && spec.algorithm.seed !== undefined ? ` (seed ${spec.algorithm.seed})` : ""}` }),
+      ...prunerAndWarmStart(spec),
       el("dt", { text: "Progress" }), el("dd", {}, progress(c)),
       el("dt", { text: "Best" }), el("dd", {}, c.best_trial_id ? el("a", { href: `#/trial/${c.best_trial_id}`, text: `${fmt(c.best_value)} (trial ${c.best_trial_id})` }) : "–"),
       el("dt", { text: "Trials" }), el("dd", {}, chips(c.trial_counts)), el("dt", { text: "Live agents" }), el("dd", { text: c.live_agents })),
@@ -453,6 +454,25 @@ function renderAgents(agents) {
 // -------------------------------------------------------------- trial ---
 
 // The scheme a trial trained with and its knobs: searched ones from its params, fixed ones from training.options.
+// The pruner, and the earlier campaigns whose trials seeded the optimizer (not in this
+// campaign's trials or budget).
+function prunerAndWarmStart(spec) {
+  const out = [];
+  const p = spec.pruner || { name: "none" };
+  if (p.name !== "none") {
+    const within = p.options && p.options.within;
+    const inner = within ? ` within folds: ${typeof within === "string" ? within : within.name}` : "";
+    out.push(el("dt", { text: "Pruner" }), el("dd", { id: "campaign-pruner", text: `${p.name}${inner}` }));
+  }
+  const warm = (spec.warm_start && spec.warm_start.campaigns) || [];
+  if (warm.length) {
+    out.push(el("dt", { text: "Warm start" }), el("dd", { id: "campaign-warm-start" }, "completed trials of ",
+      ...warm.flatMap((id, i) => [i ? ", " : "", el("a", { href: `#/campaign/${id}`, text: `campaign ${id}` })]),
+      " seed the optimizer (not counted here)"));
+  }
+  return out;
+}
+
 function schemeRow(training, params) {
   if (!training) return [];
   const scheme = training.scheme === "search" ? params.scheme : training.scheme;

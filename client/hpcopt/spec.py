@@ -10,6 +10,7 @@ A spec is a YAML or JSON document::
       act:     {type: categorical, choices: [relu, tanh]}
     algorithm: {name: random, seed: 0}
     pruner: {name: fold, options: {within: {name: asha}}}
+    warm_start: {campaigns: [3]}
     budget: {max_trials: 50, max_parallel: 4}
     folds: 5
     training: {task: "examples/digits/task.py:task", scheme: allreduce,
@@ -147,6 +148,12 @@ class Pruner(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class WarmStart(_Strict):
+    """Earlier campaigns whose completed trials seed the optimizer (not the budget)."""
+
+    campaigns: list[Annotated[int, Field(ge=1, le=2**62)]] = Field(min_length=1, max_length=100)
+
+
 class Training(_Strict):
     """Settings the agent reads. The server checks the scheme's knobs and the layout
     they make (``hpcopt.schemes``) and stores the rest without interpreting it."""
@@ -168,6 +175,7 @@ class CampaignSpec(_Strict):
     space: dict[ParamName, Param] = Field(min_length=1, max_length=MAX_DIMENSIONS)
     algorithm: Algorithm = Field(default_factory=Algorithm)
     pruner: Pruner = Field(default_factory=Pruner)
+    warm_start: WarmStart | None = None
     budget: Budget
     folds: int = Field(default=1, ge=1, le=100)
     # None: the campaign is driven by a script (Client.trials); the MPI agent refuses it.
@@ -281,4 +289,6 @@ def spec_to_json_dict(spec: CampaignSpec) -> dict[str, Any]:
     for p in out["space"].values():
         if p.get("when") is None:
             p.pop("when", None)
+    if out.get("warm_start") is None:
+        out.pop("warm_start", None)
     return out

@@ -311,7 +311,9 @@ def test_a_scheme_search_is_coloured_by_scheme_and_the_trial_page_names_its_knob
     assert "max_global_skips=" in text and "node_size=2" in text, text
 
 
-def test_a_pruned_trial_page_says_why_it_was_pruned(page: Page, seeded: Seeded) -> None:
+def test_a_pruned_trial_page_says_why_and_the_campaign_names_its_pruner_and_warm_start(
+    page: Page, seeded: Seeded
+) -> None:
     from tests.conftest import make_spec
 
     service = seeded.service
@@ -328,3 +330,11 @@ def test_a_pruned_trial_page_says_why_it_was_pruned(page: Page, seeded: Seeded) 
     assert "asha: loss 2 at rung 0 (fold 0, epoch 1)" in page.page.inner_text("#trial-pruned")
     assert "Value when pruned" in page.page.inner_text("#trial-params")
     assert "PRUNED" in page.page.inner_text("#events")
+    page.open(f"/campaign/{cid}")
+    page.page.locator("#campaign-pruner").wait_for()
+    assert page.page.inner_text("#campaign-pruner") == "asha"
+    warm = service.campaigns.create(make_spec(name="warm", warm_start={"campaigns": [cid]})).id
+    page.open(f"/campaign/{warm}")
+    page.page.locator("#campaign-warm-start").wait_for()
+    assert f"campaign {cid}" in page.page.inner_text("#campaign-warm-start")
+    assert page.page.get_attribute("#campaign-warm-start a", "href") == f"#/campaign/{cid}"

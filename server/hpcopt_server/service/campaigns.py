@@ -13,6 +13,7 @@ from hpcopt_server.pruners import make_pruner
 from hpcopt_server.service.context import Context, campaign_or_404
 from hpcopt_server.service.limits import require_id, require_range
 from hpcopt_server.service.suggestions import make_optimizer
+from hpcopt_server.service.warmstart import check_sources
 from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
 
 MAX_PAGE = 10_000
@@ -40,6 +41,7 @@ class CampaignService:
     def create(self, document: Any) -> d.Campaign:
         spec = validate_spec(document)
         with self.ctx.storage.write() as tx:
+            check_sources(tx, spec)
             return tx.insert_campaign(spec["name"], spec, self.ctx.clock())
 
     def get(self, campaign_id: int) -> d.CampaignSummary:

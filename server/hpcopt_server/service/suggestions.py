@@ -18,6 +18,7 @@ from typing import Any
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.optimizers import REGISTRY, Optimizer, Problem, SearchSpace
+from hpcopt_server.service.warmstart import warm_trials
 from hpcopt_server.storage.repository import Tx
 
 
@@ -34,7 +35,7 @@ class OptimizerCache:
 
     def suggest(self, tx: Tx, campaign: d.Campaign, n: int = 1) -> list[d.Params]:
         """``n`` suggestions for the campaign; call with the campaign row locked."""
-        entry = self._entry(campaign)
+        entry = self._entry(tx, campaign)
         new = tx.finished_trials_after(campaign.id, entry.seen_seq)
         entry.optimizer.observe(new)
         if new:
@@ -47,11 +48,13 @@ class OptimizerCache:
         with self._lock:
             self._entries.pop(campaign_id, None)
 
-    def _entry(self, campaign: d.Campaign) -> _Entry:
+    def _entry(self, tx: Tx, campaign: d.Campaign) -> _Entry:
         with self._lock:
             entry = self._entries.get(campaign.id)
             if entry is None:
                 entry = _Entry(build_optimizer(campaign))
+                # Earlier campaigns' trials first (warm_start), then this one's.
+                entry.optimizer.observe(warm_trials(tx, campaign))
                 self._entries[campaign.id] = entry
             return entry
 

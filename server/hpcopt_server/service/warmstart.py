@@ -1,0 +1,69 @@
+"""Warm starts: a campaign's optimizer first observes the completed trials of earlier
+campaigns (``warm_start: {campaigns: [3, 7]}``) where their spaces agree.
+
+A trial carries over when the earlier campaign optimized the same metric in the same
+direction, and every parameter of the new space that the trial needs is there with the
+same kind and a value the new space allows (inside the bounds, among the choices);
+parameters the new space does not have are dropped, a trial missing one it needs is
+skipped. Carried trials are observed before the campaign's own, in their campaigns'
+order; they are not trials of the new campaign and use none of its budget.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.optimizers.space import SearchSpace
+from hpcopt_server.storage.repository import Tx
+
+#: The most earlier trials one campaign observes: each is a row of its GP.
+MAX_WARM_TRIALS = 20_000
+
+
+def sources(spec: dict[str, Any]) -> list[int]:
+    return list((spec.get("warm_start") or {}).get("campaigns") or [])
+
+
+def check_sources(tx: Tx, spec: dict[str, Any]) -> None:
+    """InvalidArgument naming a warm-start campaign that does not exist or optimized
+    another objective."""
+    for i, cid in enumerate(sources(spec)):
+        field = f"warm_start.campaigns.{i}"
+        other = tx.get_campaign(cid)
+        if other is None:
+            raise InvalidArgument(
+                f"{field}: campaign {cid} does not exist", [(field, f"campaign {cid} does not exist")]
+            )
+        mine = (spec["objective"]["direction"], spec["objective"]["metric"])
+        if (other.direction, other.metric) != mine:
+            msg = (f"campaign {cid} optimized {other.direction} {other.metric}, this one {mine[0]} {mine[1]}: "
+                   "their values do not compare")  # fmt: skip
+            raise InvalidArgument(f"{field}: {msg}", [(field, msg)])
+
+
+def warm_trials(tx: Tx, campaign: d.Campaign) -> list[d.Trial]:
+    """The earlier campaigns' completed trials that fit this campaign's space, with
+    their params restricted to it."""
+    space = SearchSpace(campaign.spec["space"])
+    out: list[d.Trial] = []
+    for cid in sources(campaign.spec):
+        trials, _ = tx.list_trials(cid, states=[d.TrialState.COMPLETED], with_folds=False,
+                                   limit=MAX_WARM_TRIALS - len(out))  # fmt: skip
+        for t in trials:
+            params = fit(space, t.params)
+            if params is not None:
+                out.append(dataclasses.replace(t, params=params, finish_seq=None))
+        if len(out) >= MAX_WARM_TRIALS:
+            break
+    return out
+
+
+def fit(space: SearchSpace, params: d.Params) -> d.Params | None:
+    """``params`` restricted to ``space``, or None where a needed value is missing, of
+    another kind or outside what the space allows (``SearchSpace.problems``)."""
+    names = {dim.name for dim in space.dims}
+    own = space.active({k: v for k, v in params.items() if k in names})
+    return None if space.problems(own) else own

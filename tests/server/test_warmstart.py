@@ -1,0 +1,98 @@
+"""Warm starts (``warm_start: {campaigns: [...]}``), on SQLite and PostgreSQL: a new
+campaign's optimizer first observes the compatible completed trials of earlier ones,
+which use none of its budget, and reaches their best sooner."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.service import Service
+from hpcopt_server.service.agents import Lease
+from hpcopt_server.service.warmstart import warm_trials
+from tests.conftest import make_spec
+
+SPACE = {"x1": {"type": "real", "low": -5.0, "high": 10.0}, "x2": {"type": "real", "low": 0.0, "high": 15.0}}
+
+
+def branin(p: d.Params) -> float:
+    x1, x2 = float(p["x1"]), float(p["x2"])
+    b, c, t = 5.1 / (4 * math.pi**2), 5 / math.pi, 1 / (8 * math.pi)
+    return (x2 - b * x1**2 + c * x1 - 6) ** 2 + 10 * (1 - t) * math.cos(x1) + 10
+
+
+def _spec(**extra: Any) -> dict[str, Any]:
+    algorithm = {"name": "bo", "seed": 3, "options": {"n_initial": 8, "background_refit": False}}
+    fields = {"space": SPACE, "algorithm": algorithm, "folds": 1, "budget": {"max_trials": 30, "max_parallel": 1}}
+    return make_spec(**{**fields, **extra})
+
+
+def _run(service: Service, campaign_id: int, trials: int, target: float = -math.inf) -> tuple[float, int | None]:
+    """Runs trials one by one; (best value, trials until the best was <= target)."""
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    best, reached = math.inf, None
+    for i in range(trials):
+        got = service.agents.acquire(agent, campaign_id)
+        assert got.trial is not None
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        value = branin(got.trial.params)
+        service.agents.report_fold(lease, 0, value, {"loss": value})
+        service.agents.complete(lease)
+        best = min(best, value)
+        if reached is None and best <= target:
+            reached = i + 1
+    return best, reached
+
+
+def test_a_warm_started_bo_campaign_reaches_the_old_best_in_fewer_trials(service: Service) -> None:
+    old = service.campaigns.create(_spec(name="old")).id
+    old_best, _ = _run(service, old, 25)
+    warm = service.campaigns.create(_spec(name="warm", warm_start={"campaigns": [old]})).id
+    cold = service.campaigns.create(_spec(name="cold")).id
+    _, warm_reached = _run(service, warm, 20, old_best)
+    _, cold_reached = _run(service, cold, 20, old_best)
+    assert warm_reached is not None and warm_reached <= 5, warm_reached
+    assert cold_reached is None or warm_reached < cold_reached
+    assert service.campaigns.get(warm).campaign.trials_created == 20  # the old trials are not its trials
+
+
+def test_only_compatible_trials_carry_over(service: Service) -> None:
+    old = service.campaigns.create(_spec(name="old")).id
+    _run(service, old, 12)
+    narrower = {**SPACE, "x1": {"type": "real", "low": 0.0, "high": 10.0}, "x3": {"type": "int", "low": 0, "high": 3}}
+    new = service.campaigns.create(_spec(name="narrow", space=narrower, warm_start={"campaigns": [old]}))
+    with service.ctx.storage.read() as tx:
+        olds, _ = tx.list_trials(old, states=[d.TrialState.COMPLETED])
+        carried = warm_trials(tx, new)
+    inside = [t for t in olds if float(t.params["x1"]) >= 0.0]
+    assert carried == []  # x3 is needed and none of them has it
+    lenient = {**narrower}
+    lenient.pop("x3")
+    new = service.campaigns.create(_spec(name="narrow2", space=lenient, warm_start={"campaigns": [old]}))
+    with service.ctx.storage.read() as tx:
+        carried = warm_trials(tx, new)
+    assert 0 < len(carried) == len(inside) < len(olds)
+    assert [t.params for t in carried] == [t.params for t in inside]
+
+
+@pytest.mark.parametrize(
+    ("warm", "objective", "message"),
+    [
+        ({"campaigns": [999]}, None, "campaign 999 does not exist"),
+        (None, {"metric": "acc", "direction": "maximize"}, "optimized minimize loss, this one maximize acc"),
+    ],
+)
+def test_warm_start_refuses_missing_or_incomparable_campaigns(
+    service: Service, warm: dict[str, Any] | None, objective: dict[str, str] | None, message: str
+) -> None:
+    old = service.campaigns.create(_spec(name="old")).id
+    spec = _spec(name="new", warm_start=warm or {"campaigns": [old]})
+    if objective:
+        spec["objective"] = objective
+    with pytest.raises(InvalidArgument) as err:
+        service.campaigns.create(spec)
+    assert err.value.errors[0][0] == "warm_start.campaigns.0" and message in err.value.errors[0][1]
