@@ -21,8 +21,10 @@ ALL = ("bo", "ea", "skopt", "optuna-gp", "optuna-tpe", "random")
 
 
 class Ours:
-    def __init__(self, name: str, space: dict[str, Any], seed: int, options: dict[str, Any] | None = None):
-        self.opt = REGISTRY[name](Problem(SearchSpace(space), "minimize", seed, options or {}))
+    def __init__(
+        self, name: str, space: dict[str, Any], seed: int, options: dict[str, Any] | None = None, budget: int = 0
+    ):
+        self.opt = REGISTRY[name](Problem(SearchSpace(space), "minimize", seed, options or {}, budget=budget))
         self.n = 0
 
     def ask(self, k: int, pending: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -80,9 +82,9 @@ class Optuna:
         self.pending = []
 
 
-def make(name: str, space: dict[str, Any], seed: int) -> Any:
+def make(name: str, space: dict[str, Any], seed: int, budget: int = 0) -> Any:
     if name in OURS:
-        return Ours(name, space, seed, {"background_refit": False} if name == "bo" else None)
+        return Ours(name, space, seed, None, budget)
     if name == "skopt":
         return Skopt(space, seed)
     return Optuna(name.split("-")[1], space, seed)
@@ -94,7 +96,7 @@ def run(name: str, fn: Any, seed: int, workers: int = 1) -> float:
     one finishes and one new suggestion is made while ``workers - 1`` are pending (an
     agent that finishes asks again at once; ours are told what is pending, Optuna sees
     its RUNNING trials, skopt is asked as a user would, without them)."""
-    opt = make(name, fn.space(), seed)
+    opt = make(name, fn.space(), seed, fn.budget)
     if workers == 1:
         best = np.inf
         for _ in range(fn.budget):

@@ -42,6 +42,7 @@ class Problem:
     seed: int
     options: dict[str, Any] = field(default_factory=dict)
     folds: int = 1  # K: a trial's value_std / sqrt(K) is the standard error of its value
+    budget: int = 0  # the campaign's max_trials (0: unknown), for schedules that end with it
 
 
 class Optimizer(ABC):

@@ -18,7 +18,8 @@ and categoricals decode from their coordinate). For a child:
 The generation of a child is g = min(finished // population, G). Fitness is the loss
 (the value, negated when maximizing), so negative figures of merit are fine.
 
-Options: ``population`` (20), ``generations`` G (10), ``elite`` (0.2),
+Options: ``population`` (a fifth of ``max_trials``, 8..50), ``generations`` G (as many
+as the budget holds: ``(max_trials - 1) // population``), ``elite`` (0.2),
 ``mutation_rate`` (0.3).
 """
 
@@ -47,8 +48,13 @@ class Evolutionary(Optimizer):
     def __init__(self, problem: Problem):
         super().__init__(problem)
         self.reject_unknown_options(("population", "generations", "elite", "mutation_rate"))
-        self.population = self.option("population", 20, int, low=2, high=100_000)
-        self.generations = self.option("generations", 10, int, low=1, high=1_000_000)
+        budget = problem.budget
+        # With the budget known: a population of a fifth of it (8..50), and G generations
+        # that end with it, so mutation steps shrink to nothing by the last trials.
+        population = min(max(budget // 5, 8), 50) if budget else 20
+        self.population = self.option("population", population, int, low=2, high=100_000)
+        generations = max(1, (budget - 1) // self.population) if budget else 10
+        self.generations = self.option("generations", generations, int, low=1, high=1_000_000)
         self.elite_fraction = self.option("elite", 0.2, float, low=0.0)
         self.mutation_rate = self.option("mutation_rate", 0.3, float, low=0.0)
         if self.elite_fraction > 1 or self.mutation_rate > 1:

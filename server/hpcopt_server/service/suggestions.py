@@ -76,7 +76,7 @@ def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
     if seed is None:
         seed = zlib.crc32(f"{campaign_id}:{spec['name']}".encode())
     problem = Problem(SearchSpace(spec["space"]), spec["objective"]["direction"], int(seed), dict(algo["options"]),
-                      int(spec["folds"]))  # fmt: skip
+                      int(spec["folds"]), int(spec["budget"]["max_trials"]))  # fmt: skip
     try:
         return factory(problem)
     except (ValueError, ImportError) as exc:
