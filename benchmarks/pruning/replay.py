@@ -64,9 +64,9 @@ class Memory:
 
 
 class Hpcopt:
-    def __init__(self, spec: dict[str, Any], folds: int):
+    def __init__(self, spec: dict[str, Any], folds: int, epochs: int):
         self.pruner = make_pruner({"objective": {"direction": "minimize", "metric": "loss"}, "folds": folds,
-                                   "pruner": spec})  # fmt: skip
+                                   "training": {"epochs": epochs}, "pruner": spec})  # fmt: skip
         self.mem = Memory()
         self.folds: dict[int, dict[int, float]] = {}
 
@@ -160,11 +160,12 @@ def methods(folds: int, epochs: int) -> dict[str, Callable[[], Any]]:
     import optuna
 
     return {
-        "none": lambda: Hpcopt({"name": "none"}, folds),
-        "median": lambda: Hpcopt({"name": "median"}, folds),
-        "asha": lambda: Hpcopt({"name": "asha"}, folds),
-        "fold": lambda: Hpcopt({"name": "fold"}, folds),
-        "fold+asha": lambda: Hpcopt({"name": "fold", "options": {"within": {"name": "asha"}}}, folds),
+        "none": lambda: Hpcopt({"name": "none"}, folds, epochs),
+        "median": lambda: Hpcopt({"name": "median"}, folds, epochs),
+        "asha": lambda: Hpcopt({"name": "asha"}, folds, epochs),
+        "fold": lambda: Hpcopt({"name": "fold"}, folds, epochs),
+        "fold+median": lambda: Hpcopt({"name": "fold", "options": {"within": {"name": "median"}}}, folds, epochs),
+        "fold+asha": lambda: Hpcopt({"name": "fold", "options": {"within": {"name": "asha"}}}, folds, epochs),
         "optuna median": lambda: Optuna(lambda: optuna.pruners.MedianPruner(), epochs),
         "optuna SH": lambda: Optuna(lambda: optuna.pruners.SuccessiveHalvingPruner(), epochs),
     }

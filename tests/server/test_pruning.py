@@ -143,3 +143,20 @@ def test_bad_pruner_options_are_refused_by_name(service: Service, pruner: dict[s
     with pytest.raises(InvalidArgument) as err:
         service.campaigns.create(make_spec(pruner=pruner))
     assert [f for f, _ in err.value.errors] == [field]
+
+
+def test_asha_rungs_count_epochs_over_all_folds_so_later_folds_are_not_cut_again(service: Service) -> None:
+    # 3 epochs per fold, min_epochs 1, eta 3: rungs at resources 1, 3 and 9 (fold 2, epoch 3).
+    options = {"min_epochs": 1}
+    campaign, agent = _start(service, folds=3, pruner={"name": "asha", "options": options},
+                             training={"task": "t.py:task", "epochs": 3})  # fmt: skip
+    good = _curves(service, campaign, agent, [1.0, 0.9, 0.8])
+    assert service.agents.report_intermediate(good, 1, 1, 0.8).action == Action.CONTINUE
+    _, lease = _acquire(service, agent, campaign)
+    for step, v in enumerate([0.5, 0.4, 0.3], start=1):
+        assert service.agents.report_intermediate(lease, 0, step, v).action == Action.CONTINUE
+    # fold 1, epoch 1 is resource 4: no rung, however bad
+    assert service.agents.report_intermediate(lease, 1, 1, 99.0).action == Action.CONTINUE
+    assert service.agents.report_intermediate(good, 1, 2, 0.7).action == Action.CONTINUE
+    assert service.agents.report_intermediate(good, 2, 3, 0.7).action == Action.CONTINUE  # rung 2, alone
+    assert service.agents.report_intermediate(lease, 2, 3, 0.9).action == Action.STOP_PRUNED

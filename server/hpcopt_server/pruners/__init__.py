@@ -17,9 +17,9 @@ def make_pruner(spec: dict[str, Any]) -> Pruner:
     """The pruner a canonical spec names (specs stored before pruners existed: none).
     ValueError("options.x ...") for a bad option."""
     p = spec.get("pruner") or {"name": "none", "options": {}}
-    problem = PrunerProblem(
-        spec["objective"]["direction"], int(spec["folds"]), dict(p.get("options") or {}), spec["objective"]["metric"]
-    )
+    epochs = int((spec.get("training") or {}).get("epochs") or 0)
+    problem = PrunerProblem(spec["objective"]["direction"], int(spec["folds"]), dict(p.get("options") or {}),
+                            spec["objective"]["metric"], epochs)  # fmt: skip
     return REGISTRY[p["name"]](problem)
 
 

@@ -44,6 +44,7 @@ class PrunerProblem:
     folds: int
     options: dict[str, Any] = field(default_factory=dict)
     metric: str = "value"
+    epochs: int = 0  # training.epochs: epochs per fold (0: unknown, a script campaign)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,8 @@ class FoldPruner(Pruner):
         if not isinstance(options, dict):
             raise ValueError(f"options.within.options must be a mapping, got {options!r}")
         try:
-            return WITHIN[name](PrunerProblem(self.problem.direction, self.problem.folds, options, self.problem.metric))
+            p = self.problem
+            return WITHIN[name](PrunerProblem(p.direction, p.folds, options, p.metric, p.epochs))
         except ValueError as exc:
             raise ValueError(f"options.within.{exc}") from None
 
