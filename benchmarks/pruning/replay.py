@@ -191,8 +191,10 @@ def main() -> None:
         n, K, E = curves.shape
         finals = curves[:, :, -1].mean(1)
         optimum = float(finals.min())
+        se = float(curves[int(finals.argmin()), :, -1].std(ddof=1) / np.sqrt(K))
         print(f"\n## {task}: {n} configurations x {K} folds x {E} epochs ({doc['metric']}), "
-              f"{args.workers} workers, {args.seeds} seeds; best of all {optimum:.4f}\n")  # fmt: skip
+              f"{args.workers} workers, {args.seeds} seeds; best of all {optimum:.4f} "
+              f"(its standard error over folds: {se:.4f})\n")  # fmt: skip
         print("| pruner | epochs (median of seeds) | of no pruning | best found: median | worst | "
               "seeds that found the overall best | s per replay |")  # fmt: skip
         print("|---|---|---|---|---|---|---|")
