@@ -9,7 +9,7 @@ tells one new result and asks one suggestion ``--reps`` times; p50 and mean of t
 step are printed. Our BO refits its hyper-parameters in a background thread when n
 has grown by 20%; the step's mean therefore excludes the refit, so the table also shows
 one refit's time and the mean with refits amortized (refit / (0.2 n) added; past
-``max_points`` = 4000 a refit of a 2000-point subset every 1000 observations). "MB" is
+``max_points`` = 3000 a refit of a 1500-point subset every 750 observations). "MB" is
 what our optimizer holds (``memory_bytes``: model arrays, factor buffer, history).
 A peer whose step took longer than ``--cap`` seconds is not run at larger n.
 """
@@ -98,7 +98,7 @@ def measure(name: str, d: int, n: int, reps: int) -> dict[str, float]:
         times.append(time.perf_counter() - t0)
     out = {"p50": statistics.median(times), "mean": statistics.fmean(times), "refit": refit}
     out["during"] = during_refit(opt, hist[n + reps :], reps) if name == "bo" else float("nan")
-    every = 0.2 * n if n <= 4000 else 1000.0
+    every = 0.2 * n if n <= 3000 else 750.0
     out["amortized"] = out["mean"] + (refit / every if refit == refit else 0.0)
     out["mb"] = opt.opt.memory_bytes() / 2**20 if name == "bo" else float("nan")
     return out

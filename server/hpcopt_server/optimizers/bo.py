@@ -15,7 +15,7 @@ Options (``algorithm.options``):
 | fit_subsample | 300 | at most this many points in the marginal-likelihood fit (10..2000) |
 | background_refit | true | refit in a thread; the fit is used from a fixed later history size on (see ``due``) |
 | fold_noise | true | a trial's fold spread (value_std^2 / K) adds to its observation noise |
-| max_points | 4000 | past this many observations the GP factors a subset (``select_subset``); 200..20000 |
+| max_points | 3000 | past this many observations the GP factors a subset (``select_subset``); 200..20000 |
 
 A PRUNED trial is a censored observation: the value it reached when it was stopped,
 floored at the median loss (``gp_model``). Between refits every new observation extends the factor by one row, O(n^2); a
@@ -83,7 +83,7 @@ class BayesianOptimization(Optimizer):
         self.fit_subsample = self.option("fit_subsample", 300, int, low=10, high=2000)
         self.background = self.option("background_refit", True, bool)
         self.fold_noise = self.option("fold_noise", True, bool)
-        self.max_points = self.option("max_points", 4000, int, low=200, high=20_000)
+        self.max_points = self.option("max_points", 3000, int, low=200, high=20_000)
         self.encoder = Encoder(self.space)
         self.model = GPModel(self.encoder.dim)
         self.rng = np.random.default_rng([self.seed, 1])  # reseeded per suggestion
@@ -120,11 +120,10 @@ class BayesianOptimization(Optimizer):
             return
         self._rows += rows
         self._n_finite += sum(np.isfinite(r[1]) for r in rows)
-        with self.model.lock:
-            self.model.drop_fantasies()
-            X, y, extra_, censored = (np.array(col) for col in zip(*rows, strict=True))
-            self.model.add(X, y, extra_, censored)
-        self._refits()
+        if not self._refits():  # a refit installed holds the new rows already
+            with self.model.lock:
+                self.model.drop_fantasies()
+                self.model.add(*self._arrays(len(self._rows) - len(rows), len(self._rows)))
 
     def _n_ok(self) -> int:
         return self._n_finite
@@ -152,8 +151,8 @@ class BayesianOptimization(Optimizer):
             return point + self.max_points // 8
         return point + max(1, int(self.refit_growth * point / 2))
 
-    def _refits(self) -> None:
-        """Installs the latest fit that is due and starts the next one.
+    def _refits(self) -> bool:
+        """Installs the latest fit that is due (True if it did) and starts the next one.
 
         The model a suggestion uses is the fit of the first s_j observations for the
         largest s_j due by now, extended by the rest: the same history gives the same
@@ -163,6 +162,7 @@ class BayesianOptimization(Optimizer):
         n = len(self._rows)
         points = [p for p in self._points(n) if p > self._fit_at]
         due = [p for p in points if self.due(p) <= n]
+        installed = False
         if due:
             target = due[-1]
             job = self._job
@@ -175,6 +175,7 @@ class BayesianOptimization(Optimizer):
                     self.model.install(*result)
                     if n > target:
                         self.model.add(*self._arrays(target, n))
+                installed = True
                 if target > self.max_points >= self._fit_at:
                     log.info("bo: %d observations; the GP now factors a subset of %d (max_points %d)", target,
                              len(result[3][0]), self.max_points)  # fmt: skip
@@ -182,6 +183,7 @@ class BayesianOptimization(Optimizer):
             points = [p for p in points if p > target]
         if points and self._job is None:
             self._job = _Refit(points[0], self._fit, self.background)
+        return installed
 
     def _arrays(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         rows = self._rows[start:stop]
