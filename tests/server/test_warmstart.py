@@ -96,3 +96,14 @@ def test_warm_start_refuses_missing_or_incomparable_campaigns(
     with pytest.raises(InvalidArgument) as err:
         service.campaigns.create(spec)
     assert err.value.errors[0][0] == "warm_start.campaigns.0" and message in err.value.errors[0][1]
+
+
+def test_an_imported_campaign_drops_its_warm_start(service: Service) -> None:
+    from hpcopt_server.service.export import export_campaign, import_campaign
+
+    old = service.campaigns.create(_spec(name="old")).id
+    warm = service.campaigns.create(_spec(name="warm", warm_start={"campaigns": [old]})).id
+    doc = export_campaign(service.ctx, warm)
+    assert doc["spec"]["warm_start"] == {"campaigns": [old]}
+    again = import_campaign(service.ctx, doc)
+    assert "warm_start" not in again.spec

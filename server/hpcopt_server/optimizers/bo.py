@@ -18,8 +18,9 @@ Options (``algorithm.options``):
 | max_points | 3000 | past this many observations the GP factors a subset (``select_subset``); 200..20000 |
 
 A PRUNED trial is a censored observation: the value it reached when it was stopped,
-floored at the median loss (``gp_model``). Between refits every new observation extends the factor by one row, O(n^2); a
-suggestion costs O(m n^2) for m candidates plus the polishing, never O(n^3).
+floored at the median loss (``gp_model``). Between refits every new observation extends
+the factor by one row, O(n^2); a suggestion costs O(m n^2) for m candidates plus the
+polishing, never O(n^3).
 """
 
 from __future__ import annotations

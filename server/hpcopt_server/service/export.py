@@ -151,6 +151,8 @@ def import_campaign(ctx: Context, document: Any) -> d.Campaign:
             "invalid export document: " + "; ".join(f"{p}: {m}" for p, m in errors[:10]), errors
         ) from None
     spec = validate_spec(doc.spec)
+    # Campaign ids name campaigns of the exporting server: here they would name others.
+    spec.pop("warm_start", None)
     check_trials(spec, doc.trials)
     numbers = [t.number for t in doc.trials]
     now = ctx.clock()
