@@ -54,7 +54,9 @@ class OptimizerCache:
             if entry is None:
                 entry = _Entry(build_optimizer(campaign))
                 # Earlier campaigns' trials first (warm_start), then this one's.
-                entry.optimizer.observe(warm_trials(tx, campaign))
+                warm = warm_trials(tx, campaign)
+                if warm:
+                    entry.optimizer.observe(warm)
                 self._entries[campaign.id] = entry
             return entry
 
