@@ -50,14 +50,14 @@ def _run(service: Service, campaign_id: int, trials: int, target: float = -math.
 
 def test_a_warm_started_bo_campaign_reaches_the_old_best_in_fewer_trials(service: Service) -> None:
     old = service.campaigns.create(_spec(name="old")).id
-    old_best, _ = _run(service, old, 25)
+    old_best, _ = _run(service, old, 20)
     warm = service.campaigns.create(_spec(name="warm", warm_start={"campaigns": [old]})).id
     cold = service.campaigns.create(_spec(name="cold")).id
-    _, warm_reached = _run(service, warm, 20, old_best)
-    _, cold_reached = _run(service, cold, 20, old_best)
+    _, warm_reached = _run(service, warm, 12, old_best)
+    _, cold_reached = _run(service, cold, 12, old_best)
     assert warm_reached is not None and warm_reached <= 5, warm_reached
     assert cold_reached is None or warm_reached < cold_reached
-    assert service.campaigns.get(warm).campaign.trials_created == 20  # the old trials are not its trials
+    assert service.campaigns.get(warm).campaign.trials_created == 12  # the old trials are not its trials
 
 
 def test_only_compatible_trials_carry_over(service: Service) -> None:
