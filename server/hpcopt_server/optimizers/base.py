@@ -64,19 +64,7 @@ class Optimizer(ABC):
     ) -> Any:
         """A validated entry of ``algorithm.options``. Every numeric option has a ``high``
         bound too where its cost grows with it: a request must not buy unbounded work."""
-        value: Any = self.options.get(name, default)
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-            raise ValueError(f"options.{name} must be a {kind.__name__}, got {value!r}")
-        number: Any = value  # an int or float when low is given
-        if low is not None and number < low:
-            raise ValueError(f"options.{name} must be >= {low}, got {value!r}")
-        if high is not None and number > high:
-            raise ValueError(f"options.{name} must be <= {high}, got {value!r}")
-        if choices and value not in choices:
-            raise ValueError(f"options.{name} must be one of {list(choices)}, got {value!r}")
-        return value
+        return read_option(self.options, name, default, kind, low, choices, high)
 
     def reject_unknown_options(self, known: Sequence[str]) -> None:
         unknown = sorted(set(self.options) - set(known))
@@ -93,6 +81,32 @@ class Optimizer(ABC):
 
 
 OptimizerFactory = Callable[[Problem], Optimizer]
+
+
+def read_option(
+    options: dict[str, Any],
+    name: str,
+    default: Any,
+    kind: type,
+    low: float | None = None,
+    choices: Sequence[Any] = (),
+    high: float | None = None,
+) -> Any:
+    """``options[name]`` (or ``default``) checked for its kind, bounds and choices;
+    ValueError("options.<name> must be ...") otherwise. Optimizers and pruners use it."""
+    value: Any = options.get(name, default)
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
+        raise ValueError(f"options.{name} must be a {kind.__name__}, got {value!r}")
+    number: Any = value  # an int or float when low is given
+    if low is not None and number < low:
+        raise ValueError(f"options.{name} must be >= {low}, got {value!r}")
+    if high is not None and number > high:
+        raise ValueError(f"options.{name} must be <= {high}, got {value!r}")
+    if choices and value not in choices:
+        raise ValueError(f"options.{name} must be one of {list(choices)}, got {value!r}")
+    return value
 
 
 def to_minimize(trial: d.Trial, direction: str) -> float | None:

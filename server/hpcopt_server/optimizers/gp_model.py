@@ -76,7 +76,6 @@ class GPModel:
         self.stats: OutputStats = (0.0, 1.0, 0.0, 1.0)
         self.factor = gp.LazyCholesky()
         self.lock = threading.RLock()
-        self.fitted_n = 0
         self._fantasy_y = np.zeros(0)
 
     # -- data ---------------------------------------------------------------------------
@@ -162,12 +161,6 @@ class GPModel:
 
     # -- refits -------------------------------------------------------------------------
 
-    def refit_snapshot(self, n: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Copies of the first ``n`` observations (all by default) and theta."""
-        n = self.n_real if n is None else n
-        copies = (a[:n].copy() for a in (self.X, self.y_raw, self.extra_raw, self.censored))
-        return (*copies, self.theta.copy())
-
     def compute_refit(
         self,
         X: np.ndarray,
@@ -226,7 +219,7 @@ class GPModel:
         self._grow(k + 16)
         self.X[:k], self.y_raw[:k], self.extra_raw[:k], self.censored[:k] = X, y_raw, extra_raw, censored
         self.theta, self.stats, self.factor = theta, stats, factor
-        self.n_real = self.fitted_n = k
+        self.n_real = k
         self._fantasy_y = np.zeros(0)
 
 

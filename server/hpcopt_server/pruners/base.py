@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hpcopt_server import domain as d
+from hpcopt_server.optimizers.base import read_option
 
 
 class History(Protocol):
@@ -72,17 +73,7 @@ class Pruner(ABC):
         return self.sign * value
 
     def option(self, name: str, default: Any, kind: type, low: float | None = None, high: float | None = None) -> Any:
-        value: Any = self.problem.options.get(name, default)
-        if kind is float and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        if not isinstance(value, kind) or isinstance(value, bool):
-            raise ValueError(f"options.{name} must be a {kind.__name__}, got {value!r}")
-        number = float(self.problem.options.get(name, default))  # an int or a float here
-        if low is not None and number < low:
-            raise ValueError(f"options.{name} must be >= {low}, got {value!r}")
-        if high is not None and number > high:
-            raise ValueError(f"options.{name} must be <= {high}, got {value!r}")
-        return value
+        return read_option(self.problem.options, name, default, kind, low, high=high)
 
     @abstractmethod
     def at_step(self, history: History, trial: d.Trial, fold: int, step: int, value: float) -> Verdict | None:

@@ -268,12 +268,13 @@ class AgentService:
                 values["checkpoint_uri"] = checkpoint_uri
             result = tx.upsert_fold(trial.id, fold, now, **values)
             self._renew(tx, lease, now)
-            after = tx.get_trial(trial.id)
-            assert after is not None
-            if pruner is not None and sum(f.finished for f in after.folds) < campaign.folds:
-                verdict = pruner.at_fold(SqlHistory(tx, campaign.id), after)
-                if verdict is not None:
-                    prune(tx, campaign, after, verdict, now)
+            if pruner is not None:
+                after = tx.get_trial(trial.id)
+                assert after is not None
+                if sum(f.finished for f in after.folds) < campaign.folds:
+                    verdict = pruner.at_fold(SqlHistory(tx, campaign.id), after)
+                    if verdict is not None:
+                        prune(tx, campaign, after, verdict, now)
         return result
 
     # -- the end of an attempt ---------------------------------------------------------

@@ -343,14 +343,6 @@ class Tx:
         )
         return {tid: float(v) for tid, v in self.s.execute(q)}
 
-    def curve(self, trial_id: int, fold: int) -> list[tuple[int, float]]:
-        q = (
-            select(m.CurveRow.step, m.CurveRow.value)
-            .where(m.CurveRow.trial_id == trial_id, m.CurveRow.fold == fold)
-            .order_by(m.CurveRow.step)
-        )
-        return [(int(s), float(v)) for s, v in self.s.execute(q)]
-
     def completed_folds(self, campaign_id: int) -> dict[int, tuple[int, list[float]]]:
         """{trial id: (number, fold values by index)} of the campaign's COMPLETED trials."""
         q = (
