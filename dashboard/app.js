@@ -232,6 +232,7 @@ function campaignPage(id) {
     el("div", { class: "grid two" },
       el("div", { class: "card" }, el("h2", { text: "Optimization history" }), el("div", { id: "plot-history", class: "plot" }), el("div", { id: "history-note", class: "note" })),
       el("div", { class: "card" }, el("h2", { text: "Learning curves" }), el("div", { id: "curve-picker", class: "note" }), el("div", { id: "plot-curves", class: "plot" }))),
+    el("div", { class: "card", id: "card-front", hidden: true }, el("h2", { text: "Pareto front" }), el("div", { id: "plot-front", class: "plot" }), el("div", { id: "front-note", class: "note" })),
     el("div", { class: "card" }, el("h2", { text: "Parallel coordinates" }), el("div", { id: "plot-parcoords", class: "plot" })),
     el("div", { class: "card" }, el("h2", { text: "Slices: the value against each parameter" }), el("div", { id: "slices", class: "slices" })),
     el("div", { class: "card" }, el("div", { class: "row" }, el("h2", { text: "Trials" }), el("span", { class: "spacer" }), el("span", { id: "state-filter" })),
@@ -260,7 +261,7 @@ function campaignPage(id) {
     renderAgents(agents);
     performance.mark("hpcopt:tables"); // performance marks: benchmarks/dashboard_open.py reads them
     // Parallel coordinates last: WebGL, the slowest to set up where there is no GPU.
-    const steps = [["history", () => renderHistory(plot)], ["curves", () => renderCurves(id, curves, plot)], ["slices", () => renderSlices(plot)], ["parcoords", () => renderParcoords(plot)]];
+    const steps = [["history", () => renderHistory(plot)], ["front", () => renderFront(plot)], ["curves", () => renderCurves(id, curves, plot)], ["slices", () => renderSlices(plot)], ["parcoords", () => renderParcoords(plot)]];
     for (const [name, step] of steps) {
       await nextFrame();
       if (gen !== session.generation) return;
@@ -282,7 +283,7 @@ function renderSummary(c) {
   document.getElementById("summary").replaceChildren(el("div", { class: "grid two" },
     el("dl", { class: "spec" },
       el("dt", { text: "ID" }), el("dd", { text: c.id }), el("dt", { text: "State" }), el("dd", {}, badge(c.state)),
-      el("dt", { text: "Objective" }), el("dd", { text: `${c.direction} ${c.metric}` }),
+      el("dt", { text: spec.objectives ? "Objectives" : "Objective" }), el("dd", { id: "campaign-objectives", text: (spec.objectives || [spec.objective]).map((o) => `${o.direction} ${o.metric}`).join(", ") }),
       el("dt", { text: "Algorithm" }), el("dd", { text: `${c.algorithm}${spec.algorithm && spec.algorithm.seed !== null && spec.algorithm.seed !== undefined ? ` (seed ${spec.algorithm.seed})` : ""}` }),
       ...prunerAndWarmStart(spec),
       el("dt", { text: "Progress" }), el("dd", {}, progress(c)),
@@ -329,6 +330,32 @@ function renderHistory(plot) {
 const SCHEME_COLORS = ["rgba(43,95,217,.8)", "rgba(230,126,34,.8)", "rgba(39,174,96,.8)", "rgba(142,68,173,.8)", "rgba(192,57,43,.8)", "rgba(22,160,133,.8)", "rgba(127,140,141,.8)"];
 
 // [name, colour, points] per choice of the space's `scheme` parameter, or one group "trial".
+// A multi-objective campaign: every completed trial by its first two objectives, the
+// Pareto front (over all objectives, computed by the server) highlighted and joined.
+function renderFront(plot) {
+  const card = document.getElementById("card-front");
+  const objectives = plot.objectives || [];
+  card.hidden = objectives.length < 2;
+  if (card.hidden) return;
+  const [a, b] = objectives;
+  const onFront = new Set(plot.front);
+  const pts = plot.points.filter((p) => p.values);
+  const rest = pts.filter((p) => !onFront.has(p.trial_id));
+  const front = pts.filter((p) => onFront.has(p.trial_id)).sort((p, q) => p.values[0] - q.values[0]);
+  const hover = `trial %{customdata}<br>${a.metric}=%{x:.4g}<br>${b.metric}=%{y:.4g}<extra></extra>`;
+  draw("plot-front", [
+    { type: "scatter", mode: "markers", name: "dominated", x: rest.map((p) => p.values[0]), y: rest.map((p) => p.values[1]), customdata: rest.map((p) => p.trial_id), marker: { size: 5, color: "#b0b8c4" }, hovertemplate: hover },
+    { type: "scatter", mode: objectives.length === 2 ? "lines+markers" : "markers", name: "Pareto front", x: front.map((p) => p.values[0]), y: front.map((p) => p.values[1]), customdata: front.map((p) => p.trial_id), marker: { size: 8, color: "#c0392b" }, line: { shape: "hv", color: "#c0392b" }, hovertemplate: hover },
+  ], { xaxis: { title: { text: `${a.metric} (${a.direction})` } }, yaxis: { title: { text: `${b.metric} (${b.direction})` } }, legend: { orientation: "h", y: 1.12 } });
+  const node = document.getElementById("plot-front");
+  if (node.on && !node.dataset.linked) {
+    node.on("plotly_click", (ev) => { location.hash = `#/trial/${ev.points[0].customdata}`; });
+    node.dataset.linked = "1";
+  }
+  const shown = objectives.length > 2 ? `; the plot shows the first two of ${objectives.map((o) => o.metric).join(", ")}` : "";
+  document.getElementById("front-note").textContent = `${front.length} of ${plot.completed} completed trials are on the front: no other completed trial is better in every objective${shown}. Click a point for its trial.`;
+}
+
 function schemeGroups(plot, pts) {
   const scheme = plot.space.scheme;
   if (!scheme || scheme.type !== "categorical") return [["trial", SCHEME_COLORS[0], pts]];
@@ -508,6 +535,7 @@ function trialPage(id) {
       ...schemeRow(training, t.params),
       el("dt", { text: t.state === "PRUNED" ? "Value when pruned" : "Value" }),
       el("dd", { text: t.value === null ? "–" : t.state === "PRUNED" ? fmt(t.value, 6) : `${fmt(t.value, 6)} ± ${fmt(t.value_std || 0, 3)}` }),
+      ...(t.values ? [el("dt", { text: "Objectives" }), el("dd", { id: "trial-values", class: "mono", text: t.values.map((v) => fmt(v, 6)).join(", ") })] : []),
       el("dt", { text: "Attempt" }), el("dd", { text: t.attempt }), el("dt", { text: "Duration" }), el("dd", { text: duration(t) }),
       el("dt", { text: "Agent" }), el("dd", { class: "mono", text: t.agent_id || "–" })),
     t.error && t.state === "PRUNED" ? el("div", {}, el("h2", { text: "Why it was pruned" }), el("p", { id: "trial-pruned", text: t.error })) : "",

@@ -193,6 +193,9 @@ class FoldTrainer:
             code, error = self._agree(FAILED if error else OK, error)
             if code == FAILED:
                 return self._fail(out, trial, link, f"evaluation after epoch {run.epoch + 1}", error)
+            # Wall seconds of this fold's training and evaluation so far (resumes included):
+            # an objective of its own in a multi-objective campaign, unless the task reports one.
+            metrics.setdefault("train_seconds", run.metrics.get("train_seconds", 0.0) + time.perf_counter() - t0)
             run.epoch, run.batch, run.metrics = run.epoch + 1, 0, metrics
             out.epochs += 1
             due = run.epoch == self.s.epochs or (
@@ -374,6 +377,12 @@ class FoldTrainer:
         value = run.metrics.get(self.s.metric)
         if value is None or not math.isfinite(value):
             return "failed", f"no finite {self.s.metric} at the end of fold {fold}"
+        missing = [m for m in self.s.objectives[1:] if not math.isfinite(run.metrics.get(m, math.nan))]
+        if missing:
+            return "failed", (
+                f"Task.evaluate returned {sorted(run.metrics)}; the campaign's objective {missing[0]!r} "
+                "is not among them (or not finite)"
+            )
         try:
             action = link.fold(fold, value, run.metrics, run.uri)
         except (LeaseLost, ApiError) as exc:

@@ -35,6 +35,8 @@ class TrainingSettings:
     metric: str
     direction: str
     checkpoint_every: int = 1
+    #: Every objective's metric (the first is ``metric``): a fold reports them all.
+    objectives: tuple[str, ...] = ()
     stratified: bool = False
     fold_seed: int = 0
     seed: int = 0
@@ -104,6 +106,7 @@ class TrainingSettings:
             folds=int(spec.get("folds", 1)),
             metric=str(objective.get("metric", "")),
             direction=str(objective.get("direction", "minimize")),
+            objectives=tuple(str(o.get("metric", "")) for o in spec.get("objectives") or [objective]),
             checkpoint_every=merged["checkpoint_every"],
             stratified=merged["stratified"],
             fold_seed=merged["fold_seed"],

@@ -45,7 +45,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("spec", type=Path)
     s.add_argument("--dry-run", action="store_true", help="only validate the file")
     command("list", "list campaigns")
-    for name, text in (("show", "one campaign"), ("best", "the best trial"), ("cancel", "cancel a running campaign")):
+    for name, text in (
+        ("show", "one campaign"),
+        ("best", "the best trial; of a multi-objective campaign, its Pareto front"),
+        ("cancel", "cancel a running campaign"),
+    ):
         command(name, text).add_argument("campaign", type=int)
     t = command("trials", "the trials of a campaign")
     t.add_argument("campaign", type=int)
@@ -103,8 +107,15 @@ def _run(args: argparse.Namespace) -> int:
         elif args.command == "show":
             out.campaign(Campaign.from_proto(c.get_campaign(args.campaign)))
         elif args.command == "best":
-            best = c.get_best_trial(args.campaign)
-            out.trial(Trial.from_proto(best, space_order(c.get_campaign(best.campaign_id))))
+            campaign = c.get_campaign(args.campaign)
+            objectives = Campaign.from_proto(campaign).objectives
+            if len(objectives) > 1:  # the best is the Pareto front
+                order = space_order(campaign)
+                front = [Trial.from_proto(t, order) for t in c.get_pareto_front(args.campaign)]
+                out.front(front, order, objectives)
+            else:
+                best = c.get_best_trial(args.campaign)
+                out.trial(Trial.from_proto(best, space_order(campaign)))
         elif args.command == "cancel":
             x = Campaign.from_proto(c.cancel_campaign(args.campaign))
             out.emit(x, f"campaign {x.id} {x.state}")

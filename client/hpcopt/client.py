@@ -128,6 +128,12 @@ class Client(_Base):
     def get_best_trial(self, campaign_id: int) -> common_pb2.Trial:
         return self._do(self._stub.GetBestTrial, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
 
+    def get_pareto_front(self, campaign_id: int) -> list[common_pb2.Trial]:
+        """The non-dominated completed trials of a multi-objective campaign (the best
+        trial of a single-objective one), best first in the first objective."""
+        resp = self._do(self._stub.GetParetoFront, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
+        return list(resp.trials)
+
     def cancel_campaign(self, campaign_id: int) -> common_pb2.Campaign:
         return self._do(self._stub.CancelCampaign, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
 

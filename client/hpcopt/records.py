@@ -82,6 +82,12 @@ class Campaign:
     def folds(self) -> int:
         return int((self.spec or {}).get("folds", 1))
 
+    @property
+    def objectives(self) -> list[str]:
+        """The metric of each objective (one for a single-objective campaign)."""
+        listed = (self.spec or {}).get("objectives") or [{"metric": self.metric}]
+        return [str(o["metric"]) for o in listed]
+
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = _jsonable(asdict(self))
         return out
@@ -131,6 +137,8 @@ class Trial:
     folds: list[Fold] = field(default_factory=list)
     curves: list[CurvePoint] = field(default_factory=list)  # GetTrial only
     events: list[TrialEvent] = field(default_factory=list)  # GetTrial only
+    #: Per objective, in the spec's order, for a multi-objective campaign (else empty).
+    values: list[float] = field(default_factory=list)
 
     @classmethod
     def from_proto(cls, t: common_pb2.Trial, order: Iterable[str] = ()) -> Trial:
@@ -156,6 +164,7 @@ class Trial:
             ],
             curves=[CurvePoint(p.fold, int(p.step), p.value) for p in t.curves],
             events=[TrialEvent(e.attempt, e.kind, e.agent_id, e.reason, _time(e, "at")) for e in t.events],
+            values=list(t.values),
         )
 
     def as_json(self) -> dict[str, Any]:

@@ -4,6 +4,8 @@ A spec is a YAML or JSON document::
 
     name: digits-mlp
     objective: {metric: val_loss, direction: minimize}
+    # or, for a multi-objective campaign (the first one is also `objective`):
+    # objectives: [{metric: val_loss}, {metric: train_seconds, direction: minimize}]
     space:
       lr:      {type: real, low: 1.0e-4, high: 0.1, scale: log}
       width:   {type: int, low: 16, high: 256, scale: log}
@@ -125,6 +127,10 @@ class Objective(_Strict):
     direction: Literal["minimize", "maximize"] = "minimize"
 
 
+#: Objectives of one campaign: each is a dimension of the Pareto front.
+MAX_OBJECTIVES = 4
+
+
 class Algorithm(_Strict):
     """The optimizer; ``options`` are passed to it (each optimizer documents its own)."""
 
@@ -172,6 +178,9 @@ class CampaignSpec(_Strict):
 
     name: str = Field(min_length=1, max_length=200)
     objective: Objective
+    #: Two or more objectives: the campaign looks for their Pareto front. The first is
+    #: also ``objective`` (what pruners, warm starts and single-value views use).
+    objectives: list[Objective] | None = Field(default=None, min_length=2, max_length=MAX_OBJECTIVES)
     space: dict[ParamName, Param] = Field(min_length=1, max_length=MAX_DIMENSIONS)
     algorithm: Algorithm = Field(default_factory=Algorithm)
     pruner: Pruner = Field(default_factory=Pruner)
@@ -190,7 +199,27 @@ class CampaignSpec(_Strict):
             data = {**data, "algorithm": {"name": data["algorithm"]}}
         if isinstance(data, dict) and isinstance(data.get("pruner"), str):
             data = {**data, "pruner": {"name": data["pruner"]}}
+        if isinstance(data, dict) and "objectives" in data and "objective" not in data:
+            # `objectives` alone: the first is the objective (checked again after validation).
+            listed = data["objectives"]
+            if isinstance(listed, list) and listed:
+                data = {**data, "objective": listed[0]}
         return data
+
+    @model_validator(mode="after")
+    def _objectives(self) -> CampaignSpec:
+        if self.objectives is None:
+            return self
+        metrics = [o.metric for o in self.objectives]
+        if len(set(metrics)) != len(metrics):
+            raise ValueError("objectives: each metric may appear once")
+        if self.objective != self.objectives[0]:
+            raise ValueError("objective must be the first of objectives (or leave objective out)")
+        if self.algorithm.name == "skopt":
+            raise ValueError("algorithm.name: skopt optimizes one objective; use bo (ParEGO), ea (NSGA-II) or random")
+        if self.pruner.name != "none":
+            raise ValueError("pruner: a multi-objective campaign cannot prune (a pruned trial has no Pareto values)")
+        return self
 
 
 class SpecError(ValueError):
@@ -291,4 +320,6 @@ def spec_to_json_dict(spec: CampaignSpec) -> dict[str, Any]:
             p.pop("when", None)
     if out.get("warm_start") is None:
         out.pop("warm_start", None)
+    if out.get("objectives") is None:
+        out.pop("objectives", None)
     return out

@@ -49,6 +49,14 @@ def trials_table(rows: list[Trial], order: list[str], title: str | None = None) 
     return t
 
 
+def front_table(rows: list[Trial], order: list[str], objectives: list[str]) -> Table:
+    title = f"Pareto front: {len(rows)} trial(s) no other completed trial beats in every objective"
+    t = table("id", "#", *objectives, *order, title=title)
+    for x in rows:
+        t.add_row(str(x.id), str(x.number), *(num(v) for v in x.values), *(param(x.params.get(k, "")) for k in order))
+    return t
+
+
 def campaign_text(c: Campaign) -> RenderableType:
     counts = ", ".join(f"{s} {n}" for s, n in c.trial_counts.items()) or "none yet"
     lines = [
@@ -56,6 +64,8 @@ def campaign_text(c: Campaign) -> RenderableType:
         f"  algorithm  {c.algorithm}; {c.direction} {c.metric}; {c.folds} fold(s)",
         f"  trials     {c.finished}/{c.max_trials} finished ({counts})",
     ]
+    if len(c.objectives) > 1:
+        lines[1] = f"  algorithm  {c.algorithm}; objectives {', '.join(c.objectives)}; {c.folds} fold(s)"
     if c.best_value is not None:
         lines.append(f"  best       {num(c.best_value)} (trial {c.best_trial_id})")
     if c.spec:
@@ -70,6 +80,8 @@ def trial_text(t: Trial) -> RenderableType:
         f"trial {t.id} (#{t.number} of campaign {t.campaign_id}): {t.state}, attempt {t.attempt}",
         f"  value   {num(t.value)} ± {num(t.value_std)}",
     ]
+    if t.values:
+        head.append("  values  " + ", ".join(num(v) for v in t.values))
     head += [f"  {k:<{max(map(len, t.params))}}  {param(v)}" for k, v in t.params.items()] if t.params else []
     if t.error:
         head.append(f"  error   {t.error}")
@@ -130,6 +142,12 @@ class Output:
             self.json([x.as_json() for x in rows])
         else:
             self.console.print(trials_table(rows, order))
+
+    def front(self, rows: list[Trial], order: list[str], objectives: list[str]) -> None:
+        if self.as_json:
+            self.json([x.as_json() for x in rows])
+        else:
+            self.console.print(front_table(rows, order, objectives))
 
     def trial(self, t: Trial) -> None:
         if self.as_json:

@@ -63,6 +63,12 @@ class Campaign:
         return str(self.spec["objective"]["direction"])
 
     @property
+    def objectives(self) -> list[tuple[str, str]]:
+        """(metric, direction) of each objective: one for a single-objective campaign."""
+        listed = self.spec.get("objectives") or [self.spec["objective"]]
+        return [(str(o["metric"]), str(o["direction"])) for o in listed]
+
+    @property
     def max_trials(self) -> int:
         return int(self.spec["budget"]["max_trials"])
 
@@ -121,6 +127,9 @@ class Trial:
     created_at: datetime
     value: float | None = None
     value_std: float | None = None
+    #: A multi-objective campaign's trial: the mean over folds of each objective, in
+    #: the spec's order (``value`` is the first). None otherwise.
+    values: tuple[float, ...] | None = None
     agent_id: str = ""
     lease_id: str = ""
     lease_expires_at: datetime | None = None

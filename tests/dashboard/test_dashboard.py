@@ -338,3 +338,32 @@ def test_a_pruned_trial_page_says_why_and_the_campaign_names_its_pruner_and_warm
     page.page.locator("#campaign-warm-start").wait_for()
     assert f"campaign {cid}" in page.page.inner_text("#campaign-warm-start")
     assert page.page.get_attribute("#campaign-warm-start a", "href") == f"#/campaign/{cid}"
+
+
+def test_a_multi_objective_campaign_plots_its_pareto_front_and_a_trial_shows_its_objectives(
+    page: Page, seeded: Seeded
+) -> None:
+    from tests.conftest import make_spec
+
+    service = seeded.service
+    objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "seconds", "direction": "minimize"}]
+    cid = service.campaigns.create(make_spec(name="two-objectives", folds=1, objectives=objectives)).id
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    ids = []
+    for loss, seconds in ((0.1, 9.0), (0.2, 5.0), (0.3, 6.0), (0.5, 1.0)):  # (0.3, 6) is dominated
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, loss, {"seconds": seconds})
+        ids.append(service.agents.complete(lease).id)
+    page.open(f"/campaign/{cid}")
+    front = page.wait_plot("plot-front")
+    assert sorted(front[1]["customdata"]) == sorted([ids[0], ids[1], ids[3]]) and front[0]["customdata"] == [ids[2]]
+    assert "3 of 4 completed trials are on the front" in page.page.inner_text("#front-note")
+    assert page.page.inner_text("#campaign-objectives") == "minimize loss, minimize seconds"
+    page.open(f"/trial/{ids[1]}")
+    page.page.locator("#trial-values").wait_for()
+    assert page.page.inner_text("#trial-values") == "0.2, 5"
+    # A single-objective campaign has no front card.
+    page.open(f"/campaign/{seeded.small}")
+    page.wait_plot("plot-history")
+    assert page.page.locator("#card-front").is_hidden()

@@ -65,6 +65,11 @@ class CampaignServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
                 _registered_method=True)
+        self.GetParetoFront = channel.unary_unary(
+                '/hpcopt.v1.CampaignService/GetParetoFront',
+                request_serializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_campaign__pb2.ListTrialsResponse.FromString,
+                _registered_method=True)
         self.CancelCampaign = channel.unary_unary(
                 '/hpcopt.v1.CampaignService/CancelCampaign',
                 request_serializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
@@ -125,6 +130,14 @@ class CampaignServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetParetoFront(self, request, context):
+        """The Pareto front of a multi-objective campaign (the best trial of a single-objective
+        one), best first in the first objective; `total` is its size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CancelCampaign(self, request, context):
         """Cancels queued and running trials; agents learn it from their next heartbeat.
         """
@@ -178,6 +191,11 @@ def add_CampaignServiceServicer_to_server(servicer, server):
                     servicer.GetBestTrial,
                     request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_common__pb2.Trial.SerializeToString,
+            ),
+            'GetParetoFront': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetParetoFront,
+                    request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_campaign__pb2.ListTrialsResponse.SerializeToString,
             ),
             'CancelCampaign': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelCampaign,
@@ -357,6 +375,33 @@ class CampaignService:
             '/hpcopt.v1.CampaignService/GetBestTrial',
             hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
             hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetParetoFront(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.CampaignService/GetParetoFront',
+            hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
+            hpcopt_dot_v1_dot_campaign__pb2.ListTrialsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -43,6 +43,10 @@ class CampaignServiceStub:
     """The trial with its folds, curves and attempt history."""
     GetBestTrial: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _common_pb2.Trial]
     """The best COMPLETED trial; NOT_FOUND while there is none."""
+    GetParetoFront: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _campaign_pb2.ListTrialsResponse]
+    """The Pareto front of a multi-objective campaign (the best trial of a single-objective
+    one), best first in the first objective; `total` is its size.
+    """
     CancelCampaign: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _common_pb2.Campaign]
     """Cancels queued and running trials; agents learn it from their next heartbeat."""
     ExportCampaign: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _campaign_pb2.ExportCampaignResponse]
@@ -64,6 +68,10 @@ class CampaignServiceAsyncStub(CampaignServiceStub):
     """The trial with its folds, curves and attempt history."""
     GetBestTrial: _aio.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _common_pb2.Trial]  # type: ignore[assignment]
     """The best COMPLETED trial; NOT_FOUND while there is none."""
+    GetParetoFront: _aio.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _campaign_pb2.ListTrialsResponse]  # type: ignore[assignment]
+    """The Pareto front of a multi-objective campaign (the best trial of a single-objective
+    one), best first in the first objective; `total` is its size.
+    """
     CancelCampaign: _aio.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _common_pb2.Campaign]  # type: ignore[assignment]
     """Cancels queued and running trials; agents learn it from their next heartbeat."""
     ExportCampaign: _aio.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _campaign_pb2.ExportCampaignResponse]  # type: ignore[assignment]
@@ -118,6 +126,16 @@ class CampaignServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Trial, _abc.Awaitable[_common_pb2.Trial]]:
         """The best COMPLETED trial; NOT_FOUND while there is none."""
+
+    @_abc_1.abstractmethod
+    def GetParetoFront(
+        self,
+        request: _campaign_pb2.GetCampaignRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_campaign_pb2.ListTrialsResponse, _abc.Awaitable[_campaign_pb2.ListTrialsResponse]]:
+        """The Pareto front of a multi-objective campaign (the best trial of a single-objective
+        one), best first in the first objective; `total` is its size.
+        """
 
     @_abc_1.abstractmethod
     def CancelCampaign(

@@ -356,6 +356,7 @@ class Trial(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     CURVES_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     campaign_id: _builtins.int
     number: _builtins.int
@@ -383,6 +384,12 @@ class Trial(_message.Message):
 
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___TrialEvent]: ...
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """A multi-objective campaign's trial: the mean over folds of each objective, in the
+        spec's order (`value` is the first). Empty otherwise.
+        """
+
     def __init__(
         self,
         *,
@@ -402,10 +409,11 @@ class Trial(_message.Message):
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         curves: _abc.Iterable[Global___CurvePoint] | None = ...,
         events: _abc.Iterable[Global___TrialEvent] | None = ...,
+        values: _abc.Iterable[_builtins.float] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "created_at", b"created_at", "finished_at", b"finished_at", "started_at", b"started_at", "value", b"value", "value_std", b"value_std"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "agent_id", b"agent_id", "attempt", b"attempt", "campaign_id", b"campaign_id", "created_at", b"created_at", "curves", b"curves", "error", b"error", "events", b"events", "finished_at", b"finished_at", "folds", b"folds", "id", b"id", "number", b"number", "params", b"params", "started_at", b"started_at", "state", b"state", "value", b"value", "value_std", b"value_std"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "agent_id", b"agent_id", "attempt", b"attempt", "campaign_id", b"campaign_id", "created_at", b"created_at", "curves", b"curves", "error", b"error", "events", b"events", "finished_at", b"finished_at", "folds", b"folds", "id", b"id", "number", b"number", "params", b"params", "started_at", b"started_at", "state", b"state", "value", b"value", "value_std", b"value_std", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
     _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015

@@ -171,6 +171,13 @@ def best_trial(campaign_id: int, service: ServiceDep, _: CanRead) -> TrialOut:
     return trial_out(service.campaigns.best(campaign_id), full=True)
 
 
+@router.get("/campaigns/{campaign_id}/front", operation_id="get_pareto_front")
+def pareto_front(campaign_id: int, service: ServiceDep, _: CanRead) -> list[TrialOut]:
+    """The non-dominated completed trials of a multi-objective campaign (the best trial
+    of a single-objective one), best first in the first objective."""
+    return [trial_out(t) for t in service.campaigns.front(campaign_id)]
+
+
 @router.get("/campaigns/{campaign_id}/agents", operation_id="list_agents")
 def list_agents(campaign_id: int, service: ServiceDep, _: CanRead) -> list[AgentOut]:
     return [agent_out(v) for v in service.insights.agents(campaign_id)]

@@ -43,6 +43,8 @@ class TrialOut(BaseModel):
     params: dict[str, bool | int | float | str]
     value: float | None
     value_std: float | None
+    #: A multi-objective campaign's trial: the mean over folds of each objective.
+    values: list[float] | None = None
     agent_id: str
     error: str
     created_at: datetime
@@ -100,6 +102,7 @@ class PlotPoint(BaseModel):
     value: float
     value_std: float | None
     params: dict[str, bool | int | float | str]
+    values: list[float] | None = None
 
 
 class BestPoint(BaseModel):
@@ -118,6 +121,10 @@ class PlotData(BaseModel):
     downsampled: bool
     points: list[PlotPoint]
     best: list[BestPoint]
+    #: Each objective's metric and direction (one for a single-objective campaign).
+    objectives: list[dict[str, str]]
+    #: Trial ids of the Pareto front over all completed trials (multi-objective only).
+    front: list[int]
 
 
 class TrialCurves(BaseModel):
@@ -182,6 +189,7 @@ def trial_out(t: d.Trial, *, full: bool = False) -> TrialOut:
         params=t.params,
         value=t.value,
         value_std=t.value_std,
+        values=list(t.values) if t.values is not None else None,
         agent_id=t.agent_id,
         error=t.error,
         created_at=t.created_at,

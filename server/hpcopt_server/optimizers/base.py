@@ -43,6 +43,13 @@ class Problem:
     options: dict[str, Any] = field(default_factory=dict)
     folds: int = 1  # K: a trial's value_std / sqrt(K) is the standard error of its value
     budget: int = 0  # the campaign's max_trials (0: unknown), for schedules that end with it
+    #: The direction of each objective of a multi-objective campaign (empty: one
+    #: objective, ``direction``). Trials then carry ``values``, one per objective.
+    directions: tuple[str, ...] = ()
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.directions) > 1
 
 
 class Optimizer(ABC):
@@ -114,6 +121,14 @@ def to_minimize(trial: d.Trial, direction: str) -> float | None:
     if trial.state != d.TrialState.COMPLETED or trial.value is None:
         return None
     return trial.value if direction == "minimize" else -trial.value
+
+
+def loss_vector(trial: d.Trial, directions: Sequence[str]) -> list[float] | None:
+    """A COMPLETED multi-objective trial's values as losses (maximized ones negated);
+    None otherwise."""
+    if trial.state != d.TrialState.COMPLETED or trial.values is None or len(trial.values) != len(directions):
+        return None
+    return [v if dr == "minimize" else -v for v, dr in zip(trial.values, directions, strict=True)]
 
 
 def pruned_loss(trial: d.Trial, direction: str) -> float | None:

@@ -17,6 +17,15 @@ Options (``algorithm.options``):
 | fold_noise | true | a trial's fold spread (value_std^2 / K) adds to its observation noise |
 | max_points | 3000 | past this many observations the GP factors a subset (``select_subset``); 200..20000 |
 
+With several objectives (``objectives`` in the spec) bo is ParEGO (Knowles 2006): each
+suggestion draws a weight vector uniformly from the simplex (seeded, like the
+candidates) and models the augmented Chebyshev scalarization of the objectives, each
+scaled to its observed range (``pareto.chebyshev``), so successive suggestions aim at
+different parts of the Pareto front. The factor holds no output-dependent noise then
+(``fold_noise`` does not apply), so one factor serves every scalarization: a new
+weight vector costs two triangular solves, not a refit. The hyper-parameters are fitted
+on the equal-weight scalarization.
+
 A PRUNED trial is a censored observation: the value it reached when it was stopped,
 floored at the median loss (``gp_model``). Between refits every new observation extends
 the factor by one row, O(n^2); a suggestion costs O(m n^2) for m candidates plus the
@@ -39,13 +48,17 @@ from threadpoolctl import threadpool_limits
 
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import acquisition as acq
-from hpcopt_server.optimizers.base import Optimizer, Problem, pruned_loss, to_minimize
+from hpcopt_server.optimizers.base import Optimizer, Problem, loss_vector, pruned_loss, to_minimize
 from hpcopt_server.optimizers.encoding import Encoder
 from hpcopt_server.optimizers.gp import LazyCholesky
 from hpcopt_server.optimizers.gp_model import GPModel, OutputStats, select_subset
+from hpcopt_server.optimizers.pareto import chebyshev, simplex_weights
 
 log = logging.getLogger(__name__)
-Fit = tuple[np.ndarray, OutputStats, LazyCholesky, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+#: A refit: hyper-parameters, output statistics, factor, the rows it factors, and their
+#: indices in the history.
+Fit = tuple[np.ndarray, OutputStats, LazyCholesky, Rows, np.ndarray]
 
 #: The most candidates one suggestion may score (10**7 took 1.9 GB and 30 s under the lock).
 MAX_CANDIDATES = 8192
@@ -92,6 +105,11 @@ class BayesianOptimization(Optimizer):
         # Every observation (X, loss or NaN, extra noise, censored), in order: the model
         # factors all of them up to max_points, a subset past it.
         self._rows: list[tuple[np.ndarray, float, float, bool]] = []
+        # Multi-objective: each row's loss vector (NaN for a failed trial), the history
+        # index of each real row of the model, and the scalarization of this suggestion.
+        self._vectors: list[np.ndarray] = []
+        self._model_rows = np.zeros(0, int)
+        self._raw: np.ndarray | None = None
         self._n_finite = 0
         self._schedule = [2]  # refit points (see _points)
         self._fit_at = 0  # the refit point whose fit the model uses
@@ -109,6 +127,14 @@ class BayesianOptimization(Optimizer):
             self._n_seen += 1
             if t.state == d.TrialState.CANCELLED:
                 continue  # says nothing about the objective
+            if self.problem.multi_objective:
+                # A placeholder loss (0: measured, NaN: failed); _fit and suggest scalarize.
+                vector = loss_vector(t, self.problem.directions)
+                self._vectors.append(
+                    np.full(len(self.problem.directions), np.nan) if vector is None else np.array(vector)
+                )
+                rows.append((self.encoder.encode(t.params), np.nan if vector is None else 0.0, 0.0, False))
+                continue
             loss = to_minimize(t, self.direction)
             extra = 0.0
             if loss is not None and self.fold_noise and t.value_std and self.problem.folds > 1:
@@ -125,6 +151,7 @@ class BayesianOptimization(Optimizer):
             with self.model.lock:
                 self.model.drop_fantasies()
                 self.model.add(*self._arrays(len(self._rows) - len(rows), len(self._rows)))
+                self._model_rows = np.r_[self._model_rows, np.arange(len(self._rows) - len(rows), len(self._rows))]
 
     def _n_ok(self) -> int:
         return self._n_finite
@@ -173,9 +200,11 @@ class BayesianOptimization(Optimizer):
             if result is not None:
                 with self.model.lock:
                     self.model.drop_fantasies()
-                    self.model.install(*result)
+                    self.model.install(*result[:4])
+                    self._model_rows = result[4]
                     if n > target:
                         self.model.add(*self._arrays(target, n))
+                        self._model_rows = np.r_[self._model_rows, np.arange(target, n)]
                 installed = True
                 if target > self.max_points >= self._fit_at:
                     log.info("bo: %d observations; the GP now factors a subset of %d (max_points %d)", target,
@@ -197,13 +226,17 @@ class BayesianOptimization(Optimizer):
         X, y, extra, censored = self._arrays(0, point)
         if int(np.isfinite(y).sum()) < 2:
             return None
+        if self.problem.multi_objective:  # the equal-weight scalarization
+            m = len(self.problem.directions)
+            y = chebyshev(np.array(self._vectors[:point]), np.full(m, 1.0 / m))
         rng = np.random.default_rng([self.seed, 3, point])
+        idx = np.arange(point)
         if point > self.max_points:
             idx = select_subset(X, y, censored, self.max_points // 2, rng)
             X, y, extra, censored = X[idx], y[idx], extra[idx], censored[idx]
         with blas_threads(len(X)):
             theta, stats, factor = self.model.compute_refit(X, y, extra, censored, rng, subsample=self.fit_subsample)
-        return theta, stats, factor, (X, y, extra, censored)
+        return theta, stats, factor, (X, y, extra, censored), idx
 
     def memory_bytes(self) -> int:
         """What this optimizer holds: the model's arrays and factor buffer, and the
@@ -232,28 +265,40 @@ class BayesianOptimization(Optimizer):
             return out
         with self.model.lock, blas_threads(self.model.n_real + len(pending)):
             try:
-                return out + self._suggest_gp(n - len(out), [*pending, *out])
+                if not self.problem.multi_objective:
+                    return out + self._suggest_gp(n - len(out), [*pending, *out])
+                while len(out) < n:  # a weight vector per suggestion (ParEGO)
+                    self._raw = self._scalarized(len(pending) + len(out))
+                    out += self._suggest_gp(1, [*pending, *out])
+                return out
             finally:
+                self._raw = None
                 self.model.drop_fantasies()
+
+    def _scalarized(self, k: int) -> np.ndarray:
+        """The model's real rows under a weight vector seeded by (seed, history size, k)."""
+        rng = np.random.default_rng([self.seed, 4, len(self._rows), k])
+        weights = simplex_weights(len(self.problem.directions), rng)
+        return chebyshev(np.array(self._vectors)[self._model_rows], weights)
 
     def _suggest_gp(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
         m = self.model
         m.drop_fantasies()
         if pending:
             Xp = np.array([self.encoder.encode(p) for p in pending])
-            mu, _ = m.predict(Xp, m.outputs())
+            mu, _ = m.predict(Xp, m.outputs(self._raw))
             m.fantasize(Xp, mu)
         out = []
         for _ in range(n):
             x = self._maximize_acquisition()
             out.append(self.encoder.decode(x))
-            mu, _ = m.predict(x[None, :], m.outputs())
+            mu, _ = m.predict(x[None, :], m.outputs(self._raw))
             m.fantasize(x[None, :], mu)
         return out
 
     def _maximize_acquisition(self) -> np.ndarray:
         m = self.model
-        y = m.outputs()
+        y = m.outputs(self._raw)
         best = float(y.min())  # fantasies count: the believer treats them as observed
         X_taken = m.X[: m.n]
         # Fewer candidates as n grows: scoring costs O(candidates n^2).

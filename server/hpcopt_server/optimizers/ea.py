@@ -18,6 +18,12 @@ and categoricals decode from their coordinate). For a child:
 The generation of a child is g = min(finished // population, G). Fitness is the loss
 (the value, negated when maximizing), so negative figures of merit are fine.
 
+With several objectives (``objectives`` in the spec) fitness is NSGA-II's order (Deb et
+al. 2002): trials sorted front by front (non-dominated sorting of their loss vectors),
+within a front the most isolated first (crowding distance); the elite and the
+tournaments use that order, so the elite spreads along the Pareto front instead of
+crowding one end of it.
+
 Options: ``population`` (a fifth of ``max_trials``, 8..50), ``generations`` G (as many
 as the budget holds: ``(max_trials - 1) // population``), ``elite`` (0.2),
 ``mutation_rate`` (0.3).
@@ -30,7 +36,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from hpcopt_server import domain as d
-from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize
+from hpcopt_server.optimizers.base import Optimizer, Problem, loss_vector, to_minimize
+from hpcopt_server.optimizers.pareto import nsga_fronts
 
 
 def crossover(pa: np.ndarray, pb: np.ndarray, r: float) -> np.ndarray:
@@ -62,6 +69,7 @@ class Evolutionary(Optimizer):
         self.categorical = np.array([dim.type == "categorical" for dim in self.space.dims])
         self._genes: list[np.ndarray] = []
         self._losses: list[float] = []  # NaN for failed and pruned
+        self._vectors: list[list[float] | None] = []  # multi-objective: the loss vectors
         self._seen = 0
         self.rng = np.random.default_rng([self.seed, 2, 0])
 
@@ -88,6 +96,8 @@ class Evolutionary(Optimizer):
             loss = to_minimize(t, self.direction)
             self._genes.append(self.encode(t.params))
             self._losses.append(np.nan if loss is None else loss)
+            if self.problem.multi_objective:
+                self._vectors.append(loss_vector(t, self.problem.directions))
 
     def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
         out = []
@@ -102,12 +112,29 @@ class Evolutionary(Optimizer):
     def generation(self) -> int:
         return min(len(self._genes) // self.population, self.generations)
 
-    def child(self) -> np.ndarray:
+    def fittest(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+        """The ``count`` fittest finished trials, fittest first, and the rank each has in
+        a tournament (lower wins). One objective: by loss, the rank is the place. Several:
+        NSGA-II's order; the rank is the front (crowding chose who entered the elite; in
+        the tournaments the front's extremes would always win, so one front ties and the
+        first drawn wins). Failed and pruned trials last."""
+        if self.problem.multi_objective:
+            ok = np.array([v is not None for v in self._vectors])
+            scored = np.flatnonzero(ok)
+            L = np.array([v for v in self._vectors if v is not None]).reshape(len(scored), -1)
+            fronts = nsga_fronts(L, count)
+            places = [scored[f] for f in fronts] + [np.flatnonzero(~ok)]
+            ranks = [np.full(len(f), i) for i, f in enumerate(fronts)] + [np.full(int((~ok).sum()), len(fronts))]
+            return np.concatenate(places)[:count].astype(int), np.concatenate(ranks)[:count].astype(float)
         losses = np.array(self._losses)
         worst = np.nanmax(losses) if np.isfinite(losses).any() else 0.0
-        losses = np.where(np.isfinite(losses), losses, worst + 1.0)
-        order = np.argsort(losses, kind="stable")
-        elite = order[: max(2, round(self.elite_fraction * len(order)))]
+        order = np.argsort(np.where(np.isfinite(losses), losses, worst + 1.0), kind="stable")[:count]
+        return order, np.arange(len(order), dtype=float)
+
+    def child(self) -> np.ndarray:
+        elite, rank = self.fittest(max(2, round(self.elite_fraction * len(self._genes))))
+        losses = np.full(len(self._genes), np.inf)  # a trial's rank in the tournaments
+        losses[elite] = rank
 
         def tournament() -> int:
             a, b = self.rng.choice(elite, 2, replace=False)

@@ -131,8 +131,14 @@ class GPModel:
         self.factor.truncate(self.n_real)
         self._fantasy_y = np.zeros(0)
 
-    def outputs(self) -> np.ndarray:
-        """Standardized outputs of every row of the factor (real, then fantasies) [n]."""
+    def outputs(self, raw: np.ndarray | None = None) -> np.ndarray:
+        """Standardized outputs of every row of the factor (real, then fantasies) [n].
+
+        ``raw``: other losses of the real rows (a multi-objective scalarization), with
+        statistics of their own; the factor does not depend on them (no extra noise)."""
+        if raw is not None:
+            y = standardize(raw, output_stats(raw))
+            return np.r_[y, self._fantasy_y[: self.n - self.n_real]]
         y = standardize(self.y_raw[: self.n_real], self.stats, self.censored[: self.n_real])
         fant = self._fantasy_y[: self.n - self.n_real]
         return np.r_[y, fant]

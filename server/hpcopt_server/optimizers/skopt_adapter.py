@@ -40,6 +40,8 @@ NESTED: dict[str, dict[str, tuple[type, float, float]]] = {
 class SkoptOptimizer(Optimizer):
     def __init__(self, problem: Problem):
         super().__init__(problem)
+        if problem.multi_objective:
+            raise ValueError("options: skopt optimizes one objective; use bo or ea for objectives")
         try:
             import skopt
         except ImportError as exc:

@@ -75,6 +75,7 @@ def trial(t: d.Trial) -> common_pb2.Trial:
         params={k: param_value(v) for k, v in t.params.items()},
         value=t.value,
         value_std=t.value_std,
+        values=list(t.values or ()),
         folds=[fold(f) for f in t.folds],
         agent_id=t.agent_id,
         error=t.error,

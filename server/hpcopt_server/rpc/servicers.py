@@ -66,6 +66,11 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
         return convert.trial(self.svc.campaigns.best(request.campaign_id))
 
     @handles_errors
+    def GetParetoFront(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> campaign_pb2.ListTrialsResponse:
+        front = self.svc.campaigns.front(request.campaign_id)
+        return campaign_pb2.ListTrialsResponse(trials=[convert.trial(t) for t in front], total=len(front))
+
+    @handles_errors
     def CancelCampaign(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> common_pb2.Campaign:
         return convert.campaign(self.svc.campaigns.cancel(request.campaign_id))
 

@@ -258,6 +258,13 @@ class AgentService:
                 return replay
             self._check_lease(trial, lease, now)
             self._unfinished_fold(trial, campaign, fold)
+            missing = [metric for metric, _ in campaign.objectives[1:] if metric not in metrics]
+            if missing:
+                raise InvalidArgument(
+                    f"metrics: the campaign's objectives need {missing[0]!r} in every fold's metrics; "
+                    f"got {sorted(metrics)}",
+                    [("metrics", f"must hold {', '.join(missing)}")],
+                )
             values: dict[str, object] = {
                 "finished": True,
                 "value": value,
@@ -300,7 +307,13 @@ class AgentService:
             values = [float(finished[k].value) for k in range(campaign.folds)]  # type: ignore[arg-type]
             mean = statistics.fmean(values)
             std = statistics.stdev(values) if len(values) > 1 else 0.0
-            tx.finish_trial(trial.id, d.TrialState.COMPLETED, now, value=mean, value_std=std)
+            means = None
+            if len(campaign.objectives) > 1:  # the mean over folds of each objective
+                means = [mean] + [
+                    statistics.fmean(float(finished[k].metrics[metric]) for k in range(campaign.folds))
+                    for metric, _ in campaign.objectives[1:]
+                ]
+            tx.finish_trial(trial.id, d.TrialState.COMPLETED, now, value=mean, value_std=std, values=means)
             tx.add_event(trial.id, trial.attempt, "completed", now, agent_id=lease.agent_id)
             finish_campaign_if_done(tx, campaign, now)
             done = tx.get_trial(trial.id)

@@ -6,9 +6,12 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
+
 from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from hpcopt_server.optimizers.pareto import losses, nondominated
 from hpcopt_server.pruners import make_pruner
 from hpcopt_server.service.context import Context, campaign_or_404
 from hpcopt_server.service.limits import require_id, require_range
@@ -17,6 +20,17 @@ from hpcopt_server.service.warmstart import check_sources
 from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
 
 MAX_PAGE = 10_000
+
+
+def front_ids(campaign: d.Campaign, rows: list[tuple[int, list[float]]]) -> list[int]:
+    """Ids of the non-dominated trials among ``rows`` (id, values), best first in the
+    first objective."""
+    rows = [r for r in rows if len(r[1]) == len(campaign.objectives)]
+    if not rows:
+        return []
+    L = losses([v for _, v in rows], [direction for _, direction in campaign.objectives])
+    on = np.flatnonzero(nondominated(L))
+    return [rows[i][0] for i in on[np.lexsort(L[on].T[::-1])]]
 
 
 def validate_spec(document: Any) -> dict[str, Any]:
@@ -90,6 +104,17 @@ class CampaignService:
             full = tx.get_trial(best.id, full=True)
         assert full is not None
         return full
+
+    def front(self, campaign_id: int) -> list[d.Trial]:
+        """The Pareto front: the COMPLETED trials no other completed trial beats in every
+        objective, best first in the first objective. A single-objective campaign's
+        front is its best trial (empty while it has none)."""
+        with self.ctx.storage.read() as tx:
+            campaign = campaign_or_404(tx, campaign_id)
+            if len(campaign.objectives) == 1:
+                best = tx.best_trials([campaign]).get(campaign_id)
+                return [] if best is None else [best]
+            return tx.trials_by_id(front_ids(campaign, tx.completed_values(campaign_id)))
 
     def agents(self, campaign_id: int | None = None) -> list[d.Agent]:
         with self.ctx.storage.read() as tx:

@@ -20,11 +20,12 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
+from hpcopt.spec import MAX_OBJECTIVES
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.optimizers import SearchSpace
 from hpcopt_server.service import limits as lim
-from hpcopt_server.service.campaigns import validate_spec
+from hpcopt_server.service.campaigns import front_ids, validate_spec
 from hpcopt_server.service.context import Context, campaign_or_404
 
 
@@ -84,6 +85,7 @@ class TrialDoc(_Doc):
     params: dict[str, bool | int | float | str]
     value: float | None = None
     value_std: float | None = Field(default=None, ge=0)
+    values: list[float] | None = Field(default=None, max_length=MAX_OBJECTIVES)
     error: Text(lim.MAX_REASON) = ""  # type: ignore[valid-type]
     created_at: Time
     started_at: Time | None = None
@@ -107,6 +109,9 @@ class ExportDoc(_Doc):
     spec: dict[str, Any]
     campaign: CampaignDoc
     trials: list[TrialDoc]
+    #: Numbers of the trials on the Pareto front when exported (multi-objective; the
+    #: importing server recomputes it).
+    front: list[Index] = Field(default=[], max_length=1_000_000)
 
 
 def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
@@ -114,6 +119,7 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
         c = campaign_or_404(tx, campaign_id)
         ids = [t.id for t in tx.list_trials(campaign_id, with_folds=False)[0]]
         trials = [tx.get_trial(i, full=True) for i in ids]
+        on_front = set(front_ids(c, tx.completed_values(campaign_id))) if len(c.objectives) > 1 else set()
     doc = ExportDoc(
         format="hpcopt-campaign",
         version=1,
@@ -127,6 +133,7 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
                 params=t.params,
                 value=t.value,
                 value_std=t.value_std,
+                values=list(t.values) if t.values is not None else None,
                 error=t.error,
                 created_at=t.created_at,
                 started_at=t.started_at,
@@ -138,6 +145,7 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
             for t in trials
             if t is not None
         ],
+        front=sorted(t.number for t in trials if t is not None and t.id in on_front),
     )
     return doc.model_dump(mode="json")
 
@@ -170,6 +178,7 @@ def import_campaign(ctx: Context, document: Any) -> d.Campaign:
                 attempt=t.attempt,
                 value=t.value,
                 value_std=t.value_std,
+                values=t.values,
                 error=t.error,
                 started_at=t.started_at,
             )
@@ -206,6 +215,7 @@ def check_trials(spec: dict[str, Any], trials: list[TrialDoc]) -> None:
     """What the document's types cannot say: every trial against the campaign's spec.
     Raises InvalidArgument listing the problems (the first 20)."""
     space, folds = SearchSpace(spec["space"]), int(spec["folds"])
+    objectives = len(spec.get("objectives") or [spec["objective"]])
     errors: list[tuple[str, str]] = []
     if len(trials) > spec["budget"]["max_trials"]:
         errors.append(("trials", f"{len(trials)} trials; the budget allows {spec['budget']['max_trials']}"))
@@ -218,6 +228,12 @@ def check_trials(spec: dict[str, Any], trials: list[TrialDoc]) -> None:
             errors.append((f"{at}.attempt", f"must be <= max_attempts ({spec['max_attempts']})"))
         if t.state == d.TrialState.COMPLETED and t.value is None:
             errors.append((f"{at}.value", "a COMPLETED trial needs a value"))
+        if t.values is not None and len(t.values) != objectives:
+            errors.append((f"{at}.values", f"must hold one value per objective ({objectives})"))
+        elif objectives > 1 and t.state == d.TrialState.COMPLETED and t.values is None:
+            errors.append((f"{at}.values", f"a COMPLETED trial needs values ({objectives} objectives)"))
+        elif t.values is not None and t.value is not None and t.values[0] != t.value:
+            errors.append((f"{at}.values", "the first of values must equal value"))
         indices = [f.index for f in t.folds]
         if len(set(indices)) != len(indices):
             errors.append((f"{at}.folds", "fold indices must be unique"))

@@ -14,6 +14,7 @@ from typing import Any
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.service.campaigns import front_ids
 from hpcopt_server.service.context import Context, campaign_or_404
 from hpcopt_server.service.limits import require_id
 
@@ -49,6 +50,7 @@ class InsightService:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
             rows = tx.completed_points(campaign_id)
+            vectors = dict(tx.completed_values(campaign_id)) if len(campaign.objectives) > 1 else {}
         sign = 1.0 if campaign.direction == "minimize" else -1.0
         best: list[dict[str, Any]] = []
         improved: set[int] = set()
@@ -66,6 +68,10 @@ class InsightService:
             room = max(0, max_points - len(chosen))
             chosen |= set(random.Random(campaign_id).sample(rest, min(room, len(rest))))
             keep = [r for r in rows if r[0] in chosen]
+        front = front_ids(campaign, list(vectors.items())) if vectors else []
+        if len(keep) < len(rows) and front:  # the front is always drawn
+            kept = {r[0] for r in keep} | set(front)
+            keep = [r for r in rows if r[0] in kept]
         return {
             "metric": campaign.metric,
             "direction": campaign.direction,
@@ -73,9 +79,12 @@ class InsightService:
             "completed": len(rows),
             "downsampled": len(keep) < len(rows),
             "points": [
-                {"trial_id": tid, "number": n, "value": v, "value_std": s, "params": p} for tid, n, v, s, p in keep
+                {"trial_id": tid, "number": n, "value": v, "value_std": s, "params": p, "values": vectors.get(tid)}
+                for tid, n, v, s, p in keep
             ],
             "best": best,
+            "objectives": [{"metric": m, "direction": dr} for m, dr in campaign.objectives],
+            "front": front,
         }
 
     def curves(self, campaign_id: int, trial_ids: list[int], limit: int = 5) -> list[dict[str, Any]]:

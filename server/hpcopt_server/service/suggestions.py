@@ -77,8 +77,9 @@ def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
     seed = algo.get("seed")
     if seed is None:
         seed = zlib.crc32(f"{campaign_id}:{spec['name']}".encode())
+    directions = tuple(str(o["direction"]) for o in spec.get("objectives") or ())
     problem = Problem(SearchSpace(spec["space"]), spec["objective"]["direction"], int(seed), dict(algo["options"]),
-                      int(spec["folds"]), int(spec["budget"]["max_trials"]))  # fmt: skip
+                      int(spec["folds"]), int(spec["budget"]["max_trials"]), directions)  # fmt: skip
     try:
         return factory(problem)
     except (ValueError, ImportError) as exc:

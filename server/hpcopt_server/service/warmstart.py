@@ -37,10 +37,14 @@ def check_sources(tx: Tx, spec: dict[str, Any]) -> None:
             raise InvalidArgument(
                 f"{field}: campaign {cid} does not exist", [(field, f"campaign {cid} does not exist")]
             )
-        mine = (spec["objective"]["direction"], spec["objective"]["metric"])
-        if (other.direction, other.metric) != mine:
-            msg = (f"campaign {cid} optimized {other.direction} {other.metric}, this one {mine[0]} {mine[1]}: "
-                   "their values do not compare")  # fmt: skip
+        listed = spec.get("objectives") or [spec["objective"]]
+        mine = [(str(o["metric"]), str(o["direction"])) for o in listed]
+        if other.objectives != mine:
+
+            def say(objectives: list[tuple[str, str]]) -> str:
+                return ", ".join(f"{direction} {metric}" for metric, direction in objectives)
+
+            msg = f"campaign {cid} optimized {say(other.objectives)}, this one {say(mine)}: their values do not compare"
             raise InvalidArgument(f"{field}: {msg}", [(field, msg)])
 
 

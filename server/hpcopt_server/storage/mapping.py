@@ -46,6 +46,7 @@ def trial(
         created_at=row.created_at,
         value=row.value,
         value_std=row.value_std,
+        values=None if row.values is None else tuple(float(v) for v in row.values),
         agent_id=row.agent_id,
         lease_id=row.lease_id,
         lease_expires_at=row.lease_expires_at,

@@ -81,6 +81,8 @@ class TrialRow(Base):
     params: Mapped[dict[str, Any]] = mapped_column(JSON)
     value: Mapped[float | None] = mapped_column(Float)
     value_std: Mapped[float | None] = mapped_column(Float)
+    # Per objective, for a multi-objective campaign (a JSON list of floats).
+    values: Mapped[list[float] | None] = mapped_column(JSON)
     agent_id: Mapped[str] = mapped_column(String(64), default="")
     lease_id: Mapped[str] = mapped_column(String(64), default="")
     lease_expires_at: Mapped[datetime | None]

@@ -165,6 +165,7 @@ class Tx:
         attempt: int = 1,
         value: float | None = None,
         value_std: float | None = None,
+        values: list[float] | None = None,
         error: str = "",
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
@@ -177,6 +178,7 @@ class Tx:
             params=dict(params),
             value=value,
             value_std=value_std,
+            values=values,
             agent_id="",
             lease_id="",
             error=error,
@@ -401,6 +403,24 @@ class Tx:
             .order_by(m.TrialRow.number)
         )
         return [(r[0], r[1], float(r[2]), r[3], dict(r[4])) for r in self.s.execute(q)]
+
+    def completed_values(self, campaign_id: int) -> list[tuple[int, list[float]]]:
+        """(id, values) of every COMPLETED trial of a multi-objective campaign, by number."""
+        q = (
+            select(m.TrialRow.id, m.TrialRow.values)
+            .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.COMPLETED)
+            .where(m.TrialRow.values.is_not(None))
+            .order_by(m.TrialRow.number)
+        )
+        return [(r[0], [float(v) for v in r[1]]) for r in self.s.execute(q) if r[1] is not None]
+
+    def trials_by_id(self, ids: list[int]) -> list[d.Trial]:
+        """These trials (without folds), in the order given; missing ids are left out."""
+        rows: dict[int, m.TrialRow] = {}
+        for start in range(0, len(ids), 500):
+            q = select(m.TrialRow).where(m.TrialRow.id.in_(ids[start : start + 500]))
+            rows.update((r.id, r) for r in self.s.scalars(q))
+        return [mapping.trial(rows[i]) for i in ids if i in rows]
 
     def best_trial_ids(self, campaign_id: int, direction: str, limit: int) -> list[int]:
         """Ids of the ``limit`` best COMPLETED trials."""
