@@ -215,7 +215,10 @@ class FoldTrainer:
         answer = None
         if link is not None:
             answer = self._report_fold(link, fold, run)
-        out.status, out.error = bcast(self.fold_comm, answer)
+        status, error = bcast(self.fold_comm, answer)
+        if status == "failed":  # released as FAILED at once, not left to its lease
+            return self._fail(out, trial, link, "its end", error)
+        out.status, out.error = status, error
         if out.status == "completed":
             out.value = run.metrics.get(self.s.metric)
         return out
@@ -368,21 +371,29 @@ class FoldTrainer:
             )
         if not math.isfinite(value):
             return "failed", f"the objective {self.s.metric} is {value} after epoch {run.epoch} (training diverged?)"
+        missing = self._missing_objectives(run)
+        if missing:
+            return "failed", missing
         try:
             return link.intermediate(fold, run.epoch, value, uri), ""
         except (LeaseLost, ApiError) as exc:
             return self._report_error(exc)
 
+    def _missing_objectives(self, run: _Run) -> str:
+        """Why the metrics lack an objective of a multi-objective campaign ('' if none)."""
+        missing = [m for m in self.s.objectives[1:] if not math.isfinite(run.metrics.get(m, math.nan))]
+        if not missing:
+            return ""
+        return (f"Task.evaluate returned {sorted(run.metrics)}; the campaign's objective {missing[0]!r} "
+                "is not among them (or not finite)")  # fmt: skip
+
     def _report_fold(self, link: TrialLink, fold: int, run: _Run) -> tuple[str, str]:
         value = run.metrics.get(self.s.metric)
         if value is None or not math.isfinite(value):
             return "failed", f"no finite {self.s.metric} at the end of fold {fold}"
-        missing = [m for m in self.s.objectives[1:] if not math.isfinite(run.metrics.get(m, math.nan))]
+        missing = self._missing_objectives(run)
         if missing:
-            return "failed", (
-                f"Task.evaluate returned {sorted(run.metrics)}; the campaign's objective {missing[0]!r} "
-                "is not among them (or not finite)"
-            )
+            return "failed", missing
         try:
             action = link.fold(fold, value, run.metrics, run.uri)
         except (LeaseLost, ApiError) as exc:

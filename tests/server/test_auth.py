@@ -29,6 +29,7 @@ REST = [
     ("GET", "/api/v1/campaigns/{cid}", "read"),
     ("GET", "/api/v1/campaigns/{cid}/trials", "read"),
     ("GET", "/api/v1/campaigns/{cid}/best", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/front", "read"),
     ("GET", "/api/v1/campaigns/{cid}/agents", "read"),
     ("GET", "/api/v1/campaigns/{cid}/export", "read"),
     ("GET", "/api/v1/campaigns/{cid}/plot", "read"),
