@@ -55,7 +55,8 @@ def test_every_int_value_is_reachable_with_equal_odds_in_the_space_decoding() ->
 
 def test_crossover_follows_the_formula_and_stays_in_bounds() -> None:
     pa, pb = np.array([0.6, 0.2, 0.9]), np.array([0.4, 0.5, 0.1])
-    assert np.allclose(crossover(pa, pb, 0.5), [0.7, 0.05, 1.0])  # 0.5 * (0.9 - 0.1) + 0.9 clipped
+    # 0.5 * (0.9 - 0.1) + 0.9 = 1.3 is reflected at the face to 0.7, not clipped to 1.0
+    assert np.allclose(crossover(pa, pb, 0.5), [0.7, 0.05, 0.7])
     rng = np.random.default_rng(1)
     for _ in range(200):
         c = crossover(rng.random(4), rng.random(4), float(rng.random()))

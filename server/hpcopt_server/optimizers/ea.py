@@ -8,8 +8,11 @@ and categoricals decode from their coordinate). For a child:
 2. otherwise the elite is the fittest ``elite`` fraction (20%) of the finished trials
    (failed and pruned ones count as the worst: a pruned trial lost to the others), at least two;
 3. two parents by binary tournament from the elite; A is the fitter;
-4. crossover per real/int gene: ``c = r (pA - pB) + pA`` with r ~ U(0, 1), clipped to
-   [0, 1]; a categorical gene comes from A or B with equal probability;
+4. crossover per real/int gene: ``c = r (pA - pB) + pA`` with r ~ U(0, 1), reflected
+   back into [0, 1] at its faces (clipping piled children on the faces, where none of
+   the benchmark functions has its optimum: Levy-8 at 64 workers ended worse than random
+   search, 15.4 against 12.2; reflected, 10.1); a categorical gene comes from A or B
+   with equal probability;
 5. Michalewicz non-uniform mutation of each real/int gene with probability
    ``mutation_rate``: in generation g of G,
    ``c += (1 - r1^((1 - g/G)^3)) * (1 - c if r2 > 0.5 else 0 - c)``, so steps shrink as
@@ -41,8 +44,14 @@ from hpcopt_server.optimizers.pareto import nsga_fronts
 
 
 def crossover(pa: np.ndarray, pb: np.ndarray, r: float) -> np.ndarray:
-    """``r (pA - pB) + pA`` clipped to the unit cube (A is the fitter parent)."""
-    return np.clip(r * (pa - pb) + pa, 0.0, 1.0)
+    """``r (pA - pB) + pA`` reflected back into the unit cube (A is the fitter parent)."""
+    return reflect(r * (pa - pb) + pa)
+
+
+def reflect(c: np.ndarray) -> np.ndarray:
+    """Coordinates folded back into [0, 1] at its faces (1.2 -> 0.8, -0.1 -> 0.1)."""
+    c = np.mod(c, 2.0)
+    return np.where(c > 1.0, 2.0 - c, c)
 
 
 def mutate(c: float, g: int, G: int, r1: float, r2: float) -> float:
