@@ -353,7 +353,8 @@ function renderFront(plot) {
     node.dataset.linked = "1";
   }
   const shown = objectives.length > 2 ? `; the plot shows the first two of ${objectives.map((o) => o.metric).join(", ")}` : "";
-  document.getElementById("front-note").textContent = `${front.length} of ${plot.completed} completed trials are on the front: no other completed trial is better in every objective${shown}. Click a point for its trial.`;
+  const drawn = plot.front_size > front.length ? ` (${front.length} of them drawn)` : "";
+  document.getElementById("front-note").textContent = `${plot.front_size} of ${plot.completed} completed trials are on the front${drawn}: no other completed trial is better in every objective${shown}. Click a point for its trial.`;
 }
 
 function schemeGroups(plot, pts) {

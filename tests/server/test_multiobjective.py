@@ -146,3 +146,20 @@ def test_a_warm_start_needs_the_same_objectives(live_server: LiveServer) -> None
         with pytest.raises(ApiError) as err:
             c.create_campaign(_spec(warm_start={"campaigns": [single]}))
     assert "warm_start.campaigns.0" in err.value.message and "minimize loss, maximize acc" in err.value.message
+
+
+def test_plot_data_draws_a_large_front_evenly_and_says_how_large_it_is(service: Any) -> None:
+    from hpcopt_server.service.agents import Lease
+
+    cid = service.campaigns.create(_spec(folds=1, budget={"max_trials": 30, "max_parallel": 30})).id
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    for i in range(30):  # every trial on the front: loss up, accuracy up
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, i / 30, {"acc": i / 30})
+        service.agents.complete(lease)
+    plot = service.insights.plot_data(cid, max_points=10)
+    assert plot["front_size"] == 30 and len(plot["front"]) == 5
+    losses = {p["trial_id"]: p["value"] for p in plot["points"]}
+    assert [round(losses[t] * 30) for t in plot["front"]] == [0, 7, 14, 22, 29]  # evenly, ends included
+    assert plot["downsampled"] and len(plot["points"]) <= 15

@@ -123,8 +123,10 @@ class PlotData(BaseModel):
     best: list[BestPoint]
     #: Each objective's metric and direction (one for a single-objective campaign).
     objectives: list[dict[str, str]]
-    #: Trial ids of the Pareto front over all completed trials (multi-objective only).
+    #: Trial ids of the Pareto front over all completed trials (multi-objective only;
+    #: past max_points / 2 of them, that many evenly along the first objective).
     front: list[int]
+    front_size: int
 
 
 class TrialCurves(BaseModel):

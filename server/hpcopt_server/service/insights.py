@@ -69,6 +69,9 @@ class InsightService:
             chosen |= set(random.Random(campaign_id).sample(rest, min(room, len(rest))))
             keep = [r for r in rows if r[0] in chosen]
         front = front_ids(campaign, list(vectors.items())) if vectors else []
+        front_size = len(front)
+        if len(front) > max_points // 2:  # evenly along the first objective
+            front = [front[round(i * (len(front) - 1) / (max_points // 2 - 1))] for i in range(max_points // 2)]
         if len(keep) < len(rows) and front:  # the front is always drawn
             kept = {r[0] for r in keep} | set(front)
             keep = [r for r in rows if r[0] in kept]
@@ -85,6 +88,7 @@ class InsightService:
             "best": best,
             "objectives": [{"metric": m, "direction": dr} for m, dr in campaign.objectives],
             "front": front,
+            "front_size": front_size,
         }
 
     def curves(self, campaign_id: int, trial_ids: list[int], limit: int = 5) -> list[dict[str, Any]]:
