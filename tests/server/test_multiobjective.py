@@ -163,3 +163,16 @@ def test_plot_data_draws_a_large_front_evenly_and_says_how_large_it_is(service: 
     losses = {p["trial_id"]: p["value"] for p in plot["points"]}
     assert [round(losses[t] * 30) for t in plot["front"]] == [0, 7, 14, 22, 29]  # evenly, ends included
     assert plot["downsampled"] and len(plot["points"]) <= 15
+
+
+def test_the_csv_export_has_a_column_per_objective(service: Any) -> None:
+    from hpcopt_server.service.agents import Lease
+
+    cid = service.campaigns.create(_spec(folds=1)).id
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    got = service.agents.acquire(agent, cid)
+    lease = Lease(agent, got.trial.id, got.lease_id)
+    service.agents.report_fold(lease, 0, 0.25, {"acc": 0.75})
+    service.agents.complete(lease)
+    header, row = service.insights.trials_csv(cid).splitlines()[:2]
+    assert header.split(",")[4:7] == ["loss", "loss_std", "acc"] and row.split(",")[4:7] == ["0.25", "0.0", "0.75"]
