@@ -138,6 +138,11 @@ def test_an_import_with_values_that_do_not_fit_the_objectives_is_refused_by_fiel
         bad["trials"][0]["values"] = values if values != [9.0, 1.0] else [bad["trials"][0]["value"] + 1, 1.0]
         r = http.post("/campaigns/import", json=bad)
         assert r.status_code == 422 and needle in r.text and "trials.0.values" in r.text, r.text
+    single = json.loads(json.dumps(doc))
+    single["spec"].pop("objectives")
+    single["spec"]["objective"] = OBJECTIVES[0]
+    r = http.post("/campaigns/import", json=single)  # values in a single-objective campaign
+    assert r.status_code == 422 and "only the trials of a campaign with objectives" in r.text, r.text
 
 
 def test_a_warm_start_needs_the_same_objectives(live_server: LiveServer) -> None:

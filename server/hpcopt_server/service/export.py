@@ -228,7 +228,9 @@ def check_trials(spec: dict[str, Any], trials: list[TrialDoc]) -> None:
             errors.append((f"{at}.attempt", f"must be <= max_attempts ({spec['max_attempts']})"))
         if t.state == d.TrialState.COMPLETED and t.value is None:
             errors.append((f"{at}.value", "a COMPLETED trial needs a value"))
-        if t.values is not None and len(t.values) != objectives:
+        if t.values is not None and objectives == 1:
+            errors.append((f"{at}.values", "only the trials of a campaign with objectives have values"))
+        elif t.values is not None and len(t.values) != objectives:
             errors.append((f"{at}.values", f"must hold one value per objective ({objectives})"))
         elif objectives > 1 and t.state == d.TrialState.COMPLETED and t.values is None:
             errors.append((f"{at}.values", f"a COMPLETED trial needs values ({objectives} objectives)"))
