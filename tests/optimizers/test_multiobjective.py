@@ -22,10 +22,18 @@ def _brute(L: np.ndarray) -> np.ndarray:
     return np.array([not any(np.all(o <= p) and np.any(o < p) for o in L) for p in L])
 
 
-@pytest.mark.parametrize("m", [2, 3])
+@pytest.mark.parametrize("m", [2, 3, 4])
 def test_the_front_is_exactly_the_non_dominated_points(m: int) -> None:
     rng = np.random.default_rng(m)
-    L = np.round(rng.random((300, m)), 2)  # rounded: ties in single objectives
+    for decimals in (1, 3):  # rounded: ties, and exact duplicates (of which the first counts)
+        R = np.round(rng.random((700, m)), decimals)
+        first = np.zeros(len(R), bool)
+        first[np.unique(R, axis=0, return_index=True)[1]] = True
+        assert (nondominated(R) == (_brute(R) & first)).all()
+    T = rng.random((300, m))
+    T[:, 1] = 1 - T[:, 0]  # every point on the front
+    assert nondominated(T).all()
+    L = np.round(rng.random((300, m)), 2)
     L = L[np.unique(L, axis=0, return_index=True)[1]]
     assert (nondominated(L) == _brute(L)).all()
     order = nsga_order(L)

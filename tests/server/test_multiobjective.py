@@ -47,6 +47,11 @@ def _dominated(a: list[float], b: list[float]) -> bool:
         ({"pruner": "asha"}, "", "cannot prune"),
         ({"objectives": [{"metric": "loss"}, {"metric": "t", "direction": "up"}]}, "objectives.1.direction", "one of"),
         ({"objectives": [{"metric": "a"}] * 5}, "objectives", "at most 4"),
+        (
+            {"objectives": [{"metric": m} for m in "abc"], "budget": {"max_trials": 10_001}},
+            "",
+            "budget.max_trials: a campaign with 3 objectives may have at most 10,000 trials",
+        ),
     ],
 )
 def test_a_bad_objectives_list_is_refused_by_field(extra: dict[str, Any], field: str, needle: str) -> None:

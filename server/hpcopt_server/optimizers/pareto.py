@@ -21,7 +21,8 @@ def losses(values: Sequence[Sequence[float]], directions: Sequence[str]) -> np.n
 
 def nondominated(L: np.ndarray) -> np.ndarray:
     """A mask [n] of the points no other point dominates (of exact duplicates, the first
-    only). O(n log n) for two objectives, O(n f) for more (f: the front's size)."""
+    only). O(n log n) for two objectives; for more, O(n m) pivots and then O(k f) for
+    the k points they leave (f: the front's size)."""
     n, m = L.shape
     mask = np.zeros(n, bool)
     if n == 0:
@@ -36,15 +37,30 @@ def nondominated(L: np.ndarray) -> np.ndarray:
         earlier = np.r_[np.inf, np.minimum.accumulate(S[:-1, 1])]
         mask[order[S[:, 1] < earlier]] = True
         return mask
-    front: list[int] = []
-    for i in range(n):
-        # No later point dominates an earlier one in lexicographic order.
-        if front:
-            F = S[front]
-            if (np.all(S[i] >= F, axis=1)).any():
-                continue
-        front.append(i)
-    mask[order[front]] = True
+    # A point minimizing a positively weighted sum is on the front: a few such pivots
+    # (each objective weighted up in turn, then all alike) remove most dominated points
+    # at O(n m) each; what is left is filtered one by one.
+    scale = np.ptp(S, axis=0)
+    Z = (S - S.min(axis=0)) / np.where(scale > 0, scale, 1.0)
+    alive = np.ones(n, bool)
+    for w in [*(1.0 + 9.0 * np.eye(m)), np.ones(m)]:
+        p = S[int(np.argmin(np.where(alive, Z @ w, np.inf)))]
+        alive &= ~(np.all(p <= S, axis=1) & np.any(p < S, axis=1))
+    # In lexicographic order no point is dominated by a later one, so a point is on the
+    # front when no earlier point is <= it everywhere (an earlier exact duplicate counts):
+    # chunks against the front so far, then within the chunk, vectorized.
+    rest = np.flatnonzero(alive)
+    F = np.zeros((0, m))
+    on: list[np.ndarray] = []
+    for start in range(0, len(rest), 128):
+        idx = rest[start : start + 128]
+        C = S[idx]
+        ok = ~np.all(F[None, :, :] <= C[:, None, :], axis=2).any(axis=1) if len(F) else np.ones(len(C), bool)
+        earlier = np.tri(len(C), k=-1, dtype=bool) & ok[None, :]
+        ok &= ~(np.all(C[None, :, :] <= C[:, None, :], axis=2) & earlier).any(axis=1)
+        F = np.vstack([F, C[ok]])
+        on.append(idx[ok])
+    mask[order[np.concatenate(on)]] = True
     return mask
 
 
