@@ -50,7 +50,7 @@ def trials_table(rows: list[Trial], order: list[str], title: str | None = None) 
 
 
 def front_table(rows: list[Trial], order: list[str], objectives: list[str]) -> Table:
-    title = f"Pareto front: {len(rows)} trial(s) no other completed trial beats in every objective"
+    title = f"Pareto front: {len(rows)} trial(s)"
     t = table("id", "#", *objectives, *order, title=title)
     for x in rows:
         t.add_row(str(x.id), str(x.number), *(num(v) for v in x.values), *(param(x.params.get(k, "")) for k in order))
