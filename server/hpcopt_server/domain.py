@@ -65,8 +65,7 @@ class Campaign:
     @property
     def objectives(self) -> list[tuple[str, str]]:
         """(metric, direction) of each objective: one for a single-objective campaign."""
-        listed = self.spec.get("objectives") or [self.spec["objective"]]
-        return [(str(o["metric"]), str(o["direction"])) for o in listed]
+        return objectives_of(self.spec)
 
     @property
     def max_trials(self) -> int:
@@ -88,6 +87,12 @@ class Campaign:
         """``params`` keyed in the order of the spec's space: the one order every view shows."""
         order = {name: i for i, name in enumerate(self.spec["space"])}
         return dict(sorted(params.items(), key=lambda kv: order.get(kv[0], len(order))))
+
+
+def objectives_of(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """(metric, direction) of each objective of a canonical spec (one without ``objectives``)."""
+    listed = spec.get("objectives") or [spec["objective"]]
+    return [(str(o["metric"]), str(o["direction"])) for o in listed]
 
 
 @dataclass(frozen=True)

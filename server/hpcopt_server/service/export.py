@@ -215,7 +215,7 @@ def check_trials(spec: dict[str, Any], trials: list[TrialDoc]) -> None:
     """What the document's types cannot say: every trial against the campaign's spec.
     Raises InvalidArgument listing the problems (the first 20)."""
     space, folds = SearchSpace(spec["space"]), int(spec["folds"])
-    objectives = len(spec.get("objectives") or [spec["objective"]])
+    objectives = len(d.objectives_of(spec))
     errors: list[tuple[str, str]] = []
     if len(trials) > spec["budget"]["max_trials"]:
         errors.append(("trials", f"{len(trials)} trials; the budget allows {spec['budget']['max_trials']}"))

@@ -77,7 +77,8 @@ def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
     seed = algo.get("seed")
     if seed is None:
         seed = zlib.crc32(f"{campaign_id}:{spec['name']}".encode())
-    directions = tuple(str(o["direction"]) for o in spec.get("objectives") or ())
+    objectives = d.objectives_of(spec)
+    directions = tuple(direction for _, direction in objectives) if len(objectives) > 1 else ()
     problem = Problem(SearchSpace(spec["space"]), spec["objective"]["direction"], int(seed), dict(algo["options"]),
                       int(spec["folds"]), int(spec["budget"]["max_trials"]), directions)  # fmt: skip
     try:

@@ -37,8 +37,7 @@ def check_sources(tx: Tx, spec: dict[str, Any]) -> None:
             raise InvalidArgument(
                 f"{field}: campaign {cid} does not exist", [(field, f"campaign {cid} does not exist")]
             )
-        listed = spec.get("objectives") or [spec["objective"]]
-        mine = [(str(o["metric"]), str(o["direction"])) for o in listed]
+        mine = d.objectives_of(spec)
         if other.objectives != mine:
 
             def say(objectives: list[tuple[str, str]]) -> str:
