@@ -85,6 +85,7 @@ def seed_campaign(
             elif number < completed + failed:
                 trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
                 error = "fold 0, epoch 1: rank 0: Traceback (most recent call last):\nRuntimeError: boom"
+                tx.add_event(trial.id, 1, "acquired", started, agent_id="seed-agent")
                 tx.add_event(trial.id, 1, "failed", started + timedelta(seconds=5), agent_id="seed-agent", reason=error)
                 tx.finish_trial(trial.id, d.TrialState.FAILED, started + timedelta(seconds=5), error=error)
             else:

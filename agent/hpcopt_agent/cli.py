@@ -243,11 +243,25 @@ def _run(
     if comms.is_group_leader:
         (log.info if normal else log.error)("stopping after %d trial(s): %s", loop.trials, reason)
     if client is not None:
+        if comms.is_group_leader:
+            _goodbye(client, reg.agent_id)
         client.close()
     quiet(world)
     comms.close()
     all_normal = world.allreduce(normal, op=MPI.LAND)
     return 0 if all_normal else 1
+
+
+def _goodbye(client: AgentClient, agent_id: str) -> None:
+    """Ends the registration, so the dashboard shows this agent as gone at once (a
+    server that cannot be reached is only logged: the agent is leaving anyway)."""
+    try:
+        requeued = client.deregister(agent_id).requeued_trial_ids
+    except Exception as exc:
+        log.warning("could not end the registration of agent %s: %s", agent_id, exc)
+        return
+    if requeued:
+        log.warning("trial(s) %s were still held and went back to the queue", ", ".join(map(str, requeued)))
 
 
 def entry() -> None:

@@ -228,6 +228,10 @@ class AgentClient(_Base):
         )
         return self._do(self._stub.Release, req)
 
+    def deregister(self, agent_id: str) -> agent_pb2.DeregisterResponse:
+        """Ends the agent's registration (call it on a normal exit)."""
+        return self._do(self._stub.Deregister, agent_pb2.DeregisterRequest(agent_id=agent_id))
+
 
 def lease_of(resp: agent_pb2.AcquireResponse, agent_id: str) -> agent_pb2.TrialLease:
     """The lease to quote in reports for a granted acquisition."""

@@ -8,6 +8,7 @@ crosses a layer.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -121,6 +122,25 @@ class TrialEvent:
     at: datetime
 
 
+#: Event kinds that end an attempt's time on an agent (an attempt starts at "acquired").
+ENDS_ATTEMPT = frozenset({"completed", "failed", "pruned", "preempted", "lease_expired", "cancelled"})
+
+
+def time_ran(events: Iterable[TrialEvent], now: datetime) -> float | None:
+    """Seconds a trial spent on agents over all its attempts, from its event log (an
+    attempt still running counts up to ``now``); None if it never started."""
+    total, start = None, None
+    for e in events:
+        if e.kind == "acquired":
+            start = e.at
+        elif e.kind in ENDS_ATTEMPT and start is not None:
+            total = (total or 0.0) + max(0.0, (e.at - start).total_seconds())
+            start = None
+    if start is not None:
+        total = (total or 0.0) + max(0.0, (now - start).total_seconds())
+    return total
+
+
 @dataclass(frozen=True)
 class Trial:
     id: int
@@ -161,6 +181,8 @@ class Agent:
     last_seen_at: datetime
     #: The token that registered it (None with auth off): only that token may use the id.
     token_id: int | None = None
+    #: When it ended its registration (a normal exit); None while it runs or if it vanished.
+    exited_at: datetime | None = None
 
 
 @dataclass(frozen=True)

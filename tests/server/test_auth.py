@@ -34,6 +34,10 @@ REST = [
     ("GET", "/api/v1/campaigns/{cid}/export", "read"),
     ("GET", "/api/v1/campaigns/{cid}/plot", "read"),
     ("GET", "/api/v1/campaigns/{cid}/curves", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/trials/{number}", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/running", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/timeline", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/importance", "read"),
     ("POST", "/api/v1/campaigns/validate", "read"),
     ("POST", "/api/v1/campaigns/{cid}/cancel", "submit"),
     ("GET", "/api/v1/trials/{tid}", "read"),
@@ -74,7 +78,7 @@ def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[st
     assert documented == covered, "a new endpoint needs a row in the auth matrix"
 
     for method, path, needed in REST:
-        url = server.http_url + path.format(cid=cid, tid=1)
+        url = server.http_url + path.format(cid=cid, tid=1, number=0)
         body = bodies.get(path)
 
         def call(token: str | None, url: str = url, method: str = method, body: Any = body) -> httpx.Response:
@@ -111,7 +115,7 @@ def _rpcs() -> list[tuple[str, str, Any, str]]:
 def test_every_rpc_checks_its_scope(secured: tuple[LiveServer, dict[str, str], int]) -> None:
     server, tokens, _ = secured
     rpcs = _rpcs()
-    assert len(rpcs) == 17  # GetParetoFront (read) joined in issue 13
+    assert len(rpcs) == 18  # GetParetoFront (read) joined in issue 13, Deregister (agent) in 14
     with grpc.insecure_channel(server.grpc_target) as ch:
         for path, name, request_cls, needed in rpcs:
             call = ch.unary_unary(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=bytes)

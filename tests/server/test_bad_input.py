@@ -162,6 +162,10 @@ ID_ROUTES = [
     ("GET", "/api/v1/campaigns/{id}/curves", "campaign_id"),
     ("POST", "/api/v1/campaigns/{id}/cancel", "campaign_id"),
     ("GET", "/api/v1/trials/{id}", "trial_id"),
+    ("GET", "/api/v1/campaigns/{id}/trials/0", "campaign_id"),
+    ("GET", "/api/v1/campaigns/{id}/running", "campaign_id"),
+    ("GET", "/api/v1/campaigns/{id}/timeline", "campaign_id"),
+    ("GET", "/api/v1/campaigns/{id}/importance", "campaign_id"),
 ]
 
 

@@ -22,6 +22,47 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class DeregisterRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeregisterRequest: _TypeAlias = DeregisterRequest  # noqa: Y015
+
+@_typing.final
+class DeregisterResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REQUEUED_TRIAL_IDS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def requeued_trial_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """Trials it still held, now back in the queue (or failed after their last attempt)."""
+
+    def __init__(
+        self,
+        *,
+        requeued_trial_ids: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["requeued_trial_ids", b"requeued_trial_ids"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DeregisterResponse: _TypeAlias = DeregisterResponse  # noqa: Y015
+
+@_typing.final
 class RegisterRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

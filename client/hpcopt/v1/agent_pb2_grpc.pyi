@@ -45,6 +45,10 @@ class AgentServiceStub:
     """All K folds are reported: the trial becomes COMPLETED with their mean."""
     Release: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReleaseRequest, _common_pb2.Trial]
     """Gives the trial back as FAILED, PREEMPTED (requeued) or PRUNED."""
+    Deregister: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DeregisterRequest, _agent_pb2.DeregisterResponse]
+    """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
+    still holds is requeued (as after a lost lease).
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -62,6 +66,10 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """All K folds are reported: the trial becomes COMPLETED with their mean."""
     Release: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReleaseRequest, _common_pb2.Trial]  # type: ignore[assignment]
     """Gives the trial back as FAILED, PREEMPTED (requeued) or PRUNED."""
+    Deregister: _aio.UnaryUnaryMultiCallable[_agent_pb2.DeregisterRequest, _agent_pb2.DeregisterResponse]  # type: ignore[assignment]
+    """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
+    still holds is requeued (as after a lost lease).
+    """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -118,5 +126,15 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Trial, _abc.Awaitable[_common_pb2.Trial]]:
         """Gives the trial back as FAILED, PREEMPTED (requeued) or PRUNED."""
+
+    @_abc_1.abstractmethod
+    def Deregister(
+        self,
+        request: _agent_pb2.DeregisterRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.DeregisterResponse, _abc.Awaitable[_agent_pb2.DeregisterResponse]]:
+        """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
+        still holds is requeued (as after a lost lease).
+        """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

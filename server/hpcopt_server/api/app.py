@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from hpcopt import __version__
 from hpcopt.documents import clip
 from hpcopt_server import errors as e
-from hpcopt_server.api.deps import CanRead
+from hpcopt_server.api.deps import CanRead, etag_matches
 from hpcopt_server.api.routes import router
 from hpcopt_server.metrics import Metrics
 from hpcopt_server.service import Service
@@ -79,6 +80,31 @@ def create_app(service: Service, metrics: Metrics, dashboard_dir: Path | None = 
         path = getattr(route, "path", "unmatched")
         metrics.http_requests.labels(request.method, path, str(response.status_code)).inc()
         response.headers["Server-Timing"] = f"app;dur={(time.perf_counter() - t0) * 1000:.1f}"
+        return response
+
+    @app.middleware("http")
+    async def conditional_get(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        """Every GET under /api/v1 answers with an ETag (a hash of its body, unless the
+        route set a cheaper one) and ``Cache-Control: no-cache``; a request whose
+        ``If-None-Match`` names the current ETag gets an empty 304. The dashboard polls
+        this way and redraws only what changed. Downloads (exports) are left alone."""
+        response = await call_next(request)
+        if (
+            request.method != "GET"
+            or response.status_code != 200
+            or not request.url.path.startswith("/api/v1/")
+            or "content-disposition" in response.headers
+        ):
+            return response
+        etag = response.headers.get("etag")
+        if etag is None:
+            body = b"".join([chunk async for chunk in response.body_iterator])  # type: ignore[attr-defined]
+            etag = f'"{hashlib.blake2b(body, digest_size=12).hexdigest()}"'
+            response = Response(body, status_code=200, headers=dict(response.headers))
+            response.headers["etag"] = etag
+        response.headers["cache-control"] = "no-cache"
+        if etag_matches(request.headers.get("if-none-match", ""), etag):
+            return Response(status_code=304, headers={"etag": etag, "cache-control": "no-cache"})
         return response
 
     @app.get("/healthz", operation_id="healthz", tags=["system"])

@@ -35,3 +35,9 @@ def require(scope: str) -> object:
 
 CanRead = Annotated[d.ApiToken | None, require("read")]
 CanSubmit = Annotated[d.ApiToken | None, require("submit")]
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    """Whether an ``If-None-Match`` header names ``etag`` (weak comparison, RFC 9110)."""
+    tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
+    return "*" in tags or etag.removeprefix("W/") in tags

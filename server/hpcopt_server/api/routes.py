@@ -8,15 +8,22 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from hpcopt import __version__
 from hpcopt.documents import DocumentError, parse_document
 from hpcopt_server import domain as d
-from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, bearer
+from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, bearer, etag_matches
 from hpcopt_server.api.schemas import (
     AgentOut,
     CampaignOut,
+    CurvePointOut,
     ErrorOut,
     FieldError,
+    ImportanceOut,
+    ParamImportance,
     PlotData,
+    RunningTrial,
+    SpanOut,
+    Timeline,
     TrialCurves,
     TrialOut,
     TrialPage,
@@ -29,6 +36,7 @@ from hpcopt_server.api.schemas import (
 from hpcopt_server.errors import InvalidArgument, TooLarge
 from hpcopt_server.service import Service
 from hpcopt_server.service.campaigns import validate_spec
+from hpcopt_server.service.insights import TrialDetail
 from hpcopt_server.service.limits import MAX_ID
 from hpcopt_server.service.tokens import SCOPES
 
@@ -158,12 +166,113 @@ def list_trials(
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     sort: Annotated[
-        str, Query(description="number, value, value_std, state, attempt, started_at or finished_at")
+        str,
+        Query(
+            max_length=300,
+            description="number, value, value_std, state, attempt, started_at, finished_at, duration (time ran), "
+            "agent (host) or param:NAME",
+        ),
     ] = "number",
     order: Annotated[Literal["asc", "desc"], Query()] = "asc",
+    range: Annotated[
+        list[str] | None,
+        Query(
+            max_length=300,
+            description="NAME:LOW:HIGH, NAME `value` or a parameter (a categorical one by its choices' positions); "
+            "repeat for several, all must hold",
+        ),
+    ] = None,
 ) -> TrialPage:
-    trials, total = service.campaigns.trials(campaign_id, state or (), offset, limit, sort, order == "desc")
-    return TrialPage(trials=[trial_out(t) for t in trials], total=total, offset=offset, limit=limit)
+    page = service.insights.table(
+        campaign_id, state or (), offset, limit, sort, order == "desc", [_range(r) for r in range or []]
+    )
+    trials = [
+        trial_out(t, ran_seconds=page.ran.get(t.id), agent=page.agents.get(t.agent_id, ("", ""))) for t in page.trials
+    ]
+    return TrialPage(trials=trials, total=page.total, offset=offset, limit=limit)
+
+
+def _range(text: str) -> tuple[str, float, float]:
+    name, _, bounds = text.partition(":")
+    low, _, high = bounds.partition(":")
+    try:
+        return name, float(low), float(high)
+    except ValueError:
+        raise InvalidArgument(
+            f"range {text[:100]!r} is not NAME:LOW:HIGH with numbers LOW and HIGH", [("range", "NAME:LOW:HIGH")]
+        ) from None
+
+
+@router.get("/campaigns/{campaign_id}/trials/{number}", operation_id="get_trial_by_number")
+def trial_by_number(campaign_id: int, number: int, service: ServiceDep, _: CanRead) -> TrialOut:
+    """A trial by its campaign-local number (``#27``: what the dashboard and CLI show;
+    ``/trials/{id}`` takes the global id)."""
+    return _detail(service.insights.trial(campaign_id=campaign_id, number=number))
+
+
+def _detail(x: TrialDetail) -> TrialOut:
+    return trial_out(x.trial, full=True, ran_seconds=x.ran, agent=x.agent)
+
+
+@router.get("/campaigns/{campaign_id}/running", operation_id="running_trials")
+def running_trials(campaign_id: int, service: ServiceDep, _: CanRead) -> list[RunningTrial]:
+    """The RUNNING trials: agent, folds done, epochs reported per fold, latest value."""
+    page = service.insights.running(campaign_id)
+    out = []
+    for r in page.rows:
+        t = r.trial
+        host, job = page.agents.get(t.agent_id, ("", ""))
+        out.append(
+            RunningTrial(
+                trial_id=t.id, number=t.number, attempt=t.attempt, params=t.params, agent_id=t.agent_id,
+                agent_host=host, agent_job=job, started_at=t.started_at,
+                ran_seconds=(page.now - t.started_at).total_seconds() if t.started_at else None,
+                folds=page.folds, folds_finished=r.folds_finished, epochs=page.epochs,
+                steps={str(k): v for k, v in r.steps.items()},
+                latest=CurvePointOut(**vars(r.latest)) if r.latest else None,
+            )
+        )  # fmt: skip
+    return out
+
+
+@router.get("/campaigns/{campaign_id}/timeline", operation_id="timeline")
+def timeline(
+    campaign_id: int,
+    service: ServiceDep,
+    _: CanRead,
+    limit: Annotated[int, Query(ge=1, le=20_000, description="the latest this many attempts")] = 2000,
+) -> Timeline:
+    """Every attempt of every trial on its agent (from the event log), oldest first."""
+    spans, total, agents = service.insights.timeline(campaign_id, limit)
+    return Timeline(
+        spans=[
+            SpanOut(
+                trial_id=s.trial_id,
+                number=s.number,
+                attempt=s.attempt,
+                agent_id=s.agent_id,
+                agent_host=agents.get(s.agent_id, ("", ""))[0],
+                agent_job=agents.get(s.agent_id, ("", ""))[1],
+                start=s.start,
+                end=s.end,
+                outcome=s.outcome,
+            )
+            for s in spans
+        ],
+        total=total,
+    )
+
+
+@router.get("/campaigns/{campaign_id}/importance", operation_id="param_importance")
+def importance(campaign_id: int, service: ServiceDep, _: CanRead) -> ImportanceOut:
+    """Hyper-parameter importance over the completed trials (first-order share of the
+    objective's rank variance, by binning; see hpcopt_server.service.analysis)."""
+    params, completed = service.analysis.importance(campaign_id)
+    return ImportanceOut(
+        params=[ParamImportance(**vars(p)) for p in params],
+        completed=completed,
+        method="first-order variance share of the objective's rank (binned, chance-corrected epsilon squared)",
+    )
 
 
 @router.get("/campaigns/{campaign_id}/best", operation_id="get_best_trial")
@@ -186,11 +295,19 @@ def list_agents(campaign_id: int, service: ServiceDep, _: CanRead) -> list[Agent
 @router.get("/campaigns/{campaign_id}/plot", operation_id="plot_data")
 def plot_data(
     campaign_id: int,
+    request: Request,
     service: ServiceDep,
     _: CanRead,
     max_points: Annotated[int, Query(ge=10, le=20_000, description="downsample past this many trials")] = 2000,
-) -> PlotData:
-    return PlotData.model_validate(service.insights.plot_data(campaign_id, max_points))
+) -> Response:
+    """Completed trials for the plots. Its ETag changes only when a trial finishes, and
+    is checked before any work: an unchanged campaign costs one row read."""
+    revision = service.insights.plot_revision(campaign_id)
+    etag = f'"plot-{campaign_id}-{revision}-{max_points}-{__version__}"'
+    if etag_matches(request.headers.get("if-none-match", ""), etag):
+        return Response(status_code=304, headers={"etag": etag, "cache-control": "no-cache"})
+    data = PlotData.model_validate(service.insights.plot_data(campaign_id, max_points))
+    return Response(data.model_dump_json(), media_type="application/json", headers={"etag": etag})
 
 
 @router.get("/campaigns/{campaign_id}/curves", operation_id="learning_curves")
@@ -245,4 +362,4 @@ def cancel_campaign(campaign_id: int, service: ServiceDep, _: CanSubmit) -> Camp
 
 @router.get("/trials/{trial_id}", operation_id="get_trial")
 def get_trial(trial_id: int, service: ServiceDep, _: CanRead) -> TrialOut:
-    return trial_out(service.campaigns.trial(trial_id), full=True)
+    return _detail(service.insights.trial(trial_id))

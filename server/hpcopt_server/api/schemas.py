@@ -53,6 +53,12 @@ class TrialOut(BaseModel):
     folds: list[FoldOut]
     curves: list[CurvePointOut] | None = None
     events: list[TrialEventOut] | None = None
+    #: Seconds it spent on agents, summed over its attempts (a requeued trial's clock
+    #: stops while it waits); in the trials table and a single trial, else null.
+    ran_seconds: float | None = None
+    #: The host and Slurm job of its (last) agent; in the trials table and a single trial.
+    agent_host: str = ""
+    agent_job: str = ""
 
 
 class CampaignOut(BaseModel):
@@ -94,6 +100,9 @@ class AgentOut(BaseModel):
     lease_expires_at: datetime | None = None
     #: Holding a trial but silent for two heartbeat periods: its lease is at risk.
     stale: bool = False
+    #: Exited (``exited_at`` set), or silent for two heartbeat periods holding no trial.
+    gone: bool = False
+    exited_at: datetime | None = None
 
 
 class PlotPoint(BaseModel):
@@ -103,6 +112,7 @@ class PlotPoint(BaseModel):
     value_std: float | None
     params: dict[str, bool | int | float | str]
     values: list[float] | None = None
+    finished_at: datetime | None = None
 
 
 class BestPoint(BaseModel):
@@ -127,6 +137,66 @@ class PlotData(BaseModel):
     #: past max_points / 2 of them, that many evenly along the first objective).
     front: list[int]
     front_size: int
+    #: The empirical distribution of every completed trial's value: at most 200 values
+    #: evenly spaced over the sorted values (the least and greatest included).
+    edf: list[float] = []
+
+
+class RunningTrial(BaseModel):
+    """A RUNNING trial with its progress and latest learning-curve point."""
+
+    trial_id: int
+    number: int
+    attempt: int
+    params: dict[str, bool | int | float | str]
+    agent_id: str
+    agent_host: str
+    agent_job: str
+    started_at: datetime | None
+    ran_seconds: float | None
+    folds: int
+    folds_finished: int
+    #: Epochs per fold of the spec's training (0 when the spec does not say).
+    epochs: int
+    #: Learning-curve points reported per fold (fold index as a string key).
+    steps: dict[str, int]
+    latest: CurvePointOut | None
+
+
+class SpanOut(BaseModel):
+    """One attempt of a trial on an agent."""
+
+    trial_id: int
+    number: int
+    attempt: int
+    agent_id: str
+    agent_host: str
+    agent_job: str
+    start: datetime
+    #: null while it runs.
+    end: datetime | None
+    #: completed, failed, pruned, preempted, lease_expired, cancelled or running.
+    outcome: str
+
+
+class Timeline(BaseModel):
+    spans: list[SpanOut]
+    #: Attempt spans in all (``spans`` holds the latest ``limit`` by start).
+    total: int
+
+
+class ParamImportance(BaseModel):
+    name: str
+    importance: float
+    raw: float
+    trials: int
+
+
+class ImportanceOut(BaseModel):
+    #: Most important first; empty below 10 completed trials.
+    params: list[ParamImportance]
+    completed: int
+    method: str
 
 
 class TrialCurves(BaseModel):
@@ -181,8 +251,17 @@ def campaign_out(s: d.CampaignSummary, *, with_spec: bool = True) -> CampaignOut
     )
 
 
-def trial_out(t: d.Trial, *, full: bool = False) -> TrialOut:
+def trial_out(
+    t: d.Trial,
+    *,
+    full: bool = False,
+    ran_seconds: float | None = None,
+    agent: tuple[str, str] = ("", ""),
+) -> TrialOut:
     return TrialOut(
+        ran_seconds=ran_seconds,
+        agent_host=agent[0],
+        agent_job=agent[1],
         id=t.id,
         campaign_id=t.campaign_id,
         number=t.number,
@@ -210,6 +289,8 @@ def agent_out(view: AgentView) -> AgentOut:
         current_trial_id=view.current_trial_id,
         lease_expires_at=view.lease_expires_at,
         stale=view.stale,
+        gone=view.gone,
+        exited_at=a.exited_at,
         id=a.id,
         host=a.host,
         ranks=a.ranks,

@@ -10,6 +10,7 @@ from typing import Any
 
 from hpcopt_server import domain as d
 from hpcopt_server.service.agents import AgentService
+from hpcopt_server.service.analysis import AnalysisService
 from hpcopt_server.service.campaigns import CampaignService
 from hpcopt_server.service.context import Context, ServiceSettings
 from hpcopt_server.service.export import export_campaign, import_campaign
@@ -38,6 +39,7 @@ class Service:
         self.agents = AgentService(self.ctx)
         self.tokens = TokenService(self.ctx, require_auth=require_auth)
         self.insights = InsightService(self.ctx)
+        self.analysis = AnalysisService(self.ctx)
         self.reaper = LeaseReaper(self.ctx, reap_interval)
 
     def export_campaign(self, campaign_id: int) -> dict[str, Any]:

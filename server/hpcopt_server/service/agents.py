@@ -186,6 +186,26 @@ class AgentService:
             campaign_spec=campaign.spec,
         )
 
+    def deregister(self, agent_id: str, *, caller: int | None = None) -> list[int]:
+        """Ends an agent's registration (its normal exit). Trials it still holds go back
+        to the queue as after a lost lease; their ids are returned. Saying goodbye twice
+        is harmless."""
+        lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
+        now = self.ctx.clock()
+        requeued: list[int] = []
+        with self.ctx.storage.write() as tx:
+            self._agent(tx, agent_id, caller)
+            for tid in tx.running_of_agent(agent_id):
+                campaign = self._lock_campaign_of(tx, tid)
+                trial = self._locked_trial(tx, tid, folds=False)
+                if trial.state != d.TrialState.RUNNING or trial.agent_id != agent_id:
+                    continue
+                tx.add_event(tid, trial.attempt, "lease_expired", now, agent_id=agent_id, reason="the agent exited")
+                requeue(tx, campaign, trial, now, why="its agent exited")
+                requeued.append(tid)
+            tx.end_agent(agent_id, now)
+        return requeued
+
     # -- while the trial runs ----------------------------------------------------------
 
     def heartbeat(self, lease: Lease, *, caller: int | None = None) -> HeartbeatReply:

@@ -1,6 +1,8 @@
 """What the dashboard shows, aggregated on the server so that a campaign with tens of
-thousands of trials stays fast to open: downsampled plot data, learning curves of
-chosen trials, agents with their current trial and health, and a CSV of the trials."""
+thousands of trials stays fast to open: downsampled plot data, the trials table (sorted
+and filtered on the server), learning curves of chosen trials, the running trials with
+their latest report, a timeline of attempts, agents with their current trial and
+health, and a CSV of the trials."""
 
 from __future__ import annotations
 
@@ -8,18 +10,58 @@ import csv
 import io
 import math
 import random
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from hpcopt_server import domain as d
-from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service.campaigns import front_ids
 from hpcopt_server.service.context import Context, campaign_or_404
-from hpcopt_server.service.limits import require_id
+from hpcopt_server.service.limits import require_id, require_range
+from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
+from hpcopt_server.storage.views import Listed, Running, Span
 
 MAX_PLOT_POINTS = 20_000
 MAX_CURVE_TRIALS = 50
+MAX_PAGE = 10_000
+MAX_RANGES = 50
+MAX_SPANS = 20_000
+#: Sort keys the table computes in Python (besides the columns of TRIAL_SORT_KEYS):
+#: the time a trial ran, its agent's host, and ``param:NAME``.
+EXTRA_SORT_KEYS = ("duration", "agent")
+#: Quantile points of the empirical distribution sent with the plot data.
+EDF_POINTS = 200
+
+
+@dataclass(frozen=True)
+class TablePage:
+    trials: list[d.Trial]
+    total: int
+    #: Seconds each trial ran on agents, summed over its attempts (None: never started).
+    ran: dict[int, float | None]
+    #: {agent id: (host, Slurm job id)} of the agents on this page.
+    agents: dict[str, tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class TrialDetail:
+    trial: d.Trial
+    #: Seconds on agents over all attempts (None: never started).
+    ran: float | None
+    #: (host, Slurm job id) of its last agent.
+    agent: tuple[str, str]
+
+
+@dataclass(frozen=True)
+class RunningPage:
+    rows: list[Running]
+    agents: dict[str, tuple[str, str]]
+    folds: int
+    #: Epochs per fold in the spec's training (0 when it does not say).
+    epochs: int
+    now: datetime
 
 
 @dataclass(frozen=True)
@@ -29,6 +71,9 @@ class AgentView:
     lease_expires_at: datetime | None
     #: No heartbeat for two heartbeat periods: the lease is at risk.
     stale: bool
+    #: Exited (said goodbye), or holds no trial and has been silent for two heartbeat
+    #: periods: not coming back.
+    gone: bool = False
 
 
 class InsightService:
@@ -49,13 +94,13 @@ class InsightService:
             )
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            rows = tx.completed_points(campaign_id)
+            rows = tx.completed_points_at(campaign_id)
             vectors = dict(tx.completed_values(campaign_id)) if len(campaign.objectives) > 1 else {}
         sign = 1.0 if campaign.direction == "minimize" else -1.0
         best: list[dict[str, Any]] = []
         improved: set[int] = set()
         current = math.inf
-        for tid, number, value, _, _ in rows:
+        for tid, number, value, *_ in rows:
             if sign * value < current:
                 current = sign * value
                 improved.add(tid)
@@ -82,14 +127,33 @@ class InsightService:
             "completed": len(rows),
             "downsampled": len(keep) < len(rows),
             "points": [
-                {"trial_id": tid, "number": n, "value": v, "value_std": s, "params": p, "values": vectors.get(tid)}
-                for tid, n, v, s, p in keep
+                {
+                    "trial_id": tid,
+                    "number": n,
+                    "value": v,
+                    "value_std": s,
+                    "params": p,
+                    "values": vectors.get(tid),
+                    "finished_at": at,
+                }
+                for tid, n, v, s, p, at in keep
             ],
+            "edf": _quantiles(sorted(r[2] for r in rows)),
             "best": best,
             "objectives": [{"metric": m, "direction": dr} for m, dr in campaign.objectives],
             "front": front,
             "front_size": front_size,
         }
+
+    def plot_revision(self, campaign_id: int) -> int:
+        """Changes whenever :meth:`plot_data`'s answer may (a trial reached a final
+        state): one row read, so a poll of an unchanged campaign costs almost nothing."""
+        require_id("campaign_id", campaign_id)
+        with self.ctx.storage.read() as tx:
+            finished = tx.finished_count(campaign_id)
+        if finished is None:
+            raise NotFound(f"campaign {campaign_id} does not exist")
+        return finished
 
     def curves(self, campaign_id: int, trial_ids: list[int], limit: int = 5) -> list[dict[str, Any]]:
         """Learning curves (per fold) of the given trials, or of the ``limit`` best."""
@@ -127,8 +191,87 @@ class InsightService:
         out = []
         for a in agents:
             trial_id, expires = running.get(a.id, (None, None))
-            out.append(AgentView(a, trial_id, expires, trial_id is not None and now - a.last_seen_at > at_risk))
+            silent = now - a.last_seen_at > at_risk
+            gone = a.exited_at is not None or (silent and trial_id is None)
+            out.append(AgentView(a, trial_id, expires, trial_id is not None and silent, gone))
         return out
+
+    def table(
+        self,
+        campaign_id: int,
+        states: Iterable[d.TrialState] = (),
+        offset: int = 0,
+        limit: int = 25,
+        sort: str = "number",
+        descending: bool = False,
+        ranges: Sequence[tuple[str, float, float]] = (),
+    ) -> TablePage:
+        """A page of the trials table. ``sort``: a trial column (TRIAL_SORT_KEYS),
+        ``duration`` (time ran), ``agent`` (host), or ``param:NAME``; empty values last,
+        ties by number. ``ranges``: (``value`` or a parameter, low, high), inclusive, all
+        must hold; a categorical parameter's range is over its choices' positions in the
+        spec (as the parallel-coordinates axis draws them)."""
+        require_range("offset", offset, 0)
+        if not 1 <= limit <= MAX_PAGE:
+            raise InvalidArgument(f"limit must be in 1..{MAX_PAGE}", [("limit", f"must be in 1..{MAX_PAGE}")])
+        with self.ctx.storage.read() as tx:
+            campaign = campaign_or_404(tx, campaign_id)
+            space = campaign.spec.get("space", {})
+            _check_sort(sort, space)
+            tests = _range_tests(ranges, space)
+            if sort in TRIAL_SORT_KEYS and not tests:
+                trials, total = tx.list_trials(
+                    campaign_id, states=states, offset=offset, limit=limit, sort=sort, descending=descending
+                )
+            else:
+                rows = [r for r in tx.listed_trials(campaign_id, states) if all(t(r) for t in tests)]
+                ran_all = _ran(tx.spans(campaign_id), self.ctx.clock()) if sort == "duration" else {}
+                hosts = tx.agents_by_id(r.agent_id for r in rows) if sort == "agent" else {}
+                ids = [r.id for r in _sorted(rows, sort, descending, space, ran_all, hosts)[offset : offset + limit]]
+                trials, total = tx.trials_by_id(ids), len(rows)
+            ids = [t.id for t in trials]
+            ran = _ran(tx.spans(campaign_id, ids), self.ctx.clock())
+            agents = tx.agents_by_id(t.agent_id for t in trials)
+        return TablePage(trials, total, {t.id: ran.get(t.id) for t in trials}, agents)
+
+    def trial(self, trial_id: int | None = None, *, campaign_id: int = 0, number: int = -1) -> TrialDetail:
+        """A trial with its events and curves, by global id or by its campaign-local
+        number (what the dashboard and CLI show)."""
+        now = self.ctx.clock()
+        with self.ctx.storage.read() as tx:
+            if trial_id is None:
+                require_range("number", number, 0)
+                campaign_or_404(tx, campaign_id)
+                trial_id = tx.trial_id_by_number(campaign_id, number)
+                if trial_id is None:
+                    raise NotFound(f"campaign {campaign_id} has no trial #{number}")
+            require_id("trial_id", trial_id)
+            trial = tx.get_trial(trial_id, full=True)
+            if trial is None:
+                raise NotFound(f"trial {trial_id} does not exist")
+            agent = tx.agents_by_id([trial.agent_id]).get(trial.agent_id, ("", ""))
+        return TrialDetail(trial, d.time_ran(trial.events, now), agent)
+
+    def running(self, campaign_id: int) -> RunningPage:
+        """The RUNNING trials with their folds done and latest report, and their agents."""
+        with self.ctx.storage.read() as tx:
+            campaign = campaign_or_404(tx, campaign_id)
+            rows = tx.running_detail(campaign_id)
+            agents = tx.agents_by_id(r.trial.agent_id for r in rows)
+        epochs = int((campaign.spec.get("training") or {}).get("epochs") or 0)
+        return RunningPage(rows, agents, campaign.folds, epochs, self.ctx.clock())
+
+    def timeline(self, campaign_id: int, limit: int = 2000) -> tuple[list[Span], int, dict[str, tuple[str, str]]]:
+        """The latest ``limit`` attempt spans (by start), how many there are in all, and
+        the agents they ran on."""
+        if not 1 <= limit <= MAX_SPANS:
+            raise InvalidArgument(f"limit must be in 1..{MAX_SPANS}", [("limit", f"must be in 1..{MAX_SPANS}")])
+        with self.ctx.storage.read() as tx:
+            campaign_or_404(tx, campaign_id)
+            spans = tx.spans(campaign_id)
+            shown = spans[-limit:]
+            agents = tx.agents_by_id(s.agent_id for s in shown)
+        return shown, len(spans), agents
 
     def trials_csv(self, campaign_id: int) -> str:
         """One row per trial: ids, state, attempt, value ± std, params, times, agent."""
@@ -156,3 +299,102 @@ class InsightService:
 
 def _num(v: float | None) -> str:
     return "" if v is None else repr(v)
+
+
+def _quantiles(values: list[float]) -> list[float]:
+    """At most EDF_POINTS values spread evenly over the sorted ``values`` (all when fewer;
+    the least and the greatest always): the empirical distribution of every completed
+    trial, not of the plot's sample."""
+    n = len(values)
+    if n <= EDF_POINTS:
+        return values
+    return [values[round(i * (n - 1) / (EDF_POINTS - 1))] for i in range(EDF_POINTS)]
+
+
+def _check_sort(sort: str, space: dict[str, Any]) -> None:
+    if sort in TRIAL_SORT_KEYS or sort in EXTRA_SORT_KEYS:
+        return
+    if sort.startswith("param:") and sort[6:] in space:
+        return
+    allowed = ", ".join((*TRIAL_SORT_KEYS, *EXTRA_SORT_KEYS, "param:NAME"))
+    raise InvalidArgument(
+        f"sort must be one of {allowed} (NAME a parameter of the space), got {sort[:100]!r}",
+        [("sort", f"one of {allowed}")],
+    )
+
+
+def _range_tests(ranges: Sequence[tuple[str, float, float]], space: dict[str, Any]) -> list[Callable[[Listed], bool]]:
+    if len(ranges) > MAX_RANGES:
+        raise InvalidArgument(f"at most {MAX_RANGES} ranges", [("range", f"at most {MAX_RANGES}")])
+    tests: list[Callable[[Listed], bool]] = []
+    for name, low, high in ranges:
+        if not (math.isfinite(low) and math.isfinite(high) and low <= high):
+            raise InvalidArgument(
+                f"range of {name[:100]!r}: low and high must be finite numbers with low <= high",
+                [("range", "finite low <= high")],
+            )
+        if name == "value":
+            tests.append(_value_test(low, high))
+        elif name in space:
+            tests.append(_param_test(name, space[name].get("choices"), low, high))
+        else:
+            raise InvalidArgument(
+                f"range: {name[:100]!r} is neither value nor a parameter of the space",
+                [("range", "value or a parameter name")],
+            )
+    return tests
+
+
+def _value_test(low: float, high: float) -> Callable[[Listed], bool]:
+    return lambda r: r.value is not None and low <= r.value <= high
+
+
+def _param_test(name: str, choices: list[Any] | None, low: float, high: float) -> Callable[[Listed], bool]:
+    return lambda r: _within(r.params.get(name), choices, low, high)
+
+
+def _within(v: Any, choices: list[Any] | None, low: float, high: float) -> bool:
+    if v is None:
+        return False
+    if choices is not None:
+        return v in choices and low <= choices.index(v) <= high
+    return isinstance(v, int | float) and not isinstance(v, bool) and low <= float(v) <= high
+
+
+def _sorted(
+    rows: list[Listed],
+    sort: str,
+    descending: bool,
+    space: dict[str, Any],
+    ran: dict[int, float],
+    hosts: dict[str, tuple[str, str]],
+) -> list[Listed]:
+    """Rows by ``sort`` with empty values last whichever the order, ties by number."""
+    key: Callable[[Listed], Any]
+    if sort == "duration":
+        key = lambda r: ran.get(r.id)  # noqa: E731
+    elif sort == "agent":
+        key = lambda r: hosts.get(r.agent_id)  # noqa: E731
+    elif sort.startswith("param:"):
+        name = sort[6:]
+        choices = space[name].get("choices")
+        if choices is not None:
+            key = lambda r: choices.index(r.params[name]) if r.params.get(name) in choices else None  # noqa: E731
+        else:
+            key = lambda r: r.params.get(name)  # noqa: E731
+    else:
+        key = lambda r: getattr(r, sort, None)  # noqa: E731
+    keyed = [(key(r), r) for r in rows]
+    present = sorted(((k, r) for k, r in keyed if k is not None), key=lambda kr: kr[1].number)
+    empty = [r for k, r in keyed if k is None]
+    present.sort(key=lambda kr: kr[0], reverse=descending)
+    empty.sort(key=lambda r: r.number)
+    return [r for _, r in present] + empty
+
+
+def _ran(spans: list[Span], now: datetime) -> dict[int, float]:
+    """Seconds each trial spent on agents, over all its attempts."""
+    out: dict[int, float] = {}
+    for s in spans:
+        out[s.trial_id] = out.get(s.trial_id, 0.0) + max(0.0, ((s.end or now) - s.start).total_seconds())
+    return out

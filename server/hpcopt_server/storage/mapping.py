@@ -79,6 +79,7 @@ def agent(row: m.AgentRow) -> d.Agent:
         registered_at=row.registered_at,
         last_seen_at=row.last_seen_at,
         token_id=row.token_id,
+        exited_at=row.exited_at,
     )
 
 

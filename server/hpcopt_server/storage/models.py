@@ -144,6 +144,8 @@ class AgentRow(Base):
     last_seen_at: Mapped[datetime]
     # The API token that registered the agent; NULL when it registered with auth off.
     token_id: Mapped[int | None] = mapped_column(Integer)
+    # When it said goodbye (Deregister on a normal exit); NULL while it runs or if it vanished.
+    exited_at: Mapped[datetime | None]
 
 
 class ApiTokenRow(Base):

@@ -36,6 +36,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.db import Database
+from hpcopt_server.storage.views import ViewQueries
 
 
 class Storage:
@@ -66,8 +67,9 @@ class Storage:
 TRIAL_SORT_KEYS = ("number", "value", "value_std", "state", "attempt", "started_at", "finished_at")
 
 
-class Tx:
-    """Operations inside one transaction."""
+class Tx(ViewQueries):
+    """Operations inside one transaction (the dashboard's read-only views in
+    :class:`ViewQueries`)."""
 
     def __init__(self, session: Session):
         self.s = session
@@ -396,13 +398,26 @@ class Tx:
     def completed_points(self, campaign_id: int) -> list[tuple[int, int, float, float | None, dict[str, Any]]]:
         """(id, number, value, value_std, params) of every COMPLETED trial, by number:
         the columns the dashboard's plots need, without folds."""
+        return [r[:5] for r in self.completed_points_at(campaign_id)]
+
+    def completed_points_at(
+        self, campaign_id: int
+    ) -> list[tuple[int, int, float, float | None, dict[str, Any], datetime | None]]:
+        """:meth:`completed_points` with each trial's finish time."""
         q = (
-            select(m.TrialRow.id, m.TrialRow.number, m.TrialRow.value, m.TrialRow.value_std, m.TrialRow.params)
+            select(
+                m.TrialRow.id,
+                m.TrialRow.number,
+                m.TrialRow.value,
+                m.TrialRow.value_std,
+                m.TrialRow.params,
+                m.TrialRow.finished_at,
+            )
             .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.COMPLETED)
             .where(m.TrialRow.value.is_not(None))
             .order_by(m.TrialRow.number)
         )
-        return [(r[0], r[1], float(r[2]), r[3], dict(r[4])) for r in self.s.execute(q)]
+        return [(r[0], r[1], float(r[2]), r[3], dict(r[4]), r[5]) for r in self.s.execute(q)]
 
     def completed_values(self, campaign_id: int) -> list[tuple[int, list[float]]]:
         """(id, values) of every COMPLETED trial of a multi-objective campaign, by number."""

@@ -1,0 +1,160 @@
+"""Read-only queries behind the dashboard's views: the trials table sorted or filtered
+by what SQL cannot index portably (a parameter in the JSON ``params``, the time a trial
+ran, its agent), attempt spans from the event log (timeline, time ran), the running
+trials with their latest report, and agents' goodbyes. Mixed into
+:class:`~hpcopt_server.storage.repository.Tx`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from hpcopt_server import domain as d
+from hpcopt_server.storage import mapping
+from hpcopt_server.storage import models as m
+
+
+@dataclass(frozen=True)
+class Listed:
+    """The columns of one trial that the table sorts and filters by in Python."""
+
+    id: int
+    number: int
+    state: str
+    value: float | None
+    params: dict[str, Any]
+    agent_id: str
+    value_std: float | None
+    attempt: int
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Span:
+    """One attempt of a trial on an agent: from its acquisition to how it ended
+    (``end`` None and ``outcome`` "running" while it runs)."""
+
+    trial_id: int
+    number: int
+    attempt: int
+    agent_id: str
+    start: datetime
+    end: datetime | None
+    outcome: str
+
+
+@dataclass(frozen=True)
+class Running:
+    """A RUNNING trial with its folds finished and its latest learning-curve point."""
+
+    trial: d.Trial
+    folds_finished: int
+    latest: d.CurvePoint | None
+    #: Learning-curve points per fold (the epochs each fold has reported).
+    steps: dict[int, int]
+
+
+class ViewQueries:
+    s: Session
+
+    def listed_trials(self, campaign_id: int, states: Iterable[d.TrialState] = ()) -> list[Listed]:
+        t = m.TrialRow
+        q = select(
+            t.id, t.number, t.state, t.value, t.params, t.agent_id, t.value_std, t.attempt, t.started_at, t.finished_at
+        ).where(t.campaign_id == campaign_id)
+        wanted = [str(s) for s in states]
+        if wanted:
+            q = q.where(t.state.in_(wanted))
+        return [Listed(r[0], r[1], r[2], r[3], dict(r[4]), *r[5:]) for r in self.s.execute(q)]
+
+    def trial_id_by_number(self, campaign_id: int, number: int) -> int | None:
+        return self.s.scalar(
+            select(m.TrialRow.id).where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.number == number)
+        )
+
+    def spans(self, campaign_id: int, trial_ids: list[int] | None = None) -> list[Span]:
+        """Attempt spans of the campaign's trials (or of these), oldest first."""
+        q = (
+            select(
+                m.TrialEventRow.trial_id,
+                m.TrialRow.number,
+                m.TrialEventRow.attempt,
+                m.TrialEventRow.kind,
+                m.TrialEventRow.agent_id,
+                m.TrialEventRow.at,
+            )
+            .join(m.TrialRow, m.TrialRow.id == m.TrialEventRow.trial_id)
+            .where(m.TrialRow.campaign_id == campaign_id)
+            .order_by(m.TrialEventRow.id)
+        )
+        if trial_ids is not None:
+            if not trial_ids:
+                return []
+            q = q.where(m.TrialEventRow.trial_id.in_(trial_ids))
+        open_: dict[int, tuple[int, int, str, datetime]] = {}
+        out: list[Span] = []
+        for tid, number, attempt, kind, agent, at in self.s.execute(q):
+            if kind == "acquired":
+                open_[tid] = (number, attempt, agent, at)
+            elif kind in d.ENDS_ATTEMPT and tid in open_:
+                n, a, who, start = open_.pop(tid)
+                out.append(Span(tid, n, a, who, start, at, kind))
+        out.extend(Span(tid, n, a, who, start, None, "running") for tid, (n, a, who, start) in open_.items())
+        out.sort(key=lambda s: s.start)
+        return out
+
+    def running_detail(self, campaign_id: int) -> list[Running]:
+        rows = list(
+            self.s.scalars(
+                select(m.TrialRow)
+                .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.RUNNING)
+                .order_by(m.TrialRow.number)
+            )
+        )
+        ids = [r.id for r in rows]
+        finished: dict[int, int] = {}
+        latest: dict[int, d.CurvePoint] = {}
+        steps: dict[int, dict[int, int]] = {}
+        if ids:
+            fq = (
+                select(m.FoldRow.trial_id, func.count())
+                .where(m.FoldRow.trial_id.in_(ids), m.FoldRow.finished.is_(True))
+                .group_by(m.FoldRow.trial_id)
+            )
+            finished = {int(t): int(n) for t, n in self.s.execute(fq)}
+            cq = select(m.CurveRow).where(m.CurveRow.trial_id.in_(ids)).order_by(m.CurveRow.fold, m.CurveRow.step)
+            for c in self.s.scalars(cq):
+                per = steps.setdefault(c.trial_id, {})
+                per[c.fold] = per.get(c.fold, 0) + 1
+                latest[c.trial_id] = d.CurvePoint(c.fold, c.step, c.value)
+        return [Running(mapping.trial(r), finished.get(r.id, 0), latest.get(r.id), steps.get(r.id, {})) for r in rows]
+
+    def agents_by_id(self, agent_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+        """{agent id: (host, Slurm job id)} of these agents."""
+        ids = sorted({a for a in agent_ids if a})
+        out: dict[str, tuple[str, str]] = {}
+        for start in range(0, len(ids), 500):
+            q = select(m.AgentRow.id, m.AgentRow.host, m.AgentRow.slurm_job_id).where(
+                m.AgentRow.id.in_(ids[start : start + 500])
+            )
+            out.update((a, (h, j)) for a, h, j in self.s.execute(q))
+        return out
+
+    def running_of_agent(self, agent_id: str) -> list[int]:
+        """Ids of the RUNNING trials an agent holds."""
+        q = select(m.TrialRow.id).where(m.TrialRow.agent_id == agent_id, m.TrialRow.state == d.TrialState.RUNNING)
+        return list(self.s.scalars(q.order_by(m.TrialRow.id)))
+
+    def end_agent(self, agent_id: str, now: datetime) -> None:
+        self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(exited_at=now, last_seen_at=now))
+
+    def finished_count(self, campaign_id: int) -> int | None:
+        """How many trials of the campaign reached a final state (None: no campaign):
+        one row read, which says whether its completed trials changed."""
+        return self.s.scalar(select(m.CampaignRow.finished_count).where(m.CampaignRow.id == campaign_id))
