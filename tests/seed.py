@@ -19,6 +19,9 @@ SPACE: dict[str, Any] = {
 }
 
 
+AGENTS = 4
+
+
 def objective(params: dict[str, Any]) -> float:
     lr, width = float(params["lr"]), int(params["width"])
     return (
@@ -53,15 +56,24 @@ def seed_campaign(
     )
     cid = int(service.campaigns.create(spec).id)
     rng = random.Random(seed)
-    t0 = datetime.now(UTC) - timedelta(hours=2)
+    # Trials ran on AGENTS agents of one Slurm job, one after another (30 s each, 5 s apart).
+    rounds = -(-total // AGENTS)
+    t0 = datetime.now(UTC) - timedelta(seconds=35 * rounds + 600)
+    agents = [f"seed{cid:04d}{k:02d}" + "0" * 22 for k in range(AGENTS)]
     with service.ctx.storage.write() as tx:
+        for k, agent_id in enumerate(agents):
+            seen = t0 + timedelta(seconds=35 * rounds)
+            tx.insert_agent(
+                d.Agent(agent_id, f"node{k + 1:02d}", 4, 0, "1001", cid, 0, "seed", t0, seen, exited_at=seen)
+            )
         for number in range(total):
+            agent_id = agents[number % AGENTS]
             params = {
                 "lr": 10 ** rng.uniform(-4, 0),
                 "width": rng.randint(8, 256),
                 "act": rng.choice(["relu", "tanh", "gelu"]),
             }
-            started = t0 + timedelta(seconds=number)
+            started = t0 + timedelta(seconds=35 * (number // AGENTS))
             if number < completed:
                 base = objective(params)
                 values = [base + rng.gauss(0, 0.05) for _ in range(folds)]
@@ -77,17 +89,24 @@ def seed_campaign(
                     if number < curves_for:
                         for e in range(1, epochs + 1):
                             tx.put_curve_point(trial.id, k, e, v + (epochs - e) * 0.3 * (1 + k * 0.1))
-                tx.add_event(trial.id, 1, "acquired", started, agent_id="seed-agent")
+                tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
                 tx.finish_trial(
-                    trial.id, d.TrialState.COMPLETED, started + timedelta(seconds=30), value=mean, value_std=std
+                    trial.id,
+                    d.TrialState.COMPLETED,
+                    started + timedelta(seconds=30),
+                    value=mean,
+                    value_std=std,
+                    agent_id=agent_id,
                 )
-                tx.add_event(trial.id, 1, "completed", started + timedelta(seconds=30), agent_id="seed-agent")
+                tx.add_event(trial.id, 1, "completed", started + timedelta(seconds=30), agent_id=agent_id)
             elif number < completed + failed:
                 trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
                 error = "fold 0, epoch 1: rank 0: Traceback (most recent call last):\nRuntimeError: boom"
-                tx.add_event(trial.id, 1, "acquired", started, agent_id="seed-agent")
-                tx.add_event(trial.id, 1, "failed", started + timedelta(seconds=5), agent_id="seed-agent", reason=error)
-                tx.finish_trial(trial.id, d.TrialState.FAILED, started + timedelta(seconds=5), error=error)
+                tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
+                tx.add_event(trial.id, 1, "failed", started + timedelta(seconds=5), agent_id=agent_id, reason=error)
+                tx.finish_trial(
+                    trial.id, d.TrialState.FAILED, started + timedelta(seconds=5), error=error, agent_id=agent_id
+                )
             else:
                 tx.insert_trial(cid, number, params, d.TrialState.QUEUED, started)
         tx.set_next_trial_number(cid, total)

@@ -55,7 +55,10 @@ def parser() -> argparse.ArgumentParser:
     t.add_argument("campaign", type=int)
     t.add_argument("--state", action="append", default=[], help="only this state (repeatable)")
     t.add_argument("--limit", type=int, default=0, help="at most this many (default all)")
-    command("trial", "one trial with its folds, learning curves and history").add_argument("trial", type=int)
+    tr = command("trial", "one trial with its folds, learning curves and history: CAMPAIGN NUMBER (#27), or --id ID")
+    tr.add_argument("campaign", type=int, nargs="?", help="the campaign")
+    tr.add_argument("number", type=int, nargs="?", help="the trial's number in the campaign (as tables show: #27)")
+    tr.add_argument("--id", type=int, dest="trial_id", help="the trial's global id instead (as the API returns)")
     w = command("watch", "a live view of a campaign until it ends (Ctrl-C leaves it)")
     w.add_argument("campaign", type=int)
     w.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
@@ -128,7 +131,13 @@ def _run(args: argparse.Namespace) -> int:
             )
             out.trials([Trial.from_proto(t, order) for t in raw], order)
         elif args.command == "trial":
-            t = c.get_trial(args.trial)
+            if args.trial_id is not None:
+                t = c.get_trial(args.trial_id)
+            elif args.campaign is not None and args.number is not None:
+                t = c.get_trial_by_number(args.campaign, args.number)
+            else:
+                print("hpcopt trial: give CAMPAIGN NUMBER (as tables show: #27) or --id ID", file=sys.stderr)
+                return 2
             out.trial(Trial.from_proto(t, space_order(c.get_campaign(t.campaign_id))))
         elif args.command == "watch":
             from hpcopt.watch import watch

@@ -123,7 +123,13 @@ class Client(_Base):
                 return out
 
     def get_trial(self, trial_id: int) -> common_pb2.Trial:
+        """A trial by its global id (``Trial.id``)."""
         return self._do(self._stub.GetTrial, campaign_pb2.GetTrialRequest(trial_id=trial_id))
+
+    def get_trial_by_number(self, campaign_id: int, number: int) -> common_pb2.Trial:
+        """A trial by its campaign-local number (``#27``: what the CLI and dashboard show)."""
+        req = campaign_pb2.GetTrialRequest(campaign_id=campaign_id, number=number)
+        return self._do(self._stub.GetTrial, req)
 
     def get_best_trial(self, campaign_id: int) -> common_pb2.Trial:
         return self._do(self._stub.GetBestTrial, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))

@@ -54,6 +54,7 @@ class Campaign:
     trial_counts: dict[str, int]
     best_value: float | None
     best_trial_id: int | None
+    best_trial_number: int | None
     created_at: datetime | None
     finished_at: datetime | None
     spec: dict[str, Any] | None  # None in listings
@@ -73,6 +74,7 @@ class Campaign:
             trial_counts=counts,
             best_value=_opt(c, "best_value"),
             best_trial_id=_opt(c, "best_trial_id"),
+            best_trial_number=_opt(c, "best_trial_number"),
             created_at=_time(c, "created_at"),
             finished_at=_time(c, "finished_at"),
             spec=json.loads(c.spec_json) if c.spec_json else None,

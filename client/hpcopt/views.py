@@ -42,18 +42,18 @@ def campaigns_table(rows: list[Campaign]) -> Table:
 
 
 def trials_table(rows: list[Trial], order: list[str], title: str | None = None) -> Table:
-    t = table("id", "#", "state", "attempt", "value", "± std", *order, title=title)
+    t = table("#", "state", "attempt", "value", "± std", *order, title=title)
     for x in rows:
-        cells = [str(x.id), str(x.number), x.state, str(x.attempt), num(x.value), num(x.value_std)]
+        cells = [str(x.number), x.state, str(x.attempt), num(x.value), num(x.value_std)]
         t.add_row(*cells, *(param(x.params.get(k, "")) for k in order))
     return t
 
 
 def front_table(rows: list[Trial], order: list[str], objectives: list[str]) -> Table:
     title = f"Pareto front: {len(rows)} trial(s)"
-    t = table("id", "#", *objectives, *order, title=title)
+    t = table("#", *objectives, *order, title=title)
     for x in rows:
-        t.add_row(str(x.id), str(x.number), *(num(v) for v in x.values), *(param(x.params.get(k, "")) for k in order))
+        t.add_row(str(x.number), *(num(v) for v in x.values), *(param(x.params.get(k, "")) for k in order))
     return t
 
 
@@ -67,7 +67,7 @@ def campaign_text(c: Campaign) -> RenderableType:
     if len(c.objectives) > 1:
         lines[1] = f"  algorithm  {c.algorithm}; objectives {', '.join(c.objectives)}; {c.folds} fold(s)"
     if c.best_value is not None:
-        lines.append(f"  best       {num(c.best_value)} (trial {c.best_trial_id})")
+        lines.append(f"  best       {num(c.best_value)} (trial #{c.best_trial_number})")
     if c.spec:
         lines.append("  space      " + ", ".join(c.spec.get("space", {})))
         training = c.spec.get("training")
@@ -77,7 +77,7 @@ def campaign_text(c: Campaign) -> RenderableType:
 
 def trial_text(t: Trial) -> RenderableType:
     head = [
-        f"trial {t.id} (#{t.number} of campaign {t.campaign_id}): {t.state}, attempt {t.attempt}",
+        f"trial #{t.number} of campaign {t.campaign_id}: {t.state}, attempt {t.attempt} (id {t.id})",
         f"  value   {num(t.value)} ± {num(t.value_std)}",
     ]
     if t.values:

@@ -74,7 +74,7 @@ def _progress(s: Snapshot) -> RenderableType:
     lines: list[RenderableType] = [head, bar]
     if s.best is not None:
         params = "  ".join(f"{k}={param(v)}" for k, v in s.best.params.items())
-        lines.append(Text(f"best: trial {s.best.id}  {num(s.best.value)} ± {num(s.best.value_std)}  {params}"))
+        lines.append(Text(f"best: trial #{s.best.number}  {num(s.best.value)} ± {num(s.best.value_std)}  {params}"))
     return Group(*lines)
 
 
@@ -88,7 +88,7 @@ def _running(s: Snapshot) -> RenderableType:
             latest[p.fold] = (p.step, p.value)
         finished = {f.index for f in x.folds if f.finished}
         active = "  ".join(f"{k}: {st} {num(v, 4)}" for k, (st, v) in sorted(latest.items()) if k not in finished)
-        cells = [str(x.id), str(x.attempt), x.agent_id[:8], f"{done}/{s.campaign.folds}", active or "starting"]
+        cells = [f"#{x.number}", str(x.attempt), x.agent_id[:8], f"{done}/{s.campaign.folds}", active or "starting"]
         t.add_row(*cells, *(param(x.params.get(k, "")) for k in s.order))
     return t
 
@@ -97,7 +97,7 @@ def _recent(s: Snapshot) -> RenderableType:
     t = table("trial", "state", "value", "± std", "note", *s.order, title="latest finished")
     for x in s.recent:
         note = x.error.splitlines()[0][:60] if x.error else ""
-        cells = [str(x.id), x.state, num(x.value), num(x.value_std), note]
+        cells = [f"#{x.number}", x.state, num(x.value), num(x.value_std), note]
         t.add_row(*cells, *(param(x.params.get(k, "")) for k in s.order))
     return t
 

@@ -6,6 +6,7 @@ import argparse
 import errno
 import logging
 import os
+import socket
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -257,7 +258,8 @@ def _serve(args: argparse.Namespace) -> int:
         return _cannot_listen("gRPC", settings.host, settings.grpc_port, "--grpc-port", "HPCOPT_GRPC_PORT", exc)
     grpc_server.start()
     service.reaper.start()
-    app = create_app(service, metrics)
+    where = "localhost" if settings.loopback else socket.gethostname()
+    app = create_app(service, metrics, agent_server=f"{_bracket(where)}:{grpc_port}")
     print(
         f"hpcopt-server {'(auth on)' if auth_on else '(auth off: loopback, and auth never turned on or disabled)'}\n"
         f"  REST + dashboard  http://{_bracket(settings.host)}:{settings.port}/   (API docs /docs)\n"

@@ -204,3 +204,5 @@ class CampaignSummary:
     best_trial_id: int | None = None
     #: Agents of the campaign heard from within the lease period.
     live_agents: int = 0
+    #: The best trial's campaign-local number (what people call it: "trial #27").
+    best_trial_number: int | None = None

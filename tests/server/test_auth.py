@@ -93,11 +93,13 @@ def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[st
             assert call(tokens[scope]).status_code not in (401, 403), (path, scope)
     assert httpx.get(f"{server.http_url}/healthz").status_code == 200  # open for probes
     # /whoami is open: it tells a client whether it needs a token and what its token may do.
-    assert httpx.get(f"{server.http_url}/api/v1/whoami").json() == {"auth": True, "token": None, "scopes": []}
+    agents = server.grpc_target  # where agents connect: the dashboard's "start an agent" command uses it
+    open_ = httpx.get(f"{server.http_url}/api/v1/whoami").json()
+    assert open_ == {"auth": True, "token": None, "scopes": [], "agent_server": agents}
     bad = httpx.get(f"{server.http_url}/api/v1/whoami", headers={"authorization": "Bearer hpc_nope"}).json()
     assert bad["token"] is None and bad["scopes"] == []
     read = httpx.get(f"{server.http_url}/api/v1/whoami", headers={"authorization": f"Bearer {tokens['read']}"}).json()
-    assert read == {"auth": True, "token": "read-token", "scopes": ["read"]}
+    assert read == {"auth": True, "token": "read-token", "scopes": ["read"], "agent_server": agents}
 
 
 def _rpcs() -> list[tuple[str, str, Any, str]]:

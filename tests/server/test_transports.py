@@ -207,7 +207,8 @@ def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_ser
     assert listing[0]["trial_counts"] == {"COMPLETED": 1} and listing[0]["finished"] == 1
     shown = json.loads(_cli_after(live_server, "show", "1").stdout)
     assert shown["max_trials"] == 10 and shown["best_trial_id"] == tid and shown["spec"]["folds"] == 2
-    trial = json.loads(_cli_after(live_server, "trial", str(tid)).stdout)
+    trial = json.loads(_cli_after(live_server, "trial", "1", "0").stdout)  # campaign 1, trial #0
+    assert trial["id"] == tid and trial["number"] == 0
     assert trial["state"] == "COMPLETED" and trial["value"] == pytest.approx(0.3) and trial["attempt"] == 1
     assert [f["value"] for f in trial["folds"]] == [0.2, 0.4] and trial["folds"][0]["metrics"] == {"loss": 0.2}
     assert [e["kind"] for e in trial["events"]] == ["acquired", "completed"] and trial["finished_at"].endswith("+00:00")
@@ -218,7 +219,10 @@ def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_ser
     assert list(json.loads(_cli_after(live_server, "best", "1").stdout)["params"]) == ["lr", "width", "act"]
     assert list(json.loads(_cli_after(live_server, "trials", "1").stdout)[0]["params"]) == ["lr", "width", "act"]
     # The text shows what the JSON holds: folds, learning curves and the attempt history.
-    text = _cli(live_server, "trial", str(tid)).stdout
+    text = _cli(live_server, "trial", "--id", str(tid)).stdout
+    assert text.startswith("trial #0 of campaign 1: COMPLETED"), text
+    assert "(trial #0)" in _cli(live_server, "show", "1").stdout, "the best trial by its number"
+    assert _cli(live_server, "trial", "1").returncode == 2, "a number is needed"
     for word in ("COMPLETED", "folds", "learning curves", "history", "acquired", "file:///ck/1", "loss=0.2"):
         assert word in text, text
     assert text.index("  lr ") < text.index("  width ") < text.index("  act "), text

@@ -150,20 +150,30 @@ Global___ListTrialsResponse: _TypeAlias = ListTrialsResponse  # noqa: Y015
 
 @_typing.final
 class GetTrialRequest(_message.Message):
+    """A trial by its global id, or by campaign_id and its campaign-local number."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     TRIAL_ID_FIELD_NUMBER: _builtins.int
+    CAMPAIGN_ID_FIELD_NUMBER: _builtins.int
+    NUMBER_FIELD_NUMBER: _builtins.int
     trial_id: _builtins.int
+    campaign_id: _builtins.int
+    number: _builtins.int
     def __init__(
         self,
         *,
         trial_id: _builtins.int = ...,
+        campaign_id: _builtins.int = ...,
+        number: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_number", b"_number", "number", b"number"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["trial_id", b"trial_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_number", b"_number", "campaign_id", b"campaign_id", "number", b"number", "trial_id", b"trial_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__number: _TypeAlias = _typing.Literal["number"]  # noqa: Y015
+    _WhichOneofArgType__number: _TypeAlias = _typing.Literal["_number", b"_number"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__number) -> _WhichOneofReturnType__number | None: ...
 
 Global___GetTrialRequest: _TypeAlias = GetTrialRequest  # noqa: Y015
 

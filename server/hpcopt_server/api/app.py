@@ -43,13 +43,18 @@ def default_dashboard_dir() -> Path | None:
     return None
 
 
-def create_app(service: Service, metrics: Metrics, dashboard_dir: Path | None = None) -> FastAPI:
+def create_app(
+    service: Service, metrics: Metrics, dashboard_dir: Path | None = None, *, agent_server: str = ""
+) -> FastAPI:
+    """``agent_server``: the gRPC address agents should use (HOST:PORT), which the
+    dashboard puts in the command it suggests for starting one."""
     app = FastAPI(
         title="hpcopt",
         version=__version__,
         description="Submit and watch hyper-parameter searches. Agents use the gRPC AgentService.",
     )
     app.state.service = service
+    app.state.agent_server = agent_server
 
     @app.exception_handler(e.ServiceError)
     async def service_error(request: Request, exc: e.ServiceError) -> JSONResponse:

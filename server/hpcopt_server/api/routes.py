@@ -101,9 +101,15 @@ def whoami(request: Request, service: ServiceDep) -> WhoAmI:
     (none when it is missing, unknown or revoked). The dashboard asks this first, so it
     can prompt for a token and say what the token may do."""
     auth, token = service.tokens.describe(bearer(request))
+    agents = request.app.state.agent_server
     if not auth:
-        return WhoAmI(auth=False, token=None, scopes=list(SCOPES))
-    return WhoAmI(auth=True, token=token.name if token else None, scopes=sorted(token.scopes) if token else [])
+        return WhoAmI(auth=False, token=None, scopes=list(SCOPES), agent_server=agents)
+    return WhoAmI(
+        auth=True,
+        token=token.name if token else None,
+        scopes=sorted(token.scopes) if token else [],
+        agent_server=agents,
+    )
 
 
 @router.post(
@@ -317,8 +323,10 @@ def learning_curves(
     _: CanRead,
     trial_id: Annotated[list[int] | None, Query(description="these trials (default: the best `limit`)")] = None,
     limit: Annotated[int, Query(ge=1, le=50)] = 5,
+    number: Annotated[list[int] | None, Query(description="these trials, by campaign-local number")] = None,
 ) -> list[TrialCurves]:
-    return [TrialCurves.model_validate(c) for c in service.insights.curves(campaign_id, trial_id or [], limit)]
+    curves = service.insights.curves(campaign_id, trial_id or [], limit, number or [])
+    return [TrialCurves.model_validate(c) for c in curves]
 
 
 @router.get(

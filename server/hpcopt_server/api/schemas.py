@@ -78,6 +78,8 @@ class CampaignOut(BaseModel):
     spec: dict[str, Any] | None
     #: Agents of this campaign heard from within the lease period.
     live_agents: int = 0
+    #: The best trial's campaign-local number (``best_trial_id`` is its global id).
+    best_trial_number: int | None = None
 
 
 class TrialPage(BaseModel):
@@ -213,6 +215,8 @@ class WhoAmI(BaseModel):
     auth: bool
     token: str | None
     scopes: list[str]
+    #: The gRPC address agents use (HOST:PORT; empty when the server does not know it).
+    agent_server: str = ""
 
 
 class FieldError(BaseModel):
@@ -248,6 +252,7 @@ def campaign_out(s: d.CampaignSummary, *, with_spec: bool = True) -> CampaignOut
         finished_at=c.finished_at,
         spec=c.spec if with_spec else None,
         live_agents=s.live_agents,
+        best_trial_number=s.best_trial_number,
     )
 
 

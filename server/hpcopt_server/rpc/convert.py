@@ -48,6 +48,7 @@ def campaign(s: d.CampaignSummary, *, with_spec: bool = True) -> common_pb2.Camp
         trial_counts=s.trial_counts,
         best_value=s.best_value,
         best_trial_id=s.best_trial_id,
+        best_trial_number=s.best_trial_number,
         spec_json=json.dumps(c.spec) if with_spec else "",
         created_at=ts(c.created_at),
         finished_at=ts(c.finished_at),

@@ -59,6 +59,9 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
 
     @handles_errors
     def GetTrial(self, request: campaign_pb2.GetTrialRequest, context: Ctx) -> common_pb2.Trial:
+        if request.HasField("number"):
+            detail = self.svc.insights.trial(campaign_id=request.campaign_id, number=request.number)
+            return convert.trial(detail.trial)
         return convert.trial(self.svc.campaigns.trial(request.trial_id))
 
     @handles_errors

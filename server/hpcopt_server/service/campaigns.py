@@ -153,6 +153,7 @@ class CampaignService:
                 best_value=best[c.id].value if c.id in best else None,
                 best_trial_id=best[c.id].id if c.id in best else None,
                 live_agents=live.get(c.id, 0),
+                best_trial_number=best[c.id].number if c.id in best else None,
             )
             for c in campaigns
         ]

@@ -155,17 +155,24 @@ class InsightService:
             raise NotFound(f"campaign {campaign_id} does not exist")
         return finished
 
-    def curves(self, campaign_id: int, trial_ids: list[int], limit: int = 5) -> list[dict[str, Any]]:
-        """Learning curves (per fold) of the given trials, or of the ``limit`` best."""
-        if len(trial_ids) > MAX_CURVE_TRIALS or not 1 <= limit <= MAX_CURVE_TRIALS:
+    def curves(
+        self, campaign_id: int, trial_ids: list[int], limit: int = 5, numbers: Sequence[int] = ()
+    ) -> list[dict[str, Any]]:
+        """Learning curves (per fold) of the given trials (by id, or by campaign-local
+        number), or of the ``limit`` best."""
+        if len(trial_ids) + len(numbers) > MAX_CURVE_TRIALS or not 1 <= limit <= MAX_CURVE_TRIALS:
             raise InvalidArgument(
                 f"at most {MAX_CURVE_TRIALS} trials at once", [("trial_id", f"at most {MAX_CURVE_TRIALS}")]
             )
         for t in trial_ids:
             require_id("trial_id", t)
+        for n in numbers:
+            require_range("number", n, 0)
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            if not trial_ids:
+            by_number = (tx.trial_id_by_number(campaign_id, n) for n in numbers)
+            trial_ids = [*trial_ids, *(t for t in by_number if t is not None and t not in trial_ids)]
+            if not trial_ids and not numbers:
                 trial_ids = tx.best_trial_ids(campaign_id, campaign.direction, limit)
             found = (tx.get_trial(t, folds=False) for t in trial_ids)
             trials = {t.id: t for t in found if t is not None and t.campaign_id == campaign_id}

@@ -1,0 +1,400 @@
+// The campaign page. Every 2 s it asks each of its data sources whether anything changed
+// (ETag → 304) and redraws only the parts whose data did; a sort, filter, page change or
+// brush touches only the table (and the brushed highlight). The page's state — sort,
+// filter, page, chosen trials, brush, plot options — lives in the URL.
+"use strict";
+
+const app = document.getElementById("app");
+
+import { session, poll, api, live, download, can, el, badge, fmt, fmtParam, seconds, when, ago, refreshAgo, agentLabel, sortableHeader, patchRows, nextFrame, STATES } from "./core.js";
+import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices, renderContour, renderEdf, renderImportance, renderTimeline, brushedIds, brushToRange } from "./plots.js";
+
+// ------------------------------------------------------------ URL state ---
+
+function readState(query) {
+  const q = new URLSearchParams(query);
+  const list = (k) => (q.get(k) ? q.get(k).split(",").filter(Boolean) : []);
+  const brush = {};
+  for (const part of (q.get("brush") || "").split("|").filter(Boolean)) {
+    const [label, lo, hi] = part.split("~");
+    if (label && Number.isFinite(Number(lo)) && Number.isFinite(Number(hi))) brush[label] = [Number(lo), Number(hi)];
+  }
+  const view = list("view");
+  return {
+    sort: q.get("sort") || "value",
+    desc: q.has("order") ? q.get("order") === "desc" : null, // null: best first
+    states: list("state").filter((s) => STATES.includes(s)),
+    offset: Math.max(0, Number(q.get("offset")) || 0),
+    limit: [25, 50, 100].includes(Number(q.get("rows"))) ? Number(q.get("rows")) : 25,
+    curves: list("curves").map(Number).filter((n) => Number.isInteger(n) && n >= 0),
+    brush,
+    view: { logY: view.includes("log"), byTime: view.includes("time"), clip: view.includes("clip") },
+    contour: list("contour"),
+  };
+}
+
+function writeState(id, st) {
+  const q = new URLSearchParams();
+  if (st.sort !== "value") q.set("sort", st.sort);
+  if (st.desc !== null) q.set("order", st.desc ? "desc" : "asc");
+  if (st.states.length) q.set("state", st.states.join(","));
+  if (st.offset) q.set("offset", st.offset);
+  if (st.limit !== 25) q.set("rows", st.limit);
+  if (st.curves.length) q.set("curves", st.curves.join(","));
+  const brush = Object.entries(st.brush).map(([k, [lo, hi]]) => `${k}~${+lo.toPrecision(6)}~${+hi.toPrecision(6)}`).join("|");
+  if (brush) q.set("brush", brush);
+  const view = [st.view.logY && "log", st.view.byTime && "time", st.view.clip && "clip"].filter(Boolean);
+  if (view.length) q.set("view", view.join(","));
+  if (st.contour.length === 2) q.set("contour", st.contour.join(","));
+  const text = q.toString();
+  const hash = `#/campaign/${id}${text ? `?${text}` : ""}`;
+  if (location.hash !== hash) history.replaceState(null, "", hash);
+}
+
+// -------------------------------------------------------------- layout ---
+
+const card = (id, title, ...body) => el("div", { class: "card", id }, title ? el("h2", { text: title }) : null, ...body);
+const plotBox = (id) => el("div", { id, class: "plot" });
+
+function layout(id) {
+  app.replaceChildren(
+    el("div", { class: "row" }, el("h1", { id: "campaign-title", text: `Campaign ${id}` }), el("span", { class: "spacer" }),
+      el("button", { id: "export-json", text: "Export JSON", onclick: () => download(`/campaigns/${id}/export`, `campaign-${id}.json`) }),
+      el("button", { id: "export-csv", text: "Export CSV", onclick: () => download(`/campaigns/${id}/export?format=csv`, `campaign-${id}-trials.csv`) }),
+      el("button", { id: "cancel", class: "danger", text: "Cancel campaign", disabled: true, onclick: () => cancelCampaign(id) })),
+    el("div", { class: "card", id: "summary" }),
+    card("empty-state", "No completed trials yet", el("div", { id: "empty-text" })),
+    card("card-running", "Running now", el("div", { class: "table-wrap" }, el("table", { id: "running" }, el("thead"), el("tbody"))), el("div", { id: "running-note", class: "note" })),
+    el("div", { class: "grid two analysis" },
+      card("card-history", "Optimization history", el("div", { class: "row controls", id: "history-controls" }), plotBox("plot-history"), el("div", { id: "history-note", class: "note" })),
+      card("card-curves", "Learning curves", el("div", { id: "curve-picker", class: "note" }), plotBox("plot-curves"))),
+    el("div", { class: "card analysis", id: "card-front", hidden: true }, el("h2", { text: "Pareto front" }), plotBox("plot-front"), el("div", { id: "front-note", class: "note" })),
+    el("div", { class: "grid two analysis" },
+      card("card-importance", "Parameter importance", plotBox("plot-importance"), el("div", { id: "importance-note", class: "note" })),
+      card("card-edf", "Empirical distribution of the value", plotBox("plot-edf"), el("div", { class: "note", text: "The fraction of completed trials at or below each value: a steep rise early means many trials are near the best." }))),
+    el("div", { class: "card analysis", id: "card-parcoords" }, el("div", { class: "row" }, el("h2", { text: "Parallel coordinates" }), el("span", { class: "spacer" }), el("span", { id: "brush-note", class: "note" })),
+      el("div", { id: "plot-parcoords", class: "plot tall" })),
+    el("div", { class: "card analysis", id: "card-contour" }, el("div", { class: "row" }, el("h2", { text: "Contour" }), el("span", { class: "spacer" }), el("span", { id: "contour-pick" })), plotBox("plot-contour"),
+      el("div", { class: "note", text: "Best value per cell of a 20 × 20 grid over the two parameters, interpolated across empty cells; dots are trials." })),
+    el("div", { class: "card analysis", id: "card-slices" }, el("h2", { text: "Slices: the value against each parameter" }), el("div", { id: "slices", class: "slices" })),
+    el("div", { class: "card" }, el("div", { class: "row" }, el("h2", { text: "Trials" }), el("span", { class: "spacer" }), el("span", { id: "state-filter" })),
+      el("div", { id: "range-filter", class: "note" }),
+      el("div", { class: "table-wrap" }, el("table", { id: "trials" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "pager" })),
+    el("div", { class: "card", id: "card-timeline" }, el("h2", { text: "Timeline" }), el("div", { id: "plot-timeline", class: "plot" }), el("div", { id: "timeline-note", class: "note" })),
+    el("div", { class: "card" }, el("h2", { text: "Agents" }), el("div", { class: "table-wrap" }, el("table", { id: "agents" }, el("thead"), el("tbody"))), el("div", { id: "agents-note", class: "note" })),
+  );
+}
+
+// ---------------------------------------------------------------- page ---
+
+export function campaignPage(id, query) {
+  const st = readState(query);
+  const data = { c: null, plot: null, running: [], numbers: new Map() };
+  const openTrial = (number) => { location.hash = `#/campaign/${id}/trial/${number}`; };
+  layout(id);
+  const setState = () => writeState(id, st);
+
+  const tableQuery = () => {
+    const desc = st.desc === null ? !!(data.c && data.c.direction === "maximize") && st.sort === "value" : st.desc;
+    const qs = new URLSearchParams({ sort: st.sort, order: desc ? "desc" : "asc", offset: st.offset, limit: st.limit });
+    st.states.forEach((s) => qs.append("state", s));
+    for (const [label, r] of Object.entries(st.brush)) {
+      const name = data.plot && label === data.plot.metric && !(label in data.plot.space) ? "value" : label;
+      const [lo, hi] = brushToRange(data.plot ? data.plot.space[label] : null, r);
+      qs.append("range", `${name}:${lo}:${hi}`);
+    }
+    return qs.toString();
+  };
+  const curvesPath = () => (st.curves.length ? `/campaigns/${id}/curves?${st.curves.map((n) => `number=${n}`).join("&")}` : `/campaigns/${id}/curves?limit=5`);
+
+  // Only the table: after a sort, filter, page change or brush.
+  const refreshTable = async () => {
+    const gen = session.generation;
+    const qs = tableQuery();
+    const page = await poll(`/campaigns/${id}/trials?${qs}`);
+    if (gen !== session.generation || qs !== tableQuery() || !data.c) return;
+    renderTrials(id, data.c, page.body, st, { onChange: () => { setState(); refreshTable(); }, onCurves: refreshCurves });
+    performance.mark("hpcopt:table");
+  };
+  const refreshCurves = async () => {
+    setState();
+    const curves = await poll(curvesPath());
+    if (data.plot) document.getElementById("curve-picker").replaceChildren(...curvePicker(renderCurves(curves.body, data.plot, st.curves, openTrial), st, refreshCurves));
+  };
+  const redrawHistory = () => { if (data.plot && data.plot.completed) renderHistory(data.plot, st.view, brushedIds(data.plot, st.brush), openTrial); };
+  const onBrush = (brush) => {
+    st.brush = brush;
+    st.offset = 0;
+    setState();
+    brushNote(st, () => { st.brush = {}; setState(); if (data.plot) renderParcoords(data.plot, st.brush, onBrush); refreshTable(); redrawHistory(); });
+    refreshTable();
+    redrawHistory();
+  };
+  historyControls(st, () => { setState(); redrawHistory(); });
+  renderStateFilter(st, () => { st.offset = 0; setState(); refreshTable(); });
+
+  live(async (gen) => {
+    const c = await poll(`/campaigns/${id}`);
+    if (gen !== session.generation) return;
+    data.c = c.body;
+    if (c.changed) renderSummary(c.body);
+    const [plot, page, agents, running, curves] = await Promise.all([
+      poll(`/campaigns/${id}/plot?max_points=1000`), poll(`/campaigns/${id}/trials?${tableQuery()}`),
+      poll(`/campaigns/${id}/agents`), poll(`/campaigns/${id}/running`), poll(curvesPath()),
+    ]);
+    if (gen !== session.generation) return;
+    data.plot = plot.body;
+    const empty = !plot.body.completed;
+    if (c.changed || plot.changed) emptyState(id, c.body, empty);
+    if (running.changed || agents.changed) {
+      data.running = running.body;
+      for (const r of running.body) data.numbers.set(r.trial_id, r.number);
+      renderRunning(id, running.body, c.body);
+      renderAgents(id, agents.body, data.numbers);
+    }
+    if (page.changed) renderTrials(id, c.body, page.body, st, { onChange: () => { setState(); refreshTable(); }, onCurves: refreshCurves });
+    refreshAgo();
+    performance.mark("hpcopt:tables"); // benchmarks/dashboard_open.py reads these marks
+    // Then the plots whose data changed, one per frame, so the page answers while they draw.
+    const steps = [];
+    if (plot.changed && !empty) {
+      steps.push(["history", redrawHistory], ["front", () => renderFront(plot.body, openTrial)]);
+    }
+    if ((curves.changed || plot.changed) && !empty) steps.push(["curves", () => document.getElementById("curve-picker").replaceChildren(...curvePicker(renderCurves(curves.body, plot.body, st.curves, openTrial), st, refreshCurves))]);
+    if (plot.changed && !empty) {
+      steps.push(["importance", async () => { const imp = await poll(`/campaigns/${id}/importance`); if (imp.changed) renderImportance(imp.body); }]);
+      steps.push(["edf", () => renderEdf(plot.body)], ["slices", () => renderSlices(plot.body, openTrial)]);
+      steps.push(["contour", () => { contourPicker(plot.body, st, () => { setState(); renderContour(plot.body, st.contour[0], st.contour[1], openTrial); }); renderContour(plot.body, st.contour[0], st.contour[1], openTrial); }]);
+      steps.push(["parcoords", () => { renderParcoords(plot.body, st.brush, onBrush); brushNote(st, null); }]);
+    }
+    if (c.changed || running.changed) steps.push(["timeline", async () => { const tl = await poll(`/campaigns/${id}/timeline?limit=2000`); if (tl.changed) renderTimeline(tl.body, openTrial); }]);
+    for (const [name, step] of steps) {
+      await nextFrame();
+      if (gen !== session.generation) return;
+      await step();
+      performance.mark(`hpcopt:${name}`);
+    }
+  }, () => notFound(`Campaign ${id} does not exist.`, "It may have been deleted, or the link has a wrong id."));
+}
+
+export function notFound(title, detail) {
+  app.replaceChildren(el("div", { class: "card notfound", id: "not-found" }, el("h1", { text: title }), el("p", { class: "muted", text: detail }), el("a", { href: "#/", text: "← all campaigns" })));
+}
+
+function emptyState(id, c, empty) {
+  document.getElementById("empty-state").hidden = !empty;
+  for (const node of document.querySelectorAll(".analysis")) node.hidden = empty || (node.id === "card-front" && node.hidden);
+  if (!empty) return;
+  const server = (session.who && session.who.agent_server) || "HOST:PORT";
+  const token = session.who && session.who.auth ? " --token $HPCOPT_TOKEN" : "";
+  const command = `mpiexec -n 4 python -m mpi4py -m hpcopt_agent --server ${server} --campaign ${id} --groups 2${token}`;
+  const running = (c.trial_counts.RUNNING || 0) > 0;
+  document.getElementById("empty-text").replaceChildren(
+    el("p", { text: running ? "Trials are running; the plots appear when the first one completes." : c.state !== "RUNNING" ? `The campaign is ${c.state} with no completed trial.` : "Nothing has run yet. Start an agent where the training should happen (a login node for a test, or inside an sbatch script):" }),
+    el("pre", { class: "command", id: "agent-command", text: command }),
+    el("p", { class: "note", text: `Each agent registers with this server, takes trials of campaign ${id} and reports every fold. -n is the MPI ranks, --groups the trials trained at once. See the README's "Slurm" section for sbatch.` }));
+}
+
+function historyControls(st, onChange) {
+  const box = (key, label, title) => el("label", { class: "check", title }, el("input", { type: "checkbox", id: `history-${key}`, checked: st.view[key], onchange: (e) => { st.view[key] = e.target.checked; onChange(); } }), ` ${label}`);
+  document.getElementById("history-controls").replaceChildren(box("logY", "log y", "a logarithmic y axis (positive values only)"), box("byTime", "x: finish time", "trials by when they finished instead of by number"), box("clip", "clip outliers", "stop the y axis at the 95th percentile"));
+}
+
+function curvePicker(text, st, refreshCurves) {
+  return [`Showing ${text}. `, st.curves.length ? el("a", { href: "#", text: "show the best instead", onclick: (e) => { e.preventDefault(); st.curves = []; refreshCurves(); document.querySelectorAll("#trials input.pick").forEach((x) => { x.checked = false; }); } }) : ""];
+}
+
+function brushNote(st, clear) {
+  const note = document.getElementById("brush-note");
+  const labels = Object.keys(st.brush);
+  const text = labels.length ? `brushed: ${labels.join(", ")} — the table and the history show those trials ` : "drag along an axis to filter the table and highlight trials in the history";
+  const link = labels.length && clear ? el("a", { href: "#", id: "clear-brush", text: "clear", onclick: (e) => { e.preventDefault(); clear(); } }) : null;
+  if (clear || !labels.length) note.replaceChildren(text, link || "");
+}
+
+function contourPicker(plot, st, onChange) {
+  const names = Object.keys(plot.space).filter((n) => !plot.space[n].when);
+  if (names.length < 2) { document.getElementById("card-contour").hidden = true; return; }
+  if (st.contour.length !== 2 || !st.contour.every((n) => names.includes(n)) || st.contour[0] === st.contour[1]) st.contour = names.slice(0, 2);
+  const pick = (i) => el("select", { id: `contour-${i ? "y" : "x"}`, onchange: (e) => { st.contour[i] = e.target.value; onChange(); } }, ...names.map((n) => el("option", { value: n, text: n, selected: st.contour[i] === n })));
+  document.getElementById("contour-pick").replaceChildren("x ", pick(0), " y ", pick(1));
+}
+
+// ------------------------------------------------------------- summary ---
+
+function renderSummary(c) {
+  document.getElementById("campaign-title").textContent = c.name;
+  document.title = `${c.name} · hpcopt`;
+  const spec = c.spec;
+  const cancel = document.getElementById("cancel");
+  cancel.disabled = c.state !== "RUNNING" || !can("submit");
+  cancel.title = !can("submit") ? "this token has no submit scope" : c.state !== "RUNNING" ? `the campaign is ${c.state}` : "";
+  const training = spec.training || {};
+  const space = Object.entries(spec.space).map(([k, p]) => (p.type === "categorical" ? `${k} ∈ {${p.choices.join(", ")}}` : `${k} ∈ [${fmtParam(p, p.low)}, ${fmtParam(p, p.high)}]${p.scale === "log" ? " log" : ""}${p.type === "int" ? " int" : ""}`));
+  const best = c.best_trial_number !== null ? el("a", { href: `#/campaign/${c.id}/trial/${c.best_trial_number}`, id: "best-link", text: `${fmt(c.best_value)} (trial #${c.best_trial_number})` }) : "–";
+  document.getElementById("summary").replaceChildren(el("div", { class: "grid two" },
+    el("dl", { class: "spec" },
+      el("dt", { text: "ID" }), el("dd", { text: c.id }), el("dt", { text: "State" }), el("dd", {}, badge(c.state)),
+      el("dt", { text: spec.objectives ? "Objectives" : "Objective" }), el("dd", { id: "campaign-objectives", text: (spec.objectives || [spec.objective]).map((o) => `${o.direction} ${o.metric}`).join(", ") }),
+      el("dt", { text: "Algorithm" }), el("dd", { text: `${c.algorithm}${spec.algorithm && spec.algorithm.seed !== null && spec.algorithm.seed !== undefined ? ` (seed ${spec.algorithm.seed})` : ""}` }),
+      ...prunerAndWarmStart(spec),
+      el("dt", { text: "Progress" }), el("dd", {}, progress(c)),
+      el("dt", { text: "Best" }), el("dd", {}, best),
+      el("dt", { text: "Trials" }), el("dd", {}, chips(c.trial_counts)), el("dt", { text: "Live agents" }), el("dd", { text: c.live_agents })),
+    el("dl", { class: "spec" },
+      el("dt", { text: "Space" }), el("dd", { class: "mono" }, ...space.flatMap((s, i) => [i ? el("br") : null, s])),
+      el("dt", { text: "Budget" }), el("dd", { text: `${spec.budget.max_trials} trials, ${spec.budget.max_parallel} at once` }),
+      el("dt", { text: "Folds" }), el("dd", { text: spec.folds }),
+      el("dt", { text: "Training" }), el("dd", { class: "mono", text: `${training.task} · ${training.scheme} · ${training.epochs} epochs · ${training.ranks_per_fold} rank(s)/fold` }),
+      el("dt", { text: "Created" }), el("dd", { text: when(c.created_at) }))));
+}
+
+export const done = (c) => Object.entries(c.trial_counts).filter(([s]) => s !== "QUEUED" && s !== "RUNNING").reduce((a, [, n]) => a + n, 0);
+
+export function progress(c) {
+  const n = done(c);
+  const pct = c.max_trials ? Math.min(100, (100 * n) / c.max_trials) : 0;
+  return el("span", { class: "nowrap" }, el("span", { class: "progress" }, el("span", { style: `width:${pct}%` })), el("span", { class: "progress-label", text: `${n} / ${c.max_trials}` }));
+}
+
+export function chips(counts) {
+  return el("span", { class: "chips" }, STATES.filter((s) => counts[s]).map((s) => el("span", { class: `badge ${s}`, title: s, text: `${s.toLowerCase()} ${counts[s]}` })));
+}
+
+// The pruner, and the earlier campaigns whose trials seeded the optimizer.
+function prunerAndWarmStart(spec) {
+  const out = [];
+  const p = spec.pruner || { name: "none" };
+  if (p.name !== "none") {
+    const within = p.options && p.options.within;
+    const inner = within ? ` within folds: ${typeof within === "string" ? within : within.name}` : "";
+    out.push(el("dt", { text: "Pruner" }), el("dd", { id: "campaign-pruner", text: `${p.name}${inner}` }));
+  }
+  const warm = (spec.warm_start && spec.warm_start.campaigns) || [];
+  if (warm.length) {
+    out.push(el("dt", { text: "Warm start" }), el("dd", { id: "campaign-warm-start" }, "completed trials of ",
+      ...warm.flatMap((wid, i) => [i ? ", " : "", el("a", { href: `#/campaign/${wid}`, text: `campaign ${wid}` })]),
+      " seed the optimizer (not counted here)"));
+  }
+  return out;
+}
+
+async function cancelCampaign(id) {
+  if (!confirm(`Cancel campaign ${id}? Its queued and running trials are cancelled; agents stop at their next heartbeat.`)) return;
+  try {
+    await api(`/campaigns/${id}/cancel`, { method: "POST" });
+    session.refresh();
+  } catch (e) {
+    alert(`cancel failed: ${e.message}`);
+  }
+}
+
+// ------------------------------------------------------------- running ---
+
+function renderRunning(id, rows, c) {
+  document.getElementById("card-running").hidden = !rows.length;
+  const table = document.getElementById("running");
+  if (!table.tHead.rows.length) table.tHead.append(el("tr", {}, ...["#", "Agent", "Attempt", "Folds done", "Current fold", "Latest value", "Running for"].map((h) => el("th", { text: h }))));
+  patchRows(table.tBodies[0], rows, (r) => r.trial_id, (r) => JSON.stringify([r.attempt, r.folds_finished, r.steps, r.latest, r.agent_host]), (r) => {
+    const fold = r.latest ? r.latest.fold : r.folds_finished;
+    const epochs = r.steps[String(fold)] || 0;
+    const pct = r.epochs ? Math.min(100, (100 * epochs) / r.epochs) : 0;
+    return el("tr", { "data-trial": r.trial_id },
+      el("td", {}, el("a", { href: `#/campaign/${id}/trial/${r.number}`, text: `#${r.number}` })),
+      el("td", { text: agentLabel(r.agent_host, r.agent_job) }), el("td", { class: "num", text: r.attempt }),
+      el("td", { class: "nowrap", text: `${r.folds_finished} / ${r.folds}` }),
+      el("td", { class: "nowrap" }, `fold ${fold}: epoch ${epochs}${r.epochs ? ` / ${r.epochs}` : ""} `, r.epochs ? el("span", { class: "progress small" }, el("span", { style: `width:${pct}%` })) : ""),
+      el("td", { class: "num nowrap", text: r.latest ? `${fmt(r.latest.value)} (fold ${r.latest.fold}, epoch ${r.latest.step})` : "–" }),
+      el("td", { class: "nowrap running-for", "data-started": r.started_at || "", text: seconds(r.ran_seconds) }));
+  });
+  document.getElementById("running-note").textContent = rows.length ? `${rows.length} of at most ${c.spec.budget.max_parallel} at once. Latest value: the most recent learning-curve point (${c.metric}).` : "";
+}
+
+// -------------------------------------------------------------- trials ---
+
+function renderStateFilter(st, onChange) {
+  document.getElementById("state-filter").replaceChildren("State: ", ...STATES.map((s) => el("label", { class: "check" },
+    el("input", { type: "checkbox", value: s, "data-state": s, checked: st.states.includes(s), onchange: (e) => {
+      st.states = e.target.checked ? [...st.states, s] : st.states.filter((x) => x !== s);
+      onChange();
+    } }), ` ${s.toLowerCase()}`)));
+}
+
+function renderTrials(id, c, page, st, { onChange, onCurves }) {
+  const names = Object.keys(c.spec.space);
+  const desc = st.desc === null ? c.direction === "maximize" && st.sort === "value" : st.desc;
+  const cur = { key: st.sort, desc };
+  const onSort = (key) => {
+    const best = key === "value" && c.direction === "maximize";
+    st.desc = st.sort === key ? !desc : best;
+    if (key === "value" && st.desc === (c.direction === "maximize")) st.desc = null; // best first: the default
+    st.sort = key;
+    st.offset = 0;
+    onChange();
+  };
+  const table = document.getElementById("trials");
+  const head = JSON.stringify([cur, names]);
+  if (table.tHead.dataset.sig !== head) {
+    table.tHead.dataset.sig = head;
+    table.tHead.replaceChildren(el("tr", {}, el("th", { title: "show the learning curves of these trials", text: "curves" }),
+      sortableHeader("#", "number", cur, onSort), sortableHeader("State", "state", cur, onSort),
+      sortableHeader(c.metric, "value", cur, onSort, "num"), sortableHeader("Attempt", "attempt", cur, onSort, "num"),
+      ...names.map((n) => sortableHeader(n, `param:${n}`, cur, onSort)), sortableHeader("Duration", "duration", cur, onSort, "num"), sortableHeader("Agent", "agent", cur, onSort)));
+  }
+  const tbody = table.tBodies[0];
+  if (!page.trials.length) {
+    tbody.replaceChildren(el("tr", {}, el("td", { colspan: 7 + names.length, class: "muted", text: Object.keys(st.brush).length || st.states.length ? "No trials match the filter." : "No trials yet." })));
+  } else {
+    patchRows(tbody, page.trials, (t) => t.id, (t) => JSON.stringify([t.state, t.value, t.value_std, t.attempt, t.agent_host, t.agent_job, t.state === "RUNNING" ? null : t.ran_seconds, st.curves.includes(t.number)]), (t) => el("tr", { "data-trial": t.id, "data-number": t.number },
+      el("td", {}, el("input", { type: "checkbox", class: "pick", checked: st.curves.includes(t.number), title: "show its learning curves", onchange: (e) => {
+        st.curves = e.target.checked ? [...st.curves.filter((n) => n !== t.number), t.number] : st.curves.filter((n) => n !== t.number);
+        onCurves();
+      } })),
+      el("td", {}, el("a", { href: `#/campaign/${id}/trial/${t.number}`, title: `trial id ${t.id}`, text: `#${t.number}` })), el("td", {}, badge(t.state)),
+      el("td", { class: "num nowrap", text: t.value === null ? "–" : t.value_std !== null && t.value_std !== undefined ? `${fmt(t.value)} ± ${fmt(t.value_std, 2)}` : fmt(t.value) }), el("td", { class: "num", text: t.attempt }),
+      ...names.map((n) => el("td", { class: "mono nowrap", text: t.params[n] === undefined ? "–" : fmtParam(c.spec.space[n], t.params[n]) })),
+      el("td", { class: "num nowrap duration", text: seconds(t.ran_seconds) }), el("td", { class: "nowrap", title: t.agent_id || "", text: agentLabel(t.agent_host, t.agent_job) })));
+    // A running trial's clock: its cell only (the row, and any selection in it, stays).
+    for (const t of page.trials) {
+      const row = tbody.querySelector(`tr[data-key="${t.id}"] td.duration`);
+      const text = seconds(t.ran_seconds);
+      if (row && row.textContent !== text) row.textContent = text;
+    }
+  }
+  const filter = Object.keys(st.brush).length ? `Filtered by the brush on ${Object.keys(st.brush).join(", ")}.` : "";
+  const rf = document.getElementById("range-filter");
+  if (rf.textContent !== filter) rf.textContent = filter;
+  const last = Math.max(0, Math.ceil(page.total / st.limit) - 1);
+  const at = Math.floor(st.offset / st.limit);
+  document.getElementById("pager").replaceChildren(
+    el("button", { id: "prev", text: "‹ Prev", disabled: at === 0, onclick: () => { st.offset = Math.max(0, st.offset - st.limit); onChange(); } }),
+    el("span", { id: "page-info", class: "muted", text: `page ${at + 1} of ${last + 1} · ${page.total} trials` }),
+    el("button", { id: "next", text: "Next ›", disabled: at >= last, onclick: () => { st.offset += st.limit; onChange(); } }),
+    el("span", { class: "spacer" }),
+    el("label", { class: "check" }, "rows ", el("select", { id: "page-size", onchange: (e) => { st.limit = Number(e.target.value); st.offset = 0; onChange(); } },
+      ...[25, 50, 100].map((n) => el("option", { value: n, text: n, selected: n === st.limit })))));
+}
+
+// -------------------------------------------------------------- agents ---
+
+function renderAgents(id, agents, numbers) {
+  const table = document.getElementById("agents");
+  if (!table.tHead.rows.length) table.tHead.append(el("tr", {}, ...["Agent", "Ranks", "GPUs", "Current trial", "Last heartbeat", "State"].map((h) => el("th", { text: h }))));
+  const rows = agents.length ? agents : null;
+  if (!rows) {
+    table.tBodies[0].replaceChildren(el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No agent has registered for this campaign." })));
+  } else {
+    patchRows(table.tBodies[0], rows, (a) => a.id, (a) => JSON.stringify([a.current_trial_id, a.stale, a.gone, a.last_seen_at, numbers.get(a.current_trial_id)]), (a) => {
+      const n = numbers.get(a.current_trial_id);
+      const state = a.gone ? badge("gone", "gone") : a.stale ? badge("stale", "stale") : a.current_trial_id ? badge("RUNNING") : badge("idle", "idle");
+      const prefix = a.exited_at ? "exited " : "";
+      return el("tr", { "data-agent": a.id },
+        el("td", { title: `agent ${a.id}`, text: agentLabel(a.host, a.slurm_job_id) }), el("td", { class: "num", text: a.ranks }), el("td", { class: "num", text: a.gpus }),
+        el("td", {}, a.current_trial_id ? el("a", { href: n !== undefined ? `#/campaign/${id}/trial/${n}` : `#/trial/${a.current_trial_id}`, text: n !== undefined ? `#${n}` : `id ${a.current_trial_id}` }) : "–"),
+        el("td", { class: "nowrap", title: when(a.exited_at || a.last_seen_at), "data-ago": a.exited_at || a.last_seen_at, "data-prefix": prefix, text: `${prefix}${ago(a.exited_at || a.last_seen_at)}` }),
+        el("td", { class: "agent-state" }, state));
+    });
+  }
+  const gone = agents.filter((a) => a.gone).length;
+  document.getElementById("agents-note").textContent = agents.length ? `${agents.length - gone} live, ${gone} gone. Gone: exited, or silent for two heartbeat periods with no trial. Stale: silent while holding a trial (its lease may expire).` : "";
+}

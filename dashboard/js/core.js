@@ -1,0 +1,233 @@
+// What every page shares: the session, the REST calls (conditional: an unchanged answer
+// is a 304 and nothing is redrawn), the connection status, polling that pauses in hidden
+// tabs and stops on "not found", DOM and number-formatting helpers.
+"use strict";
+
+export const POLL_MS = 2000;
+export const STATES = ["QUEUED", "RUNNING", "COMPLETED", "PRUNED", "FAILED", "CANCELLED", "PREEMPTED"];
+
+export const session = {
+  token: localStorage.getItem("hpcopt.token") || "",
+  tokenTyped: false, // the token was just typed in the dialog (not read from storage)
+  who: null, // {auth, token, scopes, agent_server}
+  generation: 0, // bumps on every navigation: stale refreshes drop their results
+  stop: () => {}, // stops the current view's polling
+  refresh: () => {}, // asks the current view for a refresh now
+  listSort: { key: "id", desc: true },
+};
+
+// ---------------------------------------------------------------- API ---
+
+export class HttpError extends Error {
+  constructor(status, body) {
+    super(body && body.detail ? body.detail : `HTTP ${status}`);
+    this.status = status;
+    this.body = body || {};
+  }
+}
+
+/** The server did not answer (down, restarting, a proxy in between): retry. */
+export class Disconnected extends Error {}
+
+const etags = new Map(); // path -> {etag, body}
+
+/** A new view starts from fresh answers (its first poll of a path is never a 304). */
+export function forgetAnswers() {
+  etags.clear();
+}
+
+async function request(path, options = {}, conditional = false) {
+  const headers = Object.assign({}, options.headers || {});
+  if (session.token) headers.Authorization = `Bearer ${session.token}`;
+  const cached = conditional ? etags.get(path) : null;
+  if (cached) headers["If-None-Match"] = cached.etag;
+  let res;
+  try {
+    res = await fetch(`api/v1${path}`, Object.assign({ cache: "no-store" }, options, { headers }));
+  } catch (e) {
+    throw new Disconnected(`the server does not answer (${e.message})`);
+  }
+  if (res.status === 304 && cached) { connection(true); return { body: cached.body, changed: false }; }
+  if (res.status >= 502 && res.status <= 504) throw new Disconnected(`the server answered HTTP ${res.status}`);
+  connection(true);
+  const text = await res.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch (_) { body = text; }
+  if (res.status === 401) { askToken(body && body.detail); throw new HttpError(401, body); }
+  if (!res.ok) throw new HttpError(res.status, body);
+  const etag = res.headers.get("ETag");
+  if (conditional && etag) etags.set(path, { etag, body });
+  return { body, changed: true };
+}
+
+/** The parsed body of a call (POSTs, one-off reads). */
+export async function api(path, options = {}) {
+  return (await request(path, options)).body;
+}
+
+/** {body, changed}: `changed` is false when the server said 304 (same body as last time). */
+export function poll(path) {
+  return request(path, {}, true);
+}
+
+export async function download(path, filename) {
+  const headers = session.token ? { Authorization: `Bearer ${session.token}` } : {};
+  const res = await fetch(`api/v1${path}`, { headers });
+  if (!res.ok) { alert(`download failed: HTTP ${res.status}`); return; }
+  const url = URL.createObjectURL(await res.blob());
+  const a = Object.assign(document.createElement("a"), { href: url, download: filename });
+  document.body.appendChild(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 5000);
+}
+
+export const can = (scope) => !session.who || !session.who.auth || session.who.scopes.includes(scope) || session.who.scopes.includes("admin");
+
+// ------------------------------------------------------------- token ---
+
+export function askToken(reason) {
+  const dialog = document.getElementById("token-dialog");
+  const err = document.getElementById("token-error");
+  if (session.token && reason) {
+    err.textContent = session.tokenTyped ? "The token you entered is unknown or revoked." : `The stored token does not work: ${reason}`;
+    err.hidden = false;
+  }
+  if (!dialog.open) dialog.showModal();
+}
+
+// -------------------------------------------------------- connection ---
+
+let connected = true;
+let paused = false;
+let lastUpdate = null;
+
+/** The status line in the top bar: updated at, paused (hidden tab), or disconnected. */
+export function connection(ok, why = "") {
+  connected = ok;
+  if (ok) lastUpdate = new Date();
+  const node = document.getElementById("conn");
+  if (!node) return;
+  const text = !ok ? `disconnected — retrying (${why})` : paused ? "paused while the tab is hidden" : lastUpdate ? `updated ${lastUpdate.toLocaleTimeString()}` : "";
+  if (node.textContent !== text) node.textContent = text;
+  const cls = !ok ? "conn bad" : paused ? "conn paused" : "conn";
+  if (node.className !== cls) node.className = cls;
+}
+
+/** Runs `refresh(gen)` now and every POLL_MS while this view is shown and the tab is
+ * visible. `session.refresh()` asks for one at once, queued behind a running one. A 404
+ * calls `onMissing` and stops; a lost server shows "disconnected" and keeps trying. */
+export function live(refresh, onMissing) {
+  const gen = session.generation;
+  let busy = false, again = false, timer = null, stopped = false;
+  const tick = async () => {
+    if (gen !== session.generation || stopped) return;
+    if (busy) { again = true; return; }
+    busy = true;
+    try {
+      await refresh(gen);
+      if (gen === session.generation) connection(true);
+    } catch (e) {
+      if (e instanceof Disconnected) connection(false, e.message);
+      else if (e instanceof HttpError && e.status === 404 && onMissing) { stop(); onMissing(e); }
+      else if (!(e instanceof HttpError && e.status === 401)) console.warn("refresh failed:", e.message);
+    } finally { busy = false; }
+    if (again) { again = false; tick(); }
+  };
+  const startTimer = () => { if (!timer && !stopped) timer = setInterval(tick, POLL_MS); };
+  const stop = () => { stopped = true; clearInterval(timer); timer = null; };
+  const visibility = () => {
+    if (gen !== session.generation) { document.removeEventListener("visibilitychange", visibility); return; }
+    paused = document.hidden;
+    if (document.hidden) { clearInterval(timer); timer = null; } else { tick(); startTimer(); }
+    connection(connected);
+  };
+  document.addEventListener("visibilitychange", visibility);
+  session.refresh = tick;
+  session.stop = () => { stop(); document.removeEventListener("visibilitychange", visibility); };
+  paused = document.hidden;
+  tick();
+  if (!document.hidden) startTimer();
+}
+
+// ------------------------------------------------------------ helpers ---
+
+export function el(tag, props = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(props)) {
+    if (k === "text") node.textContent = v;
+    else if (k === "class") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) if (c !== null && c !== undefined && c !== false) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+
+export const badge = (state, extra = "") => el("span", { class: `badge ${state} ${extra}`, text: state });
+
+/** A number for people: 4 significant digits; exponent form when tiny or huge (1e-6,
+ * not 0.000001); integers as they are. */
+export function fmt(v, digits = 4) {
+  if (v === null || v === undefined) return "–";
+  if (typeof v !== "number") return String(v);
+  if (!Number.isFinite(v)) return String(v);
+  if (Number.isInteger(v) && Math.abs(v) < 1e9) return String(v);
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(Math.max(0, digits - 1)).replace(/\.?0+e/, "e").replace("e+", "e");
+  return String(Number(v.toPrecision(digits)));
+}
+
+/** A parameter's value, formatted for its scale (a log parameter in exponent form). */
+export function fmtParam(spec, v) {
+  if (typeof v === "number" && spec && spec.scale === "log" && spec.type === "real") {
+    return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
+  }
+  return fmt(v);
+}
+
+export function seconds(s) {
+  if (s === null || s === undefined) return "–";
+  return s < 120 ? `${s.toFixed(1)} s` : s < 7200 ? `${(s / 60).toFixed(1)} min` : `${(s / 3600).toFixed(1)} h`;
+}
+
+export const when = (iso) => (iso ? new Date(iso).toLocaleString() : "–");
+export const ago = (iso) => { const s = (Date.now() - new Date(iso)) / 1000; return s < 90 ? `${Math.max(0, Math.round(s))} s ago` : s < 5400 ? `${Math.round(s / 60)} min ago` : `${(s / 3600).toFixed(1)} h ago`; };
+/** Brings every "… ago" text (elements with data-ago) up to now; text only where it changed. */
+export function refreshAgo() {
+  for (const node of document.querySelectorAll("[data-ago]")) {
+    const text = `${node.dataset.prefix || ""}${ago(node.dataset.ago)}`;
+    if (node.textContent !== text) node.textContent = text;
+  }
+}
+export const agentLabel = (host, job) => (host ? `${host}${job ? ` · job ${job}` : ""}` : "–");
+
+export function sortableHeader(label, key, current, onSort, cls = "") {
+  const th = el("th", { class: `sortable ${cls} ${current.key === key ? "sorted" : ""} ${current.key === key && current.desc ? "desc" : ""}`, text: label, "data-sort": key, title: `sort by ${label}` });
+  th.addEventListener("click", () => onSort(key));
+  return th;
+}
+
+/** Rows of a tbody from items, touching only rows whose content changed (a row keeps
+ * its node, and the reader's text selection in it, while its data stays the same). */
+export function patchRows(tbody, items, key, signature, render) {
+  const old = new Map([...tbody.rows].filter((r) => r.dataset.key).map((r) => [r.dataset.key, r]));
+  const rows = items.map((it) => {
+    const k = String(key(it)), sig = signature(it);
+    const prev = old.get(k);
+    if (prev && prev.dataset.sig === sig) return prev;
+    const row = render(it);
+    row.dataset.key = k;
+    row.dataset.sig = sig;
+    return row;
+  });
+  const same = rows.length === tbody.rows.length && rows.every((r, i) => tbody.rows[i] === r);
+  if (same) return;
+  if (rows.length === tbody.rows.length && rows.every((r, i) => tbody.rows[i].dataset.key === r.dataset.key)) {
+    rows.forEach((r, i) => { if (tbody.rows[i] !== r) tbody.replaceChild(r, tbody.rows[i]); });
+    return;
+  }
+  tbody.replaceChildren(...rows);
+}
+
+export const nextFrame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));

@@ -1,0 +1,320 @@
+// The campaign page's plots. Each draws one element from data the page already has, and
+// is called only when that data changed (see campaign.js): every draw leaves a
+// performance mark "hpcopt:draw:<id>", which the idle-redraw test and the benchmark count.
+"use strict";
+
+import { el, fmt, fmtParam, agentLabel, seconds } from "./core.js";
+
+const plotConfig = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+const baseLayout = (extra) => Object.assign({ margin: { l: 60, r: 20, t: 10, b: 45 }, font: { size: 11 }, paper_bgcolor: "#fff", plot_bgcolor: "#fff", uirevision: "keep", hovermode: "closest" }, extra);
+
+export function draw(id, traces, layout) {
+  const node = document.getElementById(id);
+  if (!node || !window.Plotly) return null;
+  Plotly.react(node, traces, baseLayout(layout), plotConfig);
+  performance.mark(`hpcopt:draw:${id}`);
+  return node;
+}
+
+function onClick(node, handler) {
+  if (node && node.on && !node.dataset.clicks) {
+    node.on("plotly_click", (e) => { const p = e.points && e.points[0]; if (p && p.customdata !== undefined) handler(p.customdata); });
+    node.dataset.clicks = "1";
+  }
+}
+
+// Distinct colours (Tableau 10 and two more); past them, golden-angle hues.
+const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac", "#17becf", "#7f3c8d"];
+export const colour = (i) => (i < PALETTE.length ? PALETTE[i] : `hsl(${Math.round((i * 137.508) % 360)}, 60%, 45%)`);
+const DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
+// Best (low when minimizing) dark red, through orange, to light grey: the best stand out.
+const BEST_FIRST = [[0, "#7f0000"], [0.25, "#d7301f"], [0.55, "#fc8d59"], [1, "#d9dde3"]];
+const SCHEME_COLORS = ["#2b5fd9", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d"];
+
+const quantile = (sorted, q) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.max(0, Math.round(q * (sorted.length - 1))))] : null);
+const sign = (plot) => (plot.direction === "maximize" ? -1 : 1);
+
+/** Colour scale settings for values: the best end strong, the worst tenth all grey. */
+function valueColours(plot, values, bar) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const lo = sorted[0], hi = sorted[sorted.length - 1];
+  const minimize = plot.direction !== "maximize";
+  const cmin = minimize ? lo : quantile(sorted, 0.1), cmax = minimize ? quantile(sorted, 0.9) : hi;
+  return { color: values, colorscale: BEST_FIRST, reversescale: !minimize, cmin, cmax: cmax > cmin ? cmax : cmin + 1e-12, showscale: !!bar, colorbar: bar };
+}
+
+/** Points in drawing order: the best last, so they sit on top. */
+const bestOnTop = (plot, pts) => [...pts].sort((a, b) => sign(plot) * (b.value - a.value));
+
+// ------------------------------------------------------------- history ---
+
+// A campaign that searches the training scheme: one trace (colour, legend entry) per scheme.
+function schemeGroups(plot, pts) {
+  const scheme = plot.space.scheme;
+  if (!scheme || scheme.type !== "categorical") return [["trial", SCHEME_COLORS[0], pts]];
+  return scheme.choices.map((c, i) => [String(c), SCHEME_COLORS[i % SCHEME_COLORS.length], pts.filter((p) => p.params.scheme === c)]);
+}
+
+/** view: {logY, byTime, clip}; brushed: Set of trial ids inside the parallel-coordinates brush (or null). */
+export function renderHistory(plot, view, brushed, openTrial) {
+  const pts = plot.points;
+  const x = (p) => (view.byTime ? p.finished_at : p.number);
+  const byNumber = new Map(pts.map((p) => [p.number, p]));
+  const best = plot.best.map((b) => [view.byTime ? (byNumber.get(b.number) || {}).finished_at : b.number, b.value]).filter((b) => b[0] !== undefined);
+  if (best.length && pts.length) best.push([x(pts.reduce((a, p) => (view.byTime ? (p.finished_at > a.finished_at ? p : a) : p.number > a.number ? p : a), pts[0])), best[best.length - 1][1]]);
+  const positive = pts.every((p) => p.value > 0);
+  const groups = schemeGroups(plot, pts);
+  const traces = groups.map(([name, color, members]) => ({
+    type: "scatter", mode: "markers", name, x: members.map(x), y: members.map((p) => p.value), customdata: members.map((p) => p.number),
+    error_y: { type: "data", array: members.map((p) => p.value_std || 0), visible: !view.byTime && members.length <= 2000, thickness: 1, width: 0, color: "rgba(80,90,110,.3)" },
+    marker: { size: 6, color, opacity: brushed ? 0.25 : 0.8 }, hovertemplate: `trial #%{customdata}${name === "trial" ? "" : ` (${name})`}<br>%{y:.4g}<extra></extra>`,
+  }));
+  traces.push({ type: "scatter", mode: "lines", name: `best ${plot.metric}`, x: best.map((b) => b[0]), y: best.map((b) => b[1]), line: { shape: "hv", color: "#c0392b", width: 2 }, hoverinfo: "skip" });
+  if (brushed) {
+    const chosen = pts.filter((p) => brushed.has(p.trial_id));
+    traces.push({ type: "scatter", mode: "markers", name: "brushed", x: chosen.map(x), y: chosen.map((p) => p.value), customdata: chosen.map((p) => p.number),
+      marker: { size: 8, color: "#e67e22", line: { color: "#7a3d00", width: 1 } }, hovertemplate: "trial #%{customdata} (brushed)<br>%{y:.4g}<extra></extra>" });
+  }
+  const yaxis = { title: { text: plot.metric }, type: view.logY && positive ? "log" : "linear", autorange: true };
+  if (view.clip && pts.length > 10) {
+    const sorted = pts.map((p) => p.value).sort((a, b) => a - b);
+    const [lo, hi] = plot.direction === "maximize" ? [quantile(sorted, 0.05), sorted[sorted.length - 1]] : [sorted[0], quantile(sorted, 0.95)];
+    const pad = (hi - lo) * 0.05 || Math.abs(hi) * 0.05 || 1;
+    yaxis.autorange = false;
+    yaxis.range = yaxis.type === "log" ? [Math.log10(lo) - 0.05, Math.log10(hi) + 0.05] : [lo - pad, hi + pad];
+  }
+  const node = draw("plot-history", traces, { xaxis: { title: { text: view.byTime ? "finish time" : "trial number" }, type: view.byTime ? "date" : "linear" }, yaxis, legend: { orientation: "h", y: 1.12 } });
+  onClick(node, openTrial);
+  const logNote = view.logY && !positive ? " Log scale needs positive values: shown linear." : "";
+  const clipped = view.clip ? " The y axis stops at the 95th percentile (outliers off the plot)." : "";
+  document.getElementById("history-note").textContent = (plot.downsampled
+    ? `${pts.length} of ${plot.completed} completed trials shown (every improvement, the best, a random sample of the rest); the best line uses all.`
+    : `${plot.completed} completed trials; error bars: std over folds.`) + clipped + logNote;
+}
+
+// ------------------------------------------------------------ curves ---
+
+export function renderCurves(curves, plot, chosen, openTrial) {
+  const traces = [];
+  curves.forEach((c, i) => {
+    const folds = [...new Set(c.points.map((p) => p.fold))].sort((a, b) => a - b);
+    folds.forEach((f, j) => {
+      const pts = c.points.filter((p) => p.fold === f);
+      traces.push({ type: "scatter", mode: "lines+markers", name: `#${c.number}`, legendgroup: `t${c.trial_id}`, showlegend: j === 0,
+        x: pts.map((p) => p.step), y: pts.map((p) => p.value), customdata: pts.map(() => c.number),
+        line: { color: colour(i), dash: DASHES[f % DASHES.length], width: 1.5 }, marker: { size: 4, color: colour(i) },
+        hovertemplate: `trial #${c.number}, fold ${f}<br>epoch %{x}: %{y:.4g}<extra></extra>` });
+    });
+  });
+  const maxStep = Math.max(1, ...curves.flatMap((c) => c.points.map((p) => p.step)));
+  const node = draw("plot-curves", traces, { xaxis: { title: { text: "epoch" }, tick0: 0, dtick: Math.max(1, Math.ceil(maxStep / 10)) }, yaxis: { title: { text: plot.metric } }, showlegend: curves.length <= 25, legend: { title: { text: "trial (folds: line styles)" } } });
+  onClick(node, openTrial);
+  const picker = document.getElementById("curve-picker");
+  let text = chosen && chosen.length ? `trials ${curves.map((c) => `#${c.number}`).join(", ")} (ticked in the table)` : `the ${curves.length} best trials; tick trials in the table to choose`;
+  if (curves.length && !traces.length) text += " — they reported no learning-curve points";
+  return text;
+}
+
+// ------------------------------------------------------------- front ---
+
+export function renderFront(plot, openTrial) {
+  const card = document.getElementById("card-front");
+  const objectives = plot.objectives || [];
+  card.hidden = objectives.length < 2 || !plot.completed;
+  if (card.hidden) return;
+  const [a, b] = objectives;
+  const onFront = new Set(plot.front);
+  const pts = plot.points.filter((p) => p.values);
+  const rest = pts.filter((p) => !onFront.has(p.trial_id));
+  const front = pts.filter((p) => onFront.has(p.trial_id)).sort((p, q) => p.values[0] - q.values[0]);
+  const hover = `trial #%{customdata}<br>${a.metric}=%{x:.4g}<br>${b.metric}=%{y:.4g}<extra></extra>`;
+  const node = draw("plot-front", [
+    { type: "scatter", mode: "markers", name: "dominated", x: rest.map((p) => p.values[0]), y: rest.map((p) => p.values[1]), customdata: rest.map((p) => p.number), marker: { size: 5, color: "#b0b8c4" }, hovertemplate: hover },
+    { type: "scatter", mode: objectives.length === 2 ? "lines+markers" : "markers", name: "Pareto front", x: front.map((p) => p.values[0]), y: front.map((p) => p.values[1]), customdata: front.map((p) => p.number), marker: { size: 8, color: "#c0392b" }, line: { shape: "hv", color: "#c0392b" }, hovertemplate: hover },
+  ], { xaxis: { title: { text: `${a.metric} (${a.direction})` } }, yaxis: { title: { text: `${b.metric} (${b.direction})` } }, legend: { orientation: "h", y: 1.12 } });
+  onClick(node, openTrial);
+  const shown = objectives.length > 2 ? `; the plot shows the first two of ${objectives.map((o) => o.metric).join(", ")}` : "";
+  const drawn = plot.front_size > front.length ? ` (${front.length} of them drawn)` : "";
+  document.getElementById("front-note").textContent = `${plot.front_size} of ${plot.completed} completed trials are on the front${drawn}: no other completed trial is better in every objective${shown}. Click a point for its trial.`;
+}
+
+// ------------------------------------------------- parallel coordinates ---
+
+/** Ticks of a log axis (log10 units): 1-2-5 steps, or four even steps on a short range. */
+function logTicks(spec, lo, hi) {
+  const ticks = [];
+  for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) for (const m of [1, 2, 5]) { const t = e + Math.log10(m); if (t >= lo - 1e-9 && t <= hi + 1e-9) ticks.push(t); }
+  const keep = ticks.length > 8 ? ticks.filter((t) => Math.abs(t - Math.round(t)) < 1e-9) : ticks;
+  const vals = keep.length >= 3 ? keep : [0, 1, 2, 3].map((i) => lo + (i * (hi - lo)) / 3);
+  return { tickvals: vals, ticktext: vals.map((t) => fmtParam({ type: "real", scale: "log" }, spec.type === "int" ? Math.round(10 ** t) : 10 ** t)) };
+}
+
+export function paramAxis(spec, values) {
+  if (spec.type === "categorical") {
+    const labels = spec.choices.map(String);
+    return { values: values.map((v) => labels.indexOf(String(v))), tickvals: labels.map((_, i) => i), ticktext: labels, range: [-0.25, labels.length - 0.75] };
+  }
+  if (spec.scale === "log") {
+    const lo = Math.log10(spec.low), hi = Math.log10(spec.high);
+    return Object.assign({ values: values.map((v) => Math.log10(v)), range: [lo, hi] }, logTicks(spec, lo, hi));
+  }
+  return { values, range: [spec.low, spec.high] };
+}
+
+/** A brush on an axis (axis units) as a table filter: real units, choice positions. */
+export function brushToRange(spec, [lo, hi]) {
+  if (!spec) return [lo, hi]; // the objective's axis
+  if (spec.type === "categorical") return [Math.ceil(lo - 1e-9), Math.floor(hi + 1e-9)];
+  if (spec.scale === "log") return [10 ** lo, 10 ** hi];
+  return [lo, hi];
+}
+
+const TICK_SHADOW = "1px 1px 2px #fff, -1px -1px 2px #fff, 1px -1px 2px #fff, -1px 1px 2px #fff";
+
+/** brush: {label: [lo, hi]} in axis units; onBrush(newBrush) when the user brushes. */
+export function renderParcoords(plot, brush, onBrush) {
+  // Conditional parameters are missing from some trials: parallel coordinates need every axis.
+  const names = Object.keys(plot.space).filter((n) => !plot.space[n].when);
+  const pts = bestOnTop(plot, plot.points);
+  const values = pts.map((p) => p.value);
+  const dims = names.map((n) => Object.assign({ label: n }, paramAxis(plot.space[n], pts.map((p) => p.params[n]))));
+  dims.push({ label: plot.metric, values });
+  for (const d of dims) if (brush[d.label]) d.constraintrange = brush[d.label];
+  const node = draw("plot-parcoords", [{ type: "parcoords", dimensions: dims, labelfont: { size: 12 }, tickfont: { size: 10, shadow: TICK_SHADOW }, rangefont: { size: 9 },
+    line: valueColours(plot, values, { title: { text: plot.metric, side: "top" }, thickness: 10, orientation: "h", x: 0.5, xanchor: "center", y: -0.08, yanchor: "top", len: 0.5 }) }],
+  { margin: { l: 70, r: 70, t: 50, b: 70 } });
+  if (node && node.on && !node.dataset.brush) {
+    node.on("plotly_restyle", () => {
+      const out = {};
+      for (const d of node.data[0].dimensions) {
+        let r = d.constraintrange;
+        if (!r || !r.length) continue;
+        if (Array.isArray(r[0])) r = [Math.min(...r.map((x) => x[0])), Math.max(...r.map((x) => x[1]))]; // several brushes: their span
+        out[d.label] = [Number(r[0]), Number(r[1])];
+      }
+      onBrush(out);
+    });
+    node.dataset.brush = "1";
+  }
+}
+
+/** Trial ids of the drawn points inside every brushed axis. */
+export function brushedIds(plot, brush) {
+  const labels = Object.keys(brush);
+  if (!labels.length) return null;
+  const inside = (p) => labels.every((label) => {
+    const [lo, hi] = brush[label];
+    if (label === plot.metric && !(label in plot.space)) return p.value >= lo && p.value <= hi;
+    const spec = plot.space[label];
+    if (!spec || p.params[label] === undefined) return false;
+    const v = paramAxis(spec, [p.params[label]]).values[0];
+    return v >= lo - 1e-9 && v <= hi + 1e-9;
+  });
+  return new Set(plot.points.filter(inside).map((p) => p.trial_id));
+}
+
+// -------------------------------------------------------------- slices ---
+
+export function renderSlices(plot, openTrial) {
+  const box = document.getElementById("slices");
+  const names = Object.keys(plot.space);
+  if (box.children.length !== names.length) box.replaceChildren(...names.map((n) => el("div", { id: `slice-${n}`, class: "plot small", "data-param": n })));
+  names.forEach((n, i) => {
+    const spec = plot.space[n];
+    const xaxis = { title: { text: n } };
+    if (spec.type === "categorical") Object.assign(xaxis, { type: "category", categoryorder: "array", categoryarray: spec.choices.map(String) });
+    else if (spec.scale === "log") Object.assign(xaxis, { type: "log", exponentformat: "power" });
+    // Inactive (conditional) parameters are absent from a trial: its point is left out here.
+    const pts = plot.points.filter((p) => p.params[n] !== undefined);
+    const xs = (members) => members.map((p) => (spec.type === "categorical" ? String(p.params[n]) : p.params[n]));
+    const groups = plot.space.scheme ? schemeGroups(plot, pts) : null;
+    const ordered = bestOnTop(plot, pts);
+    const traces = groups
+      ? groups.map(([name, color, members]) => ({ type: "scatter", mode: "markers", name, x: xs(members), y: members.map((p) => p.value), customdata: members.map((p) => p.number),
+        marker: { size: 5, color }, hovertemplate: `trial #%{customdata}<br>${n}=%{x}<br>${plot.metric}=%{y:.4g} (${name})<extra></extra>` }))
+      : [{ type: "scatter", mode: "markers", x: xs(ordered), y: ordered.map((p) => p.value), customdata: ordered.map((p) => p.number),
+        marker: Object.assign({ size: 6, line: { width: 0.5, color: "rgba(0,0,0,.25)" } }, valueColours(plot, ordered.map((p) => p.value), i === 0 ? { title: { text: plot.metric }, thickness: 8, len: 0.9 } : null)),
+        hovertemplate: `trial #%{customdata}<br>${n}=%{x}<br>${plot.metric}=%{y:.4g}<extra></extra>` }];
+    onClick(draw(`slice-${n}`, traces, { xaxis, yaxis: { title: { text: plot.metric } }, margin: { l: 55, r: i === 0 ? 70 : 10, t: 10, b: 40 }, showlegend: false }), openTrial);
+  });
+}
+
+// ------------------------------------------------------------- contour ---
+
+const GRID = 20;
+
+/** The best value per cell of a grid over two parameters, contoured, with the trials on top. */
+export function renderContour(plot, xName, yName, openTrial) {
+  const sx = plot.space[xName], sy = plot.space[yName];
+  if (!sx || !sy) return;
+  const axis = (spec) => {
+    if (spec.type === "categorical") return { cells: spec.choices.map(String), at: (v) => spec.choices.map(String).indexOf(String(v)), layout: { type: "category", categoryorder: "array", categoryarray: spec.choices.map(String) } };
+    const log = spec.scale === "log";
+    const lo = log ? Math.log10(spec.low) : spec.low, hi = log ? Math.log10(spec.high) : spec.high;
+    const to = (v) => (log ? Math.log10(v) : v);
+    const centres = [...Array(GRID)].map((_, i) => lo + ((i + 0.5) * (hi - lo)) / GRID).map((c) => (log ? 10 ** c : c));
+    return { cells: centres, at: (v) => Math.min(GRID - 1, Math.max(0, Math.floor(((to(v) - lo) / (hi - lo || 1)) * GRID))), layout: log ? { type: "log" } : {} };
+  };
+  const ax = axis(sx), ay = axis(sy);
+  const pts = plot.points.filter((p) => p.params[xName] !== undefined && p.params[yName] !== undefined);
+  const z = ay.cells.map(() => ax.cells.map(() => null));
+  for (const p of pts) {
+    const i = ay.at(p.params[yName]), j = ax.at(p.params[xName]);
+    if (i < 0 || j < 0) continue;
+    if (z[i][j] === null || sign(plot) * p.value < sign(plot) * z[i][j]) z[i][j] = p.value;
+  }
+  const ordered = bestOnTop(plot, pts);
+  const node = draw("plot-contour", [
+    { type: "contour", x: ax.cells, y: ay.cells, z, connectgaps: true, colorscale: BEST_FIRST, reversescale: plot.direction === "maximize", ncontours: 15, line: { width: 0.5 }, colorbar: { title: { text: `best ${plot.metric}` }, thickness: 10 }, hovertemplate: `${xName}=%{x}<br>${yName}=%{y}<br>best ${plot.metric}≈%{z:.4g}<extra></extra>` },
+    { type: "scatter", mode: "markers", x: ordered.map((p) => p.params[xName]), y: ordered.map((p) => p.params[yName]), customdata: ordered.map((p) => p.number), marker: { size: 4, color: "rgba(20,33,61,.55)" }, hovertemplate: `trial #%{customdata}: %{text}<extra></extra>`, text: ordered.map((p) => fmt(p.value)) },
+  ], { xaxis: Object.assign({ title: { text: xName } }, ax.layout), yaxis: Object.assign({ title: { text: yName } }, ay.layout), showlegend: false });
+  onClick(node, openTrial);
+}
+
+// ---------------------------------------------------------------- EDF ---
+
+export function renderEdf(plot) {
+  const v = plot.edf || [];
+  const y = v.map((_, i) => (v.length > 1 ? i / (v.length - 1) : 1));
+  draw("plot-edf", [{ type: "scatter", mode: "lines", x: v, y, line: { shape: "hv", color: "#2b5fd9", width: 2 }, hovertemplate: `${plot.metric} ≤ %{x:.4g}: %{y:.0%} of trials<extra></extra>` }],
+    { xaxis: { title: { text: plot.metric } }, yaxis: { title: { text: "fraction of completed trials" }, range: [0, 1.02], tickformat: ".0%" }, showlegend: false });
+}
+
+// ---------------------------------------------------------- importance ---
+
+export function renderImportance(imp) {
+  const note = document.getElementById("importance-note");
+  if (!imp.params.length) {
+    note.textContent = `Needs at least 10 completed trials (${imp.completed} so far).`;
+    draw("plot-importance", [], { xaxis: { visible: false }, yaxis: { visible: false } });
+    return;
+  }
+  const ps = [...imp.params].reverse();
+  draw("plot-importance", [{ type: "bar", orientation: "h", y: ps.map((p) => p.name), x: ps.map((p) => p.importance), marker: { color: "#4e79a7" }, text: ps.map((p) => `${(100 * p.importance).toFixed(0)}%`), textposition: "outside", cliponaxis: false,
+    hovertemplate: "%{y}: %{x:.0%} of the explained variance<extra></extra>" }],
+  { xaxis: { title: { text: "share of the explained variance" }, tickformat: ".0%", range: [0, Math.min(1.15, Math.max(...ps.map((p) => p.importance)) * 1.2 + 0.05)] }, yaxis: { automargin: true }, margin: { l: 90, r: 20, t: 10, b: 45 } });
+  const explained = imp.params.reduce((a, p) => a + p.raw, 0);
+  note.textContent = `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of the objective's rank (binned; chance-corrected). Main effects explain ${(100 * Math.min(1, explained)).toFixed(0)}% of it; the rest is interactions and noise.`;
+}
+
+// ------------------------------------------------------------ timeline ---
+
+const OUTCOME_COLORS = { completed: "#59a14f", running: "#2b5fd9", failed: "#e15759", pruned: "#9aa5b1", preempted: "#f28e2b", lease_expired: "#b7791f", cancelled: "#bab0ac" };
+
+export function renderTimeline(tl, openTrial) {
+  const now = Date.now();
+  const label = (s) => (s.agent_host ? agentLabel(s.agent_host, s.agent_job) : s.agent_id ? `agent ${s.agent_id.slice(0, 8)}` : "unknown agent");
+  const lanes = [...new Set(tl.spans.map(label))];
+  const traces = Object.entries(OUTCOME_COLORS).map(([outcome, color]) => {
+    const spans = tl.spans.filter((s) => s.outcome === outcome);
+    const ms = spans.map((s) => Math.max(500, (s.end ? new Date(s.end) : now) - new Date(s.start)));
+    return { type: "bar", orientation: "h", name: outcome.replace("_", " "), y: spans.map(label), base: spans.map((s) => s.start), x: ms, customdata: spans.map((s) => s.number),
+      text: spans.map((s, i) => `trial #${s.number} attempt ${s.attempt}: ${outcome.replace("_", " ")} after ${seconds(ms[i] / 1000)}`), hovertemplate: "%{text}<extra></extra>", textposition: "none",
+      marker: { color, line: { width: 0 } } };
+  }).filter((t) => t.y.length);
+  const node = draw("plot-timeline", traces, { barmode: "overlay", bargap: 0.3, xaxis: { type: "date", title: { text: "wall time" } }, yaxis: { type: "category", categoryorder: "array", categoryarray: lanes, automargin: true }, legend: { orientation: "h", y: 1.15 }, height: Math.max(220, 60 + 28 * lanes.length) });
+  onClick(node, openTrial);
+  document.getElementById("timeline-note").textContent = tl.total > tl.spans.length
+    ? `The latest ${tl.spans.length} of ${tl.total} attempts, one lane per agent. Gaps in a lane: the agent was idle.`
+    : `${tl.total} attempts, one lane per agent, coloured by how each ended. Gaps in a lane: the agent was idle.`;
+}
