@@ -126,7 +126,15 @@ export function campaignPage(id, query) {
     st.brush = brush;
     st.offset = 0;
     setState();
-    brushNote(st, () => { st.brush = {}; setState(); if (data.plot) renderParcoords(data.plot, st.brush, onBrush); refreshTable(); redrawHistory(); });
+    brushNote(st, clearBrush);
+    refreshTable();
+    redrawHistory();
+  };
+  const clearBrush = () => {
+    st.brush = {};
+    setState();
+    brushNote(st, clearBrush);
+    if (data.plot) renderParcoords(data.plot, st.brush, onBrush);
     refreshTable();
     redrawHistory();
   };
@@ -165,7 +173,7 @@ export function campaignPage(id, query) {
       steps.push(["importance", async () => { const imp = await poll(`/campaigns/${id}/importance`); if (imp.changed) renderImportance(imp.body); }]);
       steps.push(["edf", () => renderEdf(plot.body)], ["slices", () => renderSlices(plot.body, openTrial)]);
       steps.push(["contour", () => { contourPicker(plot.body, st, () => { setState(); renderContour(plot.body, st.contour[0], st.contour[1], openTrial); }); renderContour(plot.body, st.contour[0], st.contour[1], openTrial); }]);
-      steps.push(["parcoords", () => { renderParcoords(plot.body, st.brush, onBrush); brushNote(st, null); }]);
+      steps.push(["parcoords", () => { renderParcoords(plot.body, st.brush, onBrush); brushNote(st, clearBrush); }]);
     }
     if (c.changed || running.changed) steps.push(["timeline", async () => { const tl = await poll(`/campaigns/${id}/timeline?limit=2000`); if (tl.changed) renderTimeline(tl.body, openTrial); }]);
     for (const [name, step] of steps) {
@@ -208,8 +216,8 @@ function brushNote(st, clear) {
   const note = document.getElementById("brush-note");
   const labels = Object.keys(st.brush);
   const text = labels.length ? `brushed: ${labels.join(", ")} — the table and the history show those trials ` : "drag along an axis to filter the table and highlight trials in the history";
-  const link = labels.length && clear ? el("a", { href: "#", id: "clear-brush", text: "clear", onclick: (e) => { e.preventDefault(); clear(); } }) : null;
-  if (clear || !labels.length) note.replaceChildren(text, link || "");
+  const link = labels.length ? el("a", { href: "#", id: "clear-brush", text: "clear", onclick: (e) => { e.preventDefault(); clear(); } }) : "";
+  note.replaceChildren(text, link);
 }
 
 function contourPicker(plot, st, onChange) {

@@ -58,8 +58,7 @@ def test_a_campaign_page_renders_every_plot_with_the_right_number_of_points(page
 def test_the_trials_table_sorts_and_filters_on_the_server(page: Page, seeded: Seeded) -> None:
     page.open(f"/campaign/{seeded.small}")
     page.page.locator("#trials tbody tr[data-trial]").first.wait_for()
-    page.page.click("#trials th[data-sort=value]")
-    _wait_sorted(page, "ascending")
+    _wait_sorted(page, "ascending")  # best first (minimizing) by default
     values = _values(page)
     assert values == sorted(values) and len(values) == 25
     with seeded.service.ctx.storage.read() as tx:
@@ -70,11 +69,11 @@ def test_the_trials_table_sorts_and_filters_on_the_server(page: Page, seeded: Se
     assert "desc" in (page.page.get_attribute("#trials th[data-sort=value]", "class") or "")
     page.page.check("#state-filter input[data-state=FAILED]")
     page.page.wait_for_function("() => document.getElementById('page-info').textContent.includes('3 trials')")
-    states = page.page.locator("#trials tbody td:nth-child(4)").all_inner_texts()
+    states = page.page.locator("#trials tbody td:nth-child(3)").all_inner_texts()
     assert states == ["FAILED"] * 3
     # The filter and sort outlive the 2 s refresh.
     page.page.wait_for_timeout(2500)
-    assert page.page.locator("#trials tbody td:nth-child(4)").all_inner_texts() == ["FAILED"] * 3
+    assert page.page.locator("#trials tbody td:nth-child(3)").all_inner_texts() == ["FAILED"] * 3
     assert page.page.is_checked("#state-filter input[data-state=FAILED]")
 
 
@@ -82,21 +81,22 @@ def _wait_sorted(page: Page, way: str) -> None:
     """Until the table shows 25 values sorted that way (refreshes are asynchronous)."""
     ok = "a <= b" if way == "ascending" else "a >= b"
     page.page.wait_for_function(
-        "() => { const v = [...document.querySelectorAll('#trials tbody td:nth-child(5)')]"
+        "() => { const v = [...document.querySelectorAll('#trials tbody td:nth-child(4)')]"
         ".map(td => parseFloat(td.textContent.split('±')[0]));"
         f" return v.length === 25 && v.every((b, i) => i === 0 || ((a, b) => {ok})(v[i - 1], b)); }}"
     )
 
 
 def _values(page: Page) -> list[float]:
-    return [float(t.split("±")[0]) for t in page.page.locator("#trials tbody td:nth-child(5)").all_inner_texts()]
+    return [float(t.split("±")[0]) for t in page.page.locator("#trials tbody td:nth-child(4)").all_inner_texts()]
 
 
 def test_a_trial_that_completes_while_the_page_is_open_appears_without_a_reload(page: Page, seeded: Seeded) -> None:
     service = seeded.service
     page.open(f"/campaign/{seeded.small}")
     before = len(page.wait_plot("plot-history")[0]["x"])
-    page.page.click("#trials th[data-sort=value]")  # a user choice the update must keep
+    page.page.click("#trials th[data-sort=attempt]")  # a user choice the update must keep
+    page.page.click("#trials th[data-sort=value]")  # and back to best first
     page.page.evaluate("() => { window.__marker = 'same page'; }")
     reg = service.agents.register(host="live-test", ranks=1, gpus=0, campaign_id=seeded.small)
     got = service.agents.acquire(reg.agent_id, seeded.small)
@@ -112,7 +112,7 @@ def test_a_trial_that_completes_while_the_page_is_open_appears_without_a_reload(
     page.page.wait_for_function(
         f"() => document.querySelector('#trials tbody tr[data-trial]').dataset.trial === '{got.trial.id}'"
     )
-    assert f"trial {got.trial.id}" in page.page.inner_text("#summary")
+    assert f"trial #{got.trial.number}" in page.page.inner_text("#summary")
     # Its agent shows up with the trial it last held.
     agents = page.page.inner_text("#agents")
     assert "live-test" in agents
@@ -180,14 +180,15 @@ def test_a_trial_page_shows_folds_curves_and_the_attempt_history(page: Page, see
     with seeded.service.ctx.storage.read() as tx:
         trials, _ = tx.list_trials(seeded.small, states=[d.TrialState.FAILED], limit=1)
         ok, _ = tx.list_trials(seeded.small, states=[d.TrialState.COMPLETED], limit=1)
-    page.open(f"/trial/{ok[0].id}")
+    page.open(f"/campaign/{seeded.small}/trial/{ok[0].number}")
     curves = page.wait_plot("plot-trial-curves")
     assert len(curves) == 3 and all(len(t["x"]) == 4 for t in curves)
     assert page.page.locator("#folds tbody tr").count() == 3
     assert "file:///ckpt/" in page.page.inner_text("#folds")
     assert "COMPLETED" in page.page.inner_text("#events")
-    page.open(f"/trial/{trials[0].id}")
+    page.open(f"/trial/{trials[0].id}")  # a global id (older links): redirected to the number
     page.page.locator("#trial-error").wait_for()
+    assert page.page.evaluate("() => location.hash") == f"#/campaign/{seeded.small}/trial/{trials[0].number}"
     assert "RuntimeError: boom" in page.page.inner_text("#trial-error")
     assert "FAILED" in page.page.inner_text("#events")
 
@@ -209,11 +210,13 @@ def test_a_campaign_with_10000_trials_gets_downsampled_plots_and_a_server_side_t
     page.page.locator("#trials tbody tr[data-trial]").first.wait_for()
     assert page.page.locator("#trials tbody tr").count() == 25
     assert "page 1 of 400 · 10000 trials" in page.page.inner_text("#page-info")
+    page.page.click("#trials th[data-sort=number]")
+    page.page.wait_for_function("() => document.querySelector('#trials tbody tr[data-trial]').dataset.number === '0'")
     page.page.click("#next")
     page.page.wait_for_function("() => document.getElementById('page-info').textContent.startsWith('page 2 of')")
     # The page shown is the page the pager says: trials #25.. by number.
-    first = page.page.locator("#trials tbody tr[data-trial] td:nth-child(2)").first.inner_text()
-    assert first == "25"
+    page.page.wait_for_function("() => document.querySelector('#trials tbody tr[data-trial]').dataset.number === '25'")
+    assert page.page.locator("#trials tbody tr[data-trial] td:nth-child(2)").first.inner_text() == "#25"
 
 
 @pytest.fixture(scope="module")
@@ -349,15 +352,17 @@ def test_a_multi_objective_campaign_plots_its_pareto_front_and_a_trial_shows_its
     objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "seconds", "direction": "minimize"}]
     cid = service.campaigns.create(make_spec(name="two-objectives", folds=1, objectives=objectives)).id
     agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
-    ids = []
+    ids, numbers = [], []
     for loss, seconds in ((0.1, 9.0), (0.2, 5.0), (0.3, 6.0), (0.5, 1.0)):  # (0.3, 6) is dominated
         got = service.agents.acquire(agent, cid)
         lease = Lease(agent, got.trial.id, got.lease_id)
         service.agents.report_fold(lease, 0, loss, {"seconds": seconds})
         ids.append(service.agents.complete(lease).id)
+        numbers.append(got.trial.number)
     page.open(f"/campaign/{cid}")
     front = page.wait_plot("plot-front")
-    assert sorted(front[1]["customdata"]) == sorted([ids[0], ids[1], ids[3]]) and front[0]["customdata"] == [ids[2]]
+    assert sorted(front[1]["customdata"]) == sorted([numbers[0], numbers[1], numbers[3]])
+    assert front[0]["customdata"] == [numbers[2]], "points are named by trial number"
     assert "3 of 4 completed trials are on the front" in page.page.inner_text("#front-note")
     assert page.page.inner_text("#campaign-objectives") == "minimize loss, minimize seconds"
     page.open(f"/trial/{ids[1]}")

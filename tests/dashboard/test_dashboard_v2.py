@@ -1,0 +1,440 @@
+"""Dashboard v2 in a real browser against a real server: calm polling (no redraw while
+nothing changes, paused in hidden tabs), brushing and selection that survive refreshes,
+state in the URL, the analysis views, and one test per defect of issue 14."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from hpcopt import AgentClient
+from hpcopt_server import domain as d
+from hpcopt_server.service.agents import Lease
+from tests.conftest import make_spec
+from tests.dashboard.conftest import Page, Seeded, make_page
+
+pytestmark = pytest.mark.timeout(180)
+
+DRAWS = (
+    "() => performance.getEntriesByType('mark')"
+    ".filter(m => m.name.startsWith('hpcopt:draw:')).map(m => m.name.slice(12))"
+)
+LOADED = "() => performance.getEntriesByType('mark').some(m => m.name === 'hpcopt:timeline')"
+
+
+def _loaded(page: Page) -> None:
+    """Until the campaign page drew every part once (the timeline is last)."""
+    page.page.wait_for_function(LOADED, timeout=20_000)
+
+
+def _finish_one(service: Any, cid: int, value: float, folds: int = 3) -> Any:
+    reg = service.agents.register(host="finisher", ranks=1, gpus=0, campaign_id=cid)
+    got = service.agents.acquire(reg.agent_id, cid)
+    lease = Lease(reg.agent_id, got.trial.id, got.lease_id)
+    for k in range(folds):
+        service.agents.report_fold(lease, k, value)
+    return service.agents.complete(lease)
+
+
+def _quiet(page: Page, *needles: str) -> None:
+    """Drop the console errors the browser itself logs for answers a test provokes."""
+    page.errors[:] = [e for e in page.errors if not any(n in e for n in needles)]
+
+
+# -- calm --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("which", ["small", "big"])
+def test_an_idle_page_redraws_nothing_and_a_finished_trial_redraws_the_plots(
+    page: Page, seeded: Seeded, which: str
+) -> None:
+    cid = getattr(seeded, which)
+    page.open(f"/campaign/{cid}")
+    _loaded(page)
+    page.page.evaluate("() => { performance.clearMarks(); document.querySelector('#trials tbody tr').__kept = 1; }")
+    statuses: list[int] = []
+    page.page.on("response", lambda r: statuses.append(r.status) if "/api/v1/" in r.url else None)
+    page.page.wait_for_timeout(4500)  # two polls
+    assert page.page.evaluate(DRAWS) == [], "no plot is redrawn while the data stays the same"
+    assert statuses and set(statuses) == {304}, statuses
+    assert page.page.evaluate("() => document.querySelector('#trials tbody tr').__kept") == 1, "rows kept"
+    assert page.page.inner_text("#conn").startswith("updated ")
+    # The check can fail: a trial that finishes redraws the plots of completed trials.
+    _finish_one(seeded.service, cid, 100.0, folds=3 if which == "small" else 1)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=10_000)
+    assert "plot-parcoords" in page.page.evaluate(DRAWS) or page.page.wait_for_function(
+        f"() => ({DRAWS})().includes('plot-parcoords')"
+    )
+
+
+def test_a_hidden_tab_stops_polling_and_says_paused(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    _loaded(page)
+    requests: list[str] = []
+    page.page.on("request", lambda r: requests.append(r.url) if "/api/v1/" in r.url else None)
+    page.page.evaluate(
+        "() => { Object.defineProperty(document, 'hidden', {value: true, configurable: true});"
+        " document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    assert "paused" in page.page.inner_text("#conn")
+    page.page.wait_for_timeout(1000)  # a refresh already under way may finish
+    requests.clear()
+    page.page.wait_for_timeout(4500)
+    assert requests == [], "a hidden tab does not poll"
+    page.page.evaluate(
+        "() => { Object.defineProperty(document, 'hidden', {value: false, configurable: true});"
+        " document.dispatchEvent(new Event('visibilitychange')); }"
+    )
+    page.page.wait_for_function("() => document.getElementById('conn').textContent.startsWith('updated')")
+    assert requests, "visible again: polling resumes at once"
+
+
+def test_brushing_filters_the_table_highlights_the_history_and_survives_refreshes(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    _loaded(page)
+    total = int(page.page.inner_text("#page-info").split("·")[1].split()[0])
+    # Brush lr (log axis: 1e-3 .. 1e-1) as a user's drag does: Plotly restyles the axis.
+    page.page.evaluate(
+        "() => Plotly.restyle(document.getElementById('plot-parcoords'), {'dimensions[0].constraintrange': [[-3, -1]]})"
+    )
+    page.page.wait_for_function(f"() => !document.getElementById('page-info').textContent.includes('· {total} trials')")
+    lrs = [float(x) for x in page.page.locator("#trials tbody td:nth-child(6)").all_inner_texts()]
+    assert lrs and all(1e-3 <= x <= 1e-1 for x in lrs), lrs
+    assert "brush=lr" in page.page.evaluate("() => location.hash")
+    history = page.wait_plot("plot-history", "d => d.some(t => t.name === 'brushed')")
+    brushed = next(t for t in history if t["name"] == "brushed")
+    assert 0 < len(brushed["x"]) < 60
+    # Refreshes and a new completed trial (which redraws the parallel coordinates) keep it.
+    page.page.wait_for_timeout(4500)
+    _finish_one(seeded.service, seeded.small, 50.0)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-parcoords')", timeout=10_000)
+    kept = page.page.evaluate("() => document.getElementById('plot-parcoords').data[0].dimensions[0].constraintrange")
+    assert kept and [round(v, 6) for v in (kept[0] if isinstance(kept[0], list) else kept)] == [-3, -1]
+    # And a reload (the brush is in the URL).
+    page.page.reload()
+    _loaded(page)
+    again = page.page.evaluate("() => document.getElementById('plot-parcoords').data[0].dimensions[0].constraintrange")
+    assert again and round(again[0], 6) == -3
+    assert "Filtered by the brush on lr" in page.page.inner_text("#range-filter")
+    page.page.click("#clear-brush")
+    page.page.wait_for_function("() => document.getElementById('page-info').textContent.includes('trials')")
+    page.page.wait_for_function("() => !location.hash.includes('brush=')")
+
+
+def test_a_text_selection_in_the_table_survives_refreshes(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    _loaded(page)
+    chosen = page.page.evaluate(
+        "() => { const td = document.querySelector('#trials tbody tr:nth-child(3) td:nth-child(4)');"
+        " const r = document.createRange(); r.selectNodeContents(td); getSelection().removeAllRanges();"
+        " getSelection().addRange(r); return getSelection().toString(); }"
+    )
+    assert chosen
+    page.page.wait_for_timeout(4500)
+    assert page.page.evaluate("() => getSelection().toString()") == chosen
+
+
+# -- defects ------------------------------------------------------------------------------
+
+
+def test_slices_keep_the_spec_order_and_colour_by_value_with_a_colour_bar(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    act = page.wait_plot("slice-act")[0]
+    layout = page.page.evaluate("() => document.getElementById('slice-act').layout.xaxis")
+    assert layout["categoryorder"] == "array" and layout["categoryarray"] == ["relu", "tanh", "gelu"]
+    assert act["marker"]["color"] == act["y"], "coloured by value"
+    assert min(act["y"]) == act["y"][-1], "the best point is drawn last, on top"
+    lr = page.wait_plot("slice-lr")[0]
+    assert lr["marker"]["showscale"] is True and lr["marker"]["colorbar"]["title"]["text"] == "loss"
+
+
+def test_parallel_coordinates_have_readable_ticks_and_the_best_on_top(page: Page, seeded: Seeded) -> None:
+    service = seeded.service
+    space = {
+        "width": {"type": "int", "low": 16, "high": 256, "scale": "log"},
+        "lr": {"type": "real", "low": 0.01, "high": 0.05, "scale": "log"},
+    }
+    cid = service.campaigns.create(
+        make_spec(
+            name="log-int", space=space, folds=1, algorithm={"name": "random", "seed": 1}, budget={"max_trials": 12}
+        )
+    ).id
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    for _ in range(12):
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, float(got.trial.params["width"]))
+        service.agents.complete(lease)
+    page.open(f"/campaign/{cid}")
+    trace = page.wait_plot("plot-parcoords")[0]
+    width, lr = trace["dimensions"][0], trace["dimensions"][1]
+    assert len(width["tickvals"]) >= 3 and width["ticktext"][:3] == ["2e1", "5e1", "1e2"], width["ticktext"]
+    assert len(lr["tickvals"]) >= 3, "a short log range still gets several ticks"
+    assert trace["tickfont"]["shadow"], "tick labels stay readable over the lines"
+    assert trace["line"]["color"][-1] == min(trace["line"]["color"]), "the best line is drawn last"
+    assert trace["line"]["colorbar"]["orientation"] == "h", "the colour bar sits under the plot, off the axes"
+
+
+def test_learning_curves_give_each_trial_one_colour_and_each_fold_a_dash(page: Page, seeded: Seeded) -> None:
+    chosen = list(range(12))
+    page.open(f"/campaign/{seeded.small}?curves={','.join(map(str, chosen))}")
+    curves = page.wait_plot("plot-curves", "d => d.length === 36")
+    by_trial: dict[str, list[dict[str, Any]]] = {}
+    for t in curves:
+        by_trial.setdefault(t["legendgroup"], []).append(t)
+    assert len(by_trial) == 12
+    colours = {ts[0]["line"]["color"] for ts in by_trial.values()}
+    assert len(colours) == 12, "no colour repeats among 12 trials"
+    for ts in by_trial.values():
+        assert len({t["line"]["color"] for t in ts}) == 1 and len({t["line"]["dash"] for t in ts}) == 3
+        assert sum(t["showlegend"] for t in ts) == 1, "one legend entry per trial"
+    assert {t["name"] for t in curves} == {f"#{n}" for n in chosen}
+    assert all(
+        page.page.is_checked(f"#trials tr[data-number='{n}'] input.pick")
+        for n in (0, 1)
+        if page.page.locator(f"#trials tr[data-number='{n}']").count()
+    )
+
+
+def test_an_empty_campaign_says_how_to_start_an_agent(page: Page, seeded: Seeded) -> None:
+    cid = seeded.service.campaigns.create(make_spec(name="nothing-yet")).id
+    page.open(f"/campaign/{cid}")
+    page.page.locator("#empty-state:not([hidden])").wait_for()
+    command = page.page.inner_text("#agent-command")
+    assert f"--campaign {cid}" in command and f"--server {seeded.server.grpc_target}" in command
+    assert "hpcopt_agent" in command
+    for card in ("card-history", "card-parcoords", "card-slices", "card-importance", "card-contour"):
+        assert page.page.locator(f"#{card}").is_hidden(), card
+    assert page.plot("plot-parcoords") is None and page.plot("plot-history") is None, "no empty Plotly axes"
+    assert "0 best" not in page.page.inner_text("body")
+    assert "No trials yet" in page.page.inner_text("#trials")
+
+
+def test_an_unknown_campaign_or_trial_says_not_found_and_stops_polling(page: Page, seeded: Seeded) -> None:
+    requests: list[str] = []
+    page.page.on("request", lambda r: requests.append(r.url) if "/api/v1/" in r.url else None)
+    for route, text in (
+        ("/campaign/999999", "Campaign 999999 does not exist"),
+        (f"/campaign/{seeded.small}/trial/99999", f"Campaign {seeded.small} has no trial #99999"),
+        ("/trial/99999999", "Trial id 99999999 does not exist"),
+    ):
+        page.open(route)
+        page.page.locator("#not-found").wait_for()
+        assert text in page.page.inner_text("#not-found")
+        assert page.page.locator("#export-json").count() == 0, "nothing to export"
+        requests.clear()
+        page.page.wait_for_timeout(2500)
+        assert requests == [], f"{route}: polling stopped"
+    _quiet(page, "404")
+
+
+def test_a_lost_server_shows_disconnected_and_the_page_recovers(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    _loaded(page)
+    page.page.route("**/api/v1/**", lambda route: route.abort())
+    page.page.wait_for_function(
+        "() => document.getElementById('conn').textContent.startsWith('disconnected — retrying')"
+    )
+    assert "bad" in (page.page.get_attribute("#conn", "class") or "")
+    page.page.unroute("**/api/v1/**")
+    page.page.wait_for_function(
+        "() => document.getElementById('conn').textContent.startsWith('updated')", timeout=10_000
+    )
+    _quiet(page, "ERR_FAILED", "Failed to fetch")
+
+
+def test_a_yaml_syntax_error_is_shown_at_its_line_and_column_in_a_monospace_spec(page: Page, seeded: Seeded) -> None:
+    page.open("/new")
+    bad = (
+        "name: broken\nobjective: {metric: loss}\nspace:\n  lr: {type: real, low: 1\n  width: 3\n"
+        "budget: {max_trials: 5}\n"
+    )
+    page.page.fill("#spec-text", bad)
+    page.page.click("#submit")
+    error = page.page.locator("#annotated .field-error").first
+    error.wait_for()
+    line = error.evaluate("e => e.previousElementSibling.dataset.line")
+    assert line == "5" and error.get_attribute("data-column") == "8", (line, error.inner_text())
+    assert "not valid YAML" in error.inner_text() and error.inner_text().startswith("       ^")
+    assert page.page.locator("#annotated .line.bad").count() == 1
+    font = page.page.evaluate("() => getComputedStyle(document.getElementById('annotated')).fontFamily")
+    assert "monospace" in font, font
+
+
+def test_agents_that_exit_or_go_silent_show_as_gone(page: Page, seeded: Seeded) -> None:
+    service = seeded.service
+    cid = service.campaigns.create(make_spec(name="agents-gone", folds=1)).id
+    with AgentClient(seeded.server.grpc_target) as client:
+        leaving = client.register(host="leaves-node", slurm_job_id="31", campaign_id=cid).agent_id
+        client.register(host="works-node", slurm_job_id="32", campaign_id=cid)
+        silent = client.register(host="silent-node", slurm_job_id="33", campaign_id=cid).agent_id
+        client.deregister(leaving)
+    with service.ctx.storage.write() as tx:
+        tx.touch_agent(silent, service.ctx.clock() - timedelta(minutes=10))
+    page.open(f"/campaign/{cid}")
+    row = page.page.locator(f"#agents tr[data-agent='{leaving}']")
+    row.wait_for()
+    assert "gone" in row.locator(".agent-state").inner_text() and "exited" in row.inner_text()
+    assert "leaves-node · job 31" in row.inner_text()
+    quiet = page.page.locator(f"#agents tr[data-agent='{silent}']")
+    assert "gone" in quiet.locator(".agent-state").inner_text() and "10 min ago" in quiet.inner_text()
+    assert "idle" in page.page.inner_text("#agents"), "the registered, heard-from agent is idle"
+    assert "1 live, 2 gone" in page.page.inner_text("#agents-note")
+
+
+def test_a_requeued_trial_shows_the_time_it_ran_not_a_growing_clock(page: Page, seeded: Seeded) -> None:
+    service = seeded.service
+    cid = service.campaigns.create(make_spec(name="requeued", folds=1)).id
+    agent = service.agents.register(host="h", ranks=1, gpus=0, campaign_id=cid).agent_id
+    got = service.agents.acquire(agent, cid)
+    service.agents.release(Lease(agent, got.trial.id, got.lease_id), d.TrialState.PREEMPTED, "walltime")
+    page.open(f"/campaign/{cid}?sort=number")
+    cell = page.page.locator("#trials tr[data-number='0'] td.duration")
+    cell.wait_for()
+    before = cell.inner_text()
+    page.page.wait_for_timeout(2500)
+    assert cell.inner_text() == before and before.endswith(" s") and float(before.split()[0]) < 2
+
+
+def test_a_trial_page_names_its_campaign_steps_through_trials_and_has_whole_epochs(page: Page, seeded: Seeded) -> None:
+    with seeded.service.ctx.storage.read() as tx:
+        failed, _ = tx.list_trials(seeded.small, states=[d.TrialState.FAILED], limit=1)
+    page.open(f"/campaign/{seeded.small}/trial/5")
+    page.wait_plot("plot-trial-curves")
+    assert page.page.inner_text("#trial-campaign") == "mlp-small"
+    assert page.page.get_attribute("#trial-prev", "href") == f"#/campaign/{seeded.small}/trial/4"
+    assert page.page.get_attribute("#trial-next", "href") == f"#/campaign/{seeded.small}/trial/6"
+    xaxis = page.page.evaluate("() => document.getElementById('plot-trial-curves').layout.xaxis")
+    assert xaxis["dtick"] >= 1 and xaxis["tick0"] == 0, "epochs are whole numbers"
+    assert "e-" in page.page.inner_text("#trial-params"), "the log-scale lr in exponent form"
+    page.page.click("#trial-next")
+    page.page.wait_for_function("() => document.getElementById('trial-title').textContent.startsWith('Trial #6')")
+    page.open(f"/campaign/{seeded.small}/trial/{failed[0].number}")
+    page.page.locator("#trial-error").wait_for()
+    gap = page.page.evaluate(
+        "() => { const h = document.querySelector('#trial-params .section h2');"
+        " const dl = document.querySelector('#trial-params dl');"
+        " return h.getBoundingClientRect().top - dl.getBoundingClientRect().bottom; }"
+    )
+    assert gap >= 12, f"the Error heading sits {gap}px under the row above"
+    page.open(f"/campaign/{seeded.small}/trial/0")
+    page.page.locator("#trial-title").wait_for()
+    page.page.wait_for_function(
+        "() => document.getElementById('trial-prev') && document.getElementById('trial-prev').disabled"
+    )
+
+
+@pytest.fixture
+def narrow(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterator[Page]:
+    context_page = make_page(browser, seeded.server.http_url, request)
+    page = next(context_page)
+    page.page.set_viewport_size({"width": 800, "height": 1000})
+    yield page
+    next(context_page, None)
+
+
+def test_narrow_screens_do_not_scroll_sideways(narrow: Page, seeded: Seeded) -> None:
+    for route in ("/", f"/campaign/{seeded.small}", f"/campaign/{seeded.small}/trial/1"):
+        narrow.open(route)
+        narrow.page.wait_for_timeout(2000)
+        width = narrow.page.evaluate("() => document.documentElement.scrollWidth")
+        assert width <= 800, f"{route}: the page is {width}px wide at 800px"
+    narrow.page.evaluate("() => performance.clearMarks()")
+    narrow.open(f"/campaign/{seeded.small}")
+    _loaded(narrow)
+    narrow.page.locator("#trials tbody tr[data-trial]").first.wait_for()
+    heights = narrow.page.evaluate(
+        "() => { const row = document.querySelector('#trials tbody tr');"
+        " return [row.children[3].getBoundingClientRect().height, row.children[2].getBoundingClientRect().height]; }"
+    )
+    assert heights[0] <= heights[1] + 1, f"'value ± std' wraps: {heights}"
+
+
+# -- friction ------------------------------------------------------------------------------
+
+
+def test_sort_filter_page_and_chosen_trials_live_in_the_url(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    _loaded(page)
+    first = page.page.locator("#trials tbody tr[data-trial]").first
+    assert first.locator("td:nth-child(2) a").get_attribute("href").startswith(f"#/campaign/{seeded.small}/trial/")
+    page.page.click("#trials th[data-sort='param:lr']")
+    page.page.wait_for_function("() => location.hash.includes('sort=param%3Alr')")
+    lrs = [float(x) for x in page.page.locator("#trials tbody td:nth-child(6)").all_inner_texts()]
+    assert lrs == sorted(lrs) and "e-" in page.page.locator("#trials tbody td:nth-child(6)").first.inner_text()
+    page.page.check("#state-filter input[data-state=COMPLETED]")
+    page.page.click("#next")
+    page.page.wait_for_function("() => document.getElementById('page-info').textContent.startsWith('page 2')")
+    page.page.locator("#trials tbody tr[data-trial] input.pick").first.check()
+    page.page.wait_for_function("() => location.hash.includes('curves=')")
+    hash_ = page.page.evaluate("() => location.hash")
+    page.page.reload()
+    page.page.wait_for_function("() => (document.getElementById('page-info') || {}).textContent?.startsWith('page 2')")
+    assert page.page.evaluate("() => location.hash") == hash_
+    assert page.page.is_checked("#state-filter input[data-state=COMPLETED]")
+    assert "sorted" in (page.page.get_attribute("#trials th[data-sort='param:lr']", "class") or "")
+    page.page.wait_for_function(
+        "() => document.getElementById('curve-picker').textContent.includes('ticked in the table')"
+    )
+    for key in ("duration", "agent"):
+        page.page.click(f"#trials th[data-sort={key}]")
+        page.page.wait_for_function(f"() => location.hash.includes('sort={key}')")
+    assert "node0" in page.page.inner_text("#trials tbody"), "the agent column names host and job"
+
+
+def test_history_options_log_scale_finish_time_and_clipping(page: Page, seeded: Seeded) -> None:
+    service = seeded.service
+    spec = make_spec(name="outlier", folds=1, algorithm={"name": "random", "seed": 2}, budget={"max_trials": 30})
+    cid = service.campaigns.create(spec).id
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    for k in range(30):
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, 1e6 if k == 7 else 1.0 + k / 10)
+        service.agents.complete(lease)
+    page.open(f"/campaign/{cid}")
+    history = page.wait_plot("plot-history")
+    assert history[0]["x"] == list(range(30)) and history[0]["customdata"] == list(range(30)), "x and hover by number"
+    layout = "() => document.getElementById('plot-history').layout"
+    page.page.check("#history-clip")
+    page.page.wait_for_function(f"() => ({layout})().yaxis.range && ({layout})().yaxis.range[1] < 100")
+    page.page.check("#history-logY")
+    page.page.wait_for_function(f"() => ({layout})().yaxis.type === 'log'")
+    page.page.check("#history-byTime")
+    page.page.wait_for_function(f"() => ({layout})().xaxis.type === 'date'")
+    assert "view=log%2Ctime%2Cclip" in page.page.evaluate("() => location.hash")
+    assert "95th percentile" in page.page.inner_text("#history-note")
+
+
+def test_analysis_views_importance_contour_edf_timeline_and_running_now(page: Page, seeded: Seeded) -> None:
+    service = seeded.service
+    reg = service.agents.register(host="gpu42", ranks=2, gpus=2, slurm_job_id="777", campaign_id=seeded.small)
+    got = service.agents.acquire(reg.agent_id, seeded.small)
+    lease = Lease(reg.agent_id, got.trial.id, got.lease_id)
+    service.agents.report_intermediate(lease, 0, 1, 0.75)
+    service.agents.report_intermediate(lease, 0, 2, 0.5)
+    page.open(f"/campaign/{seeded.small}")
+    row = page.page.locator(f"#running tr[data-trial='{got.trial.id}']")
+    row.wait_for()
+    text = row.inner_text()
+    assert (
+        f"#{got.trial.number}" in text and "gpu42 · job 777" in text and "fold 0: epoch 2 / 4" in text and "0.5" in text
+    )
+    importance = page.wait_plot("plot-importance")[0]
+    assert importance["y"][-1] == "lr", "lr dominates the seeded objective"
+    contour = page.wait_plot("plot-contour")
+    assert contour[0]["type"] == "contour" and len(contour[0]["z"]) == 20
+    edf = page.wait_plot("plot-edf")[0]
+    assert edf["x"] == sorted(edf["x"]) and edf["y"][-1] == 1
+    page.page.select_option("#contour-x", "act")
+    page.wait_plot("plot-contour", "d => d[0].x.length === 3")
+    assert "contour=act%2Cwidth" in page.page.evaluate("() => location.hash")
+    timeline = page.wait_plot("plot-timeline")
+    lanes = {y for t in timeline for y in t["y"]}
+    assert {"node01 · job 1001", "gpu42 · job 777"} <= lanes
+    assert any(t["name"] == "running" for t in timeline)
+    service.agents.release(lease, d.TrialState.FAILED, "done with the test")
+    page.page.locator("#card-running").wait_for(state="hidden")
