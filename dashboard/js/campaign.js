@@ -53,7 +53,7 @@ function writeState(id, st) {
 
 // -------------------------------------------------------------- layout ---
 
-const card = (id, title, ...body) => el("div", { class: "card", id }, title ? el("h2", { text: title }) : null, ...body);
+const card = (id, title, props, ...body) => el("div", Object.assign({ class: "card", id }, props), title ? el("h2", { text: title }) : null, ...body);
 const plotBox = (id) => el("div", { id, class: "plot" });
 
 function layout(id) {
@@ -63,15 +63,15 @@ function layout(id) {
       el("button", { id: "export-csv", text: "Export CSV", onclick: () => download(`/campaigns/${id}/export?format=csv`, `campaign-${id}-trials.csv`) }),
       el("button", { id: "cancel", class: "danger", text: "Cancel campaign", disabled: true, onclick: () => cancelCampaign(id) })),
     el("div", { class: "card", id: "summary" }),
-    card("empty-state", "No completed trials yet", el("div", { id: "empty-text" })),
-    card("card-running", "Running now", el("div", { class: "table-wrap" }, el("table", { id: "running" }, el("thead"), el("tbody"))), el("div", { id: "running-note", class: "note" })),
+    card("empty-state", "No completed trials yet", { hidden: true }, el("div", { id: "empty-text" })),
+    card("card-running", "Running now", { hidden: true }, el("div", { class: "table-wrap" }, el("table", { id: "running" }, el("thead"), el("tbody"))), el("div", { id: "running-note", class: "note" })),
     el("div", { class: "grid two analysis" },
-      card("card-history", "Optimization history", el("div", { class: "row controls", id: "history-controls" }), plotBox("plot-history"), el("div", { id: "history-note", class: "note" })),
-      card("card-curves", "Learning curves", el("div", { id: "curve-picker", class: "note" }), plotBox("plot-curves"))),
+      card("card-history", "Optimization history", {}, el("div", { class: "row controls", id: "history-controls" }), plotBox("plot-history"), el("div", { id: "history-note", class: "note" })),
+      card("card-curves", "Learning curves", {}, el("div", { id: "curve-picker", class: "note" }), plotBox("plot-curves"))),
     el("div", { class: "card analysis", id: "card-front", hidden: true }, el("h2", { text: "Pareto front" }), plotBox("plot-front"), el("div", { id: "front-note", class: "note" })),
     el("div", { class: "grid two analysis" },
-      card("card-importance", "Parameter importance", plotBox("plot-importance"), el("div", { id: "importance-note", class: "note" })),
-      card("card-edf", "Empirical distribution of the value", plotBox("plot-edf"), el("div", { class: "note", text: "The fraction of completed trials at or below each value: a steep rise early means many trials are near the best." }))),
+      card("card-importance", "Parameter importance", {}, plotBox("plot-importance"), el("div", { id: "importance-note", class: "note" })),
+      card("card-edf", "Empirical distribution of the value", {}, plotBox("plot-edf"), el("div", { class: "note", text: "The fraction of completed trials at or below each value: a steep rise early means many trials are near the best." }))),
     el("div", { class: "card analysis", id: "card-parcoords" }, el("div", { class: "row" }, el("h2", { text: "Parallel coordinates" }), el("span", { class: "spacer" }), el("span", { id: "brush-note", class: "note" })),
       el("div", { id: "plot-parcoords", class: "plot tall" })),
     el("div", { class: "card analysis", id: "card-contour" }, el("div", { class: "row" }, el("h2", { text: "Contour" }), el("span", { class: "spacer" }), el("span", { id: "contour-pick" })), plotBox("plot-contour"),
@@ -80,7 +80,7 @@ function layout(id) {
     el("div", { class: "card" }, el("div", { class: "row" }, el("h2", { text: "Trials" }), el("span", { class: "spacer" }), el("span", { id: "state-filter" })),
       el("div", { id: "range-filter", class: "note" }),
       el("div", { class: "table-wrap" }, el("table", { id: "trials" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "pager" })),
-    el("div", { class: "card", id: "card-timeline" }, el("h2", { text: "Timeline" }), el("div", { id: "plot-timeline", class: "plot" }), el("div", { id: "timeline-note", class: "note" })),
+    el("div", { class: "card", id: "card-timeline", hidden: true }, el("h2", { text: "Timeline" }), el("div", { id: "plot-timeline", class: "plot" }), el("div", { id: "timeline-note", class: "note" })),
     el("div", { class: "card" }, el("h2", { text: "Agents" }), el("div", { class: "table-wrap" }, el("table", { id: "agents" }, el("thead"), el("tbody"))), el("div", { id: "agents-note", class: "note" })),
   );
 }
@@ -122,20 +122,24 @@ export function campaignPage(id, query) {
     if (data.plot) document.getElementById("curve-picker").replaceChildren(...curvePicker(renderCurves(curves.body, data.plot, st.curves, openTrial), st, refreshCurves));
   };
   const redrawHistory = () => { if (data.plot && data.plot.completed) renderHistory(data.plot, st.view, brushedIds(data.plot, st.brush), openTrial); };
-  const onBrush = (brush) => {
+  // The table first (what the brush asks), then the highlight in the history.
+  const onBrush = async (brush) => {
+    performance.mark("hpcopt:brushed");
     st.brush = brush;
     st.offset = 0;
     setState();
     brushNote(st, clearBrush);
-    refreshTable();
+    await refreshTable();
+    await nextFrame();
     redrawHistory();
   };
-  const clearBrush = () => {
+  const clearBrush = async () => {
     st.brush = {};
     setState();
     brushNote(st, clearBrush);
     if (data.plot) renderParcoords(data.plot, st.brush, onBrush);
-    refreshTable();
+    await refreshTable();
+    await nextFrame();
     redrawHistory();
   };
   historyControls(st, () => { setState(); redrawHistory(); });
@@ -191,7 +195,8 @@ export function notFound(title, detail) {
 
 function emptyState(id, c, empty) {
   document.getElementById("empty-state").hidden = !empty;
-  for (const node of document.querySelectorAll(".analysis")) node.hidden = empty || (node.id === "card-front" && node.hidden);
+  // A card its plot turned off (no second objective, fewer than two parameters) stays off.
+  for (const node of document.querySelectorAll(".analysis")) node.hidden = empty || node.dataset.off === "1" || (node.id === "card-front" && node.hidden);
   if (!empty) return;
   const server = (session.who && session.who.agent_server) || "HOST:PORT";
   const token = session.who && session.who.auth ? " --token $HPCOPT_TOKEN" : "";
@@ -222,7 +227,9 @@ function brushNote(st, clear) {
 
 function contourPicker(plot, st, onChange) {
   const names = Object.keys(plot.space).filter((n) => !plot.space[n].when);
-  if (names.length < 2) { document.getElementById("card-contour").hidden = true; return; }
+  const card = document.getElementById("card-contour");
+  card.dataset.off = names.length < 2 ? "1" : "";
+  if (names.length < 2) { card.hidden = true; return; }
   if (st.contour.length !== 2 || !st.contour.every((n) => names.includes(n)) || st.contour[0] === st.contour[1]) st.contour = names.slice(0, 2);
   const pick = (i) => el("select", { id: `contour-${i ? "y" : "x"}`, onchange: (e) => { st.contour[i] = e.target.value; onChange(); } }, ...names.map((n) => el("option", { value: n, text: n, selected: st.contour[i] === n })));
   document.getElementById("contour-pick").replaceChildren("x ", pick(0), " y ", pick(1));
@@ -266,7 +273,9 @@ export function progress(c) {
 }
 
 export function chips(counts) {
-  return el("span", { class: "chips" }, STATES.filter((s) => counts[s]).map((s) => el("span", { class: `badge ${s}`, title: s, text: `${s.toLowerCase()} ${counts[s]}` })));
+  const present = STATES.filter((s) => counts[s]);
+  if (!present.length) return el("span", { class: "muted", text: "none yet" });
+  return el("span", { class: "chips" }, present.map((s) => el("span", { class: `badge ${s}`, title: s, text: `${s.toLowerCase()} ${counts[s]}` })));
 }
 
 // The pruner, and the earlier campaigns whose trials seeded the optimizer.

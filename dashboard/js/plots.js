@@ -253,7 +253,7 @@ export function renderContour(plot, xName, yName, openTrial) {
     const lo = log ? Math.log10(spec.low) : spec.low, hi = log ? Math.log10(spec.high) : spec.high;
     const to = (v) => (log ? Math.log10(v) : v);
     const centres = [...Array(GRID)].map((_, i) => lo + ((i + 0.5) * (hi - lo)) / GRID).map((c) => (log ? 10 ** c : c));
-    return { cells: centres, at: (v) => Math.min(GRID - 1, Math.max(0, Math.floor(((to(v) - lo) / (hi - lo || 1)) * GRID))), layout: log ? { type: "log" } : {} };
+    return { cells: centres, at: (v) => Math.min(GRID - 1, Math.max(0, Math.floor(((to(v) - lo) / (hi - lo || 1)) * GRID))), layout: log ? { type: "log", exponentformat: "power" } : {} };
   };
   const ax = axis(sx), ay = axis(sy);
   const pts = plot.points.filter((p) => p.params[xName] !== undefined && p.params[yName] !== undefined);
@@ -302,6 +302,8 @@ export function renderImportance(imp) {
 const OUTCOME_COLORS = { completed: "#59a14f", running: "#2b5fd9", failed: "#e15759", pruned: "#9aa5b1", preempted: "#f28e2b", lease_expired: "#b7791f", cancelled: "#bab0ac" };
 
 export function renderTimeline(tl, openTrial) {
+  document.getElementById("card-timeline").hidden = !tl.total;
+  if (!tl.total) return;
   const now = Date.now();
   const label = (s) => (s.agent_host ? agentLabel(s.agent_host, s.agent_job) : s.agent_id ? `agent ${s.agent_id.slice(0, 8)}` : "unknown agent");
   const lanes = [...new Set(tl.spans.map(label))];

@@ -56,7 +56,7 @@ function render(t, c) {
   document.getElementById("trial-nav").replaceChildren(nav(t.number - 1, `‹ #${t.number - 1}`, "trial-prev"), nav(t.number + 1, `#${t.number + 1} ›`, "trial-next"));
   const box = document.getElementById("trial");
   if (!box.children.length) {
-    box.append(el("div", { class: "grid two" }, el("div", { class: "card", id: "trial-params" }), el("div", { class: "card" }, el("h2", { text: "Learning curves" }), el("div", { id: "plot-trial-curves", class: "plot" }))),
+    box.append(el("div", { class: "grid two" }, el("div", { class: "card", id: "trial-params" }), el("div", { class: "card" }, el("h2", { text: "Learning curves" }), el("div", { id: "trial-curves-note", class: "muted" }), el("div", { id: "plot-trial-curves", class: "plot" }))),
       el("div", { class: "card", id: "trial-folds" }), el("div", { class: "card", id: "trial-events" }));
   }
   const space = c.spec.space || {};
@@ -75,14 +75,17 @@ function render(t, c) {
   document.getElementById("trial-folds").replaceChildren(el("h2", { text: "Folds" }), el("div", { class: "table-wrap" }, el("table", { id: "folds" },
     el("thead", {}, el("tr", {}, el("th", { text: "Fold" }), el("th", { text: "Finished" }), el("th", { class: "num", text: "Value" }),
       ...metrics.map((m) => el("th", { class: "num", text: m })), el("th", { text: "Attempt" }), el("th", { text: "Checkpoint" }))),
-    el("tbody", {}, ...[...t.folds].sort((a, b) => a.index - b.index).map((f) => el("tr", {}, el("td", { text: f.index }), el("td", { text: f.finished ? "yes" : "no" }),
+    el("tbody", {}, ...(t.folds.length ? [...t.folds].sort((a, b) => a.index - b.index).map((f) => el("tr", {}, el("td", { text: f.index }), el("td", { text: f.finished ? "yes" : "no" }),
       el("td", { class: "num", text: fmt(f.value, 6) }), ...metrics.map((m) => el("td", { class: "num", text: fmt(f.metrics[m], 5) })),
-      el("td", { text: f.attempt }), el("td", { class: "mono", text: f.checkpoint_uri || "–" })))))));
+      el("td", { text: f.attempt }), el("td", { class: "mono", text: f.checkpoint_uri || "–" }))) : [el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No fold reported anything yet." }))])))));
   document.getElementById("trial-events").replaceChildren(el("h2", { text: "Attempt history" }), el("div", { class: "table-wrap" }, el("table", { id: "events" },
     el("thead", {}, el("tr", {}, ...["When", "Attempt", "Event", "Agent", "Reason"].map((h) => el("th", { text: h })))),
     el("tbody", {}, ...(t.events || []).map((e) => el("tr", {}, el("td", { class: "nowrap", text: when(e.at) }), el("td", { text: e.attempt }), el("td", {}, badge(e.kind.toUpperCase())),
       el("td", { class: "mono", title: e.agent_id || "", text: (e.agent_id || "").slice(0, 8) || "–" }), el("td", { text: e.reason || "" })))))));
   const folds = [...new Set((t.curves || []).map((p) => p.fold))].sort((a, b) => a - b);
+  document.getElementById("plot-trial-curves").hidden = !folds.length;
+  document.getElementById("trial-curves-note").textContent = folds.length ? "" : "No learning-curve points reported.";
+  if (!folds.length) return;
   const maxStep = Math.max(1, ...(t.curves || []).map((p) => p.step));
   draw("plot-trial-curves", folds.map((f, i) => { const pts = t.curves.filter((p) => p.fold === f); return { type: "scatter", mode: "lines+markers", name: `fold ${f}`, x: pts.map((p) => p.step), y: pts.map((p) => p.value), line: { color: colour(i) }, marker: { color: colour(i) } }; }),
     { xaxis: { title: { text: "epoch" }, tick0: 0, dtick: Math.max(1, Math.ceil(maxStep / 10)) }, yaxis: { title: { text: c.metric } } });

@@ -438,3 +438,47 @@ def test_analysis_views_importance_contour_edf_timeline_and_running_now(page: Pa
     assert any(t["name"] == "running" for t in timeline)
     service.agents.release(lease, d.TrialState.FAILED, "done with the test")
     page.page.locator("#card-running").wait_for(state="hidden")
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str, int]]:
+    from hpcopt_server.service import Service
+    from hpcopt_server.storage.migrate import upgrade
+    from hpcopt_server.storage.repository import Storage
+    from tests.conftest import run_live_server
+    from tests.seed import seed_campaign
+
+    url = f"sqlite:///{tmp_path_factory.mktemp('dash-token') / 'hpcopt.db'}"
+    upgrade(url)
+    storage = Storage(url)
+    service = Service(storage)
+    cid = seed_campaign(service, name="guarded", completed=4)
+    _, secret = service.tokens.create("reader", ["read"])
+    for server in run_live_server(service):
+        yield server, secret, cid
+    storage.close()
+
+
+def test_the_token_dialog_says_what_to_do_on_esc_and_after_a_wrong_token(
+    browser: Any, guarded: tuple[Any, str, int], request: pytest.FixtureRequest
+) -> None:
+    server, secret, cid = guarded
+    pages = make_page(browser, server.http_url, request)
+    page = next(pages)
+    page.open(f"/campaign/{cid}")
+    dialog = page.page.locator("#token-dialog[open]")
+    dialog.wait_for()
+    assert "--name NAME" in dialog.inner_text(), "the hint is a command that works"
+    page.page.keyboard.press("Escape")
+    page.page.locator("#needs-token").wait_for()
+    assert "loading" not in page.page.inner_text("#app")
+    page.page.click("#enter-token")
+    page.page.fill("#token-input", "hpc_wrong")
+    page.page.click("#token-form button[type=submit]")
+    page.page.locator("#token-error:not([hidden])").wait_for()
+    assert page.page.inner_text("#token-error") == "The token you entered is unknown or revoked."
+    page.page.fill("#token-input", secret)
+    page.page.click("#token-form button[type=submit]")
+    page.wait_plot("plot-history", "d => d[0].x.length === 4")
+    _quiet(page, "401")
+    next(pages, None)

@@ -226,16 +226,26 @@ class InsightService:
             space = campaign.spec.get("space", {})
             _check_sort(sort, space)
             tests = _range_tests(ranges, space)
-            if sort in TRIAL_SORT_KEYS and not tests:
+            numeric = {n for n, p in space.items() if p.get("type") in ("int", "real")} | {"value"}
+            in_sql = sort in TRIAL_SORT_KEYS or (sort.startswith("param:") and sort[6:] in numeric)
+            if in_sql and all(name in numeric for name, _, _ in ranges):
+                # Sorting and filtering by columns and numeric parameters: all in SQL.
                 trials, total = tx.list_trials(
-                    campaign_id, states=states, offset=offset, limit=limit, sort=sort, descending=descending
+                    campaign_id,
+                    states=states,
+                    offset=offset,
+                    limit=limit,
+                    sort=sort,
+                    descending=descending,
+                    ranges=ranges,
                 )
             else:
-                rows = [r for r in tx.listed_trials(campaign_id, states) if all(t(r) for t in tests)]
+                names = [n for n, _, _ in ranges if n != "value"] + ([sort[6:]] if sort.startswith("param:") else [])
+                rows = [r for r in tx.listed_trials(campaign_id, states, names) if all(t(r) for t in tests)]
                 ran_all = _ran(tx.spans(campaign_id), self.ctx.clock()) if sort == "duration" else {}
                 hosts = tx.agents_by_id(r.agent_id for r in rows) if sort == "agent" else {}
                 ids = [r.id for r in _sorted(rows, sort, descending, space, ran_all, hosts)[offset : offset + limit]]
-                trials, total = tx.trials_by_id(ids), len(rows)
+                trials, total = tx.trials_by_id(ids, with_folds=True), len(rows)
             ids = [t.id for t in trials]
             ran = _ran(tx.spans(campaign_id, ids), self.ctx.clock())
             agents = tx.agents_by_id(t.agent_id for t in trials)

@@ -22,7 +22,7 @@ Contract for every implementation (the conformance suite in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -61,6 +61,12 @@ class Storage:
 
     def close(self) -> None:
         self.db.dispose()
+
+
+def _numeric(name: str) -> Any:
+    """The trial's value, or a numeric parameter out of its JSON ``params`` (SQLite's
+    json_extract, PostgreSQL's ->>), as a float: NULL where the trial has none."""
+    return m.TrialRow.value if name == "value" else m.TrialRow.params[name].as_float()
 
 
 #: The trial columns the listing can sort by.
@@ -239,17 +245,22 @@ class Tx(ViewQueries):
         with_folds: bool = True,
         sort: str = "number",
         descending: bool = False,
+        ranges: Sequence[tuple[str, float, float]] = (),
     ) -> tuple[list[d.Trial], int]:
         """A page of the campaign's trials ordered by ``sort`` (one of
-        :data:`TRIAL_SORT_KEYS`; empty values last, then by number), and the total that match."""
+        :data:`TRIAL_SORT_KEYS`, or ``param:NAME`` of a numeric parameter; empty values
+        last, then by number), and the total that match. ``ranges``: (``value`` or a
+        numeric parameter, low, high), inclusive, all must hold."""
         where = [m.TrialRow.campaign_id == campaign_id]
         wanted = [str(s) for s in states]
         if wanted:
             where.append(m.TrialRow.state.in_(wanted))
+        for name, low, high in ranges:
+            where.append(_numeric(name).between(low, high))
         total = self.s.scalar(select(func.count()).select_from(m.TrialRow).where(*where)) or 0
-        if sort not in TRIAL_SORT_KEYS:
-            raise ValueError(f"sort must be one of {TRIAL_SORT_KEYS}, not {sort!r}")
-        column = getattr(m.TrialRow, sort)
+        if sort not in TRIAL_SORT_KEYS and not sort.startswith("param:"):
+            raise ValueError(f"sort must be one of {TRIAL_SORT_KEYS} or param:NAME, not {sort!r}")
+        column = _numeric(sort[6:]) if sort.startswith("param:") else getattr(m.TrialRow, sort)
         key = column.desc() if descending else column.asc()
         q = select(m.TrialRow).where(*where).order_by(column.is_(None), key, m.TrialRow.number).offset(offset)
         if limit is not None:
@@ -429,13 +440,17 @@ class Tx(ViewQueries):
         )
         return [(r[0], [float(v) for v in r[1]]) for r in self.s.execute(q) if r[1] is not None]
 
-    def trials_by_id(self, ids: list[int]) -> list[d.Trial]:
-        """These trials (without folds), in the order given; missing ids are left out."""
+    def trials_by_id(self, ids: list[int], *, with_folds: bool = False) -> list[d.Trial]:
+        """These trials (with their folds if asked), in the order given; missing ids are left out."""
         rows: dict[int, m.TrialRow] = {}
+        folds: dict[int, list[m.FoldRow]] = {}
         for start in range(0, len(ids), 500):
-            q = select(m.TrialRow).where(m.TrialRow.id.in_(ids[start : start + 500]))
-            rows.update((r.id, r) for r in self.s.scalars(q))
-        return [mapping.trial(rows[i]) for i in ids if i in rows]
+            chunk = ids[start : start + 500]
+            rows.update((r.id, r) for r in self.s.scalars(select(m.TrialRow).where(m.TrialRow.id.in_(chunk))))
+            if with_folds:
+                for f in self.s.scalars(select(m.FoldRow).where(m.FoldRow.trial_id.in_(chunk))):
+                    folds.setdefault(f.trial_id, []).append(f)
+        return [mapping.trial(rows[i], folds.get(i, [])) for i in ids if i in rows]
 
     def best_trial_ids(self, campaign_id: int, direction: str, limit: int) -> list[int]:
         """Ids of the ``limit`` best COMPLETED trials."""
