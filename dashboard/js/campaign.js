@@ -98,9 +98,11 @@ export function campaignPage(id, query) {
     const desc = st.desc === null ? !!(data.c && data.c.direction === "maximize") && st.sort === "value" : st.desc;
     const qs = new URLSearchParams({ sort: st.sort, order: desc ? "desc" : "asc", offset: st.offset, limit: st.limit });
     st.states.forEach((s) => qs.append("state", s));
+    // Brushed axes in table terms (the summary, fetched first, has the space and metric).
+    const space = data.c ? data.c.spec.space : {};
     for (const [label, r] of Object.entries(st.brush)) {
-      const name = data.plot && label === data.plot.metric && !(label in data.plot.space) ? "value" : label;
-      const [lo, hi] = brushToRange(data.plot ? data.plot.space[label] : null, r);
+      const name = data.c && label === data.c.metric && !(label in space) ? "value" : label;
+      const [lo, hi] = brushToRange(space[label], r);
       qs.append("range", `${name}:${lo}:${hi}`);
     }
     return qs.toString();
@@ -150,8 +152,9 @@ export function campaignPage(id, query) {
     if (gen !== session.generation) return;
     data.c = c.body;
     if (c.changed) renderSummary(c.body);
+    const qs = tableQuery();
     const [plot, page, agents, running, curves] = await Promise.all([
-      poll(`/campaigns/${id}/plot?max_points=1000`), poll(`/campaigns/${id}/trials?${tableQuery()}`),
+      poll(`/campaigns/${id}/plot?max_points=1000`), poll(`/campaigns/${id}/trials?${qs}`),
       poll(`/campaigns/${id}/agents`), poll(`/campaigns/${id}/running`), poll(curvesPath()),
     ]);
     if (gen !== session.generation) return;
@@ -164,7 +167,8 @@ export function campaignPage(id, query) {
       renderRunning(id, running.body, c.body);
       renderAgents(id, agents.body, data.numbers);
     }
-    if (page.changed) renderTrials(id, c.body, page.body, st, { onChange: () => { setState(); refreshTable(); }, onCurves: refreshCurves });
+    // A sort, filter or page change made meanwhile has fetched and drawn its own table.
+    if (page.changed && qs === tableQuery()) renderTrials(id, c.body, page.body, st, { onChange: () => { setState(); refreshTable(); }, onCurves: refreshCurves });
     refreshAgo();
     performance.mark("hpcopt:tables"); // benchmarks/dashboard_open.py reads these marks
     // Then the plots whose data changed, one per frame, so the page answers while they draw.
@@ -314,7 +318,8 @@ function renderRunning(id, rows, c) {
   if (!table.tHead.rows.length) table.tHead.append(el("tr", {}, ...["#", "Agent", "Attempt", "Folds done", "Current fold", "Latest value", "Running for"].map((h) => el("th", { text: h }))));
   patchRows(table.tBodies[0], rows, (r) => r.trial_id, (r) => JSON.stringify([r.attempt, r.folds_finished, r.steps, r.latest, r.agent_host]), (r) => {
     const fold = r.latest ? r.latest.fold : r.folds_finished;
-    const epochs = r.steps[String(fold)] || 0;
+    // The epoch the fold reported last (or how many points it reported).
+    const epochs = r.latest && r.latest.fold === fold ? r.latest.step : r.steps[String(fold)] || 0;
     const pct = r.epochs ? Math.min(100, (100 * epochs) / r.epochs) : 0;
     return el("tr", { "data-trial": r.trial_id },
       el("td", {}, el("a", { href: `#/campaign/${id}/trial/${r.number}`, text: `#${r.number}` })),

@@ -119,6 +119,8 @@ def test_brushing_filters_the_table_highlights_the_history_and_survives_refreshe
     again = page.page.evaluate("() => document.getElementById('plot-parcoords').data[0].dimensions[0].constraintrange")
     assert again and round(again[0], 6) == -3
     assert "Filtered by the brush on lr" in page.page.inner_text("#range-filter")
+    lrs = [float(x) for x in page.page.locator("#trials tbody td:nth-child(6)").all_inner_texts()]
+    assert lrs and all(1e-3 <= x <= 1e-1 for x in lrs), "the first table after a reload is already filtered"
     page.page.click("#clear-brush")
     page.page.wait_for_function("() => document.getElementById('page-info').textContent.includes('trials')")
     page.page.wait_for_function("() => !location.hash.includes('brush=')")

@@ -309,7 +309,7 @@ def plot_data(
     """Completed trials for the plots. Its ETag changes only when a trial finishes, and
     is checked before any work: an unchanged campaign costs one row read."""
     revision = service.insights.plot_revision(campaign_id)
-    etag = f'"plot-{campaign_id}-{revision}-{max_points}-{__version__}"'
+    etag = f'"plot-{revision}-{max_points}-{__version__}"'
     if etag_matches(request.headers.get("if-none-match", ""), etag):
         return Response(status_code=304, headers={"etag": etag, "cache-control": "no-cache"})
     data = PlotData.model_validate(service.insights.plot_data(campaign_id, max_points))

@@ -145,15 +145,16 @@ class InsightService:
             "front_size": front_size,
         }
 
-    def plot_revision(self, campaign_id: int) -> int:
+    def plot_revision(self, campaign_id: int) -> str:
         """Changes whenever :meth:`plot_data`'s answer may (a trial reached a final
         state): one row read, so a poll of an unchanged campaign costs almost nothing."""
         require_id("campaign_id", campaign_id)
         with self.ctx.storage.read() as tx:
-            finished = tx.finished_count(campaign_id)
-        if finished is None:
+            revision = tx.plot_revision(campaign_id)
+        if revision is None:
             raise NotFound(f"campaign {campaign_id} does not exist")
-        return finished
+        finished, created = revision
+        return f"{campaign_id}-{finished}-{created.timestamp():.6f}"
 
     def curves(
         self, campaign_id: int, trial_ids: list[int], limit: int = 5, numbers: Sequence[int] = ()

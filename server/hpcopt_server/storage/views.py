@@ -165,7 +165,11 @@ class ViewQueries:
     def end_agent(self, agent_id: str, now: datetime) -> None:
         self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(exited_at=now, last_seen_at=now))
 
-    def finished_count(self, campaign_id: int) -> int | None:
-        """How many trials of the campaign reached a final state (None: no campaign):
-        one row read, which says whether its completed trials changed."""
-        return self.s.scalar(select(m.CampaignRow.finished_count).where(m.CampaignRow.id == campaign_id))
+    def plot_revision(self, campaign_id: int) -> tuple[int, datetime] | None:
+        """(trials that reached a final state, creation time) of the campaign, None if
+        there is none: one row read that says whether its completed trials changed (the
+        creation time tells apart two databases whose campaign N has the same count)."""
+        row = self.s.execute(
+            select(m.CampaignRow.finished_count, m.CampaignRow.created_at).where(m.CampaignRow.id == campaign_id)
+        ).first()
+        return (int(row[0]), row[1]) if row else None
