@@ -34,9 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--enable-unsafe-swiftshader"]
 HAS_DATA = (
-    "(ids) => ids.every(id => { const gd = document.getElementById(id); const t = gd && gd.data && gd.data[0];"
-    " if (!t) return false; const v = t.x || t.y || (t.dimensions && t.dimensions[0] && t.dimensions[0].values);"
-    " return !!(v && v.length); })"
+    "(ids) => ids.every(id => { const gd = document.getElementById(id);"
+    " return !!(gd && gd.data && gd.data.some(t => {"
+    " const v = t.x || t.y || (t.dimensions && t.dimensions[0] && t.dimensions[0].values);"
+    " return !!(v && v.length); })); })"
 )
 OURS_ALL = ["plot-history", "plot-importance", "plot-edf", "plot-contour", "plot-parcoords", "plot-timeline"]
 PEER_ALL = ["plot-history", "graph-hyperparameter-importances", "graph-timeline", "graph-intermediate-values"]
@@ -80,7 +81,11 @@ def load(browser: Any, url: str, first: list[str], every: list[str]) -> tuple[fl
     page.goto(url)
     page.wait_for_function(HAS_DATA, arg=first, polling=20, timeout=120_000)
     t_first = time.perf_counter() - t0
-    page.wait_for_function(HAS_DATA, arg=every, polling=20, timeout=120_000)
+    try:
+        page.wait_for_function(HAS_DATA, arg=every, polling=20, timeout=120_000)
+    except Exception:
+        missing = page.evaluate(f"(ids) => ids.filter(id => !({HAS_DATA})([id]))", every)
+        raise RuntimeError(f"{url}: no data in {missing} after 120 s") from None
     t_every = time.perf_counter() - t0
     page.close()
     return t_first, t_every
@@ -102,6 +107,10 @@ def idle_share(browser: Any, url: str, every: list[str], seconds: float) -> floa
     share = (busy() - b0) / (time.perf_counter() - w0)
     page.close()
     return share
+
+
+def cell(values: list[float], median: float) -> str:
+    return f"{median:.2f} ({min(values):.2f}-{max(values):.2f})"
 
 
 def main() -> int:
@@ -172,7 +181,6 @@ def main() -> int:
     print(f"{'':14} {'hpcopt':>20} {'optuna-dashboard':>20} {'ratio':>7}")
     for key in ours:
         a, b = statistics.median(ours[key]), statistics.median(theirs[key])
-        cell = lambda v, m: f"{m:.2f} ({min(v):.2f}-{max(v):.2f})"  # noqa: E731
         print(f"{key:14} {cell(ours[key], a):>20} {cell(theirs[key], b):>20} {a / b:>6.2f}x")
     print(
         f"\nidle {args.idle:.0f} s after a load, main thread busy: hpcopt {100 * idle_ours:.2f}%, "

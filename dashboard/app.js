@@ -120,8 +120,9 @@ function campaignsPage() {
   };
   live(async (gen) => {
     const data = await poll("/campaigns");
-    if (gen !== session.generation || !data.changed) return;
+    if (gen !== session.generation || !data.changed) return false;
     rows = data.body;
     render();
+    return true;
   });
 }

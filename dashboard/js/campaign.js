@@ -149,7 +149,7 @@ export function campaignPage(id, query) {
 
   live(async (gen) => {
     const c = await poll(`/campaigns/${id}`);
-    if (gen !== session.generation) return;
+    if (gen !== session.generation) return false;
     data.c = c.body;
     if (c.changed) renderSummary(c.body);
     const qs = tableQuery();
@@ -157,7 +157,7 @@ export function campaignPage(id, query) {
       poll(`/campaigns/${id}/plot?max_points=1000`), poll(`/campaigns/${id}/trials?${qs}`),
       poll(`/campaigns/${id}/agents`), poll(`/campaigns/${id}/running`), poll(curvesPath()),
     ]);
-    if (gen !== session.generation) return;
+    if (gen !== session.generation) return false;
     data.plot = plot.body;
     const empty = !plot.body.completed;
     if (c.changed || plot.changed) emptyState(id, c.body, empty);
@@ -186,10 +186,11 @@ export function campaignPage(id, query) {
     if (c.changed || running.changed) steps.push(["timeline", async () => { const tl = await poll(`/campaigns/${id}/timeline?limit=2000`); if (tl.changed) renderTimeline(tl.body, openTrial); }]);
     for (const [name, step] of steps) {
       await nextFrame();
-      if (gen !== session.generation) return;
+      if (gen !== session.generation) return false;
       await step();
       performance.mark(`hpcopt:${name}`);
     }
+    return c.changed || plot.changed || page.changed || agents.changed || running.changed || curves.changed;
   }, () => notFound(`Campaign ${id} does not exist.`, "It may have been deleted, or the link has a wrong id."));
 }
 
@@ -329,6 +330,10 @@ function renderRunning(id, rows, c) {
       el("td", { class: "num nowrap", text: r.latest ? `${fmt(r.latest.value)} (fold ${r.latest.fold}, epoch ${r.latest.step})` : "–" }),
       el("td", { class: "nowrap running-for", "data-started": r.started_at || "", text: seconds(r.ran_seconds) }));
   });
+  for (const r of rows) { // the clock: its cell only
+    const cell = table.tBodies[0].querySelector(`tr[data-key="${r.trial_id}"] td.running-for`);
+    if (cell && cell.textContent !== seconds(r.ran_seconds)) cell.textContent = seconds(r.ran_seconds);
+  }
   document.getElementById("running-note").textContent = rows.length ? `${rows.length} of at most ${c.spec.budget.max_parallel} at once. Latest value: the most recent learning-curve point (${c.metric}).` : "";
 }
 

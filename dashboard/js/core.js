@@ -114,40 +114,58 @@ export function connection(ok, why = "") {
   if (node.className !== cls) node.className = cls;
 }
 
-/** Runs `refresh(gen)` now and every POLL_MS while this view is shown and the tab is
- * visible. `session.refresh()` asks for one at once, queued behind a running one. A 404
- * calls `onMissing` and stops; a lost server shows "disconnected" and keeps trying. */
+/** Runs `refresh(gen)` now and then every POLL_MS while this view is shown and the tab
+ * is visible; `refresh` returns false when nothing changed (all 304s). After 5 quiet
+ * polls in a row the period grows to 5 s, after 10 to 10 s; a change, a click or key in
+ * the page, or `session.refresh()` brings it back to 2 s. A 404 calls `onMissing` and
+ * stops; a lost server shows "disconnected" and is retried every 2 s. */
 export function live(refresh, onMissing) {
   const gen = session.generation;
-  let busy = false, again = false, timer = null, stopped = false;
-  const tick = async () => {
-    if (gen !== session.generation || stopped) return;
+  let busy = false, again = false, timer = null, stopped = false, quiet = 0;
+  const period = () => (quiet < 5 ? POLL_MS : quiet < 10 ? 2.5 * POLL_MS : 5 * POLL_MS);
+  const current = () => gen === session.generation && !stopped;
+  const schedule = () => {
+    clearTimeout(timer);
+    timer = current() && !document.hidden ? setTimeout(() => tick(false), period()) : null;
+  };
+  const tick = async (asked = true) => {
+    if (!current()) return;
+    if (asked) quiet = 0;
     if (busy) { again = true; return; }
     busy = true;
     try {
-      await refresh(gen);
-      if (gen === session.generation) connection(true);
+      const changed = await refresh(gen);
+      quiet = changed === false ? quiet + 1 : 0;
+      if (current()) connection(true);
     } catch (e) {
+      quiet = 0;
       if (e instanceof Disconnected) connection(false, e.message);
       else if (e instanceof HttpError && e.status === 404 && onMissing) { stop(); onMissing(e); }
       else if (!(e instanceof HttpError && e.status === 401)) console.warn("refresh failed:", e.message);
     } finally { busy = false; }
-    if (again) { again = false; tick(); }
+    if (again) { again = false; tick(); return; }
+    schedule();
   };
-  const startTimer = () => { if (!timer && !stopped) timer = setInterval(tick, POLL_MS); };
-  const stop = () => { stopped = true; clearInterval(timer); timer = null; };
+  const poke = () => { if (quiet >= 5) tick(); };
   const visibility = () => {
     if (gen !== session.generation) { document.removeEventListener("visibilitychange", visibility); return; }
     paused = document.hidden;
-    if (document.hidden) { clearInterval(timer); timer = null; } else { tick(); startTimer(); }
+    if (document.hidden) { clearTimeout(timer); timer = null; } else tick();
     connection(connected);
   };
+  const stop = () => { stopped = true; clearTimeout(timer); timer = null; };
   document.addEventListener("visibilitychange", visibility);
-  session.refresh = tick;
-  session.stop = () => { stop(); document.removeEventListener("visibilitychange", visibility); };
+  document.addEventListener("pointerdown", poke);
+  document.addEventListener("keydown", poke);
+  session.refresh = () => tick(true);
+  session.stop = () => {
+    stop();
+    document.removeEventListener("visibilitychange", visibility);
+    document.removeEventListener("pointerdown", poke);
+    document.removeEventListener("keydown", poke);
+  };
   paused = document.hidden;
   tick();
-  if (!document.hidden) startTimer();
 }
 
 // ------------------------------------------------------------ helpers ---

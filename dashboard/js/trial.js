@@ -40,10 +40,11 @@ export function trialPage(cid, number) {
   let c = null;
   live(async (gen) => {
     const [t, cs] = await Promise.all([poll(`/campaigns/${cid}/trials/${number}`), c ? Promise.resolve({ body: c, changed: false }) : poll(`/campaigns/${cid}`)]);
-    if (gen !== session.generation) return;
+    if (gen !== session.generation) return false;
     c = cs.body;
-    if (!t.changed && !cs.changed) return;
+    if (!t.changed && !cs.changed) return false;
     render(t.body, c);
+    return true;
   }, () => notFound(`Campaign ${cid} has no trial #${number}.`, "Trials are numbered from 0 in the order they were created."));
 }
 

@@ -92,6 +92,24 @@ def test_a_hidden_tab_stops_polling_and_says_paused(page: Page, seeded: Seeded) 
     assert requests, "visible again: polling resumes at once"
 
 
+def test_polling_slows_down_while_nothing_changes_and_a_click_brings_it_back(page: Page, seeded: Seeded) -> None:
+    import itertools
+    import time
+
+    page.open(f"/campaign/{seeded.spare}")
+    _loaded(page)
+    summary = f"/api/v1/campaigns/{seeded.spare}"
+    asked: list[float] = []
+    page.page.on("request", lambda r: asked.append(time.monotonic()) if r.url.endswith(summary) else None)
+    page.page.wait_for_timeout(17_000)  # 5 quiet polls at 2 s, then every 5 s
+    gaps = [b - a for a, b in itertools.pairwise(asked)]
+    assert gaps and max(gaps) > 4 and min(gaps) > 1.5, gaps
+    before = len(asked)
+    page.page.mouse.click(5, 300)  # the reader is back: poll at once, every 2 s again
+    page.page.wait_for_timeout(1000)
+    assert len(asked) > before, "a click asks at once"
+
+
 def test_brushing_filters_the_table_highlights_the_history_and_survives_refreshes(page: Page, seeded: Seeded) -> None:
     page.open(f"/campaign/{seeded.small}")
     _loaded(page)
