@@ -20,7 +20,7 @@ from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service.campaigns import front_ids
 from hpcopt_server.service.context import Context, campaign_or_404
 from hpcopt_server.service.limits import require_id, require_range
-from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
+from hpcopt_server.storage.repository import TRIAL_SORT_KEYS, Tx
 from hpcopt_server.storage.views import Listed, Running, Span
 
 MAX_PLOT_POINTS = 20_000
@@ -243,7 +243,7 @@ class InsightService:
             else:
                 names = [n for n, _, _ in ranges if n != "value"] + ([sort[6:]] if sort.startswith("param:") else [])
                 rows = [r for r in tx.listed_trials(campaign_id, states, names) if all(t(r) for t in tests)]
-                ran_all = _ran(tx.spans(campaign_id), self.ctx.clock()) if sort == "duration" else {}
+                ran_all = self._ran_of(tx, campaign_id, rows) if sort == "duration" else {}
                 hosts = tx.agents_by_id(r.agent_id for r in rows) if sort == "agent" else {}
                 ids = [r.id for r in _sorted(rows, sort, descending, space, ran_all, hosts)[offset : offset + limit]]
                 trials, total = tx.trials_by_id(ids, with_folds=True), len(rows)
@@ -251,6 +251,20 @@ class InsightService:
             ran = _ran(tx.spans(campaign_id, ids), self.ctx.clock())
             agents = tx.agents_by_id(t.agent_id for t in trials)
         return TablePage(trials, total, {t.id: ran.get(t.id) for t in trials}, agents)
+
+    def _ran_of(self, tx: Tx, campaign_id: int, rows: list[Listed]) -> dict[int, float]:
+        """Seconds each row's trial ran. A first attempt's span is its started_at to its
+        finished_at (or now): the times of its "acquired" and final events, so the event
+        log is read only for requeued trials."""
+        now = self.ctx.clock()
+        out: dict[int, float] = {}
+        again = [r.id for r in rows if r.attempt > 1]
+        for r in rows:
+            if r.attempt == 1 and r.started_at is not None:
+                out[r.id] = max(0.0, ((r.finished_at or now) - r.started_at).total_seconds())
+        for start in range(0, len(again), 500):
+            out.update(_ran(tx.spans(campaign_id, again[start : start + 500]), now))
+        return out
 
     def trial(self, trial_id: int | None = None, *, campaign_id: int = 0, number: int = -1) -> TrialDetail:
         """A trial with its events and curves, by global id or by its campaign-local
