@@ -83,13 +83,13 @@ def leaderboard(client: Client, campaign_id: int, metric: str) -> None:
         trials.reverse()
     print(f"\ncampaign {c.id} is {campaign_state(c.state)}; the five best of {len(trials)} completed trials:")
     order = list(json.loads(c.spec_json)["space"])
-    print(f"  {'trial':>5}  {metric + ' (mean ± std over folds)':>34}  params")
+    print(f"  {'trial':>6}  {metric + ' (mean ± std over folds)':>34}  params")
     for t in trials[:5]:
         values = param_values(t)
         params = ", ".join(
             f"{k}={values[k]:.3g}" if isinstance(values[k], float) else f"{k}={values[k]}" for k in order
         )
-        print(f"  {t.id:>5}  {t.value:>24.4f} ± {t.value_std:.4f}  {params}")
+        print(f"  {'#' + str(t.number):>6}  {t.value:>24.4f} ± {t.value_std:.4f}  {params}")
 
 
 def main() -> int:
@@ -153,7 +153,7 @@ def main() -> int:
                 return 1
             leaderboard(client, campaign.id, metric)
             best = client.get_best_trial(campaign.id)
-            print(f"\nbest trial: {best.id} with {metric} {best.value:.4f} ± {best.value_std:.4f}")
+            print(f"\nbest trial: #{best.number} with {metric} {best.value:.4f} ± {best.value_std:.4f}")
         if args.keep:
             print(f"dashboard: {url}/   API docs: {url}/docs   (the server runs until Ctrl-C)", flush=True)
             server.wait()
