@@ -3,7 +3,9 @@
 // tabs and stops on "not found", DOM and number-formatting helpers.
 "use strict";
 
-export const POLL_MS = 2000;
+// The poll period: 2 s, or this browser's localStorage "hpcopt.pollMs" (250..60000).
+const storedPoll = Number(localStorage.getItem("hpcopt.pollMs"));
+export const POLL_MS = Number.isInteger(storedPoll) && storedPoll >= 250 && storedPoll <= 60000 ? storedPoll : 2000;
 export const STATES = ["QUEUED", "RUNNING", "COMPLETED", "PRUNED", "FAILED", "CANCELLED", "PREEMPTED"];
 
 export const session = {

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from hpcopt_server.service.agents import Lease
 from tests.conftest import IN_CI, ROOT, LiveServer, run_live_server
 from tests.seed import seed_campaign
 
@@ -45,7 +46,7 @@ def browser() -> Iterator[Any]:
 class Seeded:
     server: LiveServer
     small: int  # 60 completed, 3 failed, 2 queued; curves for all
-    big: int  # 10,000 completed
+    big: int  # 10,000 completed (-1 where the module seeds none)
     spare: int  # a campaign to cancel
 
     @property
@@ -53,8 +54,8 @@ class Seeded:
         return self.server.service
 
 
-@pytest.fixture(scope="module")
-def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+def seed_and_serve(tmp_path_factory: pytest.TempPathFactory, *, big: bool = True) -> Iterator[Seeded]:
+    """A live server over a fresh database with the small, (big) and spare campaigns."""
     from hpcopt_server.service import Service
     from hpcopt_server.storage.migrate import upgrade
     from hpcopt_server.storage.repository import Storage
@@ -64,11 +65,16 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     storage = Storage(url)
     service = Service(storage)
     small = seed_campaign(service, name="mlp-small", completed=60, failed=3, queued=2, curves_for=60)
-    big = seed_campaign(service, name="big-10k", completed=10_000, folds=1, curves_for=0, seed=1)
+    large = seed_campaign(service, name="big-10k", completed=10_000, folds=1, curves_for=0, seed=1) if big else -1
     spare = seed_campaign(service, name="to-cancel", completed=5, queued=1, seed=2)
     for server in run_live_server(service):
-        yield Seeded(server, small, big, spare)
+        yield Seeded(server, small, large, spare)
     storage.close()
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    yield from seed_and_serve(tmp_path_factory)
 
 
 @dataclass
@@ -99,8 +105,12 @@ class Page:
         return self.plot(element_id)
 
 
-def make_page(browser: Any, base: str, request: pytest.FixtureRequest) -> Iterator[Page]:
+def make_page(browser: Any, base: str, request: pytest.FixtureRequest, *, poll_ms: int | None = None) -> Iterator[Page]:
+    """A page in a fresh context; ``poll_ms`` sets the dashboard's poll period (its
+    localStorage knob) so that tests of refreshes wait less."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    if poll_ms is not None:
+        context.add_init_script(f"localStorage.setItem('hpcopt.pollMs', '{poll_ms}')")
     page = context.new_page()
     wrapped = Page(page, base)
     page.on("console", lambda m: wrapped.errors.append(m.text) if m.type == "error" else None)
@@ -115,3 +125,44 @@ def make_page(browser: Any, base: str, request: pytest.FixtureRequest) -> Iterat
 @pytest.fixture
 def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterator[Page]:
     yield from make_page(browser, seeded.server.http_url, request)
+
+
+# -- helpers of the refresh tests -------------------------------------------------------
+
+DRAWS = (
+    "() => performance.getEntriesByType('mark')"
+    ".filter(m => m.name.startsWith('hpcopt:draw:')).map(m => m.name.slice(12))"
+)
+LOADED = "() => performance.getEntriesByType('mark').some(m => m.name === 'hpcopt:timeline')"
+
+
+def loaded(page: Page) -> None:
+    """Until the campaign page drew every part once (the timeline is last)."""
+    page.page.wait_for_function(LOADED, timeout=20_000)
+
+
+def finish_one(service: Any, cid: int, value: float, folds: int = 3) -> Any:
+    reg = service.agents.register(host="finisher", ranks=1, gpus=0, campaign_id=cid)
+    got = service.agents.acquire(reg.agent_id, cid)
+    lease = Lease(reg.agent_id, got.trial.id, got.lease_id)
+    for k in range(folds):
+        service.agents.report_fold(lease, k, value)
+    return service.agents.complete(lease)
+
+
+def assert_calm(page: Page, service: Any, cid: int, wait_ms: int, folds: int = 3) -> None:
+    """Idle: only 304s and no redraw; then a finished trial redraws the plots."""
+    page.open(f"/campaign/{cid}")
+    loaded(page)
+    page.page.evaluate("() => { performance.clearMarks(); document.querySelector('#trials tbody tr').__kept = 1; }")
+    statuses: list[int] = []
+    page.page.on("response", lambda r: statuses.append(r.status) if "/api/v1/" in r.url else None)
+    page.page.wait_for_timeout(wait_ms)  # several polls
+    assert page.page.evaluate(DRAWS) == [], "no plot is redrawn while the data stays the same"
+    assert statuses and set(statuses) == {304}, statuses
+    assert page.page.evaluate("() => document.querySelector('#trials tbody tr').__kept") == 1, "rows kept"
+    assert page.page.inner_text("#conn").startswith("updated ")
+    # The check can fail: a trial that finishes redraws the plots of completed trials.
+    finish_one(service, cid, 100.0, folds=folds)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=10_000)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-parcoords')", timeout=10_000)

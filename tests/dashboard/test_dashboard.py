@@ -12,7 +12,7 @@ import pytest
 
 from hpcopt_server import domain as d
 from hpcopt_server.service.agents import Lease
-from tests.dashboard.conftest import ARTIFACTS, Page, Seeded, make_page
+from tests.dashboard.conftest import ARTIFACTS, Page, Seeded, assert_calm, make_page
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -372,3 +372,7 @@ def test_a_multi_objective_campaign_plots_its_pareto_front_and_a_trial_shows_its
     page.open(f"/campaign/{seeded.small}")
     page.wait_plot("plot-history")
     assert page.page.locator("#card-front").is_hidden()
+
+
+def test_a_10000_trial_campaign_left_open_redraws_nothing_until_a_trial_finishes(page: Page, seeded: Seeded) -> None:
+    assert_calm(page, seeded.service, seeded.big, wait_ms=4500, folds=1)  # two polls at 2 s
