@@ -4,7 +4,7 @@
 // changed (ETag → 304) and redraw only what did; polling pauses in hidden tabs.
 "use strict";
 
-import { session, api, poll, live, can, el, badge, fmt, sortableHeader, patchRows, connection, forgetAnswers, HttpError, Disconnected } from "./js/core.js";
+import { session, api, poll, live, can, askToken, el, badge, fmt, sortableHeader, patchRows, connection, forgetAnswers, HttpError, Disconnected } from "./js/core.js";
 import { campaignPage, progress, chips, done } from "./js/campaign.js";
 import { trialPage, trialById } from "./js/trial.js";
 import { newPage } from "./js/newspec.js";
@@ -31,12 +31,7 @@ dialog.addEventListener("close", () => {
 async function loadWho() {
   session.who = await api("/whoami");
   if (session.who.auth && !session.who.token) {
-    const err = document.getElementById("token-error");
-    if (session.token) {
-      err.textContent = session.tokenTyped ? "The token you entered is unknown or revoked." : "The token stored in this browser is unknown or revoked: enter another.";
-      err.hidden = false;
-    }
-    if (!dialog.open) dialog.showModal();
+    askToken();
     throw new HttpError(401, { detail: "a token is needed" });
   }
   if (dialog.open) dialog.close();

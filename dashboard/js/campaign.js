@@ -89,7 +89,7 @@ function layout(id) {
 
 export function campaignPage(id, query) {
   const st = readState(query);
-  const data = { c: null, plot: null, running: [], numbers: new Map() };
+  const data = { c: null, plot: null, numbers: new Map() };
   const openTrial = (number) => { location.hash = `#/campaign/${id}/trial/${number}`; };
   layout(id);
   const setState = () => writeState(id, st);
@@ -162,7 +162,6 @@ export function campaignPage(id, query) {
     const empty = !plot.body.completed;
     if (c.changed || plot.changed) emptyState(id, c.body, empty);
     if (running.changed || agents.changed) {
-      data.running = running.body;
       for (const r of running.body) data.numbers.set(r.trial_id, r.number);
       renderRunning(id, running.body, c.body);
       renderAgents(id, agents.body, data.numbers);

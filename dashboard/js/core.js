@@ -55,7 +55,7 @@ async function request(path, options = {}, conditional = false) {
   const text = await res.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = text; }
-  if (res.status === 401) { askToken(body && body.detail); throw new HttpError(401, body); }
+  if (res.status === 401) { askToken(); throw new HttpError(401, body); }
   if (!res.ok) throw new HttpError(res.status, body);
   const etag = res.headers.get("ETag");
   if (conditional && etag) etags.set(path, { etag, body });
@@ -88,11 +88,12 @@ export const can = (scope) => !session.who || !session.who.auth || session.who.s
 
 // ------------------------------------------------------------- token ---
 
-export function askToken(reason) {
+/** Opens the token dialog; a token that was given and refused is named as typed or stored. */
+export function askToken() {
   const dialog = document.getElementById("token-dialog");
   const err = document.getElementById("token-error");
-  if (session.token && reason) {
-    err.textContent = session.tokenTyped ? "The token you entered is unknown or revoked." : `The stored token does not work: ${reason}`;
+  if (session.token) {
+    err.textContent = session.tokenTyped ? "The token you entered is unknown or revoked." : "The token stored in this browser is unknown or revoked: enter another.";
     err.hidden = false;
   }
   if (!dialog.open) dialog.showModal();

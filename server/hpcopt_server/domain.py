@@ -8,7 +8,6 @@ crosses a layer.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -124,21 +123,6 @@ class TrialEvent:
 
 #: Event kinds that end an attempt's time on an agent (an attempt starts at "acquired").
 ENDS_ATTEMPT = frozenset({"completed", "failed", "pruned", "preempted", "lease_expired", "cancelled"})
-
-
-def time_ran(events: Iterable[TrialEvent], now: datetime) -> float | None:
-    """Seconds a trial spent on agents over all its attempts, from its event log (an
-    attempt still running counts up to ``now``); None if it never started."""
-    total, start = None, None
-    for e in events:
-        if e.kind == "acquired":
-            start = e.at
-        elif e.kind in ENDS_ATTEMPT and start is not None:
-            total = (total or 0.0) + max(0.0, (e.at - start).total_seconds())
-            start = None
-    if start is not None:
-        total = (total or 0.0) + max(0.0, (now - start).total_seconds())
-    return total
 
 
 @dataclass(frozen=True)

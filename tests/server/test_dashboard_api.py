@@ -158,6 +158,7 @@ def test_running_now_lists_each_running_trial_with_its_progress(live_server: Liv
         "gpu07", "4242", 3, 1, 4,
     )  # fmt: skip
     assert row["steps"] == {"0": 4, "1": 1} and row["latest"] == {"fold": 1, "step": 1, "value": 0.9}
+    assert row["ran_seconds"] is not None and row["ran_seconds"] >= 0
     service.agents.release(lease, d.TrialState.FAILED, "boom")
     assert _get(live_server, f"/campaigns/{cid}/running").json() == []
 

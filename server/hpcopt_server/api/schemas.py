@@ -155,6 +155,7 @@ class RunningTrial(BaseModel):
     agent_host: str
     agent_job: str
     started_at: datetime | None
+    #: Seconds on agents over all its attempts (the time queued after a preemption left out).
     ran_seconds: float | None
     folds: int
     folds_finished: int

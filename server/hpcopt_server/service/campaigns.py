@@ -14,12 +14,10 @@ from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.optimizers.pareto import losses, nondominated
 from hpcopt_server.pruners import make_pruner
 from hpcopt_server.service.context import Context, campaign_or_404
-from hpcopt_server.service.limits import require_id, require_range
+from hpcopt_server.service.limits import require_id, require_page
 from hpcopt_server.service.suggestions import make_optimizer
 from hpcopt_server.service.warmstart import check_sources
 from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
-
-MAX_PAGE = 10_000
 
 
 def front_ids(campaign: d.Campaign, rows: list[tuple[int, list[float]]]) -> list[int]:
@@ -78,9 +76,7 @@ class CampaignService:
         if sort not in TRIAL_SORT_KEYS:
             allowed = ", ".join(TRIAL_SORT_KEYS)
             raise InvalidArgument(f"sort must be one of {allowed}, got {sort!r}", [("sort", f"one of {allowed}")])
-        require_range("offset", offset, 0)
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidArgument(f"limit must be in 1..{MAX_PAGE}", [("limit", f"must be in 1..{MAX_PAGE}")])
+        require_page(offset, limit)
         with self.ctx.storage.read() as tx:
             campaign_or_404(tx, campaign_id)
             return tx.list_trials(

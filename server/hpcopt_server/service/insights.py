@@ -19,13 +19,12 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service.campaigns import front_ids
 from hpcopt_server.service.context import Context, campaign_or_404
-from hpcopt_server.service.limits import require_id, require_range
+from hpcopt_server.service.limits import require_id, require_page, require_range
 from hpcopt_server.storage.repository import TRIAL_SORT_KEYS, Tx
 from hpcopt_server.storage.views import Listed, Running, Span
 
 MAX_PLOT_POINTS = 20_000
 MAX_CURVE_TRIALS = 50
-MAX_PAGE = 10_000
 MAX_RANGES = 50
 MAX_SPANS = 20_000
 #: Sort keys the table computes in Python (besides the columns of TRIAL_SORT_KEYS):
@@ -61,7 +60,8 @@ class RunningPage:
     folds: int
     #: Epochs per fold in the spec's training (0 when it does not say).
     epochs: int
-    now: datetime
+    #: Seconds each trial has run on agents, over all its attempts (by trial id).
+    ran: dict[int, float]
 
 
 @dataclass(frozen=True)
@@ -219,9 +219,7 @@ class InsightService:
         ties by number. ``ranges``: (``value`` or a parameter, low, high), inclusive, all
         must hold; a categorical parameter's range is over its choices' positions in the
         spec (as the parallel-coordinates axis draws them)."""
-        require_range("offset", offset, 0)
-        if not 1 <= limit <= MAX_PAGE:
-            raise InvalidArgument(f"limit must be in 1..{MAX_PAGE}", [("limit", f"must be in 1..{MAX_PAGE}")])
+        require_page(offset, limit)
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
             space = campaign.spec.get("space", {})
@@ -282,7 +280,8 @@ class InsightService:
             if trial is None:
                 raise NotFound(f"trial {trial_id} does not exist")
             agent = tx.agents_by_id([trial.agent_id]).get(trial.agent_id, ("", ""))
-        return TrialDetail(trial, d.time_ran(trial.events, now), agent)
+            ran = _ran(tx.spans(trial.campaign_id, [trial.id]), now).get(trial.id)
+        return TrialDetail(trial, ran, agent)
 
     def running(self, campaign_id: int) -> RunningPage:
         """The RUNNING trials with their folds done and latest report, and their agents."""
@@ -290,8 +289,9 @@ class InsightService:
             campaign = campaign_or_404(tx, campaign_id)
             rows = tx.running_detail(campaign_id)
             agents = tx.agents_by_id(r.trial.agent_id for r in rows)
+            ran = _ran(tx.spans(campaign_id, [r.trial.id for r in rows]), self.ctx.clock())
         epochs = int((campaign.spec.get("training") or {}).get("epochs") or 0)
-        return RunningPage(rows, agents, campaign.folds, epochs, self.ctx.clock())
+        return RunningPage(rows, agents, campaign.folds, epochs, ran)
 
     def timeline(self, campaign_id: int, limit: int = 2000) -> tuple[list[Span], int, dict[str, tuple[str, str]]]:
         """The latest ``limit`` attempt spans (by start), how many there are in all, and

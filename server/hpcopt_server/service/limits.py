@@ -57,6 +57,16 @@ def require_range(field: str, value: int, low: int, high: int = MAX_ID) -> int:
     return value
 
 
+#: The most trials one page of a listing holds.
+MAX_PAGE = 10_000
+
+
+def require_page(offset: int, limit: int) -> None:
+    """A listing's ``offset`` (0..MAX_ID) and ``limit`` (1..MAX_PAGE)."""
+    require_range("offset", offset, 0)
+    require_range("limit", limit, 1, MAX_PAGE)
+
+
 def require_text(field: str, value: str, max_chars: int) -> str:
     """Text without NUL characters, at most ``max_chars`` long (not silently cut)."""
     if "\x00" in value:
