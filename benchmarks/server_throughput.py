@@ -1,16 +1,27 @@
-"""Server throughput: N concurrent agents (separate processes) doing
-acquire -> heartbeat -> report folds -> complete cycles against one hpcopt server, on
-SQLite and on PostgreSQL, next to the peer a user would otherwise pick: N Optuna
-processes sharing one RDB storage (ask -> report folds -> tell) on the same database.
+"""Server throughput: N simulated agents doing acquire -> heartbeat -> report folds ->
+complete cycles against R hpcopt server processes on one database, next to the peer a
+user would otherwise pick: N Optuna processes sharing one RDB storage (ask -> report
+folds -> tell) on the same database.
 
     python benchmarks/server_throughput.py                       # 1, 16, 64, 256 agents, both backends
-    python benchmarks/server_throughput.py --agents 256 --seconds 20 --backends postgresql
+    python benchmarks/server_throughput.py --agents 256 --backends postgresql --replicas 1,2,4 --no-peer
+    python benchmarks/server_throughput.py --agents 256 --backends postgresql --rate 60 --no-peer
+    python benchmarks/server_throughput.py --baseline-src /tmp/old   # also an older server, interleaved
 
-Prints one table: cycles/s, RPC latency p50/p99 (every RPC of a cycle), errors, and
-duplicate acquisitions (a trial granted to two agents; must be 0), with the ratio of
-hpcopt's cycles/s to Optuna's. Nothing here is asserted: machines are noisy.
+Agents are asyncio coroutines on grpc.aio, each with its own connection, in
+``--loaders`` processes (light enough that the server, not the load, is measured). By
+default each agent loops as fast as the server answers (closed loop: the server's
+capacity); ``--rate C`` offers C cycles per second in all, arrivals at random (the
+latency a site sees below capacity). ``--epochs E`` adds E intermediate reports per fold.
 
-The parent process never imports grpc, so forked agents start clean.
+Prints one row per configuration: cycles/s (trials acquired and completed per second);
+p50/p99 of acquire and complete, and of heartbeat and reports; server and PostgreSQL
+CPU milliseconds per RPC (from /proc: what predicts a bigger host); errors; duplicate
+acquisitions (a trial granted twice: must be 0); the Optuna peer and the ratio. With
+``--reps K`` each configuration runs K times interleaved with the others, and the row
+gives medians with the spread. Nothing here is asserted: machines are noisy.
+
+The parent process never imports grpc, so forked loaders start clean.
 """
 
 from __future__ import annotations
@@ -19,8 +30,10 @@ import argparse
 import json
 import multiprocessing as mp
 import os
+import random
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,12 +41,16 @@ import time
 import urllib.request
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 PG_ADMIN = os.environ.get("HPCOPT_BENCH_PG", "postgresql://postgres@127.0.0.1:5432/postgres")
 FOLDS = 3
+SLOW = ("Acquire", "Complete")
+FAST = ("Heartbeat", "ReportIntermediate", "ReportFold")
 
 
 @dataclass
@@ -47,16 +64,25 @@ class Result:
     errors: int
     duplicates: int
     first_error: str = ""
+    replicas: int = 1
+    by_rpc: dict[str, list[float]] = field(default_factory=dict)
+    server_cpu: float = 0.0
+    pg_cpu: float = 0.0
+    calls: int = 0
 
     @property
     def rate(self) -> float:
         return self.cycles / self.seconds if self.seconds else 0.0
 
-    def pct(self, q: float) -> float:
-        if not self.latencies:
+    def pct(self, q: float, methods: tuple[str, ...] = ()) -> float:
+        xs = [x for m in methods for x in self.by_rpc.get(m, [])] if methods else self.latencies
+        if not xs:
             return float("nan")
-        xs = sorted(self.latencies)
+        xs = sorted(xs)
         return xs[min(len(xs) - 1, int(q * len(xs)))] * 1000
+
+    def cpu_per_call(self, seconds: float) -> float:
+        return 1000 * seconds / self.calls if self.calls else float("nan")
 
 
 def _free_port() -> int:
@@ -77,45 +103,59 @@ def _spec(n: int) -> dict[str, Any]:
     }
 
 
-# -- hpcopt agents ------------------------------------------------------------------
+# -- hpcopt agents: asyncio coroutines in loader processes ---------------------------
 
 
-def _hpcopt_agent(target: str, cid: int, go: Any, deadline_box: Any, out: Any) -> None:
-    from hpcopt import AgentClient, ApiError, lease_of
+def _loader(targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], ready: Any, go: Any,
+            deadline_box: Any, out: Any) -> None:  # fmt: skip
+    import asyncio
+
+    import grpc
+    from aio_agents import Agent, Recorder
+
     from hpcopt.v1 import agent_pb2
 
-    lat: list[float] = []
-    granted: list[int] = []
-    cycles = errors = 0
-    first_error = ""
-    with AgentClient(target, timeout=60) as api:
+    rec = Recorder()
+    granted = agent_pb2.AcquireResponse.STATUS_GRANTED
 
-        def timed(fn: Any, *args: Any) -> Any:
-            t0 = time.perf_counter()
-            r = fn(*args)
-            lat.append(time.perf_counter() - t0)
-            return r
-
-        reg = api.register(host=socket.gethostname(), campaign_id=cid)
-        go.wait()
+    async def one(i: int, agent: Agent) -> None:
+        rng = random.Random(i)
         deadline = deadline_box.value
+        rate = plan["rate"] / plan["agents"] if plan["rate"] else 0.0
+        start = time.time() + (rng.expovariate(rate) if rate else 0.0)
         while time.time() < deadline:
+            if rate:
+                await asyncio.sleep(max(0.0, start - time.time()))
+                start += rng.expovariate(rate)
+                if time.time() >= deadline:
+                    break
             try:
-                resp = timed(api.acquire, reg.agent_id, cid)
-                if resp.status != agent_pb2.AcquireResponse.STATUS_GRANTED:
-                    time.sleep(0.01)
+                resp = await agent.acquire(cid)
+                if resp.status != granted:
+                    await asyncio.sleep(0.01)
                     continue
-                granted.append(resp.trial.id)
-                lease = lease_of(resp, reg.agent_id)
-                timed(api.heartbeat, lease)
+                lease = agent.lease(resp)
+                await agent.heartbeat(lease)
                 for k in range(FOLDS):
-                    timed(api.report_fold, lease, k, 0.1 * k, {"loss": 0.1 * k})
-                timed(api.complete, lease)
-                cycles += 1
-            except ApiError as exc:
-                errors += 1
-                first_error = first_error or str(exc)
-    out.put((cycles, lat, errors, granted, first_error))
+                    for e in range(plan["epochs"]):
+                        await agent.report(lease, k, e, 1.0 / (e + 1))
+                    await agent.report_fold(lease, k, 0.1 * k)
+                await agent.complete(lease)
+                rec.cycles += 1
+            except grpc.aio.AioRpcError:
+                await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        agents = [Agent(targets[i % len(targets)], rec) for i in ids]
+        await asyncio.gather(*(a.register(cid, f"sim{i}") for i, a in zip(ids, agents, strict=True)))
+        rec.latency.clear()
+        ready.put(len(agents))
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        await asyncio.gather(*(one(i, a) for i, a in zip(ids, agents, strict=True)))
+        await asyncio.gather(*(a.close() for a in agents))
+
+    asyncio.run(main())
+    out.put(rec.dump())
 
 
 def _wait_healthy(url: str, proc: subprocess.Popen[bytes]) -> None:
@@ -137,20 +177,68 @@ def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
         return out
 
 
-def run_hpcopt(db: str, backend: str, n: int, seconds: float) -> Result:
-    port, gport = _free_port(), _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", db, "--port", str(port),
-         "--grpc-port", str(gport), "--log-level", "warning", "--grpc-workers", "64"],
-    )  # fmt: skip
+def start_servers(
+    db: str, replicas: int, src: str = "", workers: int = 0
+) -> list[tuple[subprocess.Popen[bytes], str, str]]:
+    """R server processes on one database: (process, REST url, gRPC target)."""
+    env = dict(os.environ)
+    if src:  # an older checkout's server and client, ahead of the installed ones
+        env["PYTHONPATH"] = os.pathsep.join([f"{src}/server", f"{src}/client", env.get("PYTHONPATH", "")])
+    out = []
+    for _ in range(replicas):
+        port, gport = _free_port(), _free_port()
+        cmd = [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", db, "--port", str(port),
+               "--grpc-port", str(gport), "--log-level", "warning"]  # fmt: skip
+        if workers:
+            cmd += ["--grpc-workers", str(workers)]
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
+        out.append((proc, f"http://127.0.0.1:{port}", f"127.0.0.1:{gport}"))
+    for proc, url, _ in out:
+        _wait_healthy(url, proc)
+    return out
+
+
+def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int = 1, rate: float = 0.0,
+               epochs: int = 0, loaders: int = 1, src: str = "", workers: int = 0) -> Result:  # fmt: skip
+    from aio_agents import cpu_seconds, postgres_cpu_seconds
+
+    servers = start_servers(db, replicas, src, workers)
     try:
-        url = f"http://127.0.0.1:{port}"
-        _wait_healthy(url, server)
-        cid = _post(url + "/api/v1/campaigns", _spec(n))["id"]
-        return _drive("hpcopt", backend, n, seconds, _hpcopt_agent, (f"127.0.0.1:{gport}", cid))
+        cid = _post(servers[0][1] + "/api/v1/campaigns", _spec(n))["id"]
+        ctx = mp.get_context("fork")
+        ready, go, out = ctx.Queue(), ctx.Event(), ctx.Queue()
+        deadline_box = ctx.Value("d", 0.0)
+        plan = {"rate": rate, "agents": n, "epochs": epochs}
+        targets = [t for _, _, t in servers]
+        procs = [ctx.Process(target=_loader, args=(targets, cid, list(range(n))[k::loaders], plan, ready, go,
+                                                   deadline_box, out)) for k in range(min(loaders, n))]  # fmt: skip
+        for p in procs:
+            p.start()
+        for _ in procs:
+            ready.get(timeout=300)
+        cpu0 = sum(cpu_seconds(p.pid) for p, _, _ in servers), postgres_cpu_seconds()
+        deadline_box.value = time.time() + seconds
+        go.set()
+        time.sleep(seconds)
+        cpu1 = sum(cpu_seconds(p.pid) for p, _, _ in servers), postgres_cpu_seconds()
+        from aio_agents import Recorder
+
+        rec = Recorder()
+        for _ in procs:
+            rec.merge(out.get(timeout=600))
+        for p in procs:
+            p.join(timeout=60)
     finally:
-        server.terminate()
-        server.wait(timeout=60)
+        for proc, _, _ in servers:
+            proc.terminate()
+        for proc, _, _ in servers:
+            proc.wait(timeout=60)
+    ids = Counter(rec.granted)
+    lat = [x for v in rec.latency.values() for x in v]
+    label = "hpcopt" if not src else "hpcopt@" + Path(src).name
+    return Result(label, backend, n, rec.cycles, seconds, lat, sum(rec.errors.values()),
+                  sum(1 for c in ids.values() if c > 1), rec.first_error, replicas, dict(rec.latency),
+                  cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], rec.calls())  # fmt: skip
 
 
 # -- the peer: Optuna processes sharing one RDB storage --------------------------------
@@ -252,60 +340,95 @@ def main() -> int:
     ap.add_argument("--agents", default="1,16,64,256", help="comma-separated agent counts")
     ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per row")
     ap.add_argument("--backends", default="sqlite,postgresql")
+    ap.add_argument("--replicas", default="1", help="comma-separated server process counts (PostgreSQL only)")
+    ap.add_argument("--rate", type=float, default=0.0, help="offered cycles/s in all (0: as fast as answered)")
+    ap.add_argument("--epochs", type=int, default=0, help="intermediate reports per fold")
+    ap.add_argument("--loaders", type=int, default=1, help="processes running the simulated agents")
+    ap.add_argument("--grpc-workers", type=int, default=0, help="passed to serve (0: its default)")
+    ap.add_argument("--baseline-src", default="", help="a checkout whose server also runs, interleaved")
+    ap.add_argument("--reps", type=int, default=1, help="runs per configuration, interleaved")
     ap.add_argument("--no-peer", action="store_true", help="skip the Optuna rows")
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="hpcopt-bench-"))
-    rows: list[tuple[Result, Result | None]] = []
+    print(f"{os.cpu_count()} cores; {args.seconds:g} s per row; rate {args.rate or 'closed loop'}; "
+          f"epochs {args.epochs}; loaders {args.loaders}", flush=True)  # fmt: skip
+    rows: list[tuple[list[Result], list[Result]]] = []
+    srcs = [""] + ([args.baseline_src] if args.baseline_src else [])
     try:
         for backend in args.backends.split(","):
             for n in (int(x) for x in args.agents.split(",")):
-                db, drop = _fresh_db(backend, tmp)
-                try:
-                    ours = run_hpcopt(db, backend, n, args.seconds)
-                finally:
-                    drop()
-                peer = None
-                if not args.no_peer:
-                    db, drop = _fresh_db(backend, tmp)
-                    try:
-                        peer = run_optuna(
-                            db.replace("postgresql+psycopg://", "postgresql://"), backend, n, args.seconds
-                        )
-                    finally:
-                        drop()
-                rows.append((ours, peer))
-                _print_row(ours, peer, header=len(rows) == 1)
+                counts = [int(r) for r in args.replicas.split(",")] if backend == "postgresql" else [1]
+                configs = [(r, src) for r in counts for src in srcs]
+                runs: dict[tuple[int, str], list[Result]] = {c: [] for c in configs}
+                peers: list[Result] = []
+                for _ in range(args.reps):
+                    for r, src in configs:
+                        db, drop = _fresh_db(backend, tmp)
+                        try:
+                            runs[(r, src)].append(run_hpcopt(db, backend, n, args.seconds, replicas=r, rate=args.rate,
+                                                             epochs=args.epochs, loaders=args.loaders, src=src,
+                                                             workers=args.grpc_workers))  # fmt: skip
+                        finally:
+                            drop()
+                    if not args.no_peer:
+                        db, drop = _fresh_db(backend, tmp)
+                        try:
+                            peers.append(run_optuna(db.replace("postgresql+psycopg://", "postgresql://"), backend, n,
+                                                    args.seconds))  # fmt: skip
+                        finally:
+                            drop()
+                for c in configs:
+                    rows.append((runs[c], peers))
+                    _print_row(runs[c], peers, header=len(rows) == 1)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
-        args.json.write_text(
-            json.dumps([[vars(r) | {"latencies": None} for r in pair if r] for pair in rows], indent=1)
-        )
+        args.json.write_text(json.dumps([[vars(r) | {"latencies": None, "by_rpc": None} for r in ours + peer]
+                                         for ours, peer in rows], indent=1))  # fmt: skip
     for ours, peer in rows:
-        for r in (ours, peer):
-            if r and r.first_error:
-                print(f"first error, {r.system} {r.backend} n={r.agents}: {r.first_error}")
+        for res in ours + peer:
+            if res.first_error:
+                print(f"first error, {res.system} {res.backend} n={res.agents} R={res.replicas}: {res.first_error}")
     return 0
 
 
-def _print_row(ours: Result, peer: Result | None, header: bool) -> None:
+def _med(xs: list[float], fmt: str, spread: bool) -> str:
+    m = statistics.median(xs)
+    if not spread or len(xs) < 2:
+        return format(m, fmt)
+    return f"{format(m, fmt)} ({format(min(xs), fmt)}-{format(max(xs), fmt)})"
+
+
+def _print_row(ours: list[Result], peers: list[Result], header: bool) -> None:
     if header:
         print(
-            f"{'backend':<10} {'agents':>6} | {'hpcopt cyc/s':>12} {'p50 ms':>7} {'p99 ms':>8} {'errors':>6} "
-            f"{'dupes':>5} | {'optuna cyc/s':>12} {'p50 ms':>7} {'p99 ms':>8} {'errors':>6} | {'ratio':>6}"
+            f"{'system':<14} {'backend':<10} {'agents':>6} {'R':>2} | {'cyc/s':>16} | "
+            f"{'acq/cpl p50':>11} {'p99 ms':>8} | {'hb/rep p50':>10} {'p99 ms':>8} | {'srv ms/rpc':>10} "
+            f"{'pg ms/rpc':>9} | {'errors':>6} {'dupes':>5} | {'optuna cyc/s':>12} {'ratio':>6}"
         )
-        print("-" * 118)
+        print("-" * 150)
+    first = ours[0]
+    spread = len(ours) > 1
+    rate = _med([r.rate for r in ours], ".1f", spread)
+
+    def p(q: float, methods: tuple[str, ...]) -> str:
+        return _med([r.pct(q, methods) for r in ours], ".1f", False)
+
     line = (
-        f"{ours.backend:<10} {ours.agents:>6} | {ours.rate:>12.1f} {ours.pct(0.5):>7.1f} {ours.pct(0.99):>8.1f} "
-        f"{ours.errors:>6} {ours.duplicates:>5} | "
-    )
-    if peer is None:
-        line += f"{'-':>12} {'-':>7} {'-':>8} {'-':>6} | {'-':>6}"
+        f"{first.system:<14} {first.backend:<10} {first.agents:>6} {first.replicas:>2} | {rate:>16} | "
+        f"{p(0.5, SLOW):>11} {p(0.99, SLOW):>8} | {p(0.5, FAST):>10} {p(0.99, FAST):>8} | "
+        f"{_med([r.cpu_per_call(r.server_cpu) for r in ours], '.2f', False):>10} "
+        f"{_med([r.cpu_per_call(r.pg_cpu) for r in ours], '.2f', False):>9} | "
+        f"{sum(r.errors for r in ours):>6} {sum(r.duplicates for r in ours):>5} | "
+    )  # fmt: skip
+    if not peers:
+        line += f"{'-':>12} {'-':>6}"
     else:
-        ratio = ours.rate / peer.rate if peer.rate else float("inf")
-        line += f"{peer.rate:>12.1f} {peer.pct(0.5):>7.1f} {peer.pct(0.99):>8.1f} {peer.errors:>6} | {ratio:>5.1f}x"
+        peer = statistics.median(r.rate for r in peers)
+        ratio = statistics.median(r.rate for r in ours) / peer if peer else float("inf")
+        line += f"{_med([r.rate for r in peers], '.1f', False):>12} {ratio:>5.1f}x"
     print(line, flush=True)
 
 

@@ -20,8 +20,9 @@ def test_server_throughput_benchmark_runs_and_reports_no_errors() -> None:
         timeout=240,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
-    [row] = [line for line in out.stdout.splitlines() if line.startswith("sqlite ")]
+    [row] = [line for line in out.stdout.splitlines() if line.startswith("hpcopt ")]
     cells = row.split("|")
-    ours = cells[1].split()
-    assert float(ours[0]) > 0 and ours[3] == "0" and ours[4] == "0", row  # cycles, errors, duplicates
-    assert float(cells[2].split()[0]) > 0, row  # the Optuna peer ran too
+    assert cells[0].split()[1:3] == ["sqlite", "2"], row
+    assert float(cells[1]) > 0, row  # cycles per second
+    assert cells[5].split() == ["0", "0"], row  # errors, duplicate acquisitions
+    assert float(cells[6].split()[0]) > 0, row  # the Optuna peer ran too

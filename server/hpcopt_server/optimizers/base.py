@@ -53,6 +53,10 @@ class Problem:
 
 
 class Optimizer(ABC):
+    pending_params = True
+    """Whether ``suggest`` looks at the pending trials' parameters; False: only at how
+    many there are (the server then passes that many empty dicts)."""
+
     def __init__(self, problem: Problem):
         self.problem = problem
         self.space = problem.space

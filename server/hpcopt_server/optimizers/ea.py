@@ -61,6 +61,8 @@ def mutate(c: float, g: int, G: int, r1: float, r2: float) -> float:
 
 
 class Evolutionary(Optimizer):
+    pending_params = False
+
     def __init__(self, problem: Problem):
         super().__init__(problem)
         self.reject_unknown_options(("population", "generations", "elite", "mutation_rate"))

@@ -18,6 +18,8 @@ class RandomSearch(Optimizer):
     continues the same sequence instead of repeating it.
     """
 
+    pending_params = False
+
     def __init__(self, problem: Problem):
         super().__init__(problem)
         self.reject_unknown_options(())

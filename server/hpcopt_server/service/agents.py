@@ -16,11 +16,9 @@ first call did and change nothing, so an agent whose reply was lost can call aga
 
 from __future__ import annotations
 
-import enum
 import statistics
 import time
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hpcopt_server import domain as d
@@ -28,64 +26,36 @@ from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, 
 from hpcopt_server.pruners import Pruner
 from hpcopt_server.service import limits as lim
 from hpcopt_server.service.context import Context, campaign_or_404, finish_campaign_if_done
+from hpcopt_server.service.hot import HotPath
+from hpcopt_server.service.leasing import (
+    AcquireStatus,
+    Acquisition,
+    Action,
+    HeartbeatReply,
+    Lease,
+    Registration,
+)
 from hpcopt_server.service.pruning import SqlHistory, prune, pruner_of
 from hpcopt_server.storage.repository import Tx
 
-
-class AcquireStatus(enum.StrEnum):
-    GRANTED = "GRANTED"
-    WAIT = "WAIT"
-    DONE = "DONE"
-
-
-class Action(enum.StrEnum):
-    CONTINUE = "CONTINUE"
-    STOP_PRUNED = "STOP_PRUNED"
-    STOP_CANCELLED = "STOP_CANCELLED"
-
-
-@dataclass(frozen=True)
-class Lease:
-    agent_id: str
-    trial_id: int
-    lease_id: str
-
-    def __post_init__(self) -> None:
-        lim.require_text("lease.agent_id", self.agent_id, lim.MAX_SHORT)
-        lim.require_text("lease.lease_id", self.lease_id, lim.MAX_SHORT)
-        lim.require_id("lease.trial_id", self.trial_id)
-
-
-@dataclass(frozen=True)
-class Acquisition:
-    status: AcquireStatus
-    trial: d.Trial | None = None
-    lease_id: str = ""
-    lease_expires_at: datetime | None = None
-    retry_after_seconds: float = 0.0
-    campaign_spec: dict | None = None  # type: ignore[type-arg]
-
-
-@dataclass(frozen=True)
-class Registration:
-    agent_id: str
-    lease_seconds: float
-    heartbeat_seconds: float
-    campaign_spec: dict | None = None  # type: ignore[type-arg]
-
-
-@dataclass(frozen=True)
-class HeartbeatReply:
-    action: Action
-    lease_expires_at: datetime | None
-
-
 RELEASE_STATES = (d.TrialState.FAILED, d.TrialState.PREEMPTED, d.TrialState.PRUNED)
+
+__all__ = [
+    "AcquireStatus",
+    "Acquisition",
+    "Action",
+    "AgentService",
+    "HeartbeatReply",
+    "Lease",
+    "Registration",
+    "requeue",
+]
 
 
 class AgentService:
     def __init__(self, ctx: Context):
         self.ctx = ctx
+        self.hot = HotPath(ctx)
 
     # -- registration and acquisition -------------------------------------------------
 
@@ -142,6 +112,10 @@ class AgentService:
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_id("campaign_id", campaign_id)
         t0 = time.perf_counter()
+        fast = self.hot.acquire(agent_id, campaign_id, caller)
+        if fast is not None:
+            self.ctx.observe_acquire(time.perf_counter() - t0)
+            return fast
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             self._agent(tx, agent_id, caller)
@@ -209,6 +183,9 @@ class AgentService:
     # -- while the trial runs ----------------------------------------------------------
 
     def heartbeat(self, lease: Lease, *, caller: int | None = None) -> HeartbeatReply:
+        fast = self.hot.heartbeat(lease, caller)
+        if fast is not None:
+            return fast
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             self._agent(tx, lease.agent_id, caller)
@@ -234,6 +211,9 @@ class AgentService:
         value = lim.require_finite("value", value)
         lim.require_range("step", step, 0)
         lim.require_text("checkpoint_uri", checkpoint_uri, lim.MAX_URI)
+        fast = self.hot.report_intermediate(lease, fold, step, value, checkpoint_uri, caller)
+        if fast is not None:
+            return fast
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             self._agent(tx, lease.agent_id, caller)
@@ -268,6 +248,9 @@ class AgentService:
         value = lim.require_finite("value", value)
         metrics = lim.require_metrics("metrics", metrics or {})
         lim.require_text("checkpoint_uri", checkpoint_uri, lim.MAX_URI)
+        fast = self.hot.report_fold(lease, fold, value, metrics, checkpoint_uri, caller)
+        if fast is not None:
+            return fast
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             self._agent(tx, lease.agent_id, caller)
@@ -309,6 +292,9 @@ class AgentService:
     def complete(self, lease: Lease, *, caller: int | None = None) -> d.Trial:
         """All K folds reported: the trial is COMPLETED with their mean and spread.
         Completing again under the same lease returns the completed trial unchanged."""
+        fast = self.hot.complete(lease, caller)
+        if fast is not None:
+            return fast
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             self._agent(tx, lease.agent_id, caller)

@@ -33,15 +33,20 @@ class OptimizerCache:
         self._entries: dict[int, _Entry] = {}
         self._lock = threading.Lock()
 
-    def suggest(self, tx: Tx, campaign: d.Campaign, n: int = 1) -> list[d.Params]:
-        """``n`` suggestions for the campaign; call with the campaign row locked."""
+    def suggest(self, tx: Tx, campaign: d.Campaign, n: int = 1, *, active: int | None = None) -> list[d.Params]:
+        """``n`` suggestions for the campaign; call with the campaign row locked.
+        ``active``: the campaign's QUEUED + RUNNING count, if the caller has just read it."""
         entry = self._entry(tx, campaign)
-        new = tx.finished_trials_after(campaign.id, entry.seen_seq)
+        new = tx.finished_after(campaign.id, entry.seen_seq)
         entry.optimizer.observe(new)
         if new:
             entry.seen_seq = new[-1].finish_seq or entry.seen_seq
-        active = (d.TrialState.QUEUED, d.TrialState.RUNNING)
-        pending = [t.params for t in tx.list_trials(campaign.id, states=active, with_folds=False)[0]]
+        pending: list[d.Params]
+        if entry.optimizer.pending_params:
+            states = (d.TrialState.QUEUED, d.TrialState.RUNNING)
+            pending = [t.params for t in tx.list_trials(campaign.id, states=states, with_folds=False)[0]]
+        else:  # only how many are pending matters: no need to read a thousand rows
+            pending = [{}] * (tx.count_active(campaign.id) if active is None else active)
         return entry.optimizer.suggest(n, pending)
 
     def forget(self, campaign_id: int) -> None:

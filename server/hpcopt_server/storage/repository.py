@@ -36,6 +36,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.db import Database
+from hpcopt_server.storage.hot import HotQueries
 from hpcopt_server.storage.views import ViewQueries
 
 
@@ -73,9 +74,9 @@ def _numeric(name: str) -> Any:
 TRIAL_SORT_KEYS = ("number", "value", "value_std", "state", "attempt", "started_at", "finished_at")
 
 
-class Tx(ViewQueries):
+class Tx(ViewQueries, HotQueries):
     """Operations inside one transaction (the dashboard's read-only views in
-    :class:`ViewQueries`)."""
+    :class:`ViewQueries`, the agents' lean hot-path statements in :class:`HotQueries`)."""
 
     def __init__(self, session: Session):
         self.s = session

@@ -1,0 +1,156 @@
+"""Lightweight simulated agents: asyncio coroutines on ``grpc.aio`` channels, each with
+its own connection, timing every RPC. Shared by ``server_throughput.py`` and
+``simulate.py``; also the CPU accounting both print.
+
+Import this module only in the process that runs the agents (after any fork): gRPC
+must not be initialized before ``fork``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from hpcopt.v1 import agent_pb2, agent_pb2_grpc
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Recorder:
+    """Per-RPC latencies (seconds), errors by code, granted trial ids."""
+
+    latency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    first_error: str = ""
+    granted: list[int] = field(default_factory=list)
+    cycles: int = 0
+    counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def merge(self, other: dict[str, Any]) -> None:
+        for k, v in other["latency"].items():
+            self.latency[k].extend(v)
+        for k, n in other["errors"].items():
+            self.errors[k] += n
+        for k, n in other.get("counters", {}).items():
+            self.counters[k] += n
+        self.first_error = self.first_error or other["first_error"]
+        self.granted.extend(other["granted"])
+        self.cycles += other["cycles"]
+
+    def dump(self) -> dict[str, Any]:
+        return {"latency": dict(self.latency), "errors": dict(self.errors), "first_error": self.first_error,
+                "granted": self.granted, "cycles": self.cycles, "counters": dict(self.counters)}  # fmt: skip
+
+    def calls(self) -> int:
+        return sum(len(v) for v in self.latency.values())
+
+
+def pct(xs: list[float], q: float) -> float:
+    """The q-quantile of xs in milliseconds (nan if empty)."""
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))] * 1000
+
+
+class Agent:
+    """One simulated agent: a channel to one server replica and the calls it makes."""
+
+    def __init__(self, target: str, rec: Recorder, token: str = ""):
+        self.channel = grpc.aio.insecure_channel(target)
+        self.stub = agent_pb2_grpc.AgentServiceStub(self.channel)
+        self.rec = rec
+        self.metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self.agent_id = ""
+
+    async def call(self, method: str, request: Any, timeout: float = 120.0) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return await getattr(self.stub, method)(request, timeout=timeout, metadata=self.metadata)
+        except grpc.aio.AioRpcError as exc:
+            self.rec.errors[f"{method}:{exc.code().name}"] += 1
+            self.rec.first_error = self.rec.first_error or f"{method}: {exc.code().name} {exc.details()}"
+            raise
+        finally:
+            self.rec.latency[method].append(time.perf_counter() - t0)
+
+    async def register(self, campaign_id: int, host: str = "") -> agent_pb2.RegisterResponse:
+        req = agent_pb2.RegisterRequest(host=host or socket.gethostname(), ranks=1, campaign_id=campaign_id)
+        resp: agent_pb2.RegisterResponse = await self.call("Register", req)
+        self.agent_id = resp.agent_id
+        return resp
+
+    async def acquire(self, campaign_id: int) -> agent_pb2.AcquireResponse:
+        req = agent_pb2.AcquireRequest(agent_id=self.agent_id, campaign_id=campaign_id)
+        resp: agent_pb2.AcquireResponse = await self.call("Acquire", req)
+        if resp.status == agent_pb2.AcquireResponse.STATUS_GRANTED:
+            self.rec.granted.append(resp.trial.id)
+        return resp
+
+    def lease(self, resp: agent_pb2.AcquireResponse) -> agent_pb2.TrialLease:
+        return agent_pb2.TrialLease(agent_id=self.agent_id, trial_id=resp.trial.id, lease_id=resp.lease_id)
+
+    async def heartbeat(self, lease: agent_pb2.TrialLease) -> agent_pb2.HeartbeatResponse:
+        resp: agent_pb2.HeartbeatResponse = await self.call("Heartbeat", agent_pb2.HeartbeatRequest(lease=lease))
+        return resp
+
+    async def report(self, lease: agent_pb2.TrialLease, fold: int, step: int, value: float) -> Any:
+        req = agent_pb2.ReportIntermediateRequest(lease=lease, fold=fold, step=step, value=value)
+        return await self.call("ReportIntermediate", req)
+
+    async def report_fold(self, lease: agent_pb2.TrialLease, fold: int, value: float) -> Any:
+        return await self.call("ReportFold", agent_pb2.ReportFoldRequest(lease=lease, fold=fold, value=value))
+
+    async def complete(self, lease: agent_pb2.TrialLease) -> Any:
+        return await self.call("Complete", lease)
+
+    async def release(self, lease: agent_pb2.TrialLease, state: Any, reason: str) -> Any:
+        return await self.call("Release", agent_pb2.ReleaseRequest(lease=lease, state=state, reason=reason))
+
+    async def close(self) -> None:
+        await self.channel.close()
+
+
+# -- CPU accounting ----------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU seconds of one process (0 if it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU seconds of every live PostgreSQL process on this machine."""
+    total = 0.0
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if (d / "comm").read_text().strip() == "postgres":
+                    total += cpu_seconds(int(d.name))
+            except OSError:
+                continue
+    return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores spent busy since boot (from /proc/stat)."""
+    parts = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    idle = parts[3] + parts[4]
+    return (sum(parts[:8]) - idle) / TICK
+
+
+async def gather_bounded(coros: list[Any]) -> list[Any]:
+    return await asyncio.gather(*coros, return_exceptions=True)

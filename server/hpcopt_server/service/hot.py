@@ -1,0 +1,292 @@
+"""The agent calls' fast paths: the common case in a few statements, without waiting on
+other trials.
+
+Each method answers the ordinary call (the lease holds, the fold is open, the budget
+allows) in one short transaction of lean statements (``storage/hot.py``) and returns
+``None`` for anything else: then :class:`~hpcopt_server.service.agents.AgentService`
+runs its full path, which finds and names the reason (expired lease, finished fold,
+wrong token, replayed report, requeued trial to resume). A fast path that gives up rolls
+back what it did, so the full path starts from the same state.
+
+What makes heartbeats and reports independent of acquisitions and completions:
+
+- they lock only their own trial row, never the campaign row; a pruning decision is
+  read from committed data without the campaign lock, and only a trial actually pruned
+  takes it, in a second transaction that checks the lease again;
+- acquisitions of one campaign queue on an in-process gate *before* they open a
+  transaction, so waiting for the campaign lock holds no database connection (the pool
+  stays free for heartbeats) and only one connection per server process waits on the
+  row lock;
+- completions read and check everything first and take the campaign row lock last
+  (counter bump, guarded trial update, event, commit): held for three statements and
+  the commit.
+
+Per-process caches hold only what never changes: which token registered an agent, and
+campaign specs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TypeVar
+
+from hpcopt_server import domain as d
+from hpcopt_server.pruners import Verdict
+from hpcopt_server.service.context import Context
+from hpcopt_server.service.leasing import AcquireStatus, Acquisition, Action, HeartbeatReply, Lease
+from hpcopt_server.service.pruning import SqlHistory, prune, pruner_of
+from hpcopt_server.storage.repository import Tx
+
+R = TypeVar("R")
+_MAX_CACHED = 200_000
+
+
+class _GiveUp(Exception):
+    """Roll the fast path back; the full path answers (or ``answer``, if given)."""
+
+    def __init__(self, answer: object = None):
+        self.answer = answer
+
+
+class HotPath:
+    def __init__(self, ctx: Context):
+        self.ctx = ctx
+        self._agents: dict[str, int | None] = {}
+        self._campaigns: dict[int, d.Campaign] = {}
+        self._gates: dict[int, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    # -- shared ----------------------------------------------------------------------
+
+    def _run(self, body: Callable[[Tx], R]) -> R | None:
+        try:
+            with self.ctx.storage.write() as tx:
+                return body(tx)
+        except _GiveUp as stop:
+            return stop.answer  # type: ignore[return-value]
+
+    def _check_agent(self, tx: Tx, agent_id: str, caller: int | None) -> None:
+        """Gives up unless the agent is registered by the caller's token (with auth on)."""
+        if agent_id not in self._agents:
+            known, token = tx.agent_token(agent_id)
+            if not known:
+                raise _GiveUp
+            with self._lock:
+                if len(self._agents) >= _MAX_CACHED:
+                    self._agents.clear()
+                self._agents[agent_id] = token
+        if caller is not None and self._agents[agent_id] != caller:
+            raise _GiveUp
+
+    def _campaign(self, tx: Tx, campaign_id: int) -> d.Campaign:
+        """The campaign as created (spec, id); its counters and state are not kept fresh."""
+        c = self._campaigns.get(campaign_id)
+        if c is None:
+            c = tx.get_campaign(campaign_id)
+            if c is None:
+                raise _GiveUp
+            with self._lock:
+                if len(self._campaigns) >= _MAX_CACHED:
+                    self._campaigns.clear()
+                self._campaigns[campaign_id] = c
+        return c
+
+    def forget_campaign(self, campaign_id: int) -> None:
+        with self._lock:
+            self._campaigns.pop(campaign_id, None)
+
+    @contextmanager
+    def gate(self, campaign_id: int) -> Iterator[None]:
+        """Serializes this process's campaign-locking calls of one campaign before they
+        take a database connection."""
+        with self._lock:
+            gate = self._gates.setdefault(campaign_id, threading.Lock())
+        with gate:
+            yield
+
+    def _expiry(self, now: datetime) -> datetime:
+        return now + timedelta(seconds=self.ctx.settings.lease_seconds)
+
+    # -- while a trial runs ------------------------------------------------------------
+
+    def heartbeat(self, lease: Lease, caller: int | None) -> HeartbeatReply | None:
+        now = self.ctx.clock()
+        expires = self._expiry(now)
+
+        def body(tx: Tx) -> HeartbeatReply:
+            self._check_agent(tx, lease.agent_id, caller)
+            if tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, expires) is None:
+                raise _GiveUp
+            tx.seen_agent(lease.agent_id, now)
+            return HeartbeatReply(Action.CONTINUE, expires)
+
+        return self._run(body)
+
+    def report_intermediate(
+        self, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str, caller: int | None
+    ) -> HeartbeatReply | None:
+        now = self.ctx.clock()
+        expires = self._expiry(now)
+
+        def body(tx: Tx) -> d.Campaign:
+            self._check_agent(tx, lease.agent_id, caller)
+            renewed = tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, expires)
+            if renewed is None:
+                raise _GiveUp
+            campaign = self._campaign(tx, renewed[0])
+            if not 0 <= fold < campaign.folds or not tx.open_fold(
+                lease.trial_id, fold, renewed[1], now, checkpoint_uri
+            ):
+                raise _GiveUp
+            tx.set_curve_point(lease.trial_id, fold, step, value)
+            return campaign
+
+        campaign = self._run(body)
+        if campaign is None:
+            return None
+        pruner = pruner_of(campaign)
+        if pruner is not None and self._pruned(lease, campaign, lambda h, t: pruner.at_step(h, t, fold, step, value)):
+            return HeartbeatReply(Action.STOP_PRUNED, None)
+        return HeartbeatReply(Action.CONTINUE, expires)
+
+    def report_fold(
+        self, lease: Lease, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str, caller: int | None
+    ) -> d.Fold | None:
+        now = self.ctx.clock()
+        expires = self._expiry(now)
+
+        def body(tx: Tx) -> tuple[d.Campaign, d.Fold]:
+            self._check_agent(tx, lease.agent_id, caller)
+            renewed = tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, expires)
+            if renewed is None:
+                raise _GiveUp
+            campaign = self._campaign(tx, renewed[0])
+            if not 0 <= fold < campaign.folds or any(m not in metrics for m, _ in campaign.objectives[1:]):
+                raise _GiveUp
+            if not tx.close_fold(lease.trial_id, fold, renewed[1], now, value, metrics, checkpoint_uri):
+                raise _GiveUp  # finished already: a replay, or a conflict the full path names
+            return campaign, d.Fold(fold, True, value, dict(metrics), checkpoint_uri, renewed[1])
+
+        done = self._run(body)
+        if done is None:
+            return None
+        campaign, result = done
+        pruner = pruner_of(campaign)
+        if pruner is not None:
+            self._pruned(
+                lease,
+                campaign,
+                lambda h, t: pruner.at_fold(h, t) if sum(f.finished for f in t.folds) < campaign.folds else None,
+            )
+        return result
+
+    def _pruned(
+        self, lease: Lease, campaign: d.Campaign, decide: Callable[[SqlHistory, d.Trial], Verdict | None]
+    ) -> bool:
+        """Asks the pruner on committed data; a trial it stops is pruned under the
+        campaign lock if this lease still holds it then."""
+        with self.ctx.storage.read() as tx:
+            trial = tx.get_trial(lease.trial_id)
+            if trial is None or trial.state != d.TrialState.RUNNING:
+                return False
+            verdict = decide(SqlHistory(tx, campaign.id), trial)
+        if verdict is None:
+            return False
+        now = self.ctx.clock()
+        with self.ctx.storage.write() as tx:
+            locked = tx.lock_campaign(campaign.id)
+            trial = tx.get_trial(lease.trial_id, lock=True)
+            if locked is None or trial is None or trial.state != d.TrialState.RUNNING:
+                return False
+            if trial.lease_id != lease.lease_id:
+                return False
+            prune(tx, locked, trial, verdict, now)
+        return True
+
+    # -- the ends of an attempt --------------------------------------------------------
+
+    def acquire(self, agent_id: str, campaign_id: int, caller: int | None) -> Acquisition | None:
+        """A new trial for the agent: the campaign's queue is empty and the budget allows.
+        Anything else (a trial to resume, a finished campaign) goes to the full path."""
+        now = self.ctx.clock()
+        expires = self._expiry(now)
+        s = self.ctx.settings
+
+        def body(tx: Tx) -> Acquisition:
+            self._check_agent(tx, agent_id, caller)
+            campaign = self._campaign(tx, campaign_id)
+            taken = tx.take_number(campaign_id)  # the campaign lock, to the commit
+            if taken is None:
+                raise _GiveUp
+            state, number, finished = taken
+            if state != d.CampaignState.RUNNING:
+                raise _GiveUp(Acquisition(AcquireStatus.DONE))
+            running, queued = tx.active_counts(campaign_id)
+            if running >= campaign.max_parallel or (not queued and number >= campaign.max_trials):
+                raise _GiveUp(Acquisition(AcquireStatus.WAIT, retry_after_seconds=s.wait_seconds))
+            if queued:
+                raise _GiveUp  # a requeued trial resumes first: the full path
+            fresh = dataclasses.replace(campaign, trials_created=number, trials_finished=finished)
+            [params] = self.ctx.optimizers.suggest(tx, fresh, 1, active=running)
+            params = campaign.in_space_order(params)
+            lease_id = uuid.uuid4().hex
+            tid = tx.insert_running_trial(
+                campaign_id, number, params, now, agent_id=agent_id, lease_id=lease_id, expires=expires
+            )
+            tx.log_event(tid, 1, "acquired", now, agent_id)
+            tx.seen_agent(agent_id, now)
+            trial = d.Trial(id=tid, campaign_id=campaign_id, number=number, state=d.TrialState.RUNNING, attempt=1,
+                            params=params, created_at=now, agent_id=agent_id, lease_id=lease_id,
+                            lease_expires_at=expires, started_at=now)  # fmt: skip
+            return Acquisition(AcquireStatus.GRANTED, trial, lease_id, expires, campaign_spec=campaign.spec)
+
+        with self.gate(campaign_id):
+            return self._run(body)
+
+    def complete(self, lease: Lease, caller: int | None) -> d.Trial | None:
+        now = self.ctx.clock()
+
+        def body(tx: Tx) -> d.Trial:
+            self._check_agent(tx, lease.agent_id, caller)
+            trial = tx.trial_with_folds(lease.trial_id)
+            if trial is None or trial.state != d.TrialState.RUNNING or trial.lease_id != lease.lease_id:
+                raise _GiveUp
+            campaign = self._campaign(tx, trial.campaign_id)
+            finished = {f.index: f for f in trial.folds if f.finished and f.value is not None}
+            if any(k not in finished for k in range(campaign.folds)):
+                raise _GiveUp
+            values = [float(finished[k].value) for k in range(campaign.folds)]  # type: ignore[arg-type]
+            mean = statistics.fmean(values)
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            means = None
+            if len(campaign.objectives) > 1:
+                if any(m not in finished[k].metrics for m, _ in campaign.objectives[1:] for k in finished):
+                    raise _GiveUp
+                means = [mean] + [
+                    statistics.fmean(finished[k].metrics[m] for k in range(campaign.folds))
+                    for m, _ in campaign.objectives[1:]
+                ]
+            # Campaign, then trial: the lock order of every writer. The campaign's lock is
+            # held from here to the commit (two statements and the commit).
+            counted = tx.count_finished(campaign.id)
+            if counted is None:
+                raise _GiveUp
+            seq, state = counted
+            if not tx.complete_leased(trial.id, lease.agent_id, lease.lease_id, now, seq=seq, value=mean,
+                                      value_std=std, values=means):  # fmt: skip
+                raise _GiveUp
+            tx.log_event(trial.id, trial.attempt, "completed", now, lease.agent_id)
+            if state == d.CampaignState.RUNNING and seq >= campaign.max_trials:
+                tx.set_campaign_state(campaign.id, d.CampaignState.COMPLETED, now)
+            return dataclasses.replace(
+                trial, state=d.TrialState.COMPLETED, value=mean, value_std=std,
+                values=None if means is None else tuple(means), finished_at=now, finish_seq=seq,
+            )  # fmt: skip
+
+        return self._run(body)

@@ -1,0 +1,58 @@
+"""What the agent use cases take and answer: leases, acquisitions, heartbeat replies."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+
+from hpcopt_server import domain as d
+from hpcopt_server.service import limits as lim
+
+
+class AcquireStatus(enum.StrEnum):
+    GRANTED = "GRANTED"
+    WAIT = "WAIT"
+    DONE = "DONE"
+
+
+class Action(enum.StrEnum):
+    CONTINUE = "CONTINUE"
+    STOP_PRUNED = "STOP_PRUNED"
+    STOP_CANCELLED = "STOP_CANCELLED"
+
+
+@dataclass(frozen=True)
+class Lease:
+    agent_id: str
+    trial_id: int
+    lease_id: str
+
+    def __post_init__(self) -> None:
+        lim.require_text("lease.agent_id", self.agent_id, lim.MAX_SHORT)
+        lim.require_text("lease.lease_id", self.lease_id, lim.MAX_SHORT)
+        lim.require_id("lease.trial_id", self.trial_id)
+
+
+@dataclass(frozen=True)
+class Acquisition:
+    status: AcquireStatus
+    trial: d.Trial | None = None
+    lease_id: str = ""
+    lease_expires_at: datetime | None = None
+    retry_after_seconds: float = 0.0
+    campaign_spec: dict | None = None  # type: ignore[type-arg]
+
+
+@dataclass(frozen=True)
+class Registration:
+    agent_id: str
+    lease_seconds: float
+    heartbeat_seconds: float
+    campaign_spec: dict | None = None  # type: ignore[type-arg]
+
+
+@dataclass(frozen=True)
+class HeartbeatReply:
+    action: Action
+    lease_expires_at: datetime | None
