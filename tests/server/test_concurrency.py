@@ -16,6 +16,7 @@ from hpcopt.v1 import agent_pb2
 from hpcopt_server.service import Service, ServiceSettings
 from hpcopt_server.storage.repository import Storage
 from tests.conftest import LiveServer, make_spec, run_live_server
+from tests.server.process import ServerProcess
 
 GRANTED, WAIT = agent_pb2.AcquireResponse.STATUS_GRANTED, agent_pb2.AcquireResponse.STATUS_WAIT
 
@@ -80,21 +81,15 @@ def test_64_agents_acquire_every_trial_exactly_once(live_server: LiveServer) -> 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_two_server_replicas_on_one_postgresql_share_the_work_exactly_once(pg_url: str) -> None:
-    storages = [Storage(pg_url), Storage(pg_url)]
-    replicas = [run_live_server(Service(s)) for s in storages]
-    try:
-        servers = [next(r) for r in replicas]
-        targets = [s.grpc_target for s in servers]
+def test_two_serve_processes_on_one_postgresql_share_the_work_exactly_once(pg_url: str) -> None:
+    """The docker-compose topology without containers: two ``serve`` processes, one
+    PostgreSQL, agents spread over both (as a load balancer would)."""
+    with ServerProcess(pg_url) as one, ServerProcess(pg_url) as two:
+        targets = [one.grpc_target, two.grpc_target]
         with Client(targets[0]) as c:
             cid = c.create_campaign(make_spec(folds=1, budget={"max_trials": 128, "max_parallel": 16})).id
         granted = _swarm(targets, cid, 64)
         _check_exactly_once(targets[1], cid, granted, 128)
-    finally:
-        for r in replicas:
-            r.close()
-        for s in storages:
-            s.close()
 
 
 @pytest.fixture
