@@ -39,6 +39,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--reap-interval", type=float, default=float(env("REAP_INTERVAL", "5")))
     s.add_argument("--grpc-workers", type=int, default=int(env("GRPC_WORKERS", "64")))
     s.add_argument(
+        "--db-pool",
+        type=int,
+        default=int(env("DB_POOL", "16")),
+        help="database connections kept open, up to twice this in bursts (env HPCOPT_DB_POOL)",
+    )
+    s.add_argument(
         "--max-connections",
         type=int,
         default=int(env("MAX_CONNECTIONS", "1000")),
@@ -116,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _ready_storage(url: str) -> Storage:
+def _ready_storage(url: str, pool_size: int = 16) -> Storage:
     """Storage on a database at this release's schema (an empty one is migrated)."""
     from hpcopt_server.storage import migrate
     from hpcopt_server.storage.repository import Storage
@@ -129,7 +135,7 @@ def _ready_storage(url: str) -> Storage:
             f"hpcopt-server: the database schema is at {current}, this release needs {head}: "
             f"run `hpcopt-server db upgrade --db {url}` first"
         )
-    return Storage(url)
+    return Storage(url, pool_size=pool_size)
 
 
 def _db(args: argparse.Namespace) -> int:
@@ -202,6 +208,10 @@ def _serve(args: argparse.Namespace) -> int:
     from hpcopt_server.rpc.server import build_grpc_server
     from hpcopt_server.service import RequestLimits, Service, ServiceSettings
 
+    for flag, value in (("--grpc-workers", args.grpc_workers), ("--db-pool", args.db_pool)):
+        if value < 1:
+            print(f"hpcopt-server: {flag} must be at least 1, got {value}", file=sys.stderr)
+            return 2
     settings = ServerSettings(
         db=args.db,
         host=args.host,
@@ -211,6 +221,7 @@ def _serve(args: argparse.Namespace) -> int:
         reap_interval=args.reap_interval,
         require_auth=args.require_auth,
         grpc_workers=args.grpc_workers,
+        db_pool=args.db_pool,
         max_connections=args.max_connections,
         header_timeout=args.header_timeout,
         idle_timeout=args.idle_timeout,
@@ -219,7 +230,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    storage = _ready_storage(settings.db)
+    storage = _ready_storage(settings.db, settings.db_pool)
     service = Service(
         storage,
         ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),

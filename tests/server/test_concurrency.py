@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -15,7 +15,7 @@ from hpcopt.client import campaign_state, trial_state
 from hpcopt.v1 import agent_pb2
 from hpcopt_server.service import Service, ServiceSettings
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import LiveServer, make_spec, run_live_server
+from tests.conftest import LiveServer, _fresh_pg_database, make_spec, run_live_server
 from tests.server.process import ServerProcess
 
 GRANTED, WAIT = agent_pb2.AcquireResponse.STATUS_GRANTED, agent_pb2.AcquireResponse.STATUS_WAIT
@@ -81,15 +81,37 @@ def test_64_agents_acquire_every_trial_exactly_once(live_server: LiveServer) -> 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_two_serve_processes_on_one_postgresql_share_the_work_exactly_once(pg_url: str) -> None:
-    """The docker-compose topology without containers: two ``serve`` processes, one
-    PostgreSQL, agents spread over both (as a load balancer would)."""
-    with ServerProcess(pg_url) as one, ServerProcess(pg_url) as two:
-        targets = [one.grpc_target, two.grpc_target]
+def test_two_serve_processes_on_one_postgresql_share_the_work_exactly_once(pg_admin: str) -> None:
+    """The docker-compose topology without containers: two ``serve`` processes started
+    together on an empty PostgreSQL (one migrates, the other waits for it), agents
+    spread over both as a load balancer would."""
+    fresh = _fresh_pg_database(pg_admin)
+    url = next(fresh)
+    servers = [ServerProcess(url), ServerProcess(url)]
+    try:
+        errors: list[BaseException] = []
+        starts = [threading.Thread(target=lambda s=s: _capture(s.start, errors)) for s in servers]
+        for t in starts:
+            t.start()
+        for t in starts:
+            t.join(timeout=120)
+        assert not errors, errors
+        targets = [s.grpc_target for s in servers]
         with Client(targets[0]) as c:
             cid = c.create_campaign(make_spec(folds=1, budget={"max_trials": 128, "max_parallel": 16})).id
         granted = _swarm(targets, cid, 64)
         _check_exactly_once(targets[1], cid, granted, 128)
+    finally:
+        for s in servers:
+            s.stop()
+        fresh.close()
+
+
+def _capture(fn: Callable[[], object], errors: list[BaseException]) -> None:
+    try:
+        fn()
+    except BaseException as exc:
+        errors.append(exc)
 
 
 @pytest.fixture

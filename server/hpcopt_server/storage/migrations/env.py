@@ -18,5 +18,9 @@ with engine.connect() as connection:
         render_as_batch=connection.dialect.name == "sqlite",
     )
     with context.begin_transaction():
+        if connection.dialect.name == "postgresql":
+            # Replicas starting together on an empty database: one migrates, the others
+            # wait here and then find the schema at head.
+            connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7061636)")
         context.run_migrations()
 engine.dispose()
