@@ -31,7 +31,7 @@ class Recorder:
     latency: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     first_error: str = ""
-    granted: list[int] = field(default_factory=list)
+    granted: list[tuple[int, int]] = field(default_factory=list)  # (trial id, attempt)
     cycles: int = 0
     counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
@@ -93,7 +93,7 @@ class Agent:
         req = agent_pb2.AcquireRequest(agent_id=self.agent_id, campaign_id=campaign_id)
         resp: agent_pb2.AcquireResponse = await self.call("Acquire", req)
         if resp.status == agent_pb2.AcquireResponse.STATUS_GRANTED:
-            self.rec.granted.append(resp.trial.id)
+            self.rec.granted.append((resp.trial.id, resp.trial.attempt))
         return resp
 
     def lease(self, resp: agent_pb2.AcquireResponse) -> agent_pb2.TrialLease:

@@ -178,7 +178,7 @@ def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 
 def start_servers(
-    db: str, replicas: int, src: str = "", workers: int = 0
+    db: str, replicas: int, src: str = "", workers: int = 0, extra: list[str] | None = None
 ) -> list[tuple[subprocess.Popen[bytes], str, str]]:
     """R server processes on one database: (process, REST url, gRPC target)."""
     env = dict(os.environ)
@@ -191,6 +191,7 @@ def start_servers(
                "--grpc-port", str(gport), "--log-level", "warning"]  # fmt: skip
         if workers:
             cmd += ["--grpc-workers", str(workers)]
+        cmd += extra or []
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)
         out.append((proc, f"http://127.0.0.1:{port}", f"127.0.0.1:{gport}"))
     for proc, url, _ in out:
@@ -233,7 +234,7 @@ def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int =
             proc.terminate()
         for proc, _, _ in servers:
             proc.wait(timeout=60)
-    ids = Counter(rec.granted)
+    ids = Counter(tuple(g) for g in rec.granted)
     lat = [x for v in rec.latency.values() for x in v]
     label = "hpcopt" if not src else "hpcopt@" + Path(src).name
     return Result(label, backend, n, rec.cycles, seconds, lat, sum(rec.errors.values()),

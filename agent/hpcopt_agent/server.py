@@ -56,25 +56,31 @@ class TrialLink:
         self.client = client
         self.lease = lease
         self.patience = patience
+        self.renewed_at = time.monotonic()
+        """When the last call that renews the lease (a report or a heartbeat) was sent."""
+
+    def _renewing(self, call: Callable[[], T], what: str) -> T:
+        sent = time.monotonic()
+        reply = retrying(call, what, self.patience)
+        self.renewed_at = max(self.renewed_at, sent)
+        return reply
 
     def intermediate(self, fold: int, step: int, value: float, checkpoint_uri: str) -> str:
         """Reports a learning-curve point; the server's answer: continue, pruned, cancelled."""
-        reply = retrying(
+        reply = self._renewing(
             lambda: self.client.report_intermediate(self.lease, fold, step, value, checkpoint_uri),
             "ReportIntermediate",
-            self.patience,
         )
         return ACTIONS.get(reply.action, "continue")
 
     def fold(self, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str) -> str:
         """Reports a finished fold, then asks whether the trial goes on: the server's
         pruner may have stopped it on this very result (continue, pruned, cancelled)."""
-        retrying(
+        self._renewing(
             lambda: self.client.report_fold(self.lease, fold, value, metrics, checkpoint_uri),
             "ReportFold",
-            self.patience,
         )
-        reply = retrying(lambda: self.client.heartbeat(self.lease), "Heartbeat", self.patience)
+        reply = self._renewing(lambda: self.client.heartbeat(self.lease), "Heartbeat")
         return ACTIONS.get(reply.action, "continue")
 
     def complete(self) -> float:
@@ -86,8 +92,10 @@ class TrialLink:
 
 
 class Heartbeat(threading.Thread):
-    """Renews the lease every ``interval`` seconds while a trial runs, so a long epoch
-    never loses it; remembers a stop the server asked for."""
+    """Renews the lease while a trial runs, so a long epoch never loses it: a heartbeat
+    goes out once ``interval`` seconds pass without any call that renews it (reports
+    renew it too, and answer with the same continue/stop), so an agent that reports
+    more often than that sends none. Remembers a stop the server asked for."""
 
     def __init__(self, link: TrialLink, interval: float) -> None:
         super().__init__(name="hpcopt-heartbeat", daemon=True)
@@ -97,7 +105,13 @@ class Heartbeat(threading.Thread):
         self.action = "continue"
 
     def run(self) -> None:
-        while not self.stopping.wait(self.interval):
+        next_try = self.link.renewed_at + self.interval
+        while not self.stopping.wait(max(0.0, next_try - time.monotonic())):
+            due = self.link.renewed_at + self.interval
+            if time.monotonic() < due:
+                next_try = due  # a report renewed the lease meanwhile
+                continue
+            sent = time.monotonic()
             try:
                 reply = self.link.client.heartbeat(self.link.lease)
             except ApiError as exc:
@@ -106,10 +120,13 @@ class Heartbeat(threading.Thread):
                     log.warning("heartbeat: %s", exc.message)
                     return
                 log.warning("heartbeat failed (%s); will retry", exc.message)
+                next_try = time.monotonic() + self.interval
                 continue
+            self.link.renewed_at = max(self.link.renewed_at, sent)
             self.action = ACTIONS.get(reply.action, "continue")
             if self.action != "continue":
                 return
+            next_try = self.link.renewed_at + self.interval
 
     def stop(self) -> None:
         self.stopping.set()

@@ -32,7 +32,7 @@ class ServerSettings:
     """Threads serving gRPC calls."""
     db_pool: int = 16
     """Database connections this process keeps open (up to twice as many in bursts). On
-    PostgreSQL, replicas × 2 × db_pool must stay under its ``max_connections``."""
+    PostgreSQL, replicas * 2 * db_pool must stay under its ``max_connections``."""
     max_connections: int = 1000
     """Open HTTP connections; past it the oldest idle one is closed (at most half the
     process's open-file limit)."""

@@ -140,4 +140,8 @@ def test_each_agent_call_is_a_handful_of_statements(service: Service) -> None:
     trial()  # fills the per-process caches (the agent's token, the campaign's spec)
     used.clear()
     trial()
-    assert used == {"acquire": 6, "heartbeat": 2, "report_intermediate": 3, "report_fold": 2, "complete": 4}, used
+    # PostgreSQL: a heartbeat and an intermediate report are one statement, committed by itself.
+    one = service.ctx.storage.dialect == "postgresql"
+    expected = {"acquire": 6, "heartbeat": 1 if one else 2, "report_intermediate": 1 if one else 3, "report_fold": 2,
+                "complete": 4}  # fmt: skip
+    assert used == expected, used

@@ -115,9 +115,18 @@ class HotPath:
 
     # -- while a trial runs ------------------------------------------------------------
 
+    def _known(self, agent_id: str, caller: int | None) -> bool:
+        """The agent is in the cache and belongs to the caller's token."""
+        return agent_id in self._agents and (caller is None or self._agents[agent_id] == caller)
+
     def heartbeat(self, lease: Lease, caller: int | None) -> HeartbeatReply | None:
         now = self.ctx.clock()
         expires = self._expiry(now)
+        if self._known(lease.agent_id, caller):
+            with self.ctx.storage.one_statement() as one:
+                if one is not None:
+                    held = one.heartbeat(lease.trial_id, lease.agent_id, lease.lease_id, now, expires)
+                    return HeartbeatReply(Action.CONTINUE, expires) if held else None
 
         def body(tx: Tx) -> HeartbeatReply:
             self._check_agent(tx, lease.agent_id, caller)
@@ -133,27 +142,47 @@ class HotPath:
     ) -> HeartbeatReply | None:
         now = self.ctx.clock()
         expires = self._expiry(now)
-
-        def body(tx: Tx) -> d.Campaign:
-            self._check_agent(tx, lease.agent_id, caller)
-            renewed = tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, expires)
-            if renewed is None:
-                raise _GiveUp
-            campaign = self._campaign(tx, renewed[0])
-            if not 0 <= fold < campaign.folds or not tx.open_fold(
-                lease.trial_id, fold, renewed[1], now, checkpoint_uri
-            ):
-                raise _GiveUp
-            tx.set_curve_point(lease.trial_id, fold, step, value)
-            return campaign
-
-        campaign = self._run(body)
+        if fold < 0:
+            return None
+        campaign = self._report_in_one(lease, fold, step, value, checkpoint_uri, caller, now, expires)
+        if campaign is None:
+            args = (lease, fold, step, value, checkpoint_uri, caller, now, expires)
+            campaign = self._run(lambda tx: self._report_in_tx(tx, *args))
         if campaign is None:
             return None
         pruner = pruner_of(campaign)
         if pruner is not None and self._pruned(lease, campaign, lambda h, t: pruner.at_step(h, t, fold, step, value)):
             return HeartbeatReply(Action.STOP_PRUNED, None)
         return HeartbeatReply(Action.CONTINUE, expires)
+
+    def _report_in_one(self, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str,
+                       caller: int | None, now: datetime, expires: datetime) -> d.Campaign | None:  # fmt: skip
+        """PostgreSQL, a known agent and campaign: the report as one statement."""
+        if not self._known(lease.agent_id, caller):
+            return None
+        with self.ctx.storage.one_statement() as one:
+            if one is None:
+                return None
+            done = one.report(lease.trial_id, lease.agent_id, lease.lease_id, now, expires, fold=fold, step=step,
+                              value=value, checkpoint_uri=checkpoint_uri)  # fmt: skip
+        if done is None:
+            return None
+        if done[0] not in self._campaigns:
+            with self.ctx.storage.read() as tx:
+                return self._campaign(tx, done[0])
+        return self._campaigns[done[0]]
+
+    def _report_in_tx(self, tx: Tx, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str,
+                      caller: int | None, now: datetime, expires: datetime) -> d.Campaign:  # fmt: skip
+        self._check_agent(tx, lease.agent_id, caller)
+        renewed = tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, expires)
+        if renewed is None:
+            raise _GiveUp
+        campaign = self._campaign(tx, renewed[0])
+        if fold >= campaign.folds or not tx.open_fold(lease.trial_id, fold, renewed[1], now, checkpoint_uri):
+            raise _GiveUp
+        tx.set_curve_point(lease.trial_id, fold, step, value)
+        return campaign
 
     def report_fold(
         self, lease: Lease, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str, caller: int | None

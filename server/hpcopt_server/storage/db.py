@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -33,6 +33,7 @@ class Database:
         self._writers = sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
         readers = self.engine.execution_options(hpcopt_write=False)
         self._readers = sessionmaker(readers, expire_on_commit=False, autoflush=False)
+        self._autocommit = self.engine.execution_options(isolation_level="AUTOCOMMIT")
 
     @contextmanager
     def transaction(self, *, write: bool) -> Iterator[Session]:
@@ -42,6 +43,13 @@ class Database:
                 yield from self._run(write)
         else:
             yield from self._run(write)
+
+    @contextmanager
+    def autocommit(self) -> Iterator[Connection]:
+        """A pooled connection on which each statement commits by itself: for work that
+        is one statement, it saves BEGIN and COMMIT (two round trips)."""
+        with self._autocommit.connect() as conn:
+            yield conn
 
     def _run(self, write: bool) -> Iterator[Session]:
         session = (self._writers if write else self._readers)()

@@ -36,7 +36,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.db import Database
-from hpcopt_server.storage.hot import HotQueries
+from hpcopt_server.storage.hot import HotQueries, OneStatement
 from hpcopt_server.storage.views import ViewQueries
 
 
@@ -59,6 +59,16 @@ class Storage:
     def read(self) -> Iterator[Tx]:
         with self.db.transaction(write=False) as session:
             yield Tx(session)
+
+    @contextmanager
+    def one_statement(self) -> Iterator[OneStatement | None]:
+        """PostgreSQL: the agents' calls that are one statement, each its own transaction
+        (see :class:`OneStatement`); None on SQLite, whose writers use :meth:`write`."""
+        if self.dialect != "postgresql":
+            yield None
+            return
+        with self.db.autocommit() as conn:
+            yield OneStatement(conn)
 
     def close(self) -> None:
         self.db.dispose()
