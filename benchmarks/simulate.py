@@ -139,6 +139,8 @@ def _loader(targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], 
                     await agent.report_fold(lease, k, rng.random())
                     await agent.heartbeat(lease)  # the agent asks whether the trial goes on
                     renewed[0] = max(renewed[0], sent)
+                stop.set()  # as the agent: the heartbeat thread ends before the trial does
+                await beat
                 if not ended:
                     await agent.complete(lease)
                     rec.cycles += 1
@@ -241,10 +243,10 @@ def main() -> int:
     ap.add_argument("--agents", type=int, default=1000)
     ap.add_argument("--replicas", type=int, default=1, help="server processes on the one database")
     ap.add_argument("--trials", type=int, default=100_000, help="the campaign's budget")
-    ap.add_argument("--prefill", type=int, default=95_000, help="finished trials written before the run")
+    ap.add_argument("--prefill", type=int, default=98_000, help="finished trials written before the run")
     ap.add_argument("--duration", type=float, default=300.0, help="real seconds at most")
-    ap.add_argument("--speedup", type=float, default=10.0, help="simulated seconds per real second")
-    ap.add_argument("--median-minutes", type=float, default=20.0, help="median simulated trial duration")
+    ap.add_argument("--speedup", type=float, default=5.0, help="simulated seconds per real second")
+    ap.add_argument("--median-minutes", type=float, default=10.0, help="median simulated trial duration")
     ap.add_argument("--sigma", type=float, default=0.6, help="log-normal spread of trial durations")
     ap.add_argument("--folds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=5, help="epochs (intermediate reports) per fold")

@@ -81,13 +81,17 @@ def test_64_agents_acquire_every_trial_exactly_once(live_server: LiveServer) -> 
 
 @pytest.mark.slow
 @pytest.mark.postgres
-def test_two_serve_processes_on_one_postgresql_share_the_work_exactly_once(pg_admin: str) -> None:
+def test_two_serve_processes_on_one_postgresql_share_the_work_exactly_once(
+    pg_admin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The docker-compose topology without containers: two ``serve`` processes started
-    together on an empty PostgreSQL (one migrates, the other waits for it), agents
-    spread over both as a load balancer would."""
+    together on an empty PostgreSQL with one HPCOPT_ADMIN_TOKEN (one migrates and stores
+    the token, the other waits for it), agents spread over both as a load balancer would."""
     fresh = _fresh_pg_database(pg_admin)
     url = next(fresh)
-    servers = [ServerProcess(url), ServerProcess(url)]
+    secret = "hpcopt_compose_" + "x" * 40
+    monkeypatch.setenv("HPCOPT_TOKEN", secret)  # every client below presents it
+    servers = [ServerProcess(url, env={"HPCOPT_ADMIN_TOKEN": secret}) for _ in range(2)]
     try:
         errors: list[BaseException] = []
         starts = [threading.Thread(target=lambda s=s: _capture(s.start, errors)) for s in servers]

@@ -5,6 +5,7 @@ a handful of statements (the round trips that the server's latency is made of)."
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -145,3 +146,30 @@ def test_each_agent_call_is_a_handful_of_statements(service: Service) -> None:
     expected = {"acquire": 6, "heartbeat": 1 if one else 2, "report_intermediate": 1 if one else 3, "report_fold": 2,
                 "complete": 4}  # fmt: skip
     assert used == expected, used
+
+
+@pytest.mark.postgres
+def test_waiting_acquisitions_are_served_together_and_the_budget_stays_exact(pg_url: str, pg_service: Service) -> None:
+    svc = pg_service
+    cid = svc.campaigns.create(make_spec(folds=1, budget={"max_trials": 10, "max_parallel": 10})).id
+    agents = [svc.agents.register(host=f"n{i}", ranks=1, gpus=0).agent_id for i in range(30)]
+    svc.agents.acquire(agents[0], cid)  # caches the agent and the campaign: a warm server
+    commits: list[int] = []
+    event.listen(svc.ctx.storage.db.engine, "commit", lambda _conn: commits.append(1))
+
+    locker = _hold_campaign_lock(pg_url, cid)
+    try:
+        waiting = [_in_thread(lambda a=a: svc.agents.acquire(a, cid)) for a in agents[1:]]  # type: ignore[misc]
+        deadline = time.monotonic() + 20
+        while sum(len(q) for q in svc.agents.hot.batcher._waiting.values()) < 28 and time.monotonic() < deadline:
+            time.sleep(0.01)  # all but the one at the lock are queued at the gate
+    finally:
+        locker.rollback()
+        locker.close()
+    for t, _ in waiting:
+        t.join(timeout=30)
+    answers = [out[0] for _, out in waiting]
+    granted = [a.trial.id for a in answers if a.status == AcquireStatus.GRANTED]
+    assert len(granted) == 9 and len(set(granted)) == 9  # the budget's 10, one taken before
+    assert sum(a.status == AcquireStatus.WAIT for a in answers) == 20
+    assert len(commits) <= 3, f"29 acquisitions took {len(commits)} transactions"

@@ -16,7 +16,8 @@ What makes heartbeats and reports independent of acquisitions and completions:
 - acquisitions of one campaign queue on an in-process gate *before* they open a
   transaction, so waiting for the campaign lock holds no database connection (the pool
   stays free for heartbeats) and only one connection per server process waits on the
-  row lock;
+  row lock; the thread at the gate serves every waiting acquisition in one transaction
+  (``batch.py``);
 - completions read and check everything first and take the campaign row lock last
   (counter bump, guarded trial update, event, commit): held for three statements and
   the commit.
@@ -30,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import threading
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -38,8 +38,9 @@ from typing import TypeVar
 
 from hpcopt_server import domain as d
 from hpcopt_server.pruners import Verdict
+from hpcopt_server.service.batch import AcquireBatcher
 from hpcopt_server.service.context import Context
-from hpcopt_server.service.leasing import AcquireStatus, Acquisition, Action, HeartbeatReply, Lease
+from hpcopt_server.service.leasing import Acquisition, Action, HeartbeatReply, Lease
 from hpcopt_server.service.pruning import SqlHistory, prune, pruner_of
 from hpcopt_server.storage.repository import Tx
 
@@ -61,10 +62,11 @@ class HotPath:
         self._campaigns: dict[int, d.Campaign] = {}
         self._gates: dict[int, threading.Lock] = {}
         self._lock = threading.Lock()
+        self.batcher = AcquireBatcher(self)
 
     # -- shared ----------------------------------------------------------------------
 
-    def _run(self, body: Callable[[Tx], R]) -> R | None:
+    def run(self, body: Callable[[Tx], R]) -> R | None:
         try:
             with self.ctx.storage.write() as tx:
                 return body(tx)
@@ -84,7 +86,7 @@ class HotPath:
         if caller is not None and self._agents[agent_id] != caller:
             raise _GiveUp
 
-    def _campaign(self, tx: Tx, campaign_id: int) -> d.Campaign:
+    def campaign(self, tx: Tx, campaign_id: int) -> d.Campaign:
         """The campaign as created (spec, id); its counters and state are not kept fresh."""
         c = self._campaigns.get(campaign_id)
         if c is None:
@@ -96,6 +98,14 @@ class HotPath:
                     self._campaigns.clear()
                 self._campaigns[campaign_id] = c
         return c
+
+    def owns(self, tx: Tx, agent_id: str, caller: int | None) -> bool:
+        """The agent is registered, by the caller's token with auth on."""
+        try:
+            self._check_agent(tx, agent_id, caller)
+        except _GiveUp:
+            return False
+        return True
 
     def forget_campaign(self, campaign_id: int) -> None:
         with self._lock:
@@ -110,7 +120,7 @@ class HotPath:
         with gate:
             yield
 
-    def _expiry(self, now: datetime) -> datetime:
+    def expiry(self, now: datetime) -> datetime:
         return now + timedelta(seconds=self.ctx.settings.lease_seconds)
 
     # -- while a trial runs ------------------------------------------------------------
@@ -121,7 +131,7 @@ class HotPath:
 
     def heartbeat(self, lease: Lease, caller: int | None) -> HeartbeatReply | None:
         now = self.ctx.clock()
-        expires = self._expiry(now)
+        expires = self.expiry(now)
         if self._known(lease.agent_id, caller):
             with self.ctx.storage.one_statement() as one:
                 if one is not None:
@@ -135,19 +145,19 @@ class HotPath:
             tx.seen_agent(lease.agent_id, now)
             return HeartbeatReply(Action.CONTINUE, expires)
 
-        return self._run(body)
+        return self.run(body)
 
     def report_intermediate(
         self, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str, caller: int | None
     ) -> HeartbeatReply | None:
         now = self.ctx.clock()
-        expires = self._expiry(now)
+        expires = self.expiry(now)
         if fold < 0:
             return None
         campaign = self._report_in_one(lease, fold, step, value, checkpoint_uri, caller, now, expires)
         if campaign is None:
             args = (lease, fold, step, value, checkpoint_uri, caller, now, expires)
-            campaign = self._run(lambda tx: self._report_in_tx(tx, *args))
+            campaign = self.run(lambda tx: self._report_in_tx(tx, *args))
         if campaign is None:
             return None
         pruner = pruner_of(campaign)
@@ -169,7 +179,7 @@ class HotPath:
             return None
         if done[0] not in self._campaigns:
             with self.ctx.storage.read() as tx:
-                return self._campaign(tx, done[0])
+                return self.campaign(tx, done[0])
         return self._campaigns[done[0]]
 
     def _report_in_tx(self, tx: Tx, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str,
@@ -178,7 +188,7 @@ class HotPath:
         renewed = tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, expires)
         if renewed is None:
             raise _GiveUp
-        campaign = self._campaign(tx, renewed[0])
+        campaign = self.campaign(tx, renewed[0])
         if fold >= campaign.folds or not tx.open_fold(lease.trial_id, fold, renewed[1], now, checkpoint_uri):
             raise _GiveUp
         tx.set_curve_point(lease.trial_id, fold, step, value)
@@ -188,21 +198,21 @@ class HotPath:
         self, lease: Lease, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str, caller: int | None
     ) -> d.Fold | None:
         now = self.ctx.clock()
-        expires = self._expiry(now)
+        expires = self.expiry(now)
 
         def body(tx: Tx) -> tuple[d.Campaign, d.Fold]:
             self._check_agent(tx, lease.agent_id, caller)
             renewed = tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, expires)
             if renewed is None:
                 raise _GiveUp
-            campaign = self._campaign(tx, renewed[0])
+            campaign = self.campaign(tx, renewed[0])
             if not 0 <= fold < campaign.folds or any(m not in metrics for m, _ in campaign.objectives[1:]):
                 raise _GiveUp
             if not tx.close_fold(lease.trial_id, fold, renewed[1], now, value, metrics, checkpoint_uri):
                 raise _GiveUp  # finished already: a replay, or a conflict the full path names
             return campaign, d.Fold(fold, True, value, dict(metrics), checkpoint_uri, renewed[1])
 
-        done = self._run(body)
+        done = self.run(body)
         if done is None:
             return None
         campaign, result = done
@@ -241,42 +251,10 @@ class HotPath:
     # -- the ends of an attempt --------------------------------------------------------
 
     def acquire(self, agent_id: str, campaign_id: int, caller: int | None) -> Acquisition | None:
-        """A new trial for the agent: the campaign's queue is empty and the budget allows.
-        Anything else (a trial to resume, a finished campaign) goes to the full path."""
-        now = self.ctx.clock()
-        expires = self._expiry(now)
-        s = self.ctx.settings
-
-        def body(tx: Tx) -> Acquisition:
-            self._check_agent(tx, agent_id, caller)
-            campaign = self._campaign(tx, campaign_id)
-            taken = tx.take_number(campaign_id)  # the campaign lock, to the commit
-            if taken is None:
-                raise _GiveUp
-            state, number, finished = taken
-            if state != d.CampaignState.RUNNING:
-                raise _GiveUp(Acquisition(AcquireStatus.DONE))
-            running, queued = tx.active_counts(campaign_id)
-            if running >= campaign.max_parallel or (not queued and number >= campaign.max_trials):
-                raise _GiveUp(Acquisition(AcquireStatus.WAIT, retry_after_seconds=s.wait_seconds))
-            if queued:
-                raise _GiveUp  # a requeued trial resumes first: the full path
-            fresh = dataclasses.replace(campaign, trials_created=number, trials_finished=finished)
-            [params] = self.ctx.optimizers.suggest(tx, fresh, 1, active=running)
-            params = campaign.in_space_order(params)
-            lease_id = uuid.uuid4().hex
-            tid = tx.insert_running_trial(
-                campaign_id, number, params, now, agent_id=agent_id, lease_id=lease_id, expires=expires
-            )
-            tx.log_event(tid, 1, "acquired", now, agent_id)
-            tx.seen_agent(agent_id, now)
-            trial = d.Trial(id=tid, campaign_id=campaign_id, number=number, state=d.TrialState.RUNNING, attempt=1,
-                            params=params, created_at=now, agent_id=agent_id, lease_id=lease_id,
-                            lease_expires_at=expires, started_at=now)  # fmt: skip
-            return Acquisition(AcquireStatus.GRANTED, trial, lease_id, expires, campaign_spec=campaign.spec)
-
-        with self.gate(campaign_id):
-            return self._run(body)
+        """A new trial for the agent, served with the other acquisitions of the campaign
+        waiting in this process (:mod:`~hpcopt_server.service.batch`). A trial to resume, or
+        an unknown agent, goes to the full path."""
+        return self.batcher.acquire(agent_id, campaign_id, caller)
 
     def complete(self, lease: Lease, caller: int | None) -> d.Trial | None:
         now = self.ctx.clock()
@@ -286,7 +264,7 @@ class HotPath:
             trial = tx.trial_with_folds(lease.trial_id)
             if trial is None or trial.state != d.TrialState.RUNNING or trial.lease_id != lease.lease_id:
                 raise _GiveUp
-            campaign = self._campaign(tx, trial.campaign_id)
+            campaign = self.campaign(tx, trial.campaign_id)
             finished = {f.index: f for f in trial.folds if f.finished and f.value is not None}
             if any(k not in finished for k in range(campaign.folds)):
                 raise _GiveUp
@@ -318,4 +296,4 @@ class HotPath:
                 values=None if means is None else tuple(means), finished_at=now, finish_seq=seq,
             )  # fmt: skip
 
-        return self._run(body)
+        return self.run(body)

@@ -50,10 +50,11 @@ _COMPLETE = update(T).where(_LEASE_HELD).values(
     state=d.TrialState.COMPLETED.value, finished_at=_p("now2", T.c.finished_at), finish_seq=_p("seq"),
     value=_p("value"), value_std=_p("std"), values=_p("values", T.c["values"]),
 )  # fmt: skip
-_TAKE_NUMBER = (
-    update(C).where(C.c.id == _p("cid")).values(next_number=C.c.next_number + 1)
+_TAKE_NUMBERS = (
+    update(C).where(C.c.id == _p("cid")).values(next_number=C.c.next_number + _p("k"))
     .returning(C.c.state, C.c.next_number, C.c.finished_count)
 )  # fmt: skip
+_SET_NEXT_NUMBER = update(C).where(C.c.id == _p("cid")).values(next_number=_p("n"))
 _COUNT_FINISHED = (
     update(C).where(C.c.id == _p("cid")).values(finished_count=C.c.finished_count + 1)
     .returning(C.c.finished_count, C.c.state)
@@ -204,11 +205,15 @@ class HotQueries:
         row = self._c.execute(_COUNT_FINISHED, {"cid": campaign_id}).first()
         return (int(row[0]), str(row[1])) if row else None
 
-    def take_number(self, campaign_id: int) -> tuple[str, int, int] | None:
-        """Takes the campaign's row lock and the next trial number in one statement:
-        (campaign state, the number, trials finished). Roll back if it is not used."""
-        row = self._c.execute(_TAKE_NUMBER, {"cid": campaign_id}).first()
-        return (str(row[0]), int(row[1]) - 1, int(row[2])) if row else None
+    def take_numbers(self, campaign_id: int, k: int) -> tuple[str, int, int] | None:
+        """Takes the campaign's row lock and the next ``k`` trial numbers in one statement:
+        (campaign state, the first number, trials finished). Give back the numbers not
+        used with :meth:`set_next_number`, or roll back."""
+        row = self._c.execute(_TAKE_NUMBERS, {"cid": campaign_id, "k": k}).first()
+        return (str(row[0]), int(row[1]) - k, int(row[2])) if row else None
+
+    def set_next_number(self, campaign_id: int, number: int) -> None:
+        self._c.execute(_SET_NEXT_NUMBER, {"cid": campaign_id, "n": number})
 
     def complete_leased(
         self,
@@ -231,7 +236,7 @@ class HotQueries:
         self, campaign_id: int, number: int, params: d.Params, now: datetime, *, agent_id: str, lease_id: str,
         expires: datetime,
     ) -> int:  # fmt: skip
-        """A new trial, RUNNING under the given lease (``number`` from :meth:`take_number`); its id."""
+        """A new trial, RUNNING under the given lease (``number`` from :meth:`take_numbers`); its id."""
         values = {"cid": campaign_id, "number": number, "params": dict(params), "aid": agent_id, "lid": lease_id,
                   "exp": expires, "now": now}  # fmt: skip
         return int(self._c.execute(_NEW_TRIAL, values).scalar_one())

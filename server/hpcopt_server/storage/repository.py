@@ -509,10 +509,16 @@ class Tx(ViewQueries, HotQueries):
     # -- tokens ----------------------------------------------------------------------
 
     def insert_token(self, name: str, token_hash: str, scopes: Iterable[str], now: datetime) -> d.ApiToken:
-        row = m.ApiTokenRow(name=name, token_hash=token_hash, scopes=",".join(sorted(scopes)), created_at=now)
-        self.s.add(row)
-        self.s.flush()
-        return mapping.token(row)
+        """Stores a token; if another transaction stored the same secret meanwhile (two
+        replicas starting with one HPCOPT_ADMIN_TOKEN), returns that one."""
+        insert = pg_insert if self.s.get_bind().dialect.name == "postgresql" else sqlite_insert
+        stmt = insert(m.ApiTokenRow).values(
+            name=name, token_hash=token_hash, scopes=",".join(sorted(scopes)), created_at=now
+        )
+        self.s.execute(stmt.on_conflict_do_nothing(index_elements=["token_hash"]))
+        token = self.token_by_hash(token_hash)
+        assert token is not None
+        return token
 
     def token_by_hash(self, token_hash: str) -> d.ApiToken | None:
         row = self.s.scalars(select(m.ApiTokenRow).where(m.ApiTokenRow.token_hash == token_hash)).one_or_none()
