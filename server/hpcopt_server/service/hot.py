@@ -175,12 +175,7 @@ class HotPath:
                 return None
             done = one.report(lease.trial_id, lease.agent_id, lease.lease_id, now, expires, fold=fold, step=step,
                               value=value, checkpoint_uri=checkpoint_uri)  # fmt: skip
-        if done is None:
-            return None
-        if done[0] not in self._campaigns:
-            with self.ctx.storage.read() as tx:
-                return self.campaign(tx, done[0])
-        return self._campaigns[done[0]]
+        return None if done is None else self._cached_campaign(done[0])
 
     def _report_in_tx(self, tx: Tx, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str,
                       caller: int | None, now: datetime, expires: datetime) -> d.Campaign:  # fmt: skip
@@ -199,20 +194,19 @@ class HotPath:
     ) -> d.Fold | None:
         now = self.ctx.clock()
         expires = self.expiry(now)
-
-        def body(tx: Tx) -> tuple[d.Campaign, d.Fold]:
-            self._check_agent(tx, lease.agent_id, caller)
-            renewed = tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, expires)
-            if renewed is None:
-                raise _GiveUp
-            campaign = self.campaign(tx, renewed[0])
-            if not 0 <= fold < campaign.folds or any(m not in metrics for m, _ in campaign.objectives[1:]):
-                raise _GiveUp
-            if not tx.close_fold(lease.trial_id, fold, renewed[1], now, value, metrics, checkpoint_uri):
-                raise _GiveUp  # finished already: a replay, or a conflict the full path names
-            return campaign, d.Fold(fold, True, value, dict(metrics), checkpoint_uri, renewed[1])
-
-        done = self.run(body)
+        if fold < 0:
+            return None
+        done: tuple[d.Campaign, d.Fold] | None = None
+        if self._known(lease.agent_id, caller):
+            with self.ctx.storage.one_statement() as one:
+                found = None if one is None else one.fold(
+                    lease.trial_id, lease.agent_id, lease.lease_id, now, expires, fold=fold, value=value,
+                    metrics=metrics, checkpoint_uri=checkpoint_uri,
+                )  # fmt: skip
+            if found is not None:
+                done = self._cached_campaign(found[0]), found[1]
+        if done is None:
+            done = self.run(lambda tx: self._fold_in_tx(tx, lease, fold, value, metrics, checkpoint_uri, caller, now))
         if done is None:
             return None
         campaign, result = done
@@ -224,6 +218,26 @@ class HotPath:
                 lambda h, t: pruner.at_fold(h, t) if sum(f.finished for f in t.folds) < campaign.folds else None,
             )
         return result
+
+    def _fold_in_tx(self, tx: Tx, lease: Lease, fold: int, value: float, metrics: dict[str, float],
+                    checkpoint_uri: str, caller: int | None, now: datetime) -> tuple[d.Campaign, d.Fold]:  # fmt: skip
+        self._check_agent(tx, lease.agent_id, caller)
+        renewed = tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, self.expiry(now))
+        if renewed is None:
+            raise _GiveUp
+        campaign = self.campaign(tx, renewed[0])
+        if fold >= campaign.folds or any(m not in metrics for m, _ in campaign.objectives[1:]):
+            raise _GiveUp
+        kept = tx.close_fold(lease.trial_id, fold, renewed[1], now, value, metrics, checkpoint_uri)
+        if kept is None:
+            raise _GiveUp  # finished already: a replay, or a conflict the full path names
+        return campaign, d.Fold(fold, True, value, dict(metrics), kept, renewed[1])
+
+    def _cached_campaign(self, campaign_id: int) -> d.Campaign:
+        if campaign_id not in self._campaigns:
+            with self.ctx.storage.read() as tx:
+                return self.campaign(tx, campaign_id)
+        return self._campaigns[campaign_id]
 
     def _pruned(
         self, lease: Lease, campaign: d.Campaign, decide: Callable[[SqlHistory, d.Trial], Verdict | None]

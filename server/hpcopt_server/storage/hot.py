@@ -106,7 +106,7 @@ def _fold_upserts(insert: Any) -> tuple[Any, Any]:
         index_elements=key, where=unfinished,
         set_={"finished": True, "value": _p("value"), "metrics": _p("metrics", F.c.metrics), "attempt": _p("attempt"),
               "updated_at": _p("now", F.c.updated_at), "checkpoint_uri": _KEEP_CHECKPOINT},
-    ).returning(F.c.trial_id)  # fmt: skip
+    ).returning(F.c.checkpoint_uri)  # fmt: skip
     return opened, closed
 
 
@@ -157,12 +157,14 @@ class HotQueries:
         value: float,
         metrics: dict[str, float],
         checkpoint_uri: str,
-    ) -> bool:
-        """Marks the fold finished with its value; False (nothing changed) if it already was."""
+    ) -> str | None:
+        """Marks the fold finished with its value: its checkpoint URI (the one given, or
+        the one it kept); None, nothing changed, if it was finished already."""
         q = _UPSERTS[self._c.dialect.name][1]
         params = {"tid": trial_id, "fold": fold, "attempt": attempt, "now": now, "ck": checkpoint_uri,
                   "value": value, "metrics": metrics}  # fmt: skip
-        return self._c.execute(q, params).first() is not None
+        row = self._c.execute(q, params).first()
+        return None if row is None else str(row[0])
 
     def set_curve_point(self, trial_id: int, fold: int, step: int, value: float) -> None:
         q = _UPSERTS[self._c.dialect.name][2]
@@ -277,12 +279,35 @@ c AS (
   INSERT INTO curves (trial_id, fold, step, value) SELECT :tid, :fold, :step, :value FROM t
   ON CONFLICT (trial_id, fold, step) DO UPDATE SET value = excluded.value)
 SELECT campaign_id, attempt FROM t""").bindparams(bindparam("exp", type_=_STAMP), bindparam("now", type_=_STAMP))
+_ONE_FOLD = text(f"""
+WITH c AS (
+  SELECT (spec ->> 'folds')::int AS folds,
+         CASE WHEN json_typeof(spec -> 'objectives') = 'array' THEN json_array_length(spec -> 'objectives')
+              ELSE 1 END AS objectives
+  FROM campaigns WHERE id = (SELECT campaign_id FROM trials WHERE id = :tid)),
+t AS (
+  UPDATE trials SET lease_expires_at = :exp
+  WHERE {_HELD}
+    AND :fold < (SELECT folds FROM c) AND (SELECT objectives FROM c) = 1
+    AND NOT EXISTS (SELECT 1 FROM folds WHERE trial_id = :tid AND fold = :fold AND finished)
+  RETURNING campaign_id, attempt),
+f AS (
+  INSERT INTO folds (trial_id, fold, finished, value, metrics, checkpoint_uri, attempt, updated_at)
+  SELECT :tid, :fold, true, :value, CAST(:metrics AS json), :ck, attempt, :now FROM t
+  ON CONFLICT (trial_id, fold) DO UPDATE SET finished = true, value = excluded.value, metrics = excluded.metrics,
+    attempt = excluded.attempt, updated_at = excluded.updated_at,
+    checkpoint_uri = CASE WHEN excluded.checkpoint_uri = '' THEN folds.checkpoint_uri
+                          ELSE excluded.checkpoint_uri END
+  RETURNING checkpoint_uri)
+SELECT t.campaign_id, t.attempt, f.checkpoint_uri FROM t CROSS JOIN f""").bindparams(
+    bindparam("exp", type_=_STAMP), bindparam("now", type_=_STAMP), bindparam("metrics", type_=F.c.metrics.type)
+)
 
 
 class OneStatement:
-    """PostgreSQL: a heartbeat, or an intermediate report, as one statement committed by
-    itself, its guards in its WHERE: one round trip instead of BEGIN, three statements
-    and COMMIT. Each returns what :class:`HotQueries` would, and changes nothing when a
+    """PostgreSQL: a heartbeat, an intermediate report or a finished fold as one statement
+    committed by itself, its guards in its WHERE: one round trip instead of BEGIN, two or
+    three statements and COMMIT. Each returns what :class:`HotQueries` would, and changes nothing when a
     guard fails."""
 
     def __init__(self, conn: Connection):
@@ -302,6 +327,20 @@ class OneStatement:
                   "step": step, "value": value, "ck": checkpoint_uri}  # fmt: skip
         row = self.c.execute(_ONE_REPORT, params).first()
         return (int(row[0]), int(row[1])) if row else None
+
+    def fold(
+        self, trial_id: int, agent_id: str, lease_id: str, now: datetime, expires: datetime, *, fold: int,
+        value: float, metrics: dict[str, float], checkpoint_uri: str,
+    ) -> tuple[int, d.Fold] | None:  # fmt: skip
+        """A single-objective campaign's fold finished: (campaign id, the fold) if the lease
+        holds and the fold is open; None, and nothing changed, otherwise (a replay, a
+        multi-objective campaign: the caller's other path names or handles it)."""
+        params = {"tid": trial_id, "lid": lease_id, "aid": agent_id, "now": now, "exp": expires, "fold": fold,
+                  "value": value, "metrics": metrics, "ck": checkpoint_uri}  # fmt: skip
+        row = self.c.execute(_ONE_FOLD, params).first()
+        if row is None:
+            return None
+        return int(row[0]), d.Fold(fold, True, value, dict(metrics), str(row[2]), int(row[1]))
 
 
 def _trial(t: Any, folds: tuple[d.Fold, ...] = ()) -> d.Trial:
