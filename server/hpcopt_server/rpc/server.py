@@ -19,10 +19,13 @@ from hpcopt_server.service import Service
 
 
 class MetricsInterceptor(grpc.ServerInterceptor):
-    """Counts calls by method and status code, and times them."""
+    """Counts calls by method and status code, and times them. The timed handler of a
+    method is built once and reused while the handler below it is the same object (a
+    refusal from the auth interceptor is a new one each time, and is wrapped anew)."""
 
     def __init__(self, metrics: Metrics):
         self.metrics = metrics
+        self._wrapped: dict[str, tuple[Any, grpc.RpcMethodHandler[Any, Any]]] = {}
 
     def intercept_service(
         self,
@@ -33,21 +36,33 @@ class MetricsInterceptor(grpc.ServerInterceptor):
         if handler is None or handler.unary_unary is None:
             return handler
         method = handler_call_details.method.rsplit("/", 1)[-1]
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        wrapped = self._timed(method, handler)
+        if len(self._wrapped) < 1000:  # the methods of the services: a fixed set
+            self._wrapped[method] = (handler, wrapped)
+        return wrapped
+
+    def _timed(self, method: str, handler: grpc.RpcMethodHandler[Any, Any]) -> grpc.RpcMethodHandler[Any, Any]:
         inner = handler.unary_unary
-        m = self.metrics
+        assert inner is not None
+        latency = self.metrics.grpc_latency.labels(method)
+        ok = self.metrics.grpc_requests.labels(method, "OK")
+        requests = self.metrics.grpc_requests
 
         def timed(request: Any, context: grpc.ServicerContext) -> Any:
             t0 = time.perf_counter()
-            code = "OK"
             try:
-                return inner(request, context)
+                result = inner(request, context)
             except Exception:
                 status = getattr(context, "code", lambda: None)()  # set by context.abort
-                code = status.name if status is not None else "UNKNOWN"
+                requests.labels(method, status.name if status is not None else "UNKNOWN").inc()
                 raise
             finally:
-                m.grpc_latency.labels(method).observe(time.perf_counter() - t0)
-                m.grpc_requests.labels(method, code).inc()
+                latency.observe(time.perf_counter() - t0)
+            ok.inc()
+            return result
 
         return grpc.unary_unary_rpc_method_handler(
             timed,
