@@ -12,7 +12,8 @@ Agents are asyncio coroutines on grpc.aio, each with its own connection, in
 ``--loaders`` processes (light enough that the server, not the load, is measured). By
 default each agent loops as fast as the server answers (closed loop: the server's
 capacity); ``--rate C`` offers C cycles per second in all, arrivals at random (the
-latency a site sees below capacity). ``--epochs E`` adds E intermediate reports per fold.
+latency a site sees below capacity). ``--epochs E`` adds E intermediate reports per fold;
+``--folds K`` sets the folds per trial (3; each is a ReportFold).
 
 Prints one row per configuration: cycles/s (trials acquired and completed per second);
 p50/p99 of acquire and complete, and of heartbeat and reports; server and PostgreSQL
@@ -91,14 +92,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _spec(n: int) -> dict[str, Any]:
+def _spec(n: int, folds: int = FOLDS) -> dict[str, Any]:
     return {
         "name": f"throughput-{n}",
         "objective": {"metric": "loss"},
         "space": {"x": {"type": "real", "low": 0, "high": 1}, "k": {"type": "int", "low": 1, "high": 9}},
         "algorithm": {"name": "random", "seed": 0},
         "budget": {"max_trials": 1_000_000, "max_parallel": max(n, 1)},
-        "folds": FOLDS,
+        "folds": folds,
         "training": {"task": "bench"},
     }
 
@@ -136,7 +137,7 @@ def _loader(targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], 
                     continue
                 lease = agent.lease(resp)
                 await agent.heartbeat(lease)
-                for k in range(FOLDS):
+                for k in range(plan["folds"]):
                     for e in range(plan["epochs"]):
                         await agent.report(lease, k, e, 1.0 / (e + 1))
                     await agent.report_fold(lease, k, 0.1 * k)
@@ -200,16 +201,17 @@ def start_servers(
 
 
 def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int = 1, rate: float = 0.0,
-               epochs: int = 0, loaders: int = 1, src: str = "", workers: int = 0) -> Result:  # fmt: skip
+               epochs: int = 0, loaders: int = 1, src: str = "", workers: int = 0,
+               folds: int = FOLDS) -> Result:  # fmt: skip
     from aio_agents import cpu_seconds, postgres_cpu_seconds
 
     servers = start_servers(db, replicas, src, workers)
     try:
-        cid = _post(servers[0][1] + "/api/v1/campaigns", _spec(n))["id"]
+        cid = _post(servers[0][1] + "/api/v1/campaigns", _spec(n, folds))["id"]
         ctx = mp.get_context("fork")
         ready, go, out = ctx.Queue(), ctx.Event(), ctx.Queue()
         deadline_box = ctx.Value("d", 0.0)
-        plan = {"rate": rate, "agents": n, "epochs": epochs}
+        plan = {"rate": rate, "agents": n, "epochs": epochs, "folds": folds}
         targets = [t for _, _, t in servers]
         procs = [ctx.Process(target=_loader, args=(targets, cid, list(range(n))[k::loaders], plan, ready, go,
                                                    deadline_box, out)) for k in range(min(loaders, n))]  # fmt: skip
@@ -344,6 +346,7 @@ def main() -> int:
     ap.add_argument("--replicas", default="1", help="comma-separated server process counts (PostgreSQL only)")
     ap.add_argument("--rate", type=float, default=0.0, help="offered cycles/s in all (0: as fast as answered)")
     ap.add_argument("--epochs", type=int, default=0, help="intermediate reports per fold")
+    ap.add_argument("--folds", type=int, default=FOLDS, help="folds per trial (hpcopt rows)")
     ap.add_argument("--loaders", type=int, default=1, help="processes running the simulated agents")
     ap.add_argument("--grpc-workers", type=int, default=0, help="passed to serve (0: its default)")
     ap.add_argument("--baseline-src", default="", help="a checkout whose server also runs, interleaved")
@@ -354,7 +357,7 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="hpcopt-bench-"))
     print(f"{os.cpu_count()} cores; {args.seconds:g} s per row; rate {args.rate or 'closed loop'}; "
-          f"epochs {args.epochs}; loaders {args.loaders}", flush=True)  # fmt: skip
+          f"{args.folds} folds x {args.epochs} epochs; loaders {args.loaders}", flush=True)  # fmt: skip
     rows: list[tuple[list[Result], list[Result]]] = []
     srcs = [""] + ([args.baseline_src] if args.baseline_src else [])
     try:
@@ -370,7 +373,7 @@ def main() -> int:
                         try:
                             runs[(r, src)].append(run_hpcopt(db, backend, n, args.seconds, replicas=r, rate=args.rate,
                                                              epochs=args.epochs, loaders=args.loaders, src=src,
-                                                             workers=args.grpc_workers))  # fmt: skip
+                                                             workers=args.grpc_workers, folds=args.folds))  # fmt: skip
                         finally:
                             drop()
                     if not args.no_peer:

@@ -307,12 +307,16 @@ def plot_data(
     max_points: Annotated[int, Query(ge=10, le=20_000, description="downsample past this many trials")] = 2000,
 ) -> Response:
     """Completed trials for the plots. Its ETag changes only when a trial finishes, and
-    is checked before any work: an unchanged campaign costs one row read."""
-    revision = service.insights.plot_revision(campaign_id)
+    is checked before any work: an unchanged campaign costs one row read. On a big
+    campaign the answer is shared by every tab and refreshed at most every ten times
+    what it costs (see the README, "Running at scale")."""
+    revision = service.insights.plot_served_revision(campaign_id, max_points)
     etag = f'"plot-{revision}-{max_points}-{__version__}"'
     if etag_matches(request.headers.get("if-none-match", ""), etag):
         return Response(status_code=304, headers={"etag": etag, "cache-control": "no-cache"})
-    data = PlotData.model_validate(service.insights.plot_data(campaign_id, max_points))
+    revision, plot = service.insights.plot(campaign_id, max_points)
+    etag = f'"plot-{revision}-{max_points}-{__version__}"'
+    data = PlotData.model_validate(plot)
     return Response(data.model_dump_json(), media_type="application/json", headers={"etag": etag})
 
 

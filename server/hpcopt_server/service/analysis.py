@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcopt_server.service.context import Context, campaign_or_404
+from hpcopt_server.service.context import Context, campaign_or_404, revisions
 
 MIN_TRIALS = 10
 MAX_BINS = 10
@@ -43,7 +43,11 @@ class AnalysisService:
 
     def importance(self, campaign_id: int) -> tuple[list[Importance], int]:
         """Importances, most important first, and the completed trials they rest on
-        (none below MIN_TRIALS completed trials)."""
+        (none below MIN_TRIALS completed trials); shared by every tab (``shared.py``)."""
+        revision = revisions(self.ctx, campaign_id)[0]
+        return self.ctx.shared.get(("importance", campaign_id), revision, lambda: self._importance(campaign_id))[1]
+
+    def _importance(self, campaign_id: int) -> tuple[list[Importance], int]:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
             rows = tx.completed_points(campaign_id)

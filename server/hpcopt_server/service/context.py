@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from hpcopt_server import domain as d
 from hpcopt_server.errors import NotFound
 from hpcopt_server.service.limits import require_id
+from hpcopt_server.service.shared import SharedAnswers
 from hpcopt_server.service.suggestions import OptimizerCache
 from hpcopt_server.storage.repository import Storage, Tx
 
@@ -33,6 +34,8 @@ class Context:
     settings: ServiceSettings = field(default_factory=ServiceSettings)
     clock: Callable[[], datetime] = utcnow
     optimizers: OptimizerCache = field(default_factory=OptimizerCache)
+    shared: SharedAnswers = field(default_factory=SharedAnswers)
+    """The dashboard's costly views, shared by every tab (see shared.py)."""
     observe_acquire: Callable[[float], None] = lambda seconds: None
     """Told the duration of every acquisition (the metrics module records it)."""
 
@@ -43,6 +46,21 @@ def campaign_or_404(tx: Tx, campaign_id: int, *, lock: bool = False) -> d.Campai
     if c is None:
         raise NotFound(f"campaign {campaign_id} does not exist")
     return c
+
+
+def revisions(ctx: Context, campaign_id: int) -> tuple[str, str]:
+    """(what changes when a trial of the campaign finishes; that and the trials created):
+    one row read, naming the state the plot data and importance, and the timeline, were
+    computed at (the creation time tells apart two databases whose campaign N has the
+    same counts). NotFound if there is no such campaign."""
+    require_id("campaign_id", campaign_id)
+    with ctx.storage.read() as tx:
+        row = tx.plot_revision(campaign_id)
+    if row is None:
+        raise NotFound(f"campaign {campaign_id} does not exist")
+    finished, created_at, created = row
+    done = f"{campaign_id}-{finished}-{created_at.timestamp():.6f}"
+    return done, f"{done}-{created}"
 
 
 def finish_campaign_if_done(tx: Tx, campaign: d.Campaign, now: datetime) -> None:

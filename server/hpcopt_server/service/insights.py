@@ -18,7 +18,7 @@ from typing import Any
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service.campaigns import front_ids
-from hpcopt_server.service.context import Context, campaign_or_404
+from hpcopt_server.service.context import Context, campaign_or_404, revisions
 from hpcopt_server.service.limits import require_id, require_page, require_range
 from hpcopt_server.storage.repository import TRIAL_SORT_KEYS, Tx
 from hpcopt_server.storage.views import Listed, Running, Span
@@ -148,13 +148,18 @@ class InsightService:
     def plot_revision(self, campaign_id: int) -> str:
         """Changes whenever :meth:`plot_data`'s answer may (a trial reached a final
         state): one row read, so a poll of an unchanged campaign costs almost nothing."""
-        require_id("campaign_id", campaign_id)
-        with self.ctx.storage.read() as tx:
-            revision = tx.plot_revision(campaign_id)
-        if revision is None:
-            raise NotFound(f"campaign {campaign_id} does not exist")
-        finished, created = revision
-        return f"{campaign_id}-{finished}-{created.timestamp():.6f}"
+        return revisions(self.ctx, campaign_id)[0]
+
+    def plot_served_revision(self, campaign_id: int, max_points: int) -> str:
+        """The revision :meth:`plot` answers with now: the plot data's ETag, before work."""
+        return self.ctx.shared.served(("plot", campaign_id, max_points), self.plot_revision(campaign_id))
+
+    def plot(self, campaign_id: int, max_points: int = 2000) -> tuple[str, dict[str, Any]]:
+        """(revision, :meth:`plot_data`), shared by every tab (``service/shared.py``)."""
+        revision = self.plot_revision(campaign_id)
+        return self.ctx.shared.get(
+            ("plot", campaign_id, max_points), revision, lambda: self.plot_data(campaign_id, max_points)
+        )
 
     def curves(
         self, campaign_id: int, trial_ids: list[int], limit: int = 5, numbers: Sequence[int] = ()
@@ -298,6 +303,11 @@ class InsightService:
         the agents they ran on."""
         if not 1 <= limit <= MAX_SPANS:
             raise InvalidArgument(f"limit must be in 1..{MAX_SPANS}", [("limit", f"must be in 1..{MAX_SPANS}")])
+        revision = revisions(self.ctx, campaign_id)[1]
+        key = ("timeline", campaign_id, limit)
+        return self.ctx.shared.get(key, revision, lambda: self._timeline(campaign_id, limit))[1]
+
+    def _timeline(self, campaign_id: int, limit: int) -> tuple[list[Span], int, dict[str, tuple[str, str]]]:
         with self.ctx.storage.read() as tx:
             campaign_or_404(tx, campaign_id)
             spans = tx.spans(campaign_id)

@@ -165,11 +165,11 @@ class ViewQueries:
     def end_agent(self, agent_id: str, now: datetime) -> None:
         self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(exited_at=now, last_seen_at=now))
 
-    def plot_revision(self, campaign_id: int) -> tuple[int, datetime] | None:
-        """(trials that reached a final state, creation time) of the campaign, None if
-        there is none: one row read that says whether its completed trials changed (the
-        creation time tells apart two databases whose campaign N has the same count)."""
-        row = self.s.execute(
-            select(m.CampaignRow.finished_count, m.CampaignRow.created_at).where(m.CampaignRow.id == campaign_id)
-        ).first()
-        return (int(row[0]), row[1]) if row else None
+    def plot_revision(self, campaign_id: int) -> tuple[int, datetime, int] | None:
+        """(trials that reached a final state, creation time, trials created) of the
+        campaign, None if there is none: one row read that says whether its trials
+        changed (the creation time tells apart two databases whose campaign N has the
+        same counts)."""
+        q = select(m.CampaignRow.finished_count, m.CampaignRow.created_at, m.CampaignRow.next_number)
+        row = self.s.execute(q.where(m.CampaignRow.id == campaign_id)).first()
+        return (int(row[0]), row[1], int(row[2])) if row else None
