@@ -202,10 +202,10 @@ def start_servers(
 
 def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int = 1, rate: float = 0.0,
                epochs: int = 0, loaders: int = 1, src: str = "", workers: int = 0,
-               folds: int = FOLDS) -> Result:  # fmt: skip
+               folds: int = FOLDS, extra: list[str] | None = None) -> Result:  # fmt: skip
     from aio_agents import cpu_seconds, postgres_cpu_seconds
 
-    servers = start_servers(db, replicas, src, workers)
+    servers = start_servers(db, replicas, src, workers, extra)
     try:
         cid = _post(servers[0][1] + "/api/v1/campaigns", _spec(n, folds))["id"]
         ctx = mp.get_context("fork")
@@ -349,6 +349,7 @@ def main() -> int:
     ap.add_argument("--folds", type=int, default=FOLDS, help="folds per trial (hpcopt rows)")
     ap.add_argument("--loaders", type=int, default=1, help="processes running the simulated agents")
     ap.add_argument("--grpc-workers", type=int, default=0, help="passed to serve (0: its default)")
+    ap.add_argument("--db-pool", type=int, default=0, help="passed to serve (0: its default, 16)")
     ap.add_argument("--baseline-src", default="", help="a checkout whose server also runs, interleaved")
     ap.add_argument("--reps", type=int, default=1, help="runs per configuration, interleaved")
     ap.add_argument("--no-peer", action="store_true", help="skip the Optuna rows")
@@ -360,6 +361,7 @@ def main() -> int:
           f"{args.folds} folds x {args.epochs} epochs; loaders {args.loaders}", flush=True)  # fmt: skip
     rows: list[tuple[list[Result], list[Result]]] = []
     srcs = [""] + ([args.baseline_src] if args.baseline_src else [])
+    pool = ["--db-pool", str(args.db_pool)] if args.db_pool else []
     try:
         for backend in args.backends.split(","):
             for n in (int(x) for x in args.agents.split(",")):
@@ -373,7 +375,8 @@ def main() -> int:
                         try:
                             runs[(r, src)].append(run_hpcopt(db, backend, n, args.seconds, replicas=r, rate=args.rate,
                                                              epochs=args.epochs, loaders=args.loaders, src=src,
-                                                             workers=args.grpc_workers, folds=args.folds))  # fmt: skip
+                                                             workers=args.grpc_workers, folds=args.folds,
+                                                             extra=None if src else pool))  # fmt: skip
                         finally:
                             drop()
                     if not args.no_peer:
