@@ -172,5 +172,10 @@ def test_waiting_acquisitions_are_served_together_and_the_budget_stays_exact(pg_
     answers = [out[0] for _, out in waiting]
     granted = [a.trial.id for a in answers if a.status == AcquireStatus.GRANTED]
     assert len(granted) == 9 and len(set(granted)) == 9  # the budget's 10, one taken before
+    for agent, answer in zip(agents[1:], answers, strict=True):  # each trial is stored as its agent's
+        if answer.status == AcquireStatus.GRANTED:
+            stored = svc.campaigns.trial(answer.trial.id)
+            assert (stored.agent_id, stored.lease_id, stored.state.value) == (agent, answer.lease_id, "RUNNING")
+            assert answer.trial.number == stored.number and answer.trial.params == stored.params
     assert sum(a.status == AcquireStatus.WAIT for a in answers) == 20
     assert len(commits) <= 3, f"29 acquisitions took {len(commits)} transactions"

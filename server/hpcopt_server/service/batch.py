@@ -6,9 +6,10 @@ agents asking at once (a job array starting, the budget running out while they p
 queue on it. Here the acquisitions waiting in one server process share that turn: the
 thread that gets the campaign's in-process gate takes every waiting request (up to
 ``MAX_BATCH``), serves them all in one transaction — one lock, one count of the
-running trials, one optimizer call for n suggestions, one commit — and hands each
-waiter its answer. A request it cannot serve (a requeued trial waits in the queue, an
-unknown agent) gets ``None``: the full path, one by one, answers it.
+running trials, one optimizer call for n suggestions, one insert of the n trials, one
+commit — and hands each waiter its answer. A request it cannot serve (a requeued trial
+waits in the queue, an unknown agent) gets ``None``: the full path, one by one,
+answers it.
 
 The gate is taken before any database connection, so waiting requests hold none.
 """
@@ -19,7 +20,6 @@ import dataclasses
 import threading
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from hpcopt_server import domain as d
@@ -92,22 +92,17 @@ class AcquireBatcher:
             tx.set_next_number(campaign_id, first + room)
         if room:
             fresh = dataclasses.replace(campaign, trials_created=first, trials_finished=finished)
-            suggestions = hot.ctx.optimizers.suggest(tx, fresh, room, active=running)
-            for j, (i, params) in enumerate(zip(known[:room], suggestions, strict=True)):
-                answers[i] = self._new_trial(tx, campaign, first + j, params, batch[i].agent_id, now, expires)
+            suggestions = [campaign.in_space_order(p) for p in
+                           hot.ctx.optimizers.suggest(tx, fresh, room, active=running)]  # fmt: skip
+            chosen = known[:room]
+            agents = [batch[i].agent_id for i in chosen]
+            leases = [uuid.uuid4().hex for _ in chosen]
+            numbers = list(range(first, first + room))
+            ids = tx.insert_running_trials(campaign_id, numbers, suggestions, agents, leases, now, expires)
+            for i, tid, number, params, agent, lease in zip(chosen, ids, numbers, suggestions, agents, leases,
+                                                             strict=True):  # fmt: skip
+                trial = d.Trial(id=tid, campaign_id=campaign_id, number=number, state=d.TrialState.RUNNING,
+                                attempt=1, params=params, created_at=now, agent_id=agent, lease_id=lease,
+                                lease_expires_at=expires, started_at=now)  # fmt: skip
+                answers[i] = Acquisition(AcquireStatus.GRANTED, trial, lease, expires, campaign_spec=campaign.spec)
         return answers
-
-    @staticmethod
-    def _new_trial(tx: Tx, campaign: d.Campaign, number: int, params: d.Params, agent_id: str, now: datetime,
-                   expires: datetime) -> Acquisition:  # fmt: skip
-        params = campaign.in_space_order(params)
-        lease_id = uuid.uuid4().hex
-        tid = tx.insert_running_trial(
-            campaign.id, number, params, now, agent_id=agent_id, lease_id=lease_id, expires=expires
-        )
-        tx.log_event(tid, 1, "acquired", now, agent_id)
-        tx.seen_agent(agent_id, now)
-        trial = d.Trial(id=tid, campaign_id=campaign.id, number=number, state=d.TrialState.RUNNING, attempt=1,
-                        params=params, created_at=now, agent_id=agent_id, lease_id=lease_id,
-                        lease_expires_at=expires, started_at=now)  # fmt: skip
-        return Acquisition(AcquireStatus.GRANTED, trial, lease_id, expires, campaign_spec=campaign.spec)

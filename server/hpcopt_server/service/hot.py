@@ -49,10 +49,10 @@ _MAX_CACHED = 200_000
 
 
 class _GiveUp(Exception):
-    """Roll the fast path back; the full path answers (or ``answer``, if given)."""
+    """Roll the fast path back; the full path answers."""
 
-    def __init__(self, answer: object = None):
-        self.answer = answer
+
+_UNKNOWN = object()
 
 
 class HotPath:
@@ -70,12 +70,13 @@ class HotPath:
         try:
             with self.ctx.storage.write() as tx:
                 return body(tx)
-        except _GiveUp as stop:
-            return stop.answer  # type: ignore[return-value]
+        except _GiveUp:
+            return None
 
     def _check_agent(self, tx: Tx, agent_id: str, caller: int | None) -> None:
         """Gives up unless the agent is registered by the caller's token (with auth on)."""
-        if agent_id not in self._agents:
+        token = self._agents.get(agent_id, _UNKNOWN)
+        if token is _UNKNOWN:
             known, token = tx.agent_token(agent_id)
             if not known:
                 raise _GiveUp
@@ -83,7 +84,7 @@ class HotPath:
                 if len(self._agents) >= _MAX_CACHED:
                     self._agents.clear()
                 self._agents[agent_id] = token
-        if caller is not None and self._agents[agent_id] != caller:
+        if caller is not None and token != caller:
             raise _GiveUp
 
     def campaign(self, tx: Tx, campaign_id: int) -> d.Campaign:
@@ -107,10 +108,6 @@ class HotPath:
             return False
         return True
 
-    def forget_campaign(self, campaign_id: int) -> None:
-        with self._lock:
-            self._campaigns.pop(campaign_id, None)
-
     @contextmanager
     def gate(self, campaign_id: int) -> Iterator[None]:
         """Serializes this process's campaign-locking calls of one campaign before they
@@ -127,7 +124,8 @@ class HotPath:
 
     def _known(self, agent_id: str, caller: int | None) -> bool:
         """The agent is in the cache and belongs to the caller's token."""
-        return agent_id in self._agents and (caller is None or self._agents[agent_id] == caller)
+        token = self._agents.get(agent_id, _UNKNOWN)
+        return token is not _UNKNOWN and (caller is None or token == caller)
 
     def heartbeat(self, lease: Lease, caller: int | None) -> HeartbeatReply | None:
         now = self.ctx.clock()

@@ -65,16 +65,21 @@ _ACTIVE = select(func.count().filter(T.c.state == RUNNING), func.count().filter(
 _COUNT_ACTIVE = (
     select(func.count()).select_from(T).where(T.c.campaign_id == _p("cid"), T.c.state.in_([RUNNING, QUEUED]))
 )
-_NEW_TRIAL = T.insert().values(
+_NEW_TRIALS = T.insert().values(
     campaign_id=_p("cid"), number=_p("number"), state=RUNNING, attempt=1, params=_p("params", T.c.params),
     agent_id=_p("aid"), lease_id=_p("lid"), lease_expires_at=_p("exp", T.c.lease_expires_at), error="",
     created_at=_p("now", T.c.created_at), started_at=_p("now", T.c.started_at),
-).returning(T.c.id)  # fmt: skip
+).returning(T.c.id, sort_by_parameter_order=True)  # fmt: skip
 _EVENT = EVENTS.insert().values(
     trial_id=_p("tid"), attempt=_p("attempt"), kind=_p("kind"), agent_id=_p("aid"), reason="",
     at=_p("now", EVENTS.c.at),
 )  # fmt: skip
 _SEEN = update(AGENTS).where(AGENTS.c.id == _p("aid")).values(last_seen_at=_p("now", AGENTS.c.last_seen_at))
+_SEEN_MANY = (
+    update(AGENTS)
+    .where(AGENTS.c.id.in_(bindparam("aids", expanding=True)))
+    .values(last_seen_at=_p("now", AGENTS.c.last_seen_at))
+)
 _AGENT_TOKEN = select(AGENTS.c.token_id).where(AGENTS.c.id == _p("aid"))
 _FOLD_COLS = [F.c.fold, F.c.finished, F.c.value.label("fold_value"), F.c.metrics, F.c.checkpoint_uri,
               F.c.attempt.label("fold_attempt")]  # fmt: skip
@@ -234,14 +239,23 @@ class HotQueries:
                   "value": value, "std": value_std, "values": values}  # fmt: skip
         return bool(self._c.execute(_COMPLETE, params).rowcount)
 
-    def insert_running_trial(
-        self, campaign_id: int, number: int, params: d.Params, now: datetime, *, agent_id: str, lease_id: str,
-        expires: datetime,
-    ) -> int:  # fmt: skip
-        """A new trial, RUNNING under the given lease (``number`` from :meth:`take_numbers`); its id."""
-        values = {"cid": campaign_id, "number": number, "params": dict(params), "aid": agent_id, "lid": lease_id,
-                  "exp": expires, "now": now}  # fmt: skip
-        return int(self._c.execute(_NEW_TRIAL, values).scalar_one())
+    def insert_running_trials(
+        self, campaign_id: int, numbers: list[int], params: list[d.Params], agents: list[str], leases: list[str],
+        now: datetime, expires: datetime,
+    ) -> list[int]:  # fmt: skip
+        """New trials, each RUNNING under its agent's lease, in one statement (an
+        acquisition batch; numbers from :meth:`take_numbers`); their ids, in order. Their
+        "acquired" events are logged and their agents marked seen, one statement each."""
+        rows = [
+            {"cid": campaign_id, "number": n, "params": dict(p), "aid": a, "lid": lid, "exp": expires, "now": now}
+            for n, p, a, lid in zip(numbers, params, agents, leases, strict=True)
+        ]
+        ids = [int(r[0]) for r in self._c.execute(_NEW_TRIALS, rows)]
+        pairs = zip(ids, agents, strict=True)
+        events = [{"tid": tid, "attempt": 1, "kind": "acquired", "aid": a, "now": now} for tid, a in pairs]
+        self._c.execute(_EVENT, events)
+        self._c.execute(_SEEN_MANY, {"aids": sorted(set(agents)), "now": now})
+        return ids
 
     def log_event(self, trial_id: int, attempt: int, kind: str, now: datetime, agent_id: str = "") -> None:
         self._c.execute(_EVENT, {"tid": trial_id, "attempt": attempt, "kind": kind, "aid": agent_id, "now": now})
