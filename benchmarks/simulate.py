@@ -158,6 +158,8 @@ def _loader(targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], 
                     reg = await agent.register(cid, f"sim{i:05d}")
                     continue
                 rec.counters["preemptions"] += 1
+                stop.set()  # as the agent: no heartbeat races the release
+                await beat
                 with contextlib.suppress(grpc.aio.AioRpcError):
                     await agent.release(lease, common_pb2.TRIAL_STATE_PREEMPTED, "walltime")
             except grpc.aio.AioRpcError as exc:
@@ -232,6 +234,8 @@ def prefill(db: str, cid: int, n: int, folds: int, epochs: int) -> None:
         conn.commit()
         conn.autocommit = True
         conn.execute("VACUUM ANALYZE")
+        with contextlib.suppress(psycopg.Error):  # flush it now, not as a checkpoint during the run
+            conn.execute("CHECKPOINT")
     print(f"prefilled {n:,} completed trials in {time.time() - t0:.0f} s", flush=True)
 
 
