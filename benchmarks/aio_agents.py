@@ -34,6 +34,9 @@ class Recorder:
     granted: list[tuple[int, int]] = field(default_factory=list)  # (trial id, attempt)
     cycles: int = 0
     counters: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    steady: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
+    """Latencies of the calls that started inside ``window`` (wall-clock seconds)."""
+    window: tuple[float, float] = (0.0, 0.0)
 
     def merge(self, other: dict[str, Any]) -> None:
         for k, v in other["latency"].items():
@@ -42,13 +45,16 @@ class Recorder:
             self.errors[k] += n
         for k, n in other.get("counters", {}).items():
             self.counters[k] += n
+        for k, v in other.get("steady", {}).items():
+            self.steady[k].extend(v)
         self.first_error = self.first_error or other["first_error"]
         self.granted.extend(other["granted"])
         self.cycles += other["cycles"]
 
     def dump(self) -> dict[str, Any]:
         return {"latency": dict(self.latency), "errors": dict(self.errors), "first_error": self.first_error,
-                "granted": self.granted, "cycles": self.cycles, "counters": dict(self.counters)}  # fmt: skip
+                "granted": self.granted, "cycles": self.cycles, "counters": dict(self.counters),
+                "steady": dict(self.steady)}  # fmt: skip
 
     def calls(self) -> int:
         return sum(len(v) for v in self.latency.values())
@@ -73,6 +79,7 @@ class Agent:
         self.agent_id = ""
 
     async def call(self, method: str, request: Any, timeout: float = 120.0) -> Any:
+        started = time.time()
         t0 = time.perf_counter()
         try:
             return await getattr(self.stub, method)(request, timeout=timeout, metadata=self.metadata)
@@ -81,7 +88,10 @@ class Agent:
             self.rec.first_error = self.rec.first_error or f"{method}: {exc.code().name} {exc.details()}"
             raise
         finally:
-            self.rec.latency[method].append(time.perf_counter() - t0)
+            took = time.perf_counter() - t0
+            self.rec.latency[method].append(took)
+            if self.rec.window[0] <= started <= self.rec.window[1]:
+                self.rec.steady[method].append(took)
 
     async def register(self, campaign_id: int, host: str = "") -> agent_pb2.RegisterResponse:
         req = agent_pb2.RegisterRequest(host=host or socket.gethostname(), ranks=1, campaign_id=campaign_id)

@@ -182,6 +182,9 @@ def _loader(targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], 
         rec.latency.clear()
         ready.put(len(ids))
         await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        # The steady state: after the first minute (every agent asking for its first
+        # trial at once) and before the last 10 s (every agent leaving at once).
+        rec.window = (time.time() + plan["warmup_s"], stop_box.value - 10.0)
         go_event.set()
         await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -296,7 +299,7 @@ def main() -> int:
 
         plan = {"speedup": A, "folds": args.folds, "epochs": args.epochs, "median_s": args.median_minutes * 60,
                 "sigma": args.sigma, "crash": args.crash, "preempt": args.preempt,
-                "restart_s": args.restart_minutes * 60, "seed": args.seed}  # fmt: skip
+                "restart_s": args.restart_minutes * 60, "seed": args.seed, "warmup_s": 60.0}  # fmt: skip
         ctx = mp.get_context("fork")
         ready, go, out = ctx.Queue(), ctx.Event(), ctx.Queue()
         stop_box = ctx.Value("d", time.time() + 10**6)
@@ -389,13 +392,17 @@ def _report(args: Any, rec: Any, elapsed: float, server_cpu: float, pg_cpu: floa
 
     calls = rec.calls()
     print()
-    print(f"{'rpc':<20} {'calls':>9} {'per s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}")
-    print("-" * 75)
+    print(f"{'':<20} {'':>9} {'':>8} {'whole run':^35} | {'steady (after 60 s, before the end)':^35}")
+    print(f"{'rpc':<20} {'calls':>9} {'per s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} | "
+          f"{'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}")  # fmt: skip
+    print("-" * 123)
     for method in sorted(rec.latency, key=lambda m: -len(rec.latency[m])):
-        xs = rec.latency[method]
+        xs, ys = rec.latency[method], rec.steady.get(method, [])
+        steady = (f"{pct(ys, 0.5):>8.1f} {pct(ys, 0.95):>8.1f} {pct(ys, 0.99):>8.1f} {max(ys) * 1000:>8.1f}"
+                  if ys else f"{'-':>8} {'-':>8} {'-':>8} {'-':>8}")  # fmt: skip
         print(f"{method:<20} {len(xs):>9,} {len(xs) / elapsed:>8.1f} {pct(xs, 0.5):>8.1f} {pct(xs, 0.95):>8.1f} "
-              f"{pct(xs, 0.99):>8.1f} {max(xs) * 1000:>8.1f}")  # fmt: skip
-    print("-" * 75)
+              f"{pct(xs, 0.99):>8.1f} {max(xs) * 1000:>8.1f} | {steady}")  # fmt: skip
+    print("-" * 123)
     print(f"{'all':<20} {calls:>9,} {calls / elapsed:>8.1f}")
     exited = [e for e in expiries if e[2] == "the agent exited"]
     lost = [e for e in expiries if e[2] != "the agent exited"]
