@@ -162,6 +162,7 @@ def test_waiting_acquisitions_are_served_together_and_the_budget_stays_exact(pg_
     try:
         waiting = [_in_thread(lambda a=a: svc.agents.acquire(a, cid)) for a in agents[1:]]  # type: ignore[misc]
         deadline = time.monotonic() + 20
+        assert svc.agents.hot is not None
         while sum(len(q) for q in svc.agents.hot.batcher._waiting.values()) < 28 and time.monotonic() < deadline:
             time.sleep(0.01)  # all but the one at the lock are queued at the gate
     finally:
@@ -180,3 +181,30 @@ def test_waiting_acquisitions_are_served_together_and_the_budget_stays_exact(pg_
             assert answer.trial.number == stored.number and answer.trial.params == stored.params
     assert sum(a.status == AcquireStatus.WAIT for a in answers) == 20
     assert transactions <= 3, f"29 acquisitions took {transactions} transactions"
+
+
+def test_an_sqlite_without_returning_takes_the_full_path_with_the_same_answers(tmp_path: Any) -> None:
+    """SQLite before 3.35 (still the system one on some clusters) has no RETURNING: every
+    agent call then takes the full path, and answers as on a newer one."""
+    from hpcopt_server.storage.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    upgrade(url)
+    storage = Storage(url)
+    dialect = storage.db.engine.dialect
+    dialect.update_returning = dialect.insert_returning = dialect.delete_returning = False  # as SQLAlchemy sets them
+    svc = Service(storage)
+    assert svc.agents.hot is None
+    cid = svc.campaigns.create(make_spec(folds=2, budget={"max_trials": 1, "max_parallel": 1})).id
+    agent = svc.agents.register(host="old", ranks=1, gpus=0).agent_id
+    got = svc.agents.acquire(agent, cid)
+    assert got.trial is not None
+    lease = Lease(agent, got.trial.id, got.lease_id)
+    assert svc.agents.heartbeat(lease).action == Action.CONTINUE
+    for k in range(2):
+        assert svc.agents.report_intermediate(lease, k, 1, 0.5).action == Action.CONTINUE
+        svc.agents.report_fold(lease, k, 0.25 * k)
+    done = svc.agents.complete(lease)
+    assert done.state.value == "COMPLETED" and done.value == 0.125
+    assert svc.agents.acquire(agent, cid).status == AcquireStatus.DONE
+    storage.close()

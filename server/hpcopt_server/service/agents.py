@@ -55,7 +55,9 @@ __all__ = [
 class AgentService:
     def __init__(self, ctx: Context):
         self.ctx = ctx
-        self.hot = HotPath(ctx)
+        # The lean paths need RETURNING; an older SQLite (before 3.35) takes the full
+        # path for every call, which answers the same, only slower.
+        self.hot = HotPath(ctx) if ctx.storage.returning else None
 
     # -- registration and acquisition -------------------------------------------------
 
@@ -112,7 +114,7 @@ class AgentService:
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_id("campaign_id", campaign_id)
         t0 = time.perf_counter()
-        fast = self.hot.acquire(agent_id, campaign_id, caller)
+        fast = self.hot.acquire(agent_id, campaign_id, caller) if self.hot else None
         if fast is not None:
             self.ctx.observe_acquire(time.perf_counter() - t0)
             return fast
@@ -183,7 +185,7 @@ class AgentService:
     # -- while the trial runs ----------------------------------------------------------
 
     def heartbeat(self, lease: Lease, *, caller: int | None = None) -> HeartbeatReply:
-        fast = self.hot.heartbeat(lease, caller)
+        fast = self.hot.heartbeat(lease, caller) if self.hot else None
         if fast is not None:
             return fast
         now = self.ctx.clock()
@@ -211,7 +213,7 @@ class AgentService:
         value = lim.require_finite("value", value)
         lim.require_range("step", step, 0)
         lim.require_text("checkpoint_uri", checkpoint_uri, lim.MAX_URI)
-        fast = self.hot.report_intermediate(lease, fold, step, value, checkpoint_uri, caller)
+        fast = self.hot.report_intermediate(lease, fold, step, value, checkpoint_uri, caller) if self.hot else None
         if fast is not None:
             return fast
         now = self.ctx.clock()
@@ -248,7 +250,7 @@ class AgentService:
         value = lim.require_finite("value", value)
         metrics = lim.require_metrics("metrics", metrics or {})
         lim.require_text("checkpoint_uri", checkpoint_uri, lim.MAX_URI)
-        fast = self.hot.report_fold(lease, fold, value, metrics, checkpoint_uri, caller)
+        fast = self.hot.report_fold(lease, fold, value, metrics, checkpoint_uri, caller) if self.hot else None
         if fast is not None:
             return fast
         now = self.ctx.clock()
@@ -292,7 +294,7 @@ class AgentService:
     def complete(self, lease: Lease, *, caller: int | None = None) -> d.Trial:
         """All K folds reported: the trial is COMPLETED with their mean and spread.
         Completing again under the same lease returns the completed trial unchanged."""
-        fast = self.hot.complete(lease, caller)
+        fast = self.hot.complete(lease, caller) if self.hot else None
         if fast is not None:
             return fast
         now = self.ctx.clock()

@@ -50,6 +50,15 @@ class Storage:
     def dialect(self) -> str:
         return self.db.dialect
 
+    @property
+    def returning(self) -> bool:
+        """Whether the database answers ``INSERT/UPDATE … RETURNING`` (PostgreSQL; SQLite
+        from 3.35): what the agents' lean statements (``hot.py``) need."""
+        d = self.db.engine.dialect
+        return bool(
+            d.update_returning and d.insert_returning and d.insert_executemany_returning_sort_by_parameter_order
+        )
+
     @contextmanager
     def write(self) -> Iterator[Tx]:
         with self.db.transaction(write=True) as session:
