@@ -292,7 +292,7 @@ class HotPath:
                     for m, _ in campaign.objectives[1:]
                 ]
             # Campaign, then trial: the lock order of every writer. The campaign's lock is
-            # held from here to the commit (two statements and the commit).
+            # held from here to the commit (three statements and the commit).
             counted = tx.count_finished(campaign.id)
             if counted is None:
                 raise _GiveUp
