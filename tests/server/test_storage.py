@@ -200,8 +200,8 @@ def test_finishing_hands_out_a_dense_sequence_read_incrementally(storage: Storag
             tx.lock_campaign(c.id)
             tx.finish_trial(t.id, state, NOW, value=1.0)
     with storage.read() as tx:
-        after0 = tx.finished_trials_after(c.id, 0)
-        after2 = tx.finished_trials_after(c.id, 2)
+        after0 = tx.finished_after(c.id, 0)
+        after2 = tx.finished_after(c.id, 2)
         campaign = tx.get_campaign(c.id)
     assert [(t.id, t.finish_seq) for t in after0] == [(trials[2].id, 1), (trials[0].id, 2), (trials[3].id, 3)]
     assert [t.id for t in after2] == [trials[3].id] and after2[0].state == d.TrialState.PRUNED

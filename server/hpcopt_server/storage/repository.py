@@ -335,15 +335,6 @@ class Tx(ViewQueries, HotQueries):
             setattr(trial, key, value)
         self.s.flush()
 
-    def finished_trials_after(self, campaign_id: int, finish_seq: int) -> list[d.Trial]:
-        """Trials that reached a final state after the given ``finish_seq``, in order."""
-        q = (
-            select(m.TrialRow)
-            .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.finish_seq > finish_seq)
-            .order_by(m.TrialRow.finish_seq)
-        )
-        return [mapping.trial(r) for r in self.s.scalars(q)]
-
     # -- folds, curves, events -------------------------------------------------------
 
     def upsert_fold(self, trial_id: int, index: int, now: datetime, **values: Any) -> d.Fold:
