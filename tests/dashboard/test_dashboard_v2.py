@@ -358,6 +358,11 @@ def test_sort_filter_page_and_chosen_trials_live_in_the_url(page: Page, seeded: 
     assert first.locator("td:nth-child(2) a").get_attribute("href").startswith(f"#/campaign/{seeded.small}/trial/")
     page.page.click("#trials th[data-sort='param:lr']")
     page.page.wait_for_function("() => location.hash.includes('sort=param%3Alr')")
+    # The URL changes at the click; the sorted page arrives with the next fetch.
+    page.page.wait_for_function(
+        "() => { const xs = [...document.querySelectorAll('#trials tbody td:nth-child(6)')].map(c => +c.textContent);"
+        " return xs.length > 1 && xs.every((x, i) => i === 0 || xs[i - 1] <= x); }"
+    )
     lrs = [float(x) for x in page.page.locator("#trials tbody td:nth-child(6)").all_inner_texts()]
     assert lrs == sorted(lrs) and "e-" in page.page.locator("#trials tbody td:nth-child(6)").first.inner_text()
     page.page.check("#state-filter input[data-state=COMPLETED]")
