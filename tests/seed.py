@@ -111,3 +111,8 @@ def seed_campaign(
                 tx.insert_trial(cid, number, params, d.TrialState.QUEUED, started)
         tx.set_next_trial_number(cid, total)
     return cid
+
+
+def checkpoint_uri(server_id: str, campaign_id: int, trial_id: int, fold: int, root: str = "/ck") -> str:
+    """A checkpoint URI as an agent with checkpoint root ``root`` reports it."""
+    return f"file://{root}/{server_id}/{campaign_id}/{trial_id}/fold{fold}.pt"

@@ -1,37 +1,105 @@
-"""Fold checkpoints: written atomically (a temp file in the same directory, fsync,
-rename), so a kill at any moment leaves the previous checkpoint or the new one."""
+"""Fold checkpoints: plain data, written atomically, read without running code.
+
+- **What a checkpoint holds**: tensors, numbers, strings, ``None`` and lists, tuples and
+  dicts of them (:func:`plain` converts NumPy values to tensors and Python numbers and
+  refuses anything else at save time, naming where in the state it is). That is what
+  ``torch.load(weights_only=True)`` reads back, and it unpickles nothing else: a file
+  that holds a pickled object with a ``__reduce__`` is refused, not run.
+- **Where**: ``ROOT/<server_id>/<campaign>/<trial>/fold<k>.pt``
+  (:mod:`hpcopt.checkpoints`); an agent resumes only from the file it would have
+  written itself under its own root, and only if the file says it is that server's,
+  campaign's, trial's and fold's checkpoint.
+- **Atomic**: a temp file in the same directory, fsync, rename, so a kill at any moment
+  leaves the previous checkpoint or the new one.
+
+A checkpoint that is refused or cannot be read is never fatal: :func:`load` says why,
+and the fold trains from the start (the trial's events keep the reason).
+"""
 
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
+import numpy as np
 import torch
 
+from hpcopt.checkpoints import CheckpointRefused, local_path, relative
 
-def fold_path(root: Path, campaign_id: int, trial_id: int, fold: int) -> Path:
-    return root / str(campaign_id) / str(trial_id) / f"fold{fold}.pt"
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def fold_path(root: Path, server_id: str, campaign_id: int, trial_id: int, fold: int) -> Path:
+    return root / relative(server_id, campaign_id, trial_id, fold)
+
+
+def plain(obj: Any, where: str = "state") -> Any:
+    """``obj`` as tensors, Python scalars and plain containers (NumPy arrays become
+    tensors, NumPy scalars Python numbers); TypeError naming ``where`` for anything else."""
+    if isinstance(obj, np.generic):  # before the scalars: np.float64 is a float
+        return obj.item()
+    if isinstance(obj, (torch.Tensor, torch.Size, *_SCALARS)):
+        return obj
+    if isinstance(obj, np.ndarray):
+        # Unsigned wider than a byte has little support in torch: widen (exact).
+        wide = obj.astype(np.int64) if obj.dtype.kind == "u" and obj.itemsize > 1 else obj
+        return torch.from_numpy(np.array(wide, copy=True))
+    if isinstance(obj, dict):
+        out = OrderedDict() if isinstance(obj, OrderedDict) else {}
+        for k, v in obj.items():
+            if not isinstance(k, _SCALARS):
+                raise TypeError(f"{where} has a key of type {type(k).__name__}; checkpoint keys are str or numbers")
+            out[k] = plain(v, f"{where}[{k!r}]")
+        return out
+    if isinstance(obj, list | tuple):
+        items = [plain(v, f"{where}[{i}]") for i, v in enumerate(obj)]
+        return items if isinstance(obj, list) else tuple(items)
+    raise TypeError(
+        f"{where} is a {type(obj).__module__}.{type(obj).__qualname__}; a checkpoint holds tensors, numbers, "
+        "strings, None and lists/tuples/dicts of them (it is read with torch.load(weights_only=True))"
+    )
 
 
 def save(path: Path, state: dict[str, Any]) -> str:
-    """Writes ``state`` to ``path`` atomically; returns its ``file://`` URI."""
+    """Writes ``state`` (see :func:`plain`) to ``path`` atomically; returns its ``file://`` URI."""
+    data = plain(state)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "wb") as fh:
-        torch.save(state, fh)
+        torch.save(data, fh)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
     return path.resolve().as_uri()
 
 
-def load(uri: str) -> dict[str, Any] | None:
-    """The checkpoint at a ``file://`` URI (or plain path); None when it is gone."""
-    parsed = urlparse(uri)
-    path = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(uri)
+def load(
+    uri: str, root: Path, server_id: str, campaign_id: int, trial_id: int, fold: int
+) -> tuple[dict[str, Any] | None, str]:
+    """(the checkpoint at ``uri``, "") if it is this agent's checkpoint of the fold and
+    reads as plain data; else (None, why not). Never raises."""
+    try:
+        path = local_path(uri, root, server_id, campaign_id, trial_id, fold)
+    except CheckpointRefused as exc:
+        return None, f"checkpoint {uri[:512]!r} refused: {exc}"
     if not path.is_file():
-        return None
-    state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=False)
-    return state
+        return None, f"checkpoint {path} is gone"
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a pickle with code, a truncated file, another format
+        text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        return None, f"checkpoint {path} cannot be read as plain data ({type(exc).__name__}: {text})"
+    header = {"server": server_id, "campaign": campaign_id, "trial": trial_id, "fold": fold}
+    if not isinstance(state, dict) or any(state.get(k) != v for k, v in header.items()):
+        found = {k: state.get(k) for k in header} if isinstance(state, dict) else type(state).__name__
+        return None, f"checkpoint {path} is not this fold's (it says {found})"
+    return state, ""
+
+
+def numpy_rng(state: Any) -> tuple[Any, ...]:
+    """NumPy's legacy RNG state as :func:`np.random.set_state` takes it, from its
+    checkpointed form (the key array stored as a tensor)."""
+    name, key, *rest = state
+    return (name, np.asarray(key, dtype=np.uint32), *rest)

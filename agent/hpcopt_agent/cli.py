@@ -65,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--checkpoint-dir",
         type=Path,
         default=default_checkpoint_dir(),
-        help="where fold checkpoints go, as DIR/<campaign>/<trial>/fold<k>.pt; must be visible to every node "
-        "and to later jobs (default: HPCOPT_CHECKPOINT_DIR, else $SCRATCH/hpcopt-checkpoints, else "
+        help="where fold checkpoints go, as DIR/<server id>/<campaign>/<trial>/fold<k>.pt; must be visible to "
+        "every node and to later jobs, and a trial resumes only from a checkpoint under it "
+        "(default: HPCOPT_CHECKPOINT_DIR, else $SCRATCH/hpcopt-checkpoints, else "
         "~/.cache/hpcopt/checkpoints; here %(default)s)",
     )
     ap.add_argument("--task", help="override the campaign's training.task (file.py:Name or module:Name)")
@@ -119,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with AgentClient(args.server, args.token) as probe:
                 reg = _register(probe, args, world.size // max(args.groups, 1))
+            if not reg.server_id:
+                problem = f"the server at {args.server} names no server id (it predates this agent): upgrade it"
         except ApiError as exc:
             problem = f"cannot register with {args.server}: {exc}"
     reg, problem = world.bcast((reg, problem), root=0)
@@ -224,6 +227,7 @@ def _run(
         settings=settings,
         stop=stop,
         checkpoint_root=args.checkpoint_dir.resolve(),
+        server_id=reg.server_id,
         timeout=args.collective_timeout,
     )
     loop = GroupLoop(

@@ -109,6 +109,7 @@ class FoldTrainer:
         settings: TrainingSettings,
         stop: StopSignal,
         checkpoint_root: Path,
+        server_id: str,
         timeout: float = 300.0,
     ) -> None:
         self.comms = comms
@@ -118,6 +119,7 @@ class FoldTrainer:
         self.s = settings
         self.stop = stop
         self.root = checkpoint_root
+        self.server_id = server_id
         self.timeout = timeout
         self.current: tuple[TrialInfo, int, TrialLink | None] | None = None
 
@@ -137,14 +139,33 @@ class FoldTrainer:
         self.current = (trial, fold, link)
         scheme: Scheme | None = None
         run: _Run | None = None
-        error = ""
+        state: dict[str, Any] | None = None
+        why, error = "", ""
         try:  # the same knobs on every rank: all build the scheme (a collective) or none does
             name = self.s.scheme_for(trial.params)
             scheme = make_scheme(name, self.comms, self.s.knobs(trial.params), self.s.epochs, self.timeout)
-            run = self._start(trial, fold, resume_uri, scheme)
+            if resume_uri:
+                state, why = checkpoint.load(
+                    resume_uri, self.root, self.server_id, trial.campaign_id, trial.trial_id, fold
+                )
         except Exception as exc:
             error = summarize(exc)
         try:
+            code, error = self._agree(FAILED if error else OK, error)
+            if code == FAILED or scheme is None:
+                return self._fail(out, trial, link, f"setting up fold {fold}", error)
+            # Every rank resumes or none does (a rank that could not read the file would
+            # otherwise train another epoch than its peers).
+            why = next((w for w in self.fold_comm.allgather(why) if w), "")
+            if why:
+                state = None
+                if link is not None:
+                    log.warning("fold %d: %s; training the fold from the start", fold, why)
+                    link.event(fold, "checkpoint_refused", f"{why}; the fold restarts from its first epoch")
+            try:
+                run = self._start(trial, fold, state, resume_uri, scheme)
+            except Exception as exc:
+                error = summarize(exc)
             code, error = self._agree(FAILED if run is None else OK, error)
             if code == FAILED or run is None:
                 return self._fail(out, trial, link, f"setting up fold {fold}", error)
@@ -225,7 +246,9 @@ class FoldTrainer:
 
     # -- pieces ----------------------------------------------------------------------------
 
-    def _start(self, trial: TrialInfo, fold: int, resume_uri: str, scheme: Scheme) -> _Run:
+    def _start(
+        self, trial: TrialInfo, fold: int, state: dict[str, Any] | None, resume_uri: str, scheme: Scheme
+    ) -> _Run:
         torch.manual_seed(seed_for(self.s.seed, trial.number, fold))
         random.seed(seed_for(self.s.seed, trial.number, fold, self.fold_comm.rank))
         np.random.seed(seed_for(self.s.seed, trial.number, fold, self.fold_comm.rank) % 2**32)
@@ -236,9 +259,6 @@ class FoldTrainer:
         if set(optimizers) - set(models) and not single:
             raise ValueError(f"Task.optimizer returned keys {sorted(optimizers)}; build returned {sorted(models)}")
         run = _Run(models, optimizers, single, scheme)
-        state = checkpoint.load(resume_uri) if resume_uri else None
-        if resume_uri and state is None:
-            log.warning("fold %d: checkpoint %s is gone; training the fold from the start", fold, resume_uri)
         if state is not None:
             for name, model in models.items():
                 model.load_state_dict(state["models"][name])
@@ -259,7 +279,7 @@ class FoldTrainer:
         if len(rng) == self.fold_comm.size:
             torch_state, np_state, py_state = rng[me]
             torch.set_rng_state(torch_state)
-            np.random.set_state(np_state)
+            np.random.set_state(checkpoint.numpy_rng(np_state))
             random.setstate(py_state)
         if me == 0:
             log.info("resuming fold %d from epoch %d, batch %d (%s)", fold, run.epoch, run.batch, resume_uri)
@@ -349,11 +369,13 @@ class FoldTrainer:
             "scheme": run.scheme.name,
             "metrics": run.metrics,
             "rng": [r for r, _, _ in states],
+            "server": self.server_id,
+            "campaign": trial.campaign_id,
             "trial": trial.trial_id,
             "attempt": trial.attempt,
             "fold": fold,
         }
-        path = checkpoint.fold_path(self.root, trial.campaign_id, trial.trial_id, fold)
+        path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, trial.trial_id, fold)
         run.uri = checkpoint.save(path, state)
         return run.uri
 

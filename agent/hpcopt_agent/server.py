@@ -87,6 +87,13 @@ class TrialLink:
         trial = retrying(lambda: self.client.complete(self.lease), "Complete", self.patience)
         return float(trial.value)
 
+    def event(self, fold: int, kind: str, reason: str) -> None:
+        """Keeps ``reason`` in the trial's event log; a failure to is logged, not raised."""
+        try:
+            retrying(lambda: self.client.report_event(self.lease, fold, kind, reason), "ReportEvent", self.patience)
+        except (ApiError, LeaseLost) as exc:
+            log.warning("could not record %s for fold %d: %s", kind, fold, exc)
+
     def release(self, state: str, reason: str) -> None:
         retrying(lambda: self.client.release(self.lease, state, reason), "Release", self.patience)
 

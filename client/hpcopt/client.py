@@ -234,6 +234,11 @@ class AgentClient(_Base):
         )
         return self._do(self._stub.Release, req)
 
+    def report_event(self, lease: agent_pb2.TrialLease, fold: int, kind: str, reason: str) -> None:
+        """Adds an event to the trial's log; ``kind`` is ``"checkpoint_refused"``."""
+        req = agent_pb2.ReportEventRequest(lease=lease, fold=fold, kind=kind, reason=reason)
+        self._do(self._stub.ReportEvent, req)
+
     def deregister(self, agent_id: str) -> agent_pb2.DeregisterResponse:
         """Ends the agent's registration (call it on a normal exit)."""
         return self._do(self._stub.Deregister, agent_pb2.DeregisterRequest(agent_id=agent_id))

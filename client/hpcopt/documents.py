@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import yaml
@@ -29,6 +30,12 @@ import yaml
 MAX_DEPTH = 32
 #: Longest key or string echoed back in a field path or message.
 ECHO_CHARS = 64
+
+#: Characters refused in identifiers (names, hosts, job ids, URIs): C0 and C1 controls
+#: (ANSI escapes start with ESC; CR/LF forge log lines), DEL, and the bidirectional
+#: overrides and marks that make a terminal or a page show text in another order than
+#: it is stored.
+UNSAFE_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 _YAML_LOADER: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -26,6 +26,7 @@ from torch import nn
 
 from examples.gan.task import RingGan
 from hpcopt.schemes import resolve
+from hpcopt_agent.checkpoint import plain
 from hpcopt_agent.comm import Comms, limit_threads, split
 from hpcopt_agent.data import Data
 from hpcopt_agent.layout import plan
@@ -154,19 +155,22 @@ class Run:
         parts = self.comms.fold.gather((self.batch, self.scheme.state(), torch.get_rng_state()), root=0)
         buf = io.BytesIO()
         if parts is not None:
+            # Through the agent's checkpoint format: plain data, read with weights_only=True.
             torch.save(
-                {
-                    "models": {k: m.state_dict() for k, m in self.models.items()},
-                    "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
-                    "epoch": self.epoch,
-                    "ranks": parts,
-                },
+                plain(
+                    {
+                        "models": {k: m.state_dict() for k, m in self.models.items()},
+                        "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+                        "epoch": self.epoch,
+                        "ranks": parts,
+                    }
+                ),
                 buf,
             )
         return self.comms.fold.bcast(buf.getvalue(), root=0)
 
     def resume(self, blob: bytes) -> None:
-        state = torch.load(io.BytesIO(blob), weights_only=False)
+        state = torch.load(io.BytesIO(blob), weights_only=True)
         for k, m in self.models.items():
             m.load_state_dict(state["models"][k])
         for k, o in self.optimizers.items():

@@ -217,7 +217,7 @@ def test_two_networks_with_a_custom_step_train_under_ddp(agent_server: AgentServ
     import torch
 
     uri = trial_json(agent_server, trial.id)["folds"][0]["checkpoint_uri"]
-    state = torch.load(uri.removeprefix("file://"), weights_only=False)
+    state = torch.load(uri.removeprefix("file://"), weights_only=True)
     assert set(state["models"]) == {"generator", "critic"} and set(state["optimizers"]) == {"generator", "critic"}
     assert len(state["rng"]) == 2 and state["epoch"] == 3
 

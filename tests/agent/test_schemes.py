@@ -68,7 +68,7 @@ def _final_weights(server: AgentServer, trial_id: int) -> dict[str, Any]:
     import torch
 
     uri = trial_json(server, trial_id)["folds"][0]["checkpoint_uri"]
-    state = torch.load(uri.removeprefix("file://"), weights_only=False)
+    state = torch.load(uri.removeprefix("file://"), weights_only=True)
     assert state["epoch"] == 3 and state["scheme"] == "downpour"
     return dict(state["models"]["model"])
 

@@ -16,6 +16,7 @@ from hpcopt.v1 import agent_pb2
 from hpcopt_server.service import Service, ServiceSettings
 from hpcopt_server.storage.repository import Storage
 from tests.conftest import LiveServer, _fresh_pg_database, make_spec, run_live_server
+from tests.seed import checkpoint_uri
 from tests.server.process import ServerProcess
 
 GRANTED, WAIT = agent_pb2.AcquireResponse.STATUS_GRANTED, agent_pb2.AcquireResponse.STATUS_WAIT
@@ -139,7 +140,7 @@ def test_a_silent_agent_loses_its_trial_to_another_agent(short_lease_server: Liv
         ra, rb = a.register(host="silent"), b.register(host="rescuer")
         first = a.acquire(ra.agent_id, cid)
         lease_a = lease_of(first, ra.agent_id)
-        a.report_fold(lease_a, 0, 0.25, {"loss": 0.25}, "file:///ck/0")
+        a.report_fold(lease_a, 0, 0.25, {"loss": 0.25}, checkpoint_uri(ra.server_id, cid, first.trial.id, 0))
         assert b.acquire(rb.agent_id, cid).status == WAIT  # max_parallel 1, and it is held
         # Agent a now goes silent; within lease + reap interval the trial must come back.
         deadline = time.monotonic() + 10

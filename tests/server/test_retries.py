@@ -11,6 +11,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition
 from hpcopt_server.service.agents import Lease
 from tests.conftest import make_spec
+from tests.seed import checkpoint_uri
 
 
 def _running(service: Any, folds: int = 2) -> Lease:
@@ -39,8 +40,11 @@ def test_complete_retried_under_the_same_lease_returns_the_same_trial(service: A
 
 def test_report_fold_retried_with_the_same_content_is_a_no_op(service: Any) -> None:
     lease = _running(service)
-    first = service.agents.report_fold(lease, 0, 0.25, {"acc": 0.9}, "file:///ckpt/0")
-    assert service.agents.report_fold(lease, 0, 0.25, {"acc": 0.9}, "file:///ckpt/0") == first
+    with service.ctx.storage.read() as tx:
+        cid = tx.get_trial(lease.trial_id).campaign_id
+    uri = checkpoint_uri(service.agents.server_id(), cid, lease.trial_id, 0)
+    first = service.agents.report_fold(lease, 0, 0.25, {"acc": 0.9}, uri)
+    assert service.agents.report_fold(lease, 0, 0.25, {"acc": 0.9}, uri) == first
     assert service.agents.report_fold(lease, 0, 0.25, {"acc": 0.9}) == first  # the URI may be left out
     for value, metrics in ((0.3, {"acc": 0.9}), (0.25, {"acc": 0.8})):
         with pytest.raises(FailedPrecondition, match="a retry must repeat the same value"):

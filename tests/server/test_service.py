@@ -13,6 +13,7 @@ from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import AcquireStatus, Action, Lease
 from tests.conftest import make_spec
+from tests.seed import checkpoint_uri
 
 
 def _start(service: Service, **spec: Any) -> tuple[d.Campaign, str]:
@@ -99,16 +100,18 @@ def test_unregistered_agents_cannot_acquire(service: Service) -> None:
 def test_preempted_trial_returns_as_the_same_id_with_its_folds(service: Service) -> None:
     campaign, agent = _start(service, budget={"max_trials": 1, "max_parallel": 1}, max_attempts=3)
     trial, lease = _acquire(service, agent, campaign)
-    service.agents.report_fold(lease, 0, 0.5, checkpoint_uri="file:///ck/0")
-    service.agents.report_intermediate(lease, 1, 3, 0.7, checkpoint_uri="file:///ck/1-epoch3")
+    sid = service.agents.server_id()
+    ck0, ck1 = (checkpoint_uri(sid, campaign.id, trial.id, k) for k in (0, 1))
+    service.agents.report_fold(lease, 0, 0.5, checkpoint_uri=ck0)
+    service.agents.report_intermediate(lease, 1, 3, 0.7, checkpoint_uri=ck1)
     back = service.agents.release(lease, d.TrialState.PREEMPTED, "SIGTERM from Slurm")
     assert back.state == d.TrialState.QUEUED and back.attempt == 2
 
     again, lease2 = _acquire(service, agent, campaign)
     assert again.id == trial.id and again.attempt == 2
     assert [(f.index, f.finished, f.checkpoint_uri) for f in again.folds] == [
-        (0, True, "file:///ck/0"),
-        (1, False, "file:///ck/1-epoch3"),
+        (0, True, ck0),
+        (1, False, ck1),
     ]
     with pytest.raises(FailedPrecondition):  # the old lease is dead
         service.agents.report_fold(lease, 1, 1.0)
@@ -208,8 +211,10 @@ def test_export_then_import_reproduces_the_campaign(service: Service) -> None:
     _, l1 = _acquire(service, agent, campaign)
     service.agents.report_intermediate(l1, 0, 0, 2.0)
     _finish(service, l1, [1.0, 2.0, 3.0])
-    _, l2 = _acquire(service, agent, campaign)
-    service.agents.report_fold(l2, 0, 5.0, checkpoint_uri="file:///x")
+    t2, l2 = _acquire(service, agent, campaign)
+    service.agents.report_fold(
+        l2, 0, 5.0, checkpoint_uri=checkpoint_uri(service.agents.server_id(), campaign.id, t2.id, 0)
+    )
     doc = service.export_campaign(campaign.id)
     assert doc["format"] == "hpcopt-campaign" and len(doc["trials"]) == 2
 
@@ -219,7 +224,8 @@ def test_export_then_import_reproduces_the_campaign(service: Service) -> None:
     assert [t.state for t in trials] == [d.TrialState.COMPLETED, d.TrialState.QUEUED]
     first = service.campaigns.trial(trials[0].id)
     assert first.value == pytest.approx(2.0) and first.curves == (d.CurvePoint(0, 0, 2.0),)
-    assert trials[1].folds[0].checkpoint_uri == "file:///x"
+    # Checkpoint URIs name the exporting server's files: the copy keeps the fold, not the URI.
+    assert trials[1].folds[0].finished and trials[1].folds[0].checkpoint_uri == ""
     # The copy goes on where the original stood: one queued trial, then one new one.
     t, _ = _acquire(service, agent, copy)
     assert t.number == 1

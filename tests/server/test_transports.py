@@ -17,6 +17,7 @@ from hpcopt import AgentClient, ApiError, Client, lease_of
 from hpcopt.client import campaign_state, trial_state
 from hpcopt.v1 import agent_pb2
 from tests.conftest import ROOT, LiveServer, make_spec
+from tests.seed import checkpoint_uri
 
 
 def _run_one_trial(server: LiveServer, campaign_id: int, values: list[float]) -> int:
@@ -29,7 +30,7 @@ def _run_one_trial(server: LiveServer, campaign_id: int, values: list[float]) ->
         assert agent.heartbeat(lease).action == agent_pb2.HeartbeatResponse.ACTION_CONTINUE
         for k, v in enumerate(values):
             agent.report_intermediate(lease, k, 0, v + 1)
-            agent.report_fold(lease, k, v, {"loss": v}, f"file:///ck/{k}")
+            agent.report_fold(lease, k, v, {"loss": v}, checkpoint_uri(reg.server_id, campaign_id, got.trial.id, k))
         return agent.complete(lease).id
 
 
@@ -223,7 +224,7 @@ def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_ser
     assert text.startswith("trial #0 of campaign 1: COMPLETED"), text
     assert "(trial #0)" in _cli(live_server, "show", "1").stdout, "the best trial by its number"
     assert _cli(live_server, "trial", "1").returncode == 2, "a number is needed"
-    for word in ("COMPLETED", "folds", "learning curves", "history", "acquired", "file:///ck/1", "loss=0.2"):
+    for word in ("COMPLETED", "folds", "learning curves", "history", "acquired", "/fold1.pt", "loss=0.2"):
         assert word in text, text
     assert text.index("  lr ") < text.index("  width ") < text.index("  act "), text
     header = _cli(live_server, "trials", "1").stdout.splitlines()[0].split()

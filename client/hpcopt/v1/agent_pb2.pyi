@@ -107,6 +107,7 @@ class RegisterResponse(_message.Message):
     LEASE_SECONDS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_SECONDS_FIELD_NUMBER: _builtins.int
     CAMPAIGN_SPEC_JSON_FIELD_NUMBER: _builtins.int
+    SERVER_ID_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     lease_seconds: _builtins.float
     heartbeat_seconds: _builtins.float
@@ -115,6 +116,10 @@ class RegisterResponse(_message.Message):
     """The spec of the campaign named in the request (empty when none was), so that an
     agent can check its layout against the training settings before it acquires.
     """
+    server_id: _builtins.str
+    """This server's identity (one per database, shared by replicas): agents keep
+    checkpoints under ROOT/<server_id>/<campaign>/<trial>/ and resume only from there.
+    """
     def __init__(
         self,
         *,
@@ -122,10 +127,11 @@ class RegisterResponse(_message.Message):
         lease_seconds: _builtins.float = ...,
         heartbeat_seconds: _builtins.float = ...,
         campaign_spec_json: _builtins.str = ...,
+        server_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "campaign_spec_json", b"campaign_spec_json", "heartbeat_seconds", b"heartbeat_seconds", "lease_seconds", b"lease_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "campaign_spec_json", b"campaign_spec_json", "heartbeat_seconds", b"heartbeat_seconds", "lease_seconds", b"lease_seconds", "server_id", b"server_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -412,3 +418,48 @@ class ReleaseRequest(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReleaseRequest: _TypeAlias = ReleaseRequest  # noqa: Y015
+
+@_typing.final
+class ReportEventRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    FOLD_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    fold: _builtins.int
+    kind: _builtins.str
+    """One of the kinds an agent may report: "checkpoint_refused"."""
+    reason: _builtins.str
+    @_builtins.property
+    def lease(self) -> Global___TrialLease: ...
+    def __init__(
+        self,
+        *,
+        lease: Global___TrialLease | None = ...,
+        fold: _builtins.int = ...,
+        kind: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fold", b"fold", "kind", b"kind", "lease", b"lease", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportEventRequest: _TypeAlias = ReportEventRequest  # noqa: Y015
+
+@_typing.final
+class ReportEventResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportEventResponse: _TypeAlias = ReportEventResponse  # noqa: Y015

@@ -70,6 +70,11 @@ class AgentServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.ReleaseRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
                 _registered_method=True)
+        self.ReportEvent = channel.unary_unary(
+                '/hpcopt.v1.AgentService/ReportEvent',
+                request_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportEventRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportEventResponse.FromString,
+                _registered_method=True)
         self.Deregister = channel.unary_unary(
                 '/hpcopt.v1.AgentService/Deregister',
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.DeregisterRequest.SerializeToString,
@@ -128,6 +133,13 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportEvent(self, request, context):
+        """Something the agent wants kept in the trial's event log (a checkpoint it refused).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Deregister(self, request, context):
         """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
         still holds is requeued (as after a lost lease).
@@ -173,6 +185,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Release,
                     request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReleaseRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_common__pb2.Trial.SerializeToString,
+            ),
+            'ReportEvent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportEvent,
+                    request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportEventRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportEventResponse.SerializeToString,
             ),
             'Deregister': grpc.unary_unary_rpc_method_handler(
                     servicer.Deregister,
@@ -369,6 +386,33 @@ class AgentService:
             '/hpcopt.v1.AgentService/Release',
             hpcopt_dot_v1_dot_agent__pb2.ReleaseRequest.SerializeToString,
             hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportEvent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.AgentService/ReportEvent',
+            hpcopt_dot_v1_dot_agent__pb2.ReportEventRequest.SerializeToString,
+            hpcopt_dot_v1_dot_agent__pb2.ReportEventResponse.FromString,
             options,
             channel_credentials,
             insecure,

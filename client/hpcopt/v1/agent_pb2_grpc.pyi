@@ -45,6 +45,8 @@ class AgentServiceStub:
     """All K folds are reported: the trial becomes COMPLETED with their mean."""
     Release: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReleaseRequest, _common_pb2.Trial]
     """Gives the trial back as FAILED, PREEMPTED (requeued) or PRUNED."""
+    ReportEvent: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReportEventRequest, _agent_pb2.ReportEventResponse]
+    """Something the agent wants kept in the trial's event log (a checkpoint it refused)."""
     Deregister: _grpc.UnaryUnaryMultiCallable[_agent_pb2.DeregisterRequest, _agent_pb2.DeregisterResponse]
     """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
     still holds is requeued (as after a lost lease).
@@ -66,6 +68,8 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """All K folds are reported: the trial becomes COMPLETED with their mean."""
     Release: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReleaseRequest, _common_pb2.Trial]  # type: ignore[assignment]
     """Gives the trial back as FAILED, PREEMPTED (requeued) or PRUNED."""
+    ReportEvent: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReportEventRequest, _agent_pb2.ReportEventResponse]  # type: ignore[assignment]
+    """Something the agent wants kept in the trial's event log (a checkpoint it refused)."""
     Deregister: _aio.UnaryUnaryMultiCallable[_agent_pb2.DeregisterRequest, _agent_pb2.DeregisterResponse]  # type: ignore[assignment]
     """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
     still holds is requeued (as after a lost lease).
@@ -126,6 +130,14 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Trial, _abc.Awaitable[_common_pb2.Trial]]:
         """Gives the trial back as FAILED, PREEMPTED (requeued) or PRUNED."""
+
+    @_abc_1.abstractmethod
+    def ReportEvent(
+        self,
+        request: _agent_pb2.ReportEventRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ReportEventResponse, _abc.Awaitable[_agent_pb2.ReportEventResponse]]:
+        """Something the agent wants kept in the trial's event log (a checkpoint it refused)."""
 
     @_abc_1.abstractmethod
     def Deregister(

@@ -113,6 +113,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             agent_id=reg.agent_id,
             lease_seconds=reg.lease_seconds,
             heartbeat_seconds=reg.heartbeat_seconds,
+            server_id=reg.server_id,
             campaign_spec_json=json.dumps(reg.campaign_spec) if reg.campaign_spec else "",
         )
 
@@ -160,6 +161,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     @handles_errors
     def Complete(self, request: agent_pb2.TrialLease, context: Ctx) -> common_pb2.Trial:
         return convert.trial(self.svc.agents.complete(_lease(request), caller=self._caller(context)))
+
+    @handles_errors
+    def ReportEvent(self, request: agent_pb2.ReportEventRequest, context: Ctx) -> agent_pb2.ReportEventResponse:
+        lease = _lease(request.lease)
+        self.svc.agents.report_event(lease, request.fold, request.kind, request.reason, caller=self._caller(context))
+        return agent_pb2.ReportEventResponse()
 
     @handles_errors
     def Release(self, request: agent_pb2.ReleaseRequest, context: Ctx) -> common_pb2.Trial:

@@ -21,6 +21,8 @@ import time
 import uuid
 from datetime import datetime, timedelta
 
+from hpcopt.checkpoints import CheckpointRefused, check_reported
+from hpcopt.documents import clip
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from hpcopt_server.pruners import Pruner
@@ -39,6 +41,10 @@ from hpcopt_server.service.pruning import SqlHistory, prune, pruner_of
 from hpcopt_server.storage.repository import Tx
 
 RELEASE_STATES = (d.TrialState.FAILED, d.TrialState.PREEMPTED, d.TrialState.PRUNED)
+#: Event kinds an agent may add to a trial's log (ReportEvent), and how many of each one
+#: attempt may hold: a fold group reports a refused checkpoint once per fold it starts.
+AGENT_EVENTS = ("checkpoint_refused",)
+MAX_AGENT_EVENTS = 100
 
 __all__ = [
     "AcquireStatus",
@@ -58,6 +64,21 @@ class AgentService:
         # The lean paths need RETURNING; an older SQLite (before 3.35) takes the full
         # path for every call, which answers the same, only slower.
         self.hot = HotPath(ctx) if ctx.storage.returning else None
+        self._server_id = ""
+
+    def server_id(self) -> str:
+        """This database's identity (stored on first use; replicas share it)."""
+        if not self._server_id:
+            with self.ctx.storage.write() as tx:
+                self._server_id = tx.ensure_flag("server_id", uuid.uuid4().hex, self.ctx.clock())
+        return self._server_id
+
+    def _check_checkpoint(self, uri: str, lease: Lease, fold: int) -> None:
+        lim.require_text("checkpoint_uri", uri, lim.MAX_URI)
+        try:
+            check_reported(uri, self.server_id(), lease.trial_id, fold)
+        except CheckpointRefused as exc:
+            raise InvalidArgument(f"checkpoint_uri: {exc}", [("checkpoint_uri", str(exc))]) from None
 
     # -- registration and acquisition -------------------------------------------------
 
@@ -76,9 +97,9 @@ class AgentService:
         lim.require_range("ranks", ranks, 1)
         lim.require_range("gpus", gpus, 0)
         lim.require_range("pid", pid, 0)
-        lim.require_text("host", host, lim.MAX_HOST)
-        lim.require_text("slurm_job_id", slurm_job_id, lim.MAX_SHORT)
-        lim.require_text("version", version, lim.MAX_SHORT)
+        lim.require_safe_text("host", host, lim.MAX_HOST)
+        lim.require_safe_text("slurm_job_id", slurm_job_id, lim.MAX_SHORT)
+        lim.require_safe_text("version", version, lim.MAX_SHORT)
         if campaign_id:
             lim.require_id("campaign_id", campaign_id)
         now = self.ctx.clock()
@@ -101,7 +122,7 @@ class AgentService:
                 spec = campaign_or_404(tx, campaign_id).spec
             tx.insert_agent(agent)
         s = self.ctx.settings
-        return Registration(agent.id, s.lease_seconds, s.heartbeat_seconds, spec)
+        return Registration(agent.id, s.lease_seconds, s.heartbeat_seconds, spec, self.server_id())
 
     def acquire(self, agent_id: str, campaign_id: int, *, caller: int | None = None) -> Acquisition:
         """Hands the agent one trial of the campaign under a new lease.
@@ -212,7 +233,7 @@ class AgentService:
     ) -> HeartbeatReply:
         value = lim.require_finite("value", value)
         lim.require_range("step", step, 0)
-        lim.require_text("checkpoint_uri", checkpoint_uri, lim.MAX_URI)
+        self._check_checkpoint(checkpoint_uri, lease, fold)
         fast = self.hot.report_intermediate(lease, fold, step, value, checkpoint_uri, caller) if self.hot else None
         if fast is not None:
             return fast
@@ -249,7 +270,7 @@ class AgentService:
     ) -> d.Fold:
         value = lim.require_finite("value", value)
         metrics = lim.require_metrics("metrics", metrics or {})
-        lim.require_text("checkpoint_uri", checkpoint_uri, lim.MAX_URI)
+        self._check_checkpoint(checkpoint_uri, lease, fold)
         fast = self.hot.report_fold(lease, fold, value, metrics, checkpoint_uri, caller) if self.hot else None
         if fast is not None:
             return fast
@@ -288,6 +309,25 @@ class AgentService:
                     if verdict is not None:
                         prune(tx, campaign, after, verdict, now)
         return result
+
+    def report_event(self, lease: Lease, fold: int, kind: str, reason: str, *, caller: int | None = None) -> None:
+        """Adds an event of one of :data:`AGENT_EVENTS` to the leased trial's log."""
+        if kind not in AGENT_EVENTS:
+            raise InvalidArgument(
+                f"kind must be one of {', '.join(AGENT_EVENTS)}, got {clip(kind)!r}",
+                [("kind", f"must be one of {', '.join(AGENT_EVENTS)}")],
+            )
+        lim.require_range("fold", fold, 0)
+        lim.require_safe_text("reason", reason, lim.MAX_REASON)
+        now = self.ctx.clock()
+        with self.ctx.storage.write() as tx:
+            self._agent(tx, lease.agent_id, caller)
+            trial = self._leased(tx, lease, now, allow_stopped=True, folds=False)
+            if tx.count_events(trial.id, trial.attempt, kind) >= MAX_AGENT_EVENTS:
+                raise FailedPrecondition(
+                    f"attempt {trial.attempt} of trial {trial.id} has {MAX_AGENT_EVENTS} {kind} events already"
+                )
+            tx.add_event(trial.id, trial.attempt, kind, now, agent_id=lease.agent_id, reason=f"fold {fold}: {reason}")
 
     # -- the end of an attempt ---------------------------------------------------------
 

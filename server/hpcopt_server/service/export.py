@@ -3,7 +3,9 @@
 The document (``format: hpcopt-campaign``, ``version: 1``) holds the spec, the
 campaign's state and every trial with its folds, curves and attempt history. Importing
 gives new ids; trials that were RUNNING come back QUEUED (their lease died with the
-export), so an imported running campaign simply goes on.
+export), so an imported running campaign simply goes on. Checkpoint URIs are not
+imported: they name files of the exporting server's trials, which no agent here may
+resume from, so an imported unfinished fold trains from its first epoch.
 
 An import is checked as strictly as the live path checks reports: finite numbers,
 folds and curve points inside the campaign's K folds, parameters the space could have
@@ -190,7 +192,10 @@ def import_campaign(ctx: Context, document: Any) -> d.Campaign:
                     finished=f.finished,
                     value=f.value,
                     metrics=f.metrics,
-                    checkpoint_uri=f.checkpoint_uri,
+                    # A checkpoint URI names a file of the exporting server's agents
+                    # and trials: never offered to an agent here (an unfinished fold
+                    # of an imported trial trains from its start).
+                    checkpoint_uri="",
                     attempt=f.attempt,
                 )
             for p in t.curves:

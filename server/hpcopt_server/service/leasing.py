@@ -50,6 +50,7 @@ class Registration:
     lease_seconds: float
     heartbeat_seconds: float
     campaign_spec: dict | None = None  # type: ignore[type-arg]
+    server_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hpcopt.documents import clip
+from hpcopt.documents import UNSAFE_CHARS, clip
 from hpcopt_server.errors import InvalidArgument
 
 
@@ -75,6 +75,20 @@ def require_text(field: str, value: str, max_chars: int) -> str:
         raise InvalidArgument(
             f"{field} is {len(value)} characters long; at most {max_chars} are allowed",
             [(field, f"at most {max_chars} characters")],
+        )
+    return value
+
+
+def require_safe_text(field: str, value: str, max_chars: int) -> str:
+    """:func:`require_text` that also refuses control characters (ANSI escapes, CR/LF,
+    C1 codes, bidirectional overrides): for identifiers that reach terminals and logs."""
+    require_text(field, value, max_chars)
+    bad = UNSAFE_CHARS.search(value)
+    if bad:
+        what = f"U+{ord(bad.group()):04X}"
+        raise InvalidArgument(
+            f"{field} must not contain control characters (found {what} at {bad.start()})",
+            [(field, "must not contain control characters (C0/C1 controls, DEL, bidirectional overrides)")],
         )
     return value
 

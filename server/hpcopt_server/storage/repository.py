@@ -390,6 +390,11 @@ class Tx(ViewQueries, HotQueries):
             m.TrialEventRow(trial_id=trial_id, attempt=attempt, kind=kind, agent_id=agent_id, reason=reason, at=now)
         )
 
+    def count_events(self, trial_id: int, attempt: int, kind: str) -> int:
+        E = m.TrialEventRow
+        stmt = select(func.count()).where(E.trial_id == trial_id, E.attempt == attempt, E.kind == kind)
+        return int(self.s.scalar(stmt) or 0)
+
     # -- agents ----------------------------------------------------------------------
 
     def insert_agent(self, agent: d.Agent) -> None:
@@ -554,6 +559,16 @@ class Tx(ViewQueries, HotQueries):
                 where=m.ServerFlagRow.value != stmt.excluded.value,
             )
         )
+
+    def ensure_flag(self, name: str, value: str, now: datetime) -> str:
+        """The flag's value, storing ``value`` first when it has none (two servers
+        starting at once store one of theirs, and both read that one)."""
+        insert = pg_insert if self.s.get_bind().dialect.name == "postgresql" else sqlite_insert
+        stmt = insert(m.ServerFlagRow).values(name=name, value=value, changed_at=now)
+        self.s.execute(stmt.on_conflict_do_nothing(index_elements=["name"]))
+        stored = self.s.scalar(select(m.ServerFlagRow.value).where(m.ServerFlagRow.name == name))
+        assert stored is not None
+        return stored
 
     @staticmethod
     def _must(rowcount: int, what: str) -> None:
