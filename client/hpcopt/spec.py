@@ -31,9 +31,9 @@ import math
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from hpcopt.documents import DocumentError, check_values, clip
+from hpcopt.documents import UNSAFE_CHARS, DocumentError, check_values, clip
 from hpcopt.schemes import KnobError, check_space_knobs, expand_search
 
 #: Algorithms the server knows. The server checks the name against its registry too.
@@ -148,6 +148,10 @@ class Budget(_Strict):
 
     max_trials: int = Field(ge=1, le=1_000_000)
     max_parallel: int = Field(default=8, ge=1, le=100_000)
+    curve_points_per_fold: int = Field(default=1000, ge=16, le=10_000)
+    """Learning-curve points the server keeps per fold; past it, it thins the curve to
+    about half (keeping its first, last and best points and its shape), so an agent that
+    reports every step costs bounded storage and reads."""
 
 
 class Pruner(_Strict):
@@ -161,7 +165,7 @@ class Pruner(_Strict):
 class WarmStart(_Strict):
     """Earlier campaigns whose completed trials seed the optimizer (not the budget)."""
 
-    campaigns: list[Annotated[int, Field(ge=1, le=2**62)]] = Field(min_length=1, max_length=100)
+    campaigns: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(min_length=1, max_length=100)
 
 
 class Training(_Strict):
@@ -177,10 +181,20 @@ class Training(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+def _no_controls(text: str) -> str:
+    bad = UNSAFE_CHARS.search(text)
+    if bad:
+        raise ValueError(
+            f"must not contain control characters (found U+{ord(bad.group()):04X}: C0/C1 controls, DEL and "
+            "bidirectional overrides are refused)"
+        )
+    return text
+
+
 class CampaignSpec(_Strict):
     """A whole campaign. Field docs live in the README's spec reference."""
 
-    name: str = Field(min_length=1, max_length=200)
+    name: Annotated[str, AfterValidator(_no_controls)] = Field(min_length=1, max_length=200)
     objective: Objective
     #: Two or more objectives: the campaign looks for their Pareto front. The first is
     #: also ``objective`` (what pruners, warm starts and single-value views use).

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from hpcopt_server.curves import DEFAULT_POINTS_PER_FOLD
+
 ParamValue = bool | int | float | str
 Params = dict[str, ParamValue]
 
@@ -78,6 +80,11 @@ class Campaign:
     @property
     def folds(self) -> int:
         return int(self.spec["folds"])
+
+    @property
+    def curve_points(self) -> int:
+        """Learning-curve points kept per fold (campaigns from before the setting: the default)."""
+        return int(self.spec["budget"].get("curve_points_per_fold", DEFAULT_POINTS_PER_FOLD))
 
     @property
     def max_attempts(self) -> int:

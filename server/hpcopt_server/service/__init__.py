@@ -46,7 +46,7 @@ class Service:
         return export_campaign(self.ctx, campaign_id)
 
     def import_campaign(self, document: Any) -> d.Campaign:
-        return import_campaign(self.ctx, document)
+        return import_campaign(self.ctx, document, self.limits)
 
     def trials_by_state(self) -> dict[str, int]:
         """Trial counts by state over all campaigns (for /metrics)."""

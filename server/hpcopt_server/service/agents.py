@@ -27,7 +27,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied
 from hpcopt_server.pruners import Pruner
 from hpcopt_server.service import limits as lim
-from hpcopt_server.service.context import Context, campaign_or_404, finish_campaign_if_done
+from hpcopt_server.service.context import Context, bound_curve, campaign_or_404, finish_campaign_if_done
 from hpcopt_server.service.hot import HotPath
 from hpcopt_server.service.leasing import (
     AcquireStatus,
@@ -246,7 +246,7 @@ class AgentService:
                 action = Action.STOP_CANCELLED if trial.state == d.TrialState.CANCELLED else Action.STOP_PRUNED
                 return HeartbeatReply(action, None)
             self._unfinished_fold(trial, campaign, fold)
-            tx.put_curve_point(trial.id, fold, step, value)
+            points = tx.set_curve_point(trial.id, fold, step, value)
             fold_values: dict[str, object] = {"attempt": trial.attempt}
             if checkpoint_uri:
                 fold_values["checkpoint_uri"] = checkpoint_uri
@@ -256,6 +256,7 @@ class AgentService:
                 prune(tx, campaign, trial, verdict, now)
                 return HeartbeatReply(Action.STOP_PRUNED, None)
             expires = self._renew(tx, lease, now)
+        bound_curve(self.ctx, campaign, trial.id, fold, points)
         return HeartbeatReply(Action.CONTINUE, expires)
 
     def report_fold(

@@ -70,3 +70,12 @@ def finish_campaign_if_done(tx: Tx, campaign: d.Campaign, now: datetime) -> None
         return
     if current.trials_finished >= current.max_trials:
         tx.set_campaign_state(campaign.id, d.CampaignState.COMPLETED, now)
+
+
+def bound_curve(ctx: Context, campaign: d.Campaign, trial_id: int, fold: int, points: int) -> None:
+    """After a report left the fold with ``points`` learning-curve points: past the
+    campaign's cap, thin the curve to half of it (hpcopt_server.curves), in a
+    transaction of its own (once per half a cap of reports)."""
+    if points > campaign.curve_points:
+        with ctx.storage.write() as tx:
+            tx.thin_curve(trial_id, fold, campaign.curve_points // 2)

@@ -24,11 +24,15 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from hpcopt.spec import MAX_OBJECTIVES
 from hpcopt_server import domain as d
-from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.curves import thin
+from hpcopt_server.errors import InvalidArgument, TooLarge
 from hpcopt_server.optimizers import SearchSpace
 from hpcopt_server.service import limits as lim
 from hpcopt_server.service.campaigns import front_ids, validate_spec
 from hpcopt_server.service.context import Context, campaign_or_404
+
+#: A campaign's most folds (the spec's ``folds`` field).
+MAX_FOLDS = 100
 
 
 def _no_nul(text: str) -> str:
@@ -115,12 +119,24 @@ class ExportDoc(_Doc):
     #: importing server recomputes it).
     front: list[Index] = Field(default=[], max_length=1_000_000)
 
+    @pydantic.model_validator(mode="after")
+    def _times_in_order(self) -> ExportDoc:
+        c = self.campaign
+        if c.finished_at is not None and c.finished_at < c.created_at:
+            raise ValueError("campaign.finished_at is before campaign.created_at")
+        for i, t in enumerate(self.trials):
+            if t.started_at is not None and t.started_at < t.created_at:
+                raise ValueError(f"trials.{i}.started_at is before its created_at")
+            if t.finished_at is not None and t.finished_at < (t.started_at or t.created_at):
+                raise ValueError(f"trials.{i}.finished_at is before its started_at (or created_at)")
+        return self
+
 
 def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
     with ctx.storage.read() as tx:
         c = campaign_or_404(tx, campaign_id)
         ids = [t.id for t in tx.list_trials(campaign_id, with_folds=False)[0]]
-        trials = [tx.get_trial(i, full=True) for i in ids]
+        trials = [tx.get_trial(i, full=True, curve_points=None) for i in ids]
         on_front = set(front_ids(c, tx.completed_values(campaign_id))) if len(c.objectives) > 1 else set()
     doc = ExportDoc(
         format="hpcopt-campaign",
@@ -152,7 +168,44 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
     return doc.model_dump(mode="json")
 
 
-def import_campaign(ctx: Context, document: Any) -> d.Campaign:
+def check_import_size(document: Any, limits: lim.RequestLimits) -> None:
+    """Counts what an import would store before anything else reads it (validating and
+    storing cost per trial, point and event): TooLarge (413) naming the limit that is
+    passed, so an over-limit document costs one pass over its lists."""
+    trials = document.get("trials") if isinstance(document, dict) else None
+    if not isinstance(trials, list):
+        return  # the document model names what is wrong
+    if len(trials) > limits.import_trials:
+        raise TooLarge(
+            f"the document holds {len(trials)} trials; an import may hold at most {limits.import_trials}",
+            [("trials", f"at most {limits.import_trials} trials per import")],
+        )
+    counts = {"curves": 0, "events": 0}
+    for i, t in enumerate(trials):
+        if not isinstance(t, dict):
+            continue
+        folds = t.get("folds")
+        if isinstance(folds, list) and len(folds) > MAX_FOLDS:
+            raise TooLarge(
+                f"trials.{i}.folds has {len(folds)} entries; a campaign has at most {MAX_FOLDS} folds",
+                [(f"trials.{i}.folds", f"at most {MAX_FOLDS} entries")],
+            )
+        for key in counts:
+            items = t.get(key)
+            counts[key] += len(items) if isinstance(items, list) else 0
+    for key, limit, what in (
+        ("curves", limits.import_curve_points, "learning-curve points"),
+        ("events", limits.import_events, "events"),
+    ):
+        if counts[key] > limit:
+            raise TooLarge(
+                f"the document holds {counts[key]} {what}; an import may hold at most {limit}",
+                [(f"trials.*.{key}", f"at most {limit} {what} per import")],
+            )
+
+
+def import_campaign(ctx: Context, document: Any, limits: lim.RequestLimits | None = None) -> d.Campaign:
+    check_import_size(document, limits or lim.RequestLimits())
     try:
         doc = ExportDoc.model_validate(document)
     except pydantic.ValidationError as exc:
@@ -198,8 +251,13 @@ def import_campaign(ctx: Context, document: Any) -> d.Campaign:
                     checkpoint_uri="",
                     attempt=f.attempt,
                 )
-            for p in t.curves:
-                tx.put_curve_point(new.id, p.fold, p.step, p.value)
+            # Held to the campaign's cap per fold, as reports are (hpcopt_server.curves).
+            by_fold: dict[int, list[tuple[int, float]]] = {}
+            for p in sorted(t.curves, key=lambda p: (p.fold, p.step)):
+                by_fold.setdefault(p.fold, []).append((p.step, p.value))
+            for fold, points in by_fold.items():
+                for step, value in thin(points, c.curve_points):
+                    tx.put_curve_point(new.id, fold, step, value)
             for e in t.events:
                 tx.add_event(new.id, e.attempt, e.kind, e.at, agent_id=e.agent_id, reason=e.reason)
             tx.add_event(new.id, t.attempt, "imported", now, reason=f"from campaign {doc.campaign.id}")

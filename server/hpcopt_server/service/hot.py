@@ -39,7 +39,7 @@ from typing import TypeVar
 from hpcopt_server import domain as d
 from hpcopt_server.pruners import Verdict
 from hpcopt_server.service.batch import AcquireBatcher
-from hpcopt_server.service.context import Context
+from hpcopt_server.service.context import Context, bound_curve
 from hpcopt_server.service.leasing import Acquisition, Action, HeartbeatReply, Lease
 from hpcopt_server.service.pruning import SqlHistory, prune, pruner_of
 from hpcopt_server.storage.repository import Tx
@@ -159,19 +159,21 @@ class HotPath:
                 done = one.report(lease.trial_id, lease.agent_id, lease.lease_id, now, expires, fold=fold,
                                   step=step, value=value, checkpoint_uri=checkpoint_uri)  # fmt: skip
             # Refused (lease, fold): the full path names why; a transaction would refuse too.
-            campaign = None if done is None else self._cached_campaign(done[0])
+            found = None if done is None else (self._cached_campaign(done[0]), done[2])
         else:
             args = (lease, fold, step, value, checkpoint_uri, caller, now, expires)
-            campaign = self.run(lambda tx: self._report_in_tx(tx, *args))
-        if campaign is None:
+            found = self.run(lambda tx: self._report_in_tx(tx, *args))
+        if found is None:
             return None
+        campaign, points = found
+        bound_curve(self.ctx, campaign, lease.trial_id, fold, points)
         pruner = pruner_of(campaign)
         if pruner is not None and self._pruned(lease, campaign, lambda h, t: pruner.at_step(h, t, fold, step, value)):
             return HeartbeatReply(Action.STOP_PRUNED, None)
         return HeartbeatReply(Action.CONTINUE, expires)
 
     def _report_in_tx(self, tx: Tx, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str,
-                      caller: int | None, now: datetime, expires: datetime) -> d.Campaign:  # fmt: skip
+                      caller: int | None, now: datetime, expires: datetime) -> tuple[d.Campaign, int]:  # fmt: skip
         self._check_agent(tx, lease.agent_id, caller)
         renewed = tx.renew_lease(lease.trial_id, lease.agent_id, lease.lease_id, now, expires)
         if renewed is None:
@@ -179,8 +181,7 @@ class HotPath:
         campaign = self.campaign(tx, renewed[0])
         if fold >= campaign.folds or not tx.open_fold(lease.trial_id, fold, renewed[1], now, checkpoint_uri):
             raise _GiveUp
-        tx.set_curve_point(lease.trial_id, fold, step, value)
-        return campaign
+        return campaign, tx.set_curve_point(lease.trial_id, fold, step, value)
 
     def report_fold(
         self, lease: Lease, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str, caller: int | None

@@ -29,6 +29,13 @@ class RequestLimits:
     itself, as canonical JSON, is further held to ``hpcopt.spec.MAX_SPEC_BYTES``."""
     import_bytes: int = 32 * 1024 * 1024
     """An export document to import (a campaign of 10,000 trials with curves is ~10 MB)."""
+    import_trials: int = 20_000
+    """Trials one import may hold (a bigger campaign is split, or imported by a
+    server started with a larger limit)."""
+    import_curve_points: int = 500_000
+    """Learning-curve points one import may hold, over all its trials."""
+    import_events: int = 200_000
+    """Attempt-history events one import may hold, over all its trials."""
 
 
 #: The largest value of the database's integer columns (ids, numbers, steps).

@@ -26,7 +26,7 @@ class SqlHistory:
         return self.tx.values_at(self.campaign_id, fold, step, states)
 
     def curve(self, trial_id: int, fold: int) -> list[tuple[int, float]]:
-        return [(p.step, p.value) for p in self.tx.curves_of([trial_id])[trial_id] if p.fold == fold]
+        return [(p.step, p.value) for p in self.tx.curves_of([trial_id], None)[trial_id] if p.fold == fold]
 
     def completed_folds(self) -> dict[int, tuple[int, list[float]]]:
         return self.tx.completed_folds(self.campaign_id)

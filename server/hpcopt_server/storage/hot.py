@@ -15,12 +15,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Table, bindparam, case, func, select, text, update
+from sqlalchemy import Connection, Table, bindparam, case, delete, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from hpcopt_server import domain as d
+from hpcopt_server.curves import keep_steps
 from hpcopt_server.storage import models as m
 
 T = cast(Table, m.TrialRow.__table__)
@@ -171,9 +172,28 @@ class HotQueries:
         row = self._c.execute(q, params).first()
         return None if row is None else str(row[0])
 
-    def set_curve_point(self, trial_id: int, fold: int, step: int, value: float) -> None:
+    def set_curve_point(self, trial_id: int, fold: int, step: int, value: float) -> int:
+        """Stores one learning-curve point (a repeated step replaces its value); the
+        fold's points now."""
         q = _UPSERTS[self._c.dialect.name][2]
         self._c.execute(q, {"tid": trial_id, "fold": fold, "step": step, "value": value})
+        return self.curve_count(trial_id, fold)
+
+    def curve_count(self, trial_id: int, fold: int) -> int:
+        q = select(func.count()).where(CURVES.c.trial_id == trial_id, CURVES.c.fold == fold)
+        return int(self._c.execute(q).scalar() or 0)
+
+    def thin_curve(self, trial_id: int, fold: int, target: int) -> int:
+        """Thins the fold's curve to at most ``target`` points (see hpcopt_server.curves);
+        the number of points deleted."""
+        where = (CURVES.c.trial_id == trial_id, CURVES.c.fold == fold)
+        rows = self._c.execute(select(CURVES.c.step, CURVES.c.value).where(*where).order_by(CURVES.c.step))
+        points = [(int(r[0]), float(r[1])) for r in rows]
+        keep = keep_steps(points, target)
+        gone = [s for s, _ in points if s not in keep]
+        for i in range(0, len(gone), 500):  # bounded parameter lists
+            self._c.execute(delete(CURVES).where(*where, CURVES.c.step.in_(gone[i : i + 500])))
+        return len(gone)
 
     def trial_with_folds(self, trial_id: int) -> d.Trial | None:
         """The trial and its folds in one unlocked read (no curves, no events)."""
@@ -292,7 +312,10 @@ f AS (
 c AS (
   INSERT INTO curves (trial_id, fold, step, value) SELECT :tid, :fold, :step, :value FROM t
   ON CONFLICT (trial_id, fold, step) DO UPDATE SET value = excluded.value)
-SELECT campaign_id, attempt FROM t""").bindparams(bindparam("exp", type_=_STAMP), bindparam("now", type_=_STAMP))
+SELECT campaign_id, attempt,
+       (SELECT count(*) FROM curves WHERE trial_id = :tid AND fold = :fold AND step <> :step) + 1 FROM t""").bindparams(
+    bindparam("exp", type_=_STAMP), bindparam("now", type_=_STAMP)
+)
 _ONE_FOLD = text(f"""
 WITH c AS (
   SELECT (spec ->> 'folds')::int AS folds,
@@ -334,13 +357,13 @@ class OneStatement:
     def report(
         self, trial_id: int, agent_id: str, lease_id: str, now: datetime, expires: datetime, *, fold: int, step: int,
         value: float, checkpoint_uri: str,
-    ) -> tuple[int, int] | None:  # fmt: skip
-        """(campaign id, attempt) if the lease holds and ``fold`` is an open fold of the
-        campaign; None, and nothing changed, otherwise."""
+    ) -> tuple[int, int, int] | None:  # fmt: skip
+        """(campaign id, attempt, the fold's curve points now) if the lease holds and
+        ``fold`` is an open fold of the campaign; None, and nothing changed, otherwise."""
         params = {"tid": trial_id, "lid": lease_id, "aid": agent_id, "now": now, "exp": expires, "fold": fold,
                   "step": step, "value": value, "ck": checkpoint_uri}  # fmt: skip
         row = self.c.execute(_ONE_REPORT, params).first()
-        return (int(row[0]), int(row[1])) if row else None
+        return (int(row[0]), int(row[1]), int(row[2])) if row else None
 
     def fold(
         self, trial_id: int, agent_id: str, lease_id: str, now: datetime, expires: datetime, *, fold: int,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -33,6 +34,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from hpcopt_server import domain as d
+from hpcopt_server.curves import READ_POINTS_PER_FOLD, thin
 from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.db import Database
@@ -218,8 +220,17 @@ class Tx(ViewQueries, HotQueries):
         self.s.flush()
         return mapping.trial(row)
 
-    def get_trial(self, trial_id: int, *, lock: bool = False, full: bool = False, folds: bool = True) -> d.Trial | None:
+    def get_trial(
+        self,
+        trial_id: int,
+        *,
+        lock: bool = False,
+        full: bool = False,
+        folds: bool = True,
+        curve_points: int | None = READ_POINTS_PER_FOLD,
+    ) -> d.Trial | None:
         """The trial with its folds (unless ``folds=False``); with ``full`` also its curves
+        (at most ``curve_points`` per fold, thinned by hpcopt_server.curves; None: all)
         and events; with ``lock`` its row lock held to the end of the transaction."""
         q = select(m.TrialRow).where(m.TrialRow.id == trial_id)
         if lock:
@@ -232,9 +243,9 @@ class Tx(ViewQueries, HotQueries):
         fold_rows = list(self.s.scalars(select(m.FoldRow).where(m.FoldRow.trial_id == trial_id)))
         if not full:
             return mapping.trial(row, fold_rows)
-        curves = list(self.s.scalars(select(m.CurveRow).where(m.CurveRow.trial_id == trial_id)))
         events = list(self.s.scalars(select(m.TrialEventRow).where(m.TrialEventRow.trial_id == trial_id)))
-        return mapping.trial(row, fold_rows, curves, events)
+        trial = mapping.trial(row, fold_rows, [], events)
+        return replace(trial, curves=tuple(self.curves_of([trial_id], curve_points)[trial_id]))
 
     def claim_queued_trial(self, campaign_id: int) -> d.Trial | None:
         """The oldest QUEUED trial of the campaign, row-locked, skipping locked rows."""
@@ -480,13 +491,26 @@ class Tx(ViewQueries, HotQueries):
         )
         return list(self.s.scalars(q))
 
-    def curves_of(self, trial_ids: list[int]) -> dict[int, list[d.CurvePoint]]:
-        """Learning-curve points of several trials, by trial id."""
+    def curves_of(
+        self, trial_ids: list[int], per_fold: int | None = READ_POINTS_PER_FOLD
+    ) -> dict[int, list[d.CurvePoint]]:
+        """Learning-curve points of several trials, by trial id, in (fold, step) order:
+        at most ``per_fold`` of each fold (thinned by hpcopt_server.curves; None: all)."""
         out: dict[int, list[d.CurvePoint]] = {t: [] for t in trial_ids}
-        if trial_ids:
-            q = select(m.CurveRow).where(m.CurveRow.trial_id.in_(trial_ids)).order_by(m.CurveRow.fold, m.CurveRow.step)
-            for row in self.s.scalars(q):
-                out[row.trial_id].append(d.CurvePoint(row.fold, row.step, row.value))
+        if not trial_ids:
+            return out
+        C = m.CurveRow
+        q = (
+            select(C.trial_id, C.fold, C.step, C.value)
+            .where(C.trial_id.in_(trial_ids))
+            .order_by(C.trial_id, C.fold, C.step)
+        )
+        runs: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        for tid, fold, step, value in self.s.execute(q):
+            runs.setdefault((tid, fold), []).append((step, value))
+        for (tid, fold), points in runs.items():
+            kept = points if per_fold is None else thin(points, per_fold)
+            out[tid].extend(d.CurvePoint(fold, step, value) for step, value in kept)
         return out
 
     def running_by_agent(self, campaign_id: int) -> dict[str, tuple[int, datetime | None]]:
