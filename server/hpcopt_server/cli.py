@@ -199,22 +199,6 @@ def _auth(args: argparse.Namespace) -> int:
     return 0
 
 
-def _raise_fd_limit() -> None:
-    """Raises the soft limit on open files to the hard one: every client connection (REST
-    and gRPC) holds a descriptor, and the soft default (often 1,024) is what let idle
-    clients take every one of them."""
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or hard > soft:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1_048_576)
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            logging.getLogger("hpcopt_server").info("open-file limit raised from %d to %d", soft, target)
-        except (ValueError, OSError) as exc:
-            logging.getLogger("hpcopt_server").warning("could not raise the open-file limit (%d): %s", soft, exc)
-
-
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -246,7 +230,6 @@ def _serve(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    _raise_fd_limit()
     storage = _ready_storage(settings.db, settings.db_pool)
     service = Service(
         storage,
