@@ -40,8 +40,10 @@ class ServerProcess:
         env: dict[str, str] | None = None,
         nofile: int | None = None,
         log: Path | None = None,
+        soft_nofile: int | None = None,
     ):
         self.db, self.args, self.host, self.env, self.nofile = db, args, host, env or {}, nofile
+        self.soft_nofile = soft_nofile
         self.port, self.grpc_port = free_port(), free_port()
         self.http_url = f"http://127.0.0.1:{self.port}"
         self.grpc_target = f"127.0.0.1:{self.grpc_port}"
@@ -58,6 +60,9 @@ class ServerProcess:
         self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
         if self.nofile is not None:  # before the interpreter has even imported the server
             resource.prlimit(self.proc.pid, resource.RLIMIT_NOFILE, (self.nofile, self.nofile))
+        if self.soft_nofile is not None:  # a soft limit under a higher hard one, as on most hosts
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.prlimit(self.proc.pid, resource.RLIMIT_NOFILE, (self.soft_nofile, hard))
         wait_healthy(self.http_url, self.proc)
         return self
 

@@ -107,3 +107,15 @@ def test_a_busy_port_is_named_with_the_flag_to_change_it(db: str, flag: str, wha
     assert out.returncode == 2, out.stderr
     assert f"cannot listen for {what} on 127.0.0.1:{busy}" in out.stderr and f"{flag} PORT (env {env})" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) <= 2, out.stderr
+
+
+def test_the_server_raises_its_soft_open_file_limit_to_the_hard_one(db: str) -> None:
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard <= 1024:
+        pytest.skip(f"the hard open-file limit here is {hard}: nothing to raise")
+    with ServerProcess(db, soft_nofile=1024) as server:
+        assert server.proc is not None
+        soft, got_hard = resource.prlimit(server.proc.pid, resource.RLIMIT_NOFILE)
+        assert soft == got_hard and soft > 1024, (soft, got_hard)
