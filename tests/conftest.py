@@ -129,20 +129,20 @@ def live_server(service: Any) -> Iterator[LiveServer]:
 
 
 def run_live_server(service: Any) -> Iterator[LiveServer]:
-    import uvicorn
 
     from hpcopt_server.api.app import create_app
-    from hpcopt_server.api.connections import uvicorn_config
+    from hpcopt_server.api.connections import HttpServer, uvicorn_config
     from hpcopt_server.metrics import Metrics
-    from hpcopt_server.rpc.server import build_grpc_server
+    from hpcopt_server.rpc.server import serve_grpc
 
     metrics = Metrics(service)
-    grpc_server, grpc_port = build_grpc_server(service, metrics, "127.0.0.1:0")
-    grpc_server.start()
+    grpc = serve_grpc(service, metrics, "127.0.0.1", 0)
+    grpc.start()
+    grpc_port = grpc.port
     http_port = free_port()
     app = create_app(service, metrics, agent_server=f"127.0.0.1:{grpc_port}")
     config = uvicorn_config(app, "127.0.0.1", http_port, log_level="warning")
-    server = uvicorn.Server(config)
+    server = HttpServer(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -155,4 +155,4 @@ def run_live_server(service: Any) -> Iterator[LiveServer]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
-        grpc_server.stop(grace=1).wait()
+        grpc.stop(grace=1)

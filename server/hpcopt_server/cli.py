@@ -48,7 +48,13 @@ def parser() -> argparse.ArgumentParser:
         "--max-connections",
         type=int,
         default=int(env("MAX_CONNECTIONS", "1000")),
-        help="open HTTP connections before idle ones are shed (env HPCOPT_MAX_CONNECTIONS)",
+        help="open HTTP connections before the idlest are shed (env HPCOPT_MAX_CONNECTIONS)",
+    )
+    s.add_argument(
+        "--max-grpc-connections",
+        type=int,
+        default=int(env("MAX_GRPC_CONNECTIONS", "1000")),
+        help="open gRPC connections before the idlest are shed (env HPCOPT_MAX_GRPC_CONNECTIONS)",
     )
     s.add_argument(
         "--header-timeout",
@@ -200,15 +206,20 @@ def _auth(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import uvicorn
 
     from hpcopt_server.api.app import create_app
-    from hpcopt_server.api.connections import listen, uvicorn_config
+    from hpcopt_server.api.connections import HttpServer, uvicorn_config
     from hpcopt_server.metrics import Metrics
-    from hpcopt_server.rpc.server import build_grpc_server
+    from hpcopt_server.rpc.server import serve_grpc
     from hpcopt_server.service import RequestLimits, Service, ServiceSettings
+    from hpcopt_server.sockets import connection_caps, listen
 
-    for flag, value in (("--grpc-workers", args.grpc_workers), ("--db-pool", args.db_pool)):
+    for flag, value in (
+        ("--grpc-workers", args.grpc_workers),
+        ("--db-pool", args.db_pool),
+        ("--max-connections", args.max_connections),
+        ("--max-grpc-connections", args.max_grpc_connections),
+    ):
         if value < 1:
             print(f"hpcopt-server: {flag} must be at least 1, got {value}", file=sys.stderr)
             return 2
@@ -223,6 +234,7 @@ def _serve(args: argparse.Namespace) -> int:
         grpc_workers=args.grpc_workers,
         db_pool=args.db_pool,
         max_connections=args.max_connections,
+        max_grpc_connections=args.max_grpc_connections,
         header_timeout=args.header_timeout,
         idle_timeout=args.idle_timeout,
         max_spec_bytes=args.max_spec_bytes,
@@ -260,14 +272,17 @@ def _serve(args: argparse.Namespace) -> int:
         http_socket = listen(settings.host, settings.port)
     except OSError as exc:
         return _cannot_listen("REST", settings.host, settings.port, "--port", "HPCOPT_PORT", exc)
+    caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
     try:
-        grpc_server, grpc_port = build_grpc_server(
-            service, metrics, f"{_bracket(settings.host)}:{settings.grpc_port}", settings.grpc_workers
-        )
+        grpc = serve_grpc(
+            service, metrics, settings.host, settings.grpc_port, max_workers=settings.grpc_workers,
+            max_connections=caps.grpc,
+        )  # fmt: skip
     except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError("Failed to bind ...")
         http_socket.close()
         return _cannot_listen("gRPC", settings.host, settings.grpc_port, "--grpc-port", "HPCOPT_GRPC_PORT", exc)
-    grpc_server.start()
+    grpc.start()
+    grpc_port = grpc.port
     service.reaper.start()
     where = "localhost" if settings.loopback else socket.gethostname()
     app = create_app(service, metrics, agent_server=f"{_bracket(where)}:{grpc_port}")
@@ -282,16 +297,16 @@ def _serve(args: argparse.Namespace) -> int:
         app,
         settings.host,
         settings.port,
-        max_connections=settings.max_connections,
+        max_connections=caps.http,
         header_timeout=settings.header_timeout,
         idle_timeout=settings.idle_timeout,
         log_level=args.log_level.lower(),
     )
     try:
-        uvicorn.Server(config).run(sockets=[http_socket])
+        HttpServer(config).run(sockets=[http_socket])
     finally:
         service.reaper.stop()
-        grpc_server.stop(grace=5).wait()
+        grpc.stop(grace=5)
         storage.close()
     return 0
 

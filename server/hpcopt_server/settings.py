@@ -34,8 +34,12 @@ class ServerSettings:
     """Database connections this process keeps open (up to twice as many in bursts). On
     PostgreSQL, replicas * 2 * db_pool must stay under its ``max_connections``."""
     max_connections: int = 1000
-    """Open HTTP connections; past it the oldest idle one is closed (at most half the
-    process's open-file limit)."""
+    """Open HTTP connections; past it the idlest one is closed. Lowered to fit the
+    open-file limit: after a reserve of 128, HTTP gets at most two fifths."""
+    max_grpc_connections: int = 1000
+    """Open gRPC connections; past it the idlest one (no call in progress) is closed.
+    Lowered to fit the open-file limit: each takes three descriptors, from what HTTP
+    leaves."""
     header_timeout: float = 10.0
     """Seconds a client has to send a request's headers after connecting (or after its
     previous response) before the connection is closed."""

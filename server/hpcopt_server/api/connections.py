@@ -11,8 +11,8 @@ and then) holds a file descriptor forever: about 1,000 such connections exhauste
 - past ``max_connections`` open connections, a new one closes the oldest connection
   that has no request in progress; if every connection is busy, the new one is closed.
   A health probe therefore always gets through idle attackers;
-- the process's soft descriptor limit is raised to its hard limit at start, and
-  ``max_connections`` is kept under half of it (gRPC and the database pool need the rest).
+- ``max_connections`` fits the open-file limit beside gRPC's share (``sockets.py``),
+  and the log says when shedding starts.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import resource
 import socket
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from hpcopt_server.sockets import ACCEPT_BATCH, LISTEN_BACKLOG, ShedLog
 
 log = logging.getLogger(__name__)
 _order = itertools.count()  # connection ages: accepts in one loop pass share a clock reading
@@ -34,11 +35,13 @@ _order = itertools.count()  # connection ages: accepts in one loop pass share a 
 class GuardedHttpProtocol(H11Protocol):
     header_timeout = 10.0
     max_connections = 1000
+    shed_log = ShedLog(log, "HTTP")
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
         self._opened = next(_order)
+        self._quiet_since = self.loop.time()
         self._arm()
         if len(self.connections) > self.max_connections:
             self._shed()
@@ -49,6 +52,7 @@ class GuardedHttpProtocol(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
+        self._quiet_since = self.loop.time()
         if not self.transport.is_closing():
             self._arm()
 
@@ -57,6 +61,10 @@ class GuardedHttpProtocol(H11Protocol):
         """No request in progress (waiting for headers counts as idle): the request cycle
         starts once h11 has parsed a request's headers."""
         return self.cycle is None or self.cycle.response_complete
+
+    @property
+    def idle_for(self) -> float:
+        return self.loop.time() - self._quiet_since
 
     def _arm(self) -> None:
         self._disarm()
@@ -72,7 +80,8 @@ class GuardedHttpProtocol(H11Protocol):
             self.transport.close()
 
     def _shed(self) -> None:
-        """Closes the oldest idle connection if more than ``max_connections`` are open.
+        """Closes the idlest connection (longest without a request in progress, then the
+        oldest) if more than ``max_connections`` are open.
         Closed ones leave ``connections`` only when their connection_lost runs, later:
         they are not counted."""
         live, idle = 0, []
@@ -84,31 +93,15 @@ class GuardedHttpProtocol(H11Protocol):
                 idle.append(c)
         if live <= self.max_connections:
             return
-        victim = min(idle, key=lambda c: c._opened) if idle else self
-        if victim is self:
-            log.warning("%d connections open, all busy: refusing a new one", live)
+        victim = min(idle, key=lambda c: (c._quiet_since, c._opened)) if idle else self
+        self.shed_log.shed(live, self.max_connections, None if victim is self else victim.idle_for)
         victim.transport.close()
 
 
-def descriptor_budget() -> int:
-    """Raises the soft RLIMIT_NOFILE to the hard limit; returns the soft limit now in force."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-            soft = hard
-        except (ValueError, OSError):
-            pass
-    return int(soft if soft != resource.RLIM_INFINITY else 1 << 20)
-
-
 def guarded_protocol(max_connections: int, header_timeout: float) -> type[GuardedHttpProtocol]:
-    """The protocol class with these limits (``max_connections`` clamped to half the
-    descriptor limit, leaving the rest to gRPC, the database and files)."""
-    budget = max(16, (descriptor_budget() - 64) // 2)
-    if max_connections > budget:
-        log.warning("max connections lowered from %d to %d (the open-file limit)", max_connections, budget)
-    attrs = {"max_connections": min(max_connections, budget), "header_timeout": header_timeout}
+    """The protocol class with these limits (``max_connections`` already fitted to the
+    open-file limit by ``sockets.connection_caps``)."""
+    attrs = {"max_connections": max_connections, "header_timeout": header_timeout, "shed_log": ShedLog(log, "HTTP")}
     return type("HttpProtocol", (GuardedHttpProtocol,), attrs)
 
 
@@ -121,22 +114,18 @@ def uvicorn_config(app: Any, host: str, port: int, *, max_connections: int = 100
         port=port,
         http=guarded_protocol(max_connections, header_timeout),
         timeout_keep_alive=idle_timeout,
+        backlog=ACCEPT_BATCH,
         log_level=log_level,
         access_log=False,
     )
 
 
-def listen(host: str, port: int, backlog: int = 2048) -> socket.socket:
-    """A listening TCP socket on ``host:port`` for uvicorn (``Server.run(sockets=...)``).
-    Bound here, not by uvicorn, so that a busy port is an OSError the caller can explain
-    (uvicorn logs it and exits with status 0)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except OSError:
-        sock.close()
-        raise
-    return sock
+class HttpServer(uvicorn.Server):
+    """uvicorn's server, accepting at most ``ACCEPT_BATCH`` connections a loop pass
+    (uvicorn's backlog, which asyncio also uses as the kernel queue's length), with the
+    kernel's queue of the sockets passed in set back to ``LISTEN_BACKLOG``."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        for sock in sockets or ():
+            sock.listen(LISTEN_BACKLOG)

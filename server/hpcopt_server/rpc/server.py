@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -14,8 +15,10 @@ from grpc_reflection.v1alpha import reflection
 from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc
 from hpcopt_server.metrics import Metrics
 from hpcopt_server.rpc.auth import AuthInterceptor
+from hpcopt_server.rpc.front import GrpcFront
 from hpcopt_server.rpc.servicers import AgentServicer, CampaignServicer
 from hpcopt_server.service import Service
+from hpcopt_server.sockets import listen
 
 
 class MetricsInterceptor(grpc.ServerInterceptor):
@@ -71,10 +74,43 @@ class MetricsInterceptor(grpc.ServerInterceptor):
         )
 
 
-def build_grpc_server(
-    service: Service, metrics: Metrics, address: str, max_workers: int = 64
-) -> tuple[grpc.Server, int]:
-    """A started-ready (not started) server bound to ``address``; returns it and the port."""
+@dataclass
+class GrpcEndpoint:
+    """The gRPC server behind its front (``front.py``): clients connect to ``port``."""
+
+    server: grpc.Server
+    front: GrpcFront
+
+    @property
+    def port(self) -> int:
+        return self.front.port
+
+    def start(self) -> None:
+        self.server.start()
+        self.front.start()
+
+    def stop(self, grace: float = 5) -> None:
+        self.server.stop(grace=grace).wait()
+        self.front.stop()
+
+
+def serve_grpc(
+    service: Service, metrics: Metrics, host: str, port: int, *, max_workers: int = 64, max_connections: int = 1000
+) -> GrpcEndpoint:
+    """The gRPC server, listening on a private Unix socket, and its front on ``host:port``
+    (0: any free port) capped at ``max_connections``; neither started. A port that cannot
+    be bound is an OSError."""
+    front = GrpcFront(listen(host, port), max_connections)
+    try:
+        server = _build(service, metrics, front.backend_address, max_workers)
+    except BaseException:
+        front.stop()
+        raise
+    return GrpcEndpoint(server, front)
+
+
+def _build(service: Service, metrics: Metrics, address: str, max_workers: int) -> grpc.Server:
+    """A ready (not started) server bound to ``address``."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
         interceptors=[MetricsInterceptor(metrics), AuthInterceptor(service.tokens)],
@@ -107,7 +143,6 @@ def build_grpc_server(
         ),
         server,
     )
-    port = server.add_insecure_port(address)
-    if port == 0:
+    if server.add_insecure_port(address) == 0:
         raise OSError(f"cannot bind gRPC to {address}")
-    return server, port
+    return server
