@@ -86,9 +86,14 @@ start();
 
 // ---------------------------------------------------------- campaigns ---
 
+const CAMPAIGN_PAGE = 100;
+
 function campaignsPage() {
-  app.replaceChildren(el("h1", { text: "Campaigns" }), el("div", { class: "card" }, el("div", { class: "table-wrap" }, el("table", { id: "campaigns" }, el("thead"), el("tbody")))));
+  app.replaceChildren(el("h1", { text: "Campaigns" }), el("div", { class: "card" },
+    el("div", { class: "table-wrap" }, el("table", { id: "campaigns" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "campaign-pager" })));
   let rows = [];
+  let total = 0;
+  let offset = 0;
   const sorters = {
     id: (c) => c.id, name: (c) => c.name.toLowerCase(), state: (c) => c.state, algorithm: (c) => c.algorithm,
     progress: (c) => done(c) / Math.max(1, c.max_trials), best: (c) => (c.best_value === null ? Infinity : c.best_value), agents: (c) => c.live_agents,
@@ -113,11 +118,25 @@ function campaignsPage() {
       el("td", { class: "num", title: c.metric, text: c.best_value === null ? "–" : fmt(c.best_value) }),
       el("td", {}, chips(c.trial_counts)), el("td", { class: "num", text: c.live_agents })));
   };
-  live(async (gen) => {
-    const data = await poll("/campaigns");
+  // The newest CAMPAIGN_PAGE campaigns, a page at a time (sorting is within the page).
+  const pager = () => {
+    const last = Math.max(0, Math.ceil(total / CAMPAIGN_PAGE) - 1);
+    const at = Math.floor(offset / CAMPAIGN_PAGE);
+    const move = (to) => { offset = to * CAMPAIGN_PAGE; session.refresh(); };
+    document.getElementById("campaign-pager").replaceChildren(...(last === 0 ? [] : [
+      el("button", { id: "newer", text: "‹ Newer", disabled: at === 0, onclick: () => move(at - 1) }),
+      el("span", { id: "campaign-page-info", class: "muted", text: `page ${at + 1} of ${last + 1} · ${total} campaigns, newest first` }),
+      el("button", { id: "older", text: "Older ›", disabled: at >= last, onclick: () => move(at + 1) }),
+    ]));
+  };
+  const load = async (gen) => {
+    const data = await poll(`/campaigns?offset=${offset}&limit=${CAMPAIGN_PAGE}`);
     if (gen !== session.generation || !data.changed) return false;
-    rows = data.body;
+    rows = data.body.campaigns;
+    total = data.body.total;
     render();
+    pager();
     return true;
-  });
+  };
+  live(load);
 }

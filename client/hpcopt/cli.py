@@ -44,7 +44,9 @@ def parser() -> argparse.ArgumentParser:
     s = command("submit", "submit a campaign spec (YAML or JSON file)")
     s.add_argument("spec", type=Path)
     s.add_argument("--dry-run", action="store_true", help="only validate the file")
-    command("list", "list campaigns")
+    ls = command("list", "list campaigns, newest first")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50, at most 1000)")
+    ls.add_argument("--offset", type=int, default=0, help="skip this many of the newest first")
     for name, text in (
         ("show", "one campaign"),
         ("best", "the best trial; of a multi-objective campaign, its Pareto front"),
@@ -106,7 +108,15 @@ def _run(args: argparse.Namespace) -> int:
             campaign = Campaign.from_proto(c.create_campaign(args.spec))
             out.emit(campaign, f"campaign {campaign.id} {campaign.name!r} submitted")
         elif args.command == "list":
-            out.campaigns([Campaign.from_proto(x) for x in c.list_campaigns()])
+            page = c.campaign_page(args.offset, args.limit)
+            out.campaigns([Campaign.from_proto(x) for x in page.campaigns])
+            shown = args.offset + len(page.campaigns)
+            if shown < page.total:
+                print(
+                    f"{len(page.campaigns)} of {page.total} campaigns shown, newest first; "
+                    f"the next ones with --offset {shown}",
+                    file=sys.stderr,
+                )
         elif args.command == "show":
             out.campaign(Campaign.from_proto(c.get_campaign(args.campaign)))
         elif args.command == "best":

@@ -97,8 +97,22 @@ class Client(_Base):
     def get_campaign(self, campaign_id: int) -> common_pb2.Campaign:
         return self._do(self._stub.GetCampaign, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
 
-    def list_campaigns(self) -> list[common_pb2.Campaign]:
-        return list(self._do(self._stub.ListCampaigns, campaign_pb2.ListCampaignsRequest()).campaigns)
+    def campaign_page(self, offset: int = 0, limit: int = 100) -> campaign_pb2.ListCampaignsResponse:
+        """A page of campaigns, newest first (``limit`` at most 1000); ``total`` counts all."""
+        return self._do(self._stub.ListCampaigns, campaign_pb2.ListCampaignsRequest(offset=offset, limit=limit))
+
+    def list_campaigns(self, offset: int = 0, limit: int = 100) -> list[common_pb2.Campaign]:
+        """A page of campaigns, newest first (the newest 100 by default)."""
+        return list(self.campaign_page(offset, limit).campaigns)
+
+    def iter_campaigns(self, page: int = 1000) -> list[common_pb2.Campaign]:
+        """Every campaign, newest first (pages through ListCampaigns)."""
+        out: list[common_pb2.Campaign] = []
+        while True:
+            resp = self.campaign_page(len(out), page)
+            out.extend(resp.campaigns)
+            if len(out) >= resp.total or not resp.campaigns:
+                return out
 
     def list_trials(
         self, campaign_id: int, states: Iterable[str] = (), offset: int = 0, limit: int = 100

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.settings import ServerSettings, env
 
 if TYPE_CHECKING:  # the storage stack is imported only by the commands that use it
@@ -75,6 +76,16 @@ def parser() -> argparse.ArgumentParser:
         default=int(env("MAX_IMPORT_BYTES", str(ServerSettings.max_import_bytes))),
         help="largest import document (env HPCOPT_MAX_IMPORT_BYTES)",
     )
+    for flag, name, field, what in (
+        ("--max-import-trials", "MAX_IMPORT_TRIALS", "import_trials", "trials one import may hold"),
+        ("--max-import-curve-points", "MAX_IMPORT_CURVE_POINTS", "import_curve_points",
+         "curve points one import may hold"),
+        ("--max-import-events", "MAX_IMPORT_EVENTS", "import_events", "events one import may hold"),
+        ("--max-campaigns-per-hour", "MAX_CAMPAIGNS_PER_HOUR", "campaigns_per_hour",
+         "campaigns one token may create or import an hour; 0: no quota (admin tokens have none)"),
+    ):  # fmt: skip
+        default = getattr(RequestLimits, field)
+        s.add_argument(flag, type=int, default=int(env(name, str(default))), help=f"{what} (env HPCOPT_{name})")
     s.add_argument(
         "--require-auth",
         action="store_true",
@@ -211,7 +222,7 @@ def _serve(args: argparse.Namespace) -> int:
     from hpcopt_server.api.connections import HttpServer, uvicorn_config
     from hpcopt_server.metrics import Metrics
     from hpcopt_server.rpc.server import serve_grpc
-    from hpcopt_server.service import RequestLimits, Service, ServiceSettings
+    from hpcopt_server.service import Service, ServiceSettings
     from hpcopt_server.sockets import connection_caps, listen
 
     for flag, value in (
@@ -219,10 +230,17 @@ def _serve(args: argparse.Namespace) -> int:
         ("--db-pool", args.db_pool),
         ("--max-connections", args.max_connections),
         ("--max-grpc-connections", args.max_grpc_connections),
+        ("--max-import-trials", args.max_import_trials),
+        ("--max-import-curve-points", args.max_import_curve_points),
+        ("--max-import-events", args.max_import_events),
     ):
         if value < 1:
             print(f"hpcopt-server: {flag} must be at least 1, got {value}", file=sys.stderr)
             return 2
+    if args.max_campaigns_per_hour < 0:
+        print(f"hpcopt-server: --max-campaigns-per-hour must be 0 (off) or more, got {args.max_campaigns_per_hour}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     settings = ServerSettings(
         db=args.db,
         host=args.host,
@@ -248,7 +266,14 @@ def _serve(args: argparse.Namespace) -> int:
         ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),
         require_auth=settings.require_auth,
         reap_interval=settings.reap_interval,
-        limits=RequestLimits(spec_bytes=settings.max_spec_bytes, import_bytes=settings.max_import_bytes),
+        limits=RequestLimits(
+            spec_bytes=settings.max_spec_bytes,
+            import_bytes=settings.max_import_bytes,
+            import_trials=args.max_import_trials,
+            import_curve_points=args.max_import_curve_points,
+            import_events=args.max_import_events,
+            campaigns_per_hour=args.max_campaigns_per_hour,
+        ),
     )
     admin = os.environ.get("HPCOPT_ADMIN_TOKEN")
     if admin:

@@ -8,6 +8,7 @@
 | FailedPrecondition  | FAILED_PRECONDITION | 409  |
 | Unauthenticated     | UNAUTHENTICATED     | 401  |
 | PermissionDenied    | PERMISSION_DENIED   | 403  |
+| QuotaExceeded       | RESOURCE_EXHAUSTED  | 429 (with Retry-After) |
 """
 
 from __future__ import annotations
@@ -62,3 +63,11 @@ class Unauthenticated(ServiceError):
 
 class PermissionDenied(ServiceError):
     pass
+
+
+class QuotaExceeded(ServiceError):
+    """A caller's quota is used up; ``retry_after``: seconds until it allows one more."""
+
+    def __init__(self, message: str, errors: list[tuple[str, str]] | None = None, *, retry_after: int = 1):
+        super().__init__(message, errors)
+        self.retry_after = retry_after

@@ -67,4 +67,4 @@ def test_bad_algorithm_options_are_refused_at_creation(
     with pytest.raises(InvalidArgument) as err:
         service.campaigns.create(make_spec(algorithm=algorithm))
     assert err.value.errors[0][0] == field and text in err.value.errors[0][1]
-    assert service.campaigns.list_all() == []
+    assert service.campaigns.page() == ([], 0)

@@ -318,7 +318,7 @@ def test_documents_over_the_size_limits_are_refused(target: Target, unchanged: N
 
 
 def test_listings_do_not_echo_specs(target: Target) -> None:
-    listed = target.rest("GET", "/api/v1/campaigns", "read").json()
+    listed = target.rest("GET", "/api/v1/campaigns", "read").json()["campaigns"]
     assert listed and all(c["spec"] is None for c in listed)
     assert target.rest("GET", f"/api/v1/campaigns/{target.campaign_id}", "read").json()["spec"]["folds"] == 1
     with target.client("read") as c:

@@ -97,6 +97,31 @@ def test_a_swarm_of_idle_clients_does_not_starve_health_or_agents(db: str, tmp_p
     assert f"{what} connections reached the cap of" in log.read_text() and "shedding started" in log.read_text()
 
 
+def test_a_body_over_the_limit_gets_a_readable_413_while_it_is_still_being_sent(db: str) -> None:
+    """A client that sends its whole body before reading (no ``Expect: 100-continue``),
+    slower than the header deadline: the server answers 413 at once, then reads and
+    drops the rest, and the client reads the answer. (The server used to close under the
+    client once the deadline passed: a broken pipe, the answer never read.)"""
+    size, rate = 12 * 1024 * 1024, 3 * 1024 * 1024
+    with ServerProcess(db, "--header-timeout", "2", "--idle-timeout", "1") as server:
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        head = f"POST /api/v1/campaigns HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}"
+        s.sendall(head.encode() + b"\r\n\r\n")
+        chunk, sent, t0 = b" " * 65536, 0, time.monotonic()
+        while sent < size:  # about 4 s: past the header deadline, and the keep-alive one
+            sent += s.send(chunk[: size - sent])
+            time.sleep(max(0.0, sent / rate - (time.monotonic() - t0)))
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            data = s.recv(65536)
+            if not data:
+                break
+            answer += data
+        s.close()
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b"at most 1048576 are accepted" in answer
+
+
 def test_a_connection_cap_above_the_open_file_limit_is_lowered_and_logged(db: str, tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     with ServerProcess(db, "--max-grpc-connections", "5000", nofile=1024, log=log):

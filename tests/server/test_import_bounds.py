@@ -43,7 +43,7 @@ def _post(server: LiveServer, doc: dict[str, Any]) -> httpx.Response:
 
 
 def _campaigns(server: LiveServer) -> int:
-    return len(httpx.get(f"{server.http_url}/api/v1/campaigns", timeout=30).json())
+    return int(httpx.get(f"{server.http_url}/api/v1/campaigns", timeout=30).json()["total"])
 
 
 def test_a_document_over_the_trial_limit_is_refused_early_naming_it(live_server: LiveServer) -> None:

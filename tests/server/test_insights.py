@@ -109,7 +109,7 @@ def test_validate_answers_200_with_field_errors_and_stores_nothing(live_server: 
     yaml_res = httpx.post(url, content="name: [unclosed", headers={"content-type": "application/yaml"})
     assert yaml_res.status_code == 200 and yaml_res.json()["errors"][0]["field"] == "body"
     assert httpx.post(url, json=make_spec()).json() == {"valid": True, "detail": "", "errors": []}
-    assert httpx.get(f"{live_server.http_url}/api/v1/campaigns").json() == []
+    assert httpx.get(f"{live_server.http_url}/api/v1/campaigns").json()["campaigns"] == []
 
 
 @pytest.mark.parametrize("max_points", [5, 50_000])

@@ -26,7 +26,7 @@ def storage(db_url: str) -> Iterator[Storage]:
 
 def _campaign(storage: Storage) -> d.Campaign:
     with storage.write() as tx:
-        return tx.insert_campaign("c", make_spec(), NOW)
+        return tx.insert_campaign("c", make_spec(), NOW, submitted_at=NOW)
 
 
 def _trial(storage: Storage, campaign_id: int, number: int = 0, state: d.TrialState = d.TrialState.QUEUED) -> d.Trial:
@@ -159,8 +159,10 @@ def test_list_trials_pages_filters_and_counts(storage: Storage) -> None:
 
 def test_best_trial_follows_the_direction(storage: Storage) -> None:
     with storage.write() as tx:
-        lo = tx.insert_campaign("min", make_spec(), NOW)
-        hi = tx.insert_campaign("max", make_spec(objective={"metric": "acc", "direction": "maximize"}), NOW)
+        lo = tx.insert_campaign("min", make_spec(), NOW, submitted_at=NOW)
+        hi = tx.insert_campaign(
+            "max", make_spec(objective={"metric": "acc", "direction": "maximize"}), NOW, submitted_at=NOW
+        )
         for c in (lo, hi):
             for i, v in enumerate([0.3, 0.1, 0.7]):
                 tx.insert_trial(c.id, i, {}, d.TrialState.COMPLETED, NOW, value=v)

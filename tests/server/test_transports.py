@@ -90,7 +90,8 @@ def test_rest_api_serves_campaigns_trials_and_errors(live_server: LiveServer) ->
     assert r.status_code == 201 and r.json()["name"] == "from-yaml"
     tid = _run_one_trial(live_server, cid, [1.0, 3.0])
 
-    assert httpx.get(f"{base}/api/v1/campaigns").json()[0]["id"] == cid
+    listed = httpx.get(f"{base}/api/v1/campaigns").json()
+    assert listed["total"] == 2 and listed["campaigns"][-1]["id"] == cid  # newest first
     got = httpx.get(f"{base}/api/v1/campaigns/{cid}").json()
     assert got["best_value"] == 2.0 and got["trial_counts"] == {"COMPLETED": 1}
     page = httpx.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"state": "COMPLETED", "limit": 5}).json()

@@ -60,14 +60,24 @@ Global___GetCampaignRequest: _TypeAlias = GetCampaignRequest  # noqa: Y015
 
 @_typing.final
 class ListCampaignsRequest(_message.Message):
+    """Newest first, a page at a time."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
+    OFFSET_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    offset: _builtins.int
+    limit: _builtins.int
+    """At most this many (default 100, at most 1000)."""
     def __init__(
         self,
+        *,
+        offset: _builtins.int = ...,
+        limit: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "offset", b"offset"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -78,16 +88,20 @@ class ListCampaignsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     CAMPAIGNS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """Campaigns in all pages."""
     @_builtins.property
     def campaigns(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.Campaign]: ...
     def __init__(
         self,
         *,
         campaigns: _abc.Iterable[_common_pb2.Campaign] | None = ...,
+        total: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaigns", b"campaigns"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaigns", b"campaigns", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

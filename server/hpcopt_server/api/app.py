@@ -29,6 +29,7 @@ STATUS: dict[type[e.ServiceError], int] = {
     e.FailedPrecondition: 409,
     e.Unauthenticated: 401,
     e.PermissionDenied: 403,
+    e.QuotaExceeded: 429,
 }
 
 
@@ -59,6 +60,8 @@ def create_app(
     @app.exception_handler(e.ServiceError)
     async def service_error(request: Request, exc: e.ServiceError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, e.Unauthenticated) else None
+        if isinstance(exc, e.QuotaExceeded):
+            headers = {"Retry-After": str(exc.retry_after)}
         return JSONResponse(
             {"detail": exc.message, "errors": [{"field": f, "message": m} for f, m in exc.errors]},
             status_code=STATUS[type(exc)],

@@ -11,6 +11,10 @@ and then) holds a file descriptor forever: about 1,000 such connections exhauste
 - past ``max_connections`` open connections, a new one closes the oldest connection
   that has no request in progress; if every connection is busy, the new one is closed.
   A health probe therefore always gets through idle attackers;
+- a request answered before its body ended (413) has the rest of its body read and
+  dropped while it keeps coming (each chunk within ``header_timeout``, for at most
+  ``linger`` seconds), so that the client, still sending, reads the answer instead of a
+  reset;
 - ``max_connections`` fits the open-file limit beside gRPC's share (``sockets.py``),
   and the log says when shedding starts.
 """
@@ -23,6 +27,7 @@ import logging
 import socket
 from typing import Any
 
+import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -34,12 +39,14 @@ _order = itertools.count()  # connection ages: accepts in one loop pass share a 
 
 class GuardedHttpProtocol(H11Protocol):
     header_timeout = 10.0
+    linger = 60.0
     max_connections = 1000
     shed_log = ShedLog(log, "HTTP")
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._deadline: asyncio.TimerHandle | None = None
+        self._linger_until: float | None = None
         self._opened = next(_order)
         self._quiet_since = self.loop.time()
         self._arm()
@@ -53,7 +60,23 @@ class GuardedHttpProtocol(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         self._quiet_since = self.loop.time()
-        if not self.transport.is_closing():
+        if self.transport.is_closing():
+            return
+        if self.conn.their_state is h11.SEND_BODY:
+            # Answered before the body ended (a 413): closing now would reset the
+            # connection under a client still sending, which then never reads the answer.
+            # Read and drop the rest while it keeps coming, for at most ``linger`` s.
+            if self.timeout_keep_alive_task is not None:
+                self.timeout_keep_alive_task.cancel()
+                self.timeout_keep_alive_task = None
+            self._linger_until = self.loop.time() + self.linger
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self._linger_until is not None and not self.transport.is_closing():
+            if self.conn.their_state is not h11.SEND_BODY:  # the body is over: an idle connection again
+                self._linger_until = None
             self._arm()
 
     @property
@@ -67,8 +90,13 @@ class GuardedHttpProtocol(H11Protocol):
         return self.loop.time() - self._quiet_since
 
     def _arm(self) -> None:
+        """The deadline for the next request's headers or, while the rest of an answered
+        request's body is read, for its next bytes."""
         self._disarm()
-        self._deadline = self.loop.call_later(self.header_timeout, self._too_slow)
+        delay = self.header_timeout
+        if self._linger_until is not None:
+            delay = min(delay, max(self._linger_until - self.loop.time(), 0.0))
+        self._deadline = self.loop.call_later(delay, self._too_slow)
 
     def _disarm(self) -> None:
         if getattr(self, "_deadline", None) is not None:

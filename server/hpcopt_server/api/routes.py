@@ -15,6 +15,7 @@ from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, bearer, etag_
 from hpcopt_server.api.schemas import (
     AgentOut,
     CampaignOut,
+    CampaignPage,
     CurvePointOut,
     ErrorOut,
     FieldError,
@@ -35,7 +36,7 @@ from hpcopt_server.api.schemas import (
 )
 from hpcopt_server.errors import InvalidArgument, TooLarge
 from hpcopt_server.service import Service
-from hpcopt_server.service.campaigns import validate_spec
+from hpcopt_server.service.campaigns import MAX_CAMPAIGN_PAGE, validate_spec
 from hpcopt_server.service.insights import TrialDetail
 from hpcopt_server.service.limits import MAX_ID
 from hpcopt_server.service.tokens import SCOPES
@@ -131,17 +132,26 @@ async def validate_campaign(request: Request, service: ServiceDep, _: CanRead) -
 
 
 @router.get("/campaigns", operation_id="list_campaigns")
-def list_campaigns(service: ServiceDep, _: CanRead) -> list[CampaignOut]:
-    return [campaign_out(s, with_spec=False) for s in service.campaigns.list_all()]
+def list_campaigns(
+    service: ServiceDep,
+    _: CanRead,
+    offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_CAMPAIGN_PAGE)] = 100,
+) -> CampaignPage:
+    """A page of campaigns, newest first; ``total`` counts all pages."""
+    page, total = service.campaigns.page(offset, limit)
+    return CampaignPage(
+        campaigns=[campaign_out(s, with_spec=False) for s in page], total=total, offset=offset, limit=limit
+    )
 
 
 @router.post(
     "/campaigns", status_code=201, operation_id="create_campaign", openapi_extra=_DOCUMENT_BODY, responses=_TOO_LARGE
 )
-async def create_campaign(request: Request, service: ServiceDep, _: CanSubmit) -> CampaignOut:
+async def create_campaign(request: Request, service: ServiceDep, token: CanSubmit) -> CampaignOut:
     document = await _document(request, service)
     # The service is synchronous (SQL): keep it off the event loop.
-    created = await run_in_threadpool(service.campaigns.create, document)
+    created = await run_in_threadpool(service.campaigns.create, document, token)
     return campaign_out(await run_in_threadpool(service.campaigns.get, created.id))
 
 
@@ -152,9 +162,9 @@ async def create_campaign(request: Request, service: ServiceDep, _: CanSubmit) -
     openapi_extra=_DOCUMENT_BODY,
     responses=_TOO_LARGE,
 )
-async def import_campaign(request: Request, service: ServiceDep, _: CanSubmit) -> CampaignOut:
+async def import_campaign(request: Request, service: ServiceDep, token: CanSubmit) -> CampaignOut:
     document = await _document(request, service, export=True)
-    created = await run_in_threadpool(service.import_campaign, document)
+    created = await run_in_threadpool(service.import_campaign, document, token)
     return campaign_out(await run_in_threadpool(service.campaigns.get, created.id))
 
 

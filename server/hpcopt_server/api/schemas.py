@@ -82,6 +82,13 @@ class CampaignOut(BaseModel):
     best_trial_number: int | None = None
 
 
+class CampaignPage(BaseModel):
+    campaigns: list[CampaignOut]
+    total: int
+    offset: int
+    limit: int
+
+
 class TrialPage(BaseModel):
     trials: list[TrialOut]
     total: int

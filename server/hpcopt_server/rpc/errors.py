@@ -21,6 +21,7 @@ CODES: dict[type[e.ServiceError], grpc.StatusCode] = {
     e.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     e.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     e.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+    e.QuotaExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -9,9 +9,10 @@ import grpc
 
 from hpcopt.documents import DocumentError, parse_document
 from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc, common_pb2
+from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.rpc import convert
-from hpcopt_server.rpc.auth import caller
+from hpcopt_server.rpc.auth import bearer, caller
 from hpcopt_server.rpc.errors import handles_errors
 from hpcopt_server.service import Service
 from hpcopt_server.service.leasing import Lease
@@ -34,9 +35,14 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
     def __init__(self, service: Service):
         self.svc = service
 
+    def _token(self, context: Ctx) -> d.ApiToken | None:
+        """The submit token the call presented (None with auth off)."""
+        return self.svc.tokens.authorize(bearer(context.invocation_metadata()), "submit")
+
     @handles_errors
     def CreateCampaign(self, request: campaign_pb2.CreateCampaignRequest, context: Ctx) -> common_pb2.Campaign:
-        created = self.svc.campaigns.create(_json("spec_json", request.spec_json, self.svc.limits.spec_bytes))
+        document = _json("spec_json", request.spec_json, self.svc.limits.spec_bytes)
+        created = self.svc.campaigns.create(document, self._token(context))
         return convert.campaign(self.svc.campaigns.get(created.id))
 
     @handles_errors
@@ -47,8 +53,9 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
     def ListCampaigns(
         self, request: campaign_pb2.ListCampaignsRequest, context: Ctx
     ) -> campaign_pb2.ListCampaignsResponse:
+        page, total = self.svc.campaigns.page(request.offset, request.limit or 100)
         return campaign_pb2.ListCampaignsResponse(
-            campaigns=[convert.campaign(s, with_spec=False) for s in self.svc.campaigns.list_all()]
+            campaigns=[convert.campaign(s, with_spec=False) for s in page], total=total
         )
 
     @handles_errors
@@ -86,7 +93,8 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
 
     @handles_errors
     def ImportCampaign(self, request: campaign_pb2.ImportCampaignRequest, context: Ctx) -> common_pb2.Campaign:
-        created = self.svc.import_campaign(_json("document_json", request.document_json, self.svc.limits.import_bytes))
+        document = _json("document_json", request.document_json, self.svc.limits.import_bytes)
+        created = self.svc.import_campaign(document, self._token(context))
         return convert.campaign(self.svc.campaigns.get(created.id))
 
 

@@ -35,7 +35,7 @@ class Service:
     ):
         self.ctx = Context(storage, settings or ServiceSettings())
         self.limits = limits or RequestLimits()
-        self.campaigns = CampaignService(self.ctx)
+        self.campaigns = CampaignService(self.ctx, self.limits)
         self.agents = AgentService(self.ctx)
         self.tokens = TokenService(self.ctx, require_auth=require_auth)
         self.insights = InsightService(self.ctx)
@@ -45,8 +45,9 @@ class Service:
     def export_campaign(self, campaign_id: int) -> dict[str, Any]:
         return export_campaign(self.ctx, campaign_id)
 
-    def import_campaign(self, document: Any) -> d.Campaign:
-        return import_campaign(self.ctx, document, self.limits)
+    def import_campaign(self, document: Any, token: d.ApiToken | None = None) -> d.Campaign:
+        """A campaign from an export document, imported by ``token`` (its quota applies)."""
+        return import_campaign(self.ctx, document, self.limits, token)
 
     def trials_by_state(self) -> dict[str, int]:
         """Trial counts by state over all campaigns (for /metrics)."""

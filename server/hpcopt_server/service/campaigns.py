@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
@@ -10,11 +11,11 @@ import numpy as np
 
 from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
 from hpcopt_server import domain as d
-from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
+from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded
 from hpcopt_server.optimizers.pareto import losses, nondominated
 from hpcopt_server.pruners import make_pruner
 from hpcopt_server.service.context import Context, campaign_or_404
-from hpcopt_server.service.limits import require_id, require_page
+from hpcopt_server.service.limits import RequestLimits, require_id, require_page
 from hpcopt_server.service.suggestions import make_optimizer
 from hpcopt_server.service.warmstart import check_sources
 from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
@@ -46,23 +47,59 @@ def validate_spec(document: Any) -> dict[str, Any]:
     return spec
 
 
-class CampaignService:
-    def __init__(self, ctx: Context):
-        self.ctx = ctx
+#: The window of the per-token creation quota.
+QUOTA_WINDOW = timedelta(hours=1)
 
-    def create(self, document: Any) -> d.Campaign:
+
+def admit_submission(tx: Any, ctx: Context, token: d.ApiToken | None, per_hour: int) -> int | None:
+    """The token id to record as a new campaign's creator (None with auth off), or
+    QuotaExceeded once the token created ``per_hour`` campaigns in the last hour (never
+    for an admin token, or with ``per_hour`` 0)."""
+    if token is None:
+        return None
+    if per_hour > 0 and "admin" not in token.scopes:
+        now = ctx.clock()
+        recent = tx.submissions_by(token.id, now - QUOTA_WINDOW)
+        if len(recent) >= per_hour:
+            frees = recent[len(recent) - per_hour] + QUOTA_WINDOW
+            wait = max(1, math.ceil((frees - now).total_seconds()))
+            raise QuotaExceeded(
+                f"token {token.name!r} created {len(recent)} campaigns in the last hour, its quota "
+                f"(hpcopt-server serve --max-campaigns-per-hour; admin tokens have none); try again in {wait} s",
+                [("campaigns", f"at most {per_hour} created or imported per token an hour")],
+                retry_after=wait,
+            )
+    return token.id
+
+
+#: Campaigns one listing returns at most.
+MAX_CAMPAIGN_PAGE = 1000
+
+
+class CampaignService:
+    def __init__(self, ctx: Context, limits: RequestLimits | None = None):
+        self.ctx = ctx
+        self.limits = limits or RequestLimits()
+
+    def create(self, document: Any, token: d.ApiToken | None = None) -> d.Campaign:
+        """A new campaign from ``document``, created by ``token`` (its quota applies)."""
         spec = validate_spec(document)
         with self.ctx.storage.write() as tx:
+            creator = admit_submission(tx, self.ctx, token, self.limits.campaigns_per_hour)
             check_sources(tx, spec)
-            return tx.insert_campaign(spec["name"], spec, self.ctx.clock())
+            now = self.ctx.clock()
+            return tx.insert_campaign(spec["name"], spec, now, submitted_at=now, created_by=creator)
 
     def get(self, campaign_id: int) -> d.CampaignSummary:
         with self.ctx.storage.read() as tx:
             return self._summaries(tx, [campaign_or_404(tx, campaign_id)])[0]
 
-    def list_all(self) -> list[d.CampaignSummary]:
+    def page(self, offset: int = 0, limit: int = 100) -> tuple[list[d.CampaignSummary], int]:
+        """A page of campaigns, newest first, and how many there are."""
+        require_page(offset, limit, MAX_CAMPAIGN_PAGE)
         with self.ctx.storage.read() as tx:
-            return self._summaries(tx, tx.list_campaigns())
+            campaigns, total = tx.list_campaigns(offset, limit)
+            return self._summaries(tx, campaigns), total
 
     def trials(
         self,

@@ -28,7 +28,7 @@ from hpcopt_server.curves import thin
 from hpcopt_server.errors import InvalidArgument, TooLarge
 from hpcopt_server.optimizers import SearchSpace
 from hpcopt_server.service import limits as lim
-from hpcopt_server.service.campaigns import front_ids, validate_spec
+from hpcopt_server.service.campaigns import admit_submission, front_ids, validate_spec
 from hpcopt_server.service.context import Context, campaign_or_404
 
 #: A campaign's most folds (the spec's ``folds`` field).
@@ -204,8 +204,11 @@ def check_import_size(document: Any, limits: lim.RequestLimits) -> None:
             )
 
 
-def import_campaign(ctx: Context, document: Any, limits: lim.RequestLimits | None = None) -> d.Campaign:
-    check_import_size(document, limits or lim.RequestLimits())
+def import_campaign(
+    ctx: Context, document: Any, limits: lim.RequestLimits | None = None, token: d.ApiToken | None = None
+) -> d.Campaign:
+    limits = limits or lim.RequestLimits()
+    check_import_size(document, limits)
     try:
         doc = ExportDoc.model_validate(document)
     except pydantic.ValidationError as exc:
@@ -220,7 +223,8 @@ def import_campaign(ctx: Context, document: Any, limits: lim.RequestLimits | Non
     numbers = [t.number for t in doc.trials]
     now = ctx.clock()
     with ctx.storage.write() as tx:
-        c = tx.insert_campaign(doc.campaign.name, spec, doc.campaign.created_at)
+        creator = admit_submission(tx, ctx, token, limits.campaigns_per_hour)
+        c = tx.insert_campaign(doc.campaign.name, spec, doc.campaign.created_at, submitted_at=now, created_by=creator)
         ids: dict[int, int] = {}
         for t in sorted(doc.trials, key=lambda t: t.number):
             # RUNNING (and the transient PREEMPTED) come back QUEUED: their lease is gone.

@@ -22,7 +22,8 @@ from hpcopt_server.errors import InvalidArgument
 
 @dataclass(frozen=True)
 class RequestLimits:
-    """Sizes of the documents a request may carry (``hpcopt-server serve`` flags)."""
+    """Sizes of the documents a request may carry, and the creation quota
+    (``hpcopt-server serve`` flags)."""
 
     spec_bytes: int = 1024 * 1024
     """A campaign spec as sent (REST body, gRPC ``spec_json``), YAML or JSON. The spec
@@ -36,6 +37,9 @@ class RequestLimits:
     """Learning-curve points one import may hold, over all its trials."""
     import_events: int = 200_000
     """Attempt-history events one import may hold, over all its trials."""
+    campaigns_per_hour: int = 200
+    """Campaigns one token may create or import in any hour (0: no quota). Admin tokens,
+    and calls with auth off, have none."""
 
 
 #: The largest value of the database's integer columns (ids, numbers, steps).
@@ -68,10 +72,10 @@ def require_range(field: str, value: int, low: int, high: int = MAX_ID) -> int:
 MAX_PAGE = 10_000
 
 
-def require_page(offset: int, limit: int) -> None:
-    """A listing's ``offset`` (0..MAX_ID) and ``limit`` (1..MAX_PAGE)."""
+def require_page(offset: int, limit: int, max_limit: int = MAX_PAGE) -> None:
+    """A listing's ``offset`` (0..MAX_ID) and ``limit`` (1..max_limit)."""
     require_range("offset", offset, 0)
-    require_range("limit", limit, 1, MAX_PAGE)
+    require_range("limit", limit, 1, max_limit)
 
 
 def require_text(field: str, value: str, max_chars: int) -> str:

@@ -51,6 +51,7 @@ class Base(DeclarativeBase):
 
 class CampaignRow(Base):
     __tablename__ = "campaigns"
+    __table_args__ = (Index("ix_campaigns_created_by", "created_by", "submitted_at"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
@@ -62,6 +63,10 @@ class CampaignRow(Base):
     finished_count: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime]
     finished_at: Mapped[datetime | None]
+    # The API token that created (or imported) it, NULL with auth off, and when this
+    # server received it (an import keeps the original created_at). For the quota.
+    created_by: Mapped[int | None] = mapped_column(Integer, default=None)
+    submitted_at: Mapped[datetime | None] = mapped_column(default=None)
 
 
 class TrialRow(Base):

@@ -104,8 +104,14 @@ class Tx(ViewQueries, HotQueries):
 
     # -- campaigns -------------------------------------------------------------------
 
-    def insert_campaign(self, name: str, spec: dict[str, Any], now: datetime) -> d.Campaign:
-        row = m.CampaignRow(name=name, state=d.CampaignState.RUNNING, spec=spec, created_at=now)
+    def insert_campaign(
+        self, name: str, spec: dict[str, Any], created_at: datetime, *, submitted_at: datetime,
+        created_by: int | None = None,
+    ) -> d.Campaign:  # fmt: skip
+        row = m.CampaignRow(
+            name=name, state=d.CampaignState.RUNNING, spec=spec, created_at=created_at, submitted_at=submitted_at,
+            created_by=created_by,
+        )  # fmt: skip
         self.s.add(row)
         self.s.flush()
         return mapping.campaign(row)
@@ -121,9 +127,26 @@ class Tx(ViewQueries, HotQueries):
         ).one_or_none()
         return mapping.campaign(row) if row else None
 
-    def list_campaigns(self) -> list[d.Campaign]:
-        rows = self.s.scalars(select(m.CampaignRow).order_by(m.CampaignRow.id))
-        return [mapping.campaign(r) for r in rows]
+    def list_campaigns(self, offset: int, limit: int) -> tuple[list[d.Campaign], int]:
+        """A page of campaigns, newest first, and how many there are."""
+        rows = self.s.scalars(select(m.CampaignRow).order_by(m.CampaignRow.id.desc()).offset(offset).limit(limit))
+        page = [mapping.campaign(r) for r in rows]
+        return page, int(self.s.scalar(select(func.count()).select_from(m.CampaignRow)) or 0)
+
+    def submissions_by(self, token_id: int, since: datetime) -> list[datetime]:
+        """When the campaigns this token created or imported since ``since`` arrived,
+        oldest first (the token's row is locked first, so that concurrent creations count
+        each other)."""
+        self.s.execute(select(m.ApiTokenRow.id).where(m.ApiTokenRow.id == token_id).with_for_update())
+        return [
+            t
+            for t in self.s.scalars(
+                select(m.CampaignRow.submitted_at)
+                .where(m.CampaignRow.created_by == token_id, m.CampaignRow.submitted_at >= since)
+                .order_by(m.CampaignRow.submitted_at)
+            )
+            if t is not None
+        ]
 
     def set_campaign_state(self, campaign_id: int, state: d.CampaignState, finished_at: datetime | None) -> None:
         self._must(

@@ -1,0 +1,124 @@
+"""The campaign list is paged (REST, gRPC, the Python client, the CLI), newest first, and
+a token's campaign creations are held to a quota (REST 429 with Retry-After, gRPC
+RESOURCE_EXHAUSTED) that admin tokens do not have. A submit token used to create 100
+campaigns a second, and at 4,504 campaigns the unpaged list the dashboard polls took 5 s."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from hpcopt import ApiError, Client
+from tests.conftest import LiveServer, make_spec, run_live_server
+
+
+@pytest.fixture
+def quota_server(db_url: str) -> Iterator[tuple[LiveServer, dict[str, str]]]:
+    from hpcopt_server.service import RequestLimits, Service
+    from hpcopt_server.storage.repository import Storage
+
+    storage = Storage(db_url)
+    service = Service(storage, limits=RequestLimits(campaigns_per_hour=3))
+    secrets = {scope: service.tokens.create(f"{scope}-token", [scope])[1] for scope in ("submit", "admin", "read")}
+    secrets["submit2"] = service.tokens.create("second-submit-token", ["submit"])[1]
+    servers = run_live_server(service)
+    try:
+        yield next(servers), secrets
+    finally:
+        servers.close()
+        storage.close()
+
+
+def _create_many(server: LiveServer, n: int) -> list[int]:
+    return [server.service.campaigns.create(make_spec(name=f"c{i}")).id for i in range(n)]
+
+
+def test_the_list_is_paged_newest_first_on_rest_grpc_and_the_client(live_server: LiveServer) -> None:
+    ids = _create_many(live_server, 250)
+    base = f"{live_server.http_url}/api/v1/campaigns"
+    first = httpx.get(base).json()
+    assert first["total"] == 250 and first["offset"] == 0 and first["limit"] == 100
+    assert [c["id"] for c in first["campaigns"]] == ids[::-1][:100]
+    last = httpx.get(base, params={"offset": 200, "limit": 100}).json()
+    assert [c["id"] for c in last["campaigns"]] == ids[::-1][200:]
+    r = httpx.get(base, params={"limit": 1001})
+    assert r.status_code == 422 and "limit" in r.text
+    with Client(live_server.grpc_target) as c:
+        assert [x.id for x in c.list_campaigns()] == ids[::-1][:100]
+        page = c.campaign_page(offset=240, limit=50)
+        assert page.total == 250 and [x.id for x in page.campaigns] == ids[::-1][240:]
+        assert [x.id for x in c.iter_campaigns(page=64)] == ids[::-1]
+        with pytest.raises(ApiError) as err:
+            c.list_campaigns(limit=5000)
+        assert err.value.code == "INVALID_ARGUMENT" and "limit" in str(err.value)
+
+
+def test_the_cli_lists_a_page_and_says_how_to_see_the_rest(live_server: LiveServer) -> None:
+    ids = _create_many(live_server, 60)
+    cmd = [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, "list", "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert [c["id"] for c in json.loads(out.stdout)] == ids[::-1][:50]
+    assert "50 of 60 campaigns shown, newest first; the next ones with --offset 50" in out.stderr
+    out = subprocess.run([*cmd, "--offset", "50"], capture_output=True, text=True, timeout=120)
+    assert [c["id"] for c in json.loads(out.stdout)] == ids[::-1][50:] and "shown" not in out.stderr
+
+
+def _rest_create(server: LiveServer, secret: str, path: str = "/api/v1/campaigns", body: Any = None) -> httpx.Response:
+    return httpx.post(
+        f"{server.http_url}{path}", json=body or make_spec(), headers={"authorization": f"Bearer {secret}"}, timeout=60
+    )
+
+
+def test_a_token_past_its_quota_is_refused_with_429_and_when_to_retry(
+    quota_server: tuple[LiveServer, dict[str, str]],
+) -> None:
+    server, secrets = quota_server
+    for _ in range(3):
+        assert _rest_create(server, secrets["submit"]).status_code == 201
+    r = _rest_create(server, secrets["submit"])
+    assert r.status_code == 429, r.text
+    assert 1 <= int(r.headers["retry-after"]) <= 3600
+    assert "'submit-token' created 3 campaigns in the last hour" in r.json()["detail"]
+    assert r.json()["errors"][0]["field"] == "campaigns"
+    # Nothing was stored for the refused call; the quota is per token; admin has none.
+    assert server.service.campaigns.page()[1] == 3
+    assert _rest_create(server, secrets["submit2"]).status_code == 201
+    for _ in range(5):
+        assert _rest_create(server, secrets["admin"]).status_code == 201
+    # gRPC says the same; an import counts as a creation.
+    with Client(server.grpc_target, token=secrets["submit"]) as c:
+        with pytest.raises(ApiError) as err:
+            c.create_campaign(make_spec())
+        assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED.name
+        doc = Client(server.grpc_target, token=secrets["admin"]).export_campaign(1)
+        with pytest.raises(ApiError) as err:
+            c.import_campaign(doc)
+        assert err.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED.name
+    r = _rest_create(server, secrets["submit2"], "/api/v1/campaigns/import", doc)
+    assert r.status_code == 201, r.text
+
+
+def test_the_quota_is_zero_for_off_and_absent_with_auth_off(db_url: str) -> None:
+    from hpcopt_server.service import RequestLimits, Service
+    from hpcopt_server.storage.repository import Storage
+
+    storage = Storage(db_url)
+    try:
+        no_auth = Service(storage, limits=RequestLimits(campaigns_per_hour=1))
+        for _ in range(3):
+            no_auth.campaigns.create(make_spec())  # no token: no quota
+        off = Service(storage, limits=RequestLimits(campaigns_per_hour=0))
+        token = off.tokens.create("t", ["submit"])[0]
+        for _ in range(3):
+            off.campaigns.create(make_spec(), token)
+        assert off.campaigns.page()[1] == 6
+    finally:
+        storage.close()
