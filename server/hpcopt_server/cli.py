@@ -18,6 +18,10 @@ if TYPE_CHECKING:  # the storage stack is imported only by the commands that use
     from hpcopt_server.storage.repository import Storage
 
 
+#: Seconds ``serve`` (and the other commands) wait for a database that refuses connections.
+DB_WAIT = 60.0
+
+
 def _db_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--db", default=env("DB", ServerSettings.db), help="SQLAlchemy URL (env HPCOPT_DB)")
 
@@ -92,6 +96,12 @@ def parser() -> argparse.ArgumentParser:
         default=env("REQUIRE_AUTH", "") not in ("", "0", "false"),
         help="demand a token on every call even before one exists",
     )
+    s.add_argument(
+        "--db-wait",
+        type=float,
+        default=float(env("DB_WAIT", str(DB_WAIT))),
+        help="seconds to keep retrying a database that refuses connections at start (env HPCOPT_DB_WAIT)",
+    )
     s.add_argument("--log-level", default=env("LOG_LEVEL", "info"))
 
     db = sub.add_parser("db", help="database schema")
@@ -139,12 +149,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _ready_storage(url: str, pool_size: int = 16) -> Storage:
-    """Storage on a database at this release's schema (an empty one is migrated)."""
+def _ready_storage(url: str, pool_size: int = 16, wait: float = DB_WAIT) -> Storage:
+    """Storage on a database at this release's schema (an empty one is migrated). A
+    database that refuses connections (starting up, at ``max_connections``) is retried
+    with back-off for ``wait`` seconds, each wait logged; then the command fails."""
+    from sqlalchemy.exc import OperationalError
+
     from hpcopt_server.storage import migrate
+    from hpcopt_server.storage.db import transient, with_retries
     from hpcopt_server.storage.repository import Storage
 
-    current, head = migrate.current_revision(url), migrate.head_revision()
+    try:
+        current = with_retries(lambda: migrate.current_revision(url), patience=wait, what="the database refused")
+    except OperationalError as exc:
+        if not transient(exc):
+            raise
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
+        raise SystemExit(
+            f"hpcopt-server: the database still refuses connections after {wait:.0f} s ({reason}); "
+            "giving up (wait longer with --db-wait SECONDS, env HPCOPT_DB_WAIT)"
+        ) from None
+    head = migrate.head_revision()
     if current is None:
         migrate.upgrade(url)
     elif current != head:
@@ -260,7 +285,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    storage = _ready_storage(settings.db, settings.db_pool)
+    storage = _ready_storage(settings.db, settings.db_pool, args.db_wait)
     service = Service(
         storage,
         ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),

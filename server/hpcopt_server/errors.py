@@ -9,6 +9,7 @@
 | Unauthenticated     | UNAUTHENTICATED     | 401  |
 | PermissionDenied    | PERMISSION_DENIED   | 403  |
 | QuotaExceeded       | RESOURCE_EXHAUSTED  | 429 (with Retry-After) |
+| Unavailable         | UNAVAILABLE         | 503 (with Retry-After) |
 """
 
 from __future__ import annotations
@@ -71,3 +72,7 @@ class QuotaExceeded(ServiceError):
     def __init__(self, message: str, errors: list[tuple[str, str]] | None = None, *, retry_after: int = 1):
         super().__init__(message, errors)
         self.retry_after = retry_after
+
+
+class Unavailable(ServiceError):
+    """The database refuses connections (or lost one) for now; the caller may retry."""

@@ -30,6 +30,7 @@ STATUS: dict[type[e.ServiceError], int] = {
     e.Unauthenticated: 401,
     e.PermissionDenied: 403,
     e.QuotaExceeded: 429,
+    e.Unavailable: 503,
 }
 
 
@@ -62,6 +63,8 @@ def create_app(
         headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, e.Unauthenticated) else None
         if isinstance(exc, e.QuotaExceeded):
             headers = {"Retry-After": str(exc.retry_after)}
+        elif isinstance(exc, e.Unavailable):
+            headers = {"Retry-After": "5"}
         return JSONResponse(
             {"detail": exc.message, "errors": [{"field": f, "message": m} for f, m in exc.errors]},
             status_code=STATUS[type(exc)],

@@ -22,6 +22,7 @@ CODES: dict[type[e.ServiceError], grpc.StatusCode] = {
     e.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     e.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     e.QuotaExceeded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    e.Unavailable: grpc.StatusCode.UNAVAILABLE,
 }
 
 F = TypeVar("F", bound=Callable[..., Any])

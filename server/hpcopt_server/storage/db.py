@@ -12,14 +12,71 @@ READ COMMITTED and take row locks explicitly (``FOR UPDATE [SKIP LOCKED]``).
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from hpcopt_server.errors import Unavailable
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+#: How long a new PostgreSQL connection is retried while the server refuses connections
+#: (``max_connections`` reached, starting up, restarting) before the call fails.
+CONNECT_PATIENCE = 10.0
+# too_many_connections, cannot_connect_now (starting up or shutting down), and the
+# connection failures psycopg reports without a server answer.
+_TRANSIENT_SQLSTATES = {"53300", "57P03", "08001", "08004", "08006"}
+# (libpq's connection failures carry no SQLSTATE: psycopg gives only the text.)
+_TRANSIENT_TEXT = (
+    "connection refused", "could not connect", "no such file or directory", "server closed the",
+    "too many connections", "remaining connection slots are reserved", "the database system is starting up",
+    "the database system is shutting down", "the database system is in recovery mode",
+)  # fmt: skip
+_last_warning = [0.0]
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a connection error is one that waiting may cure (not a bad password)."""
+    orig = getattr(exc, "orig", None) or exc
+    state = getattr(orig, "sqlstate", None)
+    if state is not None:
+        return state in _TRANSIENT_SQLSTATES
+    text = str(orig).lower()
+    return type(orig).__name__ == "OperationalError" and any(t in text for t in _TRANSIENT_TEXT)
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def with_retries(fn: Callable[[], T], *, patience: float, what: str) -> T:
+    """``fn()``, called again with back-off (0.25 s doubling to 5 s) while it fails with
+    a transient connection error, for up to ``patience`` seconds; each wait is logged
+    (at most one line every 5 s)."""
+    deadline, delay = time.monotonic() + patience, 0.25
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            left = deadline - time.monotonic()
+            if not transient(exc) or left < delay:
+                raise
+            now = time.monotonic()
+            if now - _last_warning[0] >= 5.0:
+                _last_warning[0] = now
+                log.warning("%s: %s; retrying for up to %.0f s more", what, _reason(exc), left)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
 
 class Database:
@@ -48,14 +105,24 @@ class Database:
     def autocommit(self) -> Iterator[Connection]:
         """A pooled connection on which each statement commits by itself: for work that
         is one statement, it saves BEGIN and COMMIT (two round trips)."""
-        with self._autocommit.connect() as conn:
-            yield conn
+        try:
+            with self._autocommit.connect() as conn:
+                yield conn
+        except OperationalError as exc:
+            if transient(exc) or exc.connection_invalidated:
+                raise Unavailable(f"the database is unavailable ({_reason(exc)}); try again") from exc
+            raise
 
     def _run(self, write: bool) -> Iterator[Session]:
         session = (self._writers if write else self._readers)()
         try:
             yield session
             session.commit()
+        except OperationalError as exc:
+            session.rollback()
+            if transient(exc) or exc.connection_invalidated:
+                raise Unavailable(f"the database is unavailable ({_reason(exc)}); try again") from exc
+            raise
         except BaseException:
             session.rollback()
             raise
@@ -70,8 +137,20 @@ def _create_engine(url: str, *, pool_size: int, echo: bool) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() != "sqlite":
         # No pre-ping: it costs a round trip per transaction; recycle instead, and a
-        # connection broken by a database restart fails one call (INTERNAL) and is replaced.
-        return create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800, echo=echo)
+        # connection broken by a database restart fails one call (UNAVAILABLE) and is
+        # replaced. New connections are retried while PostgreSQL refuses them.
+        pg = create_engine(url, pool_size=pool_size, max_overflow=pool_size, pool_recycle=1800, echo=echo)
+
+        @event.listens_for(pg, "do_connect")
+        def _connect(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+            where = f"PostgreSQL at {parsed.host or 'localhost'}:{parsed.port or 5432}"
+            return with_retries(
+                lambda: dialect.connect(*cargs, **cparams),
+                patience=CONNECT_PATIENCE,
+                what=f"{where} refused a connection",
+            )
+
+        return pg
     engine = create_engine(
         url,
         echo=echo,
