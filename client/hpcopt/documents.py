@@ -110,24 +110,36 @@ def yaml_problem(exc: yaml.YAMLError, source: str) -> str:
 
 def check_values(data: Any, what: str = "document") -> None:
     """Refuses depth beyond :data:`MAX_DEPTH`, non-finite numbers and NUL characters in
-    an already parsed document (iteratively: a deep document cannot exhaust the stack)."""
+    an already parsed document (iteratively: a deep document cannot exhaust the stack).
+    Only containers are stacked and a path is spelled only for an error, so a 31 MB array
+    of numbers costs a pass over it, not a string and a tuple per element."""
     errors: list[tuple[str, str]] = []
-    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+
+    def scalar(value: Any, path: str) -> None:
+        if isinstance(value, float) and not math.isfinite(value):
+            errors.append((path, f"must be a finite number, not {value}"))
+        elif isinstance(value, str) and "\x00" in value:
+            errors.append((path, "must not contain NUL characters"))
+
+    if not isinstance(data, dict | list):
+        scalar(data, "")
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)] if isinstance(data, dict | list) else []
     while stack and len(errors) < 10:
         node, path, depth = stack.pop()
-        if isinstance(node, dict | list):
-            if depth >= MAX_DEPTH:
-                raise DocumentError([("", f"the {what} nests deeper than {MAX_DEPTH} levels")])
-            items = node.items() if isinstance(node, dict) else enumerate(node)
-            for key, value in items:
-                if isinstance(key, str) and "\x00" in key:
-                    errors.append((path, f"key {clip(key)!r} contains a NUL character"))
-                    continue
-                child = f"{path}.{clip(str(key))}" if path else clip(str(key))
+        if depth >= MAX_DEPTH:
+            raise DocumentError([("", f"the {what} nests deeper than {MAX_DEPTH} levels")])
+        is_dict = isinstance(node, dict)
+        for key, value in node.items() if is_dict else enumerate(node):
+            if is_dict and isinstance(key, str) and "\x00" in key:
+                errors.append((path, f"key {clip(key)!r} contains a NUL character"))
+                continue
+            kind = type(value)
+            if kind is int or kind is bool or value is None:
+                continue
+            child = f"{path}.{clip(str(key))}" if path else clip(str(key))
+            if kind is dict or kind is list:
                 stack.append((value, child, depth + 1))
-        elif isinstance(node, float) and not math.isfinite(node):
-            errors.append((path, f"must be a finite number, not {node}"))
-        elif isinstance(node, str) and "\x00" in node:
-            errors.append((path, "must not contain NUL characters"))
+            else:
+                scalar(value, child)
     if errors:
         raise DocumentError(sorted(errors))

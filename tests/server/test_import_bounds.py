@@ -118,3 +118,20 @@ def test_warm_start_ids_past_the_id_column_are_invalid_everywhere(live_server: L
     assert body["valid"] is False, body
     r = httpx.post(f"{live_server.http_url}/api/v1/campaigns", json=spec, timeout=30)
     assert r.status_code == 422 and "warm_start" in r.text, r.text
+
+
+def test_checking_a_large_array_of_numbers_costs_no_memory_per_element() -> None:
+    """A 31 MB JSON array of zeros took 26 s (REST) and 2.4 GB while every element got a
+    path string and a stack entry; checking it now allocates next to nothing."""
+    import tracemalloc
+
+    from hpcopt.documents import check_values
+
+    data = {"trials": [0] * 1_000_000, "ok": [0.5, "x", None, True]}
+    tracemalloc.start()
+    try:
+        check_values(data)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak  # the old walk: ~150 MB here
