@@ -174,7 +174,10 @@ class GrpcFront:
 
     def __init__(self, sock: socket.socket, cap: int):
         self.sock, self.cap = sock, cap
-        self._dir = tempfile.mkdtemp(prefix="hpcopt-grpc-")  # mode 0700: only this user reaches the server
+        # Mode 0700: only this user reaches the server. A Unix socket path must fit in 107
+        # bytes, which a long $TMPDIR (a cluster's scratch path) may not leave room for.
+        base = None if len(tempfile.gettempdir()) <= 64 else "/tmp"
+        self._dir = tempfile.mkdtemp(prefix="hpcopt-grpc-", dir=base)
         self.backend_path = os.path.join(self._dir, "grpc.sock")
         self.clients: set[_Client] = set()
         self.shed_log = ShedLog(log, "gRPC")
