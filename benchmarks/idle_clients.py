@@ -36,30 +36,21 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcopt import AgentClient, Client  # noqa: E402 - after the path
-from hpcopt.v1 import agent_pb2  # noqa: E402
+from hpcopt.v1 import common_pb2  # noqa: E402
+from tests.conftest import make_spec  # noqa: E402
 from tests.server.process import ServerProcess  # noqa: E402
-from tests.swarm import swarming  # noqa: E402
+from tests.swarm import finish_one_trial, swarming  # noqa: E402
 
 SCENARIOS = {"grpc idle": ("grpc", []), "grpc stubborn": ("grpc", ["--reconnect", "0.5"]), "slow headers": ("slow", [])}
-SPEC: dict[str, Any] = {
-    "name": "idle-clients",
-    "objective": {"metric": "loss"},
-    "space": {"x": {"type": "real", "low": 0.0, "high": 1.0}},
-    "algorithm": {"name": "random", "seed": 1},
-    "budget": {"max_trials": 100, "max_parallel": 4},
-    "training": {"task": "t:T"},
-}
 
 
 def one_trial(agent: AgentClient, agent_id: str | None, campaign: int) -> bool:
-    """Runs one trial; ``agent_id`` None registers first."""
+    """Runs one trial; ``agent_id`` None registers first. False if a call failed."""
     try:
-        agent_id = agent_id or agent.register(host="new").agent_id
-        got = agent.acquire(agent_id, campaign)
-        lease = agent_pb2.TrialLease(agent_id=agent_id, trial_id=got.trial.id, lease_id=got.lease_id)
-        agent.report_fold(lease, 0, 0.5)
-        agent.complete(lease)
-        return True
+        return (
+            finish_one_trial(agent, agent_id or agent.register(host="new").agent_id, campaign)
+            == common_pb2.TRIAL_STATE_COMPLETED
+        )
     except Exception as exc:  # the row says it failed
         print(f"    agent call failed: {exc}", file=sys.stderr)
         return False
@@ -72,7 +63,7 @@ def run(checkout: Path, scenario: str, n: int) -> dict[str, Any]:
         db = f"sqlite:///{tmp}/idle.db"
         with ServerProcess(db, env=env, nofile=1024) as server:
             with Client(server.grpc_target, timeout=20) as c:
-                campaign = c.create_campaign(SPEC).id
+                campaign = c.create_campaign(make_spec(name="idle-clients", folds=1)).id
             old = AgentClient(server.grpc_target, timeout=20)
             old_id = old.register(host="old").agent_id
             port = server.grpc_port if kind == "grpc" else server.port

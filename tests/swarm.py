@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
@@ -88,6 +89,17 @@ class Swarm:
         for s in list(self.ready):
             with contextlib.suppress(OSError):
                 s.send(b"a")
+
+
+def finish_one_trial(agent: Any, agent_id: str, campaign_id: int) -> int:
+    """An agent (``hpcopt.AgentClient``) runs one trial of a one-fold campaign: Acquire,
+    ReportFold, Complete; returns the trial's final state."""
+    from hpcopt.v1 import agent_pb2
+
+    got = agent.acquire(agent_id, campaign_id)
+    lease = agent_pb2.TrialLease(agent_id=agent_id, trial_id=got.trial.id, lease_id=got.lease_id)
+    agent.report_fold(lease, 0, 0.5)
+    return int(agent.complete(lease).state)
 
 
 @dataclass

@@ -15,10 +15,11 @@ import httpx
 import pytest
 
 from hpcopt import AgentClient, Client
-from hpcopt.v1 import agent_pb2, common_pb2
+from hpcopt.v1 import common_pb2
 from hpcopt_server.storage.migrate import upgrade
+from tests.conftest import make_spec
 from tests.server.process import ServerProcess
-from tests.swarm import swarming
+from tests.swarm import finish_one_trial, swarming
 
 pytestmark = pytest.mark.slow
 
@@ -55,21 +56,8 @@ def test_a_thousand_idle_connections_do_not_make_the_server_unreachable(db: str)
                 s.close()
 
 
-SPEC = {
-    "name": "swarmed",
-    "objective": {"metric": "loss"},
-    "space": {"x": {"type": "real", "low": 0.0, "high": 1.0}},
-    "algorithm": {"name": "random", "seed": 1},
-    "budget": {"max_trials": 100, "max_parallel": 4},
-    "training": {"task": "t:T"},
-}
-
-
 def _one_trial(agent: AgentClient, agent_id: str, campaign: int) -> None:
-    got = agent.acquire(agent_id, campaign)
-    lease = agent_pb2.TrialLease(agent_id=agent_id, trial_id=got.trial.id, lease_id=got.lease_id)
-    agent.report_fold(lease, 0, 0.5)
-    assert agent.complete(lease).state == common_pb2.TRIAL_STATE_COMPLETED
+    assert finish_one_trial(agent, agent_id, campaign) == common_pb2.TRIAL_STATE_COMPLETED
 
 
 @pytest.mark.parametrize("kind", ["grpc", "slow"])
@@ -82,7 +70,7 @@ def test_a_swarm_of_idle_clients_does_not_starve_health_or_agents(db: str, tmp_p
     log = tmp_path / "server.log"
     with ServerProcess(db, "--header-timeout", "120", nofile=1024, log=log) as server:
         with Client(server.grpc_target, timeout=60) as c:
-            campaign = c.create_campaign(SPEC).id
+            campaign = c.create_campaign(make_spec(name="swarmed", folds=1)).id
         with AgentClient(server.grpc_target, timeout=60) as old:
             old_id = old.register(host="old").agent_id
             with swarming(kind, server.grpc_port if kind == "grpc" else server.port, 1100) as swarm:
