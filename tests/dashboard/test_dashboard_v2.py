@@ -217,7 +217,8 @@ def test_an_unknown_campaign_or_trial_says_not_found_and_stops_polling(page: Pag
         ("/trial/99999999", "Trial id 99999999 does not exist"),
     ):
         page.open(route)
-        page.page.locator("#not-found").wait_for()
+        # The previous route's #not-found stays until this one renders: wait for this text.
+        page.page.locator("#not-found", has_text=text).wait_for()
         assert text in page.page.inner_text("#not-found")
         assert page.page.locator("#export-json").count() == 0, "nothing to export"
         requests.clear()
