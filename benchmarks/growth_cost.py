@@ -42,7 +42,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcopt import AgentClient, Client  # noqa: E402 - after the path
-from hpcopt.v1 import agent_pb2  # noqa: E402
 from tests.server.process import ServerProcess  # noqa: E402
 
 SPEC: dict[str, Any] = {
@@ -108,7 +107,7 @@ def curve_rows(checkout: Path, points: int, timeout: float, reps: int) -> dict[s
             with AgentClient(server.grpc_target, timeout=timeout) as a:
                 aid = a.register(host="bench").agent_id
                 got = a.acquire(aid, cid)
-                lease = agent_pb2.TrialLease(agent_id=aid, trial_id=got.trial.id, lease_id=got.lease_id)
+                lease = got.lease
                 for step in range(5000):  # through the API: what the server keeps
                     a.report_intermediate(lease, 1, step, 1.0 / (step + 1))
             with sqlite3.connect(path) as db:

@@ -36,7 +36,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcopt import AgentClient, Client  # noqa: E402 - after the path
-from hpcopt.v1 import common_pb2  # noqa: E402
 from tests.conftest import make_spec  # noqa: E402
 from tests.server.process import ServerProcess  # noqa: E402
 from tests.swarm import finish_one_trial, swarming  # noqa: E402
@@ -47,10 +46,7 @@ SCENARIOS = {"grpc idle": ("grpc", []), "grpc stubborn": ("grpc", ["--reconnect"
 def one_trial(agent: AgentClient, agent_id: str | None, campaign: int) -> bool:
     """Runs one trial; ``agent_id`` None registers first. False if a call failed."""
     try:
-        return (
-            finish_one_trial(agent, agent_id or agent.register(host="new").agent_id, campaign)
-            == common_pb2.TRIAL_STATE_COMPLETED
-        )
+        return finish_one_trial(agent, agent_id or agent.register(host="new").agent_id, campaign) == "COMPLETED"
     except Exception as exc:  # the row says it failed
         print(f"    agent call failed: {exc}", file=sys.stderr)
         return False

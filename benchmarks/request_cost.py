@@ -109,7 +109,7 @@ class Server:
 
 def acquire_seconds(server: Server, options: dict[str, Any], completed: int, timeout: float) -> list[float]:
     """Acquire times of a BO campaign with these options after ``completed`` results."""
-    from hpcopt import AgentClient, Client, lease_of
+    from hpcopt import AgentClient, Client
 
     target = f"127.0.0.1:{server.grpc_port}"
     with Client(target, timeout=timeout) as c:
@@ -122,7 +122,7 @@ def acquire_seconds(server: Server, options: dict[str, Any], completed: int, tim
             t0 = time.perf_counter()
             got = a.acquire(agent_id, cid)
             times.append(time.perf_counter() - t0)
-            lease = lease_of(got, agent_id)
+            lease = got.lease
             a.report_fold(lease, 0, float(sum((v.real - 0.3) ** 2 for v in got.trial.params.values())) + 0.01 * i)
             a.complete(lease)
     return times[completed:]

@@ -91,15 +91,14 @@ class Swarm:
                 s.send(b"a")
 
 
-def finish_one_trial(agent: Any, agent_id: str, campaign_id: int) -> int:
+def finish_one_trial(agent: Any, agent_id: str, campaign_id: int) -> str:
     """An agent (``hpcopt.AgentClient``) runs one trial of a one-fold campaign: Acquire,
     ReportFold, Complete; returns the trial's final state."""
-    from hpcopt.v1 import agent_pb2
 
     got = agent.acquire(agent_id, campaign_id)
-    lease = agent_pb2.TrialLease(agent_id=agent_id, trial_id=got.trial.id, lease_id=got.lease_id)
+    lease = got.lease
     agent.report_fold(lease, 0, 0.5)
-    return int(agent.complete(lease).state)
+    return str(agent.complete(lease).state)
 
 
 @dataclass

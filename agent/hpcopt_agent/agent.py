@@ -12,8 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from hpcopt import AgentClient, ApiError, param_values
-from hpcopt.v1 import agent_pb2
+from hpcopt import AgentClient, ApiError, Lease
 from hpcopt_agent.comm import Comms, any_true, bcast, gather
 from hpcopt_agent.fold import FoldOutcome, FoldTrainer, TrialInfo
 from hpcopt_agent.runtime import Context, StopSignal, Walltime
@@ -27,7 +26,7 @@ class Grant:
     """What the group leader tells its group about an acquired trial."""
 
     info: TrialInfo
-    lease: agent_pb2.TrialLease
+    lease: Lease
     finished: frozenset[int]
     resume: dict[int, str]
 
@@ -94,18 +93,18 @@ class GroupLoop:
             return "stop", f"{left:.0f} s of walltime left, the longest trial took {self.walltime.longest:.0f} s"
         assert self.client is not None
         client = self.client
-        resp = retrying(lambda: client.acquire(self.agent_id, self.campaign_id), "Acquire", self.patience)
-        if resp.status == agent_pb2.AcquireResponse.STATUS_DONE:
+        got = retrying(lambda: client.acquire(self.agent_id, self.campaign_id), "Acquire", self.patience)
+        if got.status == "done":
             return "stop", "the campaign is finished"
-        if resp.status == agent_pb2.AcquireResponse.STATUS_WAIT:
-            deadline = time.monotonic() + max(resp.retry_after_seconds, 0.2)
+        if got.trial is None or got.lease is None:  # wait: the parallel budget is in use
+            deadline = time.monotonic() + max(got.retry_after_seconds, 0.2)
             while time.monotonic() < deadline and not self.stop.requested:
                 time.sleep(0.1)
             return "wait", None
-        trial = resp.trial
-        params = param_values(trial, self.trainer.s.param_names)
+        trial, lease = got.trial, got.lease
+        params = {k: trial.params[k] for k in self.trainer.s.param_names if k in trial.params}
+        params.update((k, v) for k, v in trial.params.items() if k not in params)
         info = TrialInfo(self.campaign_id, trial.id, trial.number, trial.attempt, params)
-        lease = agent_pb2.TrialLease(agent_id=self.agent_id, trial_id=trial.id, lease_id=resp.lease_id)
         finished = frozenset(f.index for f in trial.folds if f.finished)
         resume = {f.index: f.checkpoint_uri for f in trial.folds if not f.finished and f.checkpoint_uri}
         return "trial", Grant(info, lease, finished, resume)
@@ -121,7 +120,7 @@ class GroupLoop:
             params = ", ".join(f"{k}={_fmt(v)}" for k, v in info.params.items())
             again = f", attempt {info.attempt}" if info.attempt > 1 else ""
             skipped = f"; folds {sorted(grant.finished)} already done" if grant.finished else ""
-            log.info("trial %d (#%d%s): %s%s", info.trial_id, info.number, again, params, skipped)
+            log.info("trial #%d (id %d%s): %s%s", info.number, info.trial_id, again, params, skipped)
             heartbeat = Heartbeat(link, self.heartbeat_seconds)
             heartbeat.start()
         remaining = [k for k in range(layout.folds) if k not in grant.finished]

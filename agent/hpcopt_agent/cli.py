@@ -13,7 +13,6 @@ start (layout, task, settings, server); 1 for anything unexpected.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import socket
@@ -21,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcopt import AgentClient, ApiError
+from hpcopt import Agent, AgentClient, ApiError
 from hpcopt_agent import __version__
 
 if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts on import)
@@ -125,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         except ApiError as exc:
             problem = f"cannot register with {args.server}: {exc}"
     reg, problem = world.bcast((reg, problem), root=0)
-    spec: dict[str, Any] = json.loads(reg.campaign_spec_json) if reg is not None and reg.campaign_spec_json else {}
+    spec: dict[str, Any] = (reg.campaign_spec or {}) if reg is not None else {}
     if not problem:
         try:
             settings, layout, task = _check(spec, args, world.size)
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args, world, reg, settings, layout, task, context, stop, Walltime(limit))
 
 
-def _register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Any:
+def _register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Agent:
     import torch
 
     return client.register(
@@ -260,12 +259,12 @@ def _goodbye(client: AgentClient, agent_id: str) -> None:
     """Ends the registration, so the dashboard shows this agent as gone at once (a
     server that cannot be reached is only logged: the agent is leaving anyway)."""
     try:
-        requeued = client.deregister(agent_id).requeued_trial_ids
+        requeued = client.deregister(agent_id)
     except Exception as exc:
         log.warning("could not end the registration of agent %s: %s", agent_id, exc)
         return
     if requeued:
-        log.warning("trial(s) %s were still held and went back to the queue", ", ".join(map(str, requeued)))
+        log.warning("trials with id(s) %s were still held and went back to the queue", ", ".join(map(str, requeued)))
 
 
 def entry() -> None:

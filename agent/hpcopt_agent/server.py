@@ -11,8 +11,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from hpcopt import AgentClient, ApiError
-from hpcopt.v1 import agent_pb2
+from hpcopt import Action, AgentClient, ApiError, Lease
 
 log = logging.getLogger("hpcopt_agent")
 T = TypeVar("T")
@@ -20,12 +19,6 @@ T = TypeVar("T")
 RETRIED = ("UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED")
 #: The trial is no longer ours: expired or released lease, finished or cancelled trial.
 LOST = ("FAILED_PRECONDITION", "NOT_FOUND")
-
-ACTIONS = {
-    agent_pb2.HeartbeatResponse.ACTION_CONTINUE: "continue",
-    agent_pb2.HeartbeatResponse.ACTION_STOP_PRUNED: "pruned",
-    agent_pb2.HeartbeatResponse.ACTION_STOP_CANCELLED: "cancelled",
-}
 
 
 class LeaseLost(Exception):
@@ -52,7 +45,7 @@ def retrying(call: Callable[[], T], what: str, patience: float) -> T:
 class TrialLink:
     """Reports of one trial under one lease, from any rank of the group."""
 
-    def __init__(self, client: AgentClient, lease: agent_pb2.TrialLease, patience: float = 120.0) -> None:
+    def __init__(self, client: AgentClient, lease: Lease, patience: float = 120.0) -> None:
         self.client = client
         self.lease = lease
         self.patience = patience
@@ -67,11 +60,11 @@ class TrialLink:
 
     def intermediate(self, fold: int, step: int, value: float, checkpoint_uri: str) -> str:
         """Reports a learning-curve point; the server's answer: continue, pruned, cancelled."""
-        reply = self._renewing(
+        answer: Action = self._renewing(
             lambda: self.client.report_intermediate(self.lease, fold, step, value, checkpoint_uri),
             "ReportIntermediate",
         )
-        return ACTIONS.get(reply.action, "continue")
+        return str(answer)
 
     def fold(self, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str) -> str:
         """Reports a finished fold, then asks whether the trial goes on: the server's
@@ -80,11 +73,12 @@ class TrialLink:
             lambda: self.client.report_fold(self.lease, fold, value, metrics, checkpoint_uri),
             "ReportFold",
         )
-        reply = self._renewing(lambda: self.client.heartbeat(self.lease), "Heartbeat")
-        return ACTIONS.get(reply.action, "continue")
+        answer: Action = self._renewing(lambda: self.client.heartbeat(self.lease), "Heartbeat")
+        return str(answer)
 
     def complete(self) -> float:
         trial = retrying(lambda: self.client.complete(self.lease), "Complete", self.patience)
+        assert trial.value is not None  # a completed trial has its value
         return float(trial.value)
 
     def event(self, fold: int, kind: str, reason: str) -> None:
@@ -120,7 +114,7 @@ class Heartbeat(threading.Thread):
                 continue
             sent = time.monotonic()
             try:
-                reply = self.link.client.heartbeat(self.link.lease)
+                answer = self.link.client.heartbeat(self.link.lease)
             except ApiError as exc:
                 if exc.code in LOST:
                     self.action = "lost"
@@ -130,7 +124,7 @@ class Heartbeat(threading.Thread):
                 next_try = time.monotonic() + self.interval
                 continue
             self.link.renewed_at = max(self.link.renewed_at, sent)
-            self.action = ACTIONS.get(reply.action, "continue")
+            self.action = str(answer)
             if self.action != "continue":
                 return
             next_try = self.link.renewed_at + self.interval

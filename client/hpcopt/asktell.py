@@ -27,41 +27,33 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hpcopt.client import AgentClient, ApiError
-from hpcopt.records import ParamValue, Trial, ordered_params
-from hpcopt.v1 import agent_pb2, common_pb2
+from hpcopt.records import Action, Lease, ParamValue, Trial
 
 log = logging.getLogger("hpcopt.trials")
-_CONTINUE = agent_pb2.HeartbeatResponse.ACTION_CONTINUE
-_PRUNED = agent_pb2.HeartbeatResponse.ACTION_STOP_PRUNED
 
 
 class TrialStopped(RuntimeError):
     """The trial is over for this script (completed, failed, pruned, cancelled or its lease
     lost); ``reason`` says which."""
 
-    def __init__(self, trial_id: int, reason: str) -> None:
-        super().__init__(f"trial {trial_id} is over for this script: {reason}")
+    def __init__(self, number: int, reason: str) -> None:
+        super().__init__(f"trial #{number} is over for this script: {reason}")
+        self.number = number
         self.reason = reason
 
 
 class ActiveTrial:
-    """A trial this script holds under a lease. ``params`` are in the spec's order."""
+    """A trial this script holds under a lease. ``number`` is the trial's number in its
+    campaign (``#27``, as the CLI and dashboard show it); ``id`` its global id (the API's).
+    ``params`` are in the spec's order."""
 
-    def __init__(
-        self,
-        agent: AgentClient,
-        lease: agent_pb2.TrialLease,
-        trial: common_pb2.Trial,
-        order: Sequence[str],
-        folds: int,
-        heartbeat_seconds: float,
-    ) -> None:
+    def __init__(self, agent: AgentClient, lease: Lease, trial: Trial, folds: int, heartbeat_seconds: float) -> None:
         self._agent = agent
         self._lease = lease
-        self.id = int(trial.id)
-        self.number = int(trial.number)
-        self.attempt = int(trial.attempt)
-        self.params: dict[str, ParamValue] = ordered_params(trial, order)
+        self.id = trial.id
+        self.number = trial.number
+        self.attempt = trial.attempt
+        self.params: dict[str, ParamValue] = dict(trial.params)
         #: K of the campaign's K-fold cross-validation: ``complete(folds=...)`` takes K values.
         self.folds = folds
         #: Folds a previous attempt already reported (a requeued trial keeps them).
@@ -75,7 +67,7 @@ class ActiveTrial:
         self._thread.start()
 
     def __repr__(self) -> str:
-        return f"ActiveTrial(id={self.id}, number={self.number}, attempt={self.attempt}, params={self.params})"
+        return f"ActiveTrial(number={self.number}, id={self.id}, attempt={self.attempt}, params={self.params})"
 
     # -- results ------------------------------------------------------------------------
 
@@ -84,8 +76,7 @@ class ActiveTrial:
         the server pruned the trial or the campaign was cancelled, and this script should
         stop working on it (it is no longer held)."""
         self._check_open()
-        resp = self._call(lambda: self._agent.report_intermediate(self._lease, fold, step, float(value)))
-        return self._act(resp.action)
+        return self._act(self._call(lambda: self._agent.report_intermediate(self._lease, fold, step, float(value))))
 
     def should_stop(self) -> bool:
         """Whether the trial ended for this script since the last report (pruned,
@@ -118,9 +109,9 @@ class ActiveTrial:
                 raise ValueError(f"fold {k}: a finite number is needed, got {v!r}")
             self._call(lambda k=k, v=v: self._agent.report_fold(self._lease, k, float(v), dict(metrics or {})))
             self.finished_folds[k] = float(v)
-        done = self._call(lambda: self._agent.complete(self._lease))
+        done: Trial = self._call(lambda: self._agent.complete(self._lease, self.params))
         self._end("completed")
-        return Trial.from_proto(done, self.params)
+        return done
 
     def fail(self, reason: str) -> None:
         """Ends the trial as FAILED (final) with ``reason`` as its error."""
@@ -143,7 +134,7 @@ class ActiveTrial:
 
     def _check_open(self) -> None:
         if self.ended:
-            raise TrialStopped(self.id, self.ended)
+            raise TrialStopped(self.number, self.ended)
 
     def _call(self, fn: Any) -> Any:
         with self._lock:
@@ -154,10 +145,10 @@ class ActiveTrial:
                     self._end(f"the server refused: {exc.message}")
                 raise
 
-    def _act(self, action: int) -> bool:
-        if action == _CONTINUE:
+    def _act(self, action: Action) -> bool:
+        if action == Action.CONTINUE:
             return True
-        self._end("pruned by the server" if action == _PRUNED else "the campaign was cancelled")
+        self._end("pruned by the server" if action == Action.PRUNED else "the campaign was cancelled")
         return False
 
     def _end(self, why: str) -> None:
@@ -171,13 +162,13 @@ class ActiveTrial:
                 with self._lock:
                     if self._stop.is_set():
                         return
-                    resp = self._agent.heartbeat(self._lease)
-                self._act(resp.action)
+                    answer = self._agent.heartbeat(self._lease)
+                self._act(answer)
             except ApiError as exc:
                 if exc.code == "FAILED_PRECONDITION":
                     self._end(f"lease lost: {exc.message}")
                 else:  # the server is away: keep trying until the lease would expire anyway
-                    log.warning("trial %d: heartbeat failed: %s", self.id, exc)
+                    log.warning("trial #%d: heartbeat failed: %s", self.number, exc)
 
     def _close(self) -> None:
         self._stop.set()
@@ -188,23 +179,19 @@ def trials(
     agent: AgentClient, campaign_id: int, *, host: str | None = None, max_trials: int | None = None, poll: float = 30.0
 ) -> Iterator[ActiveTrial]:
     """The generator behind :meth:`hpcopt.Client.trials`."""
-    import json
-
     reg = agent.register(
         host=host or socket.gethostname(), ranks=1, campaign_id=campaign_id, pid=os.getpid(), version="hpcopt-script"
     )
-    spec = json.loads(reg.campaign_spec_json) if reg.campaign_spec_json else {}
-    order, folds = list(spec.get("space", {})), int(spec.get("folds", 1))
+    folds = int((reg.campaign_spec or {}).get("folds", 1))
     served = 0
     while max_trials is None or served < max_trials:
-        resp = agent.acquire(reg.agent_id, campaign_id)
-        if resp.status == agent_pb2.AcquireResponse.STATUS_DONE:
+        got = agent.acquire(reg.agent_id, campaign_id)
+        if got.status == "done":
             return
-        if resp.status == agent_pb2.AcquireResponse.STATUS_WAIT:
-            time.sleep(min(max(resp.retry_after_seconds, 0.2), poll))
+        if got.trial is None or got.lease is None:  # wait: the parallel budget is in use
+            time.sleep(min(max(got.retry_after_seconds, 0.2), poll))
             continue
-        lease = agent_pb2.TrialLease(agent_id=reg.agent_id, trial_id=resp.trial.id, lease_id=resp.lease_id)
-        trial = ActiveTrial(agent, lease, resp.trial, order, folds, reg.heartbeat_seconds)
+        trial = ActiveTrial(agent, got.lease, got.trial, folds, reg.heartbeat_seconds)
         served += 1
         try:
             yield trial
@@ -216,9 +203,9 @@ def trials(
 
 def _abandon(trial: ActiveTrial, reason: str) -> None:
     if not trial.ended:
-        log.warning("trial %d: %s; giving it back", trial.id, reason)
+        log.warning("trial #%d: %s; giving it back", trial.number, reason)
         try:
             trial.give_back(reason)
         except ApiError as exc:
-            log.warning("trial %d: could not give it back (%s); its lease will expire", trial.id, exc)
+            log.warning("trial #%d: could not give it back (%s); its lease will expire", trial.number, exc)
     trial._close()

@@ -1,23 +1,33 @@
 """``hpcopt``: submit and watch campaigns from the shell (over gRPC).
 
 The server address and token come from ``--server``/``--token`` or ``HPCOPT_SERVER`` /
-``HPCOPT_TOKEN``; like ``--json`` they go before or after the command. Text goes to a
-terminal as tables that fit its width; ``--json`` prints the same records typed (the
-README's "JSON output" gives their shape).
+``HPCOPT_TOKEN``; like ``--json`` they go before or after the command. Text is tables
+that fit the terminal without splitting a value; ``--json`` prints the same records
+typed, and errors as ``{"error": {...}}``. Exit status: 0 done, 1 the server refused
+(not found, wrong state), 2 a problem with what was given (a file, an address, a
+token), 130 Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hpcopt.client import ApiError, Client
-from hpcopt.records import Campaign, Trial, space_order
+from hpcopt.client import DEFAULT_SERVER, ApiError, Client
+from hpcopt.cliutil import HelpFormatter, add_version
 from hpcopt.spec import SpecError
+
+#: Server answers that mean "what you gave is wrong" (exit 2) rather than "no" (exit 1).
+USAGE_CODES = ("INVALID_ARGUMENT", "UNAVAILABLE", "UNAUTHENTICATED", "PERMISSION_DENIED")
+
+
+class Usage(Exception):
+    """A problem with the command line or a file it names: one line, exit 2."""
 
 
 def _common(top: bool) -> argparse.ArgumentParser:
@@ -25,130 +35,159 @@ def _common(top: bool) -> argparse.ArgumentParser:
     ``hpcopt --json list`` and ``hpcopt list --json`` both work and neither undoes the other."""
     p = argparse.ArgumentParser(add_help=False)
     unset: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
-    p.add_argument("--server", help="gRPC address HOST:PORT (env HPCOPT_SERVER, default 127.0.0.1:50051)", **unset)
-    p.add_argument("--token", help="API token (env HPCOPT_TOKEN)", **unset)
-    p.add_argument("--json", action="store_true", help="print typed JSON instead of text", **unset)
+    p.add_argument("--server", help=f"gRPC address HOST:PORT (env HPCOPT_SERVER; default {DEFAULT_SERVER})", **unset)
+    p.add_argument("--token", help="API token (env HPCOPT_TOKEN; default: none)", **unset)
+    p.add_argument("--json", action="store_true", help="print typed JSON instead of text, errors too", **unset)
     return p
 
 
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="hpcopt", description="Submit and watch hpcopt campaigns.", parents=[_common(True)]
+        prog="hpcopt",
+        description="Submit and watch hpcopt campaigns.",
+        parents=[_common(True)],
+        formatter_class=HelpFormatter,
     )
+    add_version(ap, "hpcopt")
     common = [_common(False)]
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, text: str) -> argparse.ArgumentParser:
-        return sub.add_parser(name, help=text, description=text, parents=common)
+        return sub.add_parser(name, help=text, description=text, parents=common, formatter_class=HelpFormatter)
 
     s = command("submit", "submit a campaign spec (YAML or JSON file)")
-    s.add_argument("spec", type=Path)
+    s.add_argument("spec", type=Path, help="the spec file")
     s.add_argument("--dry-run", action="store_true", help="only validate the file")
+    s.add_argument("-q", "--quiet", action="store_true", help="print only the new campaign's id")
     ls = command("list", "list campaigns, newest first")
-    ls.add_argument("--limit", type=int, default=50, help="at most this many (default 50, at most 1000)")
+    ls.add_argument("--limit", type=int, default=50, help="at most this many (at most 1000)")
     ls.add_argument("--offset", type=int, default=0, help="skip this many of the newest first")
     for name, text in (
         ("show", "one campaign"),
         ("best", "the best trial; of a multi-objective campaign, its Pareto front"),
         ("cancel", "cancel a running campaign"),
     ):
-        command(name, text).add_argument("campaign", type=int)
-    t = command("trials", "the trials of a campaign")
-    t.add_argument("campaign", type=int)
+        command(name, text).add_argument("campaign", type=int, help="the campaign's id")
+    t = command("trials", "the trials of a campaign by number, a page at a time")
+    t.add_argument("campaign", type=int, help="the campaign's id")
     t.add_argument("--state", action="append", default=[], help="only this state (repeatable)")
-    t.add_argument("--limit", type=int, default=0, help="at most this many (default all)")
+    t.add_argument("--limit", type=int, default=50, help="at most this many; 0: all")
+    t.add_argument("--offset", type=int, default=0, help="skip this many, from #0")
     tr = command("trial", "one trial with its folds, learning curves and history: CAMPAIGN NUMBER (#27), or --id ID")
     tr.add_argument("campaign", type=int, nargs="?", help="the campaign")
     tr.add_argument("number", type=int, nargs="?", help="the trial's number in the campaign (as tables show: #27)")
     tr.add_argument("--id", type=int, dest="trial_id", help="the trial's global id instead (as the API returns)")
-    w = command("watch", "a live view of a campaign until it ends (Ctrl-C leaves it)")
-    w.add_argument("campaign", type=int)
-    w.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
+    w = command("watch", "follow a campaign until it ends (Ctrl-C leaves it); line by line when not on a terminal")
+    w.add_argument("campaign", type=int, help="the campaign's id")
+    w.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes")
     e = command("export", "export a campaign as JSON (re-importable)")
-    e.add_argument("campaign", type=int)
-    e.add_argument("-o", "--output", type=Path, help="file to write (default stdout)")
+    e.add_argument("campaign", type=int, help="the campaign's id")
+    e.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
     i = command("import", "import an exported campaign as a new one")
-    i.add_argument("file", type=Path)
+    i.add_argument("file", type=Path, help="a file written by `hpcopt export`")
+    i.add_argument("-q", "--quiet", action="store_true", help="print only the new campaign's id")
+    wt = command("wait", "wait until the server answers (after starting it in the background)")
+    wt.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    as_json = bool(getattr(args, "json", False))
+
+    def fail(status: int, code: str, message: str, fields: list[dict[str, str]] | None = None) -> int:
+        if as_json:
+            from hpcopt.views import error_json
+
+            print(error_json(code, message, fields))
+        else:
+            print(f"hpcopt: {message}", file=sys.stderr)
+            for f in fields or []:
+                print(f"  {f['field']}: {f['message']}", file=sys.stderr)
+        return status
+
     try:
         return _run(args)
     except SpecError as exc:
-        print(f"hpcopt: {args.spec} is not a valid campaign spec:", file=sys.stderr)
-        for field, msg in exc.errors:
-            print(f"  {field or '(document)'}: {msg}", file=sys.stderr)
-        return 2
+        fields = [{"field": f or "(document)", "message": m} for f, m in exc.errors]
+        return fail(2, "INVALID_ARGUMENT", f"{args.spec} is not a valid campaign spec:", fields)
     except ApiError as exc:
-        print(f"hpcopt: {exc.code}: {exc.message}", file=sys.stderr)
-        for f in exc.field_errors:
-            print(f"  {f['field']}: {f['message']}", file=sys.stderr)
-        return 1
+        status = 2 if exc.code in USAGE_CODES else 1
+        return fail(status, exc.code, f"{exc.code}: {exc.message}", exc.field_errors)
+    except Usage as exc:
+        return fail(2, "INVALID_ARGUMENT", str(exc))
     except OSError as exc:
-        print(f"hpcopt: {exc}", file=sys.stderr)
-        return 2
+        return fail(2, "INVALID_ARGUMENT", str(exc))
     except KeyboardInterrupt:
         return 130
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except UnicodeDecodeError:
+        raise Usage(f"{path} is not a text file (an export is JSON)") from None
+    except json.JSONDecodeError as exc:
+        raise Usage(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
 
 
 def _run(args: argparse.Namespace) -> int:
     from hpcopt import views
 
+    out = views.Output(args.json)
     if args.command == "submit" and args.dry_run:
         from hpcopt.specfile import load_spec_file
 
         spec = load_spec_file(args.spec)
-        print(f"{args.spec}: valid ({len(spec.space)} parameters, {spec.budget.max_trials} trials)")
+        if args.json:
+            out.json({"file": str(args.spec), "valid": True, "spec": spec.model_dump(mode="json")})
+        else:
+            print(f"{args.spec}: valid ({len(spec.space)} parameters, {spec.budget.max_trials} trials)")
         return 0
-    out = views.Output(args.json)
     with Client(args.server, args.token) as c:
-        if args.command == "submit":
-            campaign = Campaign.from_proto(c.create_campaign(args.spec))
-            out.emit(campaign, f"campaign {campaign.id} {campaign.name!r} submitted")
+        if args.command == "wait":
+            c.wait_ready(args.timeout)
+            if args.json:
+                out.json({"server": c.target, "ready": True})
+            elif sys.stdout.isatty():
+                print(f"the server at {c.target} answers")
+        elif args.command == "submit":
+            campaign = c.create_campaign(args.spec)
+            if args.quiet and not args.json:
+                print(campaign.id)
+            else:
+                out.emit(campaign, f"campaign {campaign.id} {campaign.name!r} submitted")
         elif args.command == "list":
             page = c.campaign_page(args.offset, args.limit)
-            out.campaigns([Campaign.from_proto(x) for x in page.campaigns])
-            shown = args.offset + len(page.campaigns)
-            if shown < page.total:
-                print(
-                    f"{len(page.campaigns)} of {page.total} campaigns shown, newest first; "
-                    f"the next ones with --offset {shown}",
-                    file=sys.stderr,
-                )
+            out.campaigns(page.items)
+            _more(len(page.items), page.total, args.offset, "campaigns", ", newest first")
         elif args.command == "show":
-            out.campaign(Campaign.from_proto(c.get_campaign(args.campaign)))
+            out.campaign(c.get_campaign(args.campaign))
         elif args.command == "best":
             campaign = c.get_campaign(args.campaign)
-            objectives = Campaign.from_proto(campaign).objectives
-            if len(objectives) > 1:  # the best is the Pareto front
-                order = space_order(campaign)
-                front = [Trial.from_proto(t, order) for t in c.get_pareto_front(args.campaign)]
-                out.front(front, order, objectives)
+            if len(campaign.objectives) > 1:  # the best is the Pareto front
+                out.front(c.get_pareto_front(args.campaign), campaign.space)
             else:
-                best = c.get_best_trial(args.campaign)
-                out.trial(Trial.from_proto(best, space_order(campaign)))
+                out.trial(c.get_best_trial(args.campaign))
         elif args.command == "cancel":
-            x = Campaign.from_proto(c.cancel_campaign(args.campaign))
+            x = c.cancel_campaign(args.campaign)
             out.emit(x, f"campaign {x.id} {x.state}")
         elif args.command == "trials":
-            order = space_order(c.get_campaign(args.campaign))
-            raw = (
-                list(c.list_trials(args.campaign, args.state, 0, args.limit).trials)
-                if args.limit
-                else c.iter_trials(args.campaign, args.state)
-            )
-            out.trials([Trial.from_proto(t, order) for t in raw], order)
+            order = c.get_campaign(args.campaign).space
+            if args.limit:
+                page = c.trial_page(args.campaign, args.state, args.offset, args.limit)
+                out.trials(page.items, order)
+                _more(len(page.items), page.total, args.offset, "trials")
+            else:
+                out.trials(c.list_trials(args.campaign, args.state, args.offset), order)
         elif args.command == "trial":
             if args.trial_id is not None:
                 t = c.get_trial(args.trial_id)
             elif args.campaign is not None and args.number is not None:
                 t = c.get_trial_by_number(args.campaign, args.number)
             else:
-                print("hpcopt trial: give CAMPAIGN NUMBER (as tables show: #27) or --id ID", file=sys.stderr)
-                return 2
-            out.trial(Trial.from_proto(t, space_order(c.get_campaign(t.campaign_id))))
+                raise Usage("hpcopt trial: give CAMPAIGN NUMBER (as tables show: #27) or --id ID")
+            out.trial(t)
         elif args.command == "watch":
             from hpcopt.watch import watch
 
@@ -161,10 +200,35 @@ def _run(args: argparse.Namespace) -> int:
             else:
                 print(text)
         elif args.command == "import":
-            x = Campaign.from_proto(c.import_campaign(json.loads(args.file.read_text())))
-            out.emit(x, f"imported as campaign {x.id} {x.name!r} ({x.state})")
+            document = _read_json(args.file)
+            if not isinstance(document, dict):
+                raise Usage(
+                    f"{args.file} is not an export: a JSON object is needed, it holds a {type(document).__name__}"
+                )
+            x = c.import_campaign(document)
+            if args.quiet and not args.json:
+                print(x.id)
+            else:
+                out.emit(x, f"imported as campaign {x.id} {x.name!r} ({x.state})")
     return 0
 
 
+def _more(shown: int, total: int, offset: int, what: str, order: str = "") -> None:
+    if offset + shown < total:
+        print(f"{shown} of {total} {what} shown{order}; the next ones with --offset {offset + shown}", file=sys.stderr)
+
+
+def entry() -> None:
+    """The console script: exits with ``main``'s status; a closed pipe is not an error."""
+    try:
+        status = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        status = 0
+    sys.exit(status)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

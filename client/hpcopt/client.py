@@ -14,12 +14,26 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc
 
+from hpcopt.records import (
+    Action,
+    Agent,
+    Assignment,
+    Campaign,
+    Fold,
+    Lease,
+    Page,
+    ParetoFront,
+    Trial,
+    TrialState,
+    action,
+)
 from hpcopt.spec import CampaignSpec
 from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc, common_pb2
 
@@ -28,6 +42,8 @@ if TYPE_CHECKING:
 
 DEFAULT_SERVER = "127.0.0.1:50051"
 T = TypeVar("T")
+R = TypeVar("R")
+_HINT = "; start one with `hpcopt-server serve`, or give its address with --server or HPCOPT_SERVER"
 
 
 class ApiError(Exception):
@@ -40,7 +56,7 @@ class ApiError(Exception):
         self.field_errors = field_errors or []
 
 
-def _call(fn: Callable[..., T], request: Any, metadata: tuple[tuple[str, str], ...], timeout: float) -> T:
+def _call(fn: Callable[..., T], request: Any, metadata: tuple[tuple[str, str], ...], timeout: float, target: str) -> T:
     try:
         return fn(request, metadata=metadata, timeout=timeout)
     except grpc.RpcError as exc:
@@ -51,7 +67,18 @@ def _call(fn: Callable[..., T], request: Any, metadata: tuple[tuple[str, str], .
         for key, value in call.trailing_metadata() or ():
             if key == "hpcopt-field-errors":
                 fields = json.loads(value)
-        raise ApiError(code, details, fields) from None
+        raise ApiError(code, _explain(code, details, target, bool(metadata)), fields) from None
+
+
+def _explain(code: str, details: str, target: str, has_token: bool) -> str:
+    """The server's message, or for the two errors a user's setup causes, what to do."""
+    if code == "UNAVAILABLE" and ("connect" in details.lower() or "resolve" in details.lower()):
+        reason = details.rsplit(": ", 1)[-1].strip()
+        return f"no hpcopt server answers at {target} ({reason}){_HINT}"
+    if code == "UNAUTHENTICATED":
+        given = "the token given was refused" if has_token else "no token was given"
+        return f"{details} ({given}: pass one with --token or set HPCOPT_TOKEN)"
+    return details
 
 
 class _Base:
@@ -75,96 +102,141 @@ class _Base:
         self.close()
 
     def _do(self, fn: Callable[..., T], request: Any) -> T:
-        return _call(fn, request, self._metadata, self.timeout)
+        return _call(fn, request, self._metadata, self.timeout, self.target)
 
 
 class Client(_Base):
-    """Submit and watch campaigns."""
+    """Submit and watch campaigns. Every getter returns the client's own records
+    (``hpcopt.Campaign``, ``hpcopt.Trial``, ...; see ``hpcopt.records``) with
+    parameters as a dict in the order of the campaign's space."""
 
     def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
         super().__init__(target, token, timeout)
         self._stub = campaign_pb2_grpc.CampaignServiceStub(self.channel)
+        self._orders: dict[int, list[str]] = {}  # campaign id -> its space's order (a spec never changes)
 
-    def create_campaign(self, spec: CampaignSpec | dict[str, Any] | str | Path) -> common_pb2.Campaign:
+    def _campaign(self, msg: common_pb2.Campaign) -> Campaign:
+        campaign = Campaign.from_proto(msg)
+        if campaign.spec is not None:
+            self._orders[campaign.id] = campaign.space
+        return campaign
+
+    def _order(self, campaign_id: int) -> list[str]:
+        if campaign_id not in self._orders:
+            self.get_campaign(campaign_id)
+        return self._orders.get(campaign_id, [])
+
+    def _trial(self, msg: common_pb2.Trial) -> Trial:
+        return Trial.from_proto(msg, self._order(int(msg.campaign_id)))
+
+    def create_campaign(self, spec: CampaignSpec | dict[str, Any] | str | Path) -> Campaign:
         """Submits a spec: a model, a dict, or the path of a YAML/JSON file."""
         if isinstance(spec, str | Path):
             from hpcopt.specfile import load_spec_file
 
             spec = load_spec_file(spec)
         document = spec.model_dump(mode="json") if isinstance(spec, CampaignSpec) else spec
-        return self._do(self._stub.CreateCampaign, campaign_pb2.CreateCampaignRequest(spec_json=json.dumps(document)))
+        req = campaign_pb2.CreateCampaignRequest(spec_json=json.dumps(document))
+        return self._campaign(self._do(self._stub.CreateCampaign, req))
 
-    def get_campaign(self, campaign_id: int) -> common_pb2.Campaign:
-        return self._do(self._stub.GetCampaign, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
+    def get_campaign(self, campaign_id: int) -> Campaign:
+        """One campaign, with its spec."""
+        req = campaign_pb2.GetCampaignRequest(campaign_id=campaign_id)
+        return self._campaign(self._do(self._stub.GetCampaign, req))
 
-    def campaign_page(self, offset: int = 0, limit: int = 100) -> campaign_pb2.ListCampaignsResponse:
-        """A page of campaigns, newest first (``limit`` at most 1000); ``total`` counts all."""
-        return self._do(self._stub.ListCampaigns, campaign_pb2.ListCampaignsRequest(offset=offset, limit=limit))
+    def campaign_page(self, offset: int = 0, limit: int = 100) -> Page[Campaign]:
+        """A page of campaigns, newest first (``limit`` at most 1000); ``total`` counts all.
+        Listed campaigns carry no spec (``spec`` is None): ``get_campaign`` has it."""
+        req = campaign_pb2.ListCampaignsRequest(offset=offset, limit=limit)
+        resp = self._do(self._stub.ListCampaigns, req)
+        return Page([Campaign.from_proto(c) for c in resp.campaigns], int(resp.total), offset, limit)
 
-    def list_campaigns(self, offset: int = 0, limit: int = 100) -> list[common_pb2.Campaign]:
-        """A page of campaigns, newest first (the newest 100 by default)."""
-        return list(self.campaign_page(offset, limit).campaigns)
+    def list_campaigns(self, offset: int = 0, limit: int | None = None) -> list[Campaign]:
+        """Campaigns, newest first: all of them (paged through), or ``limit`` from ``offset``."""
+        return _collect(self.campaign_page, offset, limit)
 
-    def iter_campaigns(self, page: int = 1000) -> list[common_pb2.Campaign]:
-        """Every campaign, newest first (pages through ListCampaigns)."""
-        out: list[common_pb2.Campaign] = []
-        while True:
-            resp = self.campaign_page(len(out), page)
-            out.extend(resp.campaigns)
-            if len(out) >= resp.total or not resp.campaigns:
-                return out
+    def trial_page(
+        self, campaign_id: int, states: Iterable[str] = (), offset: int = 0, limit: int = 100
+    ) -> Page[Trial]:
+        """A page of a campaign's trials by number; ``states`` are names like ``"COMPLETED"``."""
+        req = campaign_pb2.ListTrialsRequest(
+            campaign_id=campaign_id, states=[_state_value(s) for s in states], offset=offset, limit=limit
+        )
+        resp = self._do(self._stub.ListTrials, req)
+        order = self._order(campaign_id)
+        return Page([Trial.from_proto(t, order) for t in resp.trials], int(resp.total), offset, limit)
 
     def list_trials(
-        self, campaign_id: int, states: Iterable[str] = (), offset: int = 0, limit: int = 100
-    ) -> campaign_pb2.ListTrialsResponse:
-        """A page of trials; ``states`` are names like ``"COMPLETED"``."""
-        req = campaign_pb2.ListTrialsRequest(
-            campaign_id=campaign_id,
-            states=[common_pb2.TrialState.Value(f"TRIAL_STATE_{s.upper()}") for s in states],
-            offset=offset,
-            limit=limit,
-        )
-        return self._do(self._stub.ListTrials, req)
-
-    def iter_trials(self, campaign_id: int, states: Iterable[str] = (), page: int = 1000) -> list[common_pb2.Trial]:
-        """Every trial of the campaign (pages through ListTrials)."""
-        out: list[common_pb2.Trial] = []
+        self, campaign_id: int, states: Iterable[str] = (), offset: int = 0, limit: int | None = None
+    ) -> list[Trial]:
+        """A campaign's trials by number: all of them (paged through), or ``limit`` from
+        ``offset``; ``states`` are names like ``"COMPLETED"`` (or ``hpcopt.TrialState``s)."""
         states = list(states)
-        while True:
-            resp = self.list_trials(campaign_id, states, len(out), page)
-            out.extend(resp.trials)
-            if len(out) >= resp.total or not resp.trials:
-                return out
+        return _collect(lambda o, n: self.trial_page(campaign_id, states, o, n), offset, limit)
 
-    def get_trial(self, trial_id: int) -> common_pb2.Trial:
-        """A trial by its global id (``Trial.id``)."""
-        return self._do(self._stub.GetTrial, campaign_pb2.GetTrialRequest(trial_id=trial_id))
+    def trials_dataframe(self, campaign_id: int, states: Iterable[str] = ()) -> Any:
+        """The campaign's trials as a ``pandas.DataFrame``, one row per trial: ``number``,
+        ``state``, ``value``, ``value_std``, ``params_<name>`` in the spec's order, the
+        times and ``duration`` (Optuna's ``study.trials_dataframe()`` shape). Needs pandas."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("trials_dataframe needs pandas: pip install pandas") from None
+        order = self._order(campaign_id)
+        rows = []
+        for t in self.list_trials(campaign_id, states):
+            row: dict[str, Any] = {"number": t.number, "state": str(t.state), "value": t.value}
+            row["value_std"] = t.value_std
+            row.update({f"values_{i}": v for i, v in enumerate(t.values)})
+            row.update({f"params_{k}": t.params.get(k) for k in order})
+            row.update(datetime_start=t.started_at, datetime_complete=t.finished_at, attempt=t.attempt)
+            done = t.finished_at is not None and t.started_at is not None
+            row["duration"] = (t.finished_at - t.started_at) if done else None  # type: ignore[operator]
+            rows.append(row)
+        return pd.DataFrame(rows)
 
-    def get_trial_by_number(self, campaign_id: int, number: int) -> common_pb2.Trial:
+    def get_trial(self, trial_id: int) -> Trial:
+        """A trial by its global id (``Trial.id``), with folds, curves and events."""
+        return self._trial(self._do(self._stub.GetTrial, campaign_pb2.GetTrialRequest(trial_id=trial_id)))
+
+    def get_trial_by_number(self, campaign_id: int, number: int) -> Trial:
         """A trial by its campaign-local number (``#27``: what the CLI and dashboard show)."""
         req = campaign_pb2.GetTrialRequest(campaign_id=campaign_id, number=number)
-        return self._do(self._stub.GetTrial, req)
+        return self._trial(self._do(self._stub.GetTrial, req))
 
-    def get_best_trial(self, campaign_id: int) -> common_pb2.Trial:
-        return self._do(self._stub.GetBestTrial, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
+    def get_best_trial(self, campaign_id: int) -> Trial:
+        """The best completed trial. Raises ``ApiError`` (``NOT_FOUND``) while no trial
+        has completed; ``Campaign.best_trial_id`` is None until then."""
+        req = campaign_pb2.GetCampaignRequest(campaign_id=campaign_id)
+        return self._trial(self._do(self._stub.GetBestTrial, req))
 
-    def get_pareto_front(self, campaign_id: int) -> list[common_pb2.Trial]:
+    def get_pareto_front(self, campaign_id: int) -> ParetoFront:
         """The non-dominated completed trials of a multi-objective campaign (the best
         trial of a single-objective one), best first in the first objective."""
+        campaign = self.get_campaign(campaign_id)
         resp = self._do(self._stub.GetParetoFront, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
-        return list(resp.trials)
+        trials = [Trial.from_proto(t, campaign.space) for t in resp.trials]
+        return ParetoFront(campaign_id, campaign.objectives, campaign.directions, trials)
 
-    def cancel_campaign(self, campaign_id: int) -> common_pb2.Campaign:
-        return self._do(self._stub.CancelCampaign, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
+    def cancel_campaign(self, campaign_id: int) -> Campaign:
+        req = campaign_pb2.GetCampaignRequest(campaign_id=campaign_id)
+        return self._campaign(self._do(self._stub.CancelCampaign, req))
 
     def export_campaign(self, campaign_id: int) -> dict[str, Any]:
+        """Everything needed to re-import the campaign, as a JSON document."""
         resp = self._do(self._stub.ExportCampaign, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
         document: dict[str, Any] = json.loads(resp.document_json)
         return document
 
-    def import_campaign(self, document: dict[str, Any]) -> common_pb2.Campaign:
+    def import_campaign(self, document: dict[str, Any]) -> Campaign:
+        """Imports an exported document as a new campaign."""
         req = campaign_pb2.ImportCampaignRequest(document_json=json.dumps(document))
-        return self._do(self._stub.ImportCampaign, req)
+        return self._campaign(self._do(self._stub.ImportCampaign, req))
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Waits until the server answers (a health check), up to ``timeout`` seconds;
+        raises ``ApiError`` (``UNAVAILABLE``) naming the address if it never does."""
+        wait_for_server(self.channel, self.target, timeout)
 
     def trials(
         self, campaign_id: int, *, max_trials: int | None = None, host: str | None = None
@@ -183,7 +255,8 @@ class Client(_Base):
 
 
 class AgentClient(_Base):
-    """The AgentService calls, one method each; the MPI agent builds on this."""
+    """The AgentService calls, one method each; the MPI agent and ``Client.trials``
+    build on this. Leases are ``hpcopt.Lease`` records from ``acquire``."""
 
     def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
         super().__init__(target, token, timeout)
@@ -199,7 +272,7 @@ class AgentClient(_Base):
         campaign_id: int = 0,
         pid: int = 0,
         version: str = "",
-    ) -> agent_pb2.RegisterResponse:
+    ) -> Agent:
         req = agent_pb2.RegisterRequest(
             host=host,
             ranks=ranks,
@@ -209,73 +282,95 @@ class AgentClient(_Base):
             pid=pid or os.getpid(),
             version=version,
         )
-        return self._do(self._stub.Register, req)
+        return Agent.from_proto(self._do(self._stub.Register, req))
 
-    def acquire(self, agent_id: str, campaign_id: int) -> agent_pb2.AcquireResponse:
-        return self._do(self._stub.Acquire, agent_pb2.AcquireRequest(agent_id=agent_id, campaign_id=campaign_id))
+    def acquire(self, agent_id: str, campaign_id: int) -> Assignment:
+        req = agent_pb2.AcquireRequest(agent_id=agent_id, campaign_id=campaign_id)
+        return Assignment.from_proto(self._do(self._stub.Acquire, req), agent_id)
 
-    def heartbeat(self, lease: agent_pb2.TrialLease) -> agent_pb2.HeartbeatResponse:
-        return self._do(self._stub.Heartbeat, agent_pb2.HeartbeatRequest(lease=lease))
+    def heartbeat(self, lease: Lease) -> Action:
+        """Renews the lease; the answer says whether the trial goes on."""
+        return action(self._do(self._stub.Heartbeat, agent_pb2.HeartbeatRequest(lease=lease.to_proto())))
 
-    def report_intermediate(
-        self, lease: agent_pb2.TrialLease, fold: int, step: int, value: float, checkpoint_uri: str = ""
-    ) -> agent_pb2.HeartbeatResponse:
+    def report_intermediate(self, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str = "") -> Action:
         req = agent_pb2.ReportIntermediateRequest(
-            lease=lease, fold=fold, step=step, value=value, checkpoint_uri=checkpoint_uri
+            lease=lease.to_proto(), fold=fold, step=step, value=value, checkpoint_uri=checkpoint_uri
         )
-        return self._do(self._stub.ReportIntermediate, req)
+        return action(self._do(self._stub.ReportIntermediate, req))
 
     def report_fold(
         self,
-        lease: agent_pb2.TrialLease,
+        lease: Lease,
         fold: int,
         value: float,
         metrics: dict[str, float] | None = None,
         checkpoint_uri: str = "",
-    ) -> common_pb2.Fold:
+    ) -> Fold:
         req = agent_pb2.ReportFoldRequest(
-            lease=lease, fold=fold, value=value, metrics=metrics or {}, checkpoint_uri=checkpoint_uri
+            lease=lease.to_proto(), fold=fold, value=value, metrics=metrics or {}, checkpoint_uri=checkpoint_uri
         )
-        return self._do(self._stub.ReportFold, req)
+        return Fold.from_proto(self._do(self._stub.ReportFold, req))
 
-    def complete(self, lease: agent_pb2.TrialLease) -> common_pb2.Trial:
-        return self._do(self._stub.Complete, lease)
+    def complete(self, lease: Lease, order: Iterable[str] = ()) -> Trial:
+        """Completes the trial from its folds; ``order`` is the space's (for ``params``)."""
+        return Trial.from_proto(self._do(self._stub.Complete, lease.to_proto()), order)
 
-    def release(self, lease: agent_pb2.TrialLease, state: str, reason: str = "") -> common_pb2.Trial:
+    def release(self, lease: Lease, state: str, reason: str = "", order: Iterable[str] = ()) -> Trial:
         """``state`` is ``"FAILED"``, ``"PREEMPTED"`` or ``"PRUNED"``."""
-        req = agent_pb2.ReleaseRequest(
-            lease=lease, state=common_pb2.TrialState.Value(f"TRIAL_STATE_{state.upper()}"), reason=reason
-        )
-        return self._do(self._stub.Release, req)
+        req = agent_pb2.ReleaseRequest(lease=lease.to_proto(), state=_state_value(state), reason=reason)
+        return Trial.from_proto(self._do(self._stub.Release, req), order)
 
-    def report_event(self, lease: agent_pb2.TrialLease, fold: int, kind: str, reason: str) -> None:
+    def report_event(self, lease: Lease, fold: int, kind: str, reason: str) -> None:
         """Adds an event to the trial's log; ``kind`` is ``"checkpoint_refused"``."""
-        req = agent_pb2.ReportEventRequest(lease=lease, fold=fold, kind=kind, reason=reason)
+        req = agent_pb2.ReportEventRequest(lease=lease.to_proto(), fold=fold, kind=kind, reason=reason)
         self._do(self._stub.ReportEvent, req)
 
-    def deregister(self, agent_id: str) -> agent_pb2.DeregisterResponse:
-        """Ends the agent's registration (call it on a normal exit)."""
-        return self._do(self._stub.Deregister, agent_pb2.DeregisterRequest(agent_id=agent_id))
+    def deregister(self, agent_id: str) -> list[int]:
+        """Ends the agent's registration (call it on a normal exit); the ids of the
+        trials it held, now requeued."""
+        resp = self._do(self._stub.Deregister, agent_pb2.DeregisterRequest(agent_id=agent_id))
+        return [int(i) for i in resp.requeued_trial_ids]
 
 
-def lease_of(resp: agent_pb2.AcquireResponse, agent_id: str) -> agent_pb2.TrialLease:
-    """The lease to quote in reports for a granted acquisition."""
-    return agent_pb2.TrialLease(agent_id=agent_id, trial_id=resp.trial.id, lease_id=resp.lease_id)
+def _state_value(name: str) -> common_pb2.TrialState.ValueType:
+    try:
+        return common_pb2.TrialState.Value(f"TRIAL_STATE_{str(name).upper()}")
+    except ValueError:
+        allowed = ", ".join(s for s in TrialState if s != "UNSPECIFIED")
+        raise ValueError(f"state: {name!r} is not a trial state (one of {allowed})") from None
 
 
-def param_values(trial: common_pb2.Trial, order: Iterable[str] = ()) -> dict[str, bool | int | float | str]:
-    """A trial's params as plain Python values, in ``order`` (give the spec's space: a
-    protobuf map has no order), then any others by name."""
-    from hpcopt.records import ordered_params
+def _collect(page: Callable[[int, int], Page[R]], offset: int, limit: int | None) -> list[R]:
+    """Pages through a listing from ``offset``: ``limit`` items, or all when None."""
+    out: list[R] = []
+    while limit is None or len(out) < limit:
+        want = 1000 if limit is None else min(1000, limit - len(out))
+        got = page(offset + len(out), want)
+        out.extend(got.items)
+        if not got.items or offset + len(out) >= got.total:
+            break
+    return out
 
-    return ordered_params(trial, order)
 
+def wait_for_server(channel: grpc.Channel, target: str, timeout: float) -> None:
+    """Blocks until ``channel`` connects and the server's health check says SERVING."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-def trial_state(state: int) -> str:
-    """``TRIAL_STATE_COMPLETED`` (as a number) -> ``"COMPLETED"``."""
-    return common_pb2.TrialState.Name(state).removeprefix("TRIAL_STATE_")  # type: ignore[arg-type]
-
-
-def campaign_state(state: int) -> str:
-    """``CAMPAIGN_STATE_RUNNING`` (as a number) -> ``"RUNNING"``."""
-    return common_pb2.CampaignState.Name(state).removeprefix("CAMPAIGN_STATE_")  # type: ignore[arg-type]
+    deadline = time.monotonic() + timeout
+    stub = health_pb2_grpc.HealthStub(channel)
+    last = ""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ApiError("UNAVAILABLE", f"no hpcopt server answered at {target} within {timeout:g} s{last}{_HINT}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=min(left, 5.0))
+            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=min(left, 5.0))
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+            last = " (it is starting)"
+        except grpc.FutureTimeoutError:
+            pass
+        except grpc.RpcError as exc:
+            last = f" ({cast(grpc.Call, exc).code().name})"
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))

@@ -1,6 +1,8 @@
-"""Typed, plain-Python views of the wire messages: what ``hpcopt.Client.trials`` yields,
-what the CLI prints as text and as ``--json`` (one shape for both, see the README's
-"JSON output"), with parameters always in the order of the campaign's space.
+"""The client's own records: what every ``hpcopt.Client`` and ``hpcopt.AgentClient``
+call returns, what the CLI prints as text and as ``--json`` (one shape for both, see
+the docs' "JSON output"). Protobuf stays inside the client: parameters are a dict in
+the order of the campaign's space, states are enums with names, times are aware
+``datetime``s in UTC, absent values are ``None``.
 """
 
 from __future__ import annotations
@@ -9,11 +11,48 @@ import json
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import Any, Generic, TypeVar
 
-from hpcopt.v1 import common_pb2
+from hpcopt.v1 import agent_pb2, common_pb2
 
 ParamValue = bool | int | float | str
+R = TypeVar("R")
+
+
+class CampaignState(StrEnum):
+    """A campaign's state; compares equal to its name (``state == "RUNNING"``)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    CANCELLED = "CANCELLED"
+
+
+class TrialState(StrEnum):
+    """A trial's state; compares equal to its name (``state == "COMPLETED"``)."""
+
+    UNSPECIFIED = "UNSPECIFIED"
+    QUEUED = "QUEUED"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    PRUNED = "PRUNED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    PREEMPTED = "PREEMPTED"
+
+    @property
+    def finished(self) -> bool:
+        """A final state: the trial will not run again."""
+        return self in (TrialState.COMPLETED, TrialState.PRUNED, TrialState.FAILED, TrialState.CANCELLED)
+
+
+class Action(StrEnum):
+    """The server's answer to a heartbeat or a report: go on, or stop the trial."""
+
+    CONTINUE = "continue"
+    PRUNED = "pruned"
+    CANCELLED = "cancelled"
 
 
 def _time(msg: Any, name: str) -> datetime | None:
@@ -22,6 +61,10 @@ def _time(msg: Any, name: str) -> datetime | None:
 
 def _opt(msg: Any, name: str) -> Any:
     return getattr(msg, name) if msg.HasField(name) else None
+
+
+def _spec(text: str) -> dict[str, Any] | None:
+    return json.loads(text) if text else None
 
 
 def ordered_params(trial: common_pb2.Trial, order: Iterable[str] = ()) -> dict[str, ParamValue]:
@@ -36,16 +79,28 @@ def ordered_params(trial: common_pb2.Trial, order: Iterable[str] = ()) -> dict[s
     return out
 
 
-def space_order(campaign: common_pb2.Campaign) -> list[str]:
-    """The parameter names of a campaign's space, in the spec's order."""
-    return list(json.loads(campaign.spec_json)["space"]) if campaign.spec_json else []
+def trial_state(state: int) -> TrialState:
+    """``TRIAL_STATE_COMPLETED`` (the wire's number) -> ``TrialState.COMPLETED``."""
+    return TrialState(common_pb2.TrialState.Name(state).removeprefix("TRIAL_STATE_"))  # type: ignore[arg-type]
+
+
+def campaign_state(state: int) -> CampaignState:
+    """``CAMPAIGN_STATE_RUNNING`` (the wire's number) -> ``CampaignState.RUNNING``."""
+    return CampaignState(common_pb2.CampaignState.Name(state).removeprefix("CAMPAIGN_STATE_"))  # type: ignore[arg-type]
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready values: states as names, times as ISO 8601 in UTC."""
+        out: dict[str, Any] = _jsonable(asdict(self))  # type: ignore[call-overload]
+        return out
 
 
 @dataclass(frozen=True)
-class Campaign:
+class Campaign(_Record):
     id: int
     name: str
-    state: str  # RUNNING, COMPLETED, CANCELLED
+    state: CampaignState
     algorithm: str
     metric: str
     direction: str
@@ -65,7 +120,7 @@ class Campaign:
         return cls(
             id=int(c.id),
             name=c.name,
-            state=common_pb2.CampaignState.Name(c.state).removeprefix("CAMPAIGN_STATE_"),
+            state=campaign_state(c.state),
             algorithm=c.algorithm,
             metric=c.metric,
             direction=c.direction,
@@ -77,7 +132,7 @@ class Campaign:
             best_trial_number=_opt(c, "best_trial_number"),
             created_at=_time(c, "created_at"),
             finished_at=_time(c, "finished_at"),
-            spec=json.loads(c.spec_json) if c.spec_json else None,
+            spec=_spec(c.spec_json),
         )
 
     @property
@@ -85,18 +140,25 @@ class Campaign:
         return int((self.spec or {}).get("folds", 1))
 
     @property
+    def space(self) -> list[str]:
+        """The parameter names, in the spec's order (empty in listings, which carry no spec)."""
+        return list((self.spec or {}).get("space", {}))
+
+    @property
     def objectives(self) -> list[str]:
         """The metric of each objective (one for a single-objective campaign)."""
         listed = (self.spec or {}).get("objectives") or [{"metric": self.metric}]
         return [str(o["metric"]) for o in listed]
 
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = _jsonable(asdict(self))
-        return out
+    @property
+    def directions(self) -> list[str]:
+        """``minimize``/``maximize`` of each objective, in the order of ``objectives``."""
+        listed = (self.spec or {}).get("objectives") or [{"direction": self.direction}]
+        return [str(o.get("direction", "minimize")) for o in listed]
 
 
 @dataclass(frozen=True)
-class Fold:
+class Fold(_Record):
     index: int
     finished: bool
     value: float | None
@@ -104,16 +166,20 @@ class Fold:
     checkpoint_uri: str
     attempt: int
 
+    @classmethod
+    def from_proto(cls, f: common_pb2.Fold) -> Fold:
+        return cls(f.index, f.finished, _opt(f, "value"), dict(sorted(f.metrics.items())), f.checkpoint_uri, f.attempt)
+
 
 @dataclass(frozen=True)
-class CurvePoint:
+class CurvePoint(_Record):
     fold: int
     step: int
     value: float
 
 
 @dataclass(frozen=True)
-class TrialEvent:
+class TrialEvent(_Record):
     attempt: int
     kind: str
     agent_id: str
@@ -122,11 +188,11 @@ class TrialEvent:
 
 
 @dataclass(frozen=True)
-class Trial:
-    id: int
+class Trial(_Record):
+    id: int  # global id (the API's); ``number`` is what tables show (#27)
     campaign_id: int
     number: int
-    state: str  # QUEUED, RUNNING, COMPLETED, PRUNED, FAILED, CANCELLED, PREEMPTED
+    state: TrialState
     attempt: int
     params: dict[str, ParamValue]
     value: float | None
@@ -137,8 +203,8 @@ class Trial:
     started_at: datetime | None
     finished_at: datetime | None
     folds: list[Fold] = field(default_factory=list)
-    curves: list[CurvePoint] = field(default_factory=list)  # GetTrial only
-    events: list[TrialEvent] = field(default_factory=list)  # GetTrial only
+    curves: list[CurvePoint] = field(default_factory=list)  # get_trial only
+    events: list[TrialEvent] = field(default_factory=list)  # get_trial only
     #: Per objective, in the spec's order, for a multi-objective campaign (else empty).
     values: list[float] = field(default_factory=list)
 
@@ -148,7 +214,7 @@ class Trial:
             id=int(t.id),
             campaign_id=int(t.campaign_id),
             number=int(t.number),
-            state=common_pb2.TrialState.Name(t.state).removeprefix("TRIAL_STATE_"),
+            state=trial_state(t.state),
             attempt=int(t.attempt),
             params=ordered_params(t, order),
             value=_opt(t, "value"),
@@ -158,25 +224,106 @@ class Trial:
             created_at=_time(t, "created_at"),
             started_at=_time(t, "started_at"),
             finished_at=_time(t, "finished_at"),
-            folds=[
-                Fold(
-                    f.index, f.finished, _opt(f, "value"), dict(sorted(f.metrics.items())), f.checkpoint_uri, f.attempt
-                )
-                for f in sorted(t.folds, key=lambda f: f.index)
-            ],
+            folds=[Fold.from_proto(f) for f in sorted(t.folds, key=lambda f: f.index)],
             curves=[CurvePoint(p.fold, int(p.step), p.value) for p in t.curves],
             events=[TrialEvent(e.attempt, e.kind, e.agent_id, e.reason, _time(e, "at")) for e in t.events],
             values=list(t.values),
         )
 
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = _jsonable(asdict(self))
-        return out
+
+@dataclass(frozen=True)
+class Page(_Record, Generic[R]):
+    """One page of a listing: ``items``, and ``total`` counting every match."""
+
+    items: list[R]
+    total: int
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class ParetoFront(_Record):
+    """The non-dominated completed trials of a campaign, best first in the first
+    objective; ``trial.values`` follow ``objectives`` (a single-objective campaign's
+    front is its best trial)."""
+
+    campaign_id: int
+    objectives: list[str]
+    directions: list[str]
+    trials: list[Trial]
+
+
+@dataclass(frozen=True)
+class Agent(_Record):
+    """An agent's registration: its id, the lease terms and the server's identity."""
+
+    agent_id: str
+    lease_seconds: float
+    heartbeat_seconds: float
+    server_id: str
+    campaign_spec: dict[str, Any] | None  # the campaign's spec when one was named
+
+    @classmethod
+    def from_proto(cls, r: agent_pb2.RegisterResponse) -> Agent:
+        return cls(r.agent_id, r.lease_seconds, r.heartbeat_seconds, r.server_id, _spec(r.campaign_spec_json))
+
+
+@dataclass(frozen=True)
+class Lease(_Record):
+    """A held trial: every report quotes it."""
+
+    agent_id: str
+    trial_id: int
+    lease_id: str
+
+    def to_proto(self) -> agent_pb2.TrialLease:
+        return agent_pb2.TrialLease(agent_id=self.agent_id, trial_id=self.trial_id, lease_id=self.lease_id)
+
+
+@dataclass(frozen=True)
+class Assignment(_Record):
+    """What ``acquire`` got: ``status`` ``granted`` (``trial`` and ``lease`` set),
+    ``wait`` (ask again after ``retry_after_seconds``) or ``done`` (stop asking)."""
+
+    status: str
+    trial: Trial | None
+    lease: Lease | None
+    lease_expires_at: datetime | None
+    retry_after_seconds: float
+    campaign_spec: dict[str, Any] | None
+
+    @classmethod
+    def from_proto(cls, r: agent_pb2.AcquireResponse, agent_id: str) -> Assignment:
+        status = agent_pb2.AcquireResponse.Status.Name(r.status).removeprefix("STATUS_").lower()
+        spec = _spec(r.campaign_spec_json)
+        granted = status == "granted"
+        order = list((spec or {}).get("space", {}))
+        return cls(
+            status=status,
+            trial=Trial.from_proto(r.trial, order) if granted else None,
+            lease=Lease(agent_id, int(r.trial.id), r.lease_id) if granted else None,
+            lease_expires_at=_time(r, "lease_expires_at"),
+            retry_after_seconds=r.retry_after_seconds,
+            campaign_spec=spec,
+        )
+
+
+ACTIONS = {
+    agent_pb2.HeartbeatResponse.ACTION_CONTINUE: Action.CONTINUE,
+    agent_pb2.HeartbeatResponse.ACTION_STOP_PRUNED: Action.PRUNED,
+    agent_pb2.HeartbeatResponse.ACTION_STOP_CANCELLED: Action.CANCELLED,
+}
+
+
+def action(r: agent_pb2.HeartbeatResponse) -> Action:
+    return ACTIONS.get(r.action, Action.CONTINUE)
 
 
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
+    if isinstance(value, StrEnum):
+        return str(value)
     if isinstance(value, dict):
         return {k: _jsonable(v) for k, v in value.items()}
     if isinstance(value, list):

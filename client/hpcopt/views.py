@@ -1,18 +1,18 @@
-"""What the CLI prints: the records of ``hpcopt.records`` as rich tables that fit the
-terminal, or as JSON (``--json``: the same fields, typed)."""
+"""What the CLI prints: the records of ``hpcopt.records`` as plain tables that fit the
+terminal without splitting a value (``hpcopt.tables``), or as JSON (``--json``: the
+same fields, typed)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import sys
 from datetime import datetime
 from typing import Any
 
-from rich import box
-from rich.console import Console, Group, RenderableType
-from rich.table import Table
-from rich.text import Text
-
-from hpcopt.records import Campaign, Trial
+from hpcopt.records import Campaign, ParetoFront, Trial
+from hpcopt.tables import Column, Table
 
 
 def num(value: float | None, digits: int = 6) -> str:
@@ -27,37 +27,52 @@ def when(t: datetime | None) -> str:
     return "-" if t is None else t.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
-def table(*columns: str, title: str | None = None, **kw: Any) -> Table:
-    t = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False, **kw)
-    for c in columns:
-        t.add_column(c, overflow="fold")
-    return t
+def width() -> int | None:
+    """The width to fit: ``COLUMNS`` when set, the terminal's when printing to one,
+    else None (a file or a pipe gets every column in full)."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _params(order: list[str]) -> list[Column]:
+    return [Column(k, align="right", optional=True) for k in order]
 
 
 def campaigns_table(rows: list[Campaign]) -> Table:
-    t = table("id", "name", "state", "algorithm", "done", "best")
+    t = Table(
+        [
+            Column("id", "right"),
+            Column("name", flexible=True),
+            Column("state"),
+            Column("algorithm"),
+            Column("done", "right"),
+            Column("best", "right"),
+        ]
+    )
     for x in rows:
         t.add_row(str(x.id), x.name, x.state, x.algorithm, f"{x.finished}/{x.max_trials}", num(x.best_value))
     return t
 
 
 def trials_table(rows: list[Trial], order: list[str], title: str | None = None) -> Table:
-    t = table("#", "state", "attempt", "value", "± std", *order, title=title)
+    fixed = [Column("#", "right"), Column("state"), Column("attempt", "right")]
+    t = Table([*fixed, Column("value", "right"), Column("± std", "right"), *_params(order)], title)
     for x in rows:
         cells = [str(x.number), x.state, str(x.attempt), num(x.value), num(x.value_std)]
         t.add_row(*cells, *(param(x.params.get(k, "")) for k in order))
     return t
 
 
-def front_table(rows: list[Trial], order: list[str], objectives: list[str]) -> Table:
-    title = f"Pareto front: {len(rows)} trial(s)"
-    t = table("#", *objectives, *order, title=title)
-    for x in rows:
+def front_table(front: ParetoFront, order: list[str]) -> Table:
+    title = f"Pareto front: {len(front.trials)} trial(s)"
+    t = Table([Column("#", "right"), *(Column(m, "right") for m in front.objectives), *_params(order)], title)
+    for x in front.trials:
         t.add_row(str(x.number), *(num(v) for v in x.values), *(param(x.params.get(k, "")) for k in order))
     return t
 
 
-def campaign_text(c: Campaign) -> RenderableType:
+def campaign_text(c: Campaign) -> str:
     counts = ", ".join(f"{s} {n}" for s, n in c.trial_counts.items()) or "none yet"
     lines = [
         f"campaign {c.id} {c.name!r}: {c.state}",
@@ -72,10 +87,10 @@ def campaign_text(c: Campaign) -> RenderableType:
         lines.append("  space      " + ", ".join(c.spec.get("space", {})))
         training = c.spec.get("training")
         lines.append(f"  training   {training['task']}" if training else "  training   none: driven by a script")
-    return Text("\n".join(lines))
+    return "\n".join(lines)
 
 
-def trial_text(t: Trial) -> RenderableType:
+def trial_text(t: Trial, fit: int | None = None) -> str:
     head = [
         f"trial #{t.number} of campaign {t.campaign_id}: {t.state}, attempt {t.attempt} (id {t.id})",
         f"  value   {num(t.value)} ± {num(t.value_std)}",
@@ -85,28 +100,53 @@ def trial_text(t: Trial) -> RenderableType:
     head += [f"  {k:<{max(map(len, t.params))}}  {param(v)}" for k, v in t.params.items()] if t.params else []
     if t.error:
         head.append(f"  error   {t.error}")
-    parts: list[RenderableType] = [Text("\n".join(head))]
+    parts = ["\n".join(head)]
     if t.folds:
-        folds = table("fold", "value", "status", "attempt", "metrics", "checkpoint", title="folds")
+        folds = Table(
+            [
+                Column("fold", "right"),
+                Column("value", "right"),
+                Column("status"),
+                Column("attempt", "right"),
+                Column("metrics", flexible=True),
+                Column("checkpoint", flexible=True, keep_end=True),
+            ],
+            "folds",
+        )
         for f in t.folds:
             metrics = " ".join(f"{k}={v:.4g}" for k, v in f.metrics.items())
             status = "finished" if f.finished else "in progress"
             folds.add_row(str(f.index), num(f.value), status, str(f.attempt), metrics, f.checkpoint_uri or "-")
-        parts.append(folds)
+        parts.append(folds.render(fit))
     if t.curves:
-        curves = table("fold", "points", "steps", "first", "last", "best", title="learning curves")
+        cols = ["fold", "points", "steps", "first", "last", "best"]
+        curves = Table([Column(c, "right") for c in cols], "learning curves")
         for fold in sorted({p.fold for p in t.curves}):
             pts = [p for p in t.curves if p.fold == fold]
             values = [p.value for p in pts]
             steps = f"{pts[0].step}..{pts[-1].step}"
             curves.add_row(str(fold), str(len(pts)), steps, num(values[0]), num(values[-1]), num(min(values)))
-        parts.append(curves)
+        parts.append(curves.render(fit))
     if t.events:
-        events = table("at", "attempt", "event", "agent", "reason", title="history")
+        events = Table(
+            [
+                Column("at"),
+                Column("attempt", "right"),
+                Column("event"),
+                Column("agent"),
+                Column("reason", flexible=True),
+            ],
+            "history",
+        )
         for e in t.events:
             events.add_row(when(e.at), str(e.attempt), e.kind, e.agent_id[:8], e.reason)
-        parts.append(events)
-    return Group(*parts)
+        parts.append(events.render(fit))
+    return "\n\n".join(parts)
+
+
+def error_json(code: str, message: str, fields: list[dict[str, str]] | None = None) -> str:
+    """An error as ``--json`` prints it: ``{"error": {"code", "message", "fields"}}``."""
+    return json.dumps({"error": {"code": code, "message": message, "fields": fields or []}})
 
 
 class Output:
@@ -114,43 +154,37 @@ class Output:
 
     def __init__(self, as_json: bool) -> None:
         self.as_json = as_json
-        self.console = Console(highlight=False, soft_wrap=False)
+        self.width = width()
 
     def json(self, data: Any) -> None:
         print(json.dumps(data, indent=2))
 
+    def text(self, text: str) -> None:
+        print(text, flush=True)
+
     def emit(self, record: Campaign | Trial, text: str) -> None:
-        if self.as_json:
-            self.json(record.as_json())
-        else:
-            print(text)
+        self.json(record.to_dict()) if self.as_json else self.text(text)
 
     def campaigns(self, rows: list[Campaign]) -> None:
         if self.as_json:
-            self.json([x.as_json() for x in rows])
+            self.json([x.to_dict() for x in rows])
         else:
-            self.console.print(campaigns_table(rows))
+            self.text(campaigns_table(rows).render(self.width))
 
     def campaign(self, c: Campaign) -> None:
-        if self.as_json:
-            self.json(c.as_json())
-        else:
-            self.console.print(campaign_text(c))
+        self.json(c.to_dict()) if self.as_json else self.text(campaign_text(c))
 
     def trials(self, rows: list[Trial], order: list[str]) -> None:
         if self.as_json:
-            self.json([x.as_json() for x in rows])
+            self.json([x.to_dict() for x in rows])
         else:
-            self.console.print(trials_table(rows, order))
+            self.text(trials_table(rows, order).render(self.width))
 
-    def front(self, rows: list[Trial], order: list[str], objectives: list[str]) -> None:
+    def front(self, front: ParetoFront, order: list[str]) -> None:
         if self.as_json:
-            self.json([x.as_json() for x in rows])
+            self.json([x.to_dict() for x in front.trials])
         else:
-            self.console.print(front_table(rows, order, objectives))
+            self.text(front_table(front, order).render(self.width))
 
     def trial(self, t: Trial) -> None:
-        if self.as_json:
-            self.json(t.as_json())
-        else:
-            self.console.print(trial_text(t))
+        self.json(t.to_dict()) if self.as_json else self.text(trial_text(t, self.width))

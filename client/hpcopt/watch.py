@@ -1,26 +1,24 @@
-"""``hpcopt watch N``: the terminal's dashboard. A progress bar, the best trial so far,
-the running trials with their agent, fold and epoch, and the latest finished trials,
-redrawn in place until the campaign ends (or Ctrl-C)."""
+"""``hpcopt watch N``: the terminal's dashboard. On a terminal: a progress bar, the best
+trial so far, the running trials with their agent, fold and epoch, and the latest
+finished trials, redrawn in place until the campaign ends (or Ctrl-C). Into a file or
+a pipe: one line per finished trial and per change of the best, as they happen."""
 
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
-
 from hpcopt.client import Client
 from hpcopt.records import Campaign, Trial
-from hpcopt.views import num, param, table
+from hpcopt.tables import Column, Table
+from hpcopt.views import num, param, width
 
 #: Running trials fetched in full (folds and curves) per refresh; the rest are counted.
 MAX_RUNNING = 12
 RECENT = 8
+FINAL = ["COMPLETED", "PRUNED", "FAILED", "CANCELLED"]
 
 
 @dataclass
@@ -29,58 +27,68 @@ class Snapshot:
     order: list[str]
     running: list[Trial]
     running_total: int
-    recent: list[Trial]
+    recent: list[Trial]  # newest first
+    finished_total: int
     best: Trial | None
     elapsed: float
 
-    def as_json(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, object]:
         return {
-            "campaign": self.campaign.as_json(),
-            "running": [t.as_json() for t in self.running],
-            "recent": [t.as_json() for t in self.recent],
-            "best": self.best.as_json() if self.best else None,
+            "campaign": self.campaign.to_dict(),
+            "running": [t.to_dict() for t in self.running],
+            "recent": [t.to_dict() for t in self.recent],
+            "best": self.best.to_dict() if self.best else None,
         }
 
 
 def snapshot(c: Client, campaign_id: int, t0: float) -> Snapshot:
-    campaign = Campaign.from_proto(c.get_campaign(campaign_id))
-    order = list((campaign.spec or {}).get("space", {}))
-    page = c.list_trials(campaign_id, ["RUNNING"], 0, MAX_RUNNING)
-    running = [Trial.from_proto(c.get_trial(t.id), order) for t in page.trials]
-    final = ["COMPLETED", "PRUNED", "FAILED", "CANCELLED"]
-    total = c.list_trials(campaign_id, final, 0, 1).total
-    recent_page = c.list_trials(campaign_id, final, max(0, total - RECENT), RECENT).trials
-    recent = [Trial.from_proto(t, order) for t in reversed(recent_page)]
-    best = None
-    if campaign.best_trial_id is not None:
-        best = Trial.from_proto(c.get_best_trial(campaign_id), order)
-    return Snapshot(campaign, order, running, int(page.total), recent, best, time.monotonic() - t0)
-
-
-def _progress(s: Snapshot) -> RenderableType:
-    c = s.campaign
-    head = Table.grid(padding=(0, 2), expand=True)
-    head.add_column(ratio=1)
-    head.add_column(justify="right")
-    head.add_row(
-        Text(f"campaign {c.id} {c.name!r}: {c.state}", style="bold"),
-        f"{c.algorithm}, {c.direction} {c.metric}, {c.folds} fold(s)   {s.elapsed:.0f} s",
+    campaign = c.get_campaign(campaign_id)
+    page = c.trial_page(campaign_id, ["RUNNING"], 0, MAX_RUNNING)
+    running = [c.get_trial(t.id) for t in page.items]
+    total = c.trial_page(campaign_id, FINAL, 0, 1).total
+    recent = c.trial_page(campaign_id, FINAL, max(0, total - RECENT), RECENT).items
+    best = c.get_best_trial(campaign_id) if campaign.best_trial_id is not None else None
+    return Snapshot(
+        campaign, campaign.space, running, page.total, list(reversed(recent)), total, best, time.monotonic() - t0
     )
-    bar = Table.grid(padding=(0, 2), expand=True)
-    bar.add_column(ratio=1)
-    bar.add_column(justify="right")
+
+
+def _bar(done: int, total: int, size: int = 30) -> str:
+    filled = size * min(done, total) // max(total, 1)
+    return "[" + "#" * filled + " " * (size - filled) + "]"
+
+
+def _params(t: Trial) -> str:
+    return "  ".join(f"{k}={param(v)}" for k, v in t.params.items())
+
+
+def _progress(s: Snapshot) -> list[str]:
+    c = s.campaign
     counts = "  ".join(f"{k.lower()} {v}" for k, v in c.trial_counts.items())
-    bar.add_row(ProgressBar(total=max(c.max_trials, 1), completed=c.finished), f"{c.finished}/{c.max_trials}  {counts}")
-    lines: list[RenderableType] = [head, bar]
+    lines = [
+        f"campaign {c.id} {c.name!r}: {c.state}   {c.algorithm}, {c.direction} {c.metric}, "
+        f"{c.folds} fold(s)   {s.elapsed:.0f} s",
+        f"{_bar(c.finished, c.max_trials)} {c.finished}/{c.max_trials}  {counts}",
+    ]
     if s.best is not None:
-        params = "  ".join(f"{k}={param(v)}" for k, v in s.best.params.items())
-        lines.append(Text(f"best: trial #{s.best.number}  {num(s.best.value)} ± {num(s.best.value_std)}  {params}"))
-    return Group(*lines)
+        b = s.best
+        lines.append(f"best: trial #{b.number}  {num(b.value)} ± {num(b.value_std)}  {_params(b)}")
+    return lines
 
 
-def _running(s: Snapshot) -> RenderableType:
+def _running(s: Snapshot) -> Table:
     more = f" (showing {len(s.running)} of {s.running_total})" if s.running_total > len(s.running) else ""
-    t = table("trial", "attempt", "agent", "folds done", "fold: epoch value", *s.order, title=f"running{more}")
+    t = Table(
+        [
+            Column("trial", "right"),
+            Column("attempt", "right"),
+            Column("agent"),
+            Column("folds done", "right"),
+            Column("fold: epoch value", flexible=True),
+            *(Column(k, "right", optional=True) for k in s.order),
+        ],
+        f"running{more}",
+    )
     for x in s.running:
         done = sum(f.finished for f in x.folds)
         latest: dict[int, tuple[int, float]] = {}
@@ -93,8 +101,18 @@ def _running(s: Snapshot) -> RenderableType:
     return t
 
 
-def _recent(s: Snapshot) -> RenderableType:
-    t = table("trial", "state", "value", "± std", "note", *s.order, title="latest finished")
+def _recent(s: Snapshot) -> Table:
+    t = Table(
+        [
+            Column("trial", "right"),
+            Column("state"),
+            Column("value", "right"),
+            Column("± std", "right"),
+            Column("note", flexible=True),
+            *(Column(k, "right", optional=True) for k in s.order),
+        ],
+        "latest finished",
+    )
     for x in s.recent:
         note = x.error.splitlines()[0][:60] if x.error else ""
         cells = [f"#{x.number}", x.state, num(x.value), num(x.value_std), note]
@@ -102,26 +120,58 @@ def _recent(s: Snapshot) -> RenderableType:
     return t
 
 
-def render(s: Snapshot) -> RenderableType:
-    return Group(_progress(s), _running(s), _recent(s))
+def render(s: Snapshot, fit: int | None = None) -> str:
+    return "\n\n".join(["\n".join(_progress(s)), _running(s).render(fit), _recent(s).render(fit)])
+
+
+def _follow(c: Client, campaign_id: int, interval: float, t0: float) -> int:
+    """Line by line, for a file or a pipe: each finished trial once (by number), and
+    the best whenever it changes; flushed as it happens."""
+    seen: set[int] = set()
+    best: int | None = None
+    s = snapshot(c, campaign_id, t0)
+    print(f"campaign {s.campaign.id} {s.campaign.name!r}: {s.campaign.state}, "
+          f"{s.campaign.finished}/{s.campaign.max_trials} finished", flush=True)  # fmt: skip
+    while True:
+        for t in reversed(s.recent):  # oldest first
+            if t.number not in seen:
+                seen.add(t.number)
+                note = f"  {t.error.splitlines()[0][:80]}" if t.error else ""
+                print(f"trial #{t.number} {t.state} {num(t.value)} ± {num(t.value_std)}  {_params(t)}{note}  "
+                      f"({s.campaign.finished}/{s.campaign.max_trials})", flush=True)  # fmt: skip
+        if s.best is not None and s.best.number != best:
+            best = s.best.number
+            print(f"best: trial #{s.best.number} {num(s.best.value)} ± {num(s.best.value_std)}", flush=True)
+        if s.campaign.state != "RUNNING":
+            print(f"campaign {s.campaign.id} {s.campaign.state}: {s.campaign.finished}/{s.campaign.max_trials} "
+                  f"finished in {s.elapsed:.0f} s", flush=True)  # fmt: skip
+            return 0
+        time.sleep(interval)
+        s = snapshot(c, campaign_id, t0)
 
 
 def watch(c: Client, campaign_id: int, interval: float = 2.0, *, as_json: bool = False) -> int:
-    """Redraws until the campaign is no longer RUNNING; 0 then, 130 on Ctrl-C."""
+    """Follows the campaign until it is no longer RUNNING; 0 then, 130 on Ctrl-C."""
     t0 = time.monotonic()
     interval = max(interval, 0.2)
     if as_json:  # one JSON document per refresh (JSON Lines), the last when the campaign ends
         while True:
             s = snapshot(c, campaign_id, t0)
-            print(json.dumps(s.as_json()), flush=True)
+            print(json.dumps(s.to_dict()), flush=True)
             if s.campaign.state != "RUNNING":
                 return 0
             time.sleep(interval)
+    if not sys.stdout.isatty():
+        return _follow(c, campaign_id, interval, t0)
+    from rich.console import Console
+    from rich.live import Live
+    from rich.text import Text
+
     console = Console(highlight=False)
     s = snapshot(c, campaign_id, t0)
-    with Live(render(s), console=console, refresh_per_second=4, transient=False) as live:
+    with Live(Text(render(s, width())), console=console, refresh_per_second=4, transient=False) as live:
         while s.campaign.state == "RUNNING":
             time.sleep(interval)
             s = snapshot(c, campaign_id, t0)
-            live.update(render(s))
+            live.update(Text(render(s, width())))
     return 0

@@ -10,7 +10,6 @@ groups x 2 fold groups, a progress display and the final leaderboard.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import socket
 import subprocess
@@ -18,12 +17,10 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from hpcopt import Client, param_values
-from hpcopt.client import campaign_state
+from hpcopt import Campaign, Client
 
 ROOT = Path(__file__).resolve().parents[2]
 CAMPAIGN = ROOT / "examples/digits/campaign.yaml"
@@ -64,9 +61,9 @@ def agent_command(target: str, campaign: int, ranks: int, groups: int, workdir: 
     ]  # fmt: skip
 
 
-def progress(c: Any, t0: float, metric: str) -> str:
+def progress(c: Campaign, t0: float, metric: str) -> str:
     done = sum(n for s, n in c.trial_counts.items() if s not in ("QUEUED", "RUNNING"))
-    best = f"{c.best_value:.4f}" if c.HasField("best_value") else "-"
+    best = "-" if c.best_value is None else f"{c.best_value:.4f}"
     bar = "#" * (30 * done // c.max_trials)
     failed = c.trial_counts.get("FAILED", 0)
     extra = f"  failed {failed}" if failed else ""
@@ -78,17 +75,13 @@ def progress(c: Any, t0: float, metric: str) -> str:
 
 def leaderboard(client: Client, campaign_id: int, metric: str) -> None:
     c = client.get_campaign(campaign_id)
-    trials = sorted(client.iter_trials(campaign_id, ["COMPLETED"]), key=lambda t: t.value)
+    trials = sorted(client.list_trials(campaign_id, ["COMPLETED"]), key=lambda t: t.value)
     if c.direction == "maximize":
         trials.reverse()
-    print(f"\ncampaign {c.id} is {campaign_state(c.state)}; the five best of {len(trials)} completed trials:")
-    order = list(json.loads(c.spec_json)["space"])
+    print(f"\ncampaign {c.id} is {c.state}; the five best of {len(trials)} completed trials:")
     print(f"  {'trial':>6}  {metric + ' (mean ± std over folds)':>34}  params")
     for t in trials[:5]:
-        values = param_values(t)
-        params = ", ".join(
-            f"{k}={values[k]:.3g}" if isinstance(values[k], float) else f"{k}={values[k]}" for k in order
-        )
+        params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in t.params.items())
         print(f"  {'#' + str(t.number):>6}  {t.value:>24.4f} ± {t.value_std:.4f}  {params}")
 
 
@@ -115,6 +108,7 @@ def main() -> int:
             sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", f"sqlite:///{args.workdir / 'hpcopt.db'}",
             "--port", str(rest), "--grpc-port", str(grpc_port), "--log-level", "warning",
         ],
+        start_new_session=True,  # Ctrl-C reaches the demo only, which then stops the server in order
     )  # fmt: skip
     agent: subprocess.Popen[bytes] | None = None
     try:
@@ -133,7 +127,7 @@ def main() -> int:
             with open(log_path, "wb") as log:
                 agent = subprocess.Popen(
                     agent_command(target, campaign.id, args.ranks, args.groups, args.workdir),
-                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT,
+                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
                 )  # fmt: skip
                 t0 = time.monotonic()
                 tty, last = sys.stdout.isatty(), ""
@@ -160,13 +154,24 @@ def main() -> int:
         else:
             print("the demo's server has stopped; `make demo ARGS=--keep` (or run_demo.py --keep) keeps it up")
     except KeyboardInterrupt:
-        pass
+        print("\ninterrupted: stopping the agent and the server", flush=True)
     finally:
-        if agent is not None and agent.poll() is None:
-            agent.terminate()
-        server.terminate()
-        server.wait(timeout=30)
+        stop(agent, server)
     return 0
+
+
+def stop(*procs: subprocess.Popen[bytes] | None) -> None:
+    """Stops the agent, then the server (SIGTERM, then SIGKILL after 30 s); a second
+    Ctrl-C meanwhile kills them at once rather than printing a traceback."""
+    for proc in procs:
+        if proc is None or proc.poll() is not None:
+            continue
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            proc.kill()
+            proc.wait()
 
 
 if __name__ == "__main__":

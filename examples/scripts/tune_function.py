@@ -59,10 +59,10 @@ def main() -> None:
                     value += 0.01 * math.sin(trial.number)
                 done = trial.complete(value)
                 where = f"x={p['x']:+.3f} y={p['y']:+.3f} noise={p['noise']}"
-                print(f"trial {done.id:>3}  value {done.value:10.4f}  {where}")
-        best = hpcopt.Trial.from_proto(client.get_best_trial(campaign_id), SPEC["space"])  # type: ignore[arg-type]
-        total = hpcopt.Campaign.from_proto(client.get_campaign(campaign_id)).finished
-        print(f"best: trial {best.id} of {total} trials, value {best.value:.4f} at {best.params}")
+                print(f"trial #{done.number:<3}  value {done.value:10.4f}  {where}")
+        best = client.get_best_trial(campaign_id)
+        total = client.get_campaign(campaign_id).finished
+        print(f"best: trial #{best.number} of {total} trials, value {best.value:.4f} at {best.params}")
 
 
 if __name__ == "__main__":

@@ -19,9 +19,8 @@ import numpy as np
 import pytest
 import torch
 
-from hpcopt import AgentClient, ApiError, lease_of
+from hpcopt import AgentClient, ApiError
 from hpcopt.checkpoints import CheckpointRefused, check_reported, local_path
-from hpcopt.v1 import agent_pb2
 from hpcopt_agent import checkpoint
 from tests.agent.conftest import AgentServer, agent_spec, dump, trial_json
 
@@ -178,8 +177,8 @@ def test_a_planted_pickle_never_runs_and_the_trial_completes(agent_server: Agent
     with AgentClient(agent_server.target) as attacker:
         reg = attacker.register(host="attacker", campaign_id=campaign)
         got = attacker.acquire(reg.agent_id, campaign)
-        assert got.status == agent_pb2.AcquireResponse.STATUS_GRANTED
-        lease, tid = lease_of(got, reg.agent_id), got.trial.id
+        assert got.status == "granted"
+        lease, tid = got.lease, got.trial.id
         # Planted anywhere: the server refuses the URI outright, and stores nothing.
         for uri in (plant(agent_server.workdir / "x" / "evil.pt", marker, zipped=True), "file:///etc/shadow"):
             with pytest.raises(ApiError) as refused:
@@ -209,7 +208,7 @@ def test_an_imported_checkpoint_uri_is_dropped_and_never_loaded(agent_server: Ag
     source = agent_server.submit(agent_spec(folds=2, budget={"max_trials": 1, "max_parallel": 1}))
     with AgentClient(agent_server.target) as a:
         reg = a.register(host="exporter", campaign_id=source)
-        lease = lease_of(a.acquire(reg.agent_id, source), reg.agent_id)
+        lease = (a.acquire(reg.agent_id, source)).lease
         a.report_intermediate(lease, 0, 1, 0.5)
         a.release(lease, "PREEMPTED", "to export")
     with urllib.request.urlopen(f"{agent_server.url}/api/v1/campaigns/{source}/export", timeout=30) as r:
@@ -225,7 +224,7 @@ def test_an_imported_checkpoint_uri_is_dropped_and_never_loaded(agent_server: Ag
         )
         with urllib.request.urlopen(req, timeout=60) as r:
             copy = json.loads(r.read())["id"]
-        [trial] = agent_server.client().iter_trials(copy)
+        [trial] = agent_server.client().list_trials(copy)
         assert [f["checkpoint_uri"] for f in trial_json(agent_server, trial.id)["folds"]] == [""]
     result = agent_server.run_agent(2, copy)
     assert result.returncode == 0, dump(result)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hpcopt import AgentClient, Client, lease_of
+from hpcopt import AgentClient, Client
 from hpcopt_agent.server import Heartbeat, TrialLink
 from tests.conftest import LiveServer, make_spec
 
@@ -29,7 +29,7 @@ def test_reports_stand_in_for_heartbeats_and_heartbeats_resume_when_they_stop(li
         cid = c.create_campaign(make_spec(folds=1, budget={"max_trials": 1, "max_parallel": 1})).id
     with CountingClient(live_server.grpc_target) as api:
         reg = api.register(host="reporting", campaign_id=cid)
-        lease = lease_of(api.acquire(reg.agent_id, cid), reg.agent_id)
+        lease = (api.acquire(reg.agent_id, cid)).lease
         link = TrialLink(api, lease)
         beat = Heartbeat(link, interval=0.4)
         beat.start()

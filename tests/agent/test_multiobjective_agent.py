@@ -5,7 +5,6 @@ the trial with its name."""
 
 from __future__ import annotations
 
-from hpcopt.client import trial_state
 from tests.agent.conftest import AgentServer, agent_spec, dump
 
 
@@ -21,15 +20,15 @@ def test_a_real_agent_reports_every_objective_and_names_a_missing_one(agent_serv
     result = agent_server.run_agent(2, campaign, "--groups", "2")
     assert result.returncode == 0, dump(result)
     with agent_server.client() as c:
-        trials = [c.get_trial(t.id) for t in c.iter_trials(campaign)]
-        assert [trial_state(t.state) for t in trials] == ["COMPLETED", "COMPLETED"]
+        trials = [c.get_trial(t.id) for t in c.list_trials(campaign)]
+        assert [t.state for t in trials] == ["COMPLETED", "COMPLETED"]
         for t in trials:
             rmse = [f.value for f in t.folds]
             seconds = [f.metrics["train_seconds"] for f in t.folds]
             assert list(t.values) == [sum(rmse) / 2, sum(seconds) / 2] and all(s > 0 for s in seconds)
-        assert {t.id for t in c.get_pareto_front(campaign)} <= {t.id for t in trials}
+        assert {t.id for t in c.get_pareto_front(campaign).trials} <= {t.id for t in trials}
     result = agent_server.run_agent(1, missing_id)
     with agent_server.client() as c:
-        [failed] = [c.get_trial(t.id) for t in c.iter_trials(missing_id)]
-    assert trial_state(failed.state) == "FAILED", dump(result)
+        [failed] = [c.get_trial(t.id) for t in c.list_trials(missing_id)]
+    assert failed.state == "FAILED", dump(result)
     assert "'gpu_hours' is not among them" in failed.error, failed.error

@@ -91,7 +91,7 @@ def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninter
     whole = agent_server.submit(spec)
     result = agent_server.run_agent(4, whole)
     assert result.returncode == 0, dump(result)
-    [reference] = agent_server.client().iter_trials(whole)
+    [reference] = agent_server.client().list_trials(whole)
     folds = trial_json(agent_server, reference.id)["folds"]
     assert {"staleness_mean", "staleness_max", "train_loss", "loss"} <= set(folds[0]["metrics"]), folds
 
@@ -100,7 +100,7 @@ def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninter
     a = agent_server.start_agent(4, cut, log=log_a, **slow)
 
     def one_epoch() -> bool:
-        trials = agent_server.client().iter_trials(cut)
+        trials = agent_server.client().list_trials(cut)
         return bool(trials) and len(trial_json(agent_server, trials[0].id)["curves"]) >= 1
 
     try:
@@ -113,7 +113,7 @@ def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninter
             kill_group(a)
     text = log_a.read_text()
     assert "PREEMPTED" in text, text
-    [trial] = agent_server.client().iter_trials(cut)
+    [trial] = agent_server.client().list_trials(cut)
     assert trial_json(agent_server, trial.id)["state"] == "QUEUED"
     resumed = agent_server.run_agent(4, cut)
     assert resumed.returncode == 0, dump(resumed)
@@ -186,7 +186,7 @@ def test_a_campaign_searching_the_scheme_trains_each_trial_with_its_scheme_and_o
     assert result.returncode == 0, dump(result)
     assert "scheme searched among allreduce, easgd, daso" in result.stderr, dump(result)
     knobs = {"allreduce": set(), "easgd": {"easgd.beta", "easgd.tau"}, "daso": {"daso.max_global_skips"}}
-    trials = [trial_json(agent_server, t.id) for t in agent_server.client().iter_trials(campaign)]
+    trials = [trial_json(agent_server, t.id) for t in agent_server.client().list_trials(campaign)]
     assert sorted(t["params"]["scheme"] for t in trials) == ["allreduce", "daso", "easgd"]
     for t in trials:
         scheme = t["params"]["scheme"]

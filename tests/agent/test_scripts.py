@@ -55,7 +55,7 @@ def test_a_script_tunes_a_function_with_ask_and_tell(agent_server: AgentServer) 
                 trial.report(3, 0.0)  # the trial is over for this script
             seen.append(trial.id)
         assert len(seen) == 4
-        final = hpcopt.Campaign.from_proto(c.get_campaign(campaign.id))
+        final = c.get_campaign(campaign.id)
         assert final.state == "COMPLETED" and final.trial_counts == {"COMPLETED": 4} and final.spec is not None
         assert final.spec["training"] is None
         # A single value where the campaign has 2 folds is refused before anything is sent.

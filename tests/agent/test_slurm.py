@@ -94,7 +94,7 @@ def test_the_walltime_signal_preempts_and_the_job_exits_cleanly(slurm: None, age
     job = sbatch(agent_server, "agent.sbatch", campaign, "--groups", "2", HPCOPT_TEST_STEP_SLEEP="0.03")
 
     def running_trial() -> int | None:
-        trials = agent_server.client().iter_trials(campaign)
+        trials = agent_server.client().list_trials(campaign)
         return trials[0].id if trials and len(trial_json(agent_server, trials[0].id)["curves"]) >= 2 else None
 
     trial = wait_for(running_trial, 120, "two epochs reported")

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from hpcopt import AgentClient, ApiError, Client, lease_of
+from hpcopt import AgentClient, ApiError, Client
 from hpcopt_server.service import Service
 from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
@@ -127,7 +127,7 @@ def test_an_agent_id_works_only_with_the_token_that_registered_it(two_agent_toke
     a, b, admin = (AgentClient(server.grpc_target, token=secrets[k], timeout=10) for k in ("a", "b", "admin"))
     try:
         agent_id = a.register(host="node-a", campaign_id=cid).agent_id
-        lease = lease_of(a.acquire(agent_id, cid), agent_id)
+        lease = (a.acquire(agent_id, cid)).lease
         before = server.service.campaigns.trial(lease.trial_id)
         for other in (b, admin):
             for call in (

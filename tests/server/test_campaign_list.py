@@ -51,12 +51,13 @@ def test_the_list_is_paged_newest_first_on_rest_grpc_and_the_client(live_server:
     r = httpx.get(base, params={"limit": 1001})
     assert r.status_code == 422 and "limit" in r.text
     with Client(live_server.grpc_target) as c:
-        assert [x.id for x in c.list_campaigns()] == ids[::-1][:100]
+        assert [x.id for x in c.list_campaigns(limit=100)] == ids[::-1][:100]
         page = c.campaign_page(offset=240, limit=50)
-        assert page.total == 250 and [x.id for x in page.campaigns] == ids[::-1][240:]
-        assert [x.id for x in c.iter_campaigns(page=64)] == ids[::-1]
+        assert page.total == 250 and [x.id for x in page.items] == ids[::-1][240:]
+        assert [x.id for x in c.list_campaigns()] == ids[::-1], "all of them, paged through"
+        assert [x.id for x in c.list_campaigns(offset=10, limit=1500)] == ids[::-1][10:]
         with pytest.raises(ApiError) as err:
-            c.list_campaigns(limit=5000)
+            c.campaign_page(limit=5000)
         assert err.value.code == "INVALID_ARGUMENT" and "limit" in str(err.value)
 
 

@@ -10,16 +10,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from hpcopt import AgentClient, Client, lease_of
-from hpcopt.client import campaign_state, trial_state
-from hpcopt.v1 import agent_pb2
+from hpcopt import AgentClient, Client
 from hpcopt_server.service import Service, ServiceSettings
 from hpcopt_server.storage.repository import Storage
 from tests.conftest import LiveServer, _fresh_pg_database, make_spec, run_live_server
 from tests.seed import checkpoint_uri
 from tests.server.process import ServerProcess
 
-GRANTED, WAIT = agent_pb2.AcquireResponse.STATUS_GRANTED, agent_pb2.AcquireResponse.STATUS_WAIT
+GRANTED, WAIT = "granted", "wait"
 
 
 def _swarm(targets: list[str], campaign_id: int, agents: int) -> list[int]:
@@ -44,7 +42,7 @@ def _swarm(targets: list[str], campaign_id: int, agents: int) -> list[int]:
                         return
                     with lock:
                         granted.append(resp.trial.id)
-                    lease = lease_of(resp, reg.agent_id)
+                    lease = resp.lease
                     api.report_fold(lease, 0, float(resp.trial.number))
                     api.complete(lease)
         except BaseException as exc:
@@ -64,12 +62,12 @@ def _check_exactly_once(target: str, campaign_id: int, granted: list[int], max_t
     assert not dupes, f"trials acquired more than once: {dupes}"
     assert len(granted) == max_trials
     with Client(target) as c:
-        trials = c.iter_trials(campaign_id)
+        trials = c.list_trials(campaign_id)
         assert sorted(t.id for t in trials) == sorted(granted)
         assert sorted(t.number for t in trials) == list(range(max_trials))
-        assert {trial_state(t.state) for t in trials} == {"COMPLETED"}
+        assert {t.state for t in trials} == {"COMPLETED"}
         assert all(t.attempt == 1 for t in trials)
-        assert campaign_state(c.get_campaign(campaign_id).state) == "COMPLETED"
+        assert c.get_campaign(campaign_id).state == "COMPLETED"
 
 
 @pytest.mark.slow
@@ -139,7 +137,7 @@ def test_a_silent_agent_loses_its_trial_to_another_agent(short_lease_server: Liv
     with AgentClient(target) as a, AgentClient(target) as b:
         ra, rb = a.register(host="silent"), b.register(host="rescuer")
         first = a.acquire(ra.agent_id, cid)
-        lease_a = lease_of(first, ra.agent_id)
+        lease_a = first.lease
         a.report_fold(lease_a, 0, 0.25, {"loss": 0.25}, checkpoint_uri(ra.server_id, cid, first.trial.id, 0))
         assert b.acquire(rb.agent_id, cid).status == WAIT  # max_parallel 1, and it is held
         # Agent a now goes silent; within lease + reap interval the trial must come back.
@@ -149,12 +147,12 @@ def test_a_silent_agent_loses_its_trial_to_another_agent(short_lease_server: Liv
             time.sleep(0.1)
         assert second.trial.id == first.trial.id and second.trial.attempt == 2
         assert [(f.index, f.finished, f.value) for f in second.trial.folds] == [(0, True, 0.25)]
-        lease_b = lease_of(second, rb.agent_id)
+        lease_b = second.lease
         with pytest.raises(Exception, match="FAILED_PRECONDITION"):
             a.report_fold(lease_a, 1, 0.5)  # the old holder is refused
         b.report_fold(lease_b, 1, 0.75)
         done = b.complete(lease_b)
-    assert trial_state(done.state) == "COMPLETED" and done.value == 0.5 and done.attempt == 2
+    assert done.state == "COMPLETED" and done.value == 0.5 and done.attempt == 2
     with Client(target) as c:
         kinds = [e.kind for e in c.get_trial(done.id).events]
     assert kinds == ["acquired", "lease_expired", "acquired", "completed"]

@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from hpcopt import AgentClient, Client
-from hpcopt.v1 import common_pb2
 from hpcopt_server.storage.migrate import upgrade
 from tests.conftest import make_spec
 from tests.server.process import ServerProcess
@@ -57,7 +56,7 @@ def test_a_thousand_idle_connections_do_not_make_the_server_unreachable(db: str)
 
 
 def _one_trial(agent: AgentClient, agent_id: str, campaign: int) -> None:
-    assert finish_one_trial(agent, agent_id, campaign) == common_pb2.TRIAL_STATE_COMPLETED
+    assert finish_one_trial(agent, agent_id, campaign) == "COMPLETED"
 
 
 @pytest.mark.parametrize("kind", ["grpc", "slow"])

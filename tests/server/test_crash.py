@@ -13,7 +13,7 @@ from typing import TypeVar
 import pytest
 from sqlalchemy import create_engine, text
 
-from hpcopt import AgentClient, ApiError, Client, lease_of
+from hpcopt import AgentClient, ApiError, Client
 from tests.conftest import make_spec
 from tests.server.process import ServerProcess
 
@@ -35,7 +35,7 @@ def test_acknowledged_reports_survive_sigkill(backend: str, tmp_path: Path, requ
             cid = c.create_campaign(make_spec(folds=100, budget={"max_trials": 1, "max_parallel": 1})).id
         agent = AgentClient(target, timeout=5)
         reg = agent.register(host="crash-test")
-        lease = lease_of(agent.acquire(reg.agent_id, cid), reg.agent_id)
+        lease = (agent.acquire(reg.agent_id, cid)).lease
         stop = threading.Event()
         unexpected: list[ApiError] = []
 
@@ -120,7 +120,7 @@ def test_completions_survive_sigkill_during_a_burst_and_none_counts_twice(
                         assert time.monotonic() < deadline, "no trial to acquire"
                         time.sleep(0.1)
                         got = _retrying(lambda: a.acquire(agent_id, cid), deadline)
-                    lease = lease_of(got, agent_id)
+                    lease = got.lease
                     for fold in range(2):
                         _retrying(lambda f=fold, ls=lease: a.report_fold(ls, f, 0.1 * k + f), deadline)  # type: ignore[misc]
                     done = _retrying(lambda ls=lease: a.complete(ls), deadline)  # type: ignore[misc]

@@ -14,9 +14,8 @@ import httpx
 import numpy as np
 import pytest
 
-from hpcopt import AgentClient, ApiError, Client, lease_of
+from hpcopt import AgentClient, ApiError, Client
 from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
-from hpcopt.v1 import agent_pb2
 from tests.conftest import LiveServer, make_spec
 
 OBJECTIVES = [{"metric": "loss", "direction": "minimize"}, {"metric": "acc", "direction": "maximize"}]
@@ -68,8 +67,8 @@ def test_objectives_alone_make_the_first_the_objective() -> None:
 
 def _trial(agent: AgentClient, agent_id: str, campaign_id: int, fn: Any, metrics: bool = True) -> int:
     got = agent.acquire(agent_id, campaign_id)
-    assert got.status == agent_pb2.AcquireResponse.STATUS_GRANTED
-    lease = lease_of(got, agent_id)
+    assert got.status == "granted"
+    lease = got.lease
     x, y = (got.trial.params[k].real for k in ("x", "y"))
     for k in range(2):
         loss, acc = fn(x, y, k)
@@ -90,9 +89,9 @@ def test_a_multi_objective_campaign_keeps_each_trials_values_and_serves_its_pare
         # A fold without the second objective's metric is refused by name; nothing stored.
         got = agent.acquire(reg.agent_id, cid)
         with pytest.raises(ApiError) as err:
-            agent.report_fold(lease_of(got, reg.agent_id), 0, 0.5, {"other": 1.0})
+            agent.report_fold(got.lease, 0, 0.5, {"other": 1.0})
         assert err.value.code == "INVALID_ARGUMENT" and "'acc'" in err.value.message
-        agent.release(lease_of(got, reg.agent_id), "FAILED", "no acc")
+        agent.release(got.lease, "FAILED", "no acc")
         for _ in range(10):
             _trial(agent, reg.agent_id, cid, fn)
 
@@ -108,7 +107,7 @@ def test_a_multi_objective_campaign_keeps_each_trials_values_and_serves_its_pare
         front = http.get(f"/campaigns/{cid}/front").json()
         assert {t["id"] for t in front} == expected
         assert [t["values"][0] for t in front] == sorted(t["values"][0] for t in front)  # best first in objective 1
-        assert [t.id for t in c.get_pareto_front(cid)] == [t["id"] for t in front]
+        assert [t.id for t in c.get_pareto_front(cid).trials] == [t["id"] for t in front]
 
         plot = http.get(f"/campaigns/{cid}/plot").json()
         assert plot["objectives"] == OBJECTIVES and set(plot["front"]) == expected

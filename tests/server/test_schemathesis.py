@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcopt import AgentClient, Client, lease_of
+from hpcopt import AgentClient, Client
 from hpcopt_server.service import Service
 from hpcopt_server.storage.repository import Storage
 from tests.conftest import IN_CI, make_spec
@@ -49,7 +49,7 @@ def test_schemathesis_finds_nothing_on_postgresql_with_auth(pg_url: str, tmp_pat
             cid = c.create_campaign(make_spec(folds=1)).id
         with AgentClient(server.grpc_target, token=admin) as a:
             agent_id = a.register(host="st", campaign_id=cid).agent_id
-            lease = lease_of(a.acquire(agent_id, cid), agent_id)
+            lease = (a.acquire(agent_id, cid)).lease
             a.report_intermediate(lease, 0, 0, 0.5)
             a.report_fold(lease, 0, 0.5)
             a.complete(lease)

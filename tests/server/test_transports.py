@@ -13,9 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from hpcopt import AgentClient, ApiError, Client, lease_of
-from hpcopt.client import campaign_state, trial_state
-from hpcopt.v1 import agent_pb2
+from hpcopt import AgentClient, ApiError, Client
 from tests.conftest import ROOT, LiveServer, make_spec
 from tests.seed import checkpoint_uri
 
@@ -24,10 +22,10 @@ def _run_one_trial(server: LiveServer, campaign_id: int, values: list[float]) ->
     with AgentClient(server.grpc_target) as agent:
         reg = agent.register(host="node1", ranks=2, gpus=1, slurm_job_id="42", campaign_id=campaign_id)
         got = agent.acquire(reg.agent_id, campaign_id)
-        assert got.status == agent_pb2.AcquireResponse.STATUS_GRANTED
-        assert json.loads(got.campaign_spec_json)["folds"] == len(values)
-        lease = lease_of(got, reg.agent_id)
-        assert agent.heartbeat(lease).action == agent_pb2.HeartbeatResponse.ACTION_CONTINUE
+        assert got.status == "granted"
+        assert got.campaign_spec["folds"] == len(values)
+        lease = got.lease
+        assert agent.heartbeat(lease) == "continue"
         for k, v in enumerate(values):
             agent.report_intermediate(lease, k, 0, v + 1)
             agent.report_fold(lease, k, v, {"loss": v}, checkpoint_uri(reg.server_id, campaign_id, got.trial.id, k))
@@ -37,19 +35,19 @@ def _run_one_trial(server: LiveServer, campaign_id: int, values: list[float]) ->
 def test_grpc_client_runs_a_campaign_end_to_end(live_server: LiveServer) -> None:
     with Client(live_server.grpc_target) as c:
         campaign = c.create_campaign(make_spec(folds=2, budget={"max_trials": 2, "max_parallel": 1}))
-        assert campaign_state(campaign.state) == "RUNNING" and campaign.max_trials == 2
+        assert campaign.state == "RUNNING" and campaign.max_trials == 2
         tid = _run_one_trial(live_server, campaign.id, [0.2, 0.4])
         trial = c.get_trial(tid)
-        assert trial_state(trial.state) == "COMPLETED" and trial.value == pytest.approx(0.3)
+        assert trial.state == "COMPLETED" and trial.value == pytest.approx(0.3)
         assert [p.value for p in trial.curves] == [1.2, 1.4]
         assert [e.kind for e in trial.events] == ["acquired", "completed"]
         assert c.get_best_trial(campaign.id).id == tid
-        assert c.list_trials(campaign.id, ["COMPLETED"]).total == 1
+        assert c.trial_page(campaign.id, ["COMPLETED"]).total == 1
         assert [x.id for x in c.list_campaigns()] == [campaign.id]
         doc = c.export_campaign(campaign.id)
         copy = c.import_campaign(doc)
         assert copy.trial_counts["COMPLETED"] == 1 and copy.id != campaign.id
-        assert campaign_state(c.cancel_campaign(campaign.id).state) == "CANCELLED"
+        assert c.cancel_campaign(campaign.id).state == "CANCELLED"
 
 
 def test_grpc_errors_carry_codes_and_field_names(live_server: LiveServer) -> None:
@@ -67,7 +65,7 @@ def test_grpc_errors_carry_codes_and_field_names(live_server: LiveServer) -> Non
     with AgentClient(live_server.grpc_target) as agent:
         reg = agent.register(host="h")
         got = agent.acquire(reg.agent_id, campaign.id)
-        lease = lease_of(got, reg.agent_id)
+        lease = got.lease
         with pytest.raises(ApiError) as err:
             agent.report_fold(lease, 0, float("nan"))
         assert err.value.code == "INVALID_ARGUMENT" and "finite" in err.value.message
@@ -230,12 +228,14 @@ def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_ser
     assert text.index("  lr ") < text.index("  width ") < text.index("  act "), text
     header = _cli(live_server, "trials", "1").stdout.splitlines()[0].split()
     assert header[-3:] == ["lr", "width", "act"], header
-    # A campaign that ends: watch draws it and returns; with --json one document per refresh.
+    # A campaign that ends: watch (into a pipe: line by line) follows it and returns; with
+    # --json one document per refresh.
     with Client(live_server.grpc_target) as c:
         c.cancel_campaign(1)
     watched = _cli(live_server, "watch", "1", "--interval", "0.2")
     assert watched.returncode == 0 and "campaign 1 'typed': CANCELLED" in watched.stdout, watched
-    assert "latest finished" in watched.stdout and "best: trial" in watched.stdout, watched.stdout
+    assert "trial #0 COMPLETED 0.3 ± 0.141421  lr=" in watched.stdout, watched.stdout
+    assert "best: trial #0 0.3" in watched.stdout and "\x1b" not in watched.stdout, watched.stdout
     lines = _cli_after(live_server, "watch", "1").stdout.splitlines()
     assert json.loads(lines[-1])["campaign"]["state"] == "CANCELLED"
 
