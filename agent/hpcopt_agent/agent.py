@@ -127,13 +127,13 @@ class GroupLoop:
         outcomes: list[FoldOutcome] = []
         fold_link = link if self.comms.is_fold_leader else None
         for fold in layout.folds_for(self.comms.fold_index, remaining):
-            self.context.what = f"trial {info.trial_id} fold {fold}"
+            self.context.what = f"trial #{info.number} fold {fold}"
             train, validation = self.splits[fold]
             outcome = self.trainer.run(info, fold, train, validation, fold_link, grant.resume.get(fold, ""))
             outcomes.append(outcome)
             if outcome.status != "completed":
                 break
-        self.context.what = f"trial {info.trial_id}"
+        self.context.what = f"trial #{info.number}"
         everything = gather(self.comms.group, outcomes if self.comms.is_fold_leader else [])
         if heartbeat is not None:
             heartbeat.stop()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcopt import Agent, AgentClient, ApiError
+from hpcopt.cliutil import finish
 from hpcopt_agent import __version__
 
 if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts on import)
@@ -85,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--threads", type=int, help="torch threads per rank (default: cores / ranks on the node)")
     ap.add_argument("--master-addr", help="address of rank 0 for the torch rendezvous (default: its hostname)")
     ap.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    return ap
+    return finish(ap, "hpcopt-agent")
 
 
 def main(argv: list[str] | None = None) -> int:

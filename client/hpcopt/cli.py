@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hpcopt.client import DEFAULT_SERVER, ApiError, Client
-from hpcopt.cliutil import HelpFormatter, add_version
+from hpcopt.cliutil import HelpFormatter, finish
 from hpcopt.spec import SpecError
 
 #: Server answers that mean "what you gave is wrong" (exit 2) rather than "no" (exit 1).
@@ -48,7 +48,6 @@ def parser() -> argparse.ArgumentParser:
         parents=[_common(True)],
         formatter_class=HelpFormatter,
     )
-    add_version(ap, "hpcopt")
     common = [_common(False)]
     sub = ap.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -88,7 +87,7 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("-q", "--quiet", action="store_true", help="print only the new campaign's id")
     wt = command("wait", "wait until the server answers (after starting it in the background)")
     wt.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
-    return ap
+    return finish(ap, "hpcopt")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,7 +13,7 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "default" in text or "%(default)" in text or action.default in (None, False, argparse.SUPPRESS, []):
+        if "default" in text or not _shown(action.default):
             return text
         if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
             return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
@@ -32,3 +32,23 @@ def add_version(parser: argparse.ArgumentParser, dist: str) -> None:
     mine, client = distribution_version(dist), distribution_version("hpcopt")
     text = f"{dist} {mine}" + ("" if dist == "hpcopt" else f" (hpcopt {client})")
     parser.add_argument("--version", action="version", version=text)
+
+
+def finish(parser: argparse.ArgumentParser, dist: str) -> argparse.ArgumentParser:
+    """Adds ``--version`` and gives the parser and every sub-command the help formatter
+    that shows defaults; returns the parser."""
+    add_version(parser, dist)
+    todo = [parser]
+    while todo:
+        p = todo.pop()
+        p.formatter_class = HelpFormatter
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                todo.extend(action.choices.values())
+            elif action.help is None and action.option_strings and _shown(action.default):
+                action.help = "(default: %(default)s)"
+    return parser
+
+
+def _shown(default: object) -> bool:
+    return not (default is None or default is False or default is argparse.SUPPRESS or default == [])

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from hpcopt.cliutil import finish
 from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.settings import ServerSettings, env
 
@@ -40,9 +41,24 @@ def parser() -> argparse.ArgumentParser:
         default=int(env("GRPC_PORT", "50051")),
         help="gRPC port (env HPCOPT_GRPC_PORT)",
     )
-    s.add_argument("--lease-seconds", type=float, default=float(env("LEASE_SECONDS", "60")))
-    s.add_argument("--reap-interval", type=float, default=float(env("REAP_INTERVAL", "5")))
-    s.add_argument("--grpc-workers", type=int, default=int(env("GRPC_WORKERS", "64")))
+    s.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=float(env("LEASE_SECONDS", "60")),
+        help="a held trial goes back to the queue after this long without a report (env HPCOPT_LEASE_SECONDS)",
+    )
+    s.add_argument(
+        "--reap-interval",
+        type=float,
+        default=float(env("REAP_INTERVAL", "5")),
+        help="seconds between sweeps for expired leases (env HPCOPT_REAP_INTERVAL)",
+    )
+    s.add_argument(
+        "--grpc-workers",
+        type=int,
+        default=int(env("GRPC_WORKERS", "64")),
+        help="threads serving gRPC calls (env HPCOPT_GRPC_WORKERS)",
+    )
     s.add_argument(
         "--db-pool",
         type=int,
@@ -102,7 +118,11 @@ def parser() -> argparse.ArgumentParser:
         default=float(env("DB_WAIT", str(DB_WAIT))),
         help="seconds to keep retrying a database that refuses connections at start (env HPCOPT_DB_WAIT)",
     )
-    s.add_argument("--log-level", default=env("LOG_LEVEL", "info"))
+    s.add_argument(
+        "--log-level",
+        default=env("LOG_LEVEL", "info"),
+        help="debug, info, warning or error (env HPCOPT_LOG_LEVEL)",
+    )
 
     db = sub.add_parser("db", help="database schema")
     dbsub = db.add_subparsers(dest="db_command", required=True)
@@ -129,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
     )
     _db_arg(disable)
     disable.add_argument("--yes", action="store_true", help="confirm: open the server to anyone who reaches it")
-    return ap
+    return finish(ap, "hpcopt-server")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

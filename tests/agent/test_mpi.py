@@ -57,7 +57,7 @@ def test_a_campaign_runs_to_completion(agent_server: AgentServer, ranks: int, gr
     # Every group trained, and each line says which trial and fold it is about.
     leaders = {int(m) for m in re.findall(r"\[r(\d+) g\d+\] trial \d+ COMPLETED", result.stderr)}
     assert leaders == {g * (ranks // groups) for g in range(groups)}, dump(result)
-    assert re.search(r"trial \d+ fold [01] epoch 3/3: loss=", result.stderr), dump(result)
+    assert re.search(r"trial #\d+ fold [01] epoch 3/3: loss=", result.stderr), dump(result)
 
 
 def test_a_task_that_raises_fails_its_trial_and_the_agent_goes_on(agent_server: AgentServer) -> None:
@@ -83,9 +83,9 @@ def test_a_task_that_raises_fails_its_trial_and_the_agent_goes_on(agent_server: 
         assert {t.state for t in trials} == {"FAILED", "COMPLETED"}, "the seed should give both kinds"
 
 
-def _epochs_trained(log: str, trial_id: int) -> dict[int, list[int]]:
+def _epochs_trained(log: str, number: int) -> dict[int, list[int]]:
     out: dict[int, list[int]] = {}
-    for fold, epoch in re.findall(rf"trial {trial_id} fold (\d+) epoch (\d+)/", log):
+    for fold, epoch in re.findall(rf"trial #{number} fold (\d+) epoch (\d+)/", log):
         out.setdefault(int(fold), []).append(int(epoch))
     return out
 
@@ -129,7 +129,7 @@ def test_kill_9_mid_trial_resumes_from_checkpoints_without_retraining_finished_f
     assert result.returncode == 0, dump(result)
     after = trial_json(agent_server, trial.id)
     assert after["state"] == "COMPLETED" and after["attempt"] == 2, after
-    trained = _epochs_trained(result.stderr, trial.id)
+    trained = _epochs_trained(result.stderr, trial.number)
     assert 0 not in trained and 1 not in trained, f"finished folds retrained: {trained}"
     for fold in (2, 3):
         resumed_at = max((p["step"] for p in before["curves"] if p["fold"] == fold), default=0)
@@ -183,8 +183,8 @@ def test_sigterm_preempts_with_a_checkpoint_and_a_later_agent_resumes(agent_serv
     assert done["state"] == "COMPLETED" and done["attempt"] == 2
     # The whole run trained each fold's 6 epochs once: nothing lost, nothing repeated.
     for fold in (0, 1):
-        first = _epochs_trained(text, trial.id).get(fold, [])
-        second = _epochs_trained(result.stderr, trial.id).get(fold, [])
+        first = _epochs_trained(text, trial.number).get(fold, [])
+        second = _epochs_trained(result.stderr, trial.number).get(fold, [])
         assert sorted(first + second) == list(range(1, 7)), (fold, first, second)
 
 

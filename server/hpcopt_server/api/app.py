@@ -35,14 +35,10 @@ STATUS: dict[type[e.ServiceError], int] = {
 
 
 def default_dashboard_dir() -> Path | None:
-    """``dashboard/`` of a source checkout, or the copy installed with the package."""
-    for candidate in (
-        Path(__file__).resolve().parents[3] / "dashboard",
-        Path(__file__).resolve().parents[1] / "static",
-    ):
-        if (candidate / "index.html").is_file():
-            return candidate
-    return None
+    """The dashboard's files, shipped inside the package (``dashboard/`` at the top of a
+    checkout is a link to them)."""
+    here = Path(__file__).resolve().parents[1] / "static"
+    return here if (here / "index.html").is_file() else None
 
 
 def create_app(
