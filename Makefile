@@ -1,4 +1,4 @@
-.PHONY: demo test setup protos lint bench dashboard-vendor horovod
+.PHONY: demo test setup protos lint bench dashboard-vendor horovod docs wheels
 
 # Runs the demo campaign end to end (server, digits campaign, a 4-rank MPI agent, leaderboard).
 # `make demo ARGS=--keep` keeps the server (and its dashboard) up until Ctrl-C.
@@ -6,7 +6,7 @@ demo:
 	bash scripts/setup.sh
 	.venv/bin/python examples/demo/run_demo.py $(ARGS)
 
-# Runs every test: ruff, mypy, generated-code drift, SQLite, PostgreSQL, mpiexec and Slurm suites.
+# Runs every test: ruff, mypy, the docs build, generated-code drift, SQLite, PostgreSQL, mpiexec, Slurm, browser, wheels.
 test:
 	bash scripts/test.sh
 
@@ -21,6 +21,17 @@ horovod:
 # Copies plotly.js from the pinned plotly package into dashboard/vendor/.
 dashboard-vendor:
 	.venv/bin/python scripts/vendor_dashboard.py
+
+# Regenerates the docs' reference pages from the code, then builds the site into site/ (strict).
+docs:
+	bash scripts/setup.sh --dev
+	.venv/bin/python scripts/gen_docs.py
+	NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict
+
+# Builds the three wheels and sdists into dist/.
+wheels:
+	bash scripts/setup.sh --dev
+	for part in client server agent; do .venv/bin/python -m build --outdir dist $$part; done
 
 # Regenerates client/hpcopt/v1 from protos/.
 protos:

@@ -78,6 +78,14 @@ if [ "${1:-}" = "--services" ]; then
       echo "setup: chromium did not install; the browser tests will skip (and fail under CI=true)"
     fi
   fi
+  # Debian's docker-compose: the deployment test validates docker-compose.yml with `config`.
+  if [ "$(id -u)" = 0 ] && ! command -v docker-compose >/dev/null 2>&1; then
+    echo "setup: installing docker-compose from Debian"
+    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq docker-compose > /tmp/hpcopt-compose-apt.log 2>&1 \
+      || { timeout 900 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq docker-compose; } \
+        >> /tmp/hpcopt-compose-apt.log 2>&1 \
+      || echo "setup: docker-compose did not install; the compose test will skip (and fail under CI=true)"
+  fi
   # A one-node Slurm cluster for the sbatch tests (installed from Debian when missing).
   if [ "$(id -u)" = 0 ]; then
     echo "setup: starting Slurm"

@@ -11,6 +11,10 @@ ruff check .
 ruff format --check .
 echo "== mypy"
 mypy
+echo "== docs (mkdocs build --strict)"
+docs_out=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$docs_out"
+rm -rf "$docs_out"
 # Nothing a test run writes may land in the checkout: anything untracked and not ignored
 # that appears during the run fails it (artifacts/, .venv/ and the like are ignored).
 untracked() { git status --porcelain --untracked-files=all 2>/dev/null | grep '^??' | sort || true; }

@@ -20,7 +20,14 @@ ParamValue = bool | int | float | str
 R = TypeVar("R")
 
 
-class CampaignState(StrEnum):
+class _Named(StrEnum):
+    """An enum that is its name: compares, prints, formats and serializes as it."""
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+class CampaignState(_Named):
     """A campaign's state; compares equal to its name (``state == "RUNNING"``)."""
 
     UNSPECIFIED = "UNSPECIFIED"
@@ -29,7 +36,7 @@ class CampaignState(StrEnum):
     CANCELLED = "CANCELLED"
 
 
-class TrialState(StrEnum):
+class TrialState(_Named):
     """A trial's state; compares equal to its name (``state == "COMPLETED"``)."""
 
     UNSPECIFIED = "UNSPECIFIED"
@@ -47,7 +54,7 @@ class TrialState(StrEnum):
         return self in (TrialState.COMPLETED, TrialState.PRUNED, TrialState.FAILED, TrialState.CANCELLED)
 
 
-class Action(StrEnum):
+class Action(_Named):
     """The server's answer to a heartbeat or a report: go on, or stop the trial."""
 
     CONTINUE = "continue"

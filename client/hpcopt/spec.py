@@ -192,7 +192,7 @@ def _no_controls(text: str) -> str:
 
 
 class CampaignSpec(_Strict):
-    """A whole campaign. Field docs live in the README's spec reference."""
+    """A whole campaign: the docs site's "Campaign spec" page explains each part."""
 
     name: Annotated[str, AfterValidator(_no_controls)] = Field(min_length=1, max_length=200)
     objective: Objective

@@ -5,8 +5,11 @@ PostgreSQL): the file is what its comments promise."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
+from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import ROOT
@@ -49,3 +52,33 @@ def test_nginx_balances_rest_and_grpc_over_the_server_replicas() -> None:
     assert sorted(lb["ports"]) == ["50051:50051", "8000:8000"]
     exposed = {str(p) for p in compose["services"]["server"]["expose"]}
     assert exposed == {"8000", "50051"}
+
+
+def test_docker_compose_accepts_the_file_with_the_documented_env_and_refuses_it_without(tmp_path: Path) -> None:
+    import shutil
+    import subprocess
+
+    from tests.conftest import IN_CI
+
+    tool = shutil.which("docker-compose")
+    if tool is None:
+        message = "docker-compose is not installed (`apt-get install docker-compose`; setup.sh --services does)"
+        pytest.fail(message + " (CI=true)") if IN_CI else pytest.skip(message)
+    # The documented sequence's first line, run as written in a scratch folder: .env once.
+    docs = (ROOT / "docs/guides/deployment.md").read_text()
+    [first] = [line for line in docs.splitlines() if line.startswith("test -f .env")]
+    command = first.split("#")[0]
+    for _ in range(2):  # a second run keeps the token of the first
+        subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True, timeout=30)
+    env_text = (tmp_path / ".env").read_text()
+    assert re.fullmatch(r"HPCOPT_ADMIN_TOKEN=[0-9a-f]{48}\n", env_text), env_text
+    for name in ("docker-compose.yml", "deploy", "Dockerfile"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HPCOPT_")}
+    ok = subprocess.run([tool, "config"], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    config = yaml.safe_load(ok.stdout)
+    assert config["services"]["server"]["environment"]["HPCOPT_ADMIN_TOKEN"] == env_text.split("=", 1)[1].strip()
+    (tmp_path / ".env").unlink()
+    bad = subprocess.run([tool, "config"], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "HPCOPT_ADMIN_TOKEN" in bad.stderr, bad.stderr

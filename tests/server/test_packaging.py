@@ -79,3 +79,18 @@ def test_the_agent_never_imports_the_web_or_sql_stack() -> None:
 def test_the_agent_help_runs_without_an_mpi_launch() -> None:
     out = subprocess.run([sys.executable, "-m", "hpcopt_agent", "--help"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "--checkpoint-dir" in out.stdout and "--groups" in out.stdout
+
+
+def test_generated_docs_pages_match_the_code(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, str(ROOT / "scripts/gen_docs.py"), "--out", str(tmp_path)], check=True, timeout=120)
+    stale = [
+        p.name for p in sorted(tmp_path.iterdir()) if p.read_text() != (ROOT / "docs/reference" / p.name).read_text()
+    ]
+    assert not stale, f"regenerate with `make docs`: {stale} differ from the code"
+
+
+def test_readme_is_short_and_every_docs_page_is_in_the_nav() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+    nav = (ROOT / "mkdocs.yml").read_text()
+    pages = [p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")]
+    assert pages and all(p in nav for p in pages), [p for p in pages if p not in nav]

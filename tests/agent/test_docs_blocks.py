@@ -1,0 +1,82 @@
+"""The docs' runnable blocks, run exactly as written: every fenced block marked
+``<!-- docs-test: NAME -->`` in docs/, in page order, pasted into one bash session as a
+user would (a Python block through ``python -``), twice in a row in the same folder."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.agent.conftest import mpi_env, mpiexec_path
+from tests.conftest import ROOT, free_port
+
+pytestmark = pytest.mark.timeout(600)
+MARK = re.compile(r"<!-- docs-test: ([\w-]+) -->\n```(\w+)\n(.*?)```", re.S)
+
+
+def docs_blocks(name: str) -> list[tuple[str, str]]:
+    """(language, text) of the blocks marked ``name``, in the order of the pages."""
+    found = []
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        found += [(m.group(2), m.group(3)) for m in MARK.finditer(page.read_text()) if m.group(1) == name]
+    assert found, f"no block marked docs-test: {name} under docs/"
+    return found
+
+
+def session(blocks: list[tuple[str, str]]) -> str:
+    parts = []
+    for lang, text in blocks:
+        assert lang in ("bash", "python"), lang
+        parts.append(text if lang == "bash" else f"python - <<'HPCOPT_DOCS_EOF'\n{text}HPCOPT_DOCS_EOF\n")
+    return "".join(parts)
+
+
+def test_the_first_campaign_blocks_run_as_written_twice_in_a_row(tmp_path: Path) -> None:
+    mpiexec_path()  # a failure under CI=true when MPI is missing
+    script = session(docs_blocks("first-campaign"))
+    assert script.startswith("source .venv/bin/activate") and "hpcopt wait" in script
+    # The working directory is a scratch copy of the repository root: its .venv and the
+    # digits example by symlink, the campaign cut to 4 trials of 2 epochs (its file is a
+    # fixture; the commands are the page's).
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    (tmp_path / "examples/digits").mkdir(parents=True)
+    (tmp_path / "examples/digits/task.py").symlink_to(ROOT / "examples/digits/task.py")
+    spec = yaml.safe_load((ROOT / "examples/digits/campaign.yaml").read_text())
+    spec["budget"]["max_trials"], spec["training"]["epochs"] = 4, 2
+    (tmp_path / "examples/digits/campaign.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    rest, grpc_port = free_port(), free_port()
+    env = mpi_env(HPCOPT_PORT=str(rest), HPCOPT_GRPC_PORT=str(grpc_port), HPCOPT_SERVER=f"127.0.0.1:{grpc_port}")
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # the agent's default checkpoint folder is under it
+    for name in ("VIRTUAL_ENV", "SCRATCH", "HPCOPT_CHECKPOINT_DIR", "HPCOPT_DB", "HPCOPT_TOKEN", "COLUMNS"):
+        env.pop(name, None)
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)
+    # set -e: any line that fails fails the run (a user would see its error and stop).
+    guarded = "set -e\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + script
+    for run in (1, 2):
+        out = subprocess.run(
+            ["bash", "-c", guarded], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280
+        )
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, f"run {run}:\n{text[-6000:]}"
+        first = 1 if run == 1 else 4  # the second run's campaigns follow the first run's three
+        for expected in (
+            f"campaign {first} 'digits-mlp': COMPLETED",
+            f"campaign {first + 1} 'digits-mlp': COMPLETED",
+            f"campaign {first + 2} CANCELLED",
+            "learning curves",
+            f"campaign {first}: COMPLETED, best trial #",
+            "['COMPLETED', ",
+        ):
+            assert expected in text, f"run {run}: {expected!r} not in the output:\n{text[-6000:]}"
+        assert "Traceback" not in text, text[-6000:]
+    assert (tmp_path / "hpcopt.db").exists() and (tmp_path / "campaign.json").exists()
+
+
+def test_every_marked_block_belongs_to_a_test() -> None:
+    names = {m.group(1) for page in (ROOT / "docs").rglob("*.md") for m in MARK.finditer(page.read_text())}
+    assert names == {"first-campaign"}, f"a docs-test name without a test here: {names}"
