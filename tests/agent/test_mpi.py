@@ -55,7 +55,7 @@ def test_a_campaign_runs_to_completion(agent_server: AgentServer, ranks: int, gr
             # One learning-curve point per epoch and fold.
             assert sorted((p.fold, p.step) for p in full.curves) == [(k, e) for k in (0, 1) for e in (1, 2, 3)]
     # Every group trained, and each line says which trial and fold it is about.
-    leaders = {int(m) for m in re.findall(r"\[r(\d+) g\d+\] trial \d+ COMPLETED", result.stderr)}
+    leaders = {int(m) for m in re.findall(r"\[r(\d+) g\d+\] trial #\d+ COMPLETED", result.stderr)}
     assert leaders == {g * (ranks // groups) for g in range(groups)}, dump(result)
     assert re.search(r"trial #\d+ fold [01] epoch 3/3: loss=", result.stderr), dump(result)
 
