@@ -270,18 +270,17 @@ def _goodbye(client: AgentClient, agent_id: str) -> None:
 
 def entry() -> None:
     """``main`` as a program. A refusal at start (exit 2) is agreed by every rank, so the
-    job ends quietly: MPI is finalized and the process leaves without the SystemExit that
-    ``python -m mpi4py`` turns into MPI_Abort (and a screen of abort messages)."""
+    job ends quietly: MPI is finalized first, and then the SystemExit that ``python -m
+    mpi4py`` would otherwise turn into MPI_Abort (and a screen of abort messages) is
+    harmless. The process then leaves through the interpreter's normal exit, never
+    ``os._exit`` straight after MPI_Finalize: MPICH's launcher SIGKILLs the ranks still
+    inside MPI_Finalize when one rank is gone that soon (exit 9 instead of 2)."""
     rc = main()
     if rc == 2 and "mpi4py.MPI" in sys.modules:
         from mpi4py import MPI
 
         if MPI.Is_initialized() and not MPI.Is_finalized():
             MPI.Finalize()
-        logging.shutdown()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(2)
     sys.exit(rc)
 
 
