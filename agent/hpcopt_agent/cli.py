@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     stop.install()
     from hpcopt_agent.comm import limit_threads
 
-    limit_threads(world, args.threads)
+    threads = limit_threads(world, args.threads)
 
     try:
         limit = parse_duration(args.time_limit) if args.time_limit else None
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             where = f" (rank {rank})" if rank else ""
             log.error("refusing to start%s: %s", where, first)
         return 2
-    return _run(args, world, reg, settings, layout, task, context, stop, Walltime(limit))
+    return _run(args, world, reg, settings, layout, task, context, stop, Walltime(limit), threads)
 
 
 def _register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Agent:
@@ -182,18 +182,20 @@ def _run(
     context: Context,
     stop: StopSignal,
     walltime: Walltime,
+    threads: int,
 ) -> int:
+    import torch
     from mpi4py import MPI
 
     from hpcopt_agent.agent import GroupLoop
     from hpcopt_agent.comm import bcast, quiet, split
-    from hpcopt_agent.data import Data
+    from hpcopt_agent.data import Data, LoaderOptions
     from hpcopt_agent.fold import FoldTrainer
-    from hpcopt_agent.folds import splits as fold_splits
     from hpcopt_agent.schemes import uses_horovod
     from hpcopt_agent.schemes.horovod import init_horovod
 
     comms = split(layout, world, timeout=args.collective_timeout, master_addr=args.master_addr)
+    torch.backends.cudnn.benchmark = settings.cudnn_benchmark
     if uses_horovod(settings):
         comms.horovod = init_horovod(comms)
     context.where = f"r{world.rank} g{comms.group_index}"
@@ -214,12 +216,14 @@ def _run(
     if comms.is_group_leader:
         log.info("registered as agent %s (%d ranks)", reg.agent_id, layout.group_size)
 
-    data = Data(task.dataset(), comms.device)
-    labels = task.labels() if settings.stratified else None
-    if settings.stratified and labels is None:
+    data = Data(task.dataset, comms.device, LoaderOptions.from_options(settings.loader), threads)
+    splits, problem = _splits(world, task, data, settings)
+    if problem:
+        if world.rank == 0:
+            log.error("refusing to train: %s", problem)
+        quiet(world)
         comms.close()
-        raise SystemExit("training.options.stratified is true but Task.labels() returned None")
-    splits = fold_splits(len(data), settings.folds, settings.fold_seed, labels)
+        return 2
     trainer = FoldTrainer(
         comms=comms,
         task=task,
@@ -254,6 +258,36 @@ def _run(
     comms.close()
     all_normal = world.allreduce(normal, op=MPI.LAND)
     return 0 if all_normal else 1
+
+
+def _splits(world: MPI.Comm, task: Task, data: Any, settings: TrainingSettings) -> tuple[list[Any], str]:
+    """The K folds, computed by the last rank (it reads data in every scheme: a
+    parameter server's master and sub-masters never build the dataset) and broadcast
+    as one fold number per sample; or why they cannot be made."""
+    import numpy as np
+
+    from hpcopt_agent.folds import decode, encode, splits
+
+    last = world.size - 1
+    found: Any = None
+    if world.rank == last:
+        try:
+            labels = task.labels() if settings.stratified else None
+            if settings.stratified and labels is None:
+                raise ValueError("training.options.stratified is true but Task.labels() returned None")
+            groups = task.groups() if settings.folds_by == "group" else None
+            if settings.folds_by == "group" and groups is None:
+                raise ValueError("training.options.folds_by is group but Task.groups() returned None")
+            n = len(data)
+            parts = splits(n, settings.folds, settings.fold_seed, labels, groups)
+            found = (encode(parts, n), len(parts))
+        except Exception as exc:  # the task's own code: say which part failed
+            found = str(exc) if isinstance(exc, ValueError) else f"building the folds: {exc!r}"
+    found = world.bcast(found, root=last)
+    if isinstance(found, str):
+        return [], found
+    fold_of, k = found
+    return decode(np.asarray(fold_of), k), ""
 
 
 def _goodbye(client: AgentClient, agent_id: str) -> None:

@@ -150,7 +150,20 @@ def node_position(world: MPI.Comm) -> tuple[int, int]:
     return hosts[: world.rank].count(me), hosts.count(me)
 
 
+def local_rank(world: MPI.Comm) -> int:
+    """This rank's index on its node: Slurm's ``SLURM_LOCALID`` when srun started this
+    rank (its ``SLURM_PROCID`` is the MPI rank; ranks that mpiexec started inside a
+    batch script all inherit the script's), else its position among the ranks
+    sharing its host name."""
+    given = os.environ.get("SLURM_LOCALID", "")
+    if given.isdigit() and os.environ.get("SLURM_PROCID") == str(world.rank):
+        return int(given)
+    return node_position(world)[0]
+
+
 def pick_device(local_rank: int) -> torch.device:
+    """One GPU per rank: the node-local rank's GPU among those visible (with srun
+    ``--gpus-per-task``/``--gpu-bind`` each task sees only its own: index 0)."""
     if torch.cuda.is_available():
         index = local_rank % torch.cuda.device_count()
         torch.cuda.set_device(index)
@@ -171,7 +184,7 @@ def split(
     group_index, fold_index = layout.group_of(rank), layout.fold_group_of(rank)
     group = world.Split(color=group_index, key=rank)
     fold = group.Split(color=fold_index, key=rank)
-    device = pick_device(node_position(world)[0])
+    device = pick_device(local_rank(world))
     comms = Comms(layout, world, group, fold, group_index, fold_index, device, timeout=timeout)
     if layout.ranks_per_fold > 1:
         comms.pg = _process_groups(layout, world, device, timeout, master_addr)

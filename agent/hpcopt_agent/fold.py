@@ -19,6 +19,7 @@ serve the epoch instead of running the batch loop.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import random
@@ -35,7 +36,8 @@ from mpi4py import MPI
 from hpcopt import ApiError
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
-from hpcopt_agent.data import Data
+from hpcopt_agent.data import EVAL_BATCH, Data
+from hpcopt_agent.precision import Precision
 from hpcopt_agent.runtime import StopSignal
 from hpcopt_agent.schemes import Scheme, make_scheme
 from hpcopt_agent.server import RETRIED, LeaseLost, TrialLink
@@ -72,6 +74,7 @@ class _Run:
     optimizers: dict[str, torch.optim.Optimizer]
     single: bool
     scheme: Scheme
+    precision: Precision
     step_models: Any = None  # what the task's train_step gets (as the scheme wrapped them)
     step_optimizers: Any = None
     epoch: int = 0
@@ -85,7 +88,8 @@ class _Epoch:
     """What one rank did in an epoch's batch loop."""
 
     stop_at: int | None = None  # the position where the ranks agreed to stop
-    samples: int = 0
+    samples: int = 0  # samples this rank read and trained
+    seconds: float = 0.0  # this rank's time in the batch loop
     losses: list[float] = field(default_factory=list)
 
 
@@ -141,6 +145,7 @@ class FoldTrainer:
         run: _Run | None = None
         state: dict[str, Any] | None = None
         why, error = "", ""
+        self.data.open(seed_for(self.s.seed, trial.number, fold, 2))
         try:  # the same knobs on every rank: all build the scheme (a collective) or none does
             name = self.s.scheme_for(trial.params)
             scheme = make_scheme(name, self.comms, self.s.knobs(trial.params), self.s.epochs, self.timeout)
@@ -171,6 +176,7 @@ class FoldTrainer:
                 return self._fail(out, trial, link, f"setting up fold {fold}", error)
             return self._epochs(out, run, trial, fold, train, validation, link)
         finally:
+            self.data.close()
             if scheme is not None:
                 scheme.close()
 
@@ -258,13 +264,14 @@ class FoldTrainer:
         optimizers = as_dict(self.task.optimizer(trial.params, as_user(models, single)))
         if set(optimizers) - set(models) and not single:
             raise ValueError(f"Task.optimizer returned keys {sorted(optimizers)}; build returned {sorted(models)}")
-        run = _Run(models, optimizers, single, scheme)
+        run = _Run(models, optimizers, single, scheme, Precision(self.s.precision, self.comms.device))
         if state is not None:
             for name, model in models.items():
                 model.load_state_dict(state["models"][name])
             for name, opt in optimizers.items():
                 opt.load_state_dict(state["optimizers"][name])
         step_models, step_optimizers = scheme.wrap(models, optimizers)
+        step_optimizers = run.precision.wrap(step_optimizers)
         run.step_models, run.step_optimizers = as_user(step_models, single), as_user(step_optimizers, single)
         if state is None:
             return run
@@ -274,6 +281,9 @@ class FoldTrainer:
         run.batch = int(batches[me]) if len(batches) == self.fold_comm.size else int(state["batch"])
         if len(schemes) == self.fold_comm.size:
             scheme.load_state(schemes[me])
+        scalers = state.get("scalers") or []
+        if len(scalers) == self.fold_comm.size:
+            run.precision.load_state(scalers[me])
         run.uri = resume_uri
         rng = state.get("rng") or []
         if len(rng) == self.fold_comm.size:
@@ -297,17 +307,29 @@ class FoldTrainer:
         if not scheme.trains:
             ep.stop_at = run.batch if scheme.serve(self.stop) else None
             return ep
-        vote = scheme.vote()
+        vote, device = scheme.vote(), self.comms.device
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+        t0 = time.perf_counter()
         try:
-            for b in scheme.batches(len(chunks), run.batch):
-                batch = self.data.batch(chunks[b])
-                loss = scheme.step(self.task, run.step_models, run.step_optimizers, batch, trial.params)
-                if loss is not None:
-                    ep.losses.append(float(loss))
-                scheme.after_step(b, ep.losses[-1] if ep.losses else math.nan)
-                ep.samples += len(chunks[b])
-                if vote.step(self.stop.requested):
-                    ep.stop_at = b + 1
+            for block in scheme.blocks(len(chunks), run.batch):
+                # The rank that reads (not a pipeline's later stages) gets the block's
+                # batches read ahead by the loader's workers while it trains.
+                reads = scheme.reads
+                batches = self.data.read([chunks[b] for b in block]) if reads else itertools.repeat(None)
+                for b, batch in zip(block, batches):  # noqa: B905 - the block decides; the reader follows
+                    with run.precision.active():
+                        loss = scheme.step(self.task, run.step_models, run.step_optimizers, batch, trial.params)
+                    run.precision.end_step()
+                    if loss is not None:
+                        ep.losses.append(float(loss))
+                    scheme.after_step(b, ep.losses[-1] if ep.losses else math.nan)
+                    if reads:
+                        ep.samples += len(chunks[b])
+                    if vote.step(self.stop.requested):
+                        ep.stop_at = b + 1
+                        break
+                if ep.stop_at is not None:
                     break
             else:
                 if vote.finish():
@@ -319,36 +341,49 @@ class FoldTrainer:
             raise
         if scheme.end_batches(stopped=ep.stop_at is not None) and ep.stop_at is None:
             ep.stop_at = run.batch  # the scheme stopped the epoch (a parameter server's "stop")
+        ep.seconds = time.perf_counter() - t0
         return ep
 
     def _evaluate(
         self, run: _Run, validation: np.ndarray, params: dict[str, Any], ep: _Epoch
     ) -> tuple[dict[str, float], int, float]:
-        """The fold group's metrics (each rank evaluates its share of the validation
-        samples; the leader averages weighted by samples), the samples trained in the
-        epoch, and the mean training loss (every rank gets the last two)."""
-        mine = validation[self.fold_comm.rank :: self.fold_comm.size]
+        """The fold group's metrics (the ranks that read data each evaluate a share of
+        the validation samples; the leader averages weighted by samples), the samples
+        trained in the epoch, and the mean training loss (every rank gets the last two).
+        The leader adds ``samples_per_second`` (of the batch loops) and, on CUDA,
+        ``peak_cuda_memory_mb`` (the largest over the fold group)."""
+        scheme = run.scheme
+        index, count = scheme.reader()
+        mine = validation[index::count] if scheme.reads else validation[:0]
         local: dict[str, float] = {}
         if len(mine):
             for model in run.models.values():
                 model.eval()
-            with torch.no_grad():
-                batches = (self.data.batch(c) for c in self.data.batches(mine, 1024))
-                local = {
-                    k: float(v) for k, v in self.task.evaluate(as_user(run.models, run.single), batches, params).items()
-                }
+            size = max(EVAL_BATCH, scheme.rank_batch(self.task.batch_size(params)))
+            with torch.no_grad(), run.precision.active():
+                batches = self.data.read(self.data.batches(mine, size))
+                found = self.task.evaluate(as_user(run.models, run.single), batches, params)
+                local = {k: float(v) for k, v in found.items()}
+        device = self.comms.device
+        peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
         trained = np.array([ep.samples, sum(ep.losses), len(ep.losses)], np.float64)
         total = np.zeros_like(trained)
         self.fold_comm.Allreduce(trained, total, op=MPI.SUM)
+        longest = np.zeros(2, np.float64)
+        self.fold_comm.Allreduce(np.array([ep.seconds, peak], np.float64), longest, op=MPI.MAX)
         train_loss = total[1] / total[2] if total[2] else math.nan
         parts = gather(self.fold_comm, (len(mine), local))
         if parts is None:
             return {}, int(total[0]), train_loss
         n = sum(k for k, _ in parts if k)
-        keys = [k for k in parts[0][1]] if parts[0][1] else []
+        keys = next((list(m) for k, m in parts if k and m), [])
         metrics = {k: sum(c * m[k] for c, m in parts if c) / n for k in keys}
         if math.isfinite(train_loss):
             metrics.setdefault("train_loss", train_loss)
+        if longest[0] > 0 and total[0]:
+            metrics.setdefault("samples_per_second", total[0] / longest[0])
+        if device.type == "cuda":
+            metrics.setdefault("peak_cuda_memory_mb", longest[1])
         return metrics, int(total[0]), train_loss
 
     def _checkpoint(self, trial: TrialInfo, fold: int, run: _Run) -> str:
@@ -356,7 +391,7 @@ class FoldTrainer:
         writes them with its models and optimizers (a scheme whose ranks hold different
         weights keeps them in its state)."""
         rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-        states = gather(self.fold_comm, (rng, run.batch, run.scheme.state()))
+        states = gather(self.fold_comm, (rng, run.batch, run.scheme.state(), run.precision.state()))
         if states is None:
             return ""
         state = {
@@ -364,11 +399,12 @@ class FoldTrainer:
             "optimizers": {k: o.state_dict() for k, o in run.optimizers.items()},
             "epoch": run.epoch,
             "batch": run.batch,
-            "batches": [b for _, b, _ in states],
-            "schemes": [s for _, _, s in states],
+            "batches": [b for _, b, _, _ in states],
+            "schemes": [s for _, _, s, _ in states],
+            "scalers": [p for _, _, _, p in states],
             "scheme": run.scheme.name,
             "metrics": run.metrics,
-            "rng": [r for r, _, _ in states],
+            "rng": [r for r, _, _, _ in states],
             "server": self.server_id,
             "campaign": trial.campaign_id,
             "trial": trial.trial_id,

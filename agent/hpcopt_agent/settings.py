@@ -7,18 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hpcopt.schemes import KnobError, resolve, split_options
-
-#: ``training.options`` the agent understands, with their defaults.
-OPTIONS: dict[str, Any] = {
-    # Save a checkpoint every N epochs (the last epoch always; 0: only the last and on preemption).
-    "checkpoint_every": 1,
-    # Stratify the K folds on Task.labels().
-    "stratified": False,
-    # Seed of the K-fold split (the same for every trial of the campaign).
-    "fold_seed": 0,
-    # Seed of model initialization and data order (combined with trial and fold).
-    "seed": 0,
-}
+from hpcopt.training import check_options
 
 
 class SettingsError(ValueError):
@@ -38,8 +27,15 @@ class TrainingSettings:
     #: Every objective's metric (the first is ``metric``): a fold reports them all.
     objectives: tuple[str, ...] = ()
     stratified: bool = False
+    #: ``sample`` or ``group`` (Task.groups() keeps each group within one fold).
+    folds_by: str = "sample"
     fold_seed: int = 0
     seed: int = 0
+    #: fp32, bf16 or fp16: autocast in every training step (fp16 with a GradScaler).
+    precision: str = "fp32"
+    cudnn_benchmark: bool = False
+    #: training.options.loader, merged over the defaults.
+    loader: dict[str, Any] = field(default_factory=dict)
     #: The names of the campaign's space in the spec's order (how trials are logged).
     param_names: tuple[str, ...] = ()
     #: The schemes' knobs as given in training.options ({scheme: {knob: value}}).
@@ -72,20 +68,6 @@ class TrainingSettings:
                 "the campaign has no `training` section: it is driven by a script (hpcopt.Client.trials), "
                 "not by agents; submit one with training.task to train it here"
             )
-        sections, options = split_options(dict(training.get("options") or {}))
-        unknown = sorted(set(options) - set(OPTIONS))
-        if unknown:
-            raise SettingsError(
-                f"training.options.{unknown[0]}: unknown option for the agent; allowed: {', '.join(OPTIONS)}, "
-                "and a scheme's knobs under its name (easgd: {tau: 4})"
-            )
-        merged = {**OPTIONS, **options}
-        for name in ("checkpoint_every", "fold_seed", "seed"):
-            value = merged[name]
-            if not isinstance(value, int) or isinstance(value, bool) or (name == "checkpoint_every" and value < 0):
-                raise SettingsError(f"training.options.{name}: must be an integer >= 0, got {value!r}")
-        if not isinstance(merged["stratified"], bool):
-            raise SettingsError(f"training.options.stratified: must be true or false, got {merged['stratified']!r}")
         objective = spec.get("objective") or {}
         scheme, ranks = str(training.get("scheme", "allreduce")), int(training.get("ranks_per_fold", 1))
         schemes = [scheme]
@@ -94,6 +76,8 @@ class TrainingSettings:
             if not schemes:
                 raise SettingsError("training.scheme: search needs a categorical `scheme` parameter in the space")
         try:  # the server checked these at submission; an older server may not have
+            sections, _ = split_options(dict(training.get("options") or {}))
+            merged = check_options(dict(training.get("options") or {}), schemes)
             for name in schemes:
                 resolve(name, sections, ranks)
         except KnobError as exc:
@@ -109,8 +93,12 @@ class TrainingSettings:
             objectives=tuple(str(o.get("metric", "")) for o in spec.get("objectives") or [objective]),
             checkpoint_every=merged["checkpoint_every"],
             stratified=merged["stratified"],
+            folds_by=merged["folds_by"],
             fold_seed=merged["fold_seed"],
             seed=merged["seed"],
+            precision=merged["precision"],
+            cudnn_benchmark=merged["cudnn_benchmark"],
+            loader=merged["loader"],
             param_names=tuple(spec.get("space") or ()),
             scheme_options=sections,
             schemes=tuple(schemes),

@@ -45,14 +45,22 @@ Batch = Any
 
 class Task:
     """Override ``dataset``, ``build``, ``optimizer``, ``loss`` and ``evaluate``;
-    ``labels``, ``batch_size`` and ``train_step`` have defaults."""
+    ``labels``, ``groups``, ``batch_size`` and ``train_step`` have defaults."""
 
     def dataset(self) -> Dataset[Any]:
-        """The whole dataset the K folds are drawn from (loaded once per process)."""
+        """The whole dataset the K folds are drawn from, built once per process that
+        reads samples (a parameter server's master never does). Data larger than
+        memory: a file-backed dataset (:mod:`hpcopt_agent.datasets`) that reads
+        samples when asked."""
         raise NotImplementedError("Task.dataset() must return the dataset to cross-validate on")
 
     def labels(self) -> Sequence[int] | None:
         """Class labels per sample, for ``training.options.stratified: true``."""
+        return None
+
+    def groups(self) -> Sequence[Any] | None:
+        """A group per sample (the file, run or simulation job it comes from), for
+        ``training.options.folds_by: group``: a group is never split over two folds."""
         return None
 
     def build(self, params: Params) -> Models:
@@ -85,9 +93,16 @@ class Task:
             raise TypeError("the default train_step handles one model and one optimizer; override train_step")
         optimizers.zero_grad(set_to_none=True)
         loss = self.loss(models(batch[0]), batch)
-        loss.backward()  # type: ignore[no-untyped-call]
+        self.backward(loss)
         optimizers.step()
         return float(loss.detach())
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, with the loss scaled when the campaign trains in fp16
+        (``training.options.precision``): a ``train_step`` of your own calls this."""
+        from hpcopt_agent.precision import backward
+
+        backward(loss)
 
     def stages(self, params: Params, model: nn.Module, n: int) -> list[nn.Module]:
         """The model cut into ``n`` contiguous pipeline stages for ``scheme: pipeline``,

@@ -35,6 +35,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from hpcopt.documents import UNSAFE_CHARS, DocumentError, check_values, clip
 from hpcopt.schemes import KnobError, check_space_knobs, expand_search
+from hpcopt.training import check_options
 
 #: Algorithms the server knows. The server checks the name against its registry too.
 ALGORITHMS = ("random", "sobol", "grid", "bo", "ea", "skopt")
@@ -298,6 +299,7 @@ def parse_spec(data: Any) -> CampaignSpec:
         t = spec.training
         try:
             check_space_knobs(space, t.scheme, t.options, t.ranks_per_fold)
+            check_options(t.options, space["scheme"]["choices"] if t.scheme == "search" else [t.scheme])
         except KnobError as exc:
             field = exc.field
             if expanded is not data and field.startswith("space.") and field.count(".") == 2:

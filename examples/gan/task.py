@@ -80,17 +80,19 @@ class RingGan(Task):
     def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
         real = batch[0]
         gen, critic = models["generator"], models["critic"]
-        fake = gen(torch.randn(len(real), NOISE))
-        ones, zeros = torch.ones(len(real), 1), torch.zeros(len(real), 1)
+        fake = gen(torch.randn(len(real), NOISE, device=real.device))
+        ones, zeros = torch.ones(len(real), 1, device=real.device), torch.zeros(len(real), 1, device=real.device)
         # Critic: real and fake in one forward (one DDP forward per backward).
         logits = critic(torch.cat([real, fake.detach()]))
         optimizers["critic"].zero_grad(set_to_none=True)
-        F.binary_cross_entropy_with_logits(logits, torch.cat([ones, zeros])).backward()
+        self.backward(F.binary_cross_entropy_with_logits(logits, torch.cat([ones, zeros])))
         optimizers["critic"].step()
         # Generator: make the critic call its samples real.
         optimizers["generator"].zero_grad(set_to_none=True)
-        g_loss = F.binary_cross_entropy_with_logits(critic(gen(torch.randn(len(real), NOISE))), ones)
-        g_loss.backward()
+        g_loss = F.binary_cross_entropy_with_logits(
+            critic(gen(torch.randn(len(real), NOISE, device=real.device))), ones
+        )
+        self.backward(g_loss)  # loss.backward(), scaled under precision fp16
         optimizers["generator"].step()
         return float(g_loss.detach())
 

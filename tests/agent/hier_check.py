@@ -74,7 +74,7 @@ def sequential(task: Mlp, data: Data, train: np.ndarray, epochs: int, batch: int
 
 def pipeline(comms: Comms) -> None:
     task = Mlp()
-    data = Data(task.dataset(), torch.device("cpu"))
+    data = Data(task.dataset, torch.device("cpu"))
     train = np.arange(240)  # 7.5 batches of 32
     for knobs, replicas in (({"stages": 4, "schedule": "gpipe", "microbatches": 8}, 1),
                             ({"stages": 2, "schedule": "1f1b", "microbatches": 4}, 2)):  # fmt: skip
@@ -117,7 +117,7 @@ def pipeline(comms: Comms) -> None:
 
 def daso(comms: Comms) -> None:
     task = Regression()
-    data = Data(task.dataset(), torch.device("cpu"))
+    data = Data(task.dataset, torch.device("cpu"))
     train, params = np.arange(240), {"lr": 0.05}
 
     def weights(name: str, knobs: dict, epochs: int = 2) -> torch.Tensor:
@@ -156,7 +156,7 @@ def daso(comms: Comms) -> None:
     say("OK daso resume at an epoch end = uninterrupted, bit for bit; ranks agree")
 
     digits = Digits()
-    ddata = Data(digits.dataset(), torch.device("cpu"))
+    ddata = Data(digits.dataset, torch.device("cpu"))
     order = np.random.default_rng(0).permutation(len(ddata))
     dtrain, dval = order[:1400], order[1400:]
     acc, skips = {}, {}

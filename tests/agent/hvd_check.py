@@ -29,7 +29,7 @@ def main() -> int:
     comms = comms_for(2)
     comms.horovod = init_horovod(comms)
     for label, task, params in (("regression", Regression(), {"lr": 0.05}), ("gan", TinyGan(), {"lr": 0.01})):
-        data = Data(task.dataset(), torch.device("cpu"))
+        data = Data(task.dataset, torch.device("cpu"))
         train = np.arange(len(data) - len(data) % 8)
         got = {}
         for name, knobs in (("allreduce", {}), ("hvd", {"backend": "horovod"}), ("horovod", {})):

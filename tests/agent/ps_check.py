@@ -125,7 +125,7 @@ class Run:
             stopped, losses = False, []
             if s.trains:
                 vote = s.vote()
-                for b in s.batches(len(chunks), self.batch):
+                for b in (i for block in s.blocks(len(chunks), self.batch) for i in block):
                     if sleep:
                         time.sleep(sleep)
                     loss = s.step(self.task, self.step_models, self.step_optimizers, data.batch(chunks[b]), {})
@@ -201,7 +201,7 @@ def flat(models: dict[str, nn.Module]) -> torch.Tensor:
 def degenerate(comms: Comms) -> None:
     """One worker, one step per exchange: each rule against its sequential closed form."""
     task = Regression()
-    data = Data(task.dataset(), torch.device("cpu"))
+    data = Data(task.dataset, torch.device("cpu"))
     train = np.arange(200)
     params = {"lr": 0.05}
 
@@ -241,7 +241,7 @@ def gan(comms: Comms) -> None:
     shared parameters travel once; round robin is reproducible bit for bit; a stop
     mid-epoch and a resume end where an uninterrupted run does."""
     task = SharedGan()
-    data = Data(task.dataset(), torch.device("cpu"))
+    data = Data(task.dataset, torch.device("cpu"))
     train = np.arange(200)
     params = {"lr": 0.01}
     unique = sum(p.numel() for k in ("generator", "critic") for p in task.build(params)[k].parameters())
@@ -277,7 +277,7 @@ def gan(comms: Comms) -> None:
         )
     # The example GAN (examples/gan) learns its ring under every scheme.
     ring = RingGan()
-    rdata = Data(ring.dataset(), torch.device("cpu"))
+    rdata = Data(ring.dataset, torch.device("cpu"))
     for name in ("downpour", "easgd", "gem"):
         params = {"lr_g": 3e-4, "lr_d": 3e-4, "width": 64}
         knobs = {"order": "round_robin", **{"gem": {"lr": 0.01}, "easgd": {"tau": 4}}.get(name, {})}
@@ -297,7 +297,7 @@ def tree(comms: Comms) -> None:
     """4 ranks: the staleness bound holds where it binds; sub-masters route and train;
     every scheme reaches allreduce's digits accuracy within 3 points."""
     task = Regression()
-    data = Data(task.dataset(), torch.device("cpu"))
+    data = Data(task.dataset, torch.device("cpu"))
     train = np.arange(240)
     # Every worker sleeps per step, the slow one 10x longer: the epoch's 60 one-step
     # blocks last ~0.3 s for the fast two, so a slow worker a scheduler tick late still
@@ -332,7 +332,7 @@ def tree(comms: Comms) -> None:
         say(f"OK sub-master {name}: exchanges per rank {counts}; loss {before:.3g} -> {after:.3g}")
 
     digits = Digits()
-    ddata = Data(digits.dataset(), torch.device("cpu"))
+    ddata = Data(digits.dataset, torch.device("cpu"))
     order = np.random.default_rng(0).permutation(len(ddata))
     dtrain, dval = order[:1400], order[1400:]
     acc = {}

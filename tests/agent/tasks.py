@@ -1,7 +1,8 @@
 """Tasks for the agent tests: a small regression MLP on synthetic data.
 
 Knobs (environment, inherited by every rank): ``HPCOPT_TEST_STEP_SLEEP`` seconds slept
-per training step, to make epochs long enough to interrupt.
+per training step, to make epochs long enough to interrupt; ``HPCOPT_TEST_DATA`` the
+folder where :class:`FileRegression` keeps its samples as ``.npy`` shards.
 """
 
 from __future__ import annotations
@@ -9,8 +10,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -52,6 +55,50 @@ class Regression(Task):
             total += float(F.mse_loss(model(x), y, reduction="sum"))
             n += len(y)
         return {"loss": total / n, "rmse": (total / n) ** 0.5}
+
+
+class FileRegression(Regression):
+    """The same samples in 6 ``.npy`` shards of 40 (written by the first process that
+    needs them), read through :class:`~hpcopt_agent.datasets.NpyDataset`: the loader's
+    workers read them, and ``Task.groups()`` names each sample's shard. Markers in the
+    data folder tell the tests which world ranks built the dataset (``built.R``) and
+    whether processes other than a rank read it (``read.R.PID``: loader workers)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from hpcopt_agent.datasets import NpyDataset
+
+        class Recording(NpyDataset):
+            def __getitems__(self, indices: Any) -> Any:
+                if os.getpid() != self.owner:
+                    (folder / f"read.{self.rank}.{os.getpid()}").touch()
+                return super().__getitems__(indices)
+
+        self.Recording = Recording
+        folder = self.folder = Path(os.environ["HPCOPT_TEST_DATA"])
+        columns: list[list[Path]] = [[], []]
+        for shard in range(6):
+            for column, (name, values) in zip(columns, (("x", self.x), ("y", self.y)), strict=True):
+                path = folder / f"{name}{shard}.npy"
+                if not path.exists():
+                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                    with open(tmp, "wb") as f:
+                        np.save(f, values[shard * 40 : (shard + 1) * 40].numpy())
+                    os.replace(tmp, path)
+                column.append(path)
+        self.columns = columns
+
+    def dataset(self) -> Any:
+        from mpi4py import MPI
+
+        rank = MPI.COMM_WORLD.rank
+        (self.folder / f"built.{rank}").touch()
+        data = self.Recording(self.columns)
+        data.owner, data.rank = os.getpid(), rank
+        return data
+
+    def groups(self) -> Any:
+        return self.Recording(self.columns).groups()
 
 
 class Exploding(Regression):
@@ -100,12 +147,12 @@ class TinyGan(Regression):
         target = torch.cat([torch.ones(len(real), 1), torch.zeros(len(real), 1)])
         optimizers["critic"].zero_grad(set_to_none=True)
         d_loss = F.binary_cross_entropy_with_logits(logits, target)
-        d_loss.backward()
+        self.backward(d_loss)
         optimizers["critic"].step()
         # Generator: fool the critic.
         optimizers["generator"].zero_grad(set_to_none=True)
         g_loss = F.binary_cross_entropy_with_logits(d(g(noise)), torch.ones(len(real), 1))
-        g_loss.backward()
+        self.backward(g_loss)
         optimizers["generator"].step()
         return float(g_loss.detach())
 
@@ -114,3 +161,21 @@ class TinyGan(Regression):
         fake = models["generator"](torch.randn(len(real), 4))
         gap = (real.mean(0) - fake.mean(0)).abs().mean() + (real.std(0) - fake.std(0)).abs().mean()
         return {"loss": float(gap)}
+
+
+class PlainBackward(Regression):
+    """A train_step of its own that calls ``loss.backward()`` itself (fine in fp32 and
+    bf16; under fp16 the agent asks for ``self.backward(loss)``)."""
+
+    def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
+        optimizers.zero_grad(set_to_none=True)
+        loss = self.loss(models(batch[0]), batch)
+        loss.backward()
+        optimizers.step()
+        return float(loss.detach())
+
+
+class DefaultStep(Regression):
+    """The regression with the default training step (what a pipeline can run)."""
+
+    train_step = Task.train_step

@@ -96,7 +96,7 @@ def test_settings_from_spec_and_their_errors() -> None:
     assert TrainingSettings.from_spec(spec, task_override="y.py:U").task == "y.py:U"
     with pytest.raises(SettingsError, match=r"training.options.chekpoint_every: unknown option.*checkpoint_every"):
         TrainingSettings.from_spec(agent_spec(training={"task": "x", "options": {"chekpoint_every": 1}}))
-    with pytest.raises(SettingsError, match=r"training\.options\.checkpoint_every: must be an integer >= 0"):
+    with pytest.raises(SettingsError, match=r"training\.options\.checkpoint_every: must be an integer from 0"):
         TrainingSettings.from_spec(agent_spec(training={"task": "x", "options": {"checkpoint_every": -1}}))
 
 

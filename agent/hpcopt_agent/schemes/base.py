@@ -7,12 +7,15 @@ training, so the fold loop (``fold.py``) has no special cases:
 - **roles**: ranks that train (``trains``) run the batch loop; the others (a parameter
   server's master and sub-masters) run :meth:`serve` for the epoch instead;
 - **data**: :meth:`shard` deals an epoch's samples over the training ranks;
-  :meth:`rank_batch` is one rank's share of the global batch;
+  :meth:`rank_batch` is one rank's share of the global batch; :attr:`reads` says
+  whether this rank reads samples at all (a parameter server's master, a pipeline's
+  later stages do not), :meth:`reader` its share of the validation samples;
 - **wrapping**: :meth:`wrap` returns the models *and optimizers* the task's
   ``train_step`` uses (DDP models, gradient-collecting optimizers), so the step stays
   plain PyTorch;
-- **steps and stops**: :meth:`batches` yields the batches a rank trains (a parameter
-  server hands out blocks of them as workers ask); :meth:`after_step` sees every step
+- **steps and stops**: :meth:`blocks` yields the batches a rank trains, in runs that
+  the input pipeline reads ahead (a parameter server hands out blocks as workers
+  ask); :meth:`after_step` sees every step
   and its loss; :meth:`vote` combines the stop signal over the ranks that train, so they
   stop after the same batch; :meth:`end_batches` closes a rank's part of the epoch;
 - **epoch boundaries** stay synchronous: :meth:`consensus` gives every rank the weights
@@ -97,6 +100,16 @@ class Scheme:
     def trains(self) -> bool:
         return True
 
+    @property
+    def reads(self) -> bool:
+        """Whether this rank reads samples (trains on them and evaluates a share)."""
+        return self.trains
+
+    def reader(self) -> tuple[int, int]:
+        """(this rank's index among the ranks that read, how many read): its share of
+        the validation samples."""
+        return self.train_rank, self.train_size
+
     def shard(self, indices: np.ndarray, seed: int) -> np.ndarray:
         """This rank's training samples for one epoch: a seeded shuffle of the fold's
         training indices, padded (by wrapping) to a multiple of the training ranks so
@@ -124,9 +137,11 @@ class Scheme:
         """Before the epoch's batches (``start`` > 0 when resuming mid-epoch; ``stop``
         is this rank's stop signal, with ``.requested``)."""
 
-    def batches(self, n_batches: int, start: int) -> Iterator[int]:
-        """The batches (indices into the epoch's ``n_batches``) this rank trains, in order."""
-        return iter(range(start, n_batches))
+    def blocks(self, n_batches: int, start: int) -> Iterator[range]:
+        """The batches (indices into the epoch's ``n_batches``) this rank trains, in
+        order, as runs known in advance (the next run may depend on the last step)."""
+        if start < n_batches:
+            yield range(start, n_batches)
 
     def step(self, task: Task, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float | None:
         """One training step of this rank (the task's ``train_step``; a pipeline runs its

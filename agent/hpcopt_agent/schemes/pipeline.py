@@ -8,6 +8,9 @@ runs stage r % S of replica r // S. The replicas split the data as data-parallel
 do, and after every step the gradients of each stage are averaged over its replicas (an
 MPI allreduce among the ranks of that stage index), so all replicas stay equal.
 
+- Only each replica's first stage reads samples (the input pipeline's workers read
+  ahead for it); it sends the batch's target to its last stage, which computes the
+  loss. The first stages evaluate (a share each, with the whole model).
 - Every batch has the same shape: an epoch's order is padded by wrapping to whole
   batches (a short last batch makes the schedule fail, pytorch#126600), and the
   micro-batch count must divide each replica's batch.
@@ -61,6 +64,10 @@ class Pipeline(Scheme):
 
     # -- data ----------------------------------------------------------------------------
 
+    @property
+    def reads(self) -> bool:
+        return self.stage == 0
+
     def rank_batch(self, batch_size: int) -> int:
         self.batch = max(1, batch_size // self.train_size)
         if self.batch % self.microbatches:
@@ -96,14 +103,20 @@ class Pipeline(Scheme):
     def step(self, task: Task, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float | None:
         if self.runner is None:
             self._build(task, params)
-        x, target = batch[0], batch[1]
+        first, last = self.stage == 0, self.stage == self.stages - 1
+        x, target, sent = None, None, None
+        if first:
+            x, target = batch[0], batch[1]
+            if not last:  # the last stage computes the loss: it needs the target
+                sent = self.fold.isend(target.cpu(), dest=self.rank + self.stages - 1, tag=7301)
+        elif last:
+            target = self.fold.recv(source=self.rank - self.stages + 1, tag=7301).to(self.comms.device)
         for opt in self.optimizers.values():
             opt.zero_grad(set_to_none=True)
         losses: list[torch.Tensor] = []
-        first, last = self.stage == 0, self.stage == self.stages - 1
         if self.stages == 1:
             loss = task.loss(self.parts[0](x), (None, target))
-            loss.backward()  # type: ignore[no-untyped-call]
+            task.backward(loss)
             losses = [loss.detach()]
         elif first:
             self.runner.step(x)
@@ -111,6 +124,8 @@ class Pipeline(Scheme):
             self.runner.step(target=target, losses=losses)
         else:
             self.runner.step()
+        if sent is not None:
+            sent.wait()
         if self.train_size > 1:
             self._average_gradients()
         for opt in self.optimizers.values():

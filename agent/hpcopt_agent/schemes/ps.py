@@ -108,6 +108,11 @@ class ParameterServer(Scheme):
     def trains(self) -> bool:
         return self.is_worker
 
+    def reader(self) -> tuple[int, int]:
+        """Workers read (and evaluate); the master and sub-masters never load data."""
+        workers = list(self.layout.workers)
+        return (workers.index(self.rank) if self.is_worker else 0), len(workers)
+
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         self.models, self.optimizers = models, optimizers
         self.flat = Flat(models, optimizers)
@@ -185,13 +190,14 @@ class ParameterServer(Scheme):
         self.rr_resume = None
         self.released = False
 
-    def batches(self, n_batches: int, start: int) -> Iterator[int]:
-        """The batches this worker trains: block after block, as its parent assigns them."""
+    def blocks(self, n_batches: int, start: int) -> Iterator[range]:
+        """The batches this worker trains: block after block, as its parent assigns
+        them (the input pipeline reads each block ahead once it is known)."""
         block = self._work()
         while block >= 0:
             lo = block * self.every
             self.block_end = min(lo + self.every, n_batches)
-            yield from range(lo, self.block_end)
+            yield range(lo, self.block_end)
             block = self.block  # the reply to the exchange at the block's end
 
     def after_step(self, step: int, loss: float) -> None:

@@ -1,0 +1,103 @@
+"""The agent's ``training.options`` (besides the schemes' knobs, :mod:`hpcopt.schemes`):
+their defaults and checks, shared by the server, which refuses a bad value at
+submission naming the field, and the agent, which reads them.
+
+.. code-block:: yaml
+
+    training:
+      options:
+        checkpoint_every: 1      # epochs between checkpoints (0: the last and on preemption)
+        folds_by: sample         # or group: Task.groups() keeps each group in one fold
+        stratified: false        # stratify the folds on Task.labels()
+        fold_seed: 0             # the K-fold split (the same for every trial)
+        seed: 0                  # model initialization and data order (with trial and fold)
+        precision: fp32          # fp32 | bf16 | fp16 (autocast; fp16 with a GradScaler)
+        cudnn_benchmark: false   # let cuDNN pick the fastest convolution algorithms
+        loader: {workers: null, prefetch: 2, pin_memory: null}
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from hpcopt.schemes import KnobError, split_options
+
+#: The options and their defaults.
+OPTIONS: dict[str, Any] = {
+    "checkpoint_every": 1,
+    "folds_by": "sample",
+    "stratified": False,
+    "fold_seed": 0,
+    "seed": 0,
+    "precision": "fp32",
+    "cudnn_benchmark": False,
+    "loader": {},
+}
+
+#: ``training.options.loader``: null means chosen by the agent (see the docs).
+LOADER: dict[str, Any] = {"workers": None, "prefetch": 2, "pin_memory": None}
+
+FOLDS_BY = ("sample", "group")
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
+def _int(field: str, value: Any, low: int, high: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise KnobError(field, f"must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def _bool(field: str, value: Any, nullable: bool = False) -> bool | None:
+    if value is None and nullable:
+        return None
+    if not isinstance(value, bool):
+        raise KnobError(field, f"must be true or false{' or null' if nullable else ''}, got {value!r}")
+    return value
+
+
+def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise KnobError(field, f"must be one of {', '.join(allowed)}, got {value!r}")
+    return str(value)
+
+
+def check_options(options: dict[str, Any], schemes: Sequence[str] = ()) -> dict[str, Any]:
+    """``training.options`` without the scheme sections, merged over the defaults
+    (``loader`` over its own), for a campaign training with ``schemes``; raises
+    :class:`KnobError` naming the first bad field."""
+    _, rest = split_options(dict(options or {}))
+    unknown = sorted(set(rest) - set(OPTIONS))
+    if unknown:
+        raise KnobError(
+            f"training.options.{unknown[0]}",
+            f"unknown option; allowed: {', '.join(OPTIONS)}, and a scheme's knobs under its name (easgd: {{tau: 4}})",
+        )
+    merged = {**OPTIONS, **rest}
+    at = "training.options."
+    _int(at + "checkpoint_every", merged["checkpoint_every"], 0, 1_000_000)
+    _int(at + "fold_seed", merged["fold_seed"], 0, 2**63 - 1)
+    _int(at + "seed", merged["seed"], 0, 2**63 - 1)
+    _bool(at + "stratified", merged["stratified"])
+    _bool(at + "cudnn_benchmark", merged["cudnn_benchmark"])
+    _choice(at + "folds_by", merged["folds_by"], FOLDS_BY)
+    _choice(at + "precision", merged["precision"], PRECISIONS)
+    if merged["precision"] == "fp16" and "pipeline" in schemes:
+        raise KnobError(
+            at + "precision",
+            "fp16 is not available with scheme pipeline (its stages would skip overflowing steps "
+            "independently); use bf16, which needs no loss scaling",
+        )
+    loader = merged["loader"]
+    if not isinstance(loader, dict):
+        raise KnobError(at + "loader", f"must be a mapping such as {{workers: 4, prefetch: 2}}, got {loader!r}")
+    unknown = sorted(set(loader) - set(LOADER))
+    if unknown:
+        raise KnobError(f"{at}loader.{unknown[0]}", f"unknown loader option; allowed: {', '.join(LOADER)}")
+    loader = {**LOADER, **loader}
+    if loader["workers"] is not None:
+        _int(at + "loader.workers", loader["workers"], 0, 256)
+    _int(at + "loader.prefetch", loader["prefetch"], 1, 1024)
+    _bool(at + "loader.pin_memory", loader["pin_memory"], nullable=True)
+    merged["loader"] = loader
+    return merged

@@ -1,0 +1,76 @@
+"""Mixed precision under a real agent at 4 ranks: bf16 and fp16 (with its GradScaler)
+in synchronous, parameter-server and pipeline schemes; a task step that skips the
+loss scaling is named, not silently trained unscaled."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+
+from tests.agent.conftest import AgentServer, agent_spec, dump, trial_json
+
+
+def _spec(task: str, scheme: str, precision: str, **knobs: Any) -> dict[str, Any]:
+    return agent_spec(
+        task,
+        folds=2,
+        budget={"max_trials": 1, "max_parallel": 1},
+        training={
+            "task": task,
+            "scheme": scheme,
+            "ranks_per_fold": 2,
+            "epochs": 2,
+            "options": {"precision": precision, **knobs},
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    "scheme,precision,knobs",
+    [
+        ("allreduce", "bf16", {}),
+        ("allreduce", "fp16", {}),
+        ("downpour", "fp16", {}),
+        ("pipeline", "bf16", {"pipeline": {"microbatches": 2}}),
+    ],
+)
+def test_a_campaign_trains_in_reduced_precision(
+    agent_server: AgentServer, scheme: str, precision: str, knobs: dict[str, Any]
+) -> None:
+    task = "tests/agent/tasks.py:DefaultStep"
+    campaign = agent_server.submit(_spec(task, scheme, precision, **knobs))
+    result = agent_server.run_agent(4, campaign)
+    assert result.returncode == 0, dump(result)
+    [trial] = agent_server.client().list_trials(campaign)
+    state = trial_json(agent_server, trial.id)
+    assert state["state"] == "COMPLETED" and math.isfinite(state["value"]), state
+    uri = state["folds"][0]["checkpoint_uri"]
+    saved = torch.load(uri.removeprefix("file://"), weights_only=True)
+    # Weights stay fp32; under fp16 each rank's loss scale is checkpointed with it.
+    assert all(t.dtype == torch.float32 for t in saved["models"]["model"].values())
+    scalers = saved["scalers"]
+    if precision == "fp16":
+        assert all(s.get("scale", 0) > 0 for s in scalers if s) and any(scalers), scalers
+    else:
+        assert not any(scalers), scalers
+
+
+def test_fp16_names_a_train_step_that_does_not_scale_its_loss(agent_server: AgentServer) -> None:
+    campaign = agent_server.submit(_spec("tests/agent/tasks.py:PlainBackward", "allreduce", "fp16"))
+    result = agent_server.run_agent(4, campaign)
+    assert result.returncode == 0, dump(result)
+    [trial] = agent_server.client().list_trials(campaign)
+    state = trial_json(agent_server, trial.id)
+    assert state["state"] == "FAILED" and "self.backward(loss)" in state["error"], state
+
+
+def test_fp16_with_the_pipeline_is_refused_at_submission(agent_server: AgentServer) -> None:
+    import hpcopt
+
+    spec = _spec("tests/agent/tasks.py:Regression", "pipeline", "fp16")
+    with hpcopt.Client(agent_server.target) as c, pytest.raises(hpcopt.ApiError) as err:
+        c.create_campaign(spec)
+    assert "training.options.precision:" in str(err.value) and "bf16" in str(err.value), str(err.value)
