@@ -292,6 +292,10 @@ def parse_spec(data: Any) -> CampaignSpec:
     errors = _check_conditions(spec.space)
     if errors:
         raise SpecError(errors)
+    # The whole size first: deeper checks then run on bounded input.
+    size = len(json.dumps(spec_to_json_dict(spec)))
+    if size > MAX_SPEC_BYTES:
+        raise SpecError([("", f"the spec is {size} bytes as JSON; at most {MAX_SPEC_BYTES} are accepted")])
     space = {name: p.model_dump(mode="json") for name, p in spec.space.items()}
     if spec.training is not None:
         # The scheme's knobs, searched or fixed, and the rank layouts they make
@@ -305,9 +309,6 @@ def parse_spec(data: Any) -> CampaignSpec:
             if expanded is not data and field.startswith("space.") and field.count(".") == 2:
                 field = "training.scheme.search." + field.removeprefix("space.")  # where the user wrote it
             raise SpecError([(field, exc.message)]) from None
-    size = len(json.dumps(spec_to_json_dict(spec)))
-    if size > MAX_SPEC_BYTES:
-        raise SpecError([("", f"the spec is {size} bytes as JSON; at most {MAX_SPEC_BYTES} are accepted")])
     return spec
 
 
