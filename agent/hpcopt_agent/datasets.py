@@ -57,6 +57,27 @@ class _Sharded:
 
     def __init__(self, lengths: Sequence[int]) -> None:
         self.offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self._handles: dict[Any, Any] = {}
+        self._pid = -1
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_handles": {}, "_pid": -1}
+
+    def _handle(self, key: Any, opener: Any) -> Any:
+        """This process's open file for ``key`` (a forked worker opens its own, never
+        using the parent's)."""
+        if self._pid != os.getpid():
+            self._handles, self._pid = {}, os.getpid()
+        handle = self._handles.get(key)
+        if handle is None:
+            handle = self._handles[key] = opener()
+        return handle
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
+        return tuple(t[0] for t in self.__getitems__([i]))
+
+    def __getitems__(self, indices: Sequence[int]) -> Stacked:
+        raise NotImplementedError
 
     def __len__(self) -> int:
         return int(self.offsets[-1])
@@ -97,25 +118,12 @@ class H5Dataset(_Sharded):
                     raise ValueError(f"{path}: the datasets differ in length: {sizes}")
                 lengths.append(next(iter(sizes.values())))
         super().__init__(lengths)
-        self._open: dict[int, Any] = {}
-        self._pid = -1
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_open": {}, "_pid": -1}
 
     def _file(self, shard: int) -> Any:
         import h5py
 
-        if self._pid != os.getpid():  # a forked worker: its own handles, never the parent's
-            self._open, self._pid = {}, os.getpid()
-        f = self._open.get(shard)
-        if f is None:
-            f = h5py.File(self.files[shard], "r", locking=False, rdcc_nbytes=CHUNK_CACHE)
-            self._open[shard] = f
-        return f
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
-        return tuple(t[0] for t in self.__getitems__([i]))
+        path = self.files[shard]
+        return self._handle(shard, lambda: h5py.File(path, "r", locking=False, rdcc_nbytes=CHUNK_CACHE))
 
     def __getitems__(self, indices: Sequence[int]) -> Stacked:
         shard, local = self.locate(indices)
@@ -133,9 +141,9 @@ class H5Dataset(_Sharded):
         return Stacked(torch.from_numpy(np.concatenate(c)[back]) for c in columns)
 
     def close(self) -> None:
-        for f in self._open.values():
+        for f in self._handles.values():
             f.close()
-        self._open = {}
+        self._handles = {}
 
 
 def _read_rows(dset: Any, rows: np.ndarray) -> np.ndarray:
@@ -172,22 +180,9 @@ class NpyDataset(_Sharded):
                 if shape[0] != n:
                     raise ValueError(f"{path}: {shape[0]} samples where the first column's shard has {n}")
         super().__init__(lengths)
-        self._fds: dict[str, int] = {}
-        self._pid = -1
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fds": {}, "_pid": -1}
 
     def _fd(self, path: str) -> int:
-        if self._pid != os.getpid():
-            self._fds, self._pid = {}, os.getpid()
-        fd = self._fds.get(path)
-        if fd is None:
-            fd = self._fds[path] = os.open(path, os.O_RDONLY)
-        return fd
-
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, ...]:
-        return tuple(t[0] for t in self.__getitems__([i]))
+        return int(self._handle(path, lambda: os.open(path, os.O_RDONLY)))
 
     def __getitems__(self, indices: Sequence[int]) -> Stacked:
         shard, local = self.locate(indices)
@@ -212,9 +207,9 @@ class NpyDataset(_Sharded):
         return Stacked(out)
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        for fd in self._handles.values():
             os.close(fd)
-        self._fds = {}
+        self._handles = {}
 
 
 def _npy_header(path: str) -> tuple[tuple[int, ...], np.dtype[Any], int]:

@@ -230,3 +230,37 @@ def dump(result: subprocess.CompletedProcess[str]) -> str:
 def trial_json(server: AgentServer, trial_id: int) -> dict[str, Any]:
     with urllib.request.urlopen(f"{server.url}/api/v1/trials/{trial_id}", timeout=10) as r:
         return dict(json.loads(r.read()))
+
+
+def preempt_after_first_epoch(server: AgentServer, campaign: int, **env: str) -> str:
+    """Starts a 4-rank agent on ``campaign``, and once its trial reported an epoch sends
+    SIGTERM to every process of the ranks (as Slurm does); returns the agent's log after
+    it exited 0 and said PREEMPTED."""
+    log = server.workdir / f"preempted-{campaign}.log"
+    agent = server.start_agent(4, campaign, log=log, **env)
+
+    def one_epoch() -> bool:
+        trials = server.client().list_trials(campaign)
+        return bool(trials) and len(trial_json(server, trials[0].id)["curves"]) >= 1
+
+    try:
+        wait_for(one_epoch, 180, "an epoch reported")
+        for pid in rank_pids(agent):
+            subprocess.run(["kill", "-TERM", str(pid)], check=False)
+        assert agent.wait(timeout=120) == 0, log.read_text()
+    finally:
+        if agent.poll() is None:
+            kill_group(agent)
+    text = log.read_text()
+    assert "PREEMPTED" in text, text
+    return text
+
+
+def final_state(server: AgentServer, trial_id: int, epochs: int) -> dict[str, Any]:
+    """The checkpoint of the trial's fold 0 after its last epoch (``weights_only``)."""
+    import torch
+
+    uri = trial_json(server, trial_id)["folds"][0]["checkpoint_uri"]
+    state = dict(torch.load(uri.removeprefix("file://"), weights_only=True))
+    assert state["epoch"] == epochs, state["epoch"]
+    return state

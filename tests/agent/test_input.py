@@ -5,22 +5,12 @@ keep each shard whole, and a parameter server's master never builds the dataset.
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
-from tests.agent.conftest import (
-    AgentServer,
-    agent_spec,
-    dump,
-    kill_group,
-    rank_pids,
-    trial_json,
-    wait_for,
-)
+from tests.agent.conftest import AgentServer, agent_spec, dump, final_state, preempt_after_first_epoch, trial_json
 
 TASK = "tests/agent/tasks.py:FileRegression"
 
@@ -45,13 +35,6 @@ def _spec(scheme: str = "allreduce", workers: int = 2, **options: Any) -> dict[s
     )
 
 
-def _final_weights(server: AgentServer, trial_id: int) -> dict[str, torch.Tensor]:
-    uri = trial_json(server, trial_id)["folds"][0]["checkpoint_uri"]
-    state = torch.load(uri.removeprefix("file://"), weights_only=True)
-    assert state["epoch"] == 3
-    return dict(state["models"]["model"])
-
-
 def test_a_fold_preempted_mid_epoch_with_loader_workers_resumes_to_where_an_uninterrupted_one_ends(
     agent_server: AgentServer, tmp_path: Path
 ) -> None:
@@ -68,23 +51,7 @@ def test_a_fold_preempted_mid_epoch_with_loader_workers_resumes_to_where_an_unin
     assert metrics["samples_per_second"] > 0, metrics
 
     cut = agent_server.submit(spec)
-    log_a = agent_server.workdir / "a.log"
-    a = agent_server.start_agent(4, cut, log=log_a, HPCOPT_TEST_STEP_SLEEP="0.05", **data)
-
-    def one_epoch() -> bool:
-        trials = agent_server.client().list_trials(cut)
-        return bool(trials) and len(trial_json(agent_server, trials[0].id)["curves"]) >= 1
-
-    try:
-        wait_for(one_epoch, 180, "an epoch reported")
-        for pid in rank_pids(a):  # as Slurm does: every rank gets the signal
-            subprocess.run(["kill", "-TERM", str(pid)], check=False)
-        assert a.wait(timeout=120) == 0, log_a.read_text()
-    finally:
-        if a.poll() is None:
-            kill_group(a)
-    text = log_a.read_text()
-    assert "PREEMPTED" in text, text
+    preempt_after_first_epoch(agent_server, cut, HPCOPT_TEST_STEP_SLEEP="0.05", **data)
     [trial] = agent_server.client().list_trials(cut)
     resumed = agent_server.run_agent(4, cut, **data)
     assert resumed.returncode == 0, dump(resumed)
@@ -92,9 +59,9 @@ def test_a_fold_preempted_mid_epoch_with_loader_workers_resumes_to_where_an_unin
     where = re.search(r"resuming fold 0 from epoch (\d+), batch (\d+)", resumed.stderr)
     assert where and int(where[2]) > 0, dump(resumed)
     assert trial_json(agent_server, trial.id)["state"] == "COMPLETED"
-    want, got = _final_weights(agent_server, reference.id), _final_weights(agent_server, trial.id)
-    for name, tensor in want.items():
-        assert got[name].equal(tensor), f"{name} differs after the preemption and resume"
+    want, got = final_state(agent_server, reference.id, 3), final_state(agent_server, trial.id, 3)
+    for name, tensor in want["models"]["model"].items():
+        assert got["models"]["model"][name].equal(tensor), f"{name} differs after the preemption and resume"
 
 
 def test_a_parameter_server_master_never_builds_the_dataset(agent_server: AgentServer, tmp_path: Path) -> None:

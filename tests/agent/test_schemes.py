@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from typing import Any
 
 import pytest
 
@@ -16,12 +15,11 @@ from tests.agent.conftest import (
     AgentServer,
     agent_spec,
     dump,
-    kill_group,
+    final_state,
     mpi_env,
     mpiexec_path,
-    rank_pids,
+    preempt_after_first_epoch,
     trial_json,
-    wait_for,
 )
 from tests.conftest import ROOT
 
@@ -64,15 +62,6 @@ def test_schemes_under_mpiexec(ranks: int, check: str, expected: list[str]) -> N
         assert line in out.stdout, text
 
 
-def _final_weights(server: AgentServer, trial_id: int) -> dict[str, Any]:
-    import torch
-
-    uri = trial_json(server, trial_id)["folds"][0]["checkpoint_uri"]
-    state = torch.load(uri.removeprefix("file://"), weights_only=True)
-    assert state["epoch"] == 3 and state["scheme"] == "downpour"
-    return dict(state["models"]["model"])
-
-
 def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninterrupted_one_ends(
     agent_server: AgentServer,
 ) -> None:
@@ -96,32 +85,17 @@ def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninter
     assert {"staleness_mean", "staleness_max", "train_loss", "loss"} <= set(folds[0]["metrics"]), folds
 
     cut = agent_server.submit(spec)
-    log_a = agent_server.workdir / "a.log"
-    a = agent_server.start_agent(4, cut, log=log_a, **slow)
-
-    def one_epoch() -> bool:
-        trials = agent_server.client().list_trials(cut)
-        return bool(trials) and len(trial_json(agent_server, trials[0].id)["curves"]) >= 1
-
-    try:
-        wait_for(one_epoch, 120, "an epoch reported")
-        for pid in rank_pids(a):  # as Slurm does: every rank gets the signal
-            subprocess.run(["kill", "-TERM", str(pid)], check=False)
-        assert a.wait(timeout=60) == 0, log_a.read_text()
-    finally:
-        if a.poll() is None:
-            kill_group(a)
-    text = log_a.read_text()
-    assert "PREEMPTED" in text, text
+    preempt_after_first_epoch(agent_server, cut, **slow)
     [trial] = agent_server.client().list_trials(cut)
     assert trial_json(agent_server, trial.id)["state"] == "QUEUED"
     resumed = agent_server.run_agent(4, cut)
     assert resumed.returncode == 0, dump(resumed)
     assert "resuming fold 0 from epoch" in resumed.stderr, dump(resumed)
     assert trial_json(agent_server, trial.id)["state"] == "COMPLETED"
-    want, got = _final_weights(agent_server, reference.id), _final_weights(agent_server, trial.id)
-    for name, tensor in want.items():
-        assert got[name].equal(tensor), f"{name} differs after the preemption and resume"
+    want, got = final_state(agent_server, reference.id, 3), final_state(agent_server, trial.id, 3)
+    assert want["scheme"] == got["scheme"] == "downpour"
+    for name, tensor in want["models"]["model"].items():
+        assert got["models"]["model"][name].equal(tensor), f"{name} differs after the preemption and resume"
 
 
 def test_the_daso_schedule_follows_heat_for_a_scripted_loss() -> None:
