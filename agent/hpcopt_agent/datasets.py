@@ -4,9 +4,12 @@ for them, so an agent's resident memory does not grow with the data.
 - :class:`H5Dataset`: HDF5 shards through h5py (``pip install 'hpcopt-agent[hdf5]'``),
   files opened lazily in each process (the loader's workers included, after they are
   forked), reads aligned to the files' chunks: every chunk a batch touches is read
-  once, whole, and adjacent chunks in one call.
+  once, whole, and chunks (or rows of an unchunked dataset) less than ``GAP`` bytes
+  apart in one call, so a small column such as a label is one read per batch, not one
+  per sample (each read is a round trip on a parallel file system).
 - :class:`NpyDataset`: ``.npy`` files (what ``np.save`` and ``np.lib.format.open_memmap``
-  write), read with ``os.pread`` rather than through a memory map: the pages of a
+  write), read with ``os.pread`` (rows less than ``GAP`` bytes apart in one call)
+  rather than through a memory map: the pages of a
   mapped file that a process has touched count in its resident memory, so reading a
   large memmap once would grow it by the file's size.
 
@@ -34,25 +37,30 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils.data import Dataset
 
 from hpcopt_agent.data import Stacked
 
-#: Bytes of h5py's chunk cache per open dataset: reads are chunk-aligned, so a cache
-#: only holds memory (every process has its own).
-CHUNK_CACHE = 1 << 20
+#: Bytes of h5py's chunk cache per open dataset: reads are chunk-aligned, so the cache
+#: only spares re-reading a small chunk (of labels, say) that the next batch touches
+#: again; every process holds one per open file and dataset.
+CHUNK_CACHE = 1 << 16
+#: Bytes of unwanted data an HDF5 read may span to join two wanted runs into one call.
+GAP = 1 << 15
 
 
-def _runs(sorted_ids: np.ndarray) -> list[tuple[int, int]]:
-    """[lo, hi) runs of consecutive values in a sorted array of unique integers."""
+def _runs(sorted_ids: np.ndarray, gap: int = 0) -> list[tuple[int, int]]:
+    """[lo, hi) runs of a sorted array of unique integers, a run going on over at most
+    ``gap`` missing values."""
     if not len(sorted_ids):
         return []
-    breaks = np.flatnonzero(np.diff(sorted_ids) != 1) + 1
+    breaks = np.flatnonzero(np.diff(sorted_ids) > gap + 1) + 1
     starts = np.concatenate([[0], breaks])
     ends = np.concatenate([breaks, [len(sorted_ids)]])
     return [(int(sorted_ids[a]), int(sorted_ids[b - 1]) + 1) for a, b in zip(starts, ends, strict=True)]
 
 
-class _Sharded:
+class _Sharded(Dataset[tuple[torch.Tensor, ...]]):
     """Samples numbered across shards: shard ``s`` holds ``offsets[s]:offsets[s + 1]``."""
 
     def __init__(self, lengths: Sequence[int]) -> None:
@@ -125,6 +133,10 @@ class H5Dataset(_Sharded):
         path = self.files[shard]
         return self._handle(shard, lambda: h5py.File(path, "r", locking=False, rdcc_nbytes=CHUNK_CACHE))
 
+    def _column(self, shard: int, key: str) -> Any:
+        """The open HDF5 dataset (kept open: its chunk cache lives as long as it does)."""
+        return self._handle((shard, key), lambda: self._file(shard)[key])
+
     def __getitems__(self, indices: Sequence[int]) -> Stacked:
         shard, local = self.locate(indices)
         columns: list[list[np.ndarray]] = [[] for _ in self.keys]
@@ -132,27 +144,29 @@ class H5Dataset(_Sharded):
         for s in np.unique(shard):
             mine = np.flatnonzero(shard == s)
             order.append(mine)
-            f = self._file(int(s))
             for column, key in zip(columns, self.keys, strict=True):
-                column.append(_read_rows(f[key], local[mine]))
+                column.append(_read_rows(self._column(int(s), key), local[mine]))
         where = np.concatenate(order)
         back = np.empty_like(where)
         back[where] = np.arange(len(where))
         return Stacked(torch.from_numpy(np.concatenate(c)[back]) for c in columns)
 
     def close(self) -> None:
-        for f in self._handles.values():
-            f.close()
+        for key, f in self._handles.items():
+            if not isinstance(key, tuple):  # files; their datasets close with them
+                f.close()
         self._handles = {}
 
 
 def _read_rows(dset: Any, rows: np.ndarray) -> np.ndarray:
     """``dset[rows]`` (any order, repeats allowed), reading each chunk it touches once:
-    runs of adjacent chunks in one call, then the rows picked out in memory."""
+    runs of chunks less than ``GAP`` bytes apart in one call, then the rows picked out
+    in memory."""
     chunk = dset.chunks[0] if dset.chunks else 1
+    unit = chunk * max(1, int(np.prod(dset.shape[1:]))) * dset.dtype.itemsize
     wanted = np.unique(rows)
     parts, firsts = [], []
-    for lo, hi in _runs(np.unique(wanted // chunk)):
+    for lo, hi in _runs(np.unique(wanted // chunk), GAP // unit):
         a, b = lo * chunk, min(hi * chunk, dset.shape[0])
         block = dset[a:b]
         inside = wanted[(wanted >= a) & (wanted < b)]
@@ -198,10 +212,12 @@ class NpyDataset(_Sharded):
                 wanted = np.unique(rows)
                 got = np.empty((len(wanted), *shape[1:]), dtype=dtype)
                 at = 0
-                for lo, hi in _runs(wanted):
+                for lo, hi in _runs(wanted, GAP // max(row, 1)):
                     raw = os.pread(self._fd(files[int(s)]), (hi - lo) * row, offset + lo * row)
-                    got[at : at + hi - lo] = np.frombuffer(raw, dtype=dtype).reshape(hi - lo, *shape[1:])
-                    at += hi - lo
+                    inside = wanted[at : at + np.searchsorted(wanted[at:], hi)]
+                    block = np.frombuffer(raw, dtype=dtype).reshape(hi - lo, *shape[1:])
+                    got[at : at + len(inside)] = block[inside - lo]
+                    at += len(inside)
                 batch[mine] = got[np.searchsorted(wanted, rows)]
             out.append(torch.from_numpy(batch))
         return Stacked(out)

@@ -74,10 +74,8 @@ def test_groups_must_have_one_entry_per_sample() -> None:
         splits(10, 2, 0, groups=[0, 1])
 
 
-def test_file_backed_datasets_read_what_is_asked_in_order(tmp_path: Path) -> None:
+def _shards(tmp_path: Path) -> tuple[np.ndarray, np.ndarray, list[Path], list[Path], list[Path]]:
     import h5py
-
-    from hpcopt_agent.datasets import H5Dataset, NpyDataset
 
     rng = np.random.default_rng(0)
     x = rng.normal(size=(100, 3, 4)).astype(np.float32)
@@ -93,6 +91,13 @@ def test_file_backed_datasets_read_what_is_asked_in_order(tmp_path: Path) -> Non
         np.save(tmp_path / f"y{s}.npy", y[a:b])
         xs.append(tmp_path / f"x{s}.npy")
         ys.append(tmp_path / f"y{s}.npy")
+    return x, y, files, xs, ys
+
+
+def test_file_backed_datasets_read_what_is_asked_in_order(tmp_path: Path) -> None:
+    from hpcopt_agent.datasets import H5Dataset, NpyDataset
+
+    x, y, files, xs, ys = _shards(tmp_path)
     h5, npy = H5Dataset(files, ["x", "y"]), NpyDataset([xs, ys])
     asked = [99, 0, 30, 5, 5, 31, 64, 29, 98, 12]
     for data in (h5, npy):
@@ -106,3 +111,30 @@ def test_file_backed_datasets_read_what_is_asked_in_order(tmp_path: Path) -> Non
             data.__getitems__([100])
     with pytest.raises(KeyError, match="no dataset 'z'"):
         H5Dataset(files, ["x", "z"])
+
+
+@pytest.fixture(scope="module")
+def shard_files(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[np.ndarray, np.ndarray, list[Path], list[Path], list[Path]]:
+    return _shards(tmp_path_factory.mktemp("shards"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(asked=st.lists(st.integers(0, 99), min_size=1, max_size=40), gap=st.sampled_from([0, 64, 1 << 15]))
+def test_file_backed_reads_join_nearby_rows_without_changing_what_is_read(
+    shard_files: tuple[np.ndarray, np.ndarray, list[Path], list[Path], list[Path]], asked: list[int], gap: int
+) -> None:
+    """Reads that span unwanted rows or chunks (up to GAP bytes) return exactly the
+    rows asked for, in order, repeats included, whatever the gap."""
+    from hpcopt_agent import datasets
+
+    x, y, files, xs, ys = shard_files
+    saved, datasets.GAP = datasets.GAP, gap
+    try:
+        for data in (datasets.H5Dataset(files, ["x", "y"]), datasets.NpyDataset([xs, ys])):
+            got_x, got_y = data.__getitems__(asked)
+            assert np.array_equal(got_y.numpy(), y[asked]) and np.array_equal(got_x.numpy(), x[asked])
+            data.close()
+    finally:
+        datasets.GAP = saved
