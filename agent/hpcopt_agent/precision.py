@@ -10,6 +10,8 @@
   updated once per training step. Ranks whose gradients are averaged (allreduce, DASO's
   node groups, Horovod) see the same overflow and skip together.
 
+On GPUs the gradient allreduce of DDP travels in bf16/fp16 too (:meth:`Precision.compress`).
+
 The same code runs on CPUs (autocast on ``cpu``) and on CUDA.
 """
 
@@ -57,6 +59,24 @@ class Precision:
             return
         self.scaler.scale(loss).backward()  # type: ignore[no-untyped-call]
         self.scaled = True
+
+    def compress(self, models: dict[str, Any]) -> None:
+        """On GPUs, DDP's gradient allreduce in the training precision (allreduce, DASO's
+        node groups): torch's bf16/fp16 compression hooks, half the bytes on the wire;
+        the average comes back as fp32 before any optimizer sees it, and under fp16 an
+        overflow arrives as inf, which the scaler skips like any other. Only NCCL has a
+        bf16 allreduce, so CPUs (gloo) exchange fp32. Parameter-server exchanges stay fp32
+        everywhere: they carry weights and elastic differences, whose small updates
+        bf16's 8-bit mantissa would round away."""
+        if self.dtype is None or self.device.type != "cuda":
+            return
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+
+        hook = default_hooks.bf16_compress_hook if self.dtype is torch.bfloat16 else default_hooks.fp16_compress_hook
+        for model in models.values():
+            if isinstance(model, DistributedDataParallel):
+                model.register_comm_hook(model.process_group, hook)
 
     def wrap(self, optimizers: dict[str, torch.optim.Optimizer]) -> dict[str, torch.optim.Optimizer]:
         """Under fp16, optimizers whose ``step`` goes through the scaler."""

@@ -1,5 +1,5 @@
 """DASO, Distributed Asynchronous and Selective Optimization (Coquelin et al., 2022; HeAT's
-``DASO`` optimizer), written for CPU (gloo + MPI) and GPU (NCCL local groups).
+``DASO`` optimizer), written for CPUs (gloo process groups) and GPUs (NCCL).
 
 A fold group of R ranks is N nodes x L local ranks (``daso.node_size`` = L, else the
 ranks sharing a host). Every step is synchronous inside a node (DDP on the node's
@@ -21,9 +21,10 @@ other consensus. :class:`Schedule` is HeAT's ``epoch_loss_logic``: between warm-
 cool-down the skips start at (global_skip 4, S 1) and halve (S decreases by one) each
 time the epoch loss is stable, until a reset to ``max_global_skips``.
 
-The global exchange goes through MPI on host copies of the weights (on GPUs too: no
-CUDA-aware MPI is needed; the weights cross PCIe once per exchange). One node (N = 1)
-is exactly ``allreduce``: nothing is exchanged.
+The exchanges go through torch process groups on the weights where they live: NCCL on
+GPUs (the weights never cross to the host, and the global ``Iallreduce`` runs on its
+own stream while the node trains), gloo on CPUs (its threads move the bytes while
+the rank computes). One node (N = 1) is exactly ``allreduce``: nothing is exchanged.
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
 import torch
+import torch.distributed as dist
 from mpi4py import MPI
 from torch.nn.parallel import DistributedDataParallel
 
@@ -112,8 +113,8 @@ class Schedule:
 
 @dataclass
 class _Pending:
-    request: MPI.Request
-    buffer: np.ndarray | None  # the sum, on the sender
+    work: Any  # the sender's torch Work, else None
+    buffer: torch.Tensor | None  # the sum, on the sender
     sent_at: int  # batch index
     wait: int  # S
     sent_time: float
@@ -140,11 +141,12 @@ class DASO(Scheme):
             knobs["skip_reduction_factor"],
         )
         # One rank per node with the same local index talk across nodes; a node's ranks among themselves.
-        self.across = self.fold.Split(color=self.local, key=self.node)
-        self.within = self.fold.Split(color=self.node, key=self.local)
-        world_ranks, nodes_of = zip(*self.fold.allgather((comms.world.rank, self.node)), strict=True)
-        mine = sorted(w for w, n in zip(world_ranks, nodes_of, strict=True) if n == self.node)
-        self.pg = comms.pg if self.nodes == 1 else comms.subgroup(mine) if self.node_size > 1 else None
+        placed = self.fold.allgather((comms.world.rank, self.node, self.local))
+        #: World rank of each local index of this node (torch names a broadcast's source by it).
+        self.node_ranks = [w for _, w in sorted((local, w) for w, node, local in placed if node == self.node)]
+        peers = sorted(w for w, _, local in placed if local == self.local)
+        self.across = comms.subgroup(peers) if self.nodes > 1 else None
+        self.pg = comms.pg if self.nodes == 1 else comms.subgroup(self.node_ranks) if self.node_size > 1 else None
         self.send_mod = 0
         self.n_batches = 0
         self.pending: _Pending | None = None
@@ -211,13 +213,11 @@ class DASO(Scheme):
 
     def _send(self, step: int, wait: int) -> None:
         assert self.flat is not None
-        buffer = None
+        buffer, work = None, None
         if self.local == self.send_mod:
-            buffer = self.flat.get().numpy()
-            request = self.across.Iallreduce(MPI.IN_PLACE, buffer, op=MPI.SUM)
-        else:
-            request = MPI.REQUEST_NULL
-        self.pending = _Pending(request, buffer, step, wait, time.perf_counter())
+            buffer = self.flat.get(host=False)
+            work = dist.all_reduce(buffer, group=self.across, async_op=True)
+        self.pending = _Pending(work, buffer, step, wait, time.perf_counter())
         self.exchanges += 1
 
     def _receive(self) -> None:
@@ -225,13 +225,14 @@ class DASO(Scheme):
         sender, then the sender's weights to its node."""
         p, self.pending = self.pending, None
         assert p is not None and self.flat is not None
-        p.request.Wait()
+        if p.work is not None:
+            p.work.wait()
         _sleep_until(p.sent_time + self.link_delay)
         sender = self.send_mod
         if self.local == sender and p.buffer is not None:
-            local = self.flat.get().numpy()
+            local = self.flat.get(host=False)
             weight = 2.0 * p.wait
-            self.flat.set(torch.from_numpy((weight * local + p.buffer) / (weight + self.nodes)))
+            self.flat.set((weight * local + p.buffer) / (weight + self.nodes))
         self._to_node(sender)
         self.send_mod = (sender + 1) % self.node_size
 
@@ -241,15 +242,15 @@ class DASO(Scheme):
         assert self.flat is not None
         sender = self.send_mod
         if self.local == sender:
-            weights = self.flat.get().numpy()
-            buffers = self.flat.get_buffers().numpy()
-            both = np.concatenate([weights.astype(np.float64, copy=False), buffers]) if len(buffers) else weights
-            self.across.Allreduce(MPI.IN_PLACE, both, op=MPI.SUM)
+            weights = self.flat.get(host=False)
+            buffers = self.flat.get_buffers(host=False)
+            both = torch.cat([weights.to(torch.float64), buffers]) if len(buffers) else weights
+            dist.all_reduce(both, group=self.across)
             _sleep_until(time.perf_counter() + self.link_delay)
             both /= self.nodes
-            self.flat.set(torch.from_numpy(both[: self.flat.numel].astype(weights.dtype, copy=False)))
+            self.flat.set(both[: self.flat.numel].to(weights.dtype))
             if len(buffers):
-                self.flat.set_buffers(torch.from_numpy(both[self.flat.numel :]))
+                self.flat.set_buffers(both[self.flat.numel :])
         self._to_node(sender, buffers=True)
         self.exchanges += 1
 
@@ -257,15 +258,15 @@ class DASO(Scheme):
         assert self.flat is not None
         if self.node_size == 1:
             return
-        weights = self.flat.get().numpy()
-        self.within.Bcast(weights, root=sender)
+        weights = self.flat.get(host=False)
+        dist.broadcast(weights, src=self.node_ranks[sender], group=self.pg)
         if self.local != sender:
-            self.flat.set(torch.from_numpy(weights))
+            self.flat.set(weights)
         if buffers and self.flat.buffers:
-            values = self.flat.get_buffers().numpy()
-            self.within.Bcast(values, root=sender)
+            values = self.flat.get_buffers(host=False)
+            dist.broadcast(values, src=self.node_ranks[sender], group=self.pg)
             if self.local != sender:
-                self.flat.set_buffers(torch.from_numpy(values))
+                self.flat.set_buffers(values)
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -277,10 +278,6 @@ class DASO(Scheme):
             if key in state:
                 setattr(self.schedule, key, state[key])
         self.send_mod = int(state.get("send_mod", 0)) % self.node_size
-
-    def close(self) -> None:
-        for comm in (self.across, self.within):
-            comm.Free()
 
 
 def _sleep_until(deadline: float) -> None:

@@ -66,9 +66,12 @@ class Flat:
             b for b in {id(b): b for m in models.values() for b in m.buffers() if b.is_floating_point()}.values()
         ]
 
-    def get(self) -> torch.Tensor:
-        """The weights as one new CPU vector."""
+    def get(self, host: bool = True) -> torch.Tensor:
+        """The weights as one new vector: in host memory, or (``host=False``) on the
+        parameters' device."""
         with torch.no_grad():
+            if not host:
+                return torch.cat([p.detach().reshape(-1) for p in self.params])
             return torch.cat([p.detach().reshape(-1).to("cpu", copy=True) for p in self.params])
 
     def set(self, flat: torch.Tensor) -> None:
@@ -80,10 +83,12 @@ class Flat:
     def zeros(self, grads: bool = False) -> torch.Tensor:
         return torch.zeros(self.grad_numel if grads else self.numel, dtype=self.dtype)
 
-    def get_buffers(self) -> torch.Tensor:
+    def get_buffers(self, host: bool = True) -> torch.Tensor:
+        """The floating buffers as one new float64 vector (host memory, or their device)."""
         if not self.buffers:
-            return torch.zeros(0, dtype=torch.float64)
-        return torch.cat([b.detach().reshape(-1).to("cpu", torch.float64) for b in self.buffers])
+            return torch.zeros(0, dtype=torch.float64, device=None if host else self.params[0].device)
+        device = "cpu" if host else self.buffers[0].device
+        return torch.cat([b.detach().reshape(-1).to(device, torch.float64) for b in self.buffers])
 
     def set_buffers(self, flat: torch.Tensor) -> None:
         at = 0
