@@ -28,8 +28,20 @@ import torch
 from torch.utils.data import DataLoader, Dataset, TensorDataset
 from torch.utils.data._utils.collate import default_collate
 
-#: Samples per evaluation batch at least (a rank's training batch when larger).
+#: Samples per evaluation batch at most (a rank's training batch when larger)...
 EVAL_BATCH = 256
+#: ... and bytes per evaluation batch at most: the loader holds workers x prefetch
+#: batches in flight, so 256 large samples (3-D showers: 16 MB a batch) would hold
+#: hundreds of MB per rank, and the model would see a batch far larger than it trains on.
+EVAL_BYTES = 4 << 20
+
+
+def _sample_bytes(batch: Any) -> int | None:
+    """Bytes per sample of a batch of tensors (None when it holds none)."""
+    tensors = [t for t in (batch if isinstance(batch, (tuple, list)) else [batch]) if isinstance(t, torch.Tensor)]
+    if not tensors or not len(tensors[0]):
+        return None
+    return max(1, sum(t.nbytes for t in tensors) // len(tensors[0]))
 
 
 class Stacked(tuple):  # type: ignore[type-arg]
@@ -130,6 +142,8 @@ class Data:
         self._loader: DataLoader[Any] | None = None
         self._feed = _Feed()
         self._seed = 0
+        #: Bytes per sample, from the first batch read (sizes the evaluation's batches).
+        self.sample_bytes: int | None = None
 
     @property
     def dataset(self) -> Dataset[Any]:
@@ -199,7 +213,15 @@ class Data:
         self._feed.batches = [b.tolist() for b in batches]
         non_blocking = self.pinned()
         for batch in self._reader():
+            if self.sample_bytes is None:
+                self.sample_bytes = _sample_bytes(batch)
             yield to_device(batch, self.device, non_blocking)
+
+    def eval_size(self, rank_batch: int) -> int:
+        """Samples per evaluation batch: the rank's training batch, or more, up to
+        ``EVAL_BATCH`` samples and ``EVAL_BYTES`` (the size of a sample as read)."""
+        cap = EVAL_BATCH if not self.sample_bytes else max(1, EVAL_BYTES // self.sample_bytes)
+        return max(rank_batch, min(EVAL_BATCH, cap))
 
     def batch(self, indices: np.ndarray) -> Any:
         """One batch through the same reader (checks and tools)."""

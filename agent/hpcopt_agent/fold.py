@@ -36,7 +36,7 @@ from mpi4py import MPI
 from hpcopt import ApiError
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
-from hpcopt_agent.data import EVAL_BATCH, Data
+from hpcopt_agent.data import Data
 from hpcopt_agent.precision import Precision
 from hpcopt_agent.runtime import StopSignal
 from hpcopt_agent.schemes import Scheme, make_scheme
@@ -271,6 +271,7 @@ class FoldTrainer:
             for name, opt in optimizers.items():
                 opt.load_state_dict(state["optimizers"][name])
         step_models, step_optimizers = scheme.wrap(models, optimizers)
+        run.precision.compress(step_models)
         step_optimizers = run.precision.wrap(step_optimizers)
         run.step_models, run.step_optimizers = as_user(step_models, single), as_user(step_optimizers, single)
         if state is None:
@@ -359,7 +360,7 @@ class FoldTrainer:
         if len(mine):
             for model in run.models.values():
                 model.eval()
-            size = max(EVAL_BATCH, scheme.rank_batch(self.task.batch_size(params)))
+            size = self.data.eval_size(scheme.rank_batch(self.task.batch_size(params)))
             with torch.no_grad(), run.precision.active():
                 batches = self.data.read(self.data.batches(mine, size))
                 found = self.task.evaluate(as_user(run.models, run.single), batches, params)

@@ -139,3 +139,27 @@ def test_walltime_stops_taking_trials_that_would_not_fit() -> None:
     w.record(30.0)
     assert w.longest == 90.0
     assert not Walltime(4.0).fits_another()
+
+
+def test_evaluation_batches_stay_within_a_byte_budget_for_large_samples() -> None:
+    """256 showers of 25^3 floats would be 16 MB a batch, workers x prefetch of them in
+    flight: evaluation batches of large samples are cut to EVAL_BYTES (never below the
+    training batch); small samples keep EVAL_BATCH."""
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from hpcopt_agent.data import EVAL_BATCH, EVAL_BYTES, Data
+
+    cpu = torch.device("cpu")
+    showers = Data(lambda: TensorDataset(torch.zeros(300, 25, 25, 25), torch.zeros(300)), cpu)
+    rows = Data(lambda: TensorDataset(torch.zeros(300, 8)), cpu)
+    for data in (showers, rows):
+        data.open(0)
+        assert data.eval_size(16) == EVAL_BATCH  # nothing read yet: the sample size is unknown
+        assert len(list(data.read([np.arange(8)]))) == 1
+    per_shower = 25**3 * 4 + 4
+    assert showers.eval_size(16) == EVAL_BYTES // per_shower
+    assert showers.eval_size(100) == 100  # never below the training batch
+    assert rows.eval_size(16) == EVAL_BATCH
+    for data in (showers, rows):
+        data.close()
