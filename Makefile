@@ -48,5 +48,6 @@ bench:
 	.venv/bin/python benchmarks/optimizers/latency.py
 	.venv/bin/python benchmarks/optimizers/quality.py
 	.venv/bin/python benchmarks/training/run.py
+	.venv/bin/python benchmarks/training/input_pipeline.py
 	.venv/bin/python benchmarks/dashboard_open.py
 	.venv/bin/python benchmarks/request_cost.py
