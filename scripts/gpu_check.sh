@@ -44,7 +44,7 @@ PYEOF
 ranks=$(( gpus < 4 ? gpus : 4 ))
 
 step "calorimeter showers"
-"$PY" examples/calorimeter/generate.py --out "$work/showers" --shards 8 --per-shard 64 > /dev/null
+"$PY" examples/calorimeter/generate.py --out "$work/showers" --shards 8 --per-shard $(( cpu ? 24 : 64 )) > /dev/null
 
 rest=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 grpc=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -66,8 +66,9 @@ spec["training"]["epochs"] = 2
 spec["training"]["scheme"] = "allreduce"
 spec["training"]["ranks_per_fold"] = int(sys.argv[2])
 spec["training"]["options"].update(precision=sys.argv[1], cudnn_benchmark=True, loader={"workers": 2})
-if sys.argv[3] == "1":  # the rehearsal: one small trial
+if sys.argv[3] == "1":  # the rehearsal: one small trial of one epoch
     spec["budget"]["max_trials"] = 1
+    spec["training"]["epochs"] = 1
     spec["space"]["width"] = {"type": "categorical", "choices": [8]}
 yaml.safe_dump(spec, open(sys.argv[4], "w"))
 PYEOF
