@@ -29,14 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from task import BATCH, LR, evaluate, make_data, make_model
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--epochs", type=int, default=4)
-    ap.add_argument("--folds", type=int, default=2, help="train fold 0 of this K-fold split")
-    args = ap.parse_args()
-    world = MPI.COMM_WORLD
+def join_gloo(world: MPI.Comm) -> None:
+    """The ranks' torch threads (the cores shared out) and a gloo process group over
+    them, its rendezvous address from rank 0 through MPI."""
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world.size))
-    t_start = time.perf_counter()
     port = None
     if world.rank == 0:
         with socket.socket() as s:
@@ -47,6 +43,16 @@ def main() -> int:
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=world.rank, world_size=world.size,
         timeout=timedelta(seconds=300),
     )  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, default=4)
+    ap.add_argument("--folds", type=int, default=2, help="train fold 0 of this K-fold split")
+    args = ap.parse_args()
+    world = MPI.COMM_WORLD
+    t_start = time.perf_counter()
+    join_gloo(world)
     data = make_data()
     x, y = data.tensors
     n = len(x)

@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 import sys
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +25,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from plain_ddp import join_gloo
 from showers import STEP, Showers, feed_step, open_slow
 
 
@@ -63,17 +61,7 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=8)
     args = ap.parse_args()
     world = MPI.COMM_WORLD
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world.size))
-    port = None
-    if world.rank == 0:
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-    port = world.bcast(port)
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=world.rank, world_size=world.size,
-        timeout=timedelta(seconds=300),
-    )  # fmt: skip
+    join_gloo(world)
     task = Showers()
     data = ShowerFiles(task.data.files)
     n = len(data)
