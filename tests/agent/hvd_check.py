@@ -1,8 +1,8 @@
-"""Run under mpiexec -n 4 when Horovod is installed (``make horovod``): the Horovod
-backend of allreduce against DDP, in two fold groups of 2 ranks (one Horovod process
-set each).
+"""Run under mpiexec when Horovod is installed (``make horovod``): the Horovod backend
+of allreduce against DDP, in fold groups of RPF ranks (one Horovod process set each;
+RPF = the world size is the plain layout, where the fold group is Horovod's global set).
 
-    mpiexec -n 4 python -m mpi4py tests/agent/hvd_check.py
+    mpiexec -n 4 python -m mpi4py tests/agent/hvd_check.py horovod RPF
 
 - weights identical within each fold group, and equal to the DDP backend to 1e-6;
 - a GAN (two optimizers; the generator's backward reaches the critic's parameters)
@@ -26,7 +26,8 @@ from tests.agent.tasks import Regression, TinyGan
 
 def main() -> int:
     limit_threads(world, 1)
-    comms = comms_for(2)
+    rpf = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    comms = comms_for(rpf)
     comms.horovod = init_horovod(comms)
     for label, task, params in (("regression", Regression(), {"lr": 0.05}), ("gan", TinyGan(), {"lr": 0.01})):
         data = Data(task.dataset, torch.device("cpu"))
@@ -42,7 +43,7 @@ def main() -> int:
         gap = float((got["hvd"] - got["allreduce"]).abs().max())
         assert gap <= 1e-6, (label, gap)
         assert torch.equal(got["hvd"], got["horovod"]), label
-        say(f"OK horovod {label}: identical in the fold group; vs DDP max |diff| {gap:.1e}")
+        say(f"OK horovod {label} {world.size // rpf}x{rpf}: identical in the fold group; vs DDP max |diff| {gap:.1e}")
     comms.close()
     say("ALL OK horovod")
     return 0

@@ -19,6 +19,7 @@ from tests.agent.conftest import (
     mpi_env,
     mpiexec_path,
     preempt_after_first_epoch,
+    require_horovod,
     trial_json,
 )
 from tests.conftest import ROOT
@@ -47,14 +48,17 @@ pytestmark = pytest.mark.timeout(300)
                 "OK pipeline refuses a dict of models",
             ],
         ),
-        (4, "horovod", ["OK horovod regression", "OK horovod gan"]),
+        # Horovod with the fold group as the world (its global process set) and as two sets.
+        (4, "horovod 4", ["OK horovod regression 1x4", "OK horovod gan 1x4"]),
+        (4, "horovod 2", ["OK horovod regression 2x2", "OK horovod gan 2x2"]),
     ],
 )
 def test_schemes_under_mpiexec(ranks: int, check: str, expected: list[str]) -> None:
+    check, *args = check.split()
     if check == "horovod":
-        pytest.importorskip("horovod.torch", reason="Horovod is an optional extra: `make horovod` builds it")
+        require_horovod()
     script = {"hier": "hier_check", "horovod": "hvd_check"}.get(check, "ps_check")
-    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", f"tests/agent/{script}.py", check]
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", f"tests/agent/{script}.py", check, *args]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=mpi_env(), cwd=ROOT)
     text = out.stdout + out.stderr
     assert out.returncode == 0 and f"ALL OK {check}" in out.stdout, text
@@ -169,3 +173,20 @@ def test_a_campaign_searching_the_scheme_trains_each_trial_with_its_scheme_and_o
         # Each trained with its own scheme: the schemes' own figures are in its metrics.
         assert ("daso_global_skip" in metrics) == (scheme == "daso"), metrics
         assert ("staleness_max" in metrics) == (scheme == "easgd"), metrics
+
+
+def test_horovod_trains_a_campaign_whose_fold_group_is_the_whole_agent(agent_server: AgentServer) -> None:
+    # The most common layout (ranks_per_fold = ranks), where hvd.init used to fail on every rank.
+    require_horovod()
+    spec = agent_spec(
+        folds=2,
+        budget={"max_trials": 1, "max_parallel": 1},
+        training={"task": "tests/agent/tasks.py:Regression", "scheme": "horovod", "ranks_per_fold": 4, "epochs": 2},
+    )
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(4, campaign)
+    assert result.returncode == 0, dump(result)
+    [trial] = agent_server.client().list_trials(campaign)
+    got = trial_json(agent_server, trial.id)
+    assert got["state"] == "COMPLETED" and len(got["folds"]) == 2, got
+    assert all(f["metrics"]["loss"] < 1e3 for f in got["folds"]), got["folds"]
