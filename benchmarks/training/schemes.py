@@ -35,7 +35,7 @@ SCHEMES: dict[str, dict[str, Any]] = {
     "allreduce": {},
     "downpour": {"downpour": {"sync_every": 1}},
     "easgd": {"easgd": {"tau": 4}},
-    "gem": {"gem": {"lr": 0.05}},
+    "gem": {},  # the task optimizer (Adam) with its lr: GEM's default
 }
 
 

@@ -102,6 +102,14 @@ _PS = {
         choices=("arrival", "round_robin"),
         doc="round_robin serves workers in rank order: runs are reproducible bit for bit",
     ),
+    "worker_ranks": Knob(
+        1,
+        int,
+        1,
+        1024,
+        doc="ranks per worker: a worker is a data-parallel group (DDP inside) whose first rank exchanges "
+        "with the master (NNLO's N_GPU)",
+    ),
 }
 
 _DASO = {
@@ -162,10 +170,33 @@ KNOBS: dict[str, dict[str, Knob]] = {
         **_PS,
         "sync_every": Knob(1, int, 1, 1_000_000, doc="batches between a worker's exchanges"),
         "lr": Knob(
-            None, float, 0.0, 1e6, open_low=True, optional=True, doc="worker step size (null: the task optimizer's lr)"
+            None,
+            float,
+            0.0,
+            1e6,
+            open_low=True,
+            optional=True,
+            doc="null: a worker's step is what the task's optimizer moves it (any optimizer, its lr); "
+            "set: the paper's plain SGD step with this lr",
         ),
-        "momentum": Knob(0.9, float, 0.0, 1.0, doc="momentum of the proxy that sets the energy to match"),
-        "kappa": Knob(2.0, float, 0.0, 100.0, open_low=True, doc="energy factor (2 per the paper)"),
+        "momentum": Knob(
+            None,
+            float,
+            0.0,
+            1.0,
+            optional=True,
+            doc="momentum of the proxy that sets the energy to match (null: 0.9 with gem.lr, else 0: the task's "
+            "optimizer has its own)",
+        ),
+        "kappa": Knob(
+            None,
+            float,
+            0.0,
+            100.0,
+            open_low=True,
+            optional=True,
+            doc="energy factor (null: 2 with gem.lr, per the paper; else 1: one optimizer's steps)",
+        ),
     },
 }
 
@@ -173,28 +204,54 @@ KNOBS: dict[str, dict[str, Knob]] = {
 @dataclass(frozen=True)
 class PsLayout:
     """The tree of a parameter-server fold group: fold rank 0 is the master, ranks
-    1..M the sub-masters, the rest workers, dealt round-robin to the sub-masters."""
+    1..M the sub-masters, then the workers, each ``worker_ranks`` consecutive ranks that
+    train data-parallel; a worker's first rank (its leader) exchanges with its parent.
+    Workers are dealt round-robin to the sub-masters."""
 
     ranks: int
     sub_masters: int
+    worker_ranks: int = 1
+
+    @property
+    def servers(self) -> int:
+        """The master and the sub-masters."""
+        return 1 + self.sub_masters
 
     @property
     def workers(self) -> list[int]:
-        return list(range(1 + self.sub_masters, self.ranks))
+        """The workers' leaders (one per worker)."""
+        return list(range(self.servers, self.ranks, self.worker_ranks))
+
+    @property
+    def training_ranks(self) -> list[int]:
+        """Every rank of every worker."""
+        return list(range(self.servers, self.ranks))
+
+    def leader(self, rank: int) -> int | None:
+        """The leader of ``rank``'s worker (None on a serving rank)."""
+        if rank < self.servers:
+            return None
+        return rank - (rank - self.servers) % self.worker_ranks
+
+    def members(self, leader: int) -> list[int]:
+        """The ranks of the worker ``leader`` leads."""
+        return list(range(leader, leader + self.worker_ranks))
 
     def parent(self, rank: int) -> int | None:
-        if rank == 0:
+        """Who ``rank`` exchanges with: None on the master and on a worker's other ranks."""
+        if rank == 0 or self.leader(rank) not in (None, rank):
             return None
         if rank <= self.sub_masters:
             return 0
-        return 1 + (rank - 1 - self.sub_masters) % self.sub_masters if self.sub_masters else 0
+        k = (rank - self.servers) // self.worker_ranks
+        return 1 + k % self.sub_masters if self.sub_masters else 0
 
     def children(self, rank: int) -> list[int]:
         return [r for r in range(1, self.ranks) if self.parent(r) == rank]
 
     def fan_in(self) -> int:
         """The most children any serving rank has."""
-        return max(len(self.children(r)) for r in range(1 + self.sub_masters))
+        return max(len(self.children(r)) for r in range(self.servers))
 
 
 def split_options(options: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
@@ -270,25 +327,33 @@ def check_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
 def _check_ps_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
     """A parameter-server layout that leaves every serving rank a worker, and a
     staleness bound the tree can keep."""
-    m = knobs["sub_masters"]
-    if ranks < 2:
+    m, g = knobs["sub_masters"], knobs["worker_ranks"]
+    if ranks < 1 + g:
         raise KnobError(
             "training.ranks_per_fold",
-            f"{scheme} needs at least 2 ranks per fold (a master and a worker); got {ranks}",
+            f"{scheme} needs at least {1 + g} ranks per fold (a master and a worker of worker_ranks={g}); got {ranks}",
         )
-    if ranks < 1 + 2 * m:
-        fits = (ranks - 1) // 2
+    if ranks < 1 + m + max(m, 1) * g:
+        fits = (ranks - 1) // (1 + g)
         raise KnobError(
             f"training.options.{scheme}.sub_masters",
-            f"{m} sub-masters need at least {1 + 2 * m} ranks per fold (a master, {m} sub-masters and a worker "
-            f"each); ranks_per_fold is {ranks}: use sub_masters <= {fits} or ranks_per_fold >= {1 + 2 * m}",
+            f"{m} sub-masters need at least {1 + m + m * g} ranks per fold (a master, {m} sub-masters and a "
+            f"worker{f' of {g} ranks' if g > 1 else ''} each); ranks_per_fold is {ranks}: use sub_masters <= {fits} "
+            f"or ranks_per_fold >= {1 + m + m * g}",
+        )
+    if (ranks - 1 - m) % g:
+        fits = [k for k in range(1, ranks) if (ranks - 1 - m) % k == 0 and (ranks - 1 - m) // k >= max(m, 1)]
+        raise KnobError(
+            f"training.options.{scheme}.worker_ranks",
+            f"the {ranks - 1 - m} ranks left for workers (ranks_per_fold {ranks} - a master - {m} sub-masters) do "
+            f"not split into workers of {g} ranks; values that fit: {', '.join(map(str, fits))}",
         )
     bound = knobs["max_staleness"]
     if bound is None:
         return
     if knobs.get("synchronous"):
         raise KnobError(f"training.options.{scheme}.max_staleness", "synchronous mode has no staleness; leave it null")
-    fan_in = PsLayout(ranks, m).fan_in()
+    fan_in = PsLayout(ranks, m, g).fan_in()
     if bound < fan_in - 1:
         raise KnobError(
             f"training.options.{scheme}.max_staleness",

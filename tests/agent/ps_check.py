@@ -3,6 +3,7 @@
     mpiexec -n 2 python -m mpi4py tests/agent/ps_check.py degenerate  # = sequential rules
     mpiexec -n 3 python -m mpi4py tests/agent/ps_check.py gan         # GANs, order, resume
     mpiexec -n 4 python -m mpi4py tests/agent/ps_check.py tree        # staleness, sub-masters, digits
+    mpiexec -n 5 python -m mpi4py tests/agent/ps_check.py hybrid      # workers of several ranks
 
 Each check drives a scheme through the same calls, in the same order, as the fold loop
 (``hpcopt_agent.fold``): begin_epoch, the batch loop with after_step and the stop vote
@@ -199,7 +200,9 @@ def flat(models: dict[str, nn.Module]) -> torch.Tensor:
 
 
 def degenerate(comms: Comms) -> None:
-    """One worker, one step per exchange: each rule against its sequential closed form."""
+    """One worker, one step per exchange: each rule against its sequential closed form.
+    The worker is every rank but the master: with several, they train data-parallel
+    (each on its share of every batch) and their leader exchanges."""
     task = Regression()
     data = Data(task.dataset, torch.device("cpu"))
     train = np.arange(200)
@@ -225,14 +228,15 @@ def degenerate(comms: Comms) -> None:
         "easgd": {"tau": 1, "beta": 0.5},
         "gem": {"sync_every": 1, "momentum": 0.0, "kappa": 1.0},
     }
+    g = world.size - 1
     for name, knobs in cases.items():
-        run = Run(comms, name, knobs, task, params)
+        run = Run(comms, name, {**knobs, "worker_ranks": g}, task, params)
         assert run.train(data, train, epochs=2, batch=16)
         got = run.result().central
         want = sequential("easgd" if name == "easgd" else "sgd")
         err = float((got - want).abs().max())
         assert err <= 1e-6, f"{name}: max |delta| {err:.3g} from the sequential rule"
-        say(f"OK degenerate {name}: max |delta| = {err:.2g}")
+        say(f"OK degenerate {name}{f' (one worker of {g} ranks)' if g > 1 else ''}: max |delta| = {err:.2g}")
         run.scheme.close()
 
 
@@ -280,7 +284,7 @@ def gan(comms: Comms) -> None:
     rdata = Data(ring.dataset, torch.device("cpu"))
     for name in ("downpour", "easgd", "gem"):
         params = {"lr_g": 3e-4, "lr_d": 3e-4, "width": 64}
-        knobs = {"order": "round_robin", **{"gem": {"lr": 0.01}, "easgd": {"tau": 4}}.get(name, {})}
+        knobs = {"order": "round_robin", **{"easgd": {"tau": 4}}.get(name, {})}  # gem: the Adam lr as it is
         run = Run(comms, name, knobs, ring, params)
         real = rdata.batch(np.arange(7000, 8192))
         with torch.no_grad():
@@ -352,6 +356,67 @@ def tree(comms: Comms) -> None:
     say("OK digits: every scheme within 3 points of allreduce")
 
 
+def hybrid(comms: Comms) -> None:
+    """5 ranks: one worker of 4 ranks against the sequential rules; a master and two
+    workers of 2 ranks train digits, each worker's ranks identical, within 3 points of
+    allreduce; a sub-master over a worker of 3 ranks; a stop on a worker's leader and a
+    resume end where an uninterrupted run does."""
+    assert world.size == 5
+    degenerate(comms)
+    digits = Digits()
+    ddata = Data(digits.dataset, torch.device("cpu"))
+    order = np.random.default_rng(0).permutation(len(ddata))
+    dtrain, dval = order[:1400], order[1400:]
+    acc = {}
+    rr = {"order": "round_robin", "worker_ranks": 2}
+    cases = (("allreduce", {}), ("downpour", rr), ("easgd", {**rr, "tau": 4}), ("gem", rr))
+    for name, knobs in cases:
+        run = Run(comms, name, knobs, digits, {"lr": 3e-3})
+        run.train(ddata, dtrain, epochs=4, batch=64)
+        with torch.no_grad():
+            acc[name] = digits.evaluate(run.models["model"], [ddata.batch(dval)], {})["accuracy"]
+        if name != "allreduce":
+            # The weights each rank trains on (consensus stashed them): equal within a worker.
+            local = run.scheme.stash if run.scheme.stash is not None else run.scheme.flat.get()
+            views = comms.fold.allgather(local)
+            for leader in run.scheme.layout.workers:
+                assert torch.equal(views[leader], views[leader + 1]), f"{name}: worker {leader}'s ranks differ"
+            counts = comms.fold.allgather(run.scheme.messages)
+            assert counts[2] == counts[4] == 0 < counts[1] * counts[3], f"{name}: only leaders exchange: {counts}"
+        run.scheme.close()
+    say("digits accuracy, 2 workers of 2 ranks, 4 epochs: " + ", ".join(f"{k} {v:.3f}" for k, v in acc.items()))
+    for name in ("downpour", "easgd", "gem"):
+        assert acc[name] >= acc["allreduce"] - 0.03, f"{name}: {acc[name]:.3f} vs allreduce {acc['allreduce']:.3f}"
+    say("OK hybrid digits: every worker's ranks identical, every scheme within 3 points of allreduce")
+
+    task = Regression()
+    data = Data(task.dataset, torch.device("cpu"))
+    run = Run(comms, "gem", {"sub_masters": 1, "worker_ranks": 3}, task, {"lr": 0.02})
+    before = evaluate_regression(run, data)
+    run.train(data, np.arange(240), epochs=2, batch=12)
+    after = evaluate_regression(run, data)
+    run.scheme.close()
+    assert after < before * 0.7, f"gem, a sub-master over a 3-rank worker, did not train: {before:.3g} -> {after:.3g}"
+    say(f"OK hybrid sub-master gem: loss {before:.3g} -> {after:.3g}")
+
+    knobs = {"order": "round_robin", "worker_ranks": 2, "tau": 2}
+    a = Run(comms, "easgd", knobs, task, {"lr": 0.02})
+    assert a.train(data, np.arange(240), epochs=3, batch=12)
+    ra = a.result()
+    a.scheme.close()
+    c = Run(comms, "easgd", knobs, task, {"lr": 0.02})
+    assert not c.train(data, np.arange(240), epochs=3, batch=12, stop=Stop(rank=3, at=3))
+    blob = c.checkpoint()
+    c.scheme.close()
+    d = Run(comms, "easgd", knobs, task, {"lr": 0.02})
+    d.resume(blob)
+    assert d.train(data, np.arange(240), epochs=3, batch=12)
+    rd = d.result()
+    d.scheme.close()
+    assert torch.equal(ra.central, rd.central), "hybrid easgd: the resumed run ends elsewhere"
+    say("OK hybrid resume: a stop on a worker's leader and a resume end where an uninterrupted run does")
+
+
 def evaluate_regression(run: Run, data: Data) -> float:
     model = run.models["model"]
     with torch.no_grad():
@@ -363,7 +428,7 @@ def main() -> int:
     limit_threads(world, 1)
     check = sys.argv[1]
     comms = comms_for(world.size)
-    {"degenerate": degenerate, "gan": gan, "tree": tree}[check](comms)
+    {"degenerate": degenerate, "gan": gan, "tree": tree, "hybrid": hybrid}[check](comms)
     comms.close()
     say(f"ALL OK {check}")
     return 0

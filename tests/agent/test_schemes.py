@@ -33,6 +33,17 @@ pytestmark = pytest.mark.timeout(300)
         (2, "degenerate", ["OK degenerate downpour", "OK degenerate easgd", "OK degenerate gem"]),
         (3, "gan", ["OK gan downpour", "OK gan easgd", "OK gan gem", "OK examples/gan gem"]),
         (4, "tree", ["OK staleness downpour", "OK staleness easgd", "OK sub-master gem", "OK digits"]),
+        # A master and workers that are data-parallel groups (NNLO's hybrid layout).
+        (
+            5,
+            "hybrid",
+            [
+                "OK degenerate gem (one worker of 4 ranks)",
+                "OK hybrid digits",
+                "OK hybrid sub-master",
+                "OK hybrid resume",
+            ],
+        ),
         # DASO and pipeline in one launch (each launch pays the ranks' torch import).
         (
             4,
@@ -190,3 +201,27 @@ def test_horovod_trains_a_campaign_whose_fold_group_is_the_whole_agent(agent_ser
     got = trial_json(agent_server, trial.id)
     assert got["state"] == "COMPLETED" and len(got["folds"]) == 2, got
     assert all(f["metrics"]["loss"] < 1e3 for f in got["folds"]), got["folds"]
+
+
+def test_a_parameter_server_whose_workers_are_data_parallel_groups_trains_a_campaign(agent_server: AgentServer) -> None:
+    # 5 ranks: a master and two workers of 2 ranks (DDP inside, the leader exchanges).
+    spec = agent_spec(
+        space={"lr": {"type": "real", "low": 0.04, "high": 0.05}},
+        folds=1,
+        budget={"max_trials": 1, "max_parallel": 1},
+        training={
+            "task": "tests/agent/tasks.py:Regression",
+            "scheme": "downpour",
+            "ranks_per_fold": 5,
+            "epochs": 2,
+            "options": {"downpour": {"worker_ranks": 2}},
+        },
+    )
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(5, campaign)
+    assert result.returncode == 0, dump(result)
+    [trial] = agent_server.client().list_trials(campaign)
+    got = trial_json(agent_server, trial.id)
+    assert got["state"] == "COMPLETED", got
+    metrics = got["folds"][0]["metrics"]
+    assert metrics["loss"] < 1.0 and "staleness_max" in metrics, metrics

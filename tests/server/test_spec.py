@@ -85,7 +85,8 @@ def test_the_example_specs_are_valid() -> None:
         (
             {"training": {"task": "t", "scheme": "gem", "ranks_per_fold": 3, "options": {"gem": {"kapa": 2}}}},
             "training.options.gem.kapa",
-            "unknown knob for gem; allowed: sub_masters, max_staleness, order, sync_every, lr, momentum, kappa",
+            "unknown knob for gem; allowed: sub_masters, max_staleness, order, worker_ranks, sync_every, lr, "
+            "momentum, kappa",
         ),
         (
             {
@@ -149,6 +150,17 @@ def test_the_example_specs_are_valid() -> None:
             _search({"easgd": {"sub_masters": {"type": "int", "low": 0, "high": 2}}}),
             "training.scheme.search.easgd.sub_masters",
             "2 sub-masters need at least 5 ranks per fold",
+        ),
+        (
+            _search({"easgd": {"worker_ranks": {"type": "categorical", "choices": [1, 3, 2]}}}),
+            "training.scheme.search.easgd.worker_ranks",
+            "easgd.worker_ranks=2: the 3 ranks left for workers (ranks_per_fold 4 - a master - 0 sub-masters) do not "
+            "split into workers of 2 ranks; values that fit: 1, 3",
+        ),
+        (
+            _search({"gem": {"worker_ranks": {"type": "categorical", "choices": [3, 4]}}}),
+            "training.scheme.search.gem.worker_ranks",
+            "gem.worker_ranks=4: gem needs at least 5 ranks per fold (a master and a worker of worker_ranks=4); got 4",
         ),
         (
             _search({"pipeline": {"stages": {"type": "int", "low": 2, "high": 3}}}),

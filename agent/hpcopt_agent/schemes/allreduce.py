@@ -5,8 +5,6 @@ consensus, checkpoint and stop vote are right as they are)."""
 
 from __future__ import annotations
 
-from torch.nn.parallel import DistributedDataParallel
-
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
 
 
@@ -16,11 +14,4 @@ class AllReduce(Scheme):
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         if self.comms.pg is None:  # one rank per fold: nothing to synchronize
             return models, optimizers
-        device_ids = [self.comms.device.index] if self.comms.device.type == "cuda" else None
-        wrapped: Models = {}
-        for name, model in models.items():
-            if any(p.requires_grad for p in model.parameters()):
-                wrapped[name] = DistributedDataParallel(model, device_ids=device_ids, process_group=self.comms.pg)
-            else:
-                wrapped[name] = model
-        return wrapped, optimizers
+        return self.ddp(models, self.comms.pg), optimizers

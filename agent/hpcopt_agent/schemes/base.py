@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.task import Task
@@ -130,6 +131,17 @@ class Scheme:
         """The models and optimizers the task's training step uses; the originals in
         ``models`` keep the weights that are evaluated and checkpointed."""
         return models, optimizers
+
+    def ddp(self, models: Models, pg: Any) -> Models:
+        """Each trainable model in DistributedDataParallel over the torch process group
+        ``pg`` (gradients averaged over its ranks in every backward pass)."""
+        device_ids = [self.comms.device.index] if self.comms.device.type == "cuda" else None
+        return {
+            name: DistributedDataParallel(model, device_ids=device_ids, process_group=pg)
+            if any(p.requires_grad for p in model.parameters())
+            else model
+            for name, model in models.items()
+        }
 
     # -- one epoch -----------------------------------------------------------------------
 

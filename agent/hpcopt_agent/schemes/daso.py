@@ -38,7 +38,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
-from torch.nn.parallel import DistributedDataParallel
 
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
@@ -159,14 +158,7 @@ class DASO(Scheme):
         self.flat = Flat(models, optimizers)
         if self.pg is None:
             return models, optimizers
-        device_ids = [self.comms.device.index] if self.comms.device.type == "cuda" else None
-        wrapped: Models = {}
-        for name, model in models.items():
-            trainable = any(p.requires_grad for p in model.parameters())
-            wrapped[name] = (
-                DistributedDataParallel(model, device_ids=device_ids, process_group=self.pg) if trainable else model
-            )
-        return wrapped, optimizers
+        return self.ddp(models, self.pg), optimizers
 
     # -- the epoch -----------------------------------------------------------------------
 

@@ -8,6 +8,12 @@ sub-masters, the rest are workers dealt round-robin to them. A sub-master serves
 workers with the scheme's rule on its own copy and, after each round of its workers'
 updates, exchanges with the master as a worker would.
 
+A worker is ``worker_ranks`` ranks (NNLO's hybrid layout: N_GPU ranks per worker). They
+train data-parallel, DDP over the worker's own process group, each on its share of
+every batch, so their weights stay equal; the worker's first rank (its leader) alone
+talks to the parent and passes each reply's block and weights on to the others
+(:meth:`ParameterServer._share`).
+
 Transport is MPI point-to-point on the fold communicator: a 2-integer header (kind,
 flags), then one flat buffer (:mod:`.flat`); replies carry the parent's clock, a stop
 flag and the worker's next block of batches, then the weights. Serving ranks poll with
@@ -68,15 +74,27 @@ class ParameterServer(Scheme):
     pulls_first = False
     #: Workers step through Collect proxies (their gradients are pushed).
     collects = True
+    #: Pushes are in the gradient layout (else the weights layout).
+    grad_payload = True
 
     def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
         super().__init__(comms, knobs, epochs, timeout)
-        self.layout = PsLayout(self.size, knobs["sub_masters"])
+        self.layout = PsLayout(self.size, knobs["sub_masters"], knobs.get("worker_ranks", 1))
         self.parent = self.layout.parent(self.rank)
         self.children = self.layout.children(self.rank)
-        workers = self.layout.workers
-        self.is_worker = self.rank in workers
-        self.train_size = len(workers)
+        self.leader = self.layout.leader(self.rank)
+        self.is_worker = self.leader is not None  # every rank of every worker trains
+        self.train_size = len(self.layout.training_ranks)
+        # A worker of several ranks: an MPI communicator (the leader passes replies on)
+        # and a torch process group (DDP) of its ranks; collective over the fold group.
+        self.team: MPI.Comm | None = None
+        self.team_pg: Any = None
+        if self.layout.worker_ranks > 1:
+            team = self.fold.Split(MPI.UNDEFINED if self.leader is None else self.leader, self.rank)
+            self.team = None if team == MPI.COMM_NULL else team
+            if self.team is not None and self.leader is not None:
+                fold_world = comms.layout.fold_ranks(comms.group_index, comms.fold_index)
+                self.team_pg = comms.subgroup([fold_world[r] for r in self.layout.members(self.leader)])
         self.round_robin = knobs["order"] == "round_robin"
         self.bound: int | None = knobs["max_staleness"]
         self.every = int(knobs.get("sync_every", knobs.get("tau", 1)))
@@ -110,20 +128,21 @@ class ParameterServer(Scheme):
 
     def reader(self) -> tuple[int, int]:
         """Workers read (and evaluate); the master and sub-masters never load data."""
-        workers = list(self.layout.workers)
-        return (workers.index(self.rank) if self.is_worker else 0), len(workers)
+        ranks = self.layout.training_ranks
+        return (ranks.index(self.rank) if self.is_worker else 0), len(ranks)
 
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         self.models, self.optimizers = models, optimizers
         self.flat = Flat(models, optimizers)
+        step_models = self.ddp(models, self.team_pg) if self.team_pg is not None else models
         if not (self.is_worker and self.collects):
-            return models, optimizers
+            return step_models, optimizers
         self.acc = self.flat.zeros(grads=True)
         self.proxies = {
             name: Collect(optimizers[name], self.acc[part], self.knobs.get("local_lr", 0.0))
             for name, _, part in self.flat.segments
         }
-        return models, dict(self.proxies)
+        return step_models, dict(self.proxies)
 
     def alpha(self, node: int) -> float:
         """EASGD's moving rate at a serving rank: alpha, else beta over its children."""
@@ -156,8 +175,17 @@ class ParameterServer(Scheme):
     def shard(self, indices: np.ndarray, seed: int) -> np.ndarray:
         """Every rank sees the epoch's whole order: workers take blocks of its batches
         from their parent as they go, so a fast worker trains more of the epoch than a
-        slow one instead of waiting for it."""
-        return np.random.default_rng(seed).permutation(indices)
+        slow one instead of waiting for it. In a worker of several ranks, each takes
+        every ``worker_ranks``-th sample (the order padded by wrapping, so all ranks
+        count the same batches): its share of each batch the worker trains."""
+        order = np.random.default_rng(seed).permutation(indices)
+        g = self.layout.worker_ranks
+        if g == 1:
+            return order
+        pad = (-len(order)) % g
+        if pad:
+            order = np.concatenate([order, order[:pad]])
+        return order[(self.rank - self.leader) if self.leader is not None else 0 :: g]
 
     def rank_batch(self, batch_size: int) -> int:
         return max(1, batch_size // self.train_size)
@@ -193,7 +221,7 @@ class ParameterServer(Scheme):
     def blocks(self, n_batches: int, start: int) -> Iterator[range]:
         """The batches this worker trains: block after block, as its parent assigns
         them (the input pipeline reads each block ahead once it is known)."""
-        block = self._work()
+        block = self._work() if self.parent is not None else self._follow(False)
         while block >= 0:
             lo = block * self.every
             self.block_end = min(lo + self.every, n_batches)
@@ -202,10 +230,13 @@ class ParameterServer(Scheme):
 
     def after_step(self, step: int, loss: float) -> None:
         if step + 1 >= self.block_end:
-            self._exchange()
+            if self.parent is not None:
+                self._exchange()
+            else:
+                self._follow(True)
 
     def end_batches(self, stopped: bool) -> bool:
-        if self.is_worker and not self.released:  # left early (an error): tell the parent
+        if self.is_worker and self.parent is not None and not self.released:  # left early (an error)
             self._end(True)
             self.released = True
         return self.remote_stop
@@ -213,6 +244,7 @@ class ParameterServer(Scheme):
     def _work(self) -> int:
         """Asks the parent for a block of batches (-1: none left, or stop)."""
         self._call(WORK, None)
+        self._share(False)
         return self.block
 
     def _exchange(self) -> None:
@@ -221,6 +253,43 @@ class ParameterServer(Scheme):
         pulled = self._call(PULL, None) if self.pulls_first else None
         reply = self._call(PUSH, self.payload(pulled))
         self.adopt(reply)
+        self._share(True)
+
+    def _share(self, weights: bool) -> None:
+        """A worker's leader passes the reply it got (the next block, a stop and, after
+        an exchange, its new weights) on to the worker's other ranks."""
+        if self.team is None:
+            return
+        assert self.flat is not None
+        self._team_bcast(np.array([self.block, int(self.remote_stop)], np.int64))
+        if weights:
+            self._team_bcast(self.flat.get().numpy())
+
+    def _follow(self, weights: bool) -> int:
+        """A worker's other rank: takes what its leader got (:meth:`_share`); returns
+        the next block."""
+        assert self.flat is not None and self.team is not None
+        hdr = np.zeros(2, np.int64)
+        self._team_bcast(hdr)
+        if weights:
+            new = self.flat.zeros()
+            self._team_bcast(new.numpy())
+            self.flat.set(new)
+            self.forget()
+        self.block, self.remote_stop = int(hdr[0]), self.remote_stop or bool(hdr[1])
+        self.released = self.block < 0
+        return self.block
+
+    def _team_bcast(self, buf: np.ndarray) -> None:
+        assert self.team is not None
+        self._wait([self.team.Ibcast(buf, root=0)], "reply passed on by this worker's leader")
+
+    def forget(self) -> None:
+        """A worker's other rank after its leader pushed: what it collected was pushed."""
+        if self.acc is not None:
+            self.acc.zero_()
+        for proxy in self.proxies.values():
+            proxy.steps = 0
 
     def _call(self, kind: int, data: torch.Tensor | None, flags: int = 0) -> torch.Tensor:
         """Sends a header (and data) to the parent; returns the weights it replies
@@ -283,7 +352,7 @@ class ParameterServer(Scheme):
                 kind, flags = int(hdrs[c][0]), int(hdrs[c][1])
                 self.stopping = self.stopping or bool(flags & STOP_FLAG) or stop.requested or self.remote_stop
                 if kind == PUSH:
-                    data = self.flat.zeros(grads=self.collects)
+                    data = self.flat.zeros(grads=self.grad_payload)
                     self.fold.Recv(data.numpy(), source=c, tag=DATA)
                     pushes.append((c, data, flags))
                 elif kind == PULL:  # the clock does not move: round robin stays on this child

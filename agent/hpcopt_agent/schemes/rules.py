@@ -9,10 +9,15 @@ bookkeeping are in :mod:`.ps`).
   every ``tau`` steps, with the master's centre c and alpha = beta / workers,
   worker x <- x - alpha (x - c) and centre c <- c + alpha (x - c), both from the values
   before the exchange.
-- **gem** (Hermans & Louppe 2018): a worker's step u = -eta g, its proxy momentum
+- **gem** (Hermans & Louppe 2018): a worker's step u, its proxy momentum
   m <- mu m + u; it pulls the centre, measures how far the others moved it since it last
   looked (d), and pushes pi * u with pi = clip((kappa |m| - |d|) / |u|, 0, 5) element-wise,
   so the workers together move the centre with about the energy of one momentum SGD.
+  u is what the task's optimizer moved the worker's weights since its last exchange
+  (so an Adam-tuned ``lr`` works as it does under the other schemes; the proxy's
+  momentum defaults to 0 and kappa to 1 there, since the optimizer has its own
+  momentum); with ``gem.lr`` set, the paper's plain SGD step u = -lr g of the mean
+  gradient, with momentum 0.9 and kappa 2 by default.
 """
 
 from __future__ import annotations
@@ -29,9 +34,10 @@ PI_MAX = 5.0
 
 
 class _GradientPush(ParameterServer):
-    """Workers push mean gradients (downpour) or steps built from them (GEM)."""
+    """Workers push mean gradients (downpour) or steps (GEM), in the gradient layout."""
 
     up_n = 0
+    grad_payload = True
 
     def mean_gradient(self) -> torch.Tensor:
         """The accumulated gradient, each optimizer's segment over its step count; resets."""
@@ -96,6 +102,7 @@ class Downpour(_GradientPush):
 class EASGD(ParameterServer):
     name = "easgd"
     collects = False  # workers keep the task's optimizer
+    grad_payload = False  # and push their weights
 
     def payload(self, pulled: torch.Tensor | None) -> torch.Tensor:
         assert self.flat is not None
@@ -124,30 +131,46 @@ class GEM(_GradientPush):
     name = "gem"
     pulls_first = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # gem.lr set: the paper's SGD step on collected gradients; else the task's optimizer steps.
+        self.collects = self.knobs.get("lr") is not None
+
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         out = super().wrap(models, optimizers)
         assert self.flat is not None
         self.m: torch.Tensor | None = None
-        self.prev: torch.Tensor | None = None
-        # eta per gradient-layout element: the knob, else each param group's lr.
+        self.prev: torch.Tensor | None = None  # the centre when this worker last saw it
+        self.base: torch.Tensor | None = None  # this worker's weights after its last exchange
         lr = self.knobs.get("lr")
-        etas = []
-        for name, params, _ in self.flat.segments:
-            by_param = {id(p): g.get("lr", 0.01) for g in optimizers[name].param_groups for p in g["params"]}
-            etas += [torch.full((p.numel(),), float(lr if lr is not None else by_param[id(p)])) for p in params]
-        self.eta = torch.cat(etas).to(self.flat.dtype) if etas else self.flat.zeros(grads=True)
+        self.eta = torch.full((self.flat.grad_numel,), float(lr or 0.0), dtype=self.flat.dtype)
+        # A weight that two optimizers step sits twice in the gradient layout: each copy
+        # carries half of its move, so the centre moves it once.
+        owners = torch.bincount(self.flat.index, minlength=self.flat.numel).clamp(min=1)
+        self.share = (1.0 / owners.to(self.flat.dtype))[self.flat.index]
         return out
+
+    def step_taken(self) -> torch.Tensor:
+        """u: the worker's step since its last exchange, in the gradient layout."""
+        assert self.flat is not None and self.base is not None
+        if self.collects:
+            return -self.eta * self.mean_gradient()
+        return (self.flat.get() - self.base)[self.flat.index] * self.share
 
     def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
         super().begin_epoch(epoch, start, n_batches, stop)
-        if self.is_worker and self.prev is None:
+        if self.is_worker:
             assert self.flat is not None
-            self.prev = self.flat.get()  # the first epoch starts from the common initial weights
+            self.base = self.flat.get()  # the weights it goes on training (restored after evaluation)
+            if self.prev is None:
+                self.prev = self.base  # the first epoch starts from the common initial weights
 
     def payload(self, pulled: torch.Tensor | None) -> torch.Tensor:
         assert pulled is not None and self.prev is not None and self.flat is not None
-        u = -self.eta * self.mean_gradient()
-        mu, kappa = float(self.knobs["momentum"]), float(self.knobs["kappa"])
+        u = self.step_taken()
+        sgd = self.collects  # the paper's SGD step: its momentum proxy and kappa 2
+        mu = self.knobs["momentum"] if self.knobs["momentum"] is not None else (0.9 if sgd else 0.0)
+        kappa = self.knobs["kappa"] if self.knobs["kappa"] is not None else (2.0 if sgd else 1.0)
         self.m = u.clone() if self.m is None else mu * self.m + u
         moved = (pulled - self.prev)[self.flat.index]
         pi = ((kappa * self.m.abs() - moved.abs()) / (u.abs() + EPS)).clamp(0.0, PI_MAX)
@@ -155,7 +178,7 @@ class GEM(_GradientPush):
 
     def adopt(self, reply: torch.Tensor) -> None:
         super().adopt(reply)
-        self.prev = reply
+        self.prev = self.base = reply
 
     def apply(self, payloads: list[torch.Tensor]) -> torch.Tensor:
         assert self.flat is not None
