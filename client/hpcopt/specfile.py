@@ -9,6 +9,7 @@ import yaml
 
 from hpcopt.documents import DocumentError, parse_document
 from hpcopt.spec import CampaignSpec, SpecError, parse_spec
+from hpcopt.taskfile import own_method
 
 #: A spec file larger than this is refused before it is parsed (the server's limit too).
 MAX_SPEC_FILE_BYTES = 1024 * 1024
@@ -58,11 +59,43 @@ def locate(text: str, path: str) -> tuple[int, int] | None:
     return found.start_mark.line + 1, found.start_mark.column + 1
 
 
+def check_task_file(spec: CampaignSpec) -> None:
+    """What the task file (when this machine can read it) says cannot train under the
+    campaign's scheme(s), refused before submission: a pipeline runs ``Task.loss``
+    through its schedule, so a task with its own ``train_step`` cannot use it."""
+    training = spec.training
+    if training is None:
+        return
+    schemes: list[str] = [training.scheme]
+    if training.scheme == "search" and "scheme" in spec.space:
+        schemes = [str(c) for c in getattr(spec.space["scheme"], "choices", [])]
+    if "pipeline" not in schemes:
+        return
+    found = own_method(training.task, "train_step")
+    if found is not None:
+        cls, line = found
+        how = "training.scheme is pipeline" if training.scheme == "pipeline" else "the scheme search includes pipeline"
+        raise SpecError(
+            [
+                (
+                    "training.task",
+                    f"{how}, which runs the task's loss through its schedule, so it cannot use the custom "
+                    f"train_step of {cls} (line {line} of the task file); drop the override (the default step is "
+                    "forward, loss, backward, step) or use another scheme",
+                )
+            ]
+        )
+
+
 def load_spec_file(path: str | Path) -> CampaignSpec:
-    """Loads and validates a spec file; errors carry ``file:line:col`` where known."""
+    """Loads and validates a spec file; errors carry ``file:line:col`` where known. The
+    task file, where this machine can read it, is checked against the scheme too
+    (:func:`check_task_file`)."""
     data, text = load_document(path)
     try:
-        return parse_spec(data)
+        spec = parse_spec(data)
+        check_task_file(spec)
+        return spec
     except SpecError as exc:
         located = []
         for field, msg in exc.errors:

@@ -225,3 +225,15 @@ def test_a_parameter_server_whose_workers_are_data_parallel_groups_trains_a_camp
     assert got["state"] == "COMPLETED", got
     metrics = got["folds"][0]["metrics"]
     assert metrics["loss"] < 1.0 and "staleness_max" in metrics, metrics
+
+
+def test_daso_on_one_host_without_node_size_says_it_runs_as_allreduce_once(agent_server: AgentServer) -> None:
+    spec = agent_spec(
+        folds=2,
+        budget={"max_trials": 1, "max_parallel": 1},
+        training={"task": "tests/agent/tasks.py:Regression", "scheme": "daso", "ranks_per_fold": 4, "epochs": 1},
+    )
+    result = agent_server.run_agent(4, agent_server.submit(spec))
+    assert result.returncode == 0, dump(result)
+    said = "share one host and training.options.daso.node_size is not set"
+    assert result.stderr.count(said) == 1 and "DASO runs as allreduce" in result.stderr, dump(result)

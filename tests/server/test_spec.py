@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +269,52 @@ def test_a_spec_file_with_an_alias_is_refused(tmp_path: Path) -> None:
     path.write_text("a: &a [1, 2]\nname: *a\n")
     with pytest.raises(SpecError, match="alias"):
         load_spec_file(path)
+
+
+def _pipeline_spec(tmp_path: Path, task: str, scheme: str = "pipeline", name: str = "spec.yaml") -> Path:
+    training = f"{{task: {json.dumps(task)}, scheme: {scheme}, ranks_per_fold: 2}}"
+    space = "{lr: {type: real, low: 0.01, high: 0.05}}"
+    if scheme != "pipeline":
+        training = (
+            f"{{task: {json.dumps(task)}, ranks_per_fold: 2, scheme: {{search: {{allreduce: {{}}, pipeline: {{}}}}}}}}"
+        )
+    path = tmp_path / name
+    path.write_text(
+        f"name: p\nspace: {space}\nobjective: {{metric: loss, direction: minimize}}\n"
+        f"budget: {{max_trials: 2}}\ntraining: {training}\n"
+    )
+    return path
+
+
+def test_a_pipeline_over_a_task_with_its_own_train_step_is_refused_at_submission(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The task file is read with ast (never imported), relative to the working directory as the agent does.
+    monkeypatch.chdir(ROOT)
+    cases = {
+        "tests/agent/tasks.py:Regression": "Regression (line",  # a class that overrides train_step
+        "tests/agent/tasks.py:TinyGan": "TinyGan (line",
+    }
+    for task, named in cases.items():
+        for scheme in ("pipeline", "search"):
+            with pytest.raises(SpecError) as err:
+                load_spec_file(_pipeline_spec(tmp_path, task, scheme))
+            [(field, message)] = err.value.errors
+            assert field == "training.task" and f"cannot use the custom train_step of {named}" in message, message
+            assert ("the scheme search includes pipeline" in message) == (scheme == "search"), message
+    # An instance of a class with the default step, and a file this machine cannot read, pass.
+    fine = tmp_path / "task_ok.py"
+    fine.write_text("from hpcopt_agent import Task\n\nclass Net(Task):\n    def loss(self, o, b):\n        return o\n\n"
+                    "class Mine(Net):\n    pass\n\ntask = Mine()\n")  # fmt: skip
+    load_spec_file(_pipeline_spec(tmp_path, f"{fine}:task"))
+    load_spec_file(_pipeline_spec(tmp_path, "elsewhere/task.py:Task"))
+    # A base class in the same file that overrides it is found through the instance.
+    fine.write_text(fine.read_text().replace("        return o\n", "        return o\n\n    def train_step(self):\n"
+                                             "        return 0.0\n"))  # fmt: skip
+    with pytest.raises(SpecError, match="custom train_step of Net"):
+        load_spec_file(_pipeline_spec(tmp_path, f"{fine}:task"))
+    # As a user meets it: hpcopt submit refuses before anything reaches a server.
+    cli = [str(Path(sys.executable).parent / "hpcopt"), "submit", "--dry-run"]
+    out = subprocess.run([*cli, str(_pipeline_spec(tmp_path, "tests/agent/tasks.py:Regression"))],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    assert out.returncode == 2 and "custom train_step of Regression" in out.stderr, out.stderr

@@ -29,6 +29,7 @@ the rank computes). One node (N = 1) is exactly ``allreduce``: nothing is exchan
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 import time
@@ -42,6 +43,8 @@ from mpi4py import MPI
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
 from hpcopt_agent.schemes.flat import Flat
+
+log = logging.getLogger("hpcopt_agent")
 
 
 @dataclass
@@ -129,6 +132,12 @@ class DASO(Scheme):
         super().__init__(comms, knobs, epochs, timeout)
         self.node, self.local, self.node_size = _placement(self.fold, knobs.get("node_size"))
         self.nodes = self.size // self.node_size
+        if self.nodes == 1 and self.size > 1 and knobs.get("node_size") is None and self.rank == 0:
+            _warn_once(
+                f"daso: the fold group's {self.size} ranks share one host and training.options.daso.node_size is "
+                "not set, so there is no inter-node link to skip: DASO runs as allreduce (DDP every batch). Set "
+                "daso.node_size to the ranks per node to emulate nodes on one host, or run on several nodes"
+            )
         self.schedule = Schedule(
             epochs,
             knobs["max_global_skips"],
@@ -276,6 +285,16 @@ def _sleep_until(deadline: float) -> None:
     left = deadline - time.perf_counter()
     if left > 0:
         time.sleep(left)
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """A warning on the agent's log, once per agent process (not once per fold)."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
 
 
 def _placement(fold: MPI.Comm, node_size: int | None) -> tuple[int, int, int]:
