@@ -157,7 +157,16 @@ KNOBS: dict[str, dict[str, Knob]] = {
     "downpour": {
         **_PS,
         "sync_every": Knob(1, int, 1, 1_000_000, doc="batches between a worker's pushes of its mean gradient"),
-        "synchronous": Knob(False, bool, doc="the master waits for every worker and applies their mean gradient"),
+        "synchronous": Knob(False, bool, doc="the master waits for the workers and applies their mean gradient"),
+        "sync_fraction": Knob(
+            0.95,
+            float,
+            0.0,
+            1.0,
+            open_low=True,
+            doc="synchronous mode: the master applies a round once this fraction of the workers still training "
+            "has pushed (rounded up; NNLO's 0.95); the others' pushes join the next round",
+        ),
         "local_lr": Knob(0.0, float, 0.0, 1e6, doc="plain SGD steps a worker takes between pushes (0: none)"),
     },
     "easgd": {
@@ -165,6 +174,16 @@ KNOBS: dict[str, dict[str, Knob]] = {
         "tau": Knob(1, int, 1, 1_000_000, doc="worker steps between elastic exchanges"),
         "beta": Knob(0.9, float, 0.0, 1.0, open_low=True, doc="elastic force; alpha = beta / workers"),
         "alpha": Knob(None, float, 0.0, 1.0, open_low=True, optional=True, doc="the moving rate itself"),
+        "momentum": Knob(
+            None,
+            float,
+            0.0,
+            1.0,
+            open_low=True,
+            optional=True,
+            doc="EAMSGD: workers step with Nesterov-momentum SGD at the task optimizer's lr and this momentum "
+            "(null: the task's own optimizer)",
+        ),
     },
     "gem": {
         **_PS,

@@ -208,10 +208,12 @@ def degenerate(comms: Comms) -> None:
     train = np.arange(200)
     params = {"lr": 0.05}
 
-    def sequential(rule: str) -> torch.Tensor:
+    def sequential(rule: str, momentum: float = 0.0) -> torch.Tensor:
         torch.manual_seed(0)
         model = task.build(params)
         opt = task.optimizer(params, model)
+        if momentum:  # EAMSGD's worker step
+            opt = torch.optim.SGD(model.parameters(), lr=params["lr"], momentum=momentum, nesterov=True)
         centre = flat({"m": model}).clone()
         for epoch in range(2):
             order = np.random.default_rng(epoch).permutation(train)
@@ -226,14 +228,16 @@ def degenerate(comms: Comms) -> None:
     cases = {
         "downpour": {"sync_every": 1},
         "easgd": {"tau": 1, "beta": 0.5},
+        "eamsgd": {"tau": 1, "beta": 0.5, "momentum": 0.9},
         "gem": {"sync_every": 1, "momentum": 0.0, "kappa": 1.0},
     }
     g = world.size - 1
     for name, knobs in cases.items():
-        run = Run(comms, name, {**knobs, "worker_ranks": g}, task, params)
+        scheme = "easgd" if name == "eamsgd" else name
+        run = Run(comms, scheme, {**knobs, "worker_ranks": g}, task, params)
         assert run.train(data, train, epochs=2, batch=16)
         got = run.result().central
-        want = sequential("easgd" if name == "easgd" else "sgd")
+        want = sequential("easgd" if scheme == "easgd" else "sgd", 0.9 if name == "eamsgd" else 0.0)
         err = float((got - want).abs().max())
         assert err <= 1e-6, f"{name}: max |delta| {err:.3g} from the sequential rule"
         say(f"OK degenerate {name}{f' (one worker of {g} ranks)' if g > 1 else ''}: max |delta| = {err:.2g}")
@@ -320,6 +324,19 @@ def tree(comms: Comms) -> None:
         assert unbounded > 2, f"{name}: a slow worker should see staleness > 2 without a bound ({unbounded})"
         assert bounded <= 2, f"{name}: max_staleness 2 not kept: {bounded}"
         say(f"OK staleness {name}: max {unbounded:.0f} unbounded, {bounded:.0f} with max_staleness 2")
+
+    # Synchronous rounds: all 3 workers (staleness 0), or 2 of 3 (NNLO's partial mode: the
+    # slow worker's pushes join a later round, a step late).
+    seen = {}
+    for fraction in (1.0, 0.6):
+        run = Run(comms, "downpour", {"synchronous": True, "sync_fraction": fraction}, task, {"lr": 0.02})
+        before = evaluate_regression(run, data)
+        run.train(data, train, epochs=1, batch=12, sleep=slow)
+        seen[fraction] = run.result().metrics["staleness_max"], before, evaluate_regression(run, data)
+        run.scheme.close()
+    assert seen[1.0][0] == 0 and seen[0.6][0] >= 1, seen
+    assert seen[0.6][2] < 0.7 * seen[0.6][1], seen
+    say(f"OK synchronous downpour: max staleness {seen[1.0][0]:.0f} waiting for all, {seen[0.6][0]:.0f} for 2 of 3")
 
     # Sub-masters: master 0 <- sub-master 1 <- workers 2, 3.
     for name in ("downpour", "easgd", "gem"):

@@ -30,9 +30,23 @@ pytestmark = pytest.mark.timeout(300)
 @pytest.mark.parametrize(
     "ranks,check,expected",
     [
-        (2, "degenerate", ["OK degenerate downpour", "OK degenerate easgd", "OK degenerate gem"]),
+        (
+            2,
+            "degenerate",
+            ["OK degenerate downpour", "OK degenerate easgd", "OK degenerate eamsgd", "OK degenerate gem"],
+        ),
         (3, "gan", ["OK gan downpour", "OK gan easgd", "OK gan gem", "OK examples/gan gem"]),
-        (4, "tree", ["OK staleness downpour", "OK staleness easgd", "OK sub-master gem", "OK digits"]),
+        (
+            4,
+            "tree",
+            [
+                "OK staleness downpour",
+                "OK staleness easgd",
+                "OK synchronous downpour",
+                "OK sub-master gem",
+                "OK digits",
+            ],
+        ),
         # A master and workers that are data-parallel groups (NNLO's hybrid layout).
         (
             5,

@@ -128,6 +128,23 @@ def test_the_example_specs_are_valid() -> None:
             "must be a finite number, not nan",
         ),
         (
+            {
+                "training": {
+                    "task": "t",
+                    "scheme": "downpour",
+                    "ranks_per_fold": 3,
+                    "options": {"downpour": {"synchronous": True, "sync_fraction": 0}},
+                }
+            },
+            "training.options.downpour.sync_fraction",
+            "must be a number > 0 and <= 1, got 0",
+        ),
+        (
+            {"training": {"task": "t", "scheme": "easgd", "ranks_per_fold": 3, "options": {"easgd.momentum": 1.5}}},
+            "training.options.easgd.momentum",
+            "must be a number > 0 and <= 1, or null, got 1.5",
+        ),
+        (
             {"training": {"task": "t", "scheme": "downpour", "ranks_per_fold": 2, "options": {"downpour": 3}}},
             "training.options.downpour",
             "must be a mapping of knobs, got 3",

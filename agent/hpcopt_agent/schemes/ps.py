@@ -34,6 +34,7 @@ preempted, resumed runs) reproducible bit for bit.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -411,8 +412,9 @@ class ParameterServer(Scheme):
         """The messages to serve now (several only in synchronous mode)."""
         if not arrived:
             return []
-        if self.knobs.get("synchronous"):
-            return list(arrived) if len(arrived) == len(active) else []
+        if self.knobs.get("synchronous"):  # a round: this fraction of the active children (NNLO's partial sync)
+            need = math.ceil(float(self.knobs.get("sync_fraction", 1.0)) * len(active) - 1e-9)
+            return list(arrived) if len(arrived) >= max(1, need) else []
         if self.round_robin:  # the first active child at or after the turn, wrapping
             nxt = next((c for c in active if c >= self.rr), active[0])
             return [nxt] if nxt in arrived else []

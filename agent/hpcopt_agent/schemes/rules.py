@@ -4,8 +4,11 @@ bookkeeping are in :mod:`.ps`).
 - **downpour** (Dean et al. 2012): workers push their mean gradient every
   ``sync_every`` batches; the master applies it with the task's optimizer (one master
   optimizer per model) and replies with the new weights, which the worker adopts.
-  ``synchronous: true``: the master waits for every worker and applies their mean.
-- **easgd** (Zhang, Choromanska & LeCun 2015): workers step with the task's optimizer;
+  ``synchronous: true``: the master waits for ``sync_fraction`` of the workers still
+  training (all of them up to 19 workers at NNLO's 0.95) and applies their mean; late
+  pushes join the next round.
+- **easgd** (Zhang, Choromanska & LeCun 2015): workers step with the task's optimizer
+  (EAMSGD with ``easgd.momentum``: Nesterov-momentum SGD at the task's lr);
   every ``tau`` steps, with the master's centre c and alpha = beta / workers,
   worker x <- x - alpha (x - c) and centre c <- c + alpha (x - c), both from the values
   before the exchange.
@@ -103,6 +106,22 @@ class EASGD(ParameterServer):
     name = "easgd"
     collects = False  # workers keep the task's optimizer
     grad_payload = False  # and push their weights
+
+    def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
+        """With ``easgd.momentum`` (EAMSGD), workers step with Nesterov-momentum SGD at
+        the task optimizer's learning rates instead of the task's optimizer; its
+        momentum buffers are the worker's optimizer state in checkpoints."""
+        delta = self.knobs.get("momentum")
+        if delta is not None and self.is_worker:
+            optimizers = {
+                name: torch.optim.SGD(
+                    [{"params": g["params"], "lr": g.get("lr", 0.01)} for g in opt.param_groups],
+                    momentum=float(delta),
+                    nesterov=True,
+                )
+                for name, opt in optimizers.items()
+            }
+        return super().wrap(models, optimizers)
 
     def payload(self, pulled: torch.Tensor | None) -> torch.Tensor:
         assert self.flat is not None
