@@ -9,6 +9,8 @@
   (:mod:`hpcopt.checkpoints`); an agent resumes only from the file it would have
   written itself under its own root, and only if the file says it is that server's,
   campaign's, trial's and fold's checkpoint.
+- **A pipeline** keeps each stage in its own file beside the fold's (:func:`stage_path`),
+  written by that stage's rank; the fold's file names the stage count.
 - **Atomic**: a temp file in the same directory, fsync, rename, so a kill at any moment
   leaves the previous checkpoint or the new one.
 
@@ -33,6 +35,23 @@ _SCALARS = (str, int, float, bool, type(None))
 
 def fold_path(root: Path, server_id: str, campaign_id: int, trial_id: int, fold: int) -> Path:
     return root / relative(server_id, campaign_id, trial_id, fold)
+
+
+def stage_path(path: Path, stage: int, stages: int) -> Path:
+    """Where a pipeline keeps one stage of a fold's checkpoint ``path``:
+    ``fold0.pt`` -> ``fold0.stage1-of-4.pt``."""
+    return path.with_name(f"{path.stem}.stage{stage}-of-{stages}{path.suffix}")
+
+
+def load_stage(path: Path) -> dict[str, Any]:
+    """A pipeline stage's file, read as plain data (ValueError saying why not)."""
+    try:
+        shard = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise ValueError(f"pipeline stage checkpoint {path} cannot be read as plain data: {exc}") from None
+    if not isinstance(shard, dict) or not isinstance(shard.get("tensors"), dict):
+        raise ValueError(f"{path} is not a pipeline stage checkpoint")
+    return shard
 
 
 def plain(obj: Any, where: str = "state") -> Any:
@@ -95,6 +114,11 @@ def load(
     if not isinstance(state, dict) or any(state.get(k) != v for k, v in header.items()):
         found = {k: state.get(k) for k in header} if isinstance(state, dict) else type(state).__name__
         return None, f"checkpoint {path} is not this fold's (it says {found})"
+    stages = state.get("pipeline_stages")
+    if isinstance(stages, int) and stages > 0:
+        gone = [p.name for s in range(stages) if not (p := stage_path(path, s, stages)).is_file()]
+        if gone:
+            return None, f"checkpoint {path} names pipeline stage files that are gone: {', '.join(gone)}"
     return state, ""
 
 

@@ -258,18 +258,14 @@ class FoldTrainer:
         torch.manual_seed(seed_for(self.s.seed, trial.number, fold))
         random.seed(seed_for(self.s.seed, trial.number, fold, self.fold_comm.rank))
         np.random.seed(seed_for(self.s.seed, trial.number, fold, self.fold_comm.rank) % 2**32)
-        built = self.task.build(trial.params)
-        single = isinstance(built, torch.nn.Module)
-        models = {k: m.to(self.comms.device) for k, m in as_dict(built).items()}
+        models, single = scheme.build(self.task, trial.params)
         optimizers = as_dict(self.task.optimizer(trial.params, as_user(models, single)))
         if set(optimizers) - set(models) and not single:
             raise ValueError(f"Task.optimizer returned keys {sorted(optimizers)}; build returned {sorted(models)}")
         run = _Run(models, optimizers, single, scheme, Precision(self.s.precision, self.comms.device))
         if state is not None:
-            for name, model in models.items():
-                model.load_state_dict(state["models"][name])
-            for name, opt in optimizers.items():
-                opt.load_state_dict(state["optimizers"][name])
+            path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, trial.trial_id, fold)
+            scheme.load_models(path, state, models, optimizers)
         step_models, step_optimizers = scheme.wrap(models, optimizers)
         run.precision.compress(step_models)
         step_optimizers = run.precision.wrap(step_optimizers)
@@ -355,16 +351,16 @@ class FoldTrainer:
         ``peak_cuda_memory_mb`` (the largest over the fold group)."""
         scheme = run.scheme
         index, count = scheme.reader()
-        mine = validation[index::count] if scheme.reads else validation[:0]
+        share = validation[index::count]
+        mine = share if scheme.reads else share[:0]
         local: dict[str, float] = {}
-        if len(mine):
+        if scheme.takes_part(len(share), len(mine)):
             for model in run.models.values():
                 model.eval()
             size = self.data.eval_size(scheme.rank_batch(self.task.batch_size(params)))
             with torch.no_grad(), run.precision.active():
                 batches = self.data.read(self.data.batches(mine, size))
-                found = self.task.evaluate(as_user(run.models, run.single), batches, params)
-                local = {k: float(v) for k, v in found.items()}
+                local = scheme.evaluate(self.task, run.models, run.single, batches, params)
         device = self.comms.device
         peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
         trained = np.array([ep.samples, sum(ep.losses), len(ep.losses)], np.float64)
@@ -373,7 +369,7 @@ class FoldTrainer:
         longest = np.zeros(2, np.float64)
         self.fold_comm.Allreduce(np.array([ep.seconds, peak], np.float64), longest, op=MPI.MAX)
         train_loss = total[1] / total[2] if total[2] else math.nan
-        parts = gather(self.fold_comm, (len(mine), local))
+        parts = gather(self.fold_comm, (scheme.evaluated(len(mine)), local))
         if parts is None:
             return {}, int(total[0]), train_loss
         n = sum(k for k, _ in parts if k)
@@ -392,12 +388,13 @@ class FoldTrainer:
         writes them with its models and optimizers (a scheme whose ranks hold different
         weights keeps them in its state)."""
         rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
+        path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, trial.trial_id, fold)
+        held = run.scheme.save_models(path, run.models, run.optimizers)
         states = gather(self.fold_comm, (rng, run.batch, run.scheme.state(), run.precision.state()))
         if states is None:
             return ""
         state = {
-            "models": {k: m.state_dict() for k, m in run.models.items()},
-            "optimizers": {k: o.state_dict() for k, o in run.optimizers.items()},
+            **held,
             "epoch": run.epoch,
             "batch": run.batch,
             "batches": [b for _, b, _, _ in states],
@@ -412,7 +409,6 @@ class FoldTrainer:
             "attempt": trial.attempt,
             "fold": fold,
         }
-        path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, trial.trial_id, fold)
         run.uri = checkpoint.save(path, state)
         return run.uri
 

@@ -31,7 +31,8 @@ from task import BATCH, LR, evaluate, make_data, make_model
 
 def join_gloo(world: MPI.Comm) -> None:
     """The ranks' torch threads (the cores shared out) and a gloo process group over
-    them, its rendezvous address from rank 0 through MPI."""
+    them, its rendezvous port from rank 0 through MPI (at ``MASTER_ADDR``, torch's
+    convention, else loopback)."""
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world.size))
     port = None
     if world.rank == 0:
@@ -39,8 +40,9 @@ def join_gloo(world: MPI.Comm) -> None:
             s.bind(("", 0))
             port = s.getsockname()[1]
     port = world.bcast(port)
+    host = os.environ.get("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=world.rank, world_size=world.size,
+        "gloo", init_method=f"tcp://{host}:{port}", rank=world.rank, world_size=world.size,
         timeout=timedelta(seconds=300),
     )  # fmt: skip
 

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import statistics
@@ -53,17 +54,27 @@ def env() -> dict[str, str]:
 
 
 class Server:
-    def __init__(self, workdir: Path) -> None:
+    """A server on ``host`` (the slow-link harness's bridge address, where agents in
+    its namespaces reach it). Beyond loopback it has auth on: a fresh admin token, in
+    ``HPCOPT_TOKEN`` for this process's clients and the agents it starts."""
+
+    def __init__(self, workdir: Path, host: str = "127.0.0.1") -> None:
         self.rest, grpc = free_port(), free_port()
-        self.target = f"127.0.0.1:{grpc}"
+        self.target = f"{host}:{grpc}"
+        self.token = None if host == "127.0.0.1" else secrets.token_urlsafe(24)
+        server_env = dict(os.environ)
+        if self.token:
+            os.environ["HPCOPT_TOKEN"] = server_env["HPCOPT_ADMIN_TOKEN"] = self.token
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", f"sqlite:///{workdir / 'bench.db'}",
-             "--port", str(self.rest), "--grpc-port", str(grpc), "--log-level", "warning"],
+             "--host", host, "--port", str(self.rest), "--grpc-port", str(grpc), "--log-level", "warning"],
+            env=server_env,
         )  # fmt: skip
+        self.host = host
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.rest}/healthz", timeout=2):
+                with urllib.request.urlopen(f"http://{host}:{self.rest}/healthz", timeout=2):
                     return
             except OSError:
                 if time.monotonic() > deadline:
@@ -71,7 +82,10 @@ class Server:
                 time.sleep(0.2)
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.rest}/api/v1{path}", timeout=30) as r:
+        req = urllib.request.Request(f"http://{self.host}:{self.rest}/api/v1{path}")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        with urllib.request.urlopen(req, timeout=30) as r:
             return json.loads(r.read())
 
     def close(self) -> None:

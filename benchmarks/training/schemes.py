@@ -26,6 +26,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +42,14 @@ SCHEMES: dict[str, dict[str, Any]] = {
 }
 
 
+@dataclass
+class Trial:
+    rate: float  # median samples/s of epochs 2..
+    acc: float  # validation accuracy at the end
+    epoch_s: float  # median seconds of epochs 2..
+    wall_s: float  # the whole trial, acquire to complete (the server's clock)
+
+
 def run(
     server: Server,
     scheme: str,
@@ -48,8 +59,12 @@ def run(
     slow: float,
     options: dict[str, Any] | None = None,
     extra_env: dict[str, str] | None = None,
-) -> tuple[float, float, float]:
-    """(median samples/s of epochs 2.., validation accuracy at the end, median seconds of epochs 2..)."""
+    launcher: Sequence[str] = (),
+    slow_ranks: str | None = None,
+) -> Trial:
+    """One trial of ``scheme`` on ``ranks`` ranks (each started through ``launcher``:
+    the slow-link harness's ``on_node.sh``), ``slow`` seconds slept per step on the
+    ranks ``slow_ranks`` (default: the last)."""
     from hpcopt import Client
 
     spec = {
@@ -68,9 +83,11 @@ def run(
     }
     with Client(server.target) as c:
         cid = int(c.create_campaign(spec).id)
-    cmd = [*mpi_cmd(ranks), sys.executable, "-m", "mpi4py", "-m", "hpcopt_agent", "--server", server.target,
-           "--campaign", str(cid), "--checkpoint-dir", str(workdir / "ckpt"), "--threads", "1"]  # fmt: skip
-    e = dict(env(), HPCOPT_BENCH_SLOW_S=str(slow), HPCOPT_BENCH_SLOW_RANK=str(ranks - 1), **(extra_env or {}))
+    cmd = [*mpi_cmd(ranks), *launcher, sys.executable, "-m", "mpi4py", "-m", "hpcopt_agent", "--server",
+           server.target, "--campaign", str(cid), "--checkpoint-dir", str(workdir / "ckpt"),
+           "--threads", "1"]  # fmt: skip
+    slowed = str(ranks - 1) if slow_ranks is None else slow_ranks
+    e = dict(env(), HPCOPT_BENCH_SLOW_S=str(slow), HPCOPT_BENCH_SLOW_RANK=slowed, **(extra_env or {}))
     out = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=ROOT, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"{scheme}: agent failed ({out.returncode}):\n{out.stderr[-4000:]}")
@@ -79,7 +96,10 @@ def run(
     [trial] = server.get(f"/campaigns/{cid}/trials")["trials"]
     if trial["state"] != "COMPLETED":
         raise SystemExit(f"{scheme}: trial {trial['id']} is {trial['state']}: {trial.get('error')}")
-    return statistics.median(rates[1:] or rates), float(trial["value"]), statistics.median(seconds[1:] or seconds)
+    wall = (datetime.fromisoformat(trial["finished_at"]) - datetime.fromisoformat(trial["started_at"])).total_seconds()
+    return Trial(
+        statistics.median(rates[1:] or rates), float(trial["value"]), statistics.median(seconds[1:] or seconds), wall
+    )
 
 
 def main() -> int:
@@ -102,8 +122,9 @@ def main() -> int:
             # Rotate the order every repetition so drift on a noisy machine spreads evenly.
             order = names[rep % len(names) :] + names[: rep % len(names)]
             for name in order:
-                rate, acc, _ = run(server, name, args.ranks, args.epochs, workdir, 0.0)
-                slow_rate, slow_acc, _ = run(server, name, args.ranks, args.epochs, workdir, args.slow)
+                normal = run(server, name, args.ranks, args.epochs, workdir, 0.0)
+                slowed = run(server, name, args.ranks, args.epochs, workdir, args.slow)
+                rate, acc, slow_rate, slow_acc = normal.rate, normal.acc, slowed.rate, slowed.acc
                 for key, value in (("rate", rate), ("acc", acc), ("slow", slow_rate), ("slow_acc", slow_acc)):
                     rows[name][key].append(value)
                 print(f"rep {rep + 1}/{args.reps} {name}: {rate:.0f} samples/s, slowed {slow_rate:.0f}",

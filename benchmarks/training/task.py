@@ -17,17 +17,10 @@ from hpcopt_agent import Task
 
 # HPCOPT_BENCH_SAMPLES shrinks the data for the smoke test (run.py --small).
 SAMPLES = int(os.environ.get("HPCOPT_BENCH_SAMPLES", "32768"))
-# schemes.py slows one rank: HPCOPT_BENCH_SLOW_S seconds per step on world rank HPCOPT_BENCH_SLOW_RANK.
+# Slowed ranks (schemes.py, slow_link.py): HPCOPT_BENCH_SLOW_S seconds per step on the world
+# ranks listed in HPCOPT_BENCH_SLOW_RANK (comma-separated: a slowed node is all its ranks).
 SLOW_S = float(os.environ.get("HPCOPT_BENCH_SLOW_S", "0"))
-SLOW_RANK = int(os.environ.get("HPCOPT_BENCH_SLOW_RANK", "-1"))
-# daso.py emulates a slow link between nodes: HPCOPT_BENCH_LINK_S seconds of latency added
-# to every exchange that crosses it (DASO's global syncs; allreduce's every step).
-LINK_S = float(os.environ.get("HPCOPT_BENCH_LINK_S", "0"))
-LINK_EVERY_STEP = os.environ.get("HPCOPT_BENCH_LINK_EVERY_STEP") == "1"
-if LINK_S and not LINK_EVERY_STEP:
-    from hpcopt_agent.schemes.daso import DASO
-
-    DASO.link_delay = LINK_S
+SLOW_RANKS = {int(r) for r in os.environ.get("HPCOPT_BENCH_SLOW_RANK", "").split(",") if r.strip()}
 FEATURES, CLASSES, WIDTH = 128, 10, 1024
 BATCH = 256  # global per fold; split over the fold's ranks
 LR = 0.05
@@ -78,10 +71,8 @@ class Synthetic(Task):
         return BATCH
 
     def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
-        if SLOW_S and self.rank == SLOW_RANK:
+        if SLOW_S and self.rank in SLOW_RANKS:
             time.sleep(SLOW_S)
-        if LINK_S and LINK_EVERY_STEP:
-            time.sleep(LINK_S)  # allreduce: each step's gradient allreduce crosses the slow link
         return super().train_step(models, optimizers, batch, params)
 
     def evaluate(self, model: Any, batches: Iterable[Any], params: dict[str, Any]) -> dict[str, float]:

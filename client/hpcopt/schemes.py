@@ -136,9 +136,26 @@ _DASO = {
     "stability_level": Knob(
         0.05, float, 0.0, 1.0, open_low=True, doc="relative loss change under which an epoch counts as stable"
     ),
-    "patience": Knob(2, int, 0, 1000, doc="stable epochs before the skips shrink"),
+    "patience": Knob(
+        2, int, 0, 1000, doc="stable checks (epochs, or checks_per_epoch of them) before the skips shrink"
+    ),
     "local_skip_factor": Knob(4, int, 1, 1024, doc="at a reset, S = local skip = max_global_skips // this"),
     "skip_reduction_factor": Knob(2, int, 2, 1024, doc="the skips shrink by this factor when the loss is stable"),
+    "checks_per_epoch": Knob(
+        None,
+        int,
+        1,
+        1024,
+        optional=True,
+        doc="stability checks of the loss per epoch (null: about 16 over the cycling epochs, so short trials "
+        "adapt their skips too; 1: HeAT's once per epoch)",
+    ),
+    "global_dtype": Knob(
+        "fp32",
+        str,
+        choices=("fp32", "bf16"),
+        doc="the non-blocking global syncs in bf16 (HeAT's downcast: half the bytes across nodes) or fp32",
+    ),
 }
 
 _PIPELINE = {
@@ -147,6 +164,9 @@ _PIPELINE = {
     ),
     "microbatches": Knob(4, int, 1, 1024, doc="micro-batches per batch; must divide the batch size"),
     "schedule": Knob("1f1b", str, choices=("gpipe", "1f1b"), doc="the pipeline schedule"),
+    "recompute": Knob(
+        False, bool, doc="recompute each stage's activations in the backward pass instead of keeping them"
+    ),
 }
 
 KNOBS: dict[str, dict[str, Knob]] = {

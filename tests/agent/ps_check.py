@@ -13,10 +13,11 @@ Prints one ``OK`` line per check on rank 0; any failure raises (and mpiexec ends
 
 from __future__ import annotations
 
-import io
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +28,7 @@ from torch import nn
 
 from examples.gan.task import RingGan
 from hpcopt.schemes import resolve
-from hpcopt_agent.checkpoint import plain
+from hpcopt_agent.checkpoint import save
 from hpcopt_agent.comm import Comms, limit_threads, split
 from hpcopt_agent.data import Data
 from hpcopt_agent.layout import plan
@@ -102,13 +103,11 @@ class Run:
     def __init__(
         self, comms: Comms, name: str, knobs: dict[str, Any], task: Task, params: dict[str, Any], epochs: int = 1
     ) -> None:
-        torch.manual_seed(0)
-        built = task.build(params)
-        self.single = isinstance(built, nn.Module)
-        self.models = as_dict(built)
-        self.optimizers = as_dict(task.optimizer(params, as_user(self.models, self.single)))
         resolved = resolve(name, {name: knobs}, comms.fold.size)
         self.scheme = make_scheme(name, comms, resolved, epochs=epochs, timeout=60)
+        torch.manual_seed(0)
+        self.models, self.single = self.scheme.build(task, params)
+        self.optimizers = as_dict(task.optimizer(params, as_user(self.models, self.single)))
         sm, so = self.scheme.wrap(self.models, self.optimizers)
         self.step_models, self.step_optimizers = as_user(sm, self.single), as_user(so, self.single)
         self.task, self.params, self.comms = task, params, comms
@@ -152,30 +151,21 @@ class Run:
             self.epoch, self.batch = self.epoch + 1, 0
         return True
 
-    def checkpoint(self) -> bytes:
+    def checkpoint(self) -> Path:
+        """Through the agent's checkpoint calls and format (plain data, read with
+        weights_only=True), into a fresh directory shared by the ranks."""
+        where = self.comms.fold.bcast(tempfile.mkdtemp(prefix="ps-check-") if self.comms.fold.rank == 0 else None)
+        path = Path(where) / "fold0.pt"
+        held = self.scheme.save_models(path, self.models, self.optimizers)
         parts = self.comms.fold.gather((self.batch, self.scheme.state(), torch.get_rng_state()), root=0)
-        buf = io.BytesIO()
         if parts is not None:
-            # Through the agent's checkpoint format: plain data, read with weights_only=True.
-            torch.save(
-                plain(
-                    {
-                        "models": {k: m.state_dict() for k, m in self.models.items()},
-                        "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
-                        "epoch": self.epoch,
-                        "ranks": parts,
-                    }
-                ),
-                buf,
-            )
-        return self.comms.fold.bcast(buf.getvalue(), root=0)
+            save(path, {**held, "epoch": self.epoch, "ranks": parts})
+        self.comms.fold.Barrier()
+        return path
 
-    def resume(self, blob: bytes) -> None:
-        state = torch.load(io.BytesIO(blob), weights_only=True)
-        for k, m in self.models.items():
-            m.load_state_dict(state["models"][k])
-        for k, o in self.optimizers.items():
-            o.load_state_dict(state["optimizers"][k])
+    def resume(self, path: Path) -> None:
+        state = torch.load(path, weights_only=True)
+        self.scheme.load_models(path, state, self.models, self.optimizers)
         self.epoch = state["epoch"]
         self.batch, scheme_state, rng = state["ranks"][self.comms.fold.rank]
         self.scheme.load_state(scheme_state)

@@ -5,11 +5,13 @@ loss scaling is named, not silently trained unscaled."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from hpcopt_agent.checkpoint import stage_path
 from tests.agent.conftest import AgentServer, agent_spec, dump, trial_json
 
 
@@ -48,9 +50,16 @@ def test_a_campaign_trains_in_reduced_precision(
     state = trial_json(agent_server, trial.id)
     assert state["state"] == "COMPLETED" and math.isfinite(state["value"]), state
     uri = state["folds"][0]["checkpoint_uri"]
-    saved = torch.load(uri.removeprefix("file://"), weights_only=True)
+    path = Path(uri.removeprefix("file://"))
+    saved = torch.load(path, weights_only=True)
+    tensors = list(saved["models"].get("model", {}).values())
+    if scheme == "pipeline":  # each stage in its own file, written by the stage's rank
+        assert saved["models"] == {} and saved["pipeline_stages"] == 2, saved
+        tensors = [
+            t for s in range(2) for t in torch.load(stage_path(path, s, 2), weights_only=True)["tensors"].values()
+        ]
     # Weights stay fp32; under fp16 each rank's loss scale is checkpointed with it.
-    assert all(t.dtype == torch.float32 for t in saved["models"]["model"].values())
+    assert tensors and all(t.dtype == torch.float32 for t in tensors)
     scalers = saved["scalers"]
     if precision == "fp16":
         assert all(s.get("scale", 0) > 0 for s in scalers if s) and any(scalers), scalers

@@ -66,10 +66,13 @@ pytestmark = pytest.mark.timeout(300)
                 "OK daso one node",
                 "OK daso blocking",
                 "OK daso resume",
+                "OK daso checks the loss within epochs",
                 "OK daso digits",
                 "OK pipeline 4 stages x 1 gpipe",
                 "OK pipeline 2 stages x 2 1f1b",
+                "OK pipeline 2 stages x 2 1f1b with recompute",
                 "OK pipeline resume with 4",
+                "OK pipeline memory falls as 1/stages",
                 "OK pipeline refuses a dict of models",
             ],
         ),
@@ -149,6 +152,26 @@ def test_the_daso_schedule_follows_heat_for_a_scripted_loss() -> None:
     ]  # fmt: skip
     assert Schedule(epochs=10).warmup == 2 and Schedule(epochs=10).cooldown == 2  # min(4, epochs // 4)
     assert Schedule(epochs=3, warmup_epochs=0, cooldown_epochs=0).global_skip == 4
+
+
+def test_short_daso_trials_check_the_loss_within_epochs_so_the_skips_move() -> None:
+    from hpcopt_agent.schemes.daso import Schedule
+
+    # 6 epochs: warm-up 1, cool-down 1, 4 cycling epochs: 4 checks each (about 16 in all).
+    s = Schedule(epochs=6)
+    assert (s.warmup, s.cooldown, s.checks_per_epoch(None), s.checks_per_epoch(1)) == (1, 1, 4, 1)
+    assert Schedule(epochs=100).checks_per_epoch(None) == 1  # long trainings: HeAT's once per epoch
+    s.end_epoch(0, 5.0)
+    assert (s.global_skip, s.batches_to_wait) == (4, 1)
+    seen = []
+    for loss in [3.0, 2.99, 2.98, 2.97, 2.96, 2.95, 2.94, 2.93, 2.92]:  # improves, then a plateau
+        s.check(loss)
+        seen.append(s.global_skip)
+    assert seen == [4, 4, 4, 2, 2, 2, 1, 1, 1], seen
+    s.check(2.91)  # a plateau at skip 1: the cycle starts over
+    assert (s.global_skip, s.batches_to_wait) == (8, 2)
+    s.end_epoch(4, 2.9)  # the next epoch is cool-down
+    assert s.global_skip == 0
 
 
 def test_a_pipeline_refuses_a_task_with_its_own_train_step() -> None:

@@ -31,6 +31,7 @@ checks) go in ``hpcopt.schemes.KNOBS`` so the server validates them at submissio
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -40,7 +41,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from hpcopt_agent.comm import Comms
-from hpcopt_agent.task import Task
+from hpcopt_agent.task import Task, as_dict, as_user
 
 Models = dict[str, nn.Module]
 Optimizers = dict[str, torch.optim.Optimizer]
@@ -127,6 +128,13 @@ class Scheme:
         """Samples per training rank and step for a fold's global batch size."""
         return max(1, batch_size // self.train_size)
 
+    def build(self, task: Task, params: dict[str, Any]) -> tuple[Models, bool]:
+        """The task's models on this rank's device, and whether ``build`` returned one
+        model (not a dict). A scheme that shards the model materializes only this
+        rank's part of it."""
+        built = task.build(params)
+        return {k: m.to(self.comms.device) for k, m in as_dict(built).items()}, isinstance(built, nn.Module)
+
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         """The models and optimizers the task's training step uses; the originals in
         ``models`` keep the weights that are evaluated and checkpointed."""
@@ -184,6 +192,23 @@ class Scheme:
     def consensus(self, models: Models) -> None:
         """Collective: leaves in ``models`` on every rank the weights to evaluate."""
 
+    def evaluate(
+        self, task: Task, models: Models, single: bool, batches: Iterator[Any], params: dict[str, Any]
+    ) -> dict[str, float]:
+        """Collective: the task's metrics over this rank's validation ``batches`` (empty
+        on a rank that does not read)."""
+        found = task.evaluate(as_user(models, single), batches, params)
+        return {k: float(v) for k, v in found.items()}
+
+    def takes_part(self, share: int, read: int) -> bool:
+        """Whether this rank takes part in evaluating its share (``share`` samples, of
+        which it reads ``read``)."""
+        return read > 0
+
+    def evaluated(self, read: int) -> int:
+        """How many validation samples this rank's metrics stand for, having read ``read``."""
+        return read
+
     def epoch_metrics(self) -> dict[str, float]:
         """Collective: the scheme's figures for the epoch (on fold rank 0; {} elsewhere)."""
         return {}
@@ -192,6 +217,22 @@ class Scheme:
         """After evaluation, with this rank's mean training loss of the epoch."""
 
     # -- checkpoints ---------------------------------------------------------------------
+
+    def save_models(self, path: Path, models: Models, optimizers: Optimizers) -> dict[str, Any]:
+        """Collective, at a checkpoint to ``path``: what the fold leader's file holds of
+        the models and optimizers (``models`` and ``optimizers`` state dicts). A scheme
+        that shards the model writes each shard beside ``path`` itself."""
+        return {
+            "models": {k: m.state_dict() for k, m in models.items()},
+            "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
+        }
+
+    def load_models(self, path: Path, state: dict[str, Any], models: Models, optimizers: Optimizers) -> None:
+        """Restores what :meth:`save_models` wrote (before :meth:`wrap`)."""
+        for name, model in models.items():
+            model.load_state_dict(state["models"][name])
+        for name, opt in optimizers.items():
+            opt.load_state_dict(state["optimizers"][name])
 
     def state(self) -> dict[str, Any]:
         """This rank's scheme state for a checkpoint (gathered to the fold leader)."""

@@ -32,10 +32,10 @@ from __future__ import annotations
 import logging
 import math
 import socket
-import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
@@ -93,21 +93,38 @@ class Schedule:
             return True
         return False
 
+    def checks_per_epoch(self, given: int | None) -> int:
+        """Stability checks per epoch: ``given``, else enough for about 16 while cycling
+        (HeAT checks once per epoch of long trainings; a 6-epoch HPO trial would never
+        see its loss plateau, so the skips would never move)."""
+        if given is not None:
+            return given
+        cycling = max(1, self.epochs - self.warmup - self.cooldown)
+        return max(1, -(-16 // cycling))
+
+    def check(self, loss: float) -> None:
+        """A stability check while cycling: on a plateau the skips shrink, and a plateau
+        at skip 1 starts the cycle over at ``max_global_skips``."""
+        if self.global_skip == 0 or not self.stable(loss):
+            return
+        if self.global_skip == 1:  # the cycle starts over
+            self.global_skip = self.max_global_skips
+            self.batches_to_wait = max(1, self.max_global_skips // self.local_skip_factor)
+            self.best = math.inf
+        else:
+            self.global_skip = max(1, self.global_skip // self.skip_reduction_factor)
+            self.batches_to_wait = max(1, self.batches_to_wait - 1)
+
     def end_epoch(self, epoch: int, loss: float) -> None:
-        """Sets the skips of epoch ``epoch + 1`` from the training loss of ``epoch``."""
+        """Sets the skips of epoch ``epoch + 1`` from the training loss of ``epoch`` (or
+        of its last check's window)."""
         following = epoch + 1
         if self.blocking(following):
             self.global_skip, self.batches_to_wait = 0, 0
         elif self.global_skip == 0:  # warm-up is over
             self.start(following)
-        elif self.stable(loss):
-            if self.global_skip == 1:  # the cycle starts over
-                self.global_skip = self.max_global_skips
-                self.batches_to_wait = max(1, self.max_global_skips // self.local_skip_factor)
-                self.best = math.inf
-            else:
-                self.global_skip = max(1, self.global_skip // self.skip_reduction_factor)
-                self.batches_to_wait = max(1, self.batches_to_wait - 1)
+        else:
+            self.check(loss)
 
     def state(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if k in ("global_skip", "batches_to_wait", "best", "bad_epochs")}
@@ -119,14 +136,10 @@ class _Pending:
     buffer: torch.Tensor | None  # the sum, on the sender
     sent_at: int  # batch index
     wait: int  # S
-    sent_time: float
 
 
 class DASO(Scheme):
     name = "daso"
-    #: Seconds added to every global exchange (benchmarks emulate a slow inter-node link
-    #: with it: a non-blocking exchange completes no earlier than this after it started).
-    link_delay: float = 0.0
 
     def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
         super().__init__(comms, knobs, epochs, timeout)
@@ -155,6 +168,11 @@ class DASO(Scheme):
         peers = sorted(w for w, _, local in placed if local == self.local)
         self.across = comms.subgroup(peers) if self.nodes > 1 else None
         self.pg = comms.pg if self.nodes == 1 else comms.subgroup(self.node_ranks) if self.node_size > 1 else None
+        #: The dtype of the non-blocking global syncs (bf16 halves what crosses nodes).
+        self.global_dtype = torch.bfloat16 if knobs.get("global_dtype") == "bf16" else torch.float32
+        self.checks = self.schedule.checks_per_epoch(knobs.get("checks_per_epoch"))
+        self.window = np.zeros(2)  # training loss sum and steps since the last check
+        self.window_loss = math.nan  # the fold's mean loss over the epoch's last window
         self.send_mod = 0
         self.n_batches = 0
         self.pending: _Pending | None = None
@@ -178,10 +196,15 @@ class DASO(Scheme):
     def after_step(self, step: int, loss: float) -> None:
         if self.nodes == 1:
             return
+        if math.isfinite(loss):
+            self.window += (loss, 1)
         if self.pending is not None and step - self.pending.sent_at >= self.pending.wait:
             self._receive()
         if step == self.n_batches - 1:
             return  # end_batches averages after the last batch
+        every = max(1, self.n_batches // self.checks)
+        if self.checks > 1 and (step + 1) % every == 0:
+            self.schedule.check(self._window_mean())
         gs = self.schedule.global_skip
         if gs == 0:
             self._blocking()
@@ -196,7 +219,16 @@ class DASO(Scheme):
             if self.pending is not None:
                 self._receive()
             self._blocking()
+            self.window_loss = self._window_mean()
         return stopped
+
+    def _window_mean(self) -> float:
+        """The fold group's mean training loss since the last check (every rank gets the
+        same, so all change their skips at the same step)."""
+        total = np.zeros(2)
+        self.fold.Allreduce(self.window, total, op=MPI.SUM)
+        self.window[:] = 0
+        return float(total[0] / total[1]) if total[1] else math.nan
 
     def abort(self) -> None:
         """An error on this rank: no collective (its peers stop on the timeout)."""
@@ -208,7 +240,7 @@ class DASO(Scheme):
         return {"daso_global_skip": float(self.schedule.global_skip), "daso_exchanges": float(self.exchanges)}
 
     def end_epoch(self, epoch: int, train_loss: float) -> None:
-        self.schedule.end_epoch(epoch, train_loss)
+        self.schedule.end_epoch(epoch, self.window_loss if self.checks > 1 else train_loss)
 
     # -- exchanges -----------------------------------------------------------------------
 
@@ -216,9 +248,9 @@ class DASO(Scheme):
         assert self.flat is not None
         buffer, work = None, None
         if self.local == self.send_mod:
-            buffer = self.flat.get(host=False)
+            buffer = self.flat.get(host=False).to(self.global_dtype)
             work = dist.all_reduce(buffer, group=self.across, async_op=True)
-        self.pending = _Pending(work, buffer, step, wait, time.perf_counter())
+        self.pending = _Pending(work, buffer, step, wait)
         self.exchanges += 1
 
     def _receive(self) -> None:
@@ -228,12 +260,11 @@ class DASO(Scheme):
         assert p is not None and self.flat is not None
         if p.work is not None:
             p.work.wait()
-        _sleep_until(p.sent_time + self.link_delay)
         sender = self.send_mod
         if self.local == sender and p.buffer is not None:
             local = self.flat.get(host=False)
             weight = 2.0 * p.wait
-            self.flat.set((weight * local + p.buffer) / (weight + self.nodes))
+            self.flat.set((weight * local + p.buffer.to(local.dtype)) / (weight + self.nodes))
         self._to_node(sender)
         self.send_mod = (sender + 1) % self.node_size
 
@@ -247,7 +278,6 @@ class DASO(Scheme):
             buffers = self.flat.get_buffers(host=False)
             both = torch.cat([weights.to(torch.float64), buffers]) if len(buffers) else weights
             dist.all_reduce(both, group=self.across)
-            _sleep_until(time.perf_counter() + self.link_delay)
             both /= self.nodes
             self.flat.set(both[: self.flat.numel].to(weights.dtype))
             if len(buffers):
@@ -279,12 +309,6 @@ class DASO(Scheme):
             if key in state:
                 setattr(self.schedule, key, state[key])
         self.send_mod = int(state.get("send_mod", 0)) % self.node_size
-
-
-def _sleep_until(deadline: float) -> None:
-    left = deadline - time.perf_counter()
-    if left > 0:
-        time.sleep(left)
 
 
 _warned: set[str] = set()

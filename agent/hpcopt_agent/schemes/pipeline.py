@@ -8,35 +8,98 @@ runs stage r % S of replica r // S. The replicas split the data as data-parallel
 do, and after every step the gradients of each stage are averaged over its replicas (an
 MPI allreduce among the ranks of that stage index), so all replicas stay equal.
 
+Memory is split, not just compute: the task's ``build`` runs on the meta device (no
+storage), and each rank allocates and initializes only its own stage (:func:`materialize`:
+every layer with its ``reset_parameters()``, seeded by its position in the whole model,
+so the initial weights do not depend on the stage count). The task's optimizer sees the
+whole model but only this stage's parameters ever get gradients, so it holds only this
+stage's state. ``pipeline.recompute`` recomputes each stage's activations in the backward
+pass instead of keeping them (``torch.utils.checkpoint``).
+
 - Only each replica's first stage reads samples (the input pipeline's workers read
   ahead for it); it sends the batch's target to its last stage, which computes the
-  loss. The first stages evaluate (a share each, with the whole model).
+  loss. Evaluation runs through the stages too: the first stage sends each validation
+  batch's activations (and the rest of the batch) on, and the last stage calls
+  ``Task.evaluate`` with its own stage as the model and those activations as inputs.
+- Checkpoints are per stage: replica 0's rank of each stage writes its parameters,
+  buffers and optimizer state (by their names in the whole model) to its own file
+  beside the fold's checkpoint (:func:`hpcopt_agent.checkpoint.stage_path`); the fold's
+  file names the stage count. A resume may change the stage count: each rank takes its
+  stage's tensors from the files (optimizer state only when the count is unchanged).
 - Every batch has the same shape: an epoch's order is padded by wrapping to whole
   batches (a short last batch makes the schedule fail, pytorch#126600), and the
   micro-batch count must divide each replica's batch.
 - The task's default training step is replaced by the schedule (its ``loss`` is called
   on each micro-batch's output, with ``(None, target)`` as the batch): a task with its
   own ``train_step`` or a dict of models is refused.
-- Every rank keeps the whole model: it trains its stage's parameters, and at the end of
-  each epoch every stage's weights (and floating buffers) go to every rank, so
-  evaluation and checkpoints see the whole model, and a resume may change the stage
-  count (the per-stage optimizer state is restored only when it does not).
 - The schedule scales gradients by 1 / micro-batches, so a step equals a step on the
   whole batch with a mean loss (no BatchNorm: it sees micro-batch statistics).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from mpi4py import MPI
 from torch import nn
+from torch.utils.checkpoint import checkpoint as recompute
 
+from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
 from hpcopt_agent.task import Task
+
+EVAL_TAG = 7302
+
+
+def materialize(model: nn.Module, part: nn.Module, device: torch.device, seed: int) -> None:
+    """Allocates ``part`` (a piece of the meta-device ``model``) on ``device`` and
+    initializes each of its layers with its ``reset_parameters()``, seeded by the layer's
+    position in ``model``: the same weights whatever the stages. The global RNG state is
+    left as it was."""
+    mine = {id(m) for m in part.modules()}
+    part.to_empty(device=device)
+    state = torch.get_rng_state()
+    try:
+        for position, (name, module) in enumerate(model.named_modules()):
+            if id(module) not in mine:
+                continue
+            if not [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
+                continue
+            reset = getattr(module, "reset_parameters", None)
+            if not callable(reset):
+                raise ValueError(
+                    f"scheme pipeline builds the model on the meta device and initializes each layer of a stage "
+                    f"with its reset_parameters(); layer {name or '(the model)'} ({type(module).__name__}) has "
+                    "parameters or buffers but no reset_parameters(): give it one that initializes them"
+                )
+            torch.manual_seed(int(np.random.SeedSequence([seed, position]).generate_state(1)[0]))
+            reset()
+    finally:
+        torch.set_rng_state(state)
+
+
+class _Recompute(nn.Module):
+    """A stage whose activations are recomputed in the backward pass."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return recompute(self.inner, x, use_reentrant=False)
+
+
+def _host(value: Any) -> Any:
+    return value.cpu() if isinstance(value, torch.Tensor) else value
+
+
+def _device(value: Any, device: torch.device) -> Any:
+    return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
 class Pipeline(Scheme):
@@ -49,6 +112,7 @@ class Pipeline(Scheme):
             raise ValueError(f"pipeline.stages={self.stages} does not divide the fold group's {self.size} ranks")
         self.microbatches = int(knobs["microbatches"])
         self.schedule_name = str(knobs["schedule"])
+        self.recompute = bool(knobs.get("recompute", False))
         self.stage, replica = self.rank % self.stages, self.rank // self.stages
         self.train_rank, self.train_size = replica, self.size // self.stages
         # The ranks of this stage index in every replica (gradient averaging).
@@ -61,6 +125,38 @@ class Pipeline(Scheme):
         self.optimizers: Optimizers = {}
         self.parts: list[nn.Module] = []
         self.runner: Any = None
+        self.seen = 0  # validation samples the last stage evaluated
+
+    # -- the model, built by stage --------------------------------------------------------
+
+    def build(self, task: Task, params: dict[str, Any]) -> tuple[Models, bool]:
+        with torch.device("meta"):
+            built = task.build(params)
+        if not isinstance(built, nn.Module):
+            raise ValueError(
+                f"scheme pipeline trains one model; the task's build returned a dict ({', '.join(built)}): "
+                "use allreduce, daso or a parameter-server scheme for several models"
+            )
+        parts = list(task.stages(params, built, self.stages))
+        if len(parts) != self.stages:
+            raise ValueError(f"Task.stages returned {len(parts)} stages; pipeline.stages is {self.stages}")
+        known = {id(p) for p in built.parameters()}
+        if any(id(p) not in known for part in parts for p in part.parameters()):
+            raise ValueError("Task.stages must return modules that share the model's parameters (its layers)")
+        materialize(built, parts[self.stage], self.comms.device, torch.initial_seed())
+        self.model, self.parts = built, parts
+        return {"model": built}, True
+
+    def stage_bytes(self) -> int:
+        """Bytes this rank holds of the model and its optimizer state (parameters,
+        buffers, gradients, optimizer tensors; none of the other stages)."""
+        assert self.model is not None
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        held = [t for t in tensors if not t.is_meta]
+        held += [p.grad for p in self.model.parameters() if p.grad is not None]
+        for opt in self.optimizers.values():
+            held += [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+        return sum(t.numel() * t.element_size() for t in held)
 
     # -- data ----------------------------------------------------------------------------
 
@@ -92,12 +188,7 @@ class Pipeline(Scheme):
     # -- wrapping and the step -----------------------------------------------------------
 
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
-        if set(models) != {"model"}:
-            raise ValueError(
-                f"scheme pipeline trains one model; the task's build returned a dict ({', '.join(models)}): "
-                "use allreduce, daso or a parameter-server scheme for several models"
-            )
-        self.model, self.optimizers = models["model"], optimizers
+        self.optimizers = optimizers
         return models, optimizers
 
     def step(self, task: Task, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float | None:
@@ -135,14 +226,10 @@ class Pipeline(Scheme):
     def _build(self, task: Task, params: dict[str, Any]) -> None:
         from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-        assert self.model is not None
-        self.parts = list(task.stages(params, self.model, self.stages))
-        if len(self.parts) != self.stages:
-            raise ValueError(f"Task.stages returned {len(self.parts)} stages; pipeline.stages is {self.stages}")
         mine = self.parts[self.stage]
-        known = {id(p) for p in self.model.parameters()}
-        if any(id(p) not in known for p in mine.parameters()):
-            raise ValueError("Task.stages must return modules that share the model's parameters (its layers)")
+        if self.recompute:
+            mine = _Recompute(mine)
+            self.parts[self.stage] = mine
         if self.stages > 1:
             stage = PipelineStage(mine, self.stage, self.stages, self.comms.device, group=self.pg)
             kind = ScheduleGPipe if self.schedule_name == "gpipe" else Schedule1F1B
@@ -169,37 +256,98 @@ class Pipeline(Scheme):
                 p.grad.copy_(torch.from_numpy(flat[at : at + n]).view_as(p))  # type: ignore[union-attr]
                 at += n
 
-    # -- epoch boundaries ----------------------------------------------------------------
+    # -- evaluation, through the stages ---------------------------------------------------
 
-    def consensus(self, models: Models) -> None:
-        """Every stage's weights and floating buffers, from its rank in replica 0, to
-        every rank of the fold group."""
-        if not self.parts or self.stages == 1:
-            return
-        with torch.no_grad():
-            for s, part in enumerate(self.parts):
-                tensors = [p for p in part.parameters()] + [b for b in part.buffers() if b.is_floating_point()]
-                if not tensors:
+    def takes_part(self, share: int, read: int) -> bool:
+        return share > 0  # every stage of a replica whose first stage has samples
+
+    def evaluate(
+        self, task: Task, models: Models, single: bool, batches: Iterator[Any], params: dict[str, Any]
+    ) -> dict[str, float]:
+        """The first stage sends each batch's activations (and the rest of the batch)
+        on; the last stage evaluates with its stage as the model."""
+        if self.stages == 1:
+            return super().evaluate(task, models, single, batches, params)
+        part = self.parts[self.stage]
+        first, last = self.stage == 0, self.stage == self.stages - 1
+        self.seen = 0
+        if first:
+            for batch in batches:
+                x, *rest = batch
+                self.fold.send((part(x).cpu(), [_host(r) for r in rest]), dest=self.rank + 1, tag=EVAL_TAG)
+            self.fold.send(None, dest=self.rank + 1, tag=EVAL_TAG)
+            return {}
+
+        def incoming() -> Iterator[Any]:
+            while (msg := self.fold.recv(source=self.rank - 1, tag=EVAL_TAG)) is not None:
+                act, rest = msg
+                act = act.to(self.comms.device)
+                if not last:
+                    self.fold.send((part(act).cpu(), rest), dest=self.rank + 1, tag=EVAL_TAG)
                     continue
-                flat = torch.cat([t.detach().reshape(-1).cpu().to(torch.float64) for t in tensors]).numpy()
-                self.fold.Bcast(flat, root=s)
-                at = 0
-                for t in tensors:
-                    n = t.numel()
-                    t.copy_(torch.from_numpy(flat[at : at + n]).view_as(t).to(t.dtype))
-                    at += n
+                self.seen += len(act)
+                yield (act, *[_device(r, self.comms.device) for r in rest])
+            if not last:
+                self.fold.send(None, dest=self.rank + 1, tag=EVAL_TAG)
 
-    # -- checkpoints ---------------------------------------------------------------------
+        stream = incoming()
+        if not last:
+            for _ in stream:
+                pass
+            return {}
+        found = task.evaluate(part, stream, params)
+        for _ in stream:  # what the task left unread: the sender waits for it to be taken
+            pass
+        return {k: float(v) for k, v in found.items()}
 
-    def state(self) -> dict[str, Any]:
-        return {"stages": self.stages, "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()}}
+    def evaluated(self, read: int) -> int:
+        return read if self.stages == 1 else self.seen
 
-    def load_state(self, state: dict[str, Any]) -> None:
-        if state.get("stages") != self.stages:  # another stage count: the stages' states do not map
-            return
-        for name, opt in self.optimizers.items():
-            if name in state.get("optimizers", {}):
-                opt.load_state_dict(state["optimizers"][name])
+    def epoch_metrics(self) -> dict[str, float]:
+        """``pipeline_stage_mb``: the most memory a rank holds of the model (parameters,
+        buffers, gradients and optimizer state of its stage)."""
+        most = self.fold.allreduce(self.stage_bytes(), op=MPI.MAX)
+        return {"pipeline_stage_mb": most / 2**20} if self.rank == 0 else {}
+
+    # -- checkpoints, per stage ---------------------------------------------------------
+
+    def save_models(self, path: Path, models: Models, optimizers: Optimizers) -> dict[str, Any]:
+        """Replica 0's rank of each stage writes the stage's tensors (named as in the
+        whole model) and optimizer state to its own file beside ``path``."""
+        assert self.model is not None
+        if self.train_rank == 0:
+            tensors = {k: v for k, v in self.model.state_dict().items() if not v.is_meta}
+            shard = {
+                "tensors": tensors,
+                "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
+                "stage": self.stage,
+                "stages": self.stages,
+            }
+            checkpoint.save(checkpoint.stage_path(path, self.stage, self.stages), shard)
+        self.fold.Barrier()  # every stage's file is written before the fold's file names them
+        return {"models": {}, "optimizers": {}, "pipeline_stages": self.stages}
+
+    def load_models(self, path: Path, state: dict[str, Any], models: Models, optimizers: Optimizers) -> None:
+        """This stage's tensors from the stage files (any stage count); its optimizer
+        state when the stage count is the same."""
+        assert self.model is not None
+        saved = int(state.get("pipeline_stages") or 0)
+        if not saved:
+            raise ValueError("this fold's checkpoint was not written by scheme pipeline (it has no stage files)")
+        wanted = {k: v for k, v in self.model.state_dict().items() if not v.is_meta}
+        found: dict[str, torch.Tensor] = {}
+        for s in range(saved):
+            shard = checkpoint.load_stage(checkpoint.stage_path(path, s, saved))
+            found.update({k: v for k, v in shard["tensors"].items() if k in wanted})
+            if saved == self.stages and s == self.stage:
+                for name, opt in optimizers.items():
+                    opt.load_state_dict(shard["optimizers"][name])
+        missing = sorted(set(wanted) - set(found))
+        if missing:
+            raise ValueError(f"the stage files of this fold's checkpoint lack {', '.join(missing[:5])}")
+        with torch.no_grad():
+            for k, v in wanted.items():
+                v.copy_(found[k])
 
     def close(self) -> None:
         self.replicas.Free()

@@ -1,0 +1,80 @@
+"""The slow-link harness the training benchmarks run on (benchmarks/training/netns.py):
+"nodes" as network namespaces whose traffic between them crosses a rate-limited link,
+MPI and gloo across it, and nothing left behind. The benchmarks themselves stay out of
+the suite's time: one tiny run of ``slow_link.py`` checks that it still runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.agent.conftest import mpi_env, mpiexec_path
+from tests.conftest import IN_CI, ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks/training"))
+from netns import SlowLink, cleanup
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail("the slow-link harness needs root (ip netns, tc); CI runs as root")
+        pytest.skip("the slow-link harness needs root (ip netns, tc)")
+
+
+def _ours() -> tuple[list[str], str]:
+    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True, check=True).stdout
+    return re.findall(r"^hpcopt-n\d+", namespaces, re.M), " ".join(re.findall(r"hpcopt-\w+", links))
+
+
+def test_ranks_on_two_emulated_nodes_talk_mpi_and_gloo_across_the_rate_limited_link() -> None:
+    _require_root()
+    mpiexec = mpiexec_path()
+    # A leftover of a killed run (same names) is cleared by the next harness.
+    subprocess.run(["ip", "netns", "add", "hpcopt-n7"], check=True)
+    with SlowLink(nodes=2, rate="100mbit") as link:
+        assert sorted(_ours()[0]) == ["hpcopt-n0", "hpcopt-n1"]  # n7 is gone
+        before = link.sent_bytes()
+        out = subprocess.run(
+            [mpiexec, "-n", "4", *link.launcher(per_node=2), sys.executable, "tests/agent/link_check.py"],
+            capture_output=True, text=True, timeout=240, cwd=ROOT, env=link.rank_env(mpi_env()),
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        rows = json.loads(out.stdout.strip().splitlines()[-1])
+        sent = [a - b for a, b in zip(link.sent_bytes(), before, strict=True)]
+    assert [host for host, _, _ in rows] == ["hpcopt-n0", "hpcopt-n0", "hpcopt-n1", "hpcopt-n1"], rows
+    assert all(mpi == 10.0 and gloo == 10.0 for _, mpi, gloo in rows), rows  # 1 + 2 + 3 + 4
+    # Each node sent at least its share of both 2 MB allreduces over the link (not shared memory).
+    assert all(s > 2_000_000 for s in sent), sent
+    assert _ours() == ([], ""), "the harness left namespaces or links behind"
+
+
+def test_the_harness_cleans_up_after_an_error_inside_it() -> None:
+    _require_root()
+    with pytest.raises(RuntimeError, match="inside"), SlowLink(nodes=3, rate="1gbit"):
+        assert len(_ours()[0]) == 3
+        raise RuntimeError("inside")
+    assert _ours() == ([], "")
+    cleanup()  # idempotent
+
+
+@pytest.mark.slow
+def test_the_slow_link_benchmark_runs_and_prints_its_tables() -> None:
+    _require_root()
+    mpiexec_path()
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/training/slow_link.py"), "--reps", "1", "--epochs", "1",
+         "--samples", "1024", "--only", "ddp"],
+        capture_output=True, text=True, timeout=280, env=mpi_env(),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"hpcopt / plain DDP speed .* per rep: \d\.\d{3}", out.stdout), out.stdout
+    assert _ours() == ([], "")
