@@ -8,7 +8,8 @@
 # wheel without build isolation, so it links the torch and the MPI of .venv. The build
 # takes about 5 minutes on 2 cores, so the wheel is kept once per machine outside the tree,
 # under $HPCOPT_CACHE (default ~/.cache/hpcopt), keyed by Python, torch and MPI versions:
-# a fresh clone on the same machine installs it in seconds.
+# a fresh clone on the same machine installs it in seconds. HOROVOD_CACHED_ONLY=1 installs
+# from the cache or exits 3 without building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -39,6 +40,10 @@ if ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
     install_cached && exit 0
     echo "build_horovod: the cached wheel in $cache does not work; rebuilding it"
     rm -rf "$cache"
+fi
+if [ -n "${HOROVOD_CACHED_ONLY:-}" ]; then
+    echo "build_horovod: no cached wheel for $key (HOROVOD_CACHED_ONLY: not building)"
+    exit 3
 fi
 command -v cmake >/dev/null && command -v g++ >/dev/null || {
     echo "build_horovod: needs cmake and g++ (apt-get install cmake g++)" >&2; exit 1; }

@@ -87,10 +87,22 @@ if [ "${1:-}" = "--services" ]; then
         >> /tmp/hpcopt-compose-apt.log 2>&1 \
       || echo "setup: docker-compose did not install; the compose test will skip (and fail under CI=true)"
   fi
+  # iproute2 (ip netns, tc) for the slow-link harness of the training benchmarks.
+  if [ "$(id -u)" = 0 ] && ! { command -v ip && command -v tc; } >/dev/null 2>&1; then
+    echo "setup: installing iproute2 from Debian"
+    DEBIAN_FRONTEND=noninteractive timeout 900 apt-get install -y -qq iproute2 > /tmp/hpcopt-iproute2-apt.log 2>&1 \
+      || echo "setup: iproute2 did not install; the slow-link tests will fail under CI=true"
+  fi
   # Horovod for the Horovod tests: built once per machine (about 2-5 minutes) into a wheel
-  # cached outside the tree, then installed from the cache in seconds.
+  # cached outside the tree, then installed from the cache in seconds. A first build runs
+  # in the background while the tests start; the Horovod tests wait for it
+  # (tests/agent/conftest.py: require_horovod), its log in .venv/horovod-build.log.
   if ! .venv/bin/python -c "import horovod.torch" 2>/dev/null; then
-    bash scripts/build_horovod.sh || echo "setup: Horovod did not build; the Horovod tests will skip (and fail under CI=true)"
+    if ! HOROVOD_CACHED_ONLY=1 bash scripts/build_horovod.sh; then
+      echo "setup: building Horovod in the background (log: .venv/horovod-build.log)"
+      nohup bash scripts/build_horovod.sh > .venv/horovod-build.log 2>&1 &
+      echo $! > .venv/horovod-build.pid
+    fi
   fi
   # A one-node Slurm cluster for the sbatch tests (installed from Debian when missing).
   if [ "$(id -u)" = 0 ]; then

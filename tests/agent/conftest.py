@@ -5,6 +5,7 @@ runs more ranks than cores without a flag, and as root)."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import shutil
@@ -35,13 +36,31 @@ def mpiexec_path() -> str:
     return found
 
 
+def _horovod_build_running() -> bool:
+    """Whether the test command's background build of Horovod is still going."""
+    pid_file = ROOT / ".venv/horovod-build.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def require_horovod() -> None:
     """Horovod must import (the test command builds it once per machine, cached outside
-    the tree): a skip locally without it, a failure under CI=true."""
+    the tree; a first build runs in the background, which this waits for, up to 20
+    minutes): a skip locally without it, a failure under CI=true."""
+    deadline = time.monotonic() + 1200
+    while _horovod_build_running() and time.monotonic() < deadline:
+        time.sleep(5)
+    importlib.invalidate_caches()
     try:
         import horovod.torch  # noqa: F401
     except ImportError as exc:
-        message = f"Horovod is not installed ({exc}); `make horovod` builds it"
+        log = ROOT / ".venv/horovod-build.log"
+        tail = log.read_text()[-2000:] if log.is_file() else ""
+        message = f"Horovod is not installed ({exc}); `make horovod` builds it" + (f"\n{tail}" if tail else "")
         if IN_CI:
             pytest.fail(message + " (CI=true: the Horovod tests must run, not skip)")
         pytest.skip(message)

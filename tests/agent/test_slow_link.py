@@ -1,13 +1,14 @@
 """The slow-link harness the training benchmarks run on (benchmarks/training/netns.py):
 "nodes" as network namespaces whose traffic between them crosses a rate-limited link,
 MPI and gloo across it, and nothing left behind. The benchmarks themselves stay out of
-the suite's time: one tiny run of ``slow_link.py`` checks that it still runs."""
+the suite's time (``benchmarks/training/slow_link.py`` runs on this harness)."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -23,10 +24,12 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _require_root() -> None:
-    if os.geteuid() != 0:
+    missing = "root" if os.geteuid() != 0 else ", ".join(c for c in ("ip", "tc", "unshare") if not shutil.which(c))
+    if missing:
+        message = f"the slow-link harness needs root and iproute2 (ip netns, tc); missing: {missing}"
         if IN_CI:
-            pytest.fail("the slow-link harness needs root (ip netns, tc); CI runs as root")
-        pytest.skip("the slow-link harness needs root (ip netns, tc)")
+            pytest.fail(message + " (CI=true: the harness tests must run, not skip)")
+        pytest.skip(message)
 
 
 def _ours() -> tuple[list[str], str]:
@@ -64,17 +67,3 @@ def test_the_harness_cleans_up_after_an_error_inside_it() -> None:
         raise RuntimeError("inside")
     assert _ours() == ([], "")
     cleanup()  # idempotent
-
-
-@pytest.mark.slow
-def test_the_slow_link_benchmark_runs_and_prints_its_tables() -> None:
-    _require_root()
-    mpiexec_path()
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/training/slow_link.py"), "--reps", "1", "--epochs", "1",
-         "--samples", "1024", "--only", "ddp"],
-        capture_output=True, text=True, timeout=280, env=mpi_env(),
-    )  # fmt: skip
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert re.search(r"hpcopt / plain DDP speed .* per rep: \d\.\d{3}", out.stdout), out.stdout
-    assert _ours() == ([], "")

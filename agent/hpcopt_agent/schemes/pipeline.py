@@ -259,6 +259,7 @@ class Pipeline(Scheme):
     # -- evaluation, through the stages ---------------------------------------------------
 
     def takes_part(self, share: int, read: int) -> bool:
+        self.seen = 0
         return share > 0  # every stage of a replica whose first stage has samples
 
     def evaluate(
