@@ -50,5 +50,6 @@ bench:
 	.venv/bin/python benchmarks/optimizers/quality.py
 	.venv/bin/python benchmarks/training/run.py
 	.venv/bin/python benchmarks/training/input_pipeline.py
+	.venv/bin/python benchmarks/training/slow_link.py  # needs root: network namespaces and tc
 	.venv/bin/python benchmarks/dashboard_open.py
 	.venv/bin/python benchmarks/request_cost.py
