@@ -30,7 +30,6 @@ import re
 import subprocess
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 ON_NODE = Path(__file__).resolve().parent / "on_node.sh"
 PREFIX = "hpcopt-n"
@@ -120,7 +119,3 @@ class SlowLink:
             found = re.search(r"Sent (\d+) bytes", stats)
             out.append(int(found.group(1)) if found else 0)
         return out
-
-
-def describe(link: Any) -> str:
-    return f"{link.nodes} nodes (network namespaces) on a bridge, each node's egress limited to {link.rate} (tbf)"

@@ -46,7 +46,6 @@ SCHEMES: dict[str, dict[str, Any]] = {
 class Trial:
     rate: float  # median samples/s of epochs 2..
     acc: float  # validation accuracy at the end
-    epoch_s: float  # median seconds of epochs 2..
     wall_s: float  # the whole trial, acquire to complete (the server's clock)
 
 
@@ -91,15 +90,12 @@ def run(
     out = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=ROOT, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"{scheme}: agent failed ({out.returncode}):\n{out.stderr[-4000:]}")
-    found = re.findall(r"epoch \d+/\d+: .*?\(([\d.]+) s, ([\d.]+) samples/s\)", out.stderr)
-    seconds, rates = [float(s) for s, _ in found], [float(r) for _, r in found]
+    rates = [float(r) for r in re.findall(r"epoch \d+/\d+: .*?\([\d.]+ s, ([\d.]+) samples/s\)", out.stderr)]
     [trial] = server.get(f"/campaigns/{cid}/trials")["trials"]
     if trial["state"] != "COMPLETED":
         raise SystemExit(f"{scheme}: trial {trial['id']} is {trial['state']}: {trial.get('error')}")
     wall = (datetime.fromisoformat(trial["finished_at"]) - datetime.fromisoformat(trial["started_at"])).total_seconds()
-    return Trial(
-        statistics.median(rates[1:] or rates), float(trial["value"]), statistics.median(seconds[1:] or seconds), wall
-    )
+    return Trial(statistics.median(rates[1:] or rates), float(trial["value"]), wall)
 
 
 def main() -> int:

@@ -5,27 +5,23 @@ allreduce of 2 MB returned, so the test can see the ranks on separate nodes talk
 from __future__ import annotations
 
 import json
-import os
 import socket
-from datetime import timedelta
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks/training"))
+from plain_ddp import join_gloo
+
 world = MPI.COMM_WORLD
 a = np.full(2**18, world.rank + 1.0)  # 2 MB of float64
 b = np.zeros_like(a)
 world.Allreduce(a, b)
-port = None
-if world.rank == 0:
-    with socket.socket() as s:
-        s.bind(("", 0))
-        port = s.getsockname()[1]
-port = world.bcast(port)
-dist.init_process_group("gloo", init_method=f"tcp://{os.environ['MASTER_ADDR']}:{port}", rank=world.rank,
-                        world_size=world.size, timeout=timedelta(seconds=120))  # fmt: skip
+join_gloo(world)  # the plain-DDP peer's rendezvous, at MASTER_ADDR (node 0 under the harness)
 t = torch.full((2**19,), float(world.rank + 1))  # 2 MB of float32
 dist.all_reduce(t)
 dist.destroy_process_group()
