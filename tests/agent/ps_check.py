@@ -32,7 +32,7 @@ from hpcopt_agent.checkpoint import save
 from hpcopt_agent.comm import Comms, limit_threads, split
 from hpcopt_agent.data import Data
 from hpcopt_agent.layout import plan
-from hpcopt_agent.schemes import make_scheme
+from hpcopt_agent.schemes import StopVote, make_scheme
 from hpcopt_agent.task import Task, as_dict, as_user
 from tests.agent.tasks import Regression, TinyGan
 
@@ -46,9 +46,10 @@ def say(text: str) -> None:
 
 @dataclass
 class Stop:
-    """A stop signal that arrives at a given step of one rank (as SIGTERM would)."""
+    """A stop signal that arrives at a given step of one rank (as SIGTERM would), or
+    of every rank at once (``rank`` None: they stop there, with no vote to agree)."""
 
-    rank: int = -1
+    rank: int | None = -1
     at: int = -1
     requested: bool = False
 
@@ -112,6 +113,7 @@ class Run:
         self.step_models, self.step_optimizers = as_user(sm, self.single), as_user(so, self.single)
         self.task, self.params, self.comms = task, params, comms
         self.epoch, self.batch = 0, 0
+        self.steps = 0  # training steps this rank took
 
     def train(
         self, data: Data, train: np.ndarray, epochs: int, batch: int, stop: Stop | None = None, sleep: float = 0.0
@@ -124,14 +126,16 @@ class Run:
             s.begin_epoch(self.epoch, self.batch, len(chunks), stop)
             stopped, losses = False, []
             if s.trains:
-                vote = s.vote()
+                vote = s.vote() if stop.rank is not None else StopVote(None)
                 for b in (i for block in s.blocks(len(chunks), self.batch) for i in block):
                     if sleep:
                         time.sleep(sleep)
                     loss = s.step(self.task, self.step_models, self.step_optimizers, data.batch(chunks[b]), {})
+                    self.steps += 1
                     losses += [] if loss is None else [float(loss)]
                     s.after_step(b, float("nan") if loss is None else float(loss))
-                    stop.requested = stop.requested or (world.rank == stop.rank and b >= stop.at and self.epoch == 1)
+                    here = stop.rank is None or world.rank == stop.rank
+                    stop.requested = stop.requested or (here and b >= stop.at and self.epoch == 1)
                     if vote.step(stop.requested):
                         self.batch, stopped = b + 1, True
                         break
@@ -341,6 +345,23 @@ def tree(comms: Comms) -> None:
             assert counts[0] == 0 and 0 < counts[1] < counts[2] + counts[3], counts
             assert after < before * 0.7, f"{name} with a sub-master did not train: {before:.3g} -> {after:.3g}"
         say(f"OK sub-master {name}: exchanges per rank {counts}; loss {before:.3g} -> {after:.3g}")
+
+    # DDP (allreduce): a stop anywhere in an epoch (here its last batches) resumes bit
+    # for bit, though the resumed fold's DDP is new.
+    whole = Run(comms, "allreduce", {}, task, {"lr": 0.05})
+    assert whole.train(data, train, epochs=3, batch=12)
+    for at in range(14, 20):  # of 20 batches per epoch and rank
+        cut = Run(comms, "allreduce", {}, task, {"lr": 0.05})
+        assert not cut.train(data, train, epochs=3, batch=12, stop=Stop(rank=None, at=at))
+        blob, where = cut.checkpoint(), cut.batch
+        cut.scheme.close()
+        rest = Run(comms, "allreduce", {}, task, {"lr": 0.05})
+        rest.resume(blob)
+        assert rest.train(data, train, epochs=3, batch=12)
+        assert torch.equal(flat(rest.models), flat(whole.models)), f"allreduce resumed at batch {where}: weights differ"
+        rest.scheme.close()
+    whole.scheme.close()
+    say("OK allreduce resume from each of the last 6 batches of an epoch, bit for bit")
 
     digits = Digits()
     ddata = Data(digits.dataset, torch.device("cpu"))

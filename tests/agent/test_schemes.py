@@ -44,6 +44,7 @@ pytestmark = pytest.mark.timeout(300)
                 "OK staleness easgd",
                 "OK synchronous downpour",
                 "OK sub-master gem",
+                "OK allreduce resume from each of the last 6 batches of an epoch, bit for bit",
                 "OK digits",
             ],
         ),

@@ -142,10 +142,17 @@ class Scheme:
 
     def ddp(self, models: Models, pg: Any) -> Models:
         """Each trainable model in DistributedDataParallel over the torch process group
-        ``pg`` (gradients averaged over its ranks in every backward pass)."""
+        ``pg`` (gradients averaged over its ranks in every backward pass).
+
+        ``find_unused_parameters`` keeps DDP's gradient buckets as they are built: by
+        default DDP reorders them after its first step, so a fold resumed mid-epoch
+        (whose DDP is new) would sum its first step's gradients in another order than
+        an uninterrupted run and resume to weights a rounding error away. It costs a
+        walk of the autograd graph per step (and a one-time torch warning per rank),
+        and lets a step leave some parameters unused."""
         device_ids = [self.comms.device.index] if self.comms.device.type == "cuda" else None
         return {
-            name: DistributedDataParallel(model, device_ids=device_ids, process_group=pg)
+            name: DistributedDataParallel(model, device_ids=device_ids, process_group=pg, find_unused_parameters=True)
             if any(p.requires_grad for p in model.parameters())
             else model
             for name, model in models.items()
