@@ -30,6 +30,7 @@ checks) go in ``hpcopt.schemes.KNOBS`` so the server validates them at submissio
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -48,26 +49,45 @@ Optimizers = dict[str, torch.optim.Optimizer]
 
 
 class StopVote:
-    """A stop signal combined over ``comm`` with a non-blocking allreduce that
-    completes one step later: every member stops after the same step without a
-    blocking collective per step. ``comm`` None: this rank decides alone."""
+    """A stop signal combined over ``comm`` with a non-blocking allreduce that completes
+    by the next vote: every member stops after the same step without a blocking
+    collective per step. ``comm`` None: this rank decides alone.
+
+    Members vote every ``every`` steps, not every step: each vote also carries the
+    longest time a member took since the last one, and from that agreed figure every
+    member sets the same next interval, about :attr:`PERIOD` seconds of steps (at most
+    :attr:`MOST` steps). A vote per step crossing a slow inter-node link cost 4% of a
+    trial's time there (benchmarks/training/slow_link.py); a stop now waits at most about
+    two periods longer."""
+
+    PERIOD = 1.0
+    MOST = 256
 
     def __init__(self, comm: MPI.Comm | None) -> None:
         self.comm = comm if comm is not None and comm.size > 1 else None
-        self.send = np.zeros(1, np.int32)
-        self.recv = np.zeros(1, np.int32)
+        self.send = np.zeros(2, np.float64)  # (stop, seconds since the last vote)
+        self.recv = np.zeros(2, np.float64)
         self.pending: MPI.Request | None = None
+        self.every, self.steps, self.sent_steps = 1, 0, 1
+        self.since = time.perf_counter()
 
     def step(self, stop: bool) -> bool:
-        """After a step: whether all members agreed (one step ago) to stop."""
+        """After a step: whether all members agreed (at the last vote) to stop."""
         if self.comm is None:
             return stop
+        self.steps += 1
+        if self.steps < self.every:
+            return False
         agreed = False
         if self.pending is not None:
             self.pending.Wait()
             agreed = bool(self.recv[0])
+            per_step = float(self.recv[1]) / max(1, self.sent_steps)
+            self.every = max(1, min(self.MOST, int(self.PERIOD / per_step) if per_step > 0 else self.MOST))
         if not agreed:
-            self.send[0] = int(stop)
+            now = time.perf_counter()
+            self.send[:] = (float(stop), now - self.since)
+            self.since, self.sent_steps, self.steps = now, self.steps, 0
             self.pending = self.comm.Iallreduce(self.send, self.recv, op=MPI.MAX)
         else:
             self.pending = None
