@@ -112,6 +112,13 @@ _PS = {
     ),
 }
 
+_OVERLAP = Knob(
+    False,
+    bool,
+    doc="a worker's exchange runs on a communication thread while it trains its next block (Dean's downpour): "
+    "each push is one block staler; a preempted run resumes without losing or repeating blocks, but not bit for bit",
+)
+
 _DASO = {
     "node_size": Knob(
         None,
@@ -188,6 +195,7 @@ KNOBS: dict[str, dict[str, Knob]] = {
             "has pushed (rounded up; NNLO's 0.95); the others' pushes join the next round",
         ),
         "local_lr": Knob(0.0, float, 0.0, 1e6, doc="plain SGD steps a worker takes between pushes (0: none)"),
+        "overlap": _OVERLAP,
     },
     "easgd": {
         **_PS,
@@ -204,6 +212,7 @@ KNOBS: dict[str, dict[str, Knob]] = {
             doc="EAMSGD: workers step with Nesterov-momentum SGD at the task optimizer's lr and this momentum "
             "(null: the task's own optimizer)",
         ),
+        "overlap": _OVERLAP,
     },
     "gem": {
         **_PS,

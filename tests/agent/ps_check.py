@@ -3,7 +3,7 @@
     mpiexec -n 2 python -m mpi4py tests/agent/ps_check.py degenerate  # = sequential rules
     mpiexec -n 3 python -m mpi4py tests/agent/ps_check.py gan         # GANs, order, resume
     mpiexec -n 4 python -m mpi4py tests/agent/ps_check.py tree        # staleness, sub-masters, digits
-    mpiexec -n 5 python -m mpi4py tests/agent/ps_check.py hybrid      # workers of several ranks
+    mpiexec -n 5 python -m mpi4py tests/agent/ps_check.py hybrid      # workers of several ranks, overlap
 
 Each check drives a scheme through the same calls, in the same order, as the fold loop
 (``hpcopt_agent.fold``): begin_epoch, the batch loop with after_step and the stop vote
@@ -443,6 +443,91 @@ def hybrid(comms: Comms) -> None:
     d.scheme.close()
     assert torch.equal(ra.central, rd.central), "hybrid easgd: the resumed run ends elsewhere"
     say("OK hybrid resume: a stop on a worker's leader and a resume end where an uninterrupted run does")
+    overlap(comms, acc["allreduce"])
+
+
+def overlap(comms: Comms, allreduce_acc: float) -> None:
+    """``overlap: true``, 5 ranks: one worker of 4 ranks is downpour with each gradient
+    one block late (its closed form); two workers of 2 ranks train digits with downpour
+    and EASGD, each worker's ranks identical, round robin reproducible; a sub-master
+    serves overlapped workers; a stop and a resume train every block exactly once."""
+    task = Regression()
+    data = Data(task.dataset, torch.device("cpu"))
+    train, params = np.arange(200), {"lr": 0.05}
+
+    torch.manual_seed(0)
+    master = task.build(params)
+    probe = task.build(params)
+    opt = task.optimizer(params, master)
+    for epoch in range(2):  # the gradient of batch k is taken at the master's weights before batch k-1's
+        probe.load_state_dict(master.state_dict())
+        for chunk in data.batches(np.random.default_rng(epoch).permutation(train), 16):
+            batch = data.batch(chunk)
+            probe.zero_grad()
+            task.loss(probe(batch[0]), batch).backward()
+            before = {k: v.clone() for k, v in master.state_dict().items()}
+            for p, q in zip(master.parameters(), probe.parameters(), strict=True):
+                p.grad = q.grad.clone()
+            opt.step()
+            probe.load_state_dict(before)
+    want = flat({"m": master})
+    run = Run(comms, "downpour", {"sync_every": 1, "overlap": True, "worker_ranks": world.size - 1}, task, params)
+    assert run.train(data, train, epochs=2, batch=16)
+    err = float((run.result().central - want).abs().max())
+    run.scheme.close()
+    assert err <= 1e-6, f"overlapped downpour: max |delta| {err:.3g} from the one-block-late rule"
+    say(f"OK overlap downpour (one worker of {world.size - 1} ranks) = gradients one block late: {err:.2g}")
+
+    digits = Digits()
+    ddata = Data(digits.dataset, torch.device("cpu"))
+    order = np.random.default_rng(0).permutation(len(ddata))
+    dtrain, dval = order[:1400], order[1400:]
+    knobs = {"order": "round_robin", "worker_ranks": 2, "overlap": True}
+    for name, extra in (("downpour", {}), ("easgd", {"tau": 4})):
+        finals = []
+        for _ in range(2):
+            run = Run(comms, name, {**knobs, **extra}, digits, {"lr": 3e-3})
+            run.train(ddata, dtrain, epochs=4, batch=64)
+            finals.append(run.result().central)
+            with torch.no_grad():
+                acc = digits.evaluate(run.models["model"], [ddata.batch(dval)], {})["accuracy"]
+            local = run.scheme.stash if run.scheme.stash is not None else run.scheme.flat.get()
+            views = comms.fold.allgather(local)
+            for leader in run.scheme.layout.workers:
+                assert torch.equal(views[leader], views[leader + 1]), f"{name}: worker {leader}'s ranks differ"
+            run.scheme.close()
+        assert torch.equal(finals[0], finals[1]), f"overlapped {name} in round robin: two runs differ"
+        assert acc >= allreduce_acc - 0.03, f"overlapped {name}: {acc:.3f} vs allreduce {allreduce_acc:.3f}"
+        say(f"OK overlap {name} digits {acc:.3f} (allreduce {allreduce_acc:.3f}), reproducible in round robin")
+
+    # A sub-master over three one-rank workers, served in arrival order.
+    run = Run(comms, "downpour", {"sub_masters": 1, "overlap": True}, task, {"lr": 0.02})
+    before = evaluate_regression(run, data)
+    run.train(data, np.arange(240), epochs=2, batch=12)
+    after = evaluate_regression(run, data)
+    run.scheme.close()
+    assert after < before * 0.7, f"overlapped downpour under a sub-master did not train: {before:.3g} -> {after:.3g}"
+    say(f"OK overlap sub-master downpour: loss {before:.3g} -> {after:.3g}")
+
+    knobs = {"order": "round_robin", "worker_ranks": 2, "tau": 2, "overlap": True}
+    whole = Run(comms, "easgd", knobs, task, {"lr": 0.02})
+    assert whole.train(data, np.arange(240), epochs=3, batch=12)
+    steps = comms.fold.allreduce(whole.steps)
+    whole.scheme.close()
+    cut = Run(comms, "easgd", knobs, task, {"lr": 0.02})
+    assert not cut.train(data, np.arange(240), epochs=3, batch=12, stop=Stop(rank=3, at=3))
+    blob = cut.checkpoint()
+    cut.scheme.close()
+    rest = Run(comms, "easgd", knobs, task, {"lr": 0.02})
+    rest.resume(blob)
+    before = evaluate_regression(rest, data)
+    assert rest.train(data, np.arange(240), epochs=3, batch=12)
+    after = evaluate_regression(rest, data)
+    rest.scheme.close()
+    resumed = comms.fold.allreduce(cut.steps + rest.steps)
+    assert resumed == steps, f"overlapped easgd: {resumed} steps over the stop and the resume, {steps} without"
+    assert after < before, f"overlapped easgd did not train after the resume: {before:.3g} -> {after:.3g}"
+    say(f"OK overlap resume: every block trained once ({steps} steps) over a stop and a resume")
 
 
 def evaluate_regression(run: Run, data: Data) -> float:

@@ -57,6 +57,11 @@ pytestmark = pytest.mark.timeout(300)
                 "OK hybrid digits",
                 "OK hybrid sub-master",
                 "OK hybrid resume",
+                "OK overlap downpour (one worker of 4 ranks) = gradients one block late",
+                "OK overlap downpour digits",
+                "OK overlap easgd digits",
+                "OK overlap sub-master downpour",
+                "OK overlap resume",
             ],
         ),
         # DASO and pipeline in one launch (each launch pays the ranks' torch import).
@@ -252,7 +257,7 @@ def test_a_parameter_server_whose_workers_are_data_parallel_groups_trains_a_camp
             "scheme": "downpour",
             "ranks_per_fold": 5,
             "epochs": 2,
-            "options": {"downpour": {"worker_ranks": 2}},
+            "options": {"downpour": {"worker_ranks": 2, "overlap": True}},
         },
     )
     campaign = agent_server.submit(spec)

@@ -26,6 +26,15 @@ every worker has been told "no more blocks", and :meth:`consensus` gives every r
 the central weights to evaluate. A stop (a signal on any rank) travels in the headers;
 the parent answers it with "no more blocks", after the push it came with is applied.
 
+``overlap: true`` (downpour and easgd) overlaps a worker's exchange with its compute,
+as Dean et al.'s downpour fetches and pushes while it trains: a communication thread
+sends the push at a block's end while the worker trains its next block (known one
+ahead: it asks for two blocks at the epoch's start, and each reply assigns the block
+after next), and the reply lands at that block's end, applied to the weights the push
+was computed from plus what the worker moved since (:meth:`ParameterServer._land`).
+Every push is thus one block staler; a serving rank then counts a worker out only at
+its END message, since a worker told "no more blocks" still has one push on its way.
+
 Staleness (master updates between a child's last reply and its push) is recorded per
 push; ``max_staleness`` holds back a push that would leave another child unable to keep
 the bound; ``order: round_robin`` serves children in rank order, which makes runs (and
@@ -37,6 +46,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -109,6 +119,14 @@ class ParameterServer(Scheme):
         self.proxies: dict[str, Collect] = {}
         self.acc: torch.Tensor | None = None
         self.block, self.block_end, self.released = -1, 0, False
+        #: Exchanges overlap compute (a communication thread); serving ranks then
+        #: count a worker out at its END, not at its first "no more blocks".
+        self.overlap = bool(knobs.get("overlap", False))
+        self.ahead: list[int] = []  # overlap: the blocks this worker knows it trains next
+        self.inflight: Future[torch.Tensor] | None = None  # overlap: the push on its way
+        self.pushed: torch.Tensor | None = None  # overlap: the weights that push was computed from
+        self.expect = False  # overlap, a worker's other rank: its leader has a push on its way
+        self.comm_thread: ThreadPoolExecutor | None = None
         # serving ranks
         self.clock = 0
         self.child_clock: dict[int, int] = {}
@@ -222,19 +240,52 @@ class ParameterServer(Scheme):
     def blocks(self, n_batches: int, start: int) -> Iterator[range]:
         """The batches this worker trains: block after block, as its parent assigns
         them (the input pipeline reads each block ahead once it is known)."""
+        if self.overlap:
+            yield from self._blocks_ahead(n_batches)
+            return
         block = self._work() if self.parent is not None else self._follow(False)
         while block >= 0:
-            lo = block * self.every
-            self.block_end = min(lo + self.every, n_batches)
-            yield range(lo, self.block_end)
+            yield self._block(block, n_batches)
             block = self.block  # the reply to the exchange at the block's end
 
-    def after_step(self, step: int, loss: float) -> None:
-        if step + 1 >= self.block_end:
-            if self.parent is not None:
-                self._exchange()
-            else:
+    def _block(self, block: int, n_batches: int) -> range:
+        lo = block * self.every
+        self.block_end = min(lo + self.every, n_batches)
+        return range(lo, self.block_end)
+
+    def _blocks_ahead(self, n_batches: int) -> Iterator[range]:
+        """Overlap: two blocks known at the start, then each landed reply names the one
+        after next; once none is left, the last push's reply lands and the worker's
+        leader says END."""
+        lead = self.parent is not None
+        self.comm_thread = ThreadPoolExecutor(1, thread_name_prefix="hpcopt-ps") if lead else None
+        try:
+            self.ahead = [self._work() if lead else self._follow(False)]
+            if self.ahead[0] >= 0:
+                self.ahead.append(self._work() if lead else self._follow(False))
+            self.expect = False
+            while self.ahead and self.ahead[0] >= 0:
+                yield self._block(self.ahead.pop(0), n_batches)
+            if lead:
+                self._land()
+                self._end(False)
+            elif self.expect:
                 self._follow(True)
+            self.released = True
+        finally:
+            if self.comm_thread is not None:  # an error: a push on its way ends with its reply, or times out
+                self.comm_thread.shutdown(wait=False)
+                self.comm_thread = None
+
+    def after_step(self, step: int, loss: float) -> None:
+        if step + 1 < self.block_end:
+            return
+        if self.overlap:
+            self._exchange_ahead()
+        elif self.parent is not None:
+            self._exchange()
+        else:
+            self._follow(True)
 
     def end_batches(self, stopped: bool) -> bool:
         if self.is_worker and self.parent is not None and not self.released:  # left early (an error)
@@ -254,6 +305,40 @@ class ParameterServer(Scheme):
         pulled = self._call(PULL, None) if self.pulls_first else None
         reply = self._call(PUSH, self.payload(pulled))
         self.adopt(reply)
+        self._share(True)
+
+    def _exchange_ahead(self) -> None:
+        """Overlap, at a block's end: the last push's reply lands (naming the block
+        after next), then this block's push leaves on the communication thread."""
+        if self.parent is None:  # a worker's other rank follows what its leader lands
+            if self.expect:
+                self.ahead.append(self._follow(True))
+            self.expect = True
+            return
+        self._land()
+        assert self.flat is not None
+        payload = self.payload(None)
+        self.pushed = self.flat.get()
+        assert self.comm_thread is not None
+        self.inflight = self.comm_thread.submit(self._call, PUSH, payload)
+
+    def _land(self) -> None:
+        """Overlap: waits for the push on its way; its reply applies to the weights the
+        push was computed from, and what the worker moved since is added back (the
+        worker's own steps, EASGD's or downpour's ``local_lr``)."""
+        if self.inflight is None:
+            return
+        assert self.flat is not None and self.pushed is not None
+        reply = self.inflight.result()  # re-raises the thread's error (a silent parent)
+        self.inflight = None
+        now = self.flat.get()
+        self.flat.set(self.pushed)
+        self.adopt(reply)
+        moved = now - self.pushed
+        if bool(moved.any()):
+            self.flat.set(self.flat.get() + moved)
+        self.pushed = None
+        self.ahead.append(self.block)
         self._share(True)
 
     def _share(self, weights: bool) -> None:
@@ -278,7 +363,7 @@ class ParameterServer(Scheme):
             self.flat.set(new)
             self.forget()
         self.block, self.remote_stop = int(hdr[0]), self.remote_stop or bool(hdr[1])
-        self.released = self.block < 0
+        self.released = self.released or (self.block < 0 and not self.overlap)
         return self.block
 
     def _team_bcast(self, buf: np.ndarray) -> None:
@@ -309,7 +394,7 @@ class ParameterServer(Scheme):
         self.remote_stop = self.remote_stop or bool(rhdr[1])
         if self.is_worker and kind != PULL:
             self.block = int(rhdr[2])
-            self.released = self.block < 0
+            self.released = self.released or (self.block < 0 and not self.overlap)
         self.messages += 1
         return reply
 
@@ -361,7 +446,7 @@ class ParameterServer(Scheme):
                     self.child_clock[c] = self.clock
                     reqs[c] = self.fold.Irecv(hdrs[c], source=c, tag=HDR)
                 elif kind == WORK:
-                    if self._reply(c, None, self._assign(c)) < 0:
+                    if self._reply(c, None, self._assign(c)) < 0 and not self.overlap:
                         active.remove(c)
                     else:
                         reqs[c] = self.fold.Irecv(hdrs[c], source=c, tag=HDR)
@@ -379,7 +464,7 @@ class ParameterServer(Scheme):
                     self._reply(c, reply, block)
                     self.child_clock[c] = self.clock
                     self.served += 1
-                    if (sub and flags & DONE_FLAG) or (block < 0 and not sub):
+                    if (sub and flags & DONE_FLAG) or (block < 0 and not sub and not self.overlap):
                         active.remove(c)
                     else:
                         reqs[c] = self.fold.Irecv(hdrs[c], source=c, tag=HDR)
