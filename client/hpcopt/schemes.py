@@ -163,6 +163,13 @@ _DASO = {
         choices=("fp32", "bf16"),
         doc="the non-blocking global syncs in bf16 (HeAT's downcast: half the bytes across nodes) or fp32",
     ),
+    "local_skips": Knob(
+        False,
+        bool,
+        doc="HeAT's local skipping: between global syncs, a node's ranks sync gradients only every local-skip "
+        "batches (1 after warm-up, max_global_skips // local_skip_factor after a reset, shrinking with the global "
+        "skip) and drift apart until the next merge hands them the sender's weights",
+    ),
 }
 
 _PIPELINE = {

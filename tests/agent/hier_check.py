@@ -216,6 +216,26 @@ def daso(comms: Comms) -> None:
     assert max(seen) > 4, f"the skips never shrank within the short trial: exchanges per epoch {seen}"
     say(f"OK daso checks the loss within epochs: exchanges per epoch {seen} (4 with one check per epoch)")
 
+    # Local skips (HeAT's): in a cycle reset to global skip 8, the node syncs gradients
+    # every 2nd batch (and the last); the merges bring the node's ranks back together.
+    reset = {**cycling, "max_global_skips": 8}
+    ends = {}
+    for skipping in (False, True):
+        run = Run(comms, "daso", {**reset, "local_skips": skipping}, task, params, epochs=1)
+        sched = run.scheme.schedule
+        sched.global_skip, sched.batches_to_wait, sched.local_skip = 8, 2, 2  # as right after a reset
+        before = mse(run, data, train)
+        run.train(data, train, epochs=1, batch=16)
+        after = mse(run, data, train)
+        syncs = comms.fold.allgather(run.scheme.local_syncs)
+        run.scheme.close()
+        ends[skipping] = views = comms.fold.allgather(flat(run.models))
+        assert all(torch.equal(v, views[0]) for v in views), f"local_skips {skipping}: ranks disagree at the epoch end"
+        assert after < 0.5 * before, f"local_skips {skipping}: did not train ({before:.3g} -> {after:.3g})"
+    assert syncs == [8] * 4, f"15 batches with local skip 2 sync 8 of them inside the node, not {syncs}"
+    assert not torch.equal(ends[True][0], ends[False][0]), "local skips changed nothing"
+    say("OK daso local skips: a node syncs 8 of 15 batches at local skip 2; its ranks agree after the epoch")
+
     digits = Digits()
     ddata = Data(digits.dataset, torch.device("cpu"))
     order = np.random.default_rng(0).permutation(len(ddata))
@@ -233,6 +253,12 @@ def daso(comms: Comms) -> None:
     say("digits accuracy after 4 epochs: " + ", ".join(f"{k} {v:.3f}" for k, v in acc.items()))
     assert acc["daso"] >= acc["allreduce"] - 0.03 and acc["daso bf16"] >= acc["allreduce"] - 0.03, acc
     say("OK daso digits within 3 points of allreduce, with fp32 and bf16 global syncs")
+
+
+def mse(run: Run, data: Data, train: np.ndarray) -> float:
+    x, y = data.batch(train)
+    with torch.no_grad():
+        return float(F.mse_loss(run.models["model"](x), y))
 
 
 def main() -> int:

@@ -73,6 +73,7 @@ pytestmark = pytest.mark.timeout(300)
                 "OK daso blocking",
                 "OK daso resume",
                 "OK daso checks the loss within epochs",
+                "OK daso local skips",
                 "OK daso digits",
                 "OK pipeline 4 stages x 1 gpipe",
                 "OK pipeline 2 stages x 2 1f1b",
@@ -143,9 +144,13 @@ def test_the_daso_schedule_follows_heat_for_a_scripted_loss() -> None:
     s = Schedule(epochs=14, max_global_skips=8, warmup_epochs=2, cooldown_epochs=2, stability_level=0.05, patience=1)
     losses = [5.0, 4.0, 3.0, 2.0, 1.99, 1.98, 1.97, 1.96, 1.95, 1.94, 1.5, 1.4, 1.3]
     seen = [(s.global_skip, s.batches_to_wait)]
+    local = [s.local_skip]
     for epoch, loss in enumerate(losses):
         s.end_epoch(epoch, loss)
         seen.append((s.global_skip, s.batches_to_wait))
+        local.append(s.local_skip)
+    # HeAT's local skip: 1 once cycling, max_global_skips // local_skip_factor at a reset.
+    assert local == [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 0, 0], local
     assert seen == [
         (0, 0), (0, 0),  # warm-up: a blocking average after every batch
         (4, 1), (4, 1), (4, 1),  # cycling starts at skip 4, S 1; 3.0 and 2.0 improve
@@ -247,7 +252,8 @@ def test_horovod_trains_a_campaign_whose_fold_group_is_the_whole_agent(agent_ser
 
 
 def test_a_parameter_server_whose_workers_are_data_parallel_groups_trains_a_campaign(agent_server: AgentServer) -> None:
-    # 5 ranks: a master and two workers of 2 ranks (DDP inside, the leader exchanges).
+    # 5 ranks: a master and two workers of 2 ranks (DDP inside, the leader exchanges),
+    # each exchange on the leader's communication thread while the worker trains on.
     spec = agent_spec(
         space={"lr": {"type": "real", "low": 0.04, "high": 0.05}},
         folds=1,

@@ -13,6 +13,10 @@ process group). Across nodes only one rank per node talks, and rarely:
   ``theta = (2 S theta_local + sum_nodes theta_sent) / (2 S + N)``;
 - then broadcasts theta inside its node.
 
+``local_skips: true`` adds HeAT's local skipping: DDP syncs a node's gradients only on
+every ``local_skip``-th batch (and the epoch's last); in between each rank steps on its
+own gradients, and the node agrees again when a merge broadcasts the sender's weights.
+
 With ``global_skip`` = 0 (warm-up and cool-down epochs) every batch ends with a blocking
 average over the nodes, which is synchronous data parallelism over all R ranks. The
 last batch of every epoch (and a stop) always ends with a blocking average, so every
@@ -39,6 +43,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
+from torch.nn.parallel import DistributedDataParallel
 
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
@@ -62,6 +67,7 @@ class Schedule:
     skip_reduction_factor: int = 2
     global_skip: int = 0
     batches_to_wait: int = 0
+    local_skip: int = 0  # batches between node-local gradient syncs (0 or 1: every batch)
     best: float = math.inf  # the plateau detector (relative threshold, like ReduceLROnPlateau)
     bad_epochs: int = 0
 
@@ -77,9 +83,9 @@ class Schedule:
     def start(self, epoch: int) -> None:
         """The skips of a first epoch (a fresh trial: no loss seen yet)."""
         if self.blocking(epoch):
-            self.global_skip, self.batches_to_wait = 0, 0
+            self.global_skip, self.batches_to_wait, self.local_skip = 0, 0, 0
         else:
-            self.global_skip, self.batches_to_wait = min(4, self.max_global_skips), 1
+            self.global_skip, self.batches_to_wait, self.local_skip = min(4, self.max_global_skips), 1, 1
 
     def stable(self, loss: float) -> bool:
         """Whether the loss has not improved by ``stability_level`` (relative) for more
@@ -110,24 +116,34 @@ class Schedule:
         if self.global_skip == 1:  # the cycle starts over
             self.global_skip = self.max_global_skips
             self.batches_to_wait = max(1, self.max_global_skips // self.local_skip_factor)
+            self.local_skip = max(1, self.max_global_skips // self.local_skip_factor)
             self.best = math.inf
         else:
             self.global_skip = max(1, self.global_skip // self.skip_reduction_factor)
             self.batches_to_wait = max(1, self.batches_to_wait - 1)
+            self.local_skip = max(1, self.local_skip // self.skip_reduction_factor)
 
     def end_epoch(self, epoch: int, loss: float) -> None:
         """Sets the skips of epoch ``epoch + 1`` from the training loss of ``epoch`` (or
         of its last check's window)."""
         following = epoch + 1
         if self.blocking(following):
-            self.global_skip, self.batches_to_wait = 0, 0
+            self.global_skip, self.batches_to_wait, self.local_skip = 0, 0, 0
         elif self.global_skip == 0:  # warm-up is over
             self.start(following)
         else:
             self.check(loss)
 
     def state(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k in ("global_skip", "batches_to_wait", "best", "bad_epochs")}
+        return {k: v for k, v in asdict(self).items() if k in STATE}
+
+    def syncs_locally(self, batch: int, n_batches: int) -> bool:
+        """Whether batch ``batch`` syncs gradients inside the node (HeAT's local
+        skipping): every ``local_skip``-th batch, and the epoch's last."""
+        return self.local_skip <= 1 or batch % self.local_skip == 0 or batch == n_batches - 1
+
+
+STATE = ("global_skip", "batches_to_wait", "local_skip", "best", "bad_epochs")
 
 
 @dataclass
@@ -170,6 +186,11 @@ class DASO(Scheme):
         self.pg = comms.pg if self.nodes == 1 else comms.subgroup(self.node_ranks) if self.node_size > 1 else None
         #: The dtype of the non-blocking global syncs (bf16 halves what crosses nodes).
         self.global_dtype = torch.bfloat16 if knobs.get("global_dtype") == "bf16" else torch.float32
+        #: HeAT's local skipping: between global syncs, node-local gradient syncs only
+        #: every ``local_skip`` batches (the node's ranks drift apart until the next
+        #: merge gives them the sender's weights).
+        self.local_skips = bool(knobs.get("local_skips", False))
+        self.node_ddp: list[DistributedDataParallel] = []
         self.checks = self.schedule.checks_per_epoch(knobs.get("checks_per_epoch"))
         self.window = np.zeros(2)  # training loss sum and steps since the last check
         self.window_loss = math.nan  # the fold's mean loss over the epoch's last window
@@ -178,6 +199,7 @@ class DASO(Scheme):
         self.pending: _Pending | None = None
         self.flat: Flat | None = None
         self.exchanges = 0
+        self.local_syncs = 0  # batches this epoch whose gradients were synced inside the node
 
     # -- wrapping ------------------------------------------------------------------------
 
@@ -185,17 +207,30 @@ class DASO(Scheme):
         self.flat = Flat(models, optimizers)
         if self.pg is None:
             return models, optimizers
-        return self.ddp(models, self.pg), optimizers
+        wrapped = self.ddp(models, self.pg)
+        self.node_ddp = [m for m in wrapped.values() if isinstance(m, DistributedDataParallel)]
+        return wrapped, optimizers
 
     # -- the epoch -----------------------------------------------------------------------
 
     def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
         self.n_batches = n_batches
         self.exchanges = 0
+        self.local_syncs = 0
+        self._sync_locally(start)
+
+    def _sync_locally(self, batch: int) -> None:
+        """Sets whether DDP syncs batch ``batch``'s gradients inside the node."""
+        if self.local_skips and self.nodes > 1:
+            sync = self.schedule.syncs_locally(batch, self.n_batches)
+            for model in self.node_ddp:
+                model.require_backward_grad_sync = sync
+            self.local_syncs += int(sync)
 
     def after_step(self, step: int, loss: float) -> None:
         if self.nodes == 1:
             return
+        self._sync_locally(step + 1)
         if math.isfinite(loss):
             self.window += (loss, 1)
         if self.pending is not None and step - self.pending.sent_at >= self.pending.wait:
@@ -237,7 +272,10 @@ class DASO(Scheme):
     def epoch_metrics(self) -> dict[str, float]:
         if self.rank != 0:
             return {}
-        return {"daso_global_skip": float(self.schedule.global_skip), "daso_exchanges": float(self.exchanges)}
+        out = {"daso_global_skip": float(self.schedule.global_skip), "daso_exchanges": float(self.exchanges)}
+        if self.local_skips:
+            out["daso_local_skip"] = float(self.schedule.local_skip)
+        return out
 
     def end_epoch(self, epoch: int, train_loss: float) -> None:
         self.schedule.end_epoch(epoch, self.window_loss if self.checks > 1 else train_loss)
@@ -305,7 +343,7 @@ class DASO(Scheme):
         return {**self.schedule.state(), "send_mod": self.send_mod}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        for key in ("global_skip", "batches_to_wait", "best", "bad_epochs"):
+        for key in STATE:
             if key in state:
                 setattr(self.schedule, key, state[key])
         self.send_mod = int(state.get("send_mod", 0)) % self.node_size
