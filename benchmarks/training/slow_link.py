@@ -14,7 +14,7 @@ plain DDP from its process group to its last checkpoint.
   reports up to 34% over Horovod);
 - ``async``: ``downpour``, ``easgd`` and ``gem`` against ``allreduce`` with one node
   slowed (both its ranks sleep ``--slow`` seconds per step; a master, the PS schemes'
-  rank 0, sits on the fast node).
+  rank 0, sits on the fast node), and downpour and easgd with ``overlap: true``.
 
 The model is the training benchmark's MLP (1.2 M parameters, 4.8 MB of fp32 gradients)
 with global batch 256, so each allreduce step moves about 7 MB across the link. Why
@@ -40,7 +40,7 @@ from typing import Any
 
 from netns import SERVER_ADDR, SlowLink
 from run import HERE, ROOT, Server, env, mpi_cmd
-from schemes import run
+from schemes import SCHEMES, run
 
 RANKS, PER_NODE = 4, 2
 
@@ -123,6 +123,8 @@ def main() -> int:
                 results["daso"] = interleave(args.reps, sides, "daso")
             if "async" in only:
                 sides = {s: trial(s, slow=args.slow) for s in ("allreduce", "downpour", "easgd", "gem")}
+                for s in ("downpour", "easgd"):  # the exchange on a communication thread while training on
+                    sides[f"{s} overlap"] = trial(s, {s: {**SCHEMES[s][s], "overlap": True}}, slow=args.slow)
                 results["async"] = interleave(args.reps, sides, "async")
             sent = link.sent_bytes()
         finally:
