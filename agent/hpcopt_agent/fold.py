@@ -81,6 +81,7 @@ class _Run:
     batch: int = 0  # this rank's position in the epoch (asynchronous schemes: per rank)
     metrics: dict[str, float] = field(default_factory=dict)
     uri: str = ""  # the latest checkpoint
+    resumed: bool = False  # from a checkpoint, and no step taken since (Scheme.prime)
 
 
 @dataclass
@@ -282,6 +283,7 @@ class FoldTrainer:
         if len(scalers) == self.fold_comm.size:
             run.precision.load_state(scalers[me])
         run.uri = resume_uri
+        run.resumed = True
         rng = state.get("rng") or []
         if len(rng) == self.fold_comm.size:
             torch_state, np_state, py_state = rng[me]
@@ -316,6 +318,9 @@ class FoldTrainer:
                 batches = self.data.read([chunks[b] for b in block]) if reads else itertools.repeat(None)
                 for b, batch in zip(block, batches):  # noqa: B905 - the block decides; the reader follows
                     with run.precision.active():
+                        if run.resumed:
+                            scheme.prime(self.task, batch)
+                            run.resumed = False
                         loss = scheme.step(self.task, run.step_models, run.step_optimizers, batch, trial.params)
                     run.precision.end_step()
                     if loss is not None:

@@ -114,6 +114,7 @@ class Run:
         self.task, self.params, self.comms = task, params, comms
         self.epoch, self.batch = 0, 0
         self.steps = 0  # training steps this rank took
+        self.resumed = False
 
     def train(
         self, data: Data, train: np.ndarray, epochs: int, batch: int, stop: Stop | None = None, sleep: float = 0.0
@@ -130,7 +131,11 @@ class Run:
                 for b in (i for block in s.blocks(len(chunks), self.batch) for i in block):
                     if sleep:
                         time.sleep(sleep)
-                    loss = s.step(self.task, self.step_models, self.step_optimizers, data.batch(chunks[b]), {})
+                    batch_data = data.batch(chunks[b])
+                    if self.resumed:  # as the fold loop does
+                        s.prime(self.task, batch_data)
+                        self.resumed = False
+                    loss = s.step(self.task, self.step_models, self.step_optimizers, batch_data, {})
                     self.steps += 1
                     losses += [] if loss is None else [float(loss)]
                     s.after_step(b, float("nan") if loss is None else float(loss))
@@ -174,6 +179,7 @@ class Run:
         self.batch, scheme_state, rng = state["ranks"][self.comms.fold.rank]
         self.scheme.load_state(scheme_state)
         torch.set_rng_state(rng)
+        self.resumed = True
 
     def result(self) -> Result:
         central = self.comms.fold.bcast(self.scheme.flat.get() if self.comms.fold.rank == 0 else None, root=0)

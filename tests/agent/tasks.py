@@ -42,12 +42,11 @@ class Regression(Task):
         return torch.optim.SGD(model.parameters(), lr=float(params["lr"]))
 
     def loss(self, output: torch.Tensor, batch: Any) -> torch.Tensor:
-        return F.mse_loss(output, batch[1])
-
-    def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
-        if self.sleep:
+        # The step's sleep is here, so the task keeps the default train_step (which a
+        # resumed fold's DDP is primed with: Scheme.prime).
+        if self.sleep and torch.is_grad_enabled():
             time.sleep(self.sleep)
-        return super().train_step(models, optimizers, batch, params)
+        return F.mse_loss(output, batch[1])
 
     def evaluate(self, model: Any, batches: Iterable[Any], params: dict[str, Any]) -> dict[str, float]:
         total, n = 0.0, 0
@@ -173,9 +172,3 @@ class PlainBackward(Regression):
         loss.backward()
         optimizers.step()
         return float(loss.detach())
-
-
-class DefaultStep(Regression):
-    """The regression with the default training step (what a pipeline can run)."""
-
-    train_step = Task.train_step

@@ -42,7 +42,7 @@ def _spec(task: str, scheme: str, precision: str, **knobs: Any) -> dict[str, Any
 def test_a_campaign_trains_in_reduced_precision(
     agent_server: AgentServer, scheme: str, precision: str, knobs: dict[str, Any]
 ) -> None:
-    task = "tests/agent/tasks.py:DefaultStep"
+    task = "tests/agent/tasks.py:Regression"
     campaign = agent_server.submit(_spec(task, scheme, precision, **knobs))
     result = agent_server.run_agent(4, campaign)
     assert result.returncode == 0, dump(result)

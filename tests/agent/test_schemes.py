@@ -188,12 +188,12 @@ def test_short_daso_trials_check_the_loss_within_epochs_so_the_skips_move() -> N
 def test_a_pipeline_refuses_a_task_with_its_own_train_step() -> None:
     from hpcopt_agent.schemes import check_task
     from hpcopt_agent.settings import SettingsError
-    from tests.agent.tasks import Regression
+    from tests.agent.tasks import PlainBackward
 
-    check_task("allreduce", Regression())
+    check_task("allreduce", PlainBackward())
     with pytest.raises(SettingsError, match="pipeline runs the task's loss through its schedule, so it cannot use the "
-                       "custom train_step of Regression"):  # fmt: skip
-        check_task("pipeline", Regression())
+                       "custom train_step of PlainBackward"):  # fmt: skip
+        check_task("pipeline", PlainBackward())
 
 
 def test_a_campaign_searching_the_scheme_trains_each_trial_with_its_scheme_and_only_its_knobs(

@@ -309,7 +309,7 @@ def test_a_pipeline_over_a_task_with_its_own_train_step_is_refused_at_submission
     # The task file is read with ast (never imported), relative to the working directory as the agent does.
     monkeypatch.chdir(ROOT)
     cases = {
-        "tests/agent/tasks.py:Regression": "Regression (line",  # a class that overrides train_step
+        "tests/agent/tasks.py:PlainBackward": "PlainBackward (line",  # a class that overrides train_step
         "tests/agent/tasks.py:TinyGan": "TinyGan (line",
     }
     for task, named in cases.items():
@@ -332,6 +332,6 @@ def test_a_pipeline_over_a_task_with_its_own_train_step_is_refused_at_submission
         load_spec_file(_pipeline_spec(tmp_path, f"{fine}:task"))
     # As a user meets it: hpcopt submit refuses before anything reaches a server.
     cli = [str(Path(sys.executable).parent / "hpcopt"), "submit", "--dry-run"]
-    out = subprocess.run([*cli, str(_pipeline_spec(tmp_path, "tests/agent/tasks.py:Regression"))],
+    out = subprocess.run([*cli, str(_pipeline_spec(tmp_path, "tests/agent/tasks.py:PlainBackward"))],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
-    assert out.returncode == 2 and "custom train_step of Regression" in out.stderr, out.stderr
+    assert out.returncode == 2 and "custom train_step of PlainBackward" in out.stderr, out.stderr

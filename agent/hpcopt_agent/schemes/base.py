@@ -115,6 +115,7 @@ class Scheme:
         self.epochs = epochs
         #: This rank's place among the ranks that train, and how many there are.
         self.train_rank, self.train_size = self.rank, self.size
+        self.ddps: list[DistributedDataParallel] = []  # what :meth:`ddp` wrapped
 
     # -- roles and data ------------------------------------------------------------------
 
@@ -162,21 +163,37 @@ class Scheme:
 
     def ddp(self, models: Models, pg: Any) -> Models:
         """Each trainable model in DistributedDataParallel over the torch process group
-        ``pg`` (gradients averaged over its ranks in every backward pass).
-
-        ``find_unused_parameters`` keeps DDP's gradient buckets as they are built: by
-        default DDP reorders them after its first step, so a fold resumed mid-epoch
-        (whose DDP is new) would sum its first step's gradients in another order than
-        an uninterrupted run and resume to weights a rounding error away. It costs a
-        walk of the autograd graph per step (and a one-time torch warning per rank),
-        and lets a step leave some parameters unused."""
+        ``pg`` (gradients averaged over its ranks in every backward pass)."""
         device_ids = [self.comms.device.index] if self.comms.device.type == "cuda" else None
-        return {
-            name: DistributedDataParallel(model, device_ids=device_ids, process_group=pg, find_unused_parameters=True)
+        wrapped = {
+            name: DistributedDataParallel(model, device_ids=device_ids, process_group=pg)
             if any(p.requires_grad for p in model.parameters())
             else model
             for name, model in models.items()
         }
+        self.ddps = [m for m in wrapped.values() if isinstance(m, DistributedDataParallel)]
+        return wrapped
+
+    def prime(self, task: Task, batch: Any) -> None:
+        """A fold resumed from a checkpoint, before its first step: one forward and
+        backward through its new DDP on that step's batch, the gradients dropped and the
+        buffers and RNG as they were. DDP reorders its gradient buckets after its first
+        backward, so without this the resumed step would sum gradients in another order
+        than the uninterrupted run (whose DDP reordered at its first step) and the fold
+        would end a rounding error away; with it, bit for bit. Done for the default
+        ``train_step`` (one model, ``task.loss(model(batch[0]), batch)``); a task with its
+        own step resumes to within rounding."""
+        if len(self.ddps) != 1 or type(task).train_step is not Task.train_step:
+            return
+        [ddp] = self.ddps
+        buffers = [b.clone() for b in ddp.module.buffers()]
+        devices = [self.comms.device] if self.comms.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            torch.autograd.backward(task.loss(ddp(batch[0]), batch))
+        with torch.no_grad():
+            for b, saved in zip(ddp.module.buffers(), buffers, strict=True):
+                b.copy_(saved)
+        ddp.module.zero_grad(set_to_none=True)
 
     # -- one epoch -----------------------------------------------------------------------
 

@@ -43,7 +43,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from mpi4py import MPI
-from torch.nn.parallel import DistributedDataParallel
 
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
@@ -190,7 +189,6 @@ class DASO(Scheme):
         #: every ``local_skip`` batches (the node's ranks drift apart until the next
         #: merge gives them the sender's weights).
         self.local_skips = bool(knobs.get("local_skips", False))
-        self.node_ddp: list[DistributedDataParallel] = []
         self.checks = self.schedule.checks_per_epoch(knobs.get("checks_per_epoch"))
         self.window = np.zeros(2)  # training loss sum and steps since the last check
         self.window_loss = math.nan  # the fold's mean loss over the epoch's last window
@@ -207,9 +205,7 @@ class DASO(Scheme):
         self.flat = Flat(models, optimizers)
         if self.pg is None:
             return models, optimizers
-        wrapped = self.ddp(models, self.pg)
-        self.node_ddp = [m for m in wrapped.values() if isinstance(m, DistributedDataParallel)]
-        return wrapped, optimizers
+        return self.ddp(models, self.pg), optimizers
 
     # -- the epoch -----------------------------------------------------------------------
 
@@ -223,7 +219,7 @@ class DASO(Scheme):
         """Sets whether DDP syncs batch ``batch``'s gradients inside the node."""
         if self.local_skips and self.nodes > 1:
             sync = self.schedule.syncs_locally(batch, self.n_batches)
-            for model in self.node_ddp:
+            for model in self.ddps:
                 model.require_backward_grad_sync = sync
             self.local_syncs += int(sync)
 
