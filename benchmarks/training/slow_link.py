@@ -77,13 +77,14 @@ def interleave(reps: int, sides: dict[str, Callable[[], tuple[float, float]]], w
 
 def table(title: str, got: Runs, base: str, accuracy: bool = True) -> None:
     print(f"\n{title}")
-    head = f"{'':12} {'trial s, median (min-max)':>28}"
+    w = max(12, *(len(n) for n in got))
+    head = f"{'':{w}} {'trial s, median (min-max)':>28}"
     print(head + (f" {'val acc':>20}" if accuracy else "") + f" {'speed-up vs ' + base + ', per rep':>34}")
     for name, runs in got.items():
         secs = [s for s, _ in runs]
         ratios = [b[0] / s for b, (s, _) in zip(got[base], runs, strict=True)]
         acc = f" {spread([a for _, a in runs], '.3f'):>20}" if accuracy else ""
-        print(f"{name:12} {spread(secs):>28}{acc} {spread(ratios, '.2f'):>34}")
+        print(f"{name:{w}} {spread(secs):>28}{acc} {spread(ratios, '.2f'):>34}")
 
 
 def main() -> int:
