@@ -217,7 +217,7 @@ class DASO(Scheme):
 
     def _sync_locally(self, batch: int) -> None:
         """Sets whether DDP syncs batch ``batch``'s gradients inside the node."""
-        if self.local_skips and self.nodes > 1:
+        if self.local_skips and self.nodes > 1 and batch < self.n_batches:
             sync = self.schedule.syncs_locally(batch, self.n_batches)
             for model in self.ddps:
                 model.require_backward_grad_sync = sync
