@@ -31,7 +31,7 @@ from hpcopt_agent.comm import Comms, limit_threads
 from hpcopt_agent.data import Data
 from hpcopt_agent.schemes.pipeline import materialize
 from hpcopt_agent.task import Task
-from tests.agent.ps_check import Digits, Run, comms_for, flat, say, world
+from tests.agent.ps_check import Digits, Run, comms_for, evaluate_regression, flat, say, world
 from tests.agent.tasks import Regression, TinyGan
 
 
@@ -224,9 +224,9 @@ def daso(comms: Comms) -> None:
         run = Run(comms, "daso", {**reset, "local_skips": skipping}, task, params, epochs=1)
         sched = run.scheme.schedule
         sched.global_skip, sched.batches_to_wait, sched.local_skip = 8, 2, 2  # as right after a reset
-        before = mse(run, data, train)
+        before = evaluate_regression(run, data)
         run.train(data, train, epochs=1, batch=12)  # 20 batches per rank
-        after = mse(run, data, train)
+        after = evaluate_regression(run, data)
         syncs = comms.fold.allgather(run.scheme.local_syncs)
         run.scheme.close()
         ends[skipping] = views = comms.fold.allgather(flat(run.models))
@@ -253,12 +253,6 @@ def daso(comms: Comms) -> None:
     say("digits accuracy after 4 epochs: " + ", ".join(f"{k} {v:.3f}" for k, v in acc.items()))
     assert acc["daso"] >= acc["allreduce"] - 0.03 and acc["daso bf16"] >= acc["allreduce"] - 0.03, acc
     say("OK daso digits within 3 points of allreduce, with fp32 and bf16 global syncs")
-
-
-def mse(run: Run, data: Data, train: np.ndarray) -> float:
-    x, y = data.batch(train)
-    with torch.no_grad():
-        return float(F.mse_loss(run.models["model"](x), y))
 
 
 def main() -> int:

@@ -187,6 +187,20 @@ class Run:
         return Result(central, metrics, self.scheme, self.models)
 
 
+def stopped_and_resumed(
+    comms: Comms, name: str, knobs: dict[str, Any], task: Task, data: Data, train: np.ndarray, stop: Stop
+) -> tuple[Run, Run]:
+    """A run of 3 epochs (batch 12, lr 0.02) cut by ``stop`` and checkpointed, and a new
+    run resumed from that checkpoint (not yet trained on): the fold loop's preemption."""
+    cut = Run(comms, name, knobs, task, {"lr": 0.02})
+    assert not cut.train(data, train, epochs=3, batch=12, stop=stop), f"{name}: the stop did not stop the run"
+    blob = cut.checkpoint()
+    cut.scheme.close()
+    rest = Run(comms, name, knobs, task, {"lr": 0.02})
+    rest.resume(blob)
+    return cut, rest
+
+
 def comms_for(rpf: int) -> Comms:
     layout = plan(world.size, 1, rpf, folds=max(1, world.size // rpf))
     return split(layout, world, timeout=60)
@@ -354,17 +368,14 @@ def tree(comms: Comms) -> None:
 
     # DDP (allreduce): a stop anywhere in an epoch (here its last batches) resumes bit
     # for bit, though the resumed fold's DDP is new.
-    whole = Run(comms, "allreduce", {}, task, {"lr": 0.05})
+    whole = Run(comms, "allreduce", {}, task, {"lr": 0.02})
     assert whole.train(data, train, epochs=3, batch=12)
     for at in range(14, 20):  # of 20 batches per epoch and rank
-        cut = Run(comms, "allreduce", {}, task, {"lr": 0.05})
-        assert not cut.train(data, train, epochs=3, batch=12, stop=Stop(rank=None, at=at))
-        blob, where = cut.checkpoint(), cut.batch
-        cut.scheme.close()
-        rest = Run(comms, "allreduce", {}, task, {"lr": 0.05})
-        rest.resume(blob)
+        cut, rest = stopped_and_resumed(comms, "allreduce", {}, task, data, train, Stop(rank=None, at=at))
         assert rest.train(data, train, epochs=3, batch=12)
-        assert torch.equal(flat(rest.models), flat(whole.models)), f"allreduce resumed at batch {where}: weights differ"
+        assert torch.equal(flat(rest.models), flat(whole.models)), (
+            f"allreduce resumed at batch {cut.batch}: weights differ"
+        )
         rest.scheme.close()
     whole.scheme.close()
     say("OK allreduce resume from each of the last 6 batches of an epoch, bit for bit")
@@ -438,12 +449,7 @@ def hybrid(comms: Comms) -> None:
     assert a.train(data, np.arange(240), epochs=3, batch=12)
     ra = a.result()
     a.scheme.close()
-    c = Run(comms, "easgd", knobs, task, {"lr": 0.02})
-    assert not c.train(data, np.arange(240), epochs=3, batch=12, stop=Stop(rank=3, at=3))
-    blob = c.checkpoint()
-    c.scheme.close()
-    d = Run(comms, "easgd", knobs, task, {"lr": 0.02})
-    d.resume(blob)
+    _, d = stopped_and_resumed(comms, "easgd", knobs, task, data, np.arange(240), Stop(rank=3, at=3))
     assert d.train(data, np.arange(240), epochs=3, batch=12)
     rd = d.result()
     d.scheme.close()
@@ -520,12 +526,7 @@ def overlap(comms: Comms, allreduce_acc: float) -> None:
     assert whole.train(data, np.arange(240), epochs=3, batch=12)
     steps = comms.fold.allreduce(whole.steps)
     whole.scheme.close()
-    cut = Run(comms, "easgd", knobs, task, {"lr": 0.02})
-    assert not cut.train(data, np.arange(240), epochs=3, batch=12, stop=Stop(rank=3, at=3))
-    blob = cut.checkpoint()
-    cut.scheme.close()
-    rest = Run(comms, "easgd", knobs, task, {"lr": 0.02})
-    rest.resume(blob)
+    cut, rest = stopped_and_resumed(comms, "easgd", knobs, task, data, np.arange(240), Stop(rank=3, at=3))
     before = evaluate_regression(rest, data)
     assert rest.train(data, np.arange(240), epochs=3, batch=12)
     after = evaluate_regression(rest, data)
