@@ -83,9 +83,7 @@ def seed_campaign(
                 for k, v in enumerate(values):
                     uri = f"file:///ckpt/{cid}/{trial.id}/fold{k}.pt"
                     metrics = {"loss": v, "acc": 1 / (1 + v)}
-                    tx.upsert_fold(
-                        trial.id, k, started, finished=True, value=v, metrics=metrics, checkpoint_uri=uri, attempt=1
-                    )
+                    tx.put_fold(trial.id, d.Fold(k, True, v, metrics, uri, 1), started)
                     if number < curves_for:
                         for e in range(1, epochs + 1):
                             tx.put_curve_point(trial.id, k, e, v + (epochs - e) * 0.3 * (1 + k * 0.1))

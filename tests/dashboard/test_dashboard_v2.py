@@ -269,7 +269,7 @@ def test_agents_that_exit_or_go_silent_show_as_gone(page: Page, seeded: Seeded) 
         silent = client.register(host="silent-node", slurm_job_id="33", campaign_id=cid).agent_id
         client.deregister(leaving)
     with service.ctx.storage.write() as tx:
-        tx.touch_agent(silent, service.ctx.clock() - timedelta(minutes=10))
+        tx.seen_agent(silent, service.ctx.clock() - timedelta(minutes=10))
     page.open(f"/campaign/{cid}")
     row = page.page.locator(f"#agents tr[data-agent='{leaving}']")
     row.wait_for()

@@ -164,8 +164,8 @@ def test_waiting_acquisitions_are_served_together_and_the_budget_stays_exact(pg_
     try:
         waiting = [_in_thread(lambda a=a: svc.agents.acquire(a, cid)) for a in agents[1:]]  # type: ignore[misc]
         deadline = time.monotonic() + 20
-        assert svc.agents.hot is not None
-        while sum(len(q) for q in svc.agents.hot.batcher._waiting.values()) < 28 and time.monotonic() < deadline:
+        assert svc.agents.queue is not None
+        while svc.agents.queue.waiting() < 28 and time.monotonic() < deadline:
             time.sleep(0.01)  # all but the one at the lock are queued at the gate
     finally:
         locker.rollback()
@@ -185,9 +185,9 @@ def test_waiting_acquisitions_are_served_together_and_the_budget_stays_exact(pg_
     assert transactions <= 3, f"29 acquisitions took {transactions} transactions"
 
 
-def test_an_sqlite_without_returning_takes_the_full_path_with_the_same_answers(tmp_path: Any) -> None:
-    """SQLite before 3.35 (still the system one on some clusters) has no RETURNING: every
-    agent call then takes the full path, and answers as on a newer one."""
+def test_an_sqlite_without_returning_answers_as_a_newer_one(tmp_path: Any) -> None:
+    """SQLite before 3.35 (still the system one on some clusters) has no RETURNING: the
+    agent calls then read back what they changed, and answer as on a newer one."""
     from hpcopt_server.storage.migrate import upgrade
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
@@ -196,7 +196,7 @@ def test_an_sqlite_without_returning_takes_the_full_path_with_the_same_answers(t
     dialect = storage.db.engine.dialect
     dialect.update_returning = dialect.insert_returning = dialect.delete_returning = False  # as SQLAlchemy sets them
     svc = Service(storage)
-    assert svc.agents.hot is None
+    assert not svc.ctx.agent_calls.returning
     cid = svc.campaigns.create(make_spec(folds=2, budget={"max_trials": 1, "max_parallel": 1})).id
     agent = svc.agents.register(host="old", ranks=1, gpus=0).agent_id
     got = svc.agents.acquire(agent, cid)

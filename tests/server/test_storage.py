@@ -3,14 +3,15 @@ and on the real PostgreSQL (the ``db_url`` fixture runs every test on both)."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from sqlalchemy import update
 
 from hpcopt_server import domain as d
 from hpcopt_server.storage import migrate
+from hpcopt_server.storage import models as m
 from hpcopt_server.storage.repository import Storage
 from tests.conftest import make_spec
 
@@ -57,7 +58,7 @@ def test_lookups_of_missing_things_return_none(storage: Storage) -> None:
 
 def test_changing_missing_things_raises_key_error(storage: Storage) -> None:
     with storage.write() as tx, pytest.raises(KeyError):
-        tx.update_trial(999, state=d.TrialState.FAILED)
+        tx.requeue_trial(999, 2)
     with storage.write() as tx, pytest.raises(KeyError):
         tx.set_campaign_state(999, d.CampaignState.CANCELLED, NOW)
 
@@ -71,58 +72,20 @@ def test_an_exception_rolls_the_whole_transaction_back(storage: Storage) -> None
         assert tx.list_trials(c.id) == ([], 0)
 
 
-def test_trial_numbers_are_dense_and_unique(storage: Storage) -> None:
+def test_trial_numbers_are_unique_per_campaign(storage: Storage) -> None:
     c = _campaign(storage)
-    with storage.write() as tx:
-        numbers = [tx.next_trial_number(c.id) for _ in range(5)]
-    assert numbers == [0, 1, 2, 3, 4]
     _trial(storage, c.id, 0)
     with pytest.raises(Exception, match=r"(?i)unique|duplicate"), storage.write() as tx:
         tx.insert_trial(c.id, 0, {}, d.TrialState.QUEUED, NOW)
 
 
-def test_claim_returns_the_oldest_queued_trial_only(storage: Storage) -> None:
-    c = _campaign(storage)
-    _trial(storage, c.id, 0, d.TrialState.RUNNING)
-    second = _trial(storage, c.id, 1)
-    _trial(storage, c.id, 2)
-    with storage.write() as tx:
-        claimed = tx.claim_queued_trial(c.id)
-    assert claimed is not None and claimed.id == second.id
-
-
-def test_claim_skips_a_row_locked_by_another_transaction(storage: Storage) -> None:
-    if storage.dialect != "postgresql":
-        pytest.skip("SQLite has one writer at a time: there is no concurrent row lock to skip")
-    c = _campaign(storage)
-    first = _trial(storage, c.id, 0)
-    second = _trial(storage, c.id, 1)
-    locked, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with storage.write() as tx:
-            got = tx.claim_queued_trial(c.id)
-            assert got is not None and got.id == first.id
-            locked.set()
-            release.wait(10)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    assert locked.wait(10)
-    with storage.write() as tx:
-        other = tx.claim_queued_trial(c.id)
-    release.set()
-    t.join()
-    assert other is not None and other.id == second.id
-
-
-def test_folds_upsert_and_keep_their_fields(storage: Storage) -> None:
+def test_folds_are_stored_as_given_and_replaced_by_index(storage: Storage) -> None:
     c = _campaign(storage)
     t = _trial(storage, c.id)
     with storage.write() as tx:
-        tx.upsert_fold(t.id, 1, NOW, attempt=1, checkpoint_uri="file:///a")
-        tx.upsert_fold(t.id, 1, NOW, finished=True, value=0.5, metrics={"acc": 0.9}, attempt=1)
-        tx.upsert_fold(t.id, 0, NOW, attempt=1)
+        tx.put_fold(t.id, d.Fold(1, False, None, {}, "file:///b", 1), NOW)
+        tx.put_fold(t.id, d.Fold(1, True, 0.5, {"acc": 0.9}, "file:///a", 1), NOW)
+        tx.put_fold(t.id, d.Fold(0, False, None, {}, "", 1), NOW)
     with storage.read() as tx:
         got = tx.get_trial(t.id)
     assert got is not None
@@ -177,9 +140,9 @@ def test_expired_trials_are_running_ones_past_their_lease(storage: Storage) -> N
     fresh = _trial(storage, c.id, 1, d.TrialState.RUNNING)
     queued = _trial(storage, c.id, 2)
     with storage.write() as tx:
-        tx.update_trial(old.id, lease_expires_at=NOW - timedelta(seconds=1))
-        tx.update_trial(fresh.id, lease_expires_at=NOW + timedelta(seconds=60))
-        tx.update_trial(queued.id, lease_expires_at=NOW - timedelta(seconds=60))
+        for t, delta in ((old, -1), (fresh, 60), (queued, -60)):
+            expiry = NOW + timedelta(seconds=delta)
+            tx.s.execute(update(m.TrialRow).where(m.TrialRow.id == t.id).values(lease_expires_at=expiry))
     with storage.read() as tx:
         assert [t.id for t in tx.expired_trials(NOW)] == [old.id]
 
@@ -216,7 +179,7 @@ def test_agents_and_tokens_round_trip(storage: Storage) -> None:
     with storage.write() as tx:
         tx.insert_agent(agent)
         tok = tx.insert_token("ci", "f" * 64, ["read", "agent"], NOW)
-        tx.touch_agent("a1", NOW + timedelta(seconds=5))
+        tx.seen_agent("a1", NOW + timedelta(seconds=5))
     with storage.read() as tx:
         assert tx.get_agent("a1") == d.Agent(
             "a1", "node1", 4, 1, "123", None, 77, "0.1", NOW, NOW + timedelta(seconds=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -11,6 +12,7 @@ from hpcopt_server.errors import NotFound
 from hpcopt_server.service.limits import require_id
 from hpcopt_server.service.shared import SharedAnswers
 from hpcopt_server.service.suggestions import OptimizerCache
+from hpcopt_server.storage.agent_calls import AgentCalls
 from hpcopt_server.storage.repository import Storage, Tx
 
 
@@ -33,11 +35,18 @@ class Context:
     storage: Storage
     settings: ServiceSettings = field(default_factory=ServiceSettings)
     clock: Callable[[], datetime] = utcnow
+    monotonic: Callable[[], float] = time.monotonic
+    """Seconds for timing caches (tests advance it instead of sleeping)."""
     optimizers: OptimizerCache = field(default_factory=OptimizerCache)
     shared: SharedAnswers = field(default_factory=SharedAnswers)
     """The dashboard's costly views, shared by every tab (see shared.py)."""
     observe_acquire: Callable[[float], None] = lambda seconds: None
     """Told the duration of every acquisition (the metrics module records it)."""
+    agent_calls: AgentCalls = field(init=False)
+    """The agents' calls on :attr:`storage` (one per process: it caches campaign specs)."""
+
+    def __post_init__(self) -> None:
+        self.agent_calls = AgentCalls(self.storage)
 
 
 def campaign_or_404(tx: Tx, campaign_id: int, *, lock: bool = False) -> d.Campaign:
@@ -61,15 +70,6 @@ def revisions(ctx: Context, campaign_id: int) -> tuple[str, str]:
     finished, created_at, created = row
     done = f"{campaign_id}-{finished}-{created_at.timestamp():.6f}"
     return done, f"{done}-{created}"
-
-
-def finish_campaign_if_done(tx: Tx, campaign: d.Campaign, now: datetime) -> None:
-    """A RUNNING campaign whose budget of trials has all finished becomes COMPLETED."""
-    current = tx.get_campaign(campaign.id)
-    if current is None or current.state != d.CampaignState.RUNNING:
-        return
-    if current.trials_finished >= current.max_trials:
-        tx.set_campaign_state(campaign.id, d.CampaignState.COMPLETED, now)
 
 
 def bound_curve(ctx: Context, campaign: d.Campaign, trial_id: int, fold: int, points: int) -> None:

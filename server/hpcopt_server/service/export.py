@@ -242,19 +242,10 @@ def import_campaign(
                 started_at=t.started_at,
             )
             for f in t.folds:
-                tx.upsert_fold(
-                    new.id,
-                    f.index,
-                    now,
-                    finished=f.finished,
-                    value=f.value,
-                    metrics=f.metrics,
-                    # A checkpoint URI names a file of the exporting server's agents
-                    # and trials: never offered to an agent here (an unfinished fold
-                    # of an imported trial trains from its start).
-                    checkpoint_uri="",
-                    attempt=f.attempt,
-                )
+                # A checkpoint URI names a file of the exporting server's agents and
+                # trials: never offered to an agent here (an unfinished fold of an
+                # imported trial trains from its start).
+                tx.put_fold(new.id, d.Fold(f.index, f.finished, f.value, dict(f.metrics), "", f.attempt), now)
             # Held to the campaign's cap per fold, as reports are (hpcopt_server.curves).
             by_fold: dict[int, list[tuple[int, float]]] = {}
             for p in sorted(t.curves, key=lambda p: (p.fold, p.step)):

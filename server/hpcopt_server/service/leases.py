@@ -1,9 +1,9 @@
 """The lease reaper: RUNNING trials whose agent stopped heartbeating go back to the queue.
 
 Any number of server processes may run it on one database: each pass takes the expired
-rows with ``FOR UPDATE SKIP LOCKED``, locks their campaigns first (the writers' lock
-order) and re-checks the lease under the lock, so a trial is requeued exactly once and a
-heartbeat that won the race keeps its trial.
+rows with ``FOR UPDATE SKIP LOCKED``; storage's ``AgentCalls.expire`` locks each one's
+campaign first (the writers' lock order) and re-checks the lease under the lock, so a
+trial is requeued exactly once and a heartbeat that won the race keeps its trial.
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from hpcopt_server import domain as d
-from hpcopt_server.service.agents import requeue
-from hpcopt_server.service.context import Context, finish_campaign_if_done
+from hpcopt_server.service.context import Context
 
 log = logging.getLogger(__name__)
 
@@ -32,19 +30,10 @@ class LeaseReaper:
             candidates = tx.expired_trials(now)
         reaped = 0
         for cand in candidates:
-            with self.ctx.storage.write() as tx:
-                campaign = tx.lock_campaign(cand.campaign_id)
-                trial = tx.get_trial(cand.id, lock=True)
-                if campaign is None or trial is None or trial.state != d.TrialState.RUNNING:
-                    continue
-                if trial.lease_expires_at is None or trial.lease_expires_at >= now:
-                    continue  # renewed meanwhile
-                why = f"lease expired at {trial.lease_expires_at.isoformat()} (agent {trial.agent_id})"
-                tx.add_event(trial.id, trial.attempt, "lease_expired", now, agent_id=trial.agent_id, reason=why)
-                requeue(tx, campaign, trial, now, why="lease expired")
-                finish_campaign_if_done(tx, campaign, now)
+            trial = self.ctx.agent_calls.expire(cand.id, now)
+            if trial is not None:
                 reaped += 1
-                log.warning("trial %d: %s; requeued or failed", trial.id, why)
+                log.warning("trial %d: lease expired (agent %s); requeued or failed", trial.id, trial.agent_id)
         return reaped
 
     def start(self) -> None:

@@ -1,18 +1,16 @@
-"""Where pruners meet SQL: the campaign history they read, and the PRUNED transition.
+"""Where pruners meet SQL: the campaign history they read.
 
-A decision is made inside the transaction that stores the report it is about, with the
-campaign row locked (the lock order of every writer: campaign, then trial), so two
-replicas never decide from different data and a trial is pruned at most once.
+A decision is made on committed data after the report it is about is stored; the PRUNED
+transition is storage's (``AgentCalls.prune``), under the campaign lock and only if the
+lease still holds, so a trial is pruned at most once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 
 from hpcopt_server import domain as d
-from hpcopt_server.pruners import Pruner, Verdict, make_pruner
-from hpcopt_server.service.context import finish_campaign_if_done
+from hpcopt_server.pruners import Pruner, make_pruner
 from hpcopt_server.storage.repository import Tx
 
 
@@ -36,11 +34,3 @@ def pruner_of(campaign: d.Campaign) -> Pruner | None:
     """The campaign's pruner; None for ``none`` (no locking, no reads)."""
     spec = campaign.spec.get("pruner") or {}
     return make_pruner(campaign.spec) if spec.get("name", "none") != "none" else None
-
-
-def prune(tx: Tx, campaign: d.Campaign, trial: d.Trial, verdict: Verdict, now: datetime) -> None:
-    """RUNNING -> PRUNED with the value it reached and the pruner's reason (call with the
-    campaign row locked). The agent learns it from its next report or heartbeat."""
-    tx.finish_trial(trial.id, d.TrialState.PRUNED, now, value=verdict.value, error=verdict.reason)
-    tx.add_event(trial.id, trial.attempt, "pruned", now, agent_id=trial.agent_id, reason=verdict.reason)
-    finish_campaign_if_done(tx, campaign, now)

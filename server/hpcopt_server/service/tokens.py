@@ -27,7 +27,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 import threading
-import time
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, NotFound, PermissionDenied, Unauthenticated
@@ -119,7 +118,7 @@ class TokenService:
         """Whether requests must carry a token: the stored flag, latched on in this process."""
         if self._latched:
             return True
-        now = time.monotonic()
+        now = self.ctx.monotonic()
         with self._lock:
             if self._enabled and now - self._enabled[0] < self.cache_seconds:
                 return self._enabled[1]
@@ -155,7 +154,7 @@ class TokenService:
 
     def _lookup(self, secret: str) -> d.ApiToken | None:
         digest = hash_token(secret)
-        now = time.monotonic()
+        now = self.ctx.monotonic()
         with self._lock:
             hit = self._cache.get(digest)
             if hit and now - hit[0] < self.cache_seconds:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
 from hpcopt_server import domain as d
 from hpcopt_server.storage import models as m
 
+# Each function takes an ORM row or a Core row of the same table (the same attribute names).
 
-def campaign(row: m.CampaignRow) -> d.Campaign:
+
+def campaign(row: m.CampaignRow | Any) -> d.Campaign:
     return d.Campaign(
         id=row.id,
         name=row.name,
@@ -31,7 +37,7 @@ def fold(row: m.FoldRow) -> d.Fold:
 
 
 def trial(
-    row: m.TrialRow,
+    row: m.TrialRow | Any,
     folds: list[m.FoldRow] | None = None,
     curves: list[m.CurveRow] | None = None,
     events: list[m.TrialEventRow] | None = None,
@@ -91,3 +97,22 @@ def token(row: m.ApiTokenRow) -> d.ApiToken:
         created_at=row.created_at,
         revoked_at=row.revoked_at,
     )
+
+
+def trial_with_folds(rows: Sequence[Any]) -> d.Trial | None:
+    """A trial from the rows of its outer join with its folds (``agent_sql.TRIAL_WITH_FOLDS``)."""
+    if not rows:
+        return None
+    folds = tuple(
+        d.Fold(
+            index=r.fold,
+            finished=bool(r.finished),
+            value=r.fold_value,
+            metrics={k: float(v) for k, v in (r.metrics or {}).items()},
+            checkpoint_uri=r.checkpoint_uri,
+            attempt=r.fold_attempt,
+        )
+        for r in sorted(rows, key=lambda r: r.fold if r.fold is not None else -1)
+        if r.fold is not None
+    )
+    return replace(trial(rows[0]), folds=folds)

@@ -5,7 +5,10 @@ Usage::
     storage = Storage("sqlite:///hpcopt.db")
     with storage.write() as tx:        # one transaction, committed on exit
         campaign = tx.lock_campaign(7)
-        trial = tx.claim_queued_trial(7)
+        trials, total = tx.list_trials(7, states=[TrialState.QUEUED])
+
+The agents' calls (acquire, heartbeat, report, complete, release) are not here: they
+are :class:`hpcopt_server.storage.agent_calls.AgentCalls`, one method each.
 
 Contract for every implementation (the conformance suite in
 ``tests/server/test_storage.py`` runs it on SQLite and PostgreSQL):
@@ -14,8 +17,8 @@ Contract for every implementation (the conformance suite in
   exception rolls everything back.
 - ``lock_campaign`` serializes writers of one campaign across threads *and* processes
   (PostgreSQL ``FOR UPDATE``; SQLite's single writer).
-- ``claim_queued_trial`` and ``expired_trials`` never return a row another open
-  transaction has locked (PostgreSQL ``FOR UPDATE SKIP LOCKED``).
+- ``expired_trials`` never returns a row another open transaction has locked
+  (PostgreSQL ``FOR UPDATE SKIP LOCKED``).
 - Methods that look one thing up return ``None`` when it does not exist; methods that
   change one thing raise ``KeyError`` when it does not.
 """
@@ -26,19 +29,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Table, bindparam, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from hpcopt_server import domain as d
-from hpcopt_server.curves import READ_POINTS_PER_FOLD, thin
+from hpcopt_server.curves import READ_POINTS_PER_FOLD, keep_steps, thin
 from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.db import Database
-from hpcopt_server.storage.hot import HotQueries, OneStatement
 from hpcopt_server.storage.views import ViewQueries
 
 
@@ -55,7 +57,7 @@ class Storage:
     @property
     def returning(self) -> bool:
         """Whether the database answers ``INSERT/UPDATE … RETURNING`` (PostgreSQL; SQLite
-        from 3.35): what the agents' lean statements (``hot.py``) need."""
+        from 3.35); without it the agents' calls read back what they changed."""
         d = self.db.engine.dialect
         return bool(
             d.update_returning and d.insert_returning and d.insert_executemany_returning_sort_by_parameter_order
@@ -71,16 +73,6 @@ class Storage:
         with self.db.transaction(write=False) as session:
             yield Tx(session)
 
-    @contextmanager
-    def one_statement(self) -> Iterator[OneStatement | None]:
-        """PostgreSQL: the agents' calls that are one statement, each its own transaction
-        (see :class:`OneStatement`); None on SQLite, whose writers use :meth:`write`."""
-        if self.dialect != "postgresql":
-            yield None
-            return
-        with self.db.autocommit() as conn:
-            yield OneStatement(conn)
-
     def close(self) -> None:
         self.db.dispose()
 
@@ -91,13 +83,20 @@ def _numeric(name: str) -> Any:
     return m.TrialRow.value if name == "value" else m.TrialRow.params[name].as_float()
 
 
+_TRIALS = cast(Table, m.TrialRow.__table__)
+_FINISHED_AFTER = (
+    select(_TRIALS)
+    .where(_TRIALS.c.campaign_id == bindparam("cid"), _TRIALS.c.finish_seq > bindparam("seq"))
+    .order_by(_TRIALS.c.finish_seq)
+)
+
 #: The trial columns the listing can sort by.
 TRIAL_SORT_KEYS = ("number", "value", "value_std", "state", "attempt", "started_at", "finished_at")
 
 
-class Tx(ViewQueries, HotQueries):
+class Tx(ViewQueries):
     """Operations inside one transaction (the dashboard's read-only views in
-    :class:`ViewQueries`, the agents' lean hot-path statements in :class:`HotQueries`)."""
+    :class:`ViewQueries`)."""
 
     def __init__(self, session: Session):
         self.s = session
@@ -157,15 +156,6 @@ class Tx(ViewQueries, HotQueries):
             ).rowcount,  # type: ignore[attr-defined]
             f"campaign {campaign_id}",
         )
-
-    def next_trial_number(self, campaign_id: int) -> int:
-        """Reserves the next dense trial number (call with the campaign locked)."""
-        row = self.s.get(m.CampaignRow, campaign_id)
-        if row is None:
-            raise KeyError(f"campaign {campaign_id}")
-        number = row.next_number
-        row.next_number = number + 1
-        return number
 
     def set_next_trial_number(self, campaign_id: int, number: int) -> None:
         self._must(
@@ -270,24 +260,11 @@ class Tx(ViewQueries, HotQueries):
         trial = mapping.trial(row, fold_rows, [], events)
         return replace(trial, curves=tuple(self.curves_of([trial_id], curve_points)[trial_id]))
 
-    def claim_queued_trial(self, campaign_id: int) -> d.Trial | None:
-        """The oldest QUEUED trial of the campaign, row-locked, skipping locked rows."""
-        q = (
-            select(m.TrialRow)
-            .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.QUEUED)
-            .order_by(m.TrialRow.id)
-            .limit(1)
-            .with_for_update(skip_locked=True)
-        )
-        row = self.s.scalars(q).one_or_none()
-        return self.get_trial(row.id) if row else None
-
-    def update_trial(self, trial_id: int, **values: Any) -> None:
-        """Sets columns of one trial (names as in the ``trials`` table)."""
-        self._must(
-            self.s.execute(update(m.TrialRow).where(m.TrialRow.id == trial_id).values(**values)).rowcount,  # type: ignore[attr-defined]
-            f"trial {trial_id}",
-        )
+    def requeue_trial(self, trial_id: int, attempt: int) -> None:
+        """QUEUED as ``attempt``, without agent or lease (its folds and curves kept)."""
+        q = update(m.TrialRow).where(m.TrialRow.id == trial_id)
+        q = q.values(state=d.TrialState.QUEUED, attempt=attempt, agent_id="", lease_id="", lease_expires_at=None)
+        self._must(self.s.execute(q).rowcount, f"trial {trial_id}")  # type: ignore[attr-defined]
 
     def list_trials(
         self,
@@ -327,9 +304,19 @@ class Tx(ViewQueries, HotQueries):
                 folds.setdefault(f.trial_id, []).append(f)
         return [mapping.trial(r, folds.get(r.id, [])) for r in rows], total
 
-    def running_count(self, campaign_id: int) -> int:
-        q = select(func.count()).where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == d.TrialState.RUNNING)
-        return self.s.scalar(q) or 0
+    def count_active(self, campaign_id: int) -> int:
+        """The campaign's QUEUED and RUNNING trials."""
+        q = select(func.count()).where(
+            m.TrialRow.campaign_id == campaign_id,
+            m.TrialRow.state.in_([d.TrialState.QUEUED, d.TrialState.RUNNING]),
+        )
+        return int(self.s.scalar(q) or 0)
+
+    def finished_after(self, campaign_id: int, finish_seq: int) -> list[d.Trial]:
+        """Trials (without folds) that reached a final state after ``finish_seq``, in order
+        (on every acquisition: Core rows, a prebuilt statement)."""
+        rows = self.s.connection().execute(_FINISHED_AFTER, {"cid": campaign_id, "seq": finish_seq})
+        return [mapping.trial(r) for r in rows]
 
     def expired_trials(self, now: datetime, limit: int = 100) -> list[d.Trial]:
         """RUNNING trials whose lease ended before ``now``, row-locked, skipping locked rows."""
@@ -350,12 +337,18 @@ class Tx(ViewQueries, HotQueries):
         )
         return list(self.s.scalars(q.order_by(m.TrialRow.id)))
 
-    def finish_trial(self, trial_id: int, state: d.TrialState, now: datetime, **values: Any) -> None:
-        """Moves a trial to a final state and gives it the campaign's next ``finish_seq``.
+    def finish_trial(
+        self, trial_id: int, state: d.TrialState, now: datetime, *, value: float | None = None,
+        value_std: float | None = None, error: str | None = None, agent_id: str | None = None,
+        lease_id: str | None = None,
+    ) -> None:  # fmt: skip
+        """Moves a trial to a final state and gives it the campaign's next ``finish_seq``;
+        the columns given are set, the others kept.
 
         Call with the campaign row locked (``lock_campaign``): the sequence is what lets the
         optimizer cache read "everything finished after n" without missing a trial.
         """
+        given = {"value": value, "value_std": value_std, "error": error, "agent_id": agent_id, "lease_id": lease_id}
         trial = self.s.get(m.TrialRow, trial_id)
         if trial is None:
             raise KeyError(f"trial {trial_id}")
@@ -365,23 +358,22 @@ class Tx(ViewQueries, HotQueries):
         trial.finish_seq = campaign.finished_count
         trial.state = state
         trial.finished_at = now
-        for key, value in values.items():
-            setattr(trial, key, value)
+        for key, set_to in given.items():
+            if set_to is not None:
+                setattr(trial, key, set_to)
         self.s.flush()
 
     # -- folds, curves, events -------------------------------------------------------
 
-    def upsert_fold(self, trial_id: int, index: int, now: datetime, **values: Any) -> d.Fold:
-        """Creates or updates the fold row; ``values`` are ``fold`` columns."""
-        row = self.s.get(m.FoldRow, (trial_id, index))
+    def put_fold(self, trial_id: int, fold: d.Fold, now: datetime) -> None:
+        """Stores the fold as given (an import, a fixture), replacing one of that index."""
+        row = self.s.get(m.FoldRow, (trial_id, fold.index))
         if row is None:
-            row = m.FoldRow(trial_id=trial_id, index=index, finished=False, metrics={}, checkpoint_uri="")
+            row = m.FoldRow(trial_id=trial_id, index=fold.index)
             self.s.add(row)
-        for key, value in values.items():
-            setattr(row, key, value)
-        row.updated_at = now
+        row.finished, row.value, row.metrics = fold.finished, fold.value, dict(fold.metrics)
+        row.checkpoint_uri, row.attempt, row.updated_at = fold.checkpoint_uri, fold.attempt, now
         self.s.flush()
-        return mapping.fold(row)
 
     def put_curve_point(self, trial_id: int, fold: int, step: int, value: float) -> None:
         """Stores one learning-curve point; a repeated (fold, step) replaces the old value."""
@@ -391,6 +383,20 @@ class Tx(ViewQueries, HotQueries):
         else:
             row.value = value
         self.s.flush()
+
+    def thin_curve(self, trial_id: int, fold: int, target: int) -> int:
+        """Thins the fold's curve to at most ``target`` points (see hpcopt_server.curves);
+        the number of points deleted."""
+        C = m.CurveRow
+        where = (C.trial_id == trial_id, C.fold == fold)
+        points = [
+            (int(r[0]), float(r[1])) for r in self.s.execute(select(C.step, C.value).where(*where).order_by(C.step))
+        ]
+        keep = keep_steps(points, target)
+        gone = [s for s, _ in points if s not in keep]
+        for i in range(0, len(gone), 500):  # bounded parameter lists
+            self.s.execute(delete(C).where(*where, C.step.in_(gone[i : i + 500])))
+        return len(gone)
 
     def values_at(self, campaign_id: int, fold: int, step: int, states: Iterable[d.TrialState]) -> dict[int, float]:
         """{trial id: value} at one (fold, step) of the campaign's trials in ``states``:
@@ -424,11 +430,6 @@ class Tx(ViewQueries, HotQueries):
             m.TrialEventRow(trial_id=trial_id, attempt=attempt, kind=kind, agent_id=agent_id, reason=reason, at=now)
         )
 
-    def count_events(self, trial_id: int, attempt: int, kind: str) -> int:
-        E = m.TrialEventRow
-        stmt = select(func.count()).where(E.trial_id == trial_id, E.attempt == attempt, E.kind == kind)
-        return int(self.s.scalar(stmt) or 0)
-
     # -- agents ----------------------------------------------------------------------
 
     def insert_agent(self, agent: d.Agent) -> None:
@@ -453,7 +454,8 @@ class Tx(ViewQueries, HotQueries):
         row = self.s.get(m.AgentRow, agent_id)
         return mapping.agent(row) if row else None
 
-    def touch_agent(self, agent_id: str, now: datetime) -> None:
+    def seen_agent(self, agent_id: str, now: datetime) -> None:
+        """The agent was heard from at ``now``."""
         self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(last_seen_at=now))
 
     def completed_points(self, campaign_id: int) -> list[tuple[int, int, float, float | None, dict[str, Any]]]:

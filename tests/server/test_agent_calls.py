@@ -1,0 +1,345 @@
+"""The agent calls' conformance suite: every call of ``storage/agent_calls.py``, its
+answers and its refusals, on SQLite, on the real PostgreSQL (one-statement calls) and on
+an SQLite without ``RETURNING`` (before 3.35: it reads back what it changed).
+
+A refused call must change nothing, and the SQL guards must agree with the rules they
+encode (``hpcopt_server.rules``): both are checked here, on every backend.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import update
+
+from hpcopt_server import domain as d
+from hpcopt_server import rules
+from hpcopt_server.rules import Refusal
+from hpcopt_server.service import Service
+from hpcopt_server.storage import models as m
+from hpcopt_server.storage.agent_calls import DONE, WAIT, AgentCalls, FoldDone, Refused, Reported
+from hpcopt_server.storage.migrate import upgrade
+from hpcopt_server.storage.repository import Storage
+from tests.conftest import make_spec
+
+NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+LATER = NOW + timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class L:
+    agent_id: str
+    trial_id: int
+    lease_id: str
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres), "sqlite-without-returning"])
+def svc(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Service]:
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("pg_url")
+    else:
+        url = f"sqlite:///{tmp_path / 'calls.db'}"
+        upgrade(url)
+    storage = Storage(url)
+    if request.param == "sqlite-without-returning":
+        dialect = storage.db.engine.dialect
+        dialect.update_returning = dialect.insert_returning = dialect.delete_returning = (
+            False  # as SQLAlchemy sets them
+        )
+    service = Service(storage)
+    service.ctx.clock = lambda: NOW
+    assert service.ctx.agent_calls.returning == (request.param != "sqlite-without-returning")
+    yield service
+    storage.close()
+
+
+def _calls(svc: Service) -> AgentCalls:
+    return svc.ctx.agent_calls
+
+
+def _suggest(svc: Service) -> Any:
+    return lambda tx, c, n, active: svc.ctx.optimizers.suggest(tx, c, n, active=active)
+
+
+def _campaign(svc: Service, **budget: Any) -> d.Campaign:
+    spec = make_spec(budget={"max_trials": 10, "max_parallel": 4, **budget})
+    return svc.campaigns.create(spec)
+
+
+def _agents(svc: Service, n: int) -> list[str]:
+    return [svc.agents.register(host=f"n{i}", ranks=1, gpus=0).agent_id for i in range(n)]
+
+
+def _acquire(svc: Service, cid: int, agents: list[str], now: datetime = NOW) -> list[Any]:
+    got = _calls(svc).acquire(cid, agents, now, now + timedelta(seconds=30), _suggest(svc))
+    assert got is not None
+    return got
+
+
+def _leased(svc: Service, **budget: Any) -> tuple[d.Campaign, L]:
+    c = _campaign(svc, **budget)
+    [agent] = _agents(svc, 1)
+    [t] = _acquire(svc, c.id, [agent])
+    assert isinstance(t, d.Trial)
+    return c, L(agent, t.id, t.lease_id)
+
+
+def _row(svc: Service, trial_id: int) -> d.Trial:
+    with svc.ctx.storage.read() as tx:
+        t = tx.get_trial(trial_id, full=True)
+    assert t is not None
+    return t
+
+
+def _set(svc: Service, trial_id: int, **columns: Any) -> None:
+    with svc.ctx.storage.write() as tx:
+        tx.s.execute(update(m.TrialRow).where(m.TrialRow.id == trial_id).values(**columns))
+
+
+# -- acquire -----------------------------------------------------------------------------
+
+
+def test_acquire_grants_up_to_max_parallel_with_dense_numbers_and_the_rest_wait(svc: Service) -> None:
+    c = _campaign(svc, max_parallel=3)
+    agents = _agents(svc, 5)
+    got = _acquire(svc, c.id, agents)
+    granted = [g for g in got if isinstance(g, d.Trial)]
+    assert [g.number for g in granted] == [0, 1, 2] and got[3:] == [WAIT, WAIT]
+    for g, agent in zip(granted, agents, strict=False):
+        stored = _row(svc, g.id)
+        assert (stored.state, stored.agent_id, stored.lease_id, stored.params) == (
+            d.TrialState.RUNNING, agent, g.lease_id, g.params,
+        )  # fmt: skip
+        assert stored.lease_expires_at == NOW + timedelta(seconds=30)
+        assert [e.kind for e in stored.events] == ["acquired"]
+    with svc.ctx.storage.read() as tx:
+        campaign = tx.get_campaign(c.id)
+        seen = {a.id: a.last_seen_at for a in tx.list_agents()}
+    assert campaign is not None and campaign.trials_created == 3
+    assert all(seen[a] == NOW for a in agents)
+
+
+def test_acquire_stops_at_the_budget_and_says_done_when_the_campaign_is_over(svc: Service) -> None:
+    c = _campaign(svc, max_trials=2, max_parallel=10)
+    agents = _agents(svc, 3)
+    assert [isinstance(g, d.Trial) for g in _acquire(svc, c.id, agents)] == [True, True, False]
+    assert _acquire(svc, c.id, agents[2:]) == [WAIT]
+    svc.campaigns.cancel(c.id)
+    assert _acquire(svc, c.id, agents) == [DONE] * 3
+    with svc.ctx.storage.read() as tx:
+        assert tx.list_trials(c.id)[1] == 2  # nothing created by the refused ones
+    assert _calls(svc).acquire(999_999, agents, NOW, LATER, _suggest(svc)) is None
+
+
+def test_a_queued_trial_resumes_first_with_its_folds_and_attempt(svc: Service) -> None:
+    c, lease = _leased(svc, max_parallel=1)
+    calls = _calls(svc)
+    assert isinstance(calls.finish_fold(lease, 0, 0.5, {}, "", NOW, LATER), FoldDone)
+    assert isinstance(calls.release(lease, d.TrialState.PREEMPTED, "walltime", NOW), d.Trial)
+    [agent] = _agents(svc, 1)
+    [again] = _acquire(svc, c.id, [agent])
+    assert isinstance(again, d.Trial)
+    assert (again.id, again.attempt, again.agent_id, again.number) == (lease.trial_id, 2, agent, 0)
+    assert [f.index for f in again.folds if f.finished] == [0] and again.lease_id != lease.lease_id
+    assert _row(svc, again.id).state == d.TrialState.RUNNING
+
+
+# -- heartbeat, report, fold -------------------------------------------------------------
+
+
+def test_a_heartbeat_extends_the_lease_and_marks_the_agent_seen(svc: Service) -> None:
+    _, lease = _leased(svc)
+    later = NOW + timedelta(seconds=5)
+    assert _calls(svc).heartbeat(lease, later, later + timedelta(seconds=99)) is None
+    assert _row(svc, lease.trial_id).lease_expires_at == later + timedelta(seconds=99)
+    with svc.ctx.storage.read() as tx:
+        agent = tx.get_agent(lease.agent_id)
+    assert agent is not None and agent.last_seen_at == later
+
+
+def test_reports_store_points_replace_a_repeated_step_and_keep_the_checkpoint(svc: Service) -> None:
+    _, lease = _leased(svc)
+    calls = _calls(svc)
+    first = calls.report(lease, 1, 1, 0.9, "", NOW, LATER)
+    assert isinstance(first, Reported) and first.points == 1
+    assert isinstance(calls.report(lease, 1, 2, 0.8, "", NOW, LATER), Reported)
+    again = calls.report(lease, 1, 2, 0.7, "", NOW, LATER)
+    assert isinstance(again, Reported) and again.points == 2
+    t = _row(svc, lease.trial_id)
+    assert [(p.fold, p.step, p.value) for p in t.curves] == [(1, 1, 0.9), (1, 2, 0.7)]
+    assert [(f.index, f.finished, f.attempt) for f in t.folds] == [(1, False, 1)]
+
+
+def test_a_finished_fold_stores_its_value_and_a_retry_answers_as_the_first(svc: Service) -> None:
+    _, lease = _leased(svc)
+    calls = _calls(svc)
+    done = calls.finish_fold(lease, 2, 0.25, {"acc": 0.9}, "", NOW, LATER)
+    assert isinstance(done, FoldDone) and not done.replayed
+    assert done.fold == d.Fold(2, True, 0.25, {"acc": 0.9}, "", 1)
+    replay = calls.finish_fold(lease, 2, 0.25, {"acc": 0.9}, "", NOW, LATER)
+    assert isinstance(replay, FoldDone) and replay.replayed and replay.fold == done.fold
+    other = calls.finish_fold(lease, 2, 0.3, {"acc": 0.9}, "", NOW, LATER)
+    assert isinstance(other, Refused) and other.why == Refusal.FOLD_FINISHED
+    report = calls.report(lease, 2, 5, 0.1, "", NOW, LATER)
+    assert isinstance(report, Refused) and report.why == Refusal.FOLD_FINISHED
+
+
+@pytest.mark.parametrize("fold", [-1, 3, 99])
+def test_a_fold_outside_the_campaign_is_refused(svc: Service, fold: int) -> None:
+    _, lease = _leased(svc)
+    for got in (
+        _calls(svc).report(lease, fold, 1, 0.5, "", NOW, LATER),
+        _calls(svc).finish_fold(lease, fold, 0.5, {}, "", NOW, LATER),
+    ):
+        assert isinstance(got, Refused) and got.why == Refusal.FOLD_RANGE
+    assert _row(svc, lease.trial_id).folds == ()
+
+
+def test_a_multi_objective_fold_needs_every_objective_metric(svc: Service) -> None:
+    spec = make_spec(objectives=[{"metric": "loss", "direction": "minimize"},
+                                 {"metric": "latency", "direction": "minimize"}])  # fmt: skip
+    spec.pop("objective")
+    c = svc.campaigns.create(spec)
+    [agent] = _agents(svc, 1)
+    [t] = _acquire(svc, c.id, [agent])
+    lease = L(agent, t.id, t.lease_id)
+    missing = _calls(svc).finish_fold(lease, 0, 0.5, {"acc": 1.0}, "", NOW, LATER)
+    assert isinstance(missing, Refused) and missing.why == Refusal.METRICS_MISSING
+    assert missing.missing == ("latency",) and _row(svc, t.id).folds == ()
+    assert isinstance(_calls(svc).finish_fold(lease, 0, 0.5, {"latency": 3.0}, "", NOW, LATER), FoldDone)
+
+
+# -- complete, release, prune, expire, deregister ----------------------------------------
+
+
+def test_complete_needs_every_fold_then_stores_mean_and_spread_once(svc: Service) -> None:
+    c, lease = _leased(svc, max_trials=1)
+    calls = _calls(svc)
+    calls.finish_fold(lease, 0, 1.0, {}, "", NOW, LATER)
+    early = calls.complete(lease, NOW)
+    assert isinstance(early, Refused) and early.why == Refusal.FOLDS_MISSING and early.missing == (1, 2)
+    calls.finish_fold(lease, 1, 2.0, {}, "", NOW, LATER)
+    calls.finish_fold(lease, 2, 3.0, {}, "", NOW, LATER)
+    done = calls.complete(lease, NOW)
+    assert isinstance(done, d.Trial) and (done.state, done.value, done.value_std) == (d.TrialState.COMPLETED, 2.0, 1.0)
+    stored = _row(svc, lease.trial_id)
+    assert (stored.state, stored.value, stored.finish_seq) == (d.TrialState.COMPLETED, 2.0, 1)
+    again = calls.complete(lease, NOW)
+    assert isinstance(again, d.Trial) and again.finish_seq == 1 and again.value == 2.0
+    with svc.ctx.storage.read() as tx:
+        campaign = tx.get_campaign(c.id)
+    assert campaign is not None and campaign.state == d.CampaignState.COMPLETED and campaign.trials_finished == 1
+
+
+def test_release_fails_prunes_or_requeues_until_the_last_attempt(svc: Service) -> None:
+    _, lease = _leased(svc)
+    calls = _calls(svc)
+    failed = calls.release(lease, d.TrialState.FAILED, "boom", NOW)
+    assert isinstance(failed, d.Trial) and (failed.state, failed.error) == (d.TrialState.FAILED, "boom")
+    c, lease = _leased(svc, max_parallel=1)  # max_attempts: 2
+    first = calls.release(lease, d.TrialState.PREEMPTED, "", NOW)
+    assert isinstance(first, d.Trial) and (first.state, first.attempt, first.lease_id) == (d.TrialState.QUEUED, 2, "")
+    [agent] = _agents(svc, 1)
+    [t] = _acquire(svc, c.id, [agent])
+    last = calls.release(L(agent, t.id, t.lease_id), d.TrialState.PREEMPTED, "", NOW)
+    assert isinstance(last, d.Trial) and last.state == d.TrialState.FAILED and "attempt 2 of 2" in last.error
+    stale = calls.release(lease, d.TrialState.FAILED, "", NOW)
+    assert isinstance(stale, Refused) and stale.why == Refusal.NOT_HOLDER
+
+
+def test_prune_needs_the_lease_and_stops_the_next_heartbeat(svc: Service) -> None:
+    _, lease = _leased(svc)
+    calls = _calls(svc)
+    assert not calls.prune(L(lease.agent_id, lease.trial_id, "other"), 1.0, "worse", NOW)
+    assert calls.prune(lease, 1.5, "worse than the median", NOW)
+    t = _row(svc, lease.trial_id)
+    assert (t.state, t.value, t.error) == (d.TrialState.PRUNED, 1.5, "worse than the median")
+    beat = calls.heartbeat(lease, NOW, LATER)
+    assert beat is not None and beat.why == Refusal.STOPPED and beat.trial is not None
+    assert not calls.prune(lease, 1.0, "again", NOW)
+
+
+def test_expire_requeues_only_a_lease_that_ran_out(svc: Service) -> None:
+    _, lease = _leased(svc)
+    calls = _calls(svc)
+    assert calls.expire(lease.trial_id, NOW) is None  # it runs until NOW + 30 s
+    gone = calls.expire(lease.trial_id, NOW + timedelta(seconds=31))
+    assert gone is not None and gone.id == lease.trial_id
+    t = _row(svc, lease.trial_id)
+    assert (t.state, t.attempt, t.agent_id) == (d.TrialState.QUEUED, 2, "")
+    assert [e.kind for e in t.events] == ["acquired", "lease_expired"]
+
+
+def test_deregister_requeues_what_the_agent_held(svc: Service) -> None:
+    c = _campaign(svc)
+    agents = _agents(svc, 2)
+    got = _acquire(svc, c.id, [*agents, agents[0]])
+    assert _calls(svc).deregister(agents[0], NOW) == sorted([got[0].id, got[2].id])
+    assert _row(svc, got[1].id).state == d.TrialState.RUNNING
+    assert _row(svc, got[0].id).state == d.TrialState.QUEUED
+
+
+def test_events_are_bounded_per_attempt_and_kind(svc: Service) -> None:
+    _, lease = _leased(svc)
+    calls = _calls(svc)
+    for _ in range(3):
+        assert calls.add_event(lease, "checkpoint_refused", "no space", NOW, limit=3) is None
+    over = calls.add_event(lease, "checkpoint_refused", "no space", NOW, limit=3)
+    assert isinstance(over, Refused) and over.why == Refusal.TOO_MANY_EVENTS
+
+
+# -- refusals change nothing; the guards are the rules ----------------------------------
+
+
+def _every_call(svc: Service, lease: L, now: datetime) -> dict[str, Any]:
+    calls = _calls(svc)
+    return {
+        "heartbeat": calls.heartbeat(lease, now, now + timedelta(seconds=600)),
+        "report": calls.report(lease, 0, 1, 0.5, "", now, now + timedelta(seconds=600)),
+        "fold": calls.finish_fold(lease, 0, 0.5, {}, "", now, now + timedelta(seconds=600)),
+        "complete": calls.complete(lease, now),
+        "release": calls.release(lease, d.TrialState.FAILED, "", now),
+    }
+
+
+STATES = [d.TrialState.RUNNING, d.TrialState.QUEUED, d.TrialState.COMPLETED, d.TrialState.CANCELLED,
+          d.TrialState.PRUNED, d.TrialState.FAILED]  # fmt: skip
+
+
+def test_the_guards_agree_with_the_lease_rule_and_a_refusal_changes_nothing(svc: Service) -> None:
+    """Every (trial state, lease, agent, time) of the grid: a call goes through exactly
+    when rules.lease_refusal says the lease holds, and a refused call leaves the trial,
+    its folds, curves and events, and the campaign as they were."""
+    c = _campaign(svc, max_trials=1000, max_parallel=1000)
+    agents = _agents(svc, 1)
+    cases = list(itertools.product(STATES, ["right", "other lease", "other agent"], [NOW, NOW + timedelta(hours=1)]))
+    trials = _acquire(svc, c.id, agents * len(cases))
+    for (state, who, now), t in zip(cases, trials, strict=True):
+        _set(svc, t.id, state=state.value)
+        lease = L(agents[0] if who != "other agent" else "someone", t.id, t.lease_id if who != "other lease" else "x")
+        expected = rules.lease_refusal(_row(svc, t.id), lease.agent_id, lease.lease_id, now)
+        with svc.ctx.storage.read() as tx:
+            before = (_row(svc, t.id), tx.get_campaign(c.id))
+        got = _every_call(svc, lease, now)
+        for call, answer in got.items():
+            if expected is None:
+                assert not isinstance(answer, Refused) or answer.why == Refusal.FOLDS_MISSING, (state, who, now, call)
+                continue
+            if (call, state, who) == ("complete", d.TrialState.COMPLETED, "right"):
+                assert isinstance(answer, d.Trial) and answer.id == t.id  # a retry of a completion
+                continue
+            assert isinstance(answer, Refused) and answer.why == expected, (state, who, now, call, answer)
+        if expected is not None:
+            with svc.ctx.storage.read() as tx:
+                assert (_row(svc, t.id), tx.get_campaign(c.id)) == before, (state, who, now)
+
+
+def test_a_missing_trial_is_named(svc: Service) -> None:
+    _campaign(svc)
+    for call, answer in _every_call(svc, L("a", 987_654, "x"), NOW).items():
+        assert isinstance(answer, Refused) and answer.why == Refusal.NO_TRIAL, call
