@@ -192,12 +192,11 @@ def _run(
     from hpcopt_agent.data import Data, LoaderOptions
     from hpcopt_agent.fold import FoldTrainer
     from hpcopt_agent.schemes import uses_horovod
-    from hpcopt_agent.schemes.horovod import init_horovod
 
     comms = split(layout, world, timeout=args.collective_timeout, master_addr=args.master_addr)
     torch.backends.cudnn.benchmark = settings.cudnn_benchmark
     if uses_horovod(settings):
-        comms.horovod = init_horovod(comms)
+        comms.init_horovod()
     context.where = f"r{world.rank} g{comms.group_index}"
     client = AgentClient(args.server, args.token) if comms.is_fold_leader else None
     reg = reg0

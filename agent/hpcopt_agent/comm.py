@@ -57,6 +57,31 @@ class Comms:
     def is_fold_leader(self) -> bool:
         return self.fold.rank == 0
 
+    def init_horovod(self) -> None:
+        """``hvd.init`` over the world with this rank's fold group as its process set
+        (collective over the world, once per agent): :attr:`horovod`. Horovod is
+        started and stopped here, with the communicators; ``schemes/horovod.py`` uses it."""
+        try:
+            import horovod.torch as hvd
+        except ImportError as exc:
+            raise RuntimeError(
+                "the campaign trains with Horovod (allreduce.backend: horovod or scheme: horovod), which is not "
+                f"installed in this environment ({exc}); build it with `make horovod` (about 5 minutes)"
+            ) from None
+        # A fold group that spans the world is Horovod's global process set: registering it
+        # again as a process set of its own makes hvd.init fail on every rank ("mismatching
+        # numbers of process sets": Horovod finds the set already registered, as set 0).
+        # The layout is the same on every rank, so every rank takes the same branch.
+        if self.layout.ranks_per_fold == self.world.size:
+            hvd.init(comm=self.world)
+            process_set = hvd.global_process_set
+        else:
+            process_set = hvd.ProcessSet(self.fold)
+            hvd.init(comm=self.world, process_sets=[process_set])
+        if not hvd.mpi_threads_supported():
+            raise RuntimeError("Horovod needs MPI_THREAD_MULTIPLE; this MPI does not provide it")
+        self.horovod = process_set
+
     def close(self) -> None:
         """Ends the torch process groups (collective over the fold group). gloo's worker
         threads drop their last reference to finished work under the GIL; if one is
@@ -64,11 +89,11 @@ class Comms:
         while the main thread holds the GIL) the rank deadlocks, and at interpreter exit
         it aborts (SIGABRT). So: a barrier, a pause that lets them finish, then destroy."""
         if self.horovod is not None:
-            from hpcopt_agent.schemes.horovod import shutdown_horovod
+            import horovod.torch as hvd
 
             self.horovod = None
             quiet(self.world)  # Horovod's shutdown is global: every fold group must be done
-            shutdown_horovod()
+            hvd.shutdown()
         if self.pg is None:
             return
         pg, self.pg = self.pg, None

@@ -19,7 +19,6 @@ import torch
 
 from hpcopt_agent.comm import limit_threads
 from hpcopt_agent.data import Data
-from hpcopt_agent.schemes.horovod import init_horovod
 from tests.agent.ps_check import Run, comms_for, flat, say, world
 from tests.agent.tasks import Regression, TinyGan
 
@@ -28,7 +27,7 @@ def main() -> int:
     limit_threads(world, 1)
     rpf = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     comms = comms_for(rpf)
-    comms.horovod = init_horovod(comms)
+    comms.init_horovod()
     for label, task, params in (("regression", Regression(), {"lr": 0.05}), ("gan", TinyGan(), {"lr": 0.01})):
         data = Data(task.dataset, torch.device("cpu"))
         train = np.arange(len(data) - len(data) % 8)

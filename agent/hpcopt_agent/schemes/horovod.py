@@ -3,7 +3,7 @@
 
 Horovod is an optional extra (``make horovod`` builds 0.28.1; see the README). It is
 initialized once per agent, over the world, with each rank's fold group as its process
-set (:func:`init_horovod`; a fold group that spans the world is the global set); a
+set (:meth:`hpcopt_agent.comm.Comms.init_horovod`; a fold group that spans the world is the global set); a
 trial's optimizers become ``hvd.DistributedOptimizer``\\ s on that set, averaging
 gradients as the backward pass produces them. The models are not wrapped: every rank
 of a fold group starts from the same seed, so no broadcast is needed.
@@ -26,39 +26,7 @@ from typing import Any
 
 import torch
 
-from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
-
-
-def init_horovod(comms: Comms) -> Any:
-    """``hvd.init`` over the world with this rank's fold group as its process set
-    (collective over the world, once per agent); returns the process set."""
-    try:
-        import horovod.torch as hvd
-    except ImportError as exc:
-        raise RuntimeError(
-            "the campaign trains with Horovod (allreduce.backend: horovod or scheme: horovod), which is not "
-            f"installed in this environment ({exc}); build it with `make horovod` (about 5 minutes)"
-        ) from None
-    # A fold group that spans the world is Horovod's global process set: registering it
-    # again as a process set of its own makes hvd.init fail on every rank ("mismatching
-    # numbers of process sets": Horovod finds the set already registered, as set 0).
-    # The layout is the same on every rank, so every rank takes the same branch.
-    if comms.layout.ranks_per_fold == comms.world.size:
-        hvd.init(comm=comms.world)
-        process_set = hvd.global_process_set
-    else:
-        process_set = hvd.ProcessSet(comms.fold)
-        hvd.init(comm=comms.world, process_sets=[process_set])
-    if not hvd.mpi_threads_supported():
-        raise RuntimeError("Horovod needs MPI_THREAD_MULTIPLE; this MPI does not provide it")
-    return process_set
-
-
-def shutdown_horovod() -> None:
-    import horovod.torch as hvd
-
-    hvd.shutdown()
 
 
 class HorovodAllReduce(Scheme):
