@@ -26,8 +26,9 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from hpcopt.client import AgentClient, ApiError
+from hpcopt.agent_client import AgentClient
 from hpcopt.records import Action, Lease, ParamValue, Trial
+from hpcopt.transport import ApiError
 
 log = logging.getLogger("hpcopt.trials")
 

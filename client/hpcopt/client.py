@@ -13,99 +13,27 @@ server's message and, for invalid input, the offending fields.
 from __future__ import annotations
 
 import json
-import os
-import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar
 
-import grpc
-
+from hpcopt.agent_client import AgentClient
+from hpcopt.asktell import ActiveTrial, trials
 from hpcopt.records import (
-    Action,
-    Agent,
-    Assignment,
     Campaign,
-    Fold,
-    Lease,
     Page,
     ParetoFront,
     Trial,
-    TrialState,
-    action,
 )
 from hpcopt.spec import CampaignSpec
-from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc, common_pb2
+from hpcopt.transport import DEFAULT_SERVER, ApiError, Channel, state_value, wait_for_server
+from hpcopt.v1 import campaign_pb2, campaign_pb2_grpc, common_pb2
 
-if TYPE_CHECKING:
-    from hpcopt.asktell import ActiveTrial
-
-DEFAULT_SERVER = "127.0.0.1:50051"
-T = TypeVar("T")
+__all__ = ["DEFAULT_SERVER", "AgentClient", "ApiError", "Client"]
 R = TypeVar("R")
-_HINT = "; start one with `hpcopt-server serve`, or give its address with --server or HPCOPT_SERVER"
 
 
-class ApiError(Exception):
-    """A failed call: ``code`` is the gRPC status name (``"INVALID_ARGUMENT"``, ...)."""
-
-    def __init__(self, code: str, message: str, field_errors: list[dict[str, str]] | None = None):
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.field_errors = field_errors or []
-
-
-def _call(fn: Callable[..., T], request: Any, metadata: tuple[tuple[str, str], ...], timeout: float, target: str) -> T:
-    try:
-        return fn(request, metadata=metadata, timeout=timeout)
-    except grpc.RpcError as exc:
-        call = cast(grpc.Call, exc)  # every RpcError of a unary call is also a Call
-        code = call.code().name if call.code() is not None else "UNKNOWN"
-        details = call.details() or code
-        fields: list[dict[str, str]] = []
-        for key, value in call.trailing_metadata() or ():
-            if key == "hpcopt-field-errors":
-                fields = json.loads(value)
-        raise ApiError(code, _explain(code, details, target, bool(metadata)), fields) from None
-
-
-def _explain(code: str, details: str, target: str, has_token: bool) -> str:
-    """The server's message, or for the two errors a user's setup causes, what to do."""
-    if code == "UNAVAILABLE" and ("connect" in details.lower() or "resolve" in details.lower()):
-        reason = details.rsplit(": ", 1)[-1].strip()
-        return f"no hpcopt server answers at {target} ({reason}){_HINT}"
-    if code == "UNAUTHENTICATED":
-        given = "the token given was refused" if has_token else "no token was given"
-        return f"{details} ({given}: pass one with --token or set HPCOPT_TOKEN)"
-    return details
-
-
-class _Base:
-    def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
-        self.target = target or os.environ.get("HPCOPT_SERVER", DEFAULT_SERVER)
-        token = token if token is not None else os.environ.get("HPCOPT_TOKEN")
-        self._token = token
-        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
-        self.timeout = timeout
-        self.channel = grpc.insecure_channel(
-            self.target, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
-        )
-
-    def close(self) -> None:
-        self.channel.close()
-
-    def __enter__(self: Any) -> Any:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def _do(self, fn: Callable[..., T], request: Any) -> T:
-        return _call(fn, request, self._metadata, self.timeout, self.target)
-
-
-class Client(_Base):
+class Client(Channel):
     """Submit and watch campaigns. Every getter returns the client's own records
     (``hpcopt.Campaign``, ``hpcopt.Trial``, ...; see ``hpcopt.records``) with
     parameters as a dict in the order of the campaign's space."""
@@ -160,7 +88,7 @@ class Client(_Base):
     ) -> Page[Trial]:
         """A page of a campaign's trials by number; ``states`` are names like ``"COMPLETED"``."""
         req = campaign_pb2.ListTrialsRequest(
-            campaign_id=campaign_id, states=[_state_value(s) for s in states], offset=offset, limit=limit
+            campaign_id=campaign_id, states=[state_value(s) for s in states], offset=offset, limit=limit
         )
         resp = self._do(self._stub.ListTrials, req)
         order = self._order(campaign_id)
@@ -245,99 +173,11 @@ class Client(_Base):
         that a background thread renews, until the campaign is done (or ``max_trials``
         were handed out). Call ``trial.report(step, value)`` for intermediate values and
         ``trial.complete(value)`` (or ``folds=[...]``) at the end; see ``hpcopt.asktell``."""
-        from hpcopt.asktell import trials
-
         agent = AgentClient(self.target, self._token, self.timeout)
         try:
             yield from trials(agent, campaign_id, host=host, max_trials=max_trials)
         finally:
             agent.close()
-
-
-class AgentClient(_Base):
-    """The AgentService calls, one method each; the MPI agent and ``Client.trials``
-    build on this. Leases are ``hpcopt.Lease`` records from ``acquire``."""
-
-    def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
-        super().__init__(target, token, timeout)
-        self._stub = agent_pb2_grpc.AgentServiceStub(self.channel)
-
-    def register(
-        self,
-        *,
-        host: str,
-        ranks: int = 1,
-        gpus: int = 0,
-        slurm_job_id: str = "",
-        campaign_id: int = 0,
-        pid: int = 0,
-        version: str = "",
-    ) -> Agent:
-        req = agent_pb2.RegisterRequest(
-            host=host,
-            ranks=ranks,
-            gpus=gpus,
-            slurm_job_id=slurm_job_id,
-            campaign_id=campaign_id,
-            pid=pid or os.getpid(),
-            version=version,
-        )
-        return Agent.from_proto(self._do(self._stub.Register, req))
-
-    def acquire(self, agent_id: str, campaign_id: int) -> Assignment:
-        req = agent_pb2.AcquireRequest(agent_id=agent_id, campaign_id=campaign_id)
-        return Assignment.from_proto(self._do(self._stub.Acquire, req), agent_id)
-
-    def heartbeat(self, lease: Lease) -> Action:
-        """Renews the lease; the answer says whether the trial goes on."""
-        return action(self._do(self._stub.Heartbeat, agent_pb2.HeartbeatRequest(lease=lease.to_proto())))
-
-    def report_intermediate(self, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str = "") -> Action:
-        req = agent_pb2.ReportIntermediateRequest(
-            lease=lease.to_proto(), fold=fold, step=step, value=value, checkpoint_uri=checkpoint_uri
-        )
-        return action(self._do(self._stub.ReportIntermediate, req))
-
-    def report_fold(
-        self,
-        lease: Lease,
-        fold: int,
-        value: float,
-        metrics: dict[str, float] | None = None,
-        checkpoint_uri: str = "",
-    ) -> Fold:
-        req = agent_pb2.ReportFoldRequest(
-            lease=lease.to_proto(), fold=fold, value=value, metrics=metrics or {}, checkpoint_uri=checkpoint_uri
-        )
-        return Fold.from_proto(self._do(self._stub.ReportFold, req))
-
-    def complete(self, lease: Lease, order: Iterable[str] = ()) -> Trial:
-        """Completes the trial from its folds; ``order`` is the space's (for ``params``)."""
-        return Trial.from_proto(self._do(self._stub.Complete, lease.to_proto()), order)
-
-    def release(self, lease: Lease, state: str, reason: str = "", order: Iterable[str] = ()) -> Trial:
-        """``state`` is ``"FAILED"``, ``"PREEMPTED"`` or ``"PRUNED"``."""
-        req = agent_pb2.ReleaseRequest(lease=lease.to_proto(), state=_state_value(state), reason=reason)
-        return Trial.from_proto(self._do(self._stub.Release, req), order)
-
-    def report_event(self, lease: Lease, fold: int, kind: str, reason: str) -> None:
-        """Adds an event to the trial's log; ``kind`` is ``"checkpoint_refused"``."""
-        req = agent_pb2.ReportEventRequest(lease=lease.to_proto(), fold=fold, kind=kind, reason=reason)
-        self._do(self._stub.ReportEvent, req)
-
-    def deregister(self, agent_id: str) -> list[int]:
-        """Ends the agent's registration (call it on a normal exit); the ids of the
-        trials it held, now requeued."""
-        resp = self._do(self._stub.Deregister, agent_pb2.DeregisterRequest(agent_id=agent_id))
-        return [int(i) for i in resp.requeued_trial_ids]
-
-
-def _state_value(name: str) -> common_pb2.TrialState.ValueType:
-    try:
-        return common_pb2.TrialState.Value(f"TRIAL_STATE_{str(name).upper()}")
-    except ValueError:
-        allowed = ", ".join(s for s in TrialState if s != "UNSPECIFIED")
-        raise ValueError(f"state: {name!r} is not a trial state (one of {allowed})") from None
 
 
 def _collect(page: Callable[[int, int], Page[R]], offset: int, limit: int | None) -> list[R]:
@@ -350,27 +190,3 @@ def _collect(page: Callable[[int, int], Page[R]], offset: int, limit: int | None
         if not got.items or offset + len(out) >= got.total:
             break
     return out
-
-
-def wait_for_server(channel: grpc.Channel, target: str, timeout: float) -> None:
-    """Blocks until ``channel`` connects and the server's health check says SERVING."""
-    from grpc_health.v1 import health_pb2, health_pb2_grpc
-
-    deadline = time.monotonic() + timeout
-    stub = health_pb2_grpc.HealthStub(channel)
-    last = ""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise ApiError("UNAVAILABLE", f"no hpcopt server answered at {target} within {timeout:g} s{last}{_HINT}")
-        try:
-            grpc.channel_ready_future(channel).result(timeout=min(left, 5.0))
-            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=min(left, 5.0))
-            if reply.status == health_pb2.HealthCheckResponse.SERVING:
-                return
-            last = " (it is starting)"
-        except grpc.FutureTimeoutError:
-            pass
-        except grpc.RpcError as exc:
-            last = f" ({cast(grpc.Call, exc).code().name})"
-        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))

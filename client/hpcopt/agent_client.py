@@ -1,0 +1,88 @@
+"""``AgentClient``: the AgentService calls, for the MPI agent and ask/tell."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+
+from hpcopt.records import Action, Agent, Assignment, Fold, Lease, Trial, action
+from hpcopt.transport import Channel, state_value
+from hpcopt.v1 import agent_pb2, agent_pb2_grpc
+
+
+class AgentClient(Channel):
+    """The AgentService calls, one method each; the MPI agent and ``Client.trials``
+    build on this. Leases are ``hpcopt.Lease`` records from ``acquire``."""
+
+    def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
+        super().__init__(target, token, timeout)
+        self._stub = agent_pb2_grpc.AgentServiceStub(self.channel)
+
+    def register(
+        self,
+        *,
+        host: str,
+        ranks: int = 1,
+        gpus: int = 0,
+        slurm_job_id: str = "",
+        campaign_id: int = 0,
+        pid: int = 0,
+        version: str = "",
+    ) -> Agent:
+        req = agent_pb2.RegisterRequest(
+            host=host,
+            ranks=ranks,
+            gpus=gpus,
+            slurm_job_id=slurm_job_id,
+            campaign_id=campaign_id,
+            pid=pid or os.getpid(),
+            version=version,
+        )
+        return Agent.from_proto(self._do(self._stub.Register, req))
+
+    def acquire(self, agent_id: str, campaign_id: int) -> Assignment:
+        req = agent_pb2.AcquireRequest(agent_id=agent_id, campaign_id=campaign_id)
+        return Assignment.from_proto(self._do(self._stub.Acquire, req), agent_id)
+
+    def heartbeat(self, lease: Lease) -> Action:
+        """Renews the lease; the answer says whether the trial goes on."""
+        return action(self._do(self._stub.Heartbeat, agent_pb2.HeartbeatRequest(lease=lease.to_proto())))
+
+    def report_intermediate(self, lease: Lease, fold: int, step: int, value: float, checkpoint_uri: str = "") -> Action:
+        req = agent_pb2.ReportIntermediateRequest(
+            lease=lease.to_proto(), fold=fold, step=step, value=value, checkpoint_uri=checkpoint_uri
+        )
+        return action(self._do(self._stub.ReportIntermediate, req))
+
+    def report_fold(
+        self,
+        lease: Lease,
+        fold: int,
+        value: float,
+        metrics: dict[str, float] | None = None,
+        checkpoint_uri: str = "",
+    ) -> Fold:
+        req = agent_pb2.ReportFoldRequest(
+            lease=lease.to_proto(), fold=fold, value=value, metrics=metrics or {}, checkpoint_uri=checkpoint_uri
+        )
+        return Fold.from_proto(self._do(self._stub.ReportFold, req))
+
+    def complete(self, lease: Lease, order: Iterable[str] = ()) -> Trial:
+        """Completes the trial from its folds; ``order`` is the space's (for ``params``)."""
+        return Trial.from_proto(self._do(self._stub.Complete, lease.to_proto()), order)
+
+    def release(self, lease: Lease, state: str, reason: str = "", order: Iterable[str] = ()) -> Trial:
+        """``state`` is ``"FAILED"``, ``"PREEMPTED"`` or ``"PRUNED"``."""
+        req = agent_pb2.ReleaseRequest(lease=lease.to_proto(), state=state_value(state), reason=reason)
+        return Trial.from_proto(self._do(self._stub.Release, req), order)
+
+    def report_event(self, lease: Lease, fold: int, kind: str, reason: str) -> None:
+        """Adds an event to the trial's log; ``kind`` is ``"checkpoint_refused"``."""
+        req = agent_pb2.ReportEventRequest(lease=lease.to_proto(), fold=fold, kind=kind, reason=reason)
+        self._do(self._stub.ReportEvent, req)
+
+    def deregister(self, agent_id: str) -> list[int]:
+        """Ends the agent's registration (call it on a normal exit); the ids of the
+        trials it held, now requeued."""
+        resp = self._do(self._stub.Deregister, agent_pb2.DeregisterRequest(agent_id=agent_id))
+        return [int(i) for i in resp.requeued_trial_ids]

@@ -1,0 +1,112 @@
+"""What both clients share: the gRPC channel with its token, the error every call
+raises (:class:`ApiError`), and the wait for a server to answer."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+import grpc
+
+from hpcopt.records import TrialState
+from hpcopt.v1 import common_pb2
+
+DEFAULT_SERVER = "127.0.0.1:50051"
+T = TypeVar("T")
+_HINT = "; start one with `hpcopt-server serve`, or give its address with --server or HPCOPT_SERVER"
+
+
+class ApiError(Exception):
+    """A failed call: ``code`` is the gRPC status name (``"INVALID_ARGUMENT"``, ...)."""
+
+    def __init__(self, code: str, message: str, field_errors: list[dict[str, str]] | None = None):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.field_errors = field_errors or []
+
+
+def _call(fn: Callable[..., T], request: Any, metadata: tuple[tuple[str, str], ...], timeout: float, target: str) -> T:
+    try:
+        return fn(request, metadata=metadata, timeout=timeout)
+    except grpc.RpcError as exc:
+        call = cast(grpc.Call, exc)  # every RpcError of a unary call is also a Call
+        code = call.code().name if call.code() is not None else "UNKNOWN"
+        details = call.details() or code
+        fields: list[dict[str, str]] = []
+        for key, value in call.trailing_metadata() or ():
+            if key == "hpcopt-field-errors":
+                fields = json.loads(value)
+        raise ApiError(code, _explain(code, details, target, bool(metadata)), fields) from None
+
+
+def _explain(code: str, details: str, target: str, has_token: bool) -> str:
+    """The server's message, or for the two errors a user's setup causes, what to do."""
+    if code == "UNAVAILABLE" and ("connect" in details.lower() or "resolve" in details.lower()):
+        reason = details.rsplit(": ", 1)[-1].strip()
+        return f"no hpcopt server answers at {target} ({reason}){_HINT}"
+    if code == "UNAUTHENTICATED":
+        given = "the token given was refused" if has_token else "no token was given"
+        return f"{details} ({given}: pass one with --token or set HPCOPT_TOKEN)"
+    return details
+
+
+class Channel:
+    """A gRPC channel to ``target`` (``HPCOPT_SERVER``) carrying ``token`` (``HPCOPT_TOKEN``)."""
+
+    def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
+        self.target = target or os.environ.get("HPCOPT_SERVER", DEFAULT_SERVER)
+        token = token if token is not None else os.environ.get("HPCOPT_TOKEN")
+        self._token = token
+        self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
+        self.timeout = timeout
+        self.channel = grpc.insecure_channel(
+            self.target, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+        )
+
+    def close(self) -> None:
+        self.channel.close()
+
+    def __enter__(self: Any) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _do(self, fn: Callable[..., T], request: Any) -> T:
+        return _call(fn, request, self._metadata, self.timeout, self.target)
+
+
+def state_value(name: str) -> common_pb2.TrialState.ValueType:
+    try:
+        return common_pb2.TrialState.Value(f"TRIAL_STATE_{str(name).upper()}")
+    except ValueError:
+        allowed = ", ".join(s for s in TrialState if s != "UNSPECIFIED")
+        raise ValueError(f"state: {name!r} is not a trial state (one of {allowed})") from None
+
+
+def wait_for_server(channel: grpc.Channel, target: str, timeout: float) -> None:
+    """Blocks until ``channel`` connects and the server's health check says SERVING."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    deadline = time.monotonic() + timeout
+    stub = health_pb2_grpc.HealthStub(channel)
+    last = ""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ApiError("UNAVAILABLE", f"no hpcopt server answered at {target} within {timeout:g} s{last}{_HINT}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=min(left, 5.0))
+            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=min(left, 5.0))
+            if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                return
+            last = " (it is starting)"
+        except grpc.FutureTimeoutError:
+            pass
+        except grpc.RpcError as exc:
+            last = f" ({cast(grpc.Call, exc).code().name})"
+        time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
