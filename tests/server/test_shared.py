@@ -3,7 +3,7 @@ campaign changed and ten times their cost has passed (a fake clock makes it exac
 
 from __future__ import annotations
 
-from hpcopt_server.service.shared import SharedAnswers
+from hpcopt_server.service.shared_answers import SharedAnswers
 
 
 class Clock:

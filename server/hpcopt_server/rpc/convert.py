@@ -9,7 +9,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from hpcopt.v1 import agent_pb2, common_pb2
 from hpcopt_server import domain as d
-from hpcopt_server.service.leasing import Acquisition, HeartbeatReply
+from hpcopt_server.service.agent_messages import Acquisition, HeartbeatReply
 
 CAMPAIGN_STATES = {s: getattr(common_pb2, f"CAMPAIGN_STATE_{s.value}") for s in d.CampaignState}
 TRIAL_STATES = {s: getattr(common_pb2, f"TRIAL_STATE_{s.value}") for s in d.TrialState}

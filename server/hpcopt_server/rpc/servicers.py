@@ -15,7 +15,7 @@ from hpcopt_server.rpc import convert
 from hpcopt_server.rpc.auth import bearer, caller
 from hpcopt_server.rpc.errors import handles_errors
 from hpcopt_server.service import Service
-from hpcopt_server.service.leasing import Lease
+from hpcopt_server.service.agent_messages import Lease
 
 Ctx: TypeAlias = grpc.ServicerContext
 

@@ -15,8 +15,8 @@ from hpcopt_server.service.campaigns import CampaignService
 from hpcopt_server.service.context import Context, ServiceSettings
 from hpcopt_server.service.export import export_campaign, import_campaign
 from hpcopt_server.service.insights import InsightService
-from hpcopt_server.service.leases import LeaseReaper
 from hpcopt_server.service.limits import RequestLimits
+from hpcopt_server.service.reaper import LeaseReaper
 from hpcopt_server.service.tokens import TokenService
 from hpcopt_server.storage.repository import Storage
 

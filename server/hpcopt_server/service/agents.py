@@ -39,8 +39,7 @@ from hpcopt_server.pruners import Verdict
 from hpcopt_server.rules import Refusal
 from hpcopt_server.service import limits as lim
 from hpcopt_server.service.acquisitions import AcquireQueue
-from hpcopt_server.service.context import Context, bound_curve, campaign_or_404
-from hpcopt_server.service.leasing import (
+from hpcopt_server.service.agent_messages import (
     AcquireStatus,
     Acquisition,
     Action,
@@ -48,6 +47,7 @@ from hpcopt_server.service.leasing import (
     Lease,
     Registration,
 )
+from hpcopt_server.service.context import Context, bound_curve, campaign_or_404
 from hpcopt_server.service.pruning import SqlHistory, pruner_of
 from hpcopt_server.storage.agent_calls import DONE, Refused
 

@@ -43,7 +43,7 @@ class AnalysisService:
 
     def importance(self, campaign_id: int) -> tuple[list[Importance], int]:
         """Importances, most important first, and the completed trials they rest on
-        (none below MIN_TRIALS completed trials); shared by every tab (``shared.py``)."""
+        (none below MIN_TRIALS completed trials); shared by every tab (``shared_answers.py``)."""
         revision = revisions(self.ctx, campaign_id)[0]
         return self.ctx.shared.get(("importance", campaign_id), revision, lambda: self._importance(campaign_id))[1]
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from hpcopt_server import domain as d
 from hpcopt_server.errors import NotFound
 from hpcopt_server.service.limits import require_id
-from hpcopt_server.service.shared import SharedAnswers
+from hpcopt_server.service.shared_answers import SharedAnswers
 from hpcopt_server.service.suggestions import OptimizerCache
 from hpcopt_server.storage.agent_calls import AgentCalls
 from hpcopt_server.storage.repository import Storage, Tx
@@ -39,7 +39,7 @@ class Context:
     """Seconds for timing caches (tests advance it instead of sleeping)."""
     optimizers: OptimizerCache = field(default_factory=OptimizerCache)
     shared: SharedAnswers = field(default_factory=SharedAnswers)
-    """The dashboard's costly views, shared by every tab (see shared.py)."""
+    """The dashboard's costly views, shared by every tab (see shared_answers.py)."""
     observe_acquire: Callable[[float], None] = lambda seconds: None
     """Told the duration of every acquisition (the metrics module records it)."""
     agent_calls: AgentCalls = field(init=False)

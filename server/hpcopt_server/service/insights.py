@@ -155,7 +155,7 @@ class InsightService:
         return self.ctx.shared.served(("plot", campaign_id, max_points), self.plot_revision(campaign_id))
 
     def plot(self, campaign_id: int, max_points: int = 2000) -> tuple[str, dict[str, Any]]:
-        """(revision, :meth:`plot_data`), shared by every tab (``service/shared.py``)."""
+        """(revision, :meth:`plot_data`), shared by every tab (``service/shared_answers.py``)."""
         revision = self.plot_revision(campaign_id)
         return self.ctx.shared.get(
             ("plot", campaign_id, max_points), revision, lambda: self.plot_data(campaign_id, max_points)
