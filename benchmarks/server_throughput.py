@@ -1,7 +1,9 @@
 """Server throughput: N simulated agents doing acquire -> heartbeat -> report folds ->
 complete cycles against R hpcopt server processes on one database, next to the peer a
-user would otherwise pick: N Optuna processes sharing one RDB storage (ask -> report
-folds -> tell) on the same database.
+user would otherwise pick: N Optuna workers (ask -> report folds -> tell) on the same
+database through Optuna's gRPC storage proxy, one proxy process holding a pooled RDB
+storage (16 + 16 connections and 64 threads, as an hpcopt server), the workers as
+threads in ``--loaders`` processes.
 
     python benchmarks/server_throughput.py                       # 1, 16, 64, 256 agents, both backends
     python benchmarks/server_throughput.py --agents 256 --backends postgresql --replicas 1,2,4 --no-peer
@@ -15,7 +17,8 @@ capacity); ``--rate C`` offers C cycles per second in all, arrivals at random (t
 latency a site sees below capacity). ``--epochs E`` adds E intermediate reports per fold;
 ``--folds K`` sets the folds per trial (3; each is a ReportFold).
 
-Prints one row per configuration: cycles/s (trials acquired and completed per second);
+Prints one row per configuration: cycles/s (cycles completed inside the measured window,
+per second of it: a cycle started before the deadline and finished after does not count);
 p50/p99 of acquire and complete, and of heartbeat and reports; server and PostgreSQL
 CPU milliseconds per RPC (from /proc: what predicts a bigger host); errors; duplicate
 acquisitions (a trial granted twice: must be 0); the Optuna peer and the ratio. With
@@ -142,7 +145,8 @@ def _loader(targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], 
                         await agent.report(lease, k, e, 1.0 / (e + 1))
                     await agent.report_fold(lease, k, 0.1 * k)
                 await agent.complete(lease)
-                rec.cycles += 1
+                if time.time() <= deadline:
+                    rec.cycles += 1
             except grpc.aio.AioRpcError:
                 await asyncio.sleep(0.01)
 
@@ -244,67 +248,121 @@ def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int =
                   cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], rec.calls())  # fmt: skip
 
 
-# -- the peer: Optuna processes sharing one RDB storage --------------------------------
+# -- the peer: Optuna workers through its gRPC storage proxy ---------------------------
+
+_PROXY = """
+import sys
+from concurrent.futures import ThreadPoolExecutor
+import optuna
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+storage = optuna.storages.RDBStorage(sys.argv[1], engine_kwargs={"pool_size": 16, "max_overflow": 16})
+optuna.storages.run_grpc_proxy_server(storage, host="127.0.0.1", port=int(sys.argv[2]),
+                                      thread_pool=ThreadPoolExecutor(64))
+"""
 
 
-def _optuna_agent(storage_url: str, study: str, go: Any, deadline_box: Any, out: Any) -> None:
+def _optuna_loader(port: int, study: str, workers: int, go: Any, deadline_box: Any, out: Any) -> None:
+    import threading
+    import warnings
+
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     lat: list[float] = []
     granted: list[int] = []
-    cycles = errors = 0
-    first_error = ""
-    try:
-        s = optuna.load_study(study_name=study, storage=storage_url, sampler=optuna.samplers.RandomSampler())
-    except Exception as exc:
-        out.put((0, [], 1, [], repr(exc)))
-        return
-    go.wait()
-    deadline = deadline_box.value
-    while time.time() < deadline:
+    counts = {"cycles": 0, "errors": 0}
+    first_error: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
         try:
-            t0 = time.perf_counter()
-            trial = s.ask()
-            trial.suggest_float("x", 0, 1)
-            trial.suggest_int("k", 1, 9)
-            lat.append(time.perf_counter() - t0)
-            granted.append(trial._trial_id)
-            for k in range(FOLDS):
-                t0 = time.perf_counter()
-                trial.report(0.1 * k, k)
-                lat.append(time.perf_counter() - t0)
-            t0 = time.perf_counter()
-            s.tell(trial, 0.1)
-            lat.append(time.perf_counter() - t0)
-            cycles += 1
+            storage = optuna.storages.GrpcStorageProxy(host="127.0.0.1", port=port)
+            s = optuna.load_study(study_name=study, storage=storage, sampler=optuna.samplers.RandomSampler())
         except Exception as exc:
-            errors += 1
-            first_error = first_error or repr(exc)[:200]
-    out.put((cycles, lat, errors, granted, first_error))
+            with lock:
+                counts["errors"] += 1
+                first_error.append(repr(exc)[:200])
+            return
+        go.wait()
+        deadline = deadline_box.value
+        mine: list[float] = []
+        while time.time() < deadline:
+            try:
+                t0 = time.perf_counter()
+                trial = s.ask()
+                trial.suggest_float("x", 0, 1)
+                trial.suggest_int("k", 1, 9)
+                mine.append(time.perf_counter() - t0)
+                with lock:
+                    granted.append(trial._trial_id)
+                for k in range(FOLDS):
+                    t0 = time.perf_counter()
+                    trial.report(0.1 * k, k)
+                    mine.append(time.perf_counter() - t0)
+                t0 = time.perf_counter()
+                s.tell(trial, 0.1)
+                mine.append(time.perf_counter() - t0)
+                if time.time() <= deadline:
+                    with lock:
+                        counts["cycles"] += 1
+            except Exception as exc:
+                with lock:
+                    counts["errors"] += 1
+                    first_error.append(repr(exc)[:200])
+        with lock:
+            lat.extend(mine)
+
+    threads = [threading.Thread(target=worker) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out.put((counts["cycles"], lat, counts["errors"], granted, first_error[0] if first_error else ""))
 
 
-def run_optuna(db: str, backend: str, n: int, seconds: float) -> Result:
+def run_optuna(db: str, backend: str, n: int, seconds: float, loaders: int = 8) -> Result:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     storage_url = db.replace("postgresql://", "postgresql+psycopg://")
     study = f"bench-{uuid.uuid4().hex[:8]}"
     optuna.create_study(study_name=study, storage=storage_url)
-    return _drive("optuna", backend, n, seconds, _optuna_agent, (storage_url, study))
+    port = _free_port()
+    proxy = subprocess.Popen([sys.executable, "-c", _PROXY, storage_url, str(port)])
+    try:
+        _wait_port(port, proxy)
+        procs = min(loaders, n)
+        shares = [len(range(n)[k::procs]) for k in range(procs)]
+        return _drive("optuna", backend, n, seconds, _optuna_loader, [(port, study, w) for w in shares])
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=60)
+
+
+def _wait_port(port: int, proc: subprocess.Popen[bytes]) -> None:
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise SystemExit(f"the Optuna proxy exited with {proc.returncode}")
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise SystemExit("the Optuna proxy did not start")
 
 
 # -- shared driver ---------------------------------------------------------------------
 
 
-def _drive(system: str, backend: str, n: int, seconds: float, target: Any, args: tuple[Any, ...]) -> Result:
+def _drive(system: str, backend: str, n: int, seconds: float, target: Any, args: list[tuple[Any, ...]]) -> Result:
+    """One process per entry of ``args``, each running ``target(*entry, go, deadline, out)``."""
     ctx = mp.get_context("fork")
     go, out = ctx.Event(), ctx.Queue()
     deadline_box = ctx.Value("d", 0.0)
-    procs = [ctx.Process(target=target, args=(*args, go, deadline_box, out)) for _ in range(n)]
+    procs = [ctx.Process(target=target, args=(*a, go, deadline_box, out)) for a in args]
     for p in procs:
         p.start()
-    time.sleep(min(2 + n * 0.15, 60))  # let every process import and register
+    time.sleep(min(3 + len(procs) * 0.5 + n * 0.02, 60))  # let every worker import and load its study
     deadline_box.value = time.time() + seconds
     t0 = time.time()
     go.set()
