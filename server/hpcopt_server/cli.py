@@ -351,6 +351,7 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError("Failed to bind ...")
         http_socket.close()
         return _cannot_listen("gRPC", settings.host, settings.grpc_port, "--grpc-port", "HPCOPT_GRPC_PORT", exc)
+    service.warm_optimizers()
     grpc.start()
     grpc_port = grpc.port
     service.reaper.start()

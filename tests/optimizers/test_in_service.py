@@ -68,3 +68,37 @@ def test_bad_algorithm_options_are_refused_at_creation(
         service.campaigns.create(make_spec(algorithm=algorithm))
     assert err.value.errors[0][0] == field and text in err.value.errors[0][1]
     assert service.campaigns.page() == ([], 0)
+
+
+def test_a_restarted_server_rebuilds_running_optimizers_before_the_first_acquisition(service: Service) -> None:
+    """The rebuild at start feeds each running campaign's optimizer its whole history off
+    the request path: the first acquisition after it then reads only what finished since."""
+    spec = make_spec(algorithm={"name": "bo", "seed": 3, "options": {"n_initial": 3, "background_refit": False}},
+                     folds=1, budget={"max_trials": 20, "max_parallel": 2})  # fmt: skip
+    running = service.campaigns.create(spec)
+    done = service.campaigns.create(make_spec(budget={"max_trials": 1, "max_parallel": 1}))
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    for cid, n in ((running.id, 6), (done.id, 1)):
+        for _ in range(n):
+            got = service.agents.acquire(agent, cid)
+            assert got.trial is not None
+            lease = Lease(agent, got.trial.id, got.lease_id)
+            service.agents.report_fold(lease, 0, float(got.trial.params["lr"]) if cid == running.id else 1.0)
+            if cid == done.id:
+                for k in (1, 2):
+                    service.agents.report_fold(lease, k, 1.0)
+            service.agents.complete(lease)
+    service.ctx.optimizers = OptimizerCache()  # a restart
+    service.warm_optimizers().join(timeout=120)
+    entries = service.ctx.optimizers._entries
+    assert set(entries) == {running.id} and entries[running.id].seen_seq == 6  # the finished campaign is left cold
+    reads: list[int] = []
+    with service.ctx.storage.read() as tx:
+        original = type(tx).finished_after
+    type(tx).finished_after = lambda self, cid, seq: reads.append(seq) or original(self, cid, seq)  # type: ignore[method-assign]
+    try:
+        got = service.agents.acquire(agent, running.id)
+    finally:
+        type(tx).finished_after = original  # type: ignore[method-assign]
+    assert reads == [6]  # caught up from the rebuild, not from 0
+    assert got.trial is not None and got.trial.number == 6

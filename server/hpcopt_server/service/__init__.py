@@ -6,6 +6,8 @@ here and encode the answer. Nothing here knows about HTTP, protobuf or ORM rows.
 
 from __future__ import annotations
 
+import logging
+import threading
 from typing import Any
 
 from hpcopt_server import domain as d
@@ -41,6 +43,34 @@ class Service:
         self.insights = InsightService(self.ctx)
         self.analysis = AnalysisService(self.ctx)
         self.reaper = LeaseReaper(self.ctx, reap_interval)
+
+    def warm_optimizers(self) -> threading.Thread:
+        """Rebuilds the running campaigns' optimizers from SQL in a background thread
+        (see ``suggestions.py``); the thread, started."""
+        running: list[d.Campaign] = []
+        with self.ctx.storage.read() as tx:
+            offset = 0
+            while True:
+                page, total = tx.list_campaigns(offset, 500)
+                running += [c for c in page if c.state == d.CampaignState.RUNNING]
+                offset += len(page)
+                if not page or offset >= total:
+                    break
+        self.ctx.optimizers.reserve([c.id for c in running])
+
+        def build() -> None:
+            for c in running:
+                try:
+                    with self.ctx.storage.read() as tx:
+                        self.ctx.optimizers.warm(tx, c)
+                except Exception:  # the request path rebuilds it instead
+                    logging.getLogger(__name__).exception("rebuilding campaign %d's optimizer failed", c.id)
+                finally:
+                    self.ctx.optimizers.release(c.id)
+
+        thread = threading.Thread(target=build, name="optimizer-warmup", daemon=True)
+        thread.start()
+        return thread
 
     def export_campaign(self, campaign_id: int) -> dict[str, Any]:
         return export_campaign(self.ctx, campaign_id)
