@@ -343,3 +343,22 @@ def test_a_missing_trial_is_named(svc: Service) -> None:
     _campaign(svc)
     for call, answer in _every_call(svc, L("a", 987_654, "x"), NOW).items():
         assert isinstance(answer, Refused) and answer.why == Refusal.NO_TRIAL, call
+
+
+@pytest.mark.postgres
+def test_a_heartbeat_skips_the_flush_for_itself_only(pg_url: str) -> None:
+    """The heartbeat turns synchronous_commit off for its own transaction: the pooled
+    connection it ran on is durable again for the report that uses it next."""
+    storage = Storage(pg_url)
+    try:
+        svc = Service(storage)
+        svc.ctx.clock = lambda: NOW
+        _, lease = _leased(svc)
+        with storage.db.autocommit() as c:
+            before = c.exec_driver_sql("SELECT pg_backend_pid()").scalar()
+        assert _calls(svc).heartbeat(lease, NOW, LATER) is None
+        with storage.db.autocommit() as c:
+            assert c.exec_driver_sql("SELECT pg_backend_pid()").scalar() == before  # the same pooled connection
+            assert c.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
+    finally:
+        storage.close()

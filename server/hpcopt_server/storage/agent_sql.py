@@ -153,10 +153,17 @@ UPSERTS = {
 _STAMP = m.UTCDateTime()
 _HELD = """
     id = :tid AND lease_id = :lid AND agent_id = :aid AND state = 'RUNNING' AND lease_expires_at >= :now"""
+# A heartbeat commits without waiting for its WAL to reach the disk (synchronous_commit
+# off for its own transaction only): what PostgreSQL can lose in a crash is the last
+# ~0.6 s (3 x wal_writer_delay) of lease extensions and "last seen" times, never a
+# trial's state, a report or a result; such a lease then ends at its previous expiry,
+# at least (lease - heartbeat period) after the agent's last heartbeat, and the agent's
+# next heartbeat renews it first.
 PG_HEARTBEAT = text(f"""
-WITH t AS (UPDATE trials SET lease_expires_at = :exp WHERE {_HELD} RETURNING id),
+WITH s AS (SELECT set_config('synchronous_commit', 'off', true)),
+     t AS (UPDATE trials SET lease_expires_at = :exp WHERE {_HELD} RETURNING id),
      a AS (UPDATE agents SET last_seen_at = :now WHERE id = :aid AND EXISTS (SELECT 1 FROM t))
-SELECT count(*) FROM t""").bindparams(bindparam("exp", type_=_STAMP), bindparam("now", type_=_STAMP))
+SELECT count(*) FROM t, s""").bindparams(bindparam("exp", type_=_STAMP), bindparam("now", type_=_STAMP))
 PG_REPORT = text(f"""
 WITH t AS (
   UPDATE trials SET lease_expires_at = :exp
