@@ -37,6 +37,10 @@ class Recorder:
     steady: dict[str, list[float]] = field(default_factory=lambda: defaultdict(list))
     """Latencies of the calls that started inside ``window`` (wall-clock seconds)."""
     window: tuple[float, float] = (0.0, 0.0)
+    phases: list[float] = field(default_factory=list)
+    """Wall-clock starts of the run's phases, ascending: ``by_phase[i]`` holds the
+    latencies of the calls that started in phase i (from ``phases[i]`` to the next)."""
+    by_phase: dict[int, dict[str, list[float]]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
 
     def merge(self, other: dict[str, Any]) -> None:
         for k, v in other["latency"].items():
@@ -47,6 +51,10 @@ class Recorder:
             self.counters[k] += n
         for k, v in other.get("steady", {}).items():
             self.steady[k].extend(v)
+        self.phases = self.phases or list(other.get("phases", []))
+        for i, methods in other.get("by_phase", {}).items():
+            for k, v in methods.items():
+                self.by_phase[i][k].extend(v)
         self.first_error = self.first_error or other["first_error"]
         self.granted.extend(other["granted"])
         self.cycles += other["cycles"]
@@ -54,7 +62,8 @@ class Recorder:
     def dump(self) -> dict[str, Any]:
         return {"latency": dict(self.latency), "errors": dict(self.errors), "first_error": self.first_error,
                 "granted": self.granted, "cycles": self.cycles, "counters": dict(self.counters),
-                "steady": dict(self.steady)}  # fmt: skip
+                "steady": dict(self.steady),
+                "phases": self.phases, "by_phase": {i: dict(m) for i, m in self.by_phase.items()}}  # fmt: skip
 
     def calls(self) -> int:
         return sum(len(v) for v in self.latency.values())
@@ -92,6 +101,9 @@ class Agent:
             self.rec.latency[method].append(took)
             if self.rec.window[0] <= started <= self.rec.window[1]:
                 self.rec.steady[method].append(took)
+            if self.rec.phases and started >= self.rec.phases[0]:
+                phase = sum(1 for p in self.rec.phases if p <= started) - 1
+                self.rec.by_phase[phase][method].append(took)
 
     async def register(self, campaign_id: int, host: str = "") -> agent_pb2.RegisterResponse:
         req = agent_pb2.RegisterRequest(host=host or socket.gethostname(), ranks=1, campaign_id=campaign_id)
@@ -142,17 +154,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def postgres_cpu_seconds() -> float:
-    """CPU seconds of every live PostgreSQL process on this machine."""
-    total = 0.0
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                if (d / "comm").read_text().strip() == "postgres":
-                    total += cpu_seconds(int(d.name))
-            except OSError:
-                continue
-    return total
+def database_backends_cpu(db: str, seen: dict[int, float]) -> dict[int, float]:
+    """``seen`` updated with the CPU seconds of every PostgreSQL backend now connected to
+    ``db`` (a libpq URL), by pid: sample it before, during and after a run, and the
+    difference is what that database's sessions used, not the other databases' on a
+    shared machine (the WAL writer and checkpointer, shared by all, are left out)."""
+    import psycopg
+
+    with psycopg.connect(db, autocommit=True) as conn:
+        pids = [int(r[0]) for r in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )]  # fmt: skip
+    for pid in pids:
+        used = cpu_seconds(pid)
+        if used:
+            seen[pid] = max(seen.get(pid, 0.0), used)
+    return seen
 
 
 def machine_busy_seconds() -> float:

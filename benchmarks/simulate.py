@@ -7,21 +7,26 @@ fold, heartbeats when lease/4 (the period the server gives it) passes without a 
 and completes the trial; some trials are preempted (released as PREEMPTED, resumed elsewhere) and some
 agents crash (go silent, so the lease must expire; they come back as a new agent).
 
-    python benchmarks/simulate.py                                    # 1,000 agents, 100,000-trial campaign
+    python benchmarks/simulate.py                    # 1,000 agents, an empty bo campaign, 2.5 simulated hours
     python benchmarks/simulate.py --agents 2000 --replicas 2 --speedup 20 --duration 300
+    python benchmarks/simulate.py --prefill 98000 --algorithm random   # a campaign near its 100,000th trial
 
 ``--speedup A`` runs simulated time A times faster than real time: durations, the lease
 (so the heartbeat period) and the reaper's interval are all divided by A, so the request
-rates are A times those of the real site. ``--prefill N`` first writes N finished trials
-(folds, curves, events) straight into the database, so that the run works on a
-campaign of that size without simulating its history; the run then goes on until the
+rates are A times those of the real site. The campaign starts empty and uses ``bo``
+(``--algorithm``), so the run pays for the optimizer as its history grows;
+``--prefill N`` instead first writes N finished trials (folds, curves, events) straight
+into the database, to start from a campaign of that size. The run goes on until the
 campaign's budget is used or ``--duration`` real seconds pass.
 
 Prints the request rate and latency percentiles of each RPC, the trials completed, the
 crashes and preemptions injected, lease expiries (each must be a crashed agent's:
 "unwarranted" must be 0), calls refused to live agents, duplicate grants (must be 0),
-server and PostgreSQL CPU per call, the database's size, and what that makes one
-server core carry at the real (unaccelerated) rates. Nothing is asserted.
+server and PostgreSQL CPU per call (PostgreSQL: the run database's backends only, so
+other work on a shared machine does not count), the database's size, what that makes
+one server core carry at the real (unaccelerated) rates, and each RPC's latency by
+phase: the first minute (every agent asking for its first trial at once), then each
+simulated hour, then the last 10 s. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -185,6 +190,12 @@ def _loader(targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], 
         # The steady state: after the first minute (every agent asking for its first
         # trial at once) and before the last 10 s (every agent leaving at once).
         rec.window = (time.time() + plan["warmup_s"], stop_box.value - 10.0)
+        start, hour, end = time.time(), 3600.0 / plan["speedup"], stop_box.value - 10.0
+        rec.phases, mark = [start], min(start + plan["warmup_s"], end)
+        while mark < end:  # the first minute, then each simulated hour after it
+            rec.phases.append(mark)
+            mark += hour
+        rec.phases.append(end)
         go_event.set()
         await asyncio.gather(*tasks, return_exceptions=True)
 
@@ -250,9 +261,10 @@ def main() -> int:
     ap.add_argument("--agents", type=int, default=1000)
     ap.add_argument("--replicas", type=int, default=1, help="server processes on the one database")
     ap.add_argument("--trials", type=int, default=100_000, help="the campaign's budget")
-    ap.add_argument("--prefill", type=int, default=98_000, help="finished trials written before the run")
-    ap.add_argument("--duration", type=float, default=300.0, help="real seconds at most")
-    ap.add_argument("--speedup", type=float, default=5.0, help="simulated seconds per real second")
+    ap.add_argument("--prefill", type=int, default=0, help="finished trials written before the run")
+    ap.add_argument("--algorithm", default="bo", help="the campaign's optimizer")
+    ap.add_argument("--duration", type=float, default=900.0, help="real seconds at most")
+    ap.add_argument("--speedup", type=float, default=10.0, help="simulated seconds per real second")
     ap.add_argument("--median-minutes", type=float, default=10.0, help="median simulated trial duration")
     ap.add_argument("--sigma", type=float, default=0.6, help="log-normal spread of trial durations")
     ap.add_argument("--folds", type=int, default=3)
@@ -267,7 +279,7 @@ def main() -> int:
     args = ap.parse_args()
 
     import psycopg
-    from aio_agents import cpu_seconds, postgres_cpu_seconds
+    from aio_agents import cpu_seconds, database_backends_cpu
 
     A = args.speedup
     name = f"hpcopt_sim_{uuid.uuid4().hex[:8]}"
@@ -286,7 +298,7 @@ def main() -> int:
             "name": "simulated-site",
             "objective": {"metric": "loss"},
             "space": {"x": {"type": "real", "low": 0, "high": 1}, "k": {"type": "int", "low": 1, "high": 9}},
-            "algorithm": {"name": "random", "seed": args.seed},
+            "algorithm": {"name": args.algorithm, "seed": args.seed},
             "budget": {"max_trials": args.trials, "max_parallel": args.agents},
             "folds": args.folds,
             "training": {"task": "simulated", "epochs": args.epochs},
@@ -311,20 +323,25 @@ def main() -> int:
         for _ in procs:
             ready.get(timeout=600)
         print(f"{args.agents} agents registered; running for at most {args.duration:g} s", flush=True)
-        cpu0 = sum(cpu_seconds(p.pid) for p, _, _ in servers), postgres_cpu_seconds()
+        pg0 = dict(database_backends_cpu(_libpq(db), {}))
+        pg_seen = dict(pg0)
+        cpu0 = sum(cpu_seconds(p.pid) for p, _, _ in servers)
         t0 = time.time()
         stop_box.value = t0 + args.duration
         go.set()
         finished0 = _finished(db, cid)
         while time.time() < stop_box.value:
             time.sleep(min(30.0, max(0.0, stop_box.value - time.time())))
+            database_backends_cpu(_libpq(db), pg_seen)
             done = _finished(db, cid)
             print(f"  {time.time() - t0:6.0f} s: {done - finished0:,} trials finished in the run "
                   f"({done:,} of {args.trials:,})", flush=True)  # fmt: skip
             if done >= args.trials:
                 stop_box.value = time.time()
         elapsed = time.time() - t0
-        cpu1 = sum(cpu_seconds(p.pid) for p, _, _ in servers), postgres_cpu_seconds()
+        cpu1 = sum(cpu_seconds(p.pid) for p, _, _ in servers)
+        database_backends_cpu(_libpq(db), pg_seen)
+        pg_cpu = sum(used - pg0.get(pid, 0.0) for pid, used in pg_seen.items())
         from aio_agents import Recorder
 
         rec = Recorder()
@@ -345,8 +362,8 @@ def main() -> int:
             proc.terminate()
         for proc, _, _ in servers:
             proc.wait(timeout=60)
-    _report(args, rec, elapsed, cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], crashed, refused, expiries,
-            finished1 - finished0, finished1, size0, size1)  # fmt: skip
+    _report(args, rec, elapsed, cpu1 - cpu0, pg_cpu, crashed, refused, expiries, finished1 - finished0, finished1,
+            size0, size1)  # fmt: skip
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return 0
@@ -385,6 +402,26 @@ def _expiries(db: str, since: float) -> list[tuple[int, int, str]]:
     return [(int(a), int(b), str(c)) for a, b, c in rows]
 
 
+def _phases(args: Any, rec: Any) -> None:
+    """p50 / p99 (ms) of each RPC in each phase of the run."""
+    from aio_agents import pct
+
+    if len(rec.phases) < 2:
+        return
+    methods = ["Acquire", "Heartbeat", "ReportIntermediate", "ReportFold", "Complete"]
+    n = len(rec.phases)
+    names = ["first minute", *(f"sim. hour {i}" for i in range(1, n - 1)), "last 10 s"]
+    print()
+    print(f"{'phase':<14} " + " ".join(f"{m[:12]:>19}" for m in methods) + "   (p50 / p99 ms, calls)")
+    for i, name in enumerate(names):
+        row = rec.by_phase.get(i, {})
+        cells = []
+        for m in methods:
+            xs = row.get(m, [])
+            cells.append(f"{pct(xs, 0.5):>6.1f}/{pct(xs, 0.99):>6.0f} {len(xs):>5}" if xs else f"{'-':>19}")
+        print(f"{name:<14} " + " ".join(f"{c:>19}" for c in cells))
+
+
 def _report(args: Any, rec: Any, elapsed: float, server_cpu: float, pg_cpu: float, crashed: set[tuple[int, int]],
             refused: int, expiries: list[tuple[int, int, str]], run_trials: int, total: int, size0: int,
             size1: int) -> None:  # fmt: skip
@@ -404,6 +441,7 @@ def _report(args: Any, rec: Any, elapsed: float, server_cpu: float, pg_cpu: floa
               f"{pct(xs, 0.99):>8.1f} {max(xs) * 1000:>8.1f} | {steady}")  # fmt: skip
     print("-" * 123)
     print(f"{'all':<20} {calls:>9,} {calls / elapsed:>8.1f}")
+    _phases(args, rec)
     exited = [e for e in expiries if e[2] == "the agent exited"]
     lost = [e for e in expiries if e[2] != "the agent exited"]
     unwarranted = [e for e in lost if (e[0], e[1]) not in crashed]
