@@ -362,3 +362,51 @@ def test_a_heartbeat_skips_the_flush_for_itself_only(pg_url: str) -> None:
             assert c.exec_driver_sql("SHOW synchronous_commit").scalar() == "on"
     finally:
         storage.close()
+
+
+@pytest.mark.postgres
+def test_a_completion_that_loses_its_trial_under_the_lock_takes_no_count(pg_url: str) -> None:
+    """PostgreSQL completes in one statement: the campaign's counter first, then the
+    trial under its row lock. If the reaper requeues the trial while the completion
+    waits for the campaign's lock, the trial's guard fails under the lock and the whole
+    statement must roll back: no finish_seq taken, nothing completed."""
+    import threading
+
+    import psycopg
+
+    storage = Storage(pg_url)
+    try:
+        svc = Service(storage)
+        svc.ctx.clock = lambda: NOW
+        c, lease = _leased(svc)
+        for k in range(3):
+            assert isinstance(_calls(svc).finish_fold(lease, k, 1.0, {}, "", NOW, LATER), FoldDone)
+        other = psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://"))
+        other.execute("SELECT 1 FROM campaigns WHERE id = %s FOR UPDATE", (c.id,))  # as the reaper: campaign first
+        other.execute("UPDATE trials SET state = 'QUEUED', lease_id = '', agent_id = '' WHERE id = %s",
+                      (lease.trial_id,))  # fmt: skip
+        got: list[Any] = []
+        t = threading.Thread(target=lambda: got.append(_calls(svc).complete(lease, NOW)))
+        t.start()
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+        with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as probe:
+            for _ in range(600):  # until the completion waits for the campaign's lock
+                if probe.execute(waiting).fetchone()[0]:  # type: ignore[index]
+                    break
+                threading.Event().wait(0.05)
+            else:
+                raise AssertionError("the completion never waited for the campaign's lock")
+        other.commit()
+        other.close()
+        t.join(timeout=60)
+        assert len(got) == 1 and isinstance(got[0], Refused) and got[0].why == Refusal.NOT_HOLDER
+        trial = _row(svc, lease.trial_id)
+        with svc.ctx.storage.read() as tx:
+            campaign = tx.get_campaign(c.id)
+        assert campaign is not None and campaign.trials_finished == 0
+        assert (trial.state, trial.finish_seq) == (d.TrialState.QUEUED, None)
+        assert "completed" not in [e.kind for e in trial.events]
+    finally:
+        storage.close()

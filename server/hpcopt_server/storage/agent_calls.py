@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DataError
 
 from hpcopt_server import domain as d
 from hpcopt_server import rules
@@ -217,28 +218,8 @@ class AgentCalls:
     def complete(self, lease: HeldLease, now: datetime) -> d.Trial | Refused:
         """RUNNING -> COMPLETED with the mean and spread of its folds (rules.fold_summary);
         completing again under the same lease answers with the completed trial."""
-        p = _lease_params(lease, now, now)
         try:
-            with self.storage.write() as tx:
-                c = tx.s.connection()
-                trial = self._trial_with_folds(c, lease.trial_id)
-                campaign = None if trial is None else self.campaign(trial.campaign_id, c)
-                if trial is None or campaign is None or rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now):
-                    raise _Rollback
-                summary = rules.fold_summary(trial.folds, campaign.folds, campaign.objectives)
-                if not isinstance(summary, rules.FoldSummary):
-                    raise _Rollback
-                # The campaign's lock is held from here to the commit.
-                seq, state = self._count_finished(c, campaign.id)
-                done = {"seq": seq, "now2": now, "value": summary.value, "std": summary.std, "values": summary.values}
-                if not c.execute(S.COMPLETE, {**p, **done}).rowcount:
-                    raise _Rollback
-                c.execute(S.EVENT, _event(trial.id, trial.attempt, "completed", lease.agent_id, now))
-                if rules.campaign_done(d.CampaignState(state), seq, campaign.max_trials):
-                    tx.set_campaign_state(campaign.id, d.CampaignState.COMPLETED, now)
-                values = None if summary.values is None else tuple(summary.values)
-                return replace(trial, state=d.TrialState.COMPLETED, value=summary.value, value_std=summary.std,
-                               values=values, finished_at=now, finish_seq=seq)  # fmt: skip
+            return self._complete_one(lease, now) if self.one_statement else self._complete_tx(lease, now)
         except _Rollback:
             pass
         trial, campaign = self._read(lease.trial_id)
@@ -251,6 +232,52 @@ class AgentCalls:
         if not isinstance(summary, rules.FoldSummary):
             return Refused(Refusal.FOLDS_MISSING, trial, tuple(summary))
         return Refused(Refusal.CHANGED, trial)
+
+    def _summary(
+        self, trial: d.Trial | None, campaign: d.Campaign | None, lease: HeldLease, now: datetime
+    ) -> rules.FoldSummary:
+        if trial is None or campaign is None or rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now):
+            raise _Rollback
+        summary = rules.fold_summary(trial.folds, campaign.folds, campaign.objectives)
+        if not isinstance(summary, rules.FoldSummary):
+            raise _Rollback
+        return summary
+
+    def _complete_one(self, lease: HeldLease, now: datetime) -> d.Trial:
+        """PostgreSQL: an unlocked read of the folds, then the completion in one statement
+        (``agent_sql.PG_COMPLETE``): the campaign's lock is held for that statement only."""
+        with self.storage.db.autocommit() as c:
+            trial = self._trial_with_folds(c, lease.trial_id)
+            campaign = None if trial is None else self.campaign(trial.campaign_id, c)
+            summary = self._summary(trial, campaign, lease, now)
+            assert trial is not None and campaign is not None
+            p = {**_lease_params(lease, now, now), "cid": campaign.id, "value": summary.value, "std": summary.std,
+                 "values": summary.values}  # fmt: skip
+            try:
+                row = c.execute(S.PG_COMPLETE, p).first()
+            except DataError:  # the trial's guard failed under its lock: nothing was changed
+                raise _Rollback from None
+        if row is None:
+            raise _Rollback
+        return _completed(trial, summary, now, int(row[0]))
+
+    def _complete_tx(self, lease: HeldLease, now: datetime) -> d.Trial:
+        p = _lease_params(lease, now, now)
+        with self.storage.write() as tx:
+            c = tx.s.connection()
+            trial = self._trial_with_folds(c, lease.trial_id)
+            campaign = None if trial is None else self.campaign(trial.campaign_id, c)
+            summary = self._summary(trial, campaign, lease, now)
+            assert trial is not None and campaign is not None
+            # The campaign's lock is held from here to the commit.
+            seq, state = self._count_finished(c, campaign.id)
+            done = {"seq": seq, "now2": now, "value": summary.value, "std": summary.std, "values": summary.values}
+            if not c.execute(S.COMPLETE, {**p, **done}).rowcount:
+                raise _Rollback
+            c.execute(S.EVENT, _event(trial.id, trial.attempt, "completed", lease.agent_id, now))
+            if rules.campaign_done(d.CampaignState(state), seq, campaign.max_trials):
+                tx.set_campaign_state(campaign.id, d.CampaignState.COMPLETED, now)
+            return _completed(trial, summary, now, seq)
 
     def release(self, lease: HeldLease, state: d.TrialState, reason: str, now: datetime) -> d.Trial | Refused:
         """FAILED or PRUNED (final), or PREEMPTED: back to the queue as attempt + 1."""
@@ -509,6 +536,12 @@ def _lease_params(lease: HeldLease, now: datetime, expires: datetime) -> dict[st
 
 def _event(trial_id: int, attempt: int, kind: str, agent_id: str, now: datetime, reason: str = "") -> dict[str, Any]:
     return {"tid": trial_id, "attempt": attempt, "kind": kind, "aid": agent_id, "now": now, "reason": reason}
+
+
+def _completed(trial: d.Trial, summary: rules.FoldSummary, now: datetime, seq: int) -> d.Trial:
+    values = None if summary.values is None else tuple(summary.values)
+    return replace(trial, state=d.TrialState.COMPLETED, value=summary.value, value_std=summary.std, values=values,
+                   finished_at=now, finish_seq=seq)  # fmt: skip
 
 
 def _holds(trial: d.Trial, lease: HeldLease) -> bool:

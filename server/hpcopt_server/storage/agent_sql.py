@@ -210,3 +210,28 @@ f AS (
 SELECT t.campaign_id, t.attempt, f.checkpoint_uri FROM t CROSS JOIN f""").bindparams(
     bindparam("exp", type_=_STAMP), bindparam("now", type_=_STAMP), bindparam("metrics", type_=F.c.metrics.type)
 )
+# A completion: the campaign's counter (its row lock, held for this statement and its
+# commit only), the trial, its event and, when this was the budget's last trial, the
+# campaign's end (rules.campaign_done), in one statement. The trial's guard is checked
+# again under its row lock; if it no longer holds, the division by zero makes the whole
+# statement fail, so the counter is never taken for a trial that did not complete.
+PG_COMPLETE = text(f"""
+WITH c AS (
+  UPDATE campaigns SET finished_count = finished_count + 1,
+    state = CASE WHEN state = 'RUNNING' AND finished_count + 1 >= (spec -> 'budget' ->> 'max_trials')::int
+                 THEN 'COMPLETED' ELSE state END,
+    finished_at = CASE WHEN state = 'RUNNING' AND finished_count + 1 >= (spec -> 'budget' ->> 'max_trials')::int
+                       THEN :now ELSE finished_at END
+  WHERE id = :cid AND EXISTS (SELECT 1 FROM trials WHERE {_HELD})
+  RETURNING finished_count),
+t AS (
+  UPDATE trials SET state = 'COMPLETED', finished_at = :now, finish_seq = (SELECT finished_count FROM c),
+    value = :value, value_std = :std, "values" = :values
+  WHERE {_HELD} AND EXISTS (SELECT 1 FROM c)
+  RETURNING id, attempt),
+e AS (
+  INSERT INTO trial_events (trial_id, attempt, kind, agent_id, reason, at)
+  SELECT id, attempt, 'completed', :aid, '', :now FROM t)
+SELECT c.finished_count, 1 / (SELECT count(*) FROM t) FROM c""").bindparams(
+    bindparam("now", type_=_STAMP), bindparam("values", type_=T.c["values"].type)
+)
