@@ -154,22 +154,36 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def database_backends_cpu(db: str, seen: dict[int, float]) -> dict[int, float]:
-    """``seen`` updated with the CPU seconds of every PostgreSQL backend now connected to
-    ``db`` (a libpq URL), by pid: sample it before, during and after a run, and the
-    difference is what that database's sessions used, not the other databases' on a
-    shared machine (the WAL writer and checkpointer, shared by all, are left out)."""
+def database_cpu(db: str) -> tuple[dict[int, float], float]:
+    """(CPU seconds of each PostgreSQL backend now connected to ``db``, a libpq URL, by
+    pid; CPU seconds of the backends the postmaster has reaped so far). Take it before and
+    after a run and :func:`database_cpu_used` gives what the run's sessions used,
+    without the live sessions of other databases on a shared machine."""
     import psycopg
 
     with psycopg.connect(db, autocommit=True) as conn:
         pids = [int(r[0]) for r in conn.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )]  # fmt: skip
-    for pid in pids:
-        used = cpu_seconds(pid)
-        if used:
-            seen[pid] = max(seen.get(pid, 0.0), used)
-    return seen
+        me = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
+    live = {pid: cpu_seconds(pid) for pid in pids}
+    try:  # the postmaster accumulates the CPU of the backends it reaped (cutime + cstime)
+        postmaster = int(Path(f"/proc/{me}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        fields = Path(f"/proc/{postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+        reaped = (int(fields[13]) + int(fields[14])) / TICK
+    except (OSError, IndexError, ValueError):
+        reaped = 0.0
+    return live, reaped
+
+
+def database_cpu_used(before: tuple[dict[int, float], float], after: tuple[dict[int, float], float]) -> float:
+    """CPU seconds the database's backends used between two :func:`database_cpu` samples:
+    the live ones' growth, and the backends that ended meanwhile (a connection pool's
+    overflow connections come and go), less what those had used before."""
+    (live0, reaped0), (live1, reaped1) = before, after
+    grown = sum(used - live0.get(pid, 0.0) for pid, used in live1.items())
+    ended = reaped1 - reaped0 - sum(used for pid, used in live0.items() if pid not in live1)
+    return grown + max(0.0, ended)
 
 
 def machine_busy_seconds() -> float:

@@ -20,8 +20,8 @@ latency a site sees below capacity). ``--epochs E`` adds E intermediate reports 
 Prints one row per configuration: cycles/s (cycles completed inside the measured window,
 per second of it: a cycle started before the deadline and finished after does not count);
 p50/p99 of acquire and complete, and of heartbeat and reports; server and PostgreSQL
-CPU milliseconds per RPC (from /proc; PostgreSQL's: the run database's backends only, so
-other work on a shared machine does not count); errors; duplicate
+CPU milliseconds per RPC (from /proc; PostgreSQL's: the run database's backends and the
+backends that ended during the run, not other databases' live sessions); errors; duplicate
 acquisitions (a trial granted twice: must be 0); the Optuna peer and the ratio. With
 ``--reps K`` each configuration runs K times interleaved with the others, and the row
 gives medians with the spread. Nothing here is asserted: machines are noisy.
@@ -212,7 +212,7 @@ def start_servers(
 def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int = 1, rate: float = 0.0,
                epochs: int = 0, loaders: int = 1, src: str = "", workers: int = 0,
                folds: int = FOLDS, extra: list[str] | None = None) -> Result:  # fmt: skip
-    from aio_agents import cpu_seconds, database_backends_cpu
+    from aio_agents import cpu_seconds, database_cpu, database_cpu_used
 
     servers = start_servers(db, replicas, src, workers, extra)
     try:
@@ -228,13 +228,13 @@ def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int =
             p.start()
         for _ in procs:
             ready.get(timeout=300)
-        pg0 = database_backends_cpu(_libpq(db), {}) if backend == "postgresql" else {}
+        pg0 = database_cpu(_libpq(db)) if backend == "postgresql" else ({}, 0.0)
         cpu0 = sum(cpu_seconds(p.pid) for p, _, _ in servers), 0.0
         deadline_box.value = time.time() + seconds
         go.set()
         time.sleep(seconds)
-        pg1 = database_backends_cpu(_libpq(db), dict(pg0)) if backend == "postgresql" else {}
-        cpu1 = sum(cpu_seconds(p.pid) for p, _, _ in servers), sum(v - pg0.get(k, 0.0) for k, v in pg1.items())
+        pg1 = database_cpu(_libpq(db)) if backend == "postgresql" else ({}, 0.0)
+        cpu1 = sum(cpu_seconds(p.pid) for p, _, _ in servers), database_cpu_used(pg0, pg1)
         from aio_agents import Recorder
 
         rec = Recorder()

@@ -22,8 +22,8 @@ campaign's budget is used or ``--duration`` real seconds pass.
 Prints the request rate and latency percentiles of each RPC, the trials completed, the
 crashes and preemptions injected, lease expiries (each must be a crashed agent's:
 "unwarranted" must be 0), calls refused to live agents, duplicate grants (must be 0),
-server and PostgreSQL CPU per call (PostgreSQL: the run database's backends only, so
-other work on a shared machine does not count), the database's size, what that makes
+server and PostgreSQL CPU per call (PostgreSQL: the run database's backends and those
+that ended during the run, not other databases' live sessions), the database's size, what that makes
 one server core carry at the real (unaccelerated) rates, and each RPC's latency by
 phase: the first minute (every agent asking for its first trial at once), then each
 simulated hour, then the last 10 s. Nothing is asserted.
@@ -279,7 +279,7 @@ def main() -> int:
     args = ap.parse_args()
 
     import psycopg
-    from aio_agents import cpu_seconds, database_backends_cpu
+    from aio_agents import cpu_seconds, database_cpu, database_cpu_used
 
     A = args.speedup
     name = f"hpcopt_sim_{uuid.uuid4().hex[:8]}"
@@ -323,8 +323,7 @@ def main() -> int:
         for _ in procs:
             ready.get(timeout=600)
         print(f"{args.agents} agents registered; running for at most {args.duration:g} s", flush=True)
-        pg0 = dict(database_backends_cpu(_libpq(db), {}))
-        pg_seen = dict(pg0)
+        pg0 = database_cpu(_libpq(db))
         cpu0 = sum(cpu_seconds(p.pid) for p, _, _ in servers)
         t0 = time.time()
         stop_box.value = t0 + args.duration
@@ -332,7 +331,6 @@ def main() -> int:
         finished0 = _finished(db, cid)
         while time.time() < stop_box.value:
             time.sleep(min(30.0, max(0.0, stop_box.value - time.time())))
-            database_backends_cpu(_libpq(db), pg_seen)
             done = _finished(db, cid)
             print(f"  {time.time() - t0:6.0f} s: {done - finished0:,} trials finished in the run "
                   f"({done:,} of {args.trials:,})", flush=True)  # fmt: skip
@@ -340,8 +338,7 @@ def main() -> int:
                 stop_box.value = time.time()
         elapsed = time.time() - t0
         cpu1 = sum(cpu_seconds(p.pid) for p, _, _ in servers)
-        database_backends_cpu(_libpq(db), pg_seen)
-        pg_cpu = sum(used - pg0.get(pid, 0.0) for pid, used in pg_seen.items())
+        pg_cpu = database_cpu_used(pg0, database_cpu(_libpq(db)))
         from aio_agents import Recorder
 
         rec = Recorder()

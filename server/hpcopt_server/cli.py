@@ -63,7 +63,7 @@ def parser() -> argparse.ArgumentParser:
         "--db-pool",
         type=int,
         default=int(env("DB_POOL", "16")),
-        help="database connections kept open, up to twice this in bursts (env HPCOPT_DB_POOL)",
+        help="database connections: on PostgreSQL up to twice this, kept open once opened (env HPCOPT_DB_POOL)",
     )
     s.add_argument(
         "--max-connections",

@@ -31,8 +31,8 @@ class ServerSettings:
     grpc_workers: int = 64
     """Threads serving gRPC calls."""
     db_pool: int = 16
-    """Database connections this process keeps open (up to twice as many in bursts). On
-    PostgreSQL, replicas * 2 * db_pool must stay under its ``max_connections``."""
+    """Database connections of this process: up to twice this on PostgreSQL, each kept
+    open once opened (replicas * 2 * db_pool must stay under its ``max_connections``)."""
     max_connections: int = 1000
     """Open HTTP connections; past it the idlest one is closed. Lowered to fit the
     open-file limit: after a reserve of 128, HTTP gets at most two fifths."""
