@@ -97,6 +97,15 @@ def test_unregistered_agents_cannot_acquire(service: Service) -> None:
         service.agents.acquire("ghost", campaign.id)
 
 
+def test_acquiring_from_campaigns_that_do_not_exist_is_refused_and_keeps_nothing(service: Service) -> None:
+    campaign, agent = _start(service)
+    _acquire(service, agent, campaign)
+    for cid in range(10_000, 10_200):
+        with pytest.raises(NotFound, match=f"campaign {cid} does not exist"):
+            service.agents.acquire(agent, cid)
+    assert set(service.agents.queue._gates) == {campaign.id}  # no gate kept for a campaign that does not exist
+
+
 def test_preempted_trial_returns_as_the_same_id_with_its_folds(service: Service) -> None:
     campaign, agent = _start(service, budget={"max_trials": 1, "max_parallel": 1}, max_attempts=3)
     trial, lease = _acquire(service, agent, campaign)

@@ -149,6 +149,8 @@ class AgentService:
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_id("campaign_id", campaign_id)
         self._check_agent(agent_id, caller)
+        if self.calls.campaign(campaign_id) is None:  # before the queue keeps a gate for it
+            raise NotFound(f"campaign {campaign_id} does not exist")
         t0 = time.perf_counter()
         answer = self.queue.acquire(campaign_id, agent_id, lambda agents: self._serve(campaign_id, agents))
         self.ctx.observe_acquire(time.perf_counter() - t0)
