@@ -5,8 +5,9 @@ Each call is one method with a typed result: what it changed, or :class:`Refused
 naming why it changed nothing. How a call reaches the database is decided here and
 nowhere else:
 
-- PostgreSQL answers a heartbeat, a report or a finished fold in one statement that
-  commits by itself, its guards in its WHERE (``agent_sql.PG_*``);
+- PostgreSQL answers a heartbeat, a report, a finished fold or a completion (after an
+  unlocked read of the folds) in one statement that commits by itself, its guards in
+  its WHERE (``agent_sql.PG_*``);
 - SQLite runs the same guards as a few lean statements in one write transaction; one
   before 3.35, which has no ``RETURNING``, reads what a statement changed with a
   ``SELECT`` in that transaction (SQLite has one writer, so nothing changes between);
