@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -367,8 +368,11 @@ class AgentCalls:
 
     # -- inside -------------------------------------------------------------------------
 
-    def _write(self) -> Any:
-        return _Connection(self.storage)
+    @contextmanager
+    def _write(self) -> Iterator[Connection]:
+        """A write transaction's connection, committed on success."""
+        with self.storage.write() as tx:
+            yield tx.s.connection()
 
     def _renew(self, c: Connection, p: dict[str, Any]) -> tuple[int, int] | None:
         if self.returning:
@@ -516,19 +520,6 @@ class AgentCalls:
             if why is None and missing:
                 return Refused(Refusal.METRICS_MISSING, trial, tuple(missing))
         return Refused(why or Refusal.CHANGED, trial)
-
-
-class _Connection:
-    """A write transaction's connection (``with``): committed on success."""
-
-    def __init__(self, storage: Storage):
-        self._cm = storage.write()
-
-    def __enter__(self) -> Connection:
-        return self._cm.__enter__().s.connection()
-
-    def __exit__(self, *exc: Any) -> Any:
-        return self._cm.__exit__(*exc)
 
 
 def _lease_params(lease: HeldLease, now: datetime, expires: datetime) -> dict[str, Any]:

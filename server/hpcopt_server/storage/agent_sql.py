@@ -62,21 +62,17 @@ SET_NEXT_NUMBER = update(C).where(C.c.id == _p("cid")).values(next_number=_p("n"
 COUNT_FINISHED_PLAIN = update(C).where(C.c.id == _p("cid")).values(finished_count=C.c.finished_count + 1)
 COUNT_FINISHED = COUNT_FINISHED_PLAIN.returning(C.c.finished_count, C.c.state)
 FINISHED_COUNT = select(C.c.finished_count, C.c.state).where(C.c.id == _p("cid"))
-SET_CAMPAIGN_STATE = (
-    update(C).where(C.c.id == _p("cid")).values(state=_p("state"), finished_at=_p("now", C.c.finished_at))
-)
 CAMPAIGN = select(C).where(C.c.id == _p("cid"))
 
 ACTIVE = select(func.count().filter(T.c.state == RUNNING), func.count().filter(T.c.state == QUEUED)).where(
     T.c.campaign_id == _p("cid"), T.c.state.in_([RUNNING, QUEUED])
 )
-_NEW_TRIAL = T.insert().values(
+NEW_TRIAL = T.insert().values(
     campaign_id=_p("cid"), number=_p("number"), state=RUNNING, attempt=1, params=_p("params", T.c.params),
     agent_id=_p("aid"), lease_id=_p("lid"), lease_expires_at=_p("exp", T.c.lease_expires_at), error="",
     created_at=_p("now", T.c.created_at), started_at=_p("now", T.c.started_at),
 )  # fmt: skip
-NEW_TRIAL = _NEW_TRIAL
-NEW_TRIALS = _NEW_TRIAL.returning(T.c.id, sort_by_parameter_order=True)
+NEW_TRIALS = NEW_TRIAL.returning(T.c.id, sort_by_parameter_order=True)
 EVENT = EVENTS.insert().values(
     trial_id=_p("tid"), attempt=_p("attempt"), kind=_p("kind"), agent_id=_p("aid"), reason=_p("reason"),
     at=_p("now", EVENTS.c.at),
