@@ -5,8 +5,11 @@ ps_check harness drives them the way the fold loop does).
 
 - one node (node_size 4) is ``allreduce`` bit for bit;
 - 2 x 2 in blocking mode (warm-up covers every epoch) equals allreduce to 1e-6 (SGD);
-- a checkpoint at an epoch end resumes to the weights of an uninterrupted run, bit for bit;
-- digits at 2 x 2 (warm-up 1, cool-down 1, 4 epochs) within 3 points of allreduce.
+- one loss check per epoch keeps the global skip through short epochs;
+- digits at 2 x 2 (warm-up 1, cool-down 1, 4 epochs) with bf16 global syncs within 3
+  points of allreduce.
+
+Resume and fp32 digits, which every scheme owes, are in ``scheme_conformance.py``.
 
 Pipeline:
 
@@ -192,16 +195,7 @@ def daso(comms: Comms) -> None:
     assert exchanges == 4, exchanges  # 15 batches: after batches 4, 8, 12 (skip 4) and the epoch's last
     views = comms.fold.allgather(flat(whole.models))
     assert all(torch.equal(v, views[0]) for v in views), "ranks disagree after the epoch's last sync"
-    first = Run(comms, "daso", cycling, task, params, epochs=3)
-    first.train(data, train, epochs=1, batch=16)
-    blob = first.checkpoint()
-    first.scheme.close()
-    later = Run(comms, "daso", cycling, task, params, epochs=3)
-    later.resume(blob)
-    later.train(data, train, epochs=3, batch=16)
-    later.scheme.close()
-    assert torch.equal(flat(later.models), flat(whole.models)), "resume differs from the uninterrupted run"
-    say("OK daso resume at an epoch end = uninterrupted, bit for bit; ranks agree")
+    say("OK daso one check per epoch: 4 exchanges in 15 batches at skip 4; ranks agree")
 
     # The default checks the loss ~16 times while cycling: in a short trial the skips move.
     adaptive = {k: v for k, v in cycling.items() if k != "checks_per_epoch"}
@@ -242,8 +236,10 @@ def daso(comms: Comms) -> None:
     dtrain, dval = order[:1400], order[1400:]
     acc, skips = {}, {}
     short = {"node_size": 2, "warmup_epochs": 1, "cooldown_epochs": 1}
-    for label, name, knobs in (("allreduce", "allreduce", {}), ("daso", "daso", short),
-                               ("daso bf16", "daso", {**short, "global_dtype": "bf16"})):  # fmt: skip
+    for label, name, knobs in (
+        ("allreduce", "allreduce", {}),
+        ("daso bf16", "daso", {**short, "global_dtype": "bf16"}),
+    ):
         run = Run(comms, name, knobs, digits, {"lr": 3e-3}, epochs=4)
         run.train(ddata, dtrain, epochs=4, batch=64)
         skips[label] = run.metrics.get("daso_global_skip")
@@ -251,8 +247,8 @@ def daso(comms: Comms) -> None:
             acc[label] = digits.evaluate(run.models["model"], [ddata.batch(dval)], {})["accuracy"]
         run.scheme.close()
     say("digits accuracy after 4 epochs: " + ", ".join(f"{k} {v:.3f}" for k, v in acc.items()))
-    assert acc["daso"] >= acc["allreduce"] - 0.03 and acc["daso bf16"] >= acc["allreduce"] - 0.03, acc
-    say("OK daso digits within 3 points of allreduce, with fp32 and bf16 global syncs")
+    assert acc["daso bf16"] >= acc["allreduce"] - 0.03, acc
+    say("OK daso digits within 3 points of allreduce with bf16 global syncs")
 
 
 def main() -> int:

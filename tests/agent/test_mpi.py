@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 
 import pytest
@@ -14,23 +13,12 @@ from tests.agent.conftest import (
     agent_spec,
     dump,
     kill_group,
-    mpi_env,
-    mpiexec_path,
     rank_pids,
     trial_json,
     wait_for,
 )
-from tests.conftest import ROOT
 
 pytestmark = pytest.mark.timeout(300)
-
-
-# 4 ranks in fold groups of 2 shows both halves: identical within a group, distinct across.
-@pytest.mark.parametrize("ranks,rpf", [(4, 2)])
-def test_ddp_keeps_a_fold_groups_weights_identical(ranks: int, rpf: int) -> None:
-    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "tests/agent/ddp_check.py", str(rpf)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=180, env=mpi_env(), cwd=ROOT)
-    assert out.returncode == 0 and "OK:" in out.stdout, out.stdout + out.stderr
 
 
 @pytest.mark.parametrize(
