@@ -7,6 +7,7 @@ threads in ``--loaders`` processes.
 
     python benchmarks/server_throughput.py                       # 1, 16, 64, 256 agents, both backends
     python benchmarks/server_throughput.py --agents 256 --backends postgresql --replicas 1,2,4 --no-peer
+    python benchmarks/server_throughput.py --agents 256 --backends postgresql --processes 1,2 --no-peer
     python benchmarks/server_throughput.py --agents 256 --backends postgresql --rate 60 --no-peer
     python benchmarks/server_throughput.py --baseline-src /tmp/old   # also an older server, interleaved
 
@@ -17,10 +18,11 @@ capacity); ``--rate C`` offers C cycles per second in all, arrivals at random (t
 latency a site sees below capacity). ``--epochs E`` adds E intermediate reports per fold;
 ``--folds K`` sets the folds per trial (3; each is a ReportFold).
 
-Prints one row per configuration: cycles/s (cycles completed inside the measured window,
+Prints one row per configuration (R servers on their own ports, each with P gRPC processes
+on its one port: ``serve --processes P``): cycles/s (cycles completed inside the measured window,
 per second of it: a cycle started before the deadline and finished after does not count);
-p50/p99 of acquire and complete, and of heartbeat and reports; server and PostgreSQL
-CPU milliseconds per RPC (from /proc; PostgreSQL's: the run database's backends and the
+p50/p99 of acquire and complete, and of heartbeat and reports; server (every process) and
+PostgreSQL CPU milliseconds per RPC (from /proc; PostgreSQL's: the run database's backends and the
 backends that ended during the run, not other databases' live sessions); errors; duplicate
 acquisitions (a trial granted twice: must be 0); the Optuna peer and the ratio. With
 ``--reps K`` each configuration runs K times interleaved with the others, and the row
@@ -70,6 +72,7 @@ class Result:
     duplicates: int
     first_error: str = ""
     replicas: int = 1
+    processes: int = 1  # gRPC processes per server (serve --processes)
     by_rpc: dict[str, list[float]] = field(default_factory=dict)
     server_cpu: float = 0.0
     pg_cpu: float = 0.0
@@ -190,7 +193,7 @@ def _post(url: str, body: dict[str, Any]) -> dict[str, Any]:
 def start_servers(
     db: str, replicas: int, src: str = "", workers: int = 0, extra: list[str] | None = None
 ) -> list[tuple[subprocess.Popen[bytes], str, str]]:
-    """R server processes on one database: (process, REST url, gRPC target)."""
+    """R servers on one database: (first process, REST url, gRPC target)."""
     env = dict(os.environ)
     if src:  # an older checkout's server and client, ahead of the installed ones
         env["PYTHONPATH"] = os.pathsep.join([f"{src}/server", f"{src}/client", env.get("PYTHONPATH", "")])
@@ -211,10 +214,12 @@ def start_servers(
 
 def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int = 1, rate: float = 0.0,
                epochs: int = 0, loaders: int = 1, src: str = "", workers: int = 0,
-               folds: int = FOLDS, extra: list[str] | None = None) -> Result:  # fmt: skip
-    from aio_agents import cpu_seconds, database_cpu, database_cpu_used
+               folds: int = FOLDS, extra: list[str] | None = None, processes: int = 1) -> Result:  # fmt: skip
+    from aio_agents import database_cpu, database_cpu_used
+    from aio_agents import tree_cpu_seconds as cpu_seconds
 
-    servers = start_servers(db, replicas, src, workers, extra)
+    more = ["--processes", str(processes)] if processes > 1 else []
+    servers = start_servers(db, replicas, src, workers, (extra or []) + more)
     try:
         cid = _post(servers[0][1] + "/api/v1/campaigns", _spec(n, folds))["id"]
         ctx = mp.get_context("fork")
@@ -251,7 +256,7 @@ def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int =
     lat = [x for v in rec.latency.values() for x in v]
     label = "hpcopt" if not src else "hpcopt@" + Path(src).name
     return Result(label, backend, n, rec.cycles, seconds, lat, sum(rec.errors.values()),
-                  sum(1 for c in ids.values() if c > 1), rec.first_error, replicas, dict(rec.latency),
+                  sum(1 for c in ids.values() if c > 1), rec.first_error, replicas, processes, dict(rec.latency),
                   cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], rec.calls())  # fmt: skip
 
 
@@ -408,7 +413,10 @@ def main() -> int:
     ap.add_argument("--agents", default="1,16,64,256", help="comma-separated agent counts")
     ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per row")
     ap.add_argument("--backends", default="sqlite,postgresql")
-    ap.add_argument("--replicas", default="1", help="comma-separated server process counts (PostgreSQL only)")
+    ap.add_argument("--replicas", default="1", help="comma-separated server counts, each on its own port "
+                    "(PostgreSQL only)")  # fmt: skip
+    ap.add_argument("--processes", default="1", help="comma-separated serve --processes counts: gRPC processes "
+                    "sharing one server's port (PostgreSQL only; not the --baseline-src server)")  # fmt: skip
     ap.add_argument("--rate", type=float, default=0.0, help="offered cycles/s in all (0: as fast as answered)")
     ap.add_argument("--epochs", type=int, default=0, help="intermediate reports per fold")
     ap.add_argument("--folds", type=int, default=FOLDS, help="folds per trial (hpcopt rows)")
@@ -430,18 +438,21 @@ def main() -> int:
     try:
         for backend in args.backends.split(","):
             for n in (int(x) for x in args.agents.split(",")):
-                counts = [int(r) for r in args.replicas.split(",")] if backend == "postgresql" else [1]
-                configs = [(r, src) for r in counts for src in srcs]
-                runs: dict[tuple[int, str], list[Result]] = {c: [] for c in configs}
+                pg = backend == "postgresql"
+                counts = [int(r) for r in args.replicas.split(",")] if pg else [1]
+                procs = [int(p) for p in args.processes.split(",")] if pg else [1]
+                configs = [(r, p, src) for r in counts for p in procs for src in srcs if p == 1 or not src]
+                runs: dict[tuple[int, int, str], list[Result]] = {c: [] for c in configs}
                 peers: list[Result] = []
                 for _ in range(args.reps):
-                    for r, src in configs:
+                    for r, p, src in configs:
                         db, drop = _fresh_db(backend, tmp)
                         try:
-                            runs[(r, src)].append(run_hpcopt(db, backend, n, args.seconds, replicas=r, rate=args.rate,
-                                                             epochs=args.epochs, loaders=args.loaders, src=src,
-                                                             workers=args.grpc_workers, folds=args.folds,
-                                                             extra=None if src else pool))  # fmt: skip
+                            runs[(r, p, src)].append(run_hpcopt(db, backend, n, args.seconds, replicas=r,
+                                                                rate=args.rate, epochs=args.epochs,
+                                                                loaders=args.loaders, src=src,
+                                                                workers=args.grpc_workers, folds=args.folds,
+                                                                extra=None if src else pool, processes=p))  # fmt: skip
                         finally:
                             drop()
                     if not args.no_peer:
@@ -476,11 +487,11 @@ def _med(xs: list[float], fmt: str, spread: bool) -> str:
 def _print_row(ours: list[Result], peers: list[Result], header: bool) -> None:
     if header:
         print(
-            f"{'system':<14} {'backend':<10} {'agents':>6} {'R':>2} | {'cyc/s':>16} | "
+            f"{'system':<14} {'backend':<10} {'agents':>6} {'R':>2} {'P':>2} | {'cyc/s':>16} | "
             f"{'acq/cpl p50':>11} {'p99 ms':>8} | {'hb/rep p50':>10} {'p99 ms':>8} | {'srv ms/rpc':>10} "
             f"{'pg ms/rpc':>9} | {'errors':>6} {'dupes':>5} | {'optuna cyc/s':>12} {'ratio':>6}"
         )
-        print("-" * 150)
+        print("-" * 153)
     first = ours[0]
     spread = len(ours) > 1
     rate = _med([r.rate for r in ours], ".1f", spread)
@@ -489,7 +500,8 @@ def _print_row(ours: list[Result], peers: list[Result], header: bool) -> None:
         return _med([r.pct(q, methods) for r in ours], ".1f", False)
 
     line = (
-        f"{first.system:<14} {first.backend:<10} {first.agents:>6} {first.replicas:>2} | {rate:>16} | "
+        f"{first.system:<14} {first.backend:<10} {first.agents:>6} {first.replicas:>2} {first.processes:>2} | "
+        f"{rate:>16} | "
         f"{p(0.5, SLOW):>11} {p(0.99, SLOW):>8} | {p(0.5, FAST):>10} {p(0.99, FAST):>8} | "
         f"{_med([r.cpu_per_call(r.server_cpu) for r in ours], '.2f', False):>10} "
         f"{_med([r.cpu_per_call(r.pg_cpu) for r in ours], '.2f', False):>9} | "

@@ -56,6 +56,8 @@ def cli_page() -> str:
             for a in p._actions:
                 if isinstance(a, argparse._SubParsersAction | argparse._HelpAction | argparse._VersionAction):
                     continue
+                if a.help == argparse.SUPPRESS:  # internal (a gRPC child process's inherited descriptors)
+                    continue
                 flag = ", ".join(f"`{o}`" for o in a.option_strings) or f"`{a.dest.upper()}`"
                 default = "" if a.default in (None, argparse.SUPPRESS, False) or a.default == [] else f"`{a.default}`"
                 text = (a.help or "").replace("%(default)s", str(a.default)).replace("%%", "%")

@@ -12,10 +12,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hpcopt.cliutil import finish
+from hpcopt_server.processes import CHILD_PIPE, CHILD_SOCKET
 from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.settings import ServerSettings, env
 
 if TYPE_CHECKING:  # the storage stack is imported only by the commands that use it
+    from hpcopt_server.service import Service
     from hpcopt_server.storage.repository import Storage
 
 
@@ -59,6 +61,15 @@ def parser() -> argparse.ArgumentParser:
         default=int(env("GRPC_WORKERS", "64")),
         help="threads serving gRPC calls (env HPCOPT_GRPC_WORKERS)",
     )
+    s.add_argument(
+        "--processes",
+        type=int,
+        default=int(env("PROCESSES", "1")),
+        help="processes serving gRPC on its one port, each about a core's worth of agent calls; more than 1 "
+        "needs PostgreSQL (env HPCOPT_PROCESSES)",
+    )
+    s.add_argument(CHILD_SOCKET, type=int, default=None, help=argparse.SUPPRESS)
+    s.add_argument(CHILD_PIPE, type=int, default=None, help=argparse.SUPPRESS)
     s.add_argument(
         "--db-pool",
         type=int,
@@ -153,7 +164,9 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
+    args.argv = argv  # what a gRPC child process is started with
     from hpcopt_server.errors import ServiceError
 
     try:
@@ -262,17 +275,17 @@ def _auth(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-
     from hpcopt_server.api.app import create_app
     from hpcopt_server.api.connections import HttpServer, uvicorn_config
     from hpcopt_server.metrics import Metrics
+    from hpcopt_server.processes import GrpcProcesses
     from hpcopt_server.rpc.server import serve_grpc
-    from hpcopt_server.service import Service, ServiceSettings
     from hpcopt_server.sockets import connection_caps, listen
 
     for flag, value in (
         ("--grpc-workers", args.grpc_workers),
         ("--db-pool", args.db_pool),
+        ("--processes", args.processes),
         ("--max-connections", args.max_connections),
         ("--max-grpc-connections", args.max_grpc_connections),
         ("--max-import-trials", args.max_import_trials),
@@ -286,56 +299,33 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"hpcopt-server: --max-campaigns-per-hour must be 0 (off) or more, got {args.max_campaigns_per_hour}",
               file=sys.stderr)  # fmt: skip
         return 2
-    settings = ServerSettings(
-        db=args.db,
-        host=args.host,
-        port=args.port,
-        grpc_port=args.grpc_port,
-        lease_seconds=args.lease_seconds,
-        reap_interval=args.reap_interval,
-        require_auth=args.require_auth,
-        grpc_workers=args.grpc_workers,
-        db_pool=args.db_pool,
-        max_connections=args.max_connections,
-        max_grpc_connections=args.max_grpc_connections,
-        header_timeout=args.header_timeout,
-        idle_timeout=args.idle_timeout,
-        max_spec_bytes=args.max_spec_bytes,
-        max_import_bytes=args.max_import_bytes,
-    )
+    settings = _settings(args)
+    if args.processes > 1 and not settings.db.startswith("postgresql"):
+        print(
+            f"hpcopt-server: --processes {args.processes} needs PostgreSQL (--db postgresql://...): SQLite "
+            "lets one process write at a time, so more would wait on each other. Use --processes 1 with SQLite.",
+            file=sys.stderr,
+        )
+        return 2
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
+    if args.grpc_child_socket is not None:
+        return _serve_grpc_child(args, settings)
     storage = _ready_storage(settings.db, settings.db_pool, args.db_wait)
-    service = Service(
-        storage,
-        ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),
-        require_auth=settings.require_auth,
-        reap_interval=settings.reap_interval,
-        limits=RequestLimits(
-            spec_bytes=settings.max_spec_bytes,
-            import_bytes=settings.max_import_bytes,
-            import_trials=args.max_import_trials,
-            import_curve_points=args.max_import_curve_points,
-            import_events=args.max_import_events,
-            campaigns_per_hour=args.max_campaigns_per_hour,
-        ),
-    )
+    service = _service(args, settings, storage)
     admin = os.environ.get("HPCOPT_ADMIN_TOKEN")
     if admin:
         service.tokens.create("HPCOPT_ADMIN_TOKEN", ["admin"], secret=admin)
-    if not settings.loopback:
-        if service.tokens.stored_state()[1] == 0:
-            print(
-                f"hpcopt-server: refusing to serve on {settings.host} without auth: anyone who can reach it "
-                "could submit and cancel campaigns. Create a token first "
-                "(`hpcopt-server token create --scope admin --name me`), set HPCOPT_ADMIN_TOKEN, "
-                "or bind to 127.0.0.1.",
-                file=sys.stderr,
-            )
-            return 2
-        service.tokens.turn_on()  # beyond loopback auth is on, and stays on for this database
-    elif settings.require_auth:
-        service.tokens.turn_on()
+    if not settings.loopback and service.tokens.stored_state()[1] == 0:
+        print(
+            f"hpcopt-server: refusing to serve on {settings.host} without auth: anyone who can reach it "
+            "could submit and cancel campaigns. Create a token first "
+            "(`hpcopt-server token create --scope admin --name me`), set HPCOPT_ADMIN_TOKEN, "
+            "or bind to 127.0.0.1.",
+            file=sys.stderr,
+        )
+        return 2
+    _auth_at_start(service, settings)
     auth_on = service.tokens.enabled()
     metrics = Metrics(service)
     try:
@@ -355,12 +345,15 @@ def _serve(args: argparse.Namespace) -> int:
     grpc.start()
     grpc_port = grpc.port
     service.reaper.start()
+    children = GrpcProcesses(args.processes - 1, grpc.front.sock, args.argv)
+    children.start()
     where = "localhost" if settings.loopback else socket.gethostname()
     app = create_app(service, metrics, agent_server=f"{_bracket(where)}:{grpc_port}")
+    processes = f" ({args.processes} processes)" if args.processes > 1 else ""
     print(
         f"hpcopt-server {'(auth on)' if auth_on else '(auth off: loopback, and auth never turned on or disabled)'}\n"
         f"  REST + dashboard  http://{_bracket(settings.host)}:{settings.port}/   (API docs /docs)\n"
-        f"  gRPC              {_bracket(settings.host)}:{grpc_port}\n"
+        f"  gRPC              {_bracket(settings.host)}:{grpc_port}{processes}\n"
         f"  database          {storage.db.url.render_as_string(hide_password=True)}",
         flush=True,
     )
@@ -376,10 +369,83 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         HttpServer(config).run(sockets=[http_socket])
     finally:
+        children.stop(grace=5)
         service.reaper.stop()
         grpc.stop(grace=5)
         storage.close()
     return 0
+
+
+def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings) -> int:
+    """A gRPC-only process of ``serve --processes N`` (``processes.py``): clients from the
+    inherited listening socket, until the first process goes."""
+    from hpcopt_server.metrics import Metrics
+    from hpcopt_server.processes import wait_for_parent
+    from hpcopt_server.rpc.server import serve_grpc
+    from hpcopt_server.sockets import connection_caps
+
+    sock = socket.socket(fileno=args.grpc_child_socket)
+    storage = _ready_storage(settings.db, settings.db_pool, args.db_wait)
+    service = _service(args, settings, storage)
+    _auth_at_start(service, settings)
+    caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
+    grpc = serve_grpc(
+        service, Metrics(service), settings.host, 0, max_workers=settings.grpc_workers, max_connections=caps.grpc,
+        sock=sock,
+    )  # fmt: skip
+    service.warm_optimizers()
+    grpc.start()
+    try:
+        wait_for_parent(args.grpc_child_pipe)
+    finally:
+        grpc.stop(grace=5)
+        storage.close()
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> ServerSettings:
+    return ServerSettings(
+        db=args.db,
+        host=args.host,
+        port=args.port,
+        grpc_port=args.grpc_port,
+        lease_seconds=args.lease_seconds,
+        reap_interval=args.reap_interval,
+        require_auth=args.require_auth,
+        grpc_workers=args.grpc_workers,
+        db_pool=args.db_pool,
+        max_connections=args.max_connections,
+        max_grpc_connections=args.max_grpc_connections,
+        header_timeout=args.header_timeout,
+        idle_timeout=args.idle_timeout,
+        max_spec_bytes=args.max_spec_bytes,
+        max_import_bytes=args.max_import_bytes,
+    )
+
+
+def _service(args: argparse.Namespace, settings: ServerSettings, storage: Storage) -> Service:
+    from hpcopt_server.service import Service, ServiceSettings
+
+    return Service(
+        storage,
+        ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),
+        require_auth=settings.require_auth,
+        reap_interval=settings.reap_interval,
+        limits=RequestLimits(
+            spec_bytes=settings.max_spec_bytes,
+            import_bytes=settings.max_import_bytes,
+            import_trials=args.max_import_trials,
+            import_curve_points=args.max_import_curve_points,
+            import_events=args.max_import_events,
+            campaigns_per_hour=args.max_campaigns_per_hour,
+        ),
+    )
+
+
+def _auth_at_start(service: Service, settings: ServerSettings) -> None:
+    """Beyond loopback auth is on, and stays on for this database; --require-auth too."""
+    if not settings.loopback or settings.require_auth:
+        service.tokens.turn_on()
 
 
 def _cannot_listen(what: str, host: str, port: int, flag: str, env_name: str, exc: Exception) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable
 from concurrent import futures
@@ -95,12 +96,20 @@ class GrpcEndpoint:
 
 
 def serve_grpc(
-    service: Service, metrics: Metrics, host: str, port: int, *, max_workers: int = 64, max_connections: int = 1000
+    service: Service,
+    metrics: Metrics,
+    host: str,
+    port: int,
+    *,
+    max_workers: int = 64,
+    max_connections: int = 1000,
+    sock: socket.socket | None = None,
 ) -> GrpcEndpoint:
     """The gRPC server, listening on a private Unix socket, and its front on ``host:port``
-    (0: any free port) capped at ``max_connections``; neither started. A port that cannot
-    be bound is an OSError."""
-    front = GrpcFront(listen(host, port), max_connections)
+    (0: any free port) or on the listening socket ``sock`` (one that another process
+    accepts from too: ``serve --processes``), capped at ``max_connections``; neither
+    started. A port that cannot be bound is an OSError."""
+    front = GrpcFront(sock if sock is not None else listen(host, port), max_connections)
     try:
         server = _build(service, metrics, front.backend_address, max_workers)
     except BaseException:
