@@ -3,6 +3,7 @@ suggest at n = 20 ... 5000 and d = 6 and 20, for our ``bo`` (and ``ea``) next to
 GP Optimizer, Optuna's GPSampler and TPESampler, and random search, in the same run.
 
     python benchmarks/optimizers/latency.py [--ns 20,100,500,1000,2000,5000,20000,100000] [--dims 6,20]
+    python benchmarks/optimizers/latency.py --ns 1000 --dims 6 --only bo --pending 16   # the server's path
 
 For each (optimizer, d, n): the optimizer is given n observed points of Ackley, then
 tells one new result and asks one suggestion ``--reps`` times; p50 and mean of that
@@ -28,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from functions import ackley
-from runners import Optuna, Ours, Skopt
+from runners import Optuna, Ours, Skopt, options_of
 
 
 def _history(d: int, n: int, seed: int) -> list[tuple[dict[str, float], float]]:
@@ -62,15 +63,18 @@ def during_refit(opt: Any, hist: list[tuple[dict[str, float], float]], reps: int
     return worst
 
 
-def measure(name: str, d: int, n: int, reps: int) -> dict[str, float]:
+def measure(name: str, d: int, n: int, reps: int, pending: int = 0) -> dict[str, float]:
     space = {f"x{i}": {"type": "real", "low": -5.0, "high": 5.0} for i in range(d)}
     hist = _history(d, n, seed=n + d)
+    # Trials in flight (ours are told them, as the server does; the peers are not).
+    running = [p for p, _ in _history(d, pending, seed=n + d + 1)[:pending]]
     opt: Any
     refit = float("nan")
-    if name in ("bo", "ea", "random"):
-        opt = Ours(name, space, 0)
+    base, options = options_of(name)  # "bo[fantasies=0]": one of ours with options
+    if base in ("bo", "ea", "random"):
+        opt = Ours(base, space, 0, options)
         opt.tell(hist[:n])
-        if name == "bo":
+        if base == "bo":
             bo = opt.opt
             bo.wait_for_refit()
             t0 = time.perf_counter()
@@ -89,7 +93,10 @@ def measure(name: str, d: int, n: int, reps: int) -> dict[str, float]:
     for i in range(reps):
         p, v = hist[n + i]
         t0 = time.perf_counter()
-        if name in ("bo", "ea", "random") or name == "skopt":
+        if base in ("bo", "ea", "random"):
+            opt.tell([(p, v)])
+            opt.ask(1, running)
+        elif name == "skopt":
             opt.tell([(p, v)])
             opt.ask(1)
         else:
@@ -97,10 +104,10 @@ def measure(name: str, d: int, n: int, reps: int) -> dict[str, float]:
             opt.tell([(params, v)])
         times.append(time.perf_counter() - t0)
     out = {"p50": statistics.median(times), "mean": statistics.fmean(times), "refit": refit}
-    out["during"] = during_refit(opt, hist[n + reps :], reps) if name == "bo" else float("nan")
+    out["during"] = during_refit(opt, hist[n + reps :], reps) if base == "bo" else float("nan")
     every = 0.2 * n if n <= 3000 else 750.0
     out["amortized"] = out["mean"] + (refit / every if refit == refit else 0.0)
-    out["mb"] = opt.opt.memory_bytes() / 2**20 if name == "bo" else float("nan")
+    out["mb"] = opt.opt.memory_bytes() / 2**20 if base == "bo" else float("nan")
     return out
 
 
@@ -110,6 +117,7 @@ def main() -> int:
     ap.add_argument("--dims", default="6,20")
     ap.add_argument("--only", default="bo,ea,skopt,optuna-gp,optuna-tpe,random")
     ap.add_argument("--reps", type=int, default=20, help="steps per cell for ours (peers: fewer when slow)")
+    ap.add_argument("--pending", type=int, default=0, help="trials in flight our optimizers are told of")
     ap.add_argument("--cap", type=float, default=15.0, help="seconds per step beyond which a peer stops")
     args = ap.parse_args()
     names = args.only.split(",")
@@ -125,7 +133,7 @@ def main() -> int:
                     print(f"{d:>3} {n:>5} | {name:<11} {'(skipped: slower than --cap at a smaller n)':>44}")
                     continue
                 reps = args.reps if name in ("bo", "ea", "random", "optuna-tpe") else max(2, min(args.reps, 5))
-                r = measure(name, d, n, reps)
+                r = measure(name, d, n, reps, args.pending)
                 if name == "bo":
                     ours_p50 = r["p50"]
                 ratio = f"{r['p50'] / ours_p50:>8.1f}x" if ours_p50 and name != "bo" else ""

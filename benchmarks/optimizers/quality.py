@@ -3,12 +3,14 @@
 [-5, 5] (100), Levy 8-d (100) and a rotated ill-conditioned 5-d ellipsoid (60), one
 evaluation at a time and with 4 and 16 pending (asynchronous workers: the oldest
 pending evaluation finishes, one new suggestion is made with the others pending), for
-our ``bo`` and ``ea`` next to skopt's GP, Optuna's GPSampler and TPESampler, and random
-search, all in the same run.
+our ``bo`` and ``ea`` next to BoTorch (``SingleTaskGP`` and qLogNoisyEI), skopt's GP,
+Optuna's GPSampler and TPESampler, and random search, all in the same run.
 
     python benchmarks/optimizers/quality.py [--seeds 10] [--procs 2] [--pending 4,16] [--only bo,optuna-gp]
+    python benchmarks/optimizers/quality.py --only "bo,bo[fantasies=0]"   # an ablation of bo's options
 
-Optuna's GPSampler needs torch (`pip install torch==2.13.0`). Nothing is asserted.
+Optuna's GPSampler needs torch, BoTorch its package (`make bench` installs both:
+requirements/bench.txt). Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def main() -> int:
     CASES[:] = [(fn, w) for w in [1, *(int(p) for p in args.pending.split(",") if p)] for fn in fns]
     tasks = [(o, fn, b, s) for fn, b in CASES for o in opts for s in range(args.seeds)]
     # The slow peers first, so the pool stays busy to the end.
-    tasks.sort(key=lambda t: t[0] not in ("skopt", "optuna-gp"))
+    tasks.sort(key=lambda t: t[0] not in ("botorch", "skopt", "optuna-gp"))
     results: dict[tuple[str, str, int], list[float]] = {}
     seconds: dict[str, float] = {}
     t0 = time.time()
@@ -59,13 +61,19 @@ def main() -> int:
         for i, (o, fn, b, _s, regret, dt) in enumerate(pool.imap_unordered(_task, tasks), 1):
             results.setdefault((o, fn, b), []).append(regret)
             seconds[o] = seconds.get(o, 0.0) + dt
+            if args.json:  # after every run: a long run stopped early keeps what it measured
+                _dump(args.json, results)
             print(f"\r{i}/{len(tasks)} runs, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     _table(results, opts)
     print("\nCPU seconds per optimizer (all runs): " + ", ".join(f"{o} {seconds[o]:.0f}" for o in opts))
-    if args.json:
-        args.json.write_text(json.dumps({f"{o}/{fn}/{b}": r for (o, fn, b), r in results.items()}, indent=1))
     return 0
+
+
+def _dump(path: Path, results: dict[tuple[str, str, int], list[float]]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({f"{o}/{fn}/{b}": r for (o, fn, b), r in results.items()}, indent=1))
+    tmp.replace(path)
 
 
 def _table(results: dict[tuple[str, str, int], list[float]], opts: list[str]) -> None:
@@ -89,14 +97,14 @@ def _table(results: dict[tuple[str, str, int], list[float]], opts: list[str]) ->
     print()
     for pending in sorted({b for _, b in CASES}):
         fns = [fn for fn, b in CASES if b == pending]
-        for ours in ("bo", "ea"):
-            for peer in ("optuna-gp", "skopt", "optuna-tpe", "random"):
+        for ours in [o for o in opts if o.split("[")[0] in ("bo", "ea")]:
+            for peer in ("botorch", "optuna-gp", "skopt", "optuna-tpe", "random"):
                 if ours in opts and peer in opts:
                     wins = sum(medians[(ours, f, pending)] <= medians[(peer, f, pending)] for f in fns)
                     print(f"{pending} pending: {ours} no worse than {peer} on {wins} of {len(fns)} functions")
-        if "bo" in opts and pending > 1:
-            ratios = [medians[("bo", f, pending)] / max(medians[("bo", f, 1)], 1e-12) for f in fns]
-            print(f"{pending} pending: bo's regret over its sequential regret: "
+        for ours in [o for o in opts if o.split("[")[0] == "bo"] if pending > 1 else []:
+            ratios = [medians[(ours, f, pending)] / max(medians[(ours, f, 1)], 1e-12) for f in fns]
+            print(f"{pending} pending: {ours}'s regret over its sequential regret: "
                   + ", ".join(f"{f} {r:.2f}" for f, r in zip(fns, ratios, strict=True)))  # fmt: skip
 
 

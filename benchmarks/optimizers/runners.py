@@ -16,11 +16,13 @@ from hpcopt_server.optimizers import REGISTRY, Problem, SearchSpace
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 OURS = ("bo", "ea", "random")
-PEERS = ("skopt", "optuna-gp", "optuna-tpe")
-ALL = ("bo", "ea", "skopt", "optuna-gp", "optuna-tpe", "random")
+PEERS = ("botorch", "skopt", "optuna-gp", "optuna-tpe")
+ALL = ("bo", "ea", "botorch", "skopt", "optuna-gp", "optuna-tpe", "random")
 
 
 class Ours:
+    takes_pending = True
+
     def __init__(
         self, name: str, space: dict[str, Any], seed: int, options: dict[str, Any] | None = None, budget: int = 0
     ):
@@ -82,11 +84,103 @@ class Optuna:
         self.pending = []
 
 
+class BoTorch:
+    """BoTorch as its documentation sets it up: 10 scrambled Sobol points, then a
+    ``SingleTaskGP`` with its default priors (dimension-scaled lengthscales, Hvarfner et
+    al. 2024) on inputs normalized to the unit cube and standardized outputs, fitted by
+    ``fit_gpytorch_mll``, and ``qLogNoisyExpectedImprovement`` maximized by
+    ``optimize_acqf`` (10 restarts from 512 raw samples). Pending points are its
+    ``X_pending``: the acquisition integrates over their joint posterior by Monte Carlo
+    (BoTorch's fantasies for asynchronous batches). Seeded: torch's generator per ask."""
+
+    takes_pending = True
+    n_initial = 10
+
+    def __init__(self, space: dict[str, Any], seed: int):
+        import torch
+
+        self.torch = torch
+        self.names = list(space)
+        self.low = np.array([space[n]["low"] for n in self.names], float)
+        self.high = np.array([space[n]["high"] for n in self.names], float)
+        self.seed = seed
+        self.X: list[np.ndarray] = []
+        self.y: list[float] = []
+        self.asked = 0
+
+    def _params(self, u: np.ndarray) -> dict[str, Any]:
+        return {n: float(v) for n, v in zip(self.names, self.low + u * (self.high - self.low), strict=True)}
+
+    def _unit(self, p: dict[str, Any]) -> np.ndarray:
+        u: np.ndarray = (np.array([p[n] for n in self.names], float) - self.low) / (self.high - self.low)
+        return u
+
+    def ask(self, k: int, pending: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        from scipy.stats import qmc
+
+        out: list[dict[str, Any]] = []
+        while len(out) < k and self.asked < self.n_initial:
+            sobol = qmc.Sobol(len(self.names), scramble=True, seed=self.seed)
+            if self.asked:
+                sobol.fast_forward(self.asked)
+            out.append(self._params(sobol.random(1)[0]))
+            self.asked += 1
+        if len(out) < k:
+            out += self._suggest(k - len(out), [self._unit(p) for p in (pending or [])] + [self._unit(p) for p in out])
+        return out
+
+    def _suggest(self, k: int, pending: list[np.ndarray]) -> list[dict[str, Any]]:
+        import warnings
+
+        from botorch.acquisition.logei import qLogNoisyExpectedImprovement
+        from botorch.fit import fit_gpytorch_mll
+        from botorch.models import SingleTaskGP
+        from botorch.models.transforms import Normalize, Standardize
+        from botorch.optim.optimize import optimize_acqf
+        from gpytorch.mlls import ExactMarginalLogLikelihood
+
+        torch = self.torch
+        torch.manual_seed(self.seed * 100_003 + len(self.y))
+        dim = len(self.names)
+        X = torch.tensor(np.array(self.X), dtype=torch.float64)
+        Y = -torch.tensor(self.y, dtype=torch.float64).unsqueeze(-1)  # BoTorch maximizes
+        model = SingleTaskGP(X, Y, input_transform=Normalize(dim), outcome_transform=Standardize(1))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model))
+            X_pending = torch.tensor(np.array(pending), dtype=torch.float64) if pending else None
+            acqf = qLogNoisyExpectedImprovement(model, X, X_pending=X_pending)
+            bounds = torch.stack([torch.zeros(dim, dtype=torch.float64), torch.ones(dim, dtype=torch.float64)])
+            cand, _ = optimize_acqf(acqf, bounds, q=k, num_restarts=10, raw_samples=512)
+        return [self._params(c) for c in cand.detach().numpy()]
+
+    def tell(self, results: list[tuple[dict[str, Any], float]]) -> None:
+        for p, value in results:
+            self.X.append(self._unit(p))
+            self.y.append(float(value))
+
+
+def options_of(name: str) -> tuple[str, dict[str, Any]]:
+    """``bo[fantasies=0,candidates=1024]`` -> ("bo", {"fantasies": 0, "candidates": 1024}):
+    one of ours with algorithm options, for ablations."""
+    if "[" not in name:
+        return name, {}
+    base, rest = name.rstrip("]").split("[", 1)
+    opts: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, value = item.split("=", 1)
+        opts[key] = int(value) if value.lstrip("-").isdigit() else float(value) if "." in value else value
+    return base, opts
+
+
 def make(name: str, space: dict[str, Any], seed: int, budget: int = 0) -> Any:
-    if name in OURS:
-        return Ours(name, space, seed, None, budget)
+    base, opts = options_of(name)
+    if base in OURS:
+        return Ours(base, space, seed, opts, budget)
     if name == "skopt":
         return Skopt(space, seed)
+    if name == "botorch":
+        return BoTorch(space, seed)
     return Optuna(name.split("-")[1], space, seed)
 
 
@@ -94,8 +188,8 @@ def run(name: str, fn: Any, seed: int, workers: int = 1) -> float:
     """Final simple regret of one run of ``fn.budget`` evaluations with ``workers``
     evaluations in flight: after the first ``workers`` suggestions, the oldest pending
     one finishes and one new suggestion is made while ``workers - 1`` are pending (an
-    agent that finishes asks again at once; ours are told what is pending, Optuna sees
-    its RUNNING trials, skopt is asked as a user would, without them)."""
+    agent that finishes asks again at once; ours and BoTorch are told what is pending,
+    Optuna sees its RUNNING trials, skopt is asked as a user would, without them)."""
     opt = make(name, fn.space(), seed, fn.budget)
     if workers == 1:
         best = np.inf
@@ -115,7 +209,7 @@ def run(name: str, fn: Any, seed: int, workers: int = 1) -> float:
         opt.tell([(p, value)])
         best = min(best, value)
         if asked < fn.budget:
-            pending += opt.ask(1, list(pending)) if isinstance(opt, Ours) else opt.ask(1)
+            pending += opt.ask(1, list(pending)) if getattr(opt, "takes_pending", False) else opt.ask(1)
             asked += 1
     return float(best - fn.minimum)
 

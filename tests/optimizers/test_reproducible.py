@@ -82,3 +82,21 @@ def test_past_max_points_the_gp_factors_a_subset_that_keeps_the_best_and_stays_r
     [p] = opt.suggest(1, [])
     assert sum((float(v) - 0.5) ** 2 for v in p.values()) < 0.05  # it still searches where the optimum is
     assert build().suggest(1, []) == [p]
+
+
+def test_with_pending_trials_the_same_history_gives_the_same_distinct_suggestions() -> None:
+    """Two optimizers told the same history and the same pending trials suggest the
+    same points, none of them a pending one."""
+    runs = []
+    for _ in range(2):
+        opt = BayesianOptimization(Problem(SearchSpace(MIXED), "minimize", 3, {"n_initial": 6}))
+        for i in range(14):
+            [p] = opt.suggest(1, [])
+            opt.observe([_trial(i, p, _f(p), d.TrialState.COMPLETED)])
+        opt.wait_for_refit()
+        pending = opt.suggest(4, [])
+        runs.append(pending + opt.suggest(2, pending))
+    assert runs[0] == runs[1]
+    encoded = np.array([Encoder(SearchSpace(MIXED)).encode(p) for p in runs[0]])
+    gaps = np.abs(encoded[:, None, :] - encoded[None, :, :]).sum(-1) + np.eye(len(encoded))
+    assert gaps.min() > 1e-6, "a pending point was suggested again"
