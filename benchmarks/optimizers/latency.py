@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from functions import ackley
-from runners import Optuna, Ours, Skopt, options_of
+from runners import Optuna, Ours, Skopt, options_of, split_names
 
 
 def _history(d: int, n: int, seed: int) -> list[tuple[dict[str, float], float]]:
@@ -70,7 +70,7 @@ def measure(name: str, d: int, n: int, reps: int, pending: int = 0) -> dict[str,
     running = [p for p, _ in _history(d, pending, seed=n + d + 1)[:pending]]
     opt: Any
     refit = float("nan")
-    base, options = options_of(name)  # "bo[fantasies=0]": one of ours with options
+    base, options = options_of(name)  # "bo[acquisition=ucb]": one of ours with options
     if base in ("bo", "ea", "random"):
         opt = Ours(base, space, 0, options)
         opt.tell(hist[:n])
@@ -120,7 +120,7 @@ def main() -> int:
     ap.add_argument("--pending", type=int, default=0, help="trials in flight our optimizers are told of")
     ap.add_argument("--cap", type=float, default=15.0, help="seconds per step beyond which a peer stops")
     args = ap.parse_args()
-    names = args.only.split(",")
+    names = split_names(args.only)
     print(f"{'d':>3} {'n':>5} | {'optimizer':<11} {'p50 ms':>10} {'mean ms':>10} {'refit s':>8} {'amort ms':>9} | "
           f"{'p50 vs bo':>9} {'MB':>6} {'max ms during refit':>19}")  # fmt: skip
     print("-" * 78)

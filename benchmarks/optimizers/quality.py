@@ -7,7 +7,7 @@ our ``bo`` and ``ea`` next to BoTorch (``SingleTaskGP`` and qLogNoisyEI), skopt'
 Optuna's GPSampler and TPESampler, and random search, all in the same run.
 
     python benchmarks/optimizers/quality.py [--seeds 10] [--procs 2] [--pending 4,16] [--only bo,optuna-gp]
-    python benchmarks/optimizers/quality.py --only "bo,bo[fantasies=0]"   # an ablation of bo's options
+    python benchmarks/optimizers/quality.py --only "bo,bo[acquisition=ucb]"   # an ablation of bo's options
 
 Optuna's GPSampler needs torch, BoTorch its package (`make bench` installs both:
 requirements/bench.txt). Nothing is asserted.
@@ -27,7 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from functions import FUNCTIONS
-from runners import ALL, run
+from runners import ALL, run, split_names
 
 CASES: list[tuple[str, int]] = []
 
@@ -48,7 +48,7 @@ def main() -> int:
     ap.add_argument("--only", default=",".join(ALL), help="comma-separated optimizers")
     ap.add_argument("--json", type=Path, help="write every run's regret here")
     args = ap.parse_args()
-    opts = args.only.split(",")
+    opts = split_names(args.only)
     fns = args.functions.split(",")
     CASES[:] = [(fn, w) for w in [1, *(int(p) for p in args.pending.split(",") if p)] for fn in fns]
     tasks = [(o, fn, b, s) for fn, b in CASES for o in opts for s in range(args.seeds)]

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -160,8 +161,14 @@ class BoTorch:
             self.y.append(float(value))
 
 
+def split_names(text: str) -> list[str]:
+    """``"bo,bo[acquisition=ucb,polish=4],skopt"`` -> the three names (commas inside
+    brackets are the options')."""
+    return re.findall(r"[^,\[]+(?:\[[^\]]*\])?", text)
+
+
 def options_of(name: str) -> tuple[str, dict[str, Any]]:
-    """``bo[fantasies=0,candidates=1024]`` -> ("bo", {"fantasies": 0, "candidates": 1024}):
+    """``bo[acquisition=ucb,candidates=1024]`` -> ("bo", {"acquisition": "ucb", "candidates": 1024}):
     one of ours with algorithm options, for ablations."""
     if "[" not in name:
         return name, {}
