@@ -150,3 +150,24 @@ def test_log_ei_gradient_matches_finite_differences() -> None:
             hi = acq.log_ei(np.array([mu + eps * dmu[k]]), np.array([var + eps * dvar[k]]), best)[0]
             lo = acq.log_ei(np.array([mu - eps * dmu[k]]), np.array([var - eps * dvar[k]]), best)[0]
             assert grad[k] == pytest.approx((hi - lo) / (2 * eps), rel=1e-4)
+
+
+def test_a_local_penalizer_rules_out_a_ball_around_each_pending_point_with_its_exact_gradient() -> None:
+    from hpcopt_server.optimizers.bo import _Balls
+
+    centres = np.array([[0.2, 0.2], [0.7, 0.6]])
+    balls = _Balls(centres, mu=np.array([1.0, 0.5]), sigma=np.array([0.1, 0.2]), best=0.0, lipschitz=4.0)
+    # At a pending point worse than the best, the ball's edge is (mu - best) / L away.
+    at_centre = balls.log_penalty(centres[:1])[0]
+    assert at_centre < math.log(1e-10) and balls.log_penalty(np.array([[0.95, 0.05]]))[0] > math.log(0.5)
+    edge = centres[0] + np.array([1.0 / 4.0, 0.0])  # radius 0.25: Phi(0) = 1/2 from this ball
+    far = _Balls(centres[:1], np.array([1.0]), np.array([0.1]), 0.0, 4.0)
+    assert far.log_penalty(edge[None, :])[0] == pytest.approx(math.log(0.5), rel=1e-9)
+    x = np.array([0.45, 0.3])
+    value, grad = balls.log_penalty_grad(x)
+    assert value == pytest.approx(balls.log_penalty(x[None, :])[0], rel=1e-12)
+    eps = 1e-7
+    for k in range(2):
+        step = np.eye(2)[k] * eps
+        numeric = (balls.log_penalty((x + step)[None, :])[0] - balls.log_penalty((x - step)[None, :])[0]) / (2 * eps)
+        assert grad[k] == pytest.approx(numeric, rel=1e-5)

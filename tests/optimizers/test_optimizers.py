@@ -219,6 +219,7 @@ def test_grid_and_sobol_walk_their_sequences() -> None:
         ("bo", {"n_initial": 0}, "options.n_initial must be >= 1"),
         ("bo", {"acquisition": "pi"}, "options.acquisition must be one of ['logei', 'ucb']"),
         ("bo", {"bogus": 1}, "options.bogus is not an option"),
+        ("bo", {"batch": "constant_liar"}, "options.batch must be one of ['believer', 'penalize']"),
         ("ea", {"population": "big"}, "options.population must be a int"),
         ("grid", {"points": 0}, "options.points must be >= 1"),
     ],

@@ -16,6 +16,7 @@ Options (``algorithm.options``):
 | background_refit | true | refit in a thread; the fit is used from a fixed later history size on (see ``due``) |
 | fold_noise | true | a trial's fold spread (value_std^2 / K) adds to its observation noise |
 | max_points | 3000 | past this many observations the GP factors a subset (``select_subset``); 200..20000 |
+| batch | penalize | pending trials: ``believer`` (at the posterior mean), or ``penalize`` also near them |
 
 With several objectives (``objectives`` in the spec) bo is ParEGO (Knowles 2006): each
 suggestion draws a weight vector uniformly from the simplex (seeded, like the
@@ -39,18 +40,21 @@ import math
 import threading
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.optimize import minimize
-from scipy.stats import qmc
+from scipy.special import log_ndtr
+from scipy.stats import norm, qmc
 from threadpoolctl import threadpool_limits
 
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import acquisition as acq
 from hpcopt_server.optimizers.base import Optimizer, Problem, loss_vector, pruned_loss, to_minimize
 from hpcopt_server.optimizers.encoding import Encoder
-from hpcopt_server.optimizers.gp import LazyCholesky
+from hpcopt_server.optimizers.gp import SQRT5, LazyCholesky
+from hpcopt_server.optimizers.gp import unpack as gp_unpack
 from hpcopt_server.optimizers.gp_model import GPModel, OutputStats, select_subset
 from hpcopt_server.optimizers.pareto import chebyshev, simplex_weights
 
@@ -63,7 +67,7 @@ Fit = tuple[np.ndarray, OutputStats, LazyCholesky, Rows, np.ndarray]
 #: The most candidates one suggestion may score (10**7 took 1.9 GB and 30 s under the lock).
 MAX_CANDIDATES = 8192
 OPTIONS = ("n_initial", "acquisition", "ucb_beta", "candidates", "polish", "refit_growth", "fit_subsample",
-           "background_refit", "fold_noise", "max_points")  # fmt: skip
+           "background_refit", "fold_noise", "max_points", "batch")  # fmt: skip
 
 
 def blas_threads(n: int) -> threadpool_limits:
@@ -98,6 +102,7 @@ class BayesianOptimization(Optimizer):
         self.background = self.option("background_refit", True, bool)
         self.fold_noise = self.option("fold_noise", True, bool)
         self.max_points = self.option("max_points", 3000, int, low=200, high=20_000)
+        self.batch = self.option("batch", "penalize", str, choices=("believer", "penalize"))
         self.encoder = Encoder(self.space)
         self.model = GPModel(self.encoder.dim)
         self.rng = np.random.default_rng([self.seed, 1])  # reseeded per suggestion
@@ -284,19 +289,26 @@ class BayesianOptimization(Optimizer):
     def _suggest_gp(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
         m = self.model
         m.drop_fantasies()
+        penalize = self.batch == "penalize" and self.acquisition == "logei"
+        balls = _Balls.empty(self.encoder.dim)
         if pending:
             Xp = np.array([self.encoder.encode(p) for p in pending])
-            mu, _ = m.predict(Xp, m.outputs(self._raw))
+            y = m.outputs(self._raw)
+            mu, var = m.predict(Xp, y)
+            if penalize:
+                balls = balls.plus(Xp, mu, np.sqrt(var), float(y.min()))
             m.fantasize(Xp, mu)
         out = []
         for _ in range(n):
-            x = self._maximize_acquisition()
+            x = self._maximize_acquisition(balls if penalize else None)
             out.append(self.encoder.decode(x))
-            mu, _ = m.predict(x[None, :], m.outputs(self._raw))
+            mu, var = m.predict(x[None, :], m.outputs(self._raw))
+            if penalize:
+                balls = balls.plus(x[None, :], mu, np.sqrt(var), balls.best)
             m.fantasize(x[None, :], mu)
         return out
 
-    def _maximize_acquisition(self) -> np.ndarray:
+    def _maximize_acquisition(self, balls: _Balls | None = None) -> np.ndarray:
         m = self.model
         y = m.outputs(self._raw)
         best = float(y.min())  # fantasies count: the believer treats them as observed
@@ -306,22 +318,35 @@ class BayesianOptimization(Optimizer):
         count = int(np.clip(self.candidates * (300.0 / max(m.n, 1)) ** 2, floor, self.candidates))
         C = self._candidates(count, y)
         mu, var = m.predict(C, y)
-        scores = self._score(mu, var, best)
-        order = np.argsort(-scores)
         alpha = m.alpha(y)
+        if balls is not None and len(balls.centres):
+            balls.lipschitz = self._lipschitz(C, alpha)
+        scores = self._score(mu, var, best) + (balls.log_penalty(C) if balls else 0.0)
+        order = np.argsort(-scores)
         finalists = []
         for i in order[: max(self.polish, 1)]:
-            x = self._polish(C[i], alpha, best) if self.polish else C[i]
+            x = self._polish(C[i], alpha, best, balls) if self.polish else C[i]
             finalists.append(x)
         finalists += [C[i] for i in order[: 4 * max(self.polish, 1)]]
         F = self.encoder.project(np.array(finalists))
         fmu, fvar = m.predict(F, y)
-        fscores = self._score(fmu, fvar, best)
+        fscores = self._score(fmu, fvar, best) + (balls.log_penalty(F) if balls else 0.0)
         for i in np.argsort(-fscores):
             if np.min(np.abs(X_taken - F[i]).sum(1), initial=np.inf) > 1e-9:
                 return np.asarray(F[i])
         # Everything near the optimum is taken: fall back to a fresh random point.
         return np.asarray(self.encoder.random(1, self.rng)[0])
+
+    def _lipschitz(self, C: np.ndarray, alpha: np.ndarray) -> float:
+        """The largest norm of the posterior mean's gradient over the candidates (Gonzalez
+        et al. 2016's estimate of the objective's Lipschitz constant, model units)."""
+        ell, amp, _ = gp_unpack(self.model.theta)
+        X = self.model.X[: self.model.n]
+        diff = C[:, None, :] - X[None, :, :]  # [m, n, D]
+        r = np.sqrt(np.maximum((diff**2 / (ell * ell)).sum(2), 0.0))
+        g = -(5.0 / 3.0) * amp * (1.0 + SQRT5 * r) * np.exp(-SQRT5 * r)  # [m, n]
+        grads = np.einsum("mn,mnd->md", g * alpha[None, :], diff / (ell * ell))
+        return max(float(np.sqrt((grads**2).sum(1)).max()), 1e-7)
 
     def _score(self, mu: np.ndarray, var: np.ndarray, best: float) -> np.ndarray:
         if self.acquisition == "ucb":
@@ -346,7 +371,7 @@ class BayesianOptimization(Optimizer):
             local[flip] = np.where(self.encoder.continuous, local[flip], other)
         return np.vstack([G, self.encoder.project(local)])
 
-    def _polish(self, x0: np.ndarray, alpha: np.ndarray, best: float) -> np.ndarray:
+    def _polish(self, x0: np.ndarray, alpha: np.ndarray, best: float, balls: _Balls | None = None) -> np.ndarray:
         """L-BFGS-B on the continuous coordinates (categoricals stay as they are)."""
         mask = self.encoder.continuous
         if not mask.any():
@@ -360,6 +385,9 @@ class BayesianOptimization(Optimizer):
                 value, grad = acq.neg_lcb_grad(mu, var, self.ucb_beta, dmu, dvar)
             else:
                 value, grad = acq.log_ei_grad(mu, var, best, dmu, dvar)
+            if balls:
+                pv, pg = balls.log_penalty_grad(x)
+                value, grad = value + pv, grad + pg
             return -value, -grad[mask]
 
         # Each step reads the whole factor (two triangular solves): fewer steps at large n.
@@ -369,6 +397,51 @@ class BayesianOptimization(Optimizer):
         x = x0.copy()
         x[mask] = res.x
         return x
+
+
+@dataclass
+class _Balls:
+    """Local penalizers around pending points (Gonzalez, Dai, Hennig and Lawrence, "Batch
+    Bayesian Optimization via Local Penalization", AISTATS 2016), on top of the kriging
+    believer (as in Alvi et al., "Asynchronous Batch Bayesian Optimisation with Improved
+    Local Penalisation", ICML 2019). A pending point x_j with posterior N(mu_j, sigma_j^2)
+    rules out a ball of radius (mu_j - best) / L around it, L the largest slope of the
+    posterior mean: log EI gains sum_j log Phi((L |x - x_j| - mu_j + best) / sigma_j)."""
+
+    centres: np.ndarray  # [p, D]
+    mu: np.ndarray  # [p]
+    sigma: np.ndarray  # [p]
+    best: float
+    lipschitz: float = 1.0
+
+    @classmethod
+    def empty(cls, dim: int) -> _Balls:
+        return cls(np.zeros((0, dim)), np.zeros(0), np.zeros(0), math.inf)
+
+    def plus(self, X: np.ndarray, mu: np.ndarray, sigma: np.ndarray, best: float) -> _Balls:
+        return _Balls(np.vstack([self.centres, X]), np.r_[self.mu, mu], np.r_[self.sigma, sigma], best,
+                      self.lipschitz)  # fmt: skip
+
+    def __len__(self) -> int:
+        return len(self.centres)
+
+    def _u(self, C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        diff = C[:, None, :] - self.centres[None, :, :]  # [m, p, D]
+        dist = np.sqrt((diff**2).sum(2))
+        sigma = np.maximum(self.sigma, 1e-6)
+        return (self.lipschitz * dist - self.mu + self.best) / sigma, diff, dist
+
+    def log_penalty(self, C: np.ndarray) -> np.ndarray:
+        """sum_j log Phi(u_j) at each row of C [m, D]."""
+        u, _, _ = self._u(C)
+        return np.asarray(log_ndtr(u).sum(1))
+
+    def log_penalty_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        u, diff, dist = self._u(x[None, :])
+        u, diff, dist = u[0], diff[0], np.maximum(dist[0], 1e-12)
+        ratio = np.exp(norm.logpdf(u) - log_ndtr(u))  # phi / Phi
+        du = (self.lipschitz / np.maximum(self.sigma, 1e-6))[:, None] * diff / dist[:, None]
+        return float(log_ndtr(u).sum()), (ratio[:, None] * du).sum(0)
 
 
 class _Refit:
