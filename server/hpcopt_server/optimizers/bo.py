@@ -1,6 +1,6 @@
 """Bayesian optimization (``algorithm: bo``): a GP surrogate with a lazily extended
-Cholesky factor (Ram et al., MLHPC 2019), log EI or UCB, and kriging-believer
-fantasies for pending trials.
+Cholesky factor (Ram et al., MLHPC 2019), log EI or UCB, and for pending trials
+kriging-believer fantasies and local penalization (``_Balls``).
 
 Options (``algorithm.options``):
 
@@ -290,13 +290,13 @@ class BayesianOptimization(Optimizer):
         m = self.model
         m.drop_fantasies()
         penalize = self.batch == "penalize" and self.acquisition == "logei"
-        balls = _Balls.empty(self.encoder.dim)
+        y = m.outputs(self._raw)
+        balls = _Balls.empty(self.encoder.dim, float(y.min()))  # the incumbent of the real rows
         if pending:
             Xp = np.array([self.encoder.encode(p) for p in pending])
-            y = m.outputs(self._raw)
             mu, var = m.predict(Xp, y)
             if penalize:
-                balls = balls.plus(Xp, mu, np.sqrt(var), float(y.min()))
+                balls = balls.plus(Xp, mu, np.sqrt(var))
             m.fantasize(Xp, mu)
         out = []
         for _ in range(n):
@@ -304,7 +304,7 @@ class BayesianOptimization(Optimizer):
             out.append(self.encoder.decode(x))
             mu, var = m.predict(x[None, :], m.outputs(self._raw))
             if penalize:
-                balls = balls.plus(x[None, :], mu, np.sqrt(var), balls.best)
+                balls = balls.plus(x[None, :], mu, np.sqrt(var))
             m.fantasize(x[None, :], mu)
         return out
 
@@ -339,14 +339,19 @@ class BayesianOptimization(Optimizer):
 
     def _lipschitz(self, C: np.ndarray, alpha: np.ndarray) -> float:
         """The largest norm of the posterior mean's gradient over the candidates (Gonzalez
-        et al. 2016's estimate of the objective's Lipschitz constant, model units)."""
+        et al. 2016's estimate of the objective's Lipschitz constant, in model units), in
+        chunks of about a million kernel terms, so memory stays bounded at large n."""
         ell, amp, _ = gp_unpack(self.model.theta)
         X = self.model.X[: self.model.n]
-        diff = C[:, None, :] - X[None, :, :]  # [m, n, D]
-        r = np.sqrt(np.maximum((diff**2 / (ell * ell)).sum(2), 0.0))
-        g = -(5.0 / 3.0) * amp * (1.0 + SQRT5 * r) * np.exp(-SQRT5 * r)  # [m, n]
-        grads = np.einsum("mn,mnd->md", g * alpha[None, :], diff / (ell * ell))
-        return max(float(np.sqrt((grads**2).sum(1)).max()), 1e-7)
+        chunk = max(1, 1_000_000 // max(1, X.size))
+        steepest = 1e-7
+        for start in range(0, len(C), chunk):
+            diff = (C[start : start + chunk, None, :] - X[None, :, :]) / (ell * ell)  # [c, n, D]
+            r = np.sqrt(np.maximum((diff * diff * (ell * ell)).sum(2), 0.0))
+            g = -(5.0 / 3.0) * amp * (1.0 + SQRT5 * r) * np.exp(-SQRT5 * r)  # dk/dr^2 [c, n]
+            grads = np.einsum("cn,cnd->cd", g * alpha[None, :], diff)
+            steepest = max(steepest, float(np.sqrt((grads * grads).sum(1)).max()))
+        return steepest
 
     def _score(self, mu: np.ndarray, var: np.ndarray, best: float) -> np.ndarray:
         if self.acquisition == "ucb":
@@ -415,11 +420,11 @@ class _Balls:
     lipschitz: float = 1.0
 
     @classmethod
-    def empty(cls, dim: int) -> _Balls:
-        return cls(np.zeros((0, dim)), np.zeros(0), np.zeros(0), math.inf)
+    def empty(cls, dim: int, best: float) -> _Balls:
+        return cls(np.zeros((0, dim)), np.zeros(0), np.zeros(0), best)
 
-    def plus(self, X: np.ndarray, mu: np.ndarray, sigma: np.ndarray, best: float) -> _Balls:
-        return _Balls(np.vstack([self.centres, X]), np.r_[self.mu, mu], np.r_[self.sigma, sigma], best,
+    def plus(self, X: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> _Balls:
+        return _Balls(np.vstack([self.centres, X]), np.r_[self.mu, mu], np.r_[self.sigma, sigma], self.best,
                       self.lipschitz)  # fmt: skip
 
     def __len__(self) -> int:
