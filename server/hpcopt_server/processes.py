@@ -46,6 +46,8 @@ class GrpcProcesses:
         self._watch = threading.Thread(target=self._supervise, name="grpc-processes", daemon=True)
 
     def start(self) -> None:
+        if not self.count:  # --processes 1: nothing to start or watch
+            return
         with self._lock:
             self.children = [self._spawn() for _ in range(self.count)]
         self._watch.start()
