@@ -68,7 +68,7 @@ def test_the_trials_table_sorts_and_filters_on_the_server(page: Page, seeded: Se
     _wait_sorted(page, "descending")
     assert "desc" in (page.page.get_attribute("#trials th[data-sort=value]", "class") or "")
     page.page.check("#state-filter input[data-state=FAILED]")
-    page.page.wait_for_function("() => document.getElementById('page-info').textContent.includes('3 trials')")
+    page.page.wait_for_function("() => (document.getElementById('page-info')?.textContent ?? '').includes('3 trials')")
     states = page.page.locator("#trials tbody td:nth-child(3)").all_inner_texts()
     assert states == ["FAILED"] * 3
     # The filter and sort outlive the 2 s refresh.
@@ -110,7 +110,7 @@ def test_a_trial_that_completes_while_the_page_is_open_appears_without_a_reload(
     assert "sorted" in (page.page.get_attribute("#trials th[data-sort=value]", "class") or "")
     # The new trial is the best: it leads the value-sorted table and the summary.
     page.page.wait_for_function(
-        f"() => document.querySelector('#trials tbody tr[data-trial]').dataset.trial === '{got.trial.id}'"
+        f"() => document.querySelector('#trials tbody tr[data-trial]')?.dataset.trial === '{got.trial.id}'"
     )
     assert f"trial #{got.trial.number}" in page.page.inner_text("#summary")
     # Its agent shows up with the trial it last held.
@@ -139,13 +139,15 @@ def test_a_bad_spec_shows_its_field_error_next_to_the_field(page: Page, seeded: 
     page.page.fill("#spec-text", good)
     page.page.click("#submit")
     page.page.wait_for_function("() => location.hash.startsWith('#/campaign/')")
-    page.page.wait_for_function("() => document.getElementById('campaign-title').textContent === 'from-the-ui'")
+    page.page.wait_for_function(
+        "() => (document.getElementById('campaign-title')?.textContent ?? '') === 'from-the-ui'"
+    )
 
 
 def test_cancel_asks_for_confirmation_and_works(page: Page, seeded: Seeded) -> None:
     page.open(f"/campaign/{seeded.spare}")
     button = page.page.locator("#cancel")
-    page.page.wait_for_function("() => !document.getElementById('cancel').disabled")
+    page.page.wait_for_function("() => document.getElementById('cancel')?.disabled === false")
     asked: list[str] = []
 
     def dismiss(dialog: Any) -> None:
@@ -159,9 +161,9 @@ def test_cancel_asks_for_confirmation_and_works(page: Page, seeded: Seeded) -> N
     assert seeded.service.campaigns.get(seeded.spare).campaign.state == d.CampaignState.RUNNING
     page.page.once("dialog", lambda dialog: dialog.accept())
     button.click()
-    page.page.wait_for_function("() => document.querySelector('#summary .badge').textContent === 'CANCELLED'")
+    page.page.wait_for_function("() => document.querySelector('#summary .badge')?.textContent === 'CANCELLED'")
     assert seeded.service.campaigns.get(seeded.spare).campaign.state == d.CampaignState.CANCELLED
-    page.page.wait_for_function("() => document.getElementById('cancel').disabled")
+    page.page.wait_for_function("() => document.getElementById('cancel')?.disabled === true")
 
 
 def test_exports_download_json_and_csv(page: Page, seeded: Seeded) -> None:
@@ -211,11 +213,13 @@ def test_a_campaign_with_10000_trials_gets_downsampled_plots_and_a_server_side_t
     assert page.page.locator("#trials tbody tr").count() == 25
     assert "page 1 of 400 · 10000 trials" in page.page.inner_text("#page-info")
     page.page.click("#trials th[data-sort=number]")
-    page.page.wait_for_function("() => document.querySelector('#trials tbody tr[data-trial]').dataset.number === '0'")
+    page.page.wait_for_function("() => document.querySelector('#trials tbody tr[data-trial]')?.dataset.number === '0'")
     page.page.click("#next")
-    page.page.wait_for_function("() => document.getElementById('page-info').textContent.startsWith('page 2 of')")
+    page.page.wait_for_function(
+        "() => (document.getElementById('page-info')?.textContent ?? '').startsWith('page 2 of')"
+    )
     # The page shown is the page the pager says: trials #25.. by number.
-    page.page.wait_for_function("() => document.querySelector('#trials tbody tr[data-trial]').dataset.number === '25'")
+    page.page.wait_for_function("() => document.querySelector('#trials tbody tr[data-trial]')?.dataset.number === '25'")
     assert page.page.locator("#trials tbody tr[data-trial] td:nth-child(2)").first.inner_text() == "#25"
 
 
@@ -270,7 +274,7 @@ def test_with_auth_on_a_read_token_can_view_but_not_cancel(
     # A submit token may.
     page.page.evaluate("(t) => localStorage.setItem('hpcopt.token', t)", tokens["submit"])
     page.page.reload()
-    page.page.wait_for_function("() => !document.getElementById('cancel').disabled")
+    page.page.wait_for_function("() => document.getElementById('cancel')?.disabled === false")
     assert page.page.is_hidden("#banner")
 
 

@@ -63,7 +63,7 @@ def test_a_hidden_tab_stops_polling_and_says_paused(page: Page, seeded: Seeded) 
         "() => { Object.defineProperty(document, 'hidden', {value: false, configurable: true});"
         " document.dispatchEvent(new Event('visibilitychange')); }"
     )
-    page.page.wait_for_function("() => document.getElementById('conn').textContent.startsWith('updated')")
+    page.page.wait_for_function("() => (document.getElementById('conn')?.textContent ?? '').startsWith('updated')")
     assert requests, "visible again: polling resumes at once"
 
 
@@ -93,7 +93,9 @@ def test_brushing_filters_the_table_highlights_the_history_and_survives_refreshe
     page.page.evaluate(
         "() => Plotly.restyle(document.getElementById('plot-parcoords'), {'dimensions[0].constraintrange': [[-3, -1]]})"
     )
-    page.page.wait_for_function(f"() => !document.getElementById('page-info').textContent.includes('· {total} trials')")
+    page.page.wait_for_function(
+        f"() => (e => e !== null && !e.textContent.includes('· {total} trials'))(document.getElementById('page-info'))"
+    )
     lrs = [float(x) for x in page.page.locator("#trials tbody td:nth-child(6)").all_inner_texts()]
     assert lrs and all(1e-3 <= x <= 1e-1 for x in lrs), lrs
     assert "brush=lr" in page.page.evaluate("() => location.hash")
@@ -115,7 +117,7 @@ def test_brushing_filters_the_table_highlights_the_history_and_survives_refreshe
     lrs = [float(x) for x in page.page.locator("#trials tbody td:nth-child(6)").all_inner_texts()]
     assert lrs and all(1e-3 <= x <= 1e-1 for x in lrs), "the first table after a reload is already filtered"
     page.page.click("#clear-brush")
-    page.page.wait_for_function("() => document.getElementById('page-info').textContent.includes('trials')")
+    page.page.wait_for_function("() => (document.getElementById('page-info')?.textContent ?? '').includes('trials')")
     page.page.wait_for_function("() => !location.hash.includes('brush=')")
 
 
@@ -232,12 +234,12 @@ def test_a_lost_server_shows_disconnected_and_the_page_recovers(page: Page, seed
     loaded(page)
     page.page.route("**/api/v1/**", lambda route: route.abort())
     page.page.wait_for_function(
-        "() => document.getElementById('conn').textContent.startsWith('disconnected — retrying')"
+        "() => (document.getElementById('conn')?.textContent ?? '').startsWith('disconnected — retrying')"
     )
     assert "bad" in (page.page.get_attribute("#conn", "class") or "")
     page.page.unroute("**/api/v1/**")
     page.page.wait_for_function(
-        "() => document.getElementById('conn').textContent.startsWith('updated')", timeout=10_000
+        "() => (document.getElementById('conn')?.textContent ?? '').startsWith('updated')", timeout=10_000
     )
     _quiet(page, "ERR_FAILED", "Failed to fetch")
 
@@ -307,7 +309,9 @@ def test_a_trial_page_names_its_campaign_steps_through_trials_and_has_whole_epoc
     assert xaxis["dtick"] >= 1 and xaxis["tick0"] == 0, "epochs are whole numbers"
     assert "e-" in page.page.inner_text("#trial-params"), "the log-scale lr in exponent form"
     page.page.click("#trial-next")
-    page.page.wait_for_function("() => document.getElementById('trial-title').textContent.startsWith('Trial #6')")
+    page.page.wait_for_function(
+        "() => (document.getElementById('trial-title')?.textContent ?? '').startsWith('Trial #6')"
+    )
     page.open(f"/campaign/{seeded.small}/trial/{failed[0].number}")
     page.page.locator("#trial-error").wait_for()
     gap = page.page.evaluate(
@@ -368,7 +372,7 @@ def test_sort_filter_page_and_chosen_trials_live_in_the_url(page: Page, seeded: 
     assert lrs == sorted(lrs) and "e-" in page.page.locator("#trials tbody td:nth-child(6)").first.inner_text()
     page.page.check("#state-filter input[data-state=COMPLETED]")
     page.page.click("#next")
-    page.page.wait_for_function("() => document.getElementById('page-info').textContent.startsWith('page 2')")
+    page.page.wait_for_function("() => (document.getElementById('page-info')?.textContent ?? '').startsWith('page 2')")
     page.page.locator("#trials tbody tr[data-trial] input.pick").first.check()
     page.page.wait_for_function("() => location.hash.includes('curves=')")
     hash_ = page.page.evaluate("() => location.hash")
@@ -378,7 +382,7 @@ def test_sort_filter_page_and_chosen_trials_live_in_the_url(page: Page, seeded: 
     assert page.page.is_checked("#state-filter input[data-state=COMPLETED]")
     assert "sorted" in (page.page.get_attribute("#trials th[data-sort='param:lr']", "class") or "")
     page.page.wait_for_function(
-        "() => document.getElementById('curve-picker').textContent.includes('ticked in the table')"
+        "() => (document.getElementById('curve-picker')?.textContent ?? '').includes('ticked in the table')"
     )
     for key in ("duration", "agent"):
         page.page.click(f"#trials th[data-sort={key}]")
@@ -399,13 +403,13 @@ def test_history_options_log_scale_finish_time_and_clipping(page: Page, seeded: 
     page.open(f"/campaign/{cid}")
     history = page.wait_plot("plot-history")
     assert history[0]["x"] == list(range(30)) and history[0]["customdata"] == list(range(30)), "x and hover by number"
-    layout = "() => document.getElementById('plot-history').layout"
+    layout = "() => document.getElementById('plot-history')?.layout"
     page.page.check("#history-clip")
-    page.page.wait_for_function(f"() => ({layout})().yaxis.range && ({layout})().yaxis.range[1] < 100")
+    page.page.wait_for_function(f"() => ({layout})()?.yaxis?.range?.[1] < 100")
     page.page.check("#history-logY")
-    page.page.wait_for_function(f"() => ({layout})().yaxis.type === 'log'")
+    page.page.wait_for_function(f"() => ({layout})()?.yaxis?.type === 'log'")
     page.page.check("#history-byTime")
-    page.page.wait_for_function(f"() => ({layout})().xaxis.type === 'date'")
+    page.page.wait_for_function(f"() => ({layout})()?.xaxis?.type === 'date'")
     assert "view=log%2Ctime%2Cclip" in page.page.evaluate("() => location.hash")
     assert "95th percentile" in page.page.inner_text("#history-note")
 
