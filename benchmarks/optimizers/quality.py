@@ -46,37 +46,54 @@ def main() -> int:
     ap.add_argument("--pending", default="4,16", help="batch tables: evaluations in flight")
     ap.add_argument("--functions", default=",".join(FUNCTIONS))
     ap.add_argument("--only", default=",".join(ALL), help="comma-separated optimizers")
-    ap.add_argument("--json", type=Path, help="write every run's regret here")
+    ap.add_argument(
+        "--json", type=Path, help="write every run's regret here; runs already in the file are not run again"
+    )
     args = ap.parse_args()
     opts = split_names(args.only)
     fns = args.functions.split(",")
     CASES[:] = [(fn, w) for w in [1, *(int(p) for p in args.pending.split(",") if p)] for fn in fns]
-    tasks = [(o, fn, b, s) for fn, b in CASES for o in opts for s in range(args.seeds)]
+    done = _load(args.json) if args.json and args.json.exists() else {}
+    tasks = [
+        (o, fn, b, s) for fn, b in CASES for o in opts for s in range(args.seeds) if s not in done.get((o, fn, b), {})
+    ]
     # The slow peers first, so the pool stays busy to the end.
     tasks.sort(key=lambda t: t[0] not in ("botorch", "skopt", "optuna-gp"))
-    results: dict[tuple[str, str, int], list[float]] = {}
+    results = {k: dict(v) for k, v in done.items()}
     seconds: dict[str, float] = {}
     t0 = time.time()
     with mp.get_context("spawn").Pool(args.procs) as pool:
-        for i, (o, fn, b, _s, regret, dt) in enumerate(pool.imap_unordered(_task, tasks), 1):
-            results.setdefault((o, fn, b), []).append(regret)
+        for i, (o, fn, b, s, regret, dt) in enumerate(pool.imap_unordered(_task, tasks), 1):
+            results.setdefault((o, fn, b), {})[s] = regret
             seconds[o] = seconds.get(o, 0.0) + dt
             if args.json:  # after every run: a long run stopped early keeps what it measured
                 _dump(args.json, results)
             print(f"\r{i}/{len(tasks)} runs, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    _table(results, opts)
-    print("\nCPU seconds per optimizer (all runs): " + ", ".join(f"{o} {seconds[o]:.0f}" for o in opts))
+    _table({k: {s: r for s, r in v.items() if s < args.seeds} for k, v in results.items()}, opts)
+    print("\nCPU seconds per optimizer (runs made now): " + ", ".join(f"{o} {seconds.get(o, 0):.0f}" for o in opts))
     return 0
 
 
-def _dump(path: Path, results: dict[tuple[str, str, int], list[float]]) -> None:
+Results = dict[tuple[str, str, int], dict[int, float]]
+
+
+def _dump(path: Path, results: Results) -> None:
+    """``{"optimizer/function/pending": {"seed": regret}}``, replaced whole."""
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps({f"{o}/{fn}/{b}": r for (o, fn, b), r in results.items()}, indent=1))
     tmp.replace(path)
 
 
-def _table(results: dict[tuple[str, str, int], list[float]], opts: list[str]) -> None:
+def _load(path: Path) -> Results:
+    out: Results = {}
+    for key, runs in json.loads(path.read_text()).items():
+        o, fn, b = key.rsplit("/", 2)
+        out[(o, fn, int(b))] = {int(s): float(r) for s, r in runs.items()}
+    return out
+
+
+def _table(results: Results, opts: list[str]) -> None:
     width = 22
     medians: dict[tuple[str, str, int], float] = {}
     for pending in sorted({b for _, b in CASES}):
@@ -89,7 +106,7 @@ def _table(results: dict[tuple[str, str, int], list[float]], opts: list[str]) ->
                 continue
             cells = []
             for o in opts:
-                r = np.array(results.get((o, fn, b), [np.nan]))
+                r = np.array(list(results.get((o, fn, b), {}).values()) or [np.nan])
                 med, q1, q3 = np.median(r), np.percentile(r, 25), np.percentile(r, 75)
                 medians[(o, fn, b)] = float(med)
                 cells.append(f"{med:.3g} [{q1:.2g}, {q3:.2g}]")
