@@ -171,3 +171,42 @@ def test_a_local_penalizer_rules_out_a_ball_around_each_pending_point_with_its_e
         step = np.eye(2)[k] * eps
         numeric = (balls.log_penalty((x + step)[None, :])[0] - balls.log_penalty((x - step)[None, :])[0]) / (2 * eps)
         assert grad[k] == pytest.approx(numeric, rel=1e-5)
+
+
+def test_the_output_warp_is_monotone_gaussianizes_skewed_losses_and_leaves_gaussian_ones_alone() -> None:
+    from scipy.stats import skew
+
+    from hpcopt_server.optimizers.gp_model import WARP_BOUNDS, noise_scale, output_stats, standardize
+
+    rng = np.random.default_rng(0)
+    skewed = np.exp(rng.normal(size=200) * 1.5)  # a valley floor beside high walls
+    stats = output_stats(skewed)
+    t = standardize(skewed, stats)
+    assert WARP_BOUNDS[0] <= stats.lam < 0.7, stats
+    assert abs(skew(t)) < 0.3 * abs(skew(skewed)), (skew(t), skew(skewed))
+    order = np.argsort(skewed)
+    assert np.all(np.diff(t[order]) > 0)  # the best loss stays the best output
+    assert abs(t.mean()) < 1e-12
+    assert output_stats(skewed) == stats  # a deterministic function of the losses
+
+    normal = rng.normal(size=200)
+    stats = output_stats(normal)
+    assert abs(stats.lam - 1.0) < 0.25, stats
+    # Without warping a loss's own variance scales by 1 / std^2, as before the warp.
+    plain = stats._replace(lam=1.0)
+    assert np.allclose(noise_scale(normal, plain), 1.0 / (plain.scale * plain.std) ** 2)
+
+
+@pytest.mark.parametrize(
+    "y",
+    [np.full(6, 3.0), np.array([1.0, 1.0, 2.0]), np.array([np.nan, 1.0, np.nan, 5.0, 2.0, 1e300]), np.array([])],
+    ids=["constant", "three", "failed-and-huge", "empty"],
+)
+def test_the_output_warp_is_finite_on_degenerate_losses(y: np.ndarray) -> None:
+    from hpcopt_server.optimizers.gp_model import noise_scale, output_stats, standardize
+
+    stats = output_stats(y)
+    assert all(np.isfinite(stats)), stats
+    if len(y):
+        assert np.all(np.isfinite(standardize(y, stats)))
+        assert np.all(np.isfinite(noise_scale(y, stats)))

@@ -176,9 +176,16 @@ def test_eight_concurrent_suggestions_are_distinct_and_spread_out() -> None:
     enc = Encoder(SearchSpace(BRANIN))
     batch = opt.suggest(8, [])
     X = np.array([enc.encode(p) for p in batch])
-    dist = np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))[np.triu_indices(8, 1)]
-    assert dist.min() > 0.01, dist.min()
+    pairs = np.sqrt(((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    dist = pairs[np.triu_indices(8, 1)]
+    assert dist.min() > 0.002, dist.min()
     assert dist.max() > 0.2  # not one cluster
+    # Several may refine the basin the model believes best (with the output warp three
+    # of these eight do, 0.006 to 0.02 apart; forbidding points within 0.05 lengthscales
+    # of a pending one cost Branin's convergence: median regret with 16 pending 0.030
+    # against 0.009 over 20 seeds), but at least half explore elsewhere.
+    alone = (np.where(np.eye(8, dtype=bool), np.inf, pairs) > 0.05).all(1)
+    assert alone.sum() >= 4, np.round(X, 3)
     # asked again with those eight pending, the next one is apart from all of them
     [nxt] = opt.suggest(1, batch)
     assert np.sqrt(((X - enc.encode(nxt)) ** 2).sum(1)).min() > 0.01

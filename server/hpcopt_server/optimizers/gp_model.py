@@ -4,10 +4,19 @@ extended Cholesky factor, with fantasies (kriging believer) as temporary rows.
 Outputs are kept raw (as losses; NaN for a failed trial) and standardized with
 statistics frozen at the last refit: losses more than 5 robust scales (IQR / 1.349)
 above the median grow only logarithmically beyond that point (capped at 8 scales), so a
-few huge losses do not flatten the model, and the result is z-scored. Good values are never compressed:
-they are what the search is about. A failed trial is imputed at the upper quartile of
-the losses: bad, but not a spike the GP must bend around (imputing the worst value made
-Branin runs with 20% random failures converge several times slower in our trials).
+few huge losses do not flatten the model. Good values are never compressed: they are
+what the search is about. The robust z-scores are then warped by a Yeo-Johnson power
+transform whose exponent maximizes the Gaussian likelihood of the losses (Yeo and
+Johnson 2000; the output warping of HEBO, Cowen-Rivers et al. 2022), and the result is
+z-scored. A skewed loss (Rosenbrock's valley floor beside walls 10^3 higher, an
+ill-conditioned quadratic) then looks Gaussian to the GP: one evaluation at a time,
+median regret over 20 seeds went from 5.25 to 2.39 on Rosenbrock-4 and from 0.104 to
+0.010 on Hartmann6 (``benchmarks/optimizers/quality.py``; the optimizers guide has the
+whole table). The transform is monotone, so the best loss stays the best output.
+
+A failed trial is imputed at the upper quartile of the losses: bad, but not a spike the
+GP must bend around (imputing the worst value made Branin runs with 20% random failures
+converge several times slower in our trials).
 A pruned trial is *censored*: it enters at the value it reached when it was stopped, but
 never better than the median of the other losses (the pruner judged it worse than most).
 """
@@ -15,12 +24,28 @@ never better than the median of the other losses (the pruner judged it worse tha
 from __future__ import annotations
 
 import threading
+import warnings
+from typing import NamedTuple
 
 import numpy as np
+from scipy import stats as st
 
 from hpcopt_server.optimizers import gp
 
-OutputStats = tuple[float, float, float, float]  # median, robust scale, mean, std
+
+class OutputStats(NamedTuple):
+    """Frozen at each refit (``output_stats``)."""
+
+    median: float  # of the measured losses
+    scale: float  # their robust scale, IQR / 1.349
+    lam: float  # the Yeo-Johnson exponent (1: no warping)
+    mean: float  # of the warped values
+    std: float  # of the warped values
+
+
+IDENTITY = OutputStats(0.0, 1.0, 1.0, 0.0, 1.0)
+#: The exponents the warp may take: past these, a few points decide the shape.
+WARP_BOUNDS = (-1.0, 2.0)
 
 
 def _compress(y: np.ndarray, median: float, scale: float) -> np.ndarray:
@@ -31,34 +56,64 @@ def _compress(y: np.ndarray, median: float, scale: float) -> np.ndarray:
     return np.where(y > thr, thr + scale * over, y)
 
 
+def _warp_exponent(z: np.ndarray) -> float:
+    """The Yeo-Johnson exponent of largest Gaussian likelihood for z, within WARP_BOUNDS
+    (1 when there is too little to fit: fewer than 4 distinct values)."""
+    if len(np.unique(z)) < 4:
+        return 1.0
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        try:
+            lam = float(st.yeojohnson_normmax(z))
+        except (ValueError, FloatingPointError, RuntimeError):
+            return 1.0
+    return float(np.clip(lam, *WARP_BOUNDS)) if np.isfinite(lam) else 1.0
+
+
+def _z(y: np.ndarray, stats: OutputStats) -> np.ndarray:
+    return (_compress(y, stats.median, stats.scale) - stats.median) / stats.scale
+
+
 def output_stats(y: np.ndarray, censored: np.ndarray | None = None) -> OutputStats:
-    """Frozen at each refit: the robust centre and scale used to tame outliers, then the
-    mean and standard deviation of the tamed values (of the uncensored losses)."""
+    """The robust centre and scale used to tame outliers, the warp fitted to the tamed
+    losses, and the mean and standard deviation of the warped values (of the uncensored
+    losses)."""
     ok = y[np.isfinite(y) & (True if censored is None else ~censored)]
     if ok.size == 0:
-        return 0.0, 1.0, 0.0, 1.0
+        return IDENTITY
     median = float(np.median(ok))
     q75, q25 = np.percentile(ok, [75, 25])
     scale = float(q75 - q25) / 1.349
     if not scale > 1e-12:
         scale = float(np.std(ok)) or 1.0
-    tamed = _compress(ok, median, scale)
-    std = float(np.std(tamed))
-    return median, scale, float(np.mean(tamed)), std if std > 1e-12 else 1.0
+    z = _z(ok, OutputStats(median, scale, 1.0, 0.0, 1.0))
+    lam = _warp_exponent(z)
+    warped = st.yeojohnson(z, lam)
+    std = float(np.std(warped))
+    return OutputStats(median, scale, lam, float(np.mean(warped)), std if std > 1e-12 else 1.0)
 
 
 def standardize(y: np.ndarray, stats: OutputStats, censored: np.ndarray | None = None) -> np.ndarray:
     """Raw losses [n] (NaN = failed; ``censored``: pruned, a floor at the median) to
     mean-zero model outputs [n]."""
-    median, scale, mean, std = stats
     ok = np.isfinite(y)
     plain = ok if censored is None else ok & ~censored
-    bad = float(np.percentile(y[plain], 75)) if plain.any() else median
+    bad = float(np.percentile(y[plain], 75)) if plain.any() else stats.median
     y = np.where(ok, y, bad)
     if censored is not None:
-        y = np.where(censored, np.maximum(y, median), y)
-    t = (_compress(y, median, scale) - mean) / std
-    return t - t.mean()
+        y = np.where(censored, np.maximum(y, stats.median), y)
+    t = (st.yeojohnson(_z(y, stats), stats.lam) - stats.mean) / stats.std
+    return np.asarray(t - t.mean())
+
+
+def noise_scale(y: np.ndarray, stats: OutputStats) -> np.ndarray:
+    """The squared slope of the output transform at losses y [n] (a failed one: at the
+    median): a loss's own variance (a fold spread) times this is its variance in model
+    units. The log compression of outliers is left out (it only lowers the slope)."""
+    z = _z(np.where(np.isfinite(y), y, stats.median), stats)
+    # d/dz of Yeo-Johnson: (1 + z)^(lam - 1) for z >= 0, (1 - z)^(1 - lam) below.
+    slope = np.where(z >= 0, np.abs(1.0 + z) ** (stats.lam - 1.0), np.abs(1.0 - z) ** (1.0 - stats.lam))
+    return np.asarray((slope / (stats.scale * stats.std)) ** 2)
 
 
 class GPModel:
@@ -73,7 +128,7 @@ class GPModel:
         self.censored = np.zeros(64, dtype=bool)
         self.n_real = 0
         self.theta = np.r_[np.full(dim, gp.lengthscale_prior(dim)[0]), 0.0, np.log(1e-3)]
-        self.stats: OutputStats = (0.0, 1.0, 0.0, 1.0)
+        self.stats = IDENTITY
         self.factor = gp.LazyCholesky()
         self.lock = threading.RLock()
         self._fantasy_y = np.zeros(0)
@@ -93,8 +148,8 @@ class GPModel:
             self.extra_raw = np.r_[self.extra_raw, np.zeros(cap - len(self.extra_raw))]
             self.censored = np.r_[self.censored, np.zeros(cap - len(self.censored), dtype=bool)]
 
-    def _noise(self, extra_raw: np.ndarray) -> np.ndarray:
-        return gp.unpack(self.theta)[2] + extra_raw / self.stats[3] ** 2
+    def _noise(self, extra_raw: np.ndarray, y_raw: np.ndarray) -> np.ndarray:
+        return gp.unpack(self.theta)[2] + extra_raw * noise_scale(y_raw, self.stats)
 
     def add(self, Xn: np.ndarray, y_raw: np.ndarray, extra_raw: np.ndarray, censored: np.ndarray | None = None) -> None:
         """Appends real observations (call with no fantasies present): O(k n^2)."""
@@ -103,7 +158,7 @@ class GPModel:
         self._grow(n + k)
         self.X[n : n + k], self.y_raw[n : n + k], self.extra_raw[n : n + k] = Xn, y_raw, extra_raw
         self.censored[n : n + k] = False if censored is None else censored
-        self._extend(Xn, self._noise(extra_raw))
+        self._extend(Xn, self._noise(extra_raw, y_raw))
         self.n_real = n + k
 
     def _extend(self, Xn: np.ndarray, noise: np.ndarray) -> None:
@@ -187,7 +242,7 @@ class GPModel:
         them in the fit, 0.0055 without)."""
         stats = output_stats(y_raw, censored)
         y = standardize(y_raw, stats, censored)
-        extra = extra_raw / stats[3] ** 2
+        extra = extra_raw * noise_scale(y_raw, stats)
         idx = np.flatnonzero(np.isfinite(y_raw) & ~censored)
         if len(idx) < 2:
             idx = np.arange(len(X))
