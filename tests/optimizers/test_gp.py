@@ -189,6 +189,11 @@ def test_the_output_warp_is_monotone_gaussianizes_skewed_losses_and_leaves_gauss
     assert abs(t.mean()) < 1e-12
     assert output_stats(skewed) == stats  # a deterministic function of the losses
 
+    # A loss far better than any seen at the last refit (the exponent stays frozen
+    # until the next one) is still finite and still the best.
+    t = standardize(np.r_[skewed, -1e300], stats)
+    assert np.all(np.isfinite(t)) and np.argmin(t) == len(skewed), t[-3:]
+
     normal = rng.normal(size=200)
     stats = output_stats(normal)
     assert abs(stats.lam - 1.0) < 0.25, stats
@@ -199,8 +204,14 @@ def test_the_output_warp_is_monotone_gaussianizes_skewed_losses_and_leaves_gauss
 
 @pytest.mark.parametrize(
     "y",
-    [np.full(6, 3.0), np.array([1.0, 1.0, 2.0]), np.array([np.nan, 1.0, np.nan, 5.0, 2.0, 1e300]), np.array([])],
-    ids=["constant", "three", "failed-and-huge", "empty"],
+    [
+        np.full(6, 3.0),
+        np.array([1.0, 1.0, 2.0]),
+        np.array([np.nan, 1.0, np.nan, 5.0, 2.0, 1e300]),
+        np.array([1.0, 2.0, 3.0, 4.0, 5.0, -1e300, -1e299]),
+        np.array([]),
+    ],
+    ids=["constant", "three", "failed-and-huge", "huge-and-good", "empty"],
 )
 def test_the_output_warp_is_finite_on_degenerate_losses(y: np.ndarray) -> None:
     from hpcopt_server.optimizers.gp_model import noise_scale, output_stats, standardize
@@ -208,5 +219,7 @@ def test_the_output_warp_is_finite_on_degenerate_losses(y: np.ndarray) -> None:
     stats = output_stats(y)
     assert all(np.isfinite(stats)), stats
     if len(y):
-        assert np.all(np.isfinite(standardize(y, stats)))
+        t = standardize(y, stats)
+        assert np.all(np.isfinite(t)), t
         assert np.all(np.isfinite(noise_scale(y, stats)))
+        assert np.argmin(t) == np.nanargmin(y)

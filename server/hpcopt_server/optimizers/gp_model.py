@@ -70,8 +70,13 @@ def _warp_exponent(z: np.ndarray) -> float:
     return float(np.clip(lam, *WARP_BOUNDS)) if np.isfinite(lam) else 1.0
 
 
+#: Robust z-scores below this are clipped: a loss a million robust scales better than the
+#: median stays the best, and the warp (at most cubic) stays finite.
+Z_FLOOR = -1e6
+
+
 def _z(y: np.ndarray, stats: OutputStats) -> np.ndarray:
-    return (_compress(y, stats.median, stats.scale) - stats.median) / stats.scale
+    return np.maximum((_compress(y, stats.median, stats.scale) - stats.median) / stats.scale, Z_FLOOR)
 
 
 def output_stats(y: np.ndarray, censored: np.ndarray | None = None) -> OutputStats:
