@@ -137,6 +137,7 @@ class GPModel:
         self.factor = gp.LazyCholesky()
         self.lock = threading.RLock()
         self._fantasy_y = np.zeros(0)
+        self._scalarized: tuple[np.ndarray, np.ndarray] | None = None  # (raw, its outputs)
 
     # -- data ---------------------------------------------------------------------------
 
@@ -197,8 +198,10 @@ class GPModel:
         ``raw``: other losses of the real rows (a multi-objective scalarization), with
         statistics of their own; the factor does not depend on them (no extra noise)."""
         if raw is not None:
-            y = standardize(raw, output_stats(raw))
-            return np.r_[y, self._fantasy_y[: self.n - self.n_real]]
+            # One scalarization serves a whole suggestion: fit its warp once.
+            if self._scalarized is None or self._scalarized[0] is not raw:
+                self._scalarized = (raw, standardize(raw, output_stats(raw)))
+            return np.r_[self._scalarized[1], self._fantasy_y[: self.n - self.n_real]]
         y = standardize(self.y_raw[: self.n_real], self.stats, self.censored[: self.n_real])
         fant = self._fantasy_y[: self.n - self.n_real]
         return np.r_[y, fant]
