@@ -3,7 +3,9 @@ over them, and live REST + gRPC servers on free ports."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
 import socket
 import threading
 import time
@@ -114,6 +116,18 @@ def make_spec(**overrides: Any) -> dict[str, Any]:
     return spec
 
 
+def _slowed(app: Any, low: float, high: float) -> Any:
+    """An ASGI wrapper that delays each request under /api/ by a seeded random time."""
+    rng = random.Random(31)
+
+    async def slowed(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/api/"):
+            await asyncio.sleep(rng.uniform(low, high))
+        await app(scope, receive, send)
+
+    return slowed
+
+
 @dataclass
 class LiveServer:
     """A real gRPC server and a real uvicorn HTTP server in this process."""
@@ -128,7 +142,9 @@ def live_server(service: Any) -> Iterator[LiveServer]:
     yield from run_live_server(service)
 
 
-def run_live_server(service: Any) -> Iterator[LiveServer]:
+def run_live_server(service: Any, *, slow: tuple[float, float] | None = None) -> Iterator[LiveServer]:
+    """``slow=(low, high)``: every REST answer waits a seeded random time in [low, high)
+    seconds first, so answers arrive late and out of order (the dashboard's races)."""
 
     from hpcopt_server.api.app import create_app
     from hpcopt_server.api.connections import HttpServer, uvicorn_config
@@ -141,6 +157,8 @@ def run_live_server(service: Any) -> Iterator[LiveServer]:
     grpc_port = grpc.port
     http_port = free_port()
     app = create_app(service, metrics, agent_server=f"127.0.0.1:{grpc_port}")
+    if slow is not None:
+        app = _slowed(app, *slow)
     config = uvicorn_config(app, "127.0.0.1", http_port, log_level="warning")
     server = HttpServer(config)
     thread = threading.Thread(target=server.run, daemon=True)

@@ -54,8 +54,11 @@ class Seeded:
         return self.server.service
 
 
-def seed_and_serve(tmp_path_factory: pytest.TempPathFactory, *, big: bool = True) -> Iterator[Seeded]:
-    """A live server over a fresh database with the small, (big) and spare campaigns."""
+def seed_and_serve(
+    tmp_path_factory: pytest.TempPathFactory, *, big: bool = True, slow: tuple[float, float] | None = None
+) -> Iterator[Seeded]:
+    """A live server over a fresh database with the small, (big) and spare campaigns;
+    ``slow``: its REST answers are delayed (``run_live_server``)."""
     from hpcopt_server.service import Service
     from hpcopt_server.storage.migrate import upgrade
     from hpcopt_server.storage.repository import Storage
@@ -67,7 +70,7 @@ def seed_and_serve(tmp_path_factory: pytest.TempPathFactory, *, big: bool = True
     small = seed_campaign(service, name="mlp-small", completed=60, failed=3, queued=2, curves_for=60)
     large = seed_campaign(service, name="big-10k", completed=10_000, folds=1, curves_for=0, seed=1) if big else -1
     spare = seed_campaign(service, name="to-cancel", completed=5, queued=1, seed=2)
-    for server in run_live_server(service):
+    for server in run_live_server(service, slow=slow):
         yield Seeded(server, small, large, spare)
     storage.close()
 
@@ -113,7 +116,10 @@ def make_page(browser: Any, base: str, request: pytest.FixtureRequest, *, poll_m
         context.add_init_script(f"localStorage.setItem('hpcopt.pollMs', '{poll_ms}')")
     page = context.new_page()
     wrapped = Page(page, base)
-    page.on("console", lambda m: wrapped.errors.append(m.text) if m.type == "error" else None)
+    # A refresh that throws is logged as a warning by the page (core.js live()): here it is
+    # an error too, as is every page error.
+    page.on("console", lambda m: wrapped.errors.append(m.text) if m.type == "error" or (
+        m.type == "warning" and m.text.startswith("refresh failed")) else None)  # fmt: skip
     page.on("pageerror", lambda e: wrapped.errors.append(f"page error: {e}"))
     yield wrapped
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)

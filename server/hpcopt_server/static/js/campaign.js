@@ -91,6 +91,10 @@ export function campaignPage(id, query) {
   const st = readState(query);
   const data = { c: null, plot: null, numbers: new Map() };
   const openTrial = (number) => { location.hash = `#/campaign/${id}/trial/${number}`; };
+  // Still this page: every continuation after an answer checks it, since the reader may
+  // have left while the answer was on its way (a slow server; tests/dashboard/test_slow_server.py).
+  const shown = session.generation;
+  const here = () => shown === session.generation;
   layout(id);
   const setState = () => writeState(id, st);
 
@@ -121,9 +125,9 @@ export function campaignPage(id, query) {
   const refreshCurves = async () => {
     setState();
     const curves = await poll(curvesPath());
-    if (data.plot) document.getElementById("curve-picker").replaceChildren(...curvePicker(renderCurves(curves.body, data.plot, st.curves, openTrial), st, refreshCurves));
+    if (here() && data.plot) document.getElementById("curve-picker").replaceChildren(...curvePicker(renderCurves(curves.body, data.plot, st.curves, openTrial), st, refreshCurves));
   };
-  const redrawHistory = () => { if (data.plot && data.plot.completed) renderHistory(data.plot, st.view, brushedIds(data.plot, st.brush), openTrial); };
+  const redrawHistory = () => { if (here() && data.plot && data.plot.completed) renderHistory(data.plot, st.view, brushedIds(data.plot, st.brush), openTrial); };
   // The table first (what the brush asks), then the highlight in the history.
   const onBrush = async (brush) => {
     performance.mark("hpcopt:brushed");
@@ -177,12 +181,12 @@ export function campaignPage(id, query) {
     }
     if ((curves.changed || plot.changed) && !empty) steps.push(["curves", () => document.getElementById("curve-picker").replaceChildren(...curvePicker(renderCurves(curves.body, plot.body, st.curves, openTrial), st, refreshCurves))]);
     if (plot.changed && !empty) {
-      steps.push(["importance", async () => { const imp = await poll(`/campaigns/${id}/importance`); if (imp.changed) renderImportance(imp.body); }]);
+      steps.push(["importance", async () => { const imp = await poll(`/campaigns/${id}/importance`); if (here() && imp.changed) renderImportance(imp.body); }]);
       steps.push(["edf", () => renderEdf(plot.body)], ["slices", () => renderSlices(plot.body, openTrial)]);
       steps.push(["contour", () => { contourPicker(plot.body, st, () => { setState(); renderContour(plot.body, st.contour[0], st.contour[1], openTrial); }); renderContour(plot.body, st.contour[0], st.contour[1], openTrial); }]);
       steps.push(["parcoords", () => { renderParcoords(plot.body, st.brush, onBrush); brushNote(st, clearBrush); }]);
     }
-    if (c.changed || running.changed) steps.push(["timeline", async () => { const tl = await poll(`/campaigns/${id}/timeline?limit=2000`); if (tl.changed) renderTimeline(tl.body, openTrial); }]);
+    if (c.changed || running.changed) steps.push(["timeline", async () => { const tl = await poll(`/campaigns/${id}/timeline?limit=2000`); if (here() && tl.changed) renderTimeline(tl.body, openTrial); }]);
     for (const [name, step] of steps) {
       await nextFrame();
       if (gen !== session.generation) return false;

@@ -10,11 +10,14 @@ const app = document.getElementById("app");
 
 /** #/trial/ID (a global id, as older links and the API use): find its number, go there. */
 export async function trialById(id) {
+  const shown = session.generation;
   try {
     const t = await api(`/trials/${id}`);
+    if (shown !== session.generation) return; // the reader went elsewhere meanwhile
     history.replaceState(null, "", `#/campaign/${t.campaign_id}/trial/${t.number}`);
     trialPage(t.campaign_id, t.number);
   } catch (e) {
+    if (shown !== session.generation) return;
     if (e instanceof HttpError && e.status === 404) notFound(`Trial id ${id} does not exist.`, "The link may be wrong, or its campaign deleted.");
     else notFound(`Trial id ${id} could not be loaded.`, e.message);
   }
