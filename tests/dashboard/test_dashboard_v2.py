@@ -414,6 +414,36 @@ def test_history_options_log_scale_finish_time_and_clipping(page: Page, seeded: 
     assert "95th percentile" in page.page.inner_text("#history-note")
 
 
+def _tick_labels(page: Page, plot: str, axis: str) -> list[str]:
+    return list(
+        page.page.evaluate(
+            "([id, axis]) => [...document.querySelectorAll(`#${CSS.escape(id)} .${axis}tick text`)]"
+            ".map((t) => t.textContent)",
+            [plot, axis],
+        )
+    )
+
+
+def test_log_axes_label_every_tick_with_its_whole_value(page: Page, seeded: Seeded) -> None:
+    """Plotly's log axes label a decade's 2 ... 9 as bare digits: 0.3 read as "3", and
+    a log parameter's slice as "2 5 10^-2 2 5" (issue 31, item 2)."""
+    spec = make_spec(name="below-one", folds=1, budget={"max_trials": 12, "max_parallel": 1})
+    cid = seeded.service.campaigns.create(spec).id
+    for k in range(12):
+        finish_one(seeded.service, cid, 18.0 if k == 5 else 0.25 + 0.06 * k, folds=1)  # 0.25 .. 0.91, one diverged
+    page.open(f"/campaign/{cid}")
+    page.wait_plot("plot-history")
+    page.page.check("#history-logY")
+    page.page.wait_for_function("() => document.getElementById('plot-history')?.layout?.yaxis?.type === 'log'")
+    labels = _tick_labels(page, "plot-history", "y")
+    values = [float(t.replace("\u2212", "-")) for t in labels]  # each one a whole number: float() fails on "10²"
+    # In axis order, so whole values rise: "0.3 0.4 ... 0.9" labelled "3 4 ... 9" would not.
+    assert len(values) >= 3 and values == sorted(set(values)) and values[0] >= 0.2 and values[-1] <= 20, labels
+    lr = _tick_labels(page, "slice-lr", "x")  # lr: log scale over [1e-4, 1] (make_spec)
+    values = [float(t.replace("\u2212", "-")) for t in lr]
+    assert len(values) >= 3 and values == sorted(set(values)) and values[0] >= 1e-4 and values[-1] <= 1.0, lr
+
+
 def test_analysis_views_importance_contour_edf_timeline_and_running_now(page: Page, seeded: Seeded) -> None:
     service = seeded.service
     reg = service.agents.register(host="gpu42", ranks=2, gpus=2, slurm_job_id="777", campaign_id=seeded.small)
@@ -443,6 +473,93 @@ def test_analysis_views_importance_contour_edf_timeline_and_running_now(page: Pa
     assert any(t["name"] == "running" for t in timeline)
     service.agents.release(lease, d.TrialState.FAILED, "done with the test")
     page.page.locator("#card-running").wait_for(state="hidden")
+
+
+def test_names_and_choices_with_markup_are_drawn_as_typed_in_every_plot(page: Page, seeded: Seeded) -> None:
+    """Plotly reads a subset of HTML in labels: a choice "<b>x</b>" must not be drawn bold
+    as "x", nor "y&amp;z" as "y&z", nor a metric "<u>loss</u>" underlined (issue 31,
+    item 12). Parameter names are identifiers (the spec refuses others)."""
+    service = seeded.service
+    spec = make_spec(
+        name="markup",
+        objective={"metric": "<u>loss</u>", "direction": "minimize"},
+        space={"lr": {"type": "real", "low": 1e-3, "high": 1.0, "scale": "log"},
+               "act": {"type": "categorical", "choices": ["<b>x</b>", "y&amp;z"]}},
+        budget={"max_trials": 12, "max_parallel": 1},
+        folds=1,
+    )  # fmt: skip
+    cid = service.campaigns.create(spec).id
+    for k in range(12):
+        finish_one(service, cid, 1.0 + k, folds=1)
+    page.open(f"/campaign/{cid}")
+    loaded(page)
+    page.wait_plot("plot-contour")
+    page.wait_plot("plot-importance")
+    texts = "(id) => [...document.getElementById(id).querySelectorAll('svg text')].map((t) => t.textContent)"
+    for plot in ("plot-contour", "slice-act", "plot-parcoords"):
+        shown = page.page.evaluate(texts, plot)
+        assert "<b>x</b>" in shown and "y&amp;z" in shown, (plot, str(shown))
+    for plot in ("plot-history", "slice-lr", "plot-edf"):  # the metric, on the value axis
+        shown = page.page.evaluate(texts, plot)
+        assert "<u>loss</u>" in shown, (plot, shown)
+    bold = page.page.evaluate("() => document.querySelectorAll('#app svg tspan[style*=\"bold\"]').length")
+    assert bold == 0, "no label was drawn bold"
+
+
+@pytest.mark.parametrize("width", [1440, 1000])
+def test_seven_slices_fill_rows_evenly_and_none_sits_alone(
+    browser: Any, seeded: Seeded, request: pytest.FixtureRequest, width: int
+) -> None:
+    space = {f"p{i}": {"type": "real", "low": 0.0, "high": 1.0} for i in range(7)}
+    spec = make_spec(name=f"seven-{width}", space=space, budget={"max_trials": 6, "max_parallel": 1}, folds=1)
+    cid = seeded.service.campaigns.create(spec).id
+    for k in range(6):
+        finish_one(seeded.service, cid, float(k), folds=1)
+    for page in make_page(browser, seeded.server.http_url, request, poll_ms=POLL_MS):
+        page.page.set_viewport_size({"width": width, "height": 1000})
+        page.open(f"/campaign/{cid}")
+        page.wait_plot("slice-p6")
+        boxes = page.page.evaluate(
+            "() => [...document.querySelectorAll('#slices > .plot')].map((n) => { const r = n.getBoundingClientRect();"
+            " return [Math.round(r.top), r.left, r.width]; })"
+        )
+        inner = page.page.evaluate("() => document.getElementById('slices').clientWidth")
+        rows: dict[int, list[tuple[float, float]]] = {}
+        for top, left, w in boxes:
+            rows.setdefault(top, []).append((left, w))
+        sizes = [len(r) for r in rows.values()]
+        assert len(boxes) == 7 and min(sizes) >= 2 and max(sizes) - min(sizes) <= 1, sizes
+        for r in rows.values():
+            assert sum(w for _, w in r) > 0.95 * inner, ("a row's slices share its width", r, inner)
+            assert all(w >= 279 for _, w in r)
+
+
+def test_an_unknown_route_says_so_instead_of_showing_the_list(page: Page, seeded: Seeded) -> None:
+    page.open("/campaigns/oops")
+    page.page.locator("#not-found").wait_for()
+    assert "No such page" in page.page.inner_text("#not-found") and "#/campaigns/oops" in page.page.inner_text(
+        "#not-found"
+    )
+    assert page.page.locator("#campaigns").count() == 0
+    page.page.click("#not-found a")
+    page.page.locator("#campaigns tbody tr[data-id]").first.wait_for()
+
+
+def test_the_attempt_history_names_agents_by_host_and_job_and_keeps_a_tracebacks_lines(
+    page: Page, seeded: Seeded
+) -> None:
+    service = seeded.service
+    cid = service.campaigns.create(make_spec(name="traceback", folds=1, budget={"max_trials": 2})).id
+    reg = service.agents.register(host="gpu7", ranks=1, gpus=1, slurm_job_id="4242", campaign_id=cid)
+    got = service.agents.acquire(reg.agent_id, cid)
+    trace = 'Traceback (most recent call last):\n  File "task.py", line 3, in fit\nValueError: loss is NaN'
+    service.agents.release(Lease(reg.agent_id, got.trial.id, got.lease_id), d.TrialState.FAILED, trace)
+    page.open(f"/campaign/{cid}/trial/{got.trial.number}")
+    row = page.page.locator("#events tbody tr", has_text="gpu7")
+    row.first.wait_for()
+    assert "gpu7 · job 4242" in row.first.inner_text() and reg.agent_id[:8] not in row.first.inner_text()
+    reason = page.page.locator("#events .reason", has_text="ValueError")
+    assert reason.inner_text().splitlines()[-1] == "ValueError: loss is NaN", "the lines are kept"
 
 
 @pytest.fixture(scope="module")

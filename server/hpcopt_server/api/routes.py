@@ -227,7 +227,7 @@ def trial_by_number(campaign_id: int, number: int, service: ServiceDep, _: CanRe
 
 
 def _detail(x: TrialDetail) -> TrialOut:
-    return trial_out(x.trial, full=True, ran_seconds=x.ran, agent=x.agent)
+    return trial_out(x.trial, full=True, ran_seconds=x.ran, agent=x.agent, agents=x.agents)
 
 
 @router.get("/campaigns/{campaign_id}/running", operation_id="running_trials")

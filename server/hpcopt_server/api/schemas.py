@@ -32,6 +32,8 @@ class TrialEventOut(BaseModel):
     agent_id: str
     reason: str
     at: datetime
+    agent_host: str = ""  # the agent's host and Slurm job ("" when unknown)
+    agent_job: str = ""
 
 
 class TrialOut(BaseModel):
@@ -270,7 +272,10 @@ def trial_out(
     full: bool = False,
     ran_seconds: float | None = None,
     agent: tuple[str, str] = ("", ""),
+    agents: dict[str, tuple[str, str]] | None = None,
 ) -> TrialOut:
+    """``agents``: {agent id: (host, Slurm job)} for the events' agents."""
+    hosts = agents or {}
     return TrialOut(
         ran_seconds=ran_seconds,
         agent_host=agent[0],
@@ -291,7 +296,14 @@ def trial_out(
         finished_at=t.finished_at,
         folds=[FoldOut(**vars(f)) for f in t.folds],
         curves=[CurvePointOut(**vars(p)) for p in t.curves] if full else None,
-        events=[TrialEventOut(**vars(e)) for e in t.events] if full else None,
+        events=[
+            TrialEventOut(
+                **vars(e), agent_host=hosts.get(e.agent_id, ("", ""))[0], agent_job=hosts.get(e.agent_id, ("", ""))[1]
+            )
+            for e in t.events
+        ]
+        if full
+        else None,
     )
 
 

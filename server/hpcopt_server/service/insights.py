@@ -51,6 +51,8 @@ class TrialDetail:
     ran: float | None
     #: (host, Slurm job id) of its last agent.
     agent: tuple[str, str]
+    #: {agent id: (host, Slurm job id)} of its last agent and of every agent in its events.
+    agents: dict[str, tuple[str, str]]
 
 
 @dataclass(frozen=True)
@@ -284,9 +286,9 @@ class InsightService:
             trial = tx.get_trial(trial_id, full=True)
             if trial is None:
                 raise NotFound(f"trial {trial_id} does not exist")
-            agent = tx.agents_by_id([trial.agent_id]).get(trial.agent_id, ("", ""))
+            agents = tx.agents_by_id([trial.agent_id, *(e.agent_id for e in trial.events)])
             ran = _ran(tx.spans(trial.campaign_id, [trial.id]), now).get(trial.id)
-        return TrialDetail(trial, ran, agent)
+        return TrialDetail(trial, ran, agents.get(trial.agent_id, ("", "")), agents)
 
     def running(self, campaign_id: int) -> RunningPage:
         """The RUNNING trials with their folds done and latest report, and their agents."""

@@ -5,7 +5,7 @@
 "use strict";
 
 import { session, api, poll, live, can, askToken, el, badge, fmt, sortableHeader, patchRows, connection, forgetAnswers, HttpError, Disconnected } from "./js/core.js";
-import { campaignPage, progress, chips, done } from "./js/campaign.js";
+import { campaignPage, progress, chips, done, notFound } from "./js/campaign.js";
 import { trialPage, trialById } from "./js/trial.js";
 import { newPage } from "./js/newspec.js";
 
@@ -62,8 +62,9 @@ function route() {
   if ((m = path.match(/^#\/campaign\/(\d+)\/trial\/(\d+)$/))) return trialPage(Number(m[1]), Number(m[2]));
   if ((m = path.match(/^#\/campaign\/(\d+)$/))) return campaignPage(Number(m[1]), query || "");
   if ((m = path.match(/^#\/trial\/(\d+)$/))) return trialById(Number(m[1]));
-  if (path.startsWith("#/new")) return newPage();
-  return campaignsPage();
+  if (path === "#/new") return newPage();
+  if (path === "#/" || path === "#") return campaignsPage();
+  return notFound("No such page.", `The dashboard has no page at ${path}: its pages are the campaign list, a campaign, a trial, and New campaign.`);
 }
 
 async function start() {

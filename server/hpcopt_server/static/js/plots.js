@@ -31,6 +31,10 @@ const DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
 const BEST_FIRST = [[0, "#7f0000"], [0.25, "#d7301f"], [0.55, "#fc8d59"], [1, "#d9dde3"]];
 const SCHEME_COLORS = ["#2b5fd9", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d"];
 
+/** A user's string (a name, a choice, a host) as Plotly text: Plotly reads a subset of
+ * HTML in every label, so "<b>x</b>" would be drawn bold; entities show it as typed. */
+export const plain = (s) => String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+
 const quantile = (sorted, q) => (sorted.length ? sorted[Math.min(sorted.length - 1, Math.max(0, Math.round(q * (sorted.length - 1))))] : null);
 const sign = (plot) => (plot.direction === "maximize" ? -1 : 1);
 
@@ -65,23 +69,28 @@ export function renderHistory(plot, view, brushed, openTrial) {
   const positive = pts.every((p) => p.value > 0);
   const groups = schemeGroups(plot, pts);
   const traces = groups.map(([name, color, members]) => ({
-    type: "scatter", mode: "markers", name, x: members.map(x), y: members.map((p) => p.value), customdata: members.map((p) => p.number),
+    type: "scatter", mode: "markers", name: plain(name), x: members.map(x), y: members.map((p) => p.value), customdata: members.map((p) => p.number),
     error_y: { type: "data", array: members.map((p) => p.value_std || 0), visible: !view.byTime && members.length <= 2000, thickness: 1, width: 0, color: "rgba(80,90,110,.3)" },
-    marker: { size: 6, color, opacity: brushed ? 0.25 : 0.8 }, hovertemplate: `trial #%{customdata}${name === "trial" ? "" : ` (${name})`}<br>%{y:.4g}<extra></extra>`,
+    marker: { size: 6, color, opacity: brushed ? 0.25 : 0.8 }, hovertemplate: `trial #%{customdata}${name === "trial" ? "" : ` (${plain(name)})`}<br>%{y:.4g}<extra></extra>`,
   }));
-  traces.push({ type: "scatter", mode: "lines", name: `best ${plot.metric}`, x: best.map((b) => b[0]), y: best.map((b) => b[1]), line: { shape: "hv", color: "#c0392b", width: 2 }, hoverinfo: "skip" });
+  traces.push({ type: "scatter", mode: "lines", name: `best ${plain(plot.metric)}`, x: best.map((b) => b[0]), y: best.map((b) => b[1]), line: { shape: "hv", color: "#c0392b", width: 2 }, hoverinfo: "skip" });
   if (brushed) {
     const chosen = pts.filter((p) => brushed.has(p.trial_id));
     traces.push({ type: "scatter", mode: "markers", name: "brushed", x: chosen.map(x), y: chosen.map((p) => p.value), customdata: chosen.map((p) => p.number),
       marker: { size: 8, color: "#e67e22", line: { color: "#7a3d00", width: 1 } }, hovertemplate: "trial #%{customdata} (brushed)<br>%{y:.4g}<extra></extra>" });
   }
-  const yaxis = { title: { text: plot.metric }, type: view.logY && positive ? "log" : "linear", autorange: true };
+  const yaxis = { title: { text: plain(plot.metric) }, type: view.logY && positive ? "log" : "linear", autorange: true };
   if (view.clip && pts.length > 10) {
     const sorted = pts.map((p) => p.value).sort((a, b) => a - b);
     const [lo, hi] = plot.direction === "maximize" ? [quantile(sorted, 0.05), sorted[sorted.length - 1]] : [sorted[0], quantile(sorted, 0.95)];
     const pad = (hi - lo) * 0.05 || Math.abs(hi) * 0.05 || 1;
     yaxis.autorange = false;
     yaxis.range = yaxis.type === "log" ? [Math.log10(lo) - 0.05, Math.log10(hi) + 0.05] : [lo - pad, hi + pad];
+  }
+  if (yaxis.type === "log" && pts.length) { // ticks over what is shown
+    const vs = pts.map((p) => p.value);
+    const [lo, hi] = yaxis.range ? yaxis.range.map((r) => 10 ** r) : [Math.min(...vs), Math.max(...vs)];
+    Object.assign(yaxis, logAxis(lo, hi));
   }
   const node = draw("plot-history", traces, { xaxis: { title: { text: view.byTime ? "finish time" : "trial number" }, type: view.byTime ? "date" : "linear" }, yaxis, legend: { orientation: "h", y: 1.12 } });
   onClick(node, openTrial);
@@ -107,7 +116,7 @@ export function renderCurves(curves, plot, chosen, openTrial) {
     });
   });
   const maxStep = Math.max(1, ...curves.flatMap((c) => c.points.map((p) => p.step)));
-  const node = draw("plot-curves", traces, { xaxis: { title: { text: "epoch" }, tick0: 0, dtick: Math.max(1, Math.ceil(maxStep / 10)) }, yaxis: { title: { text: plot.metric } }, showlegend: curves.length <= 25, legend: { title: { text: "trial (folds: line styles)" } } });
+  const node = draw("plot-curves", traces, { xaxis: { title: { text: "epoch" }, tick0: 0, dtick: Math.max(1, Math.ceil(maxStep / 10)) }, yaxis: { title: { text: plain(plot.metric) } }, showlegend: curves.length <= 25, legend: { title: { text: "trial (folds: line styles)" } } });
   onClick(node, openTrial);
   const picker = document.getElementById("curve-picker");
   let text = chosen && chosen.length ? `trials ${curves.map((c) => `#${c.number}`).join(", ")} (ticked in the table)` : `the ${curves.length} best trials; tick trials in the table to choose`;
@@ -127,11 +136,11 @@ export function renderFront(plot, openTrial) {
   const pts = plot.points.filter((p) => p.values);
   const rest = pts.filter((p) => !onFront.has(p.trial_id));
   const front = pts.filter((p) => onFront.has(p.trial_id)).sort((p, q) => p.values[0] - q.values[0]);
-  const hover = `trial #%{customdata}<br>${a.metric}=%{x:.4g}<br>${b.metric}=%{y:.4g}<extra></extra>`;
+  const hover = `trial #%{customdata}<br>${plain(a.metric)}=%{x:.4g}<br>${plain(b.metric)}=%{y:.4g}<extra></extra>`;
   const node = draw("plot-front", [
     { type: "scatter", mode: "markers", name: "dominated", x: rest.map((p) => p.values[0]), y: rest.map((p) => p.values[1]), customdata: rest.map((p) => p.number), marker: { size: 5, color: "#b0b8c4" }, hovertemplate: hover },
     { type: "scatter", mode: objectives.length === 2 ? "lines+markers" : "markers", name: "Pareto front", x: front.map((p) => p.values[0]), y: front.map((p) => p.values[1]), customdata: front.map((p) => p.number), marker: { size: 8, color: "#c0392b" }, line: { shape: "hv", color: "#c0392b" }, hovertemplate: hover },
-  ], { xaxis: { title: { text: `${a.metric} (${a.direction})` } }, yaxis: { title: { text: `${b.metric} (${b.direction})` } }, legend: { orientation: "h", y: 1.12 } });
+  ], { xaxis: { title: { text: `${plain(a.metric)} (${a.direction})` } }, yaxis: { title: { text: `${plain(b.metric)} (${b.direction})` } }, legend: { orientation: "h", y: 1.12 } });
   onClick(node, openTrial);
   const shown = objectives.length > 2 ? `; the plot shows the first two of ${objectives.map((o) => o.metric).join(", ")}` : "";
   const drawn = plot.front_size > front.length ? ` (${front.length} of them drawn)` : "";
@@ -141,14 +150,31 @@ export function renderFront(plot, openTrial) {
 // ------------------------------------------------- parallel coordinates ---
 
 /** Ticks of a log axis (log10 units): 1-2-5 steps, or four even steps on a short range. */
-function logTicks(spec, lo, hi) {
+/** Tick positions (log10 units) from lo to hi: 1, 2 and 5 of each decade, only the
+ * decades past 8 ticks, four even steps when fewer than 3 fall inside. */
+function logTickExponents(lo, hi) {
   const ticks = [];
   for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) for (const m of [1, 2, 5]) { const t = e + Math.log10(m); if (t >= lo - 1e-9 && t <= hi + 1e-9) ticks.push(t); }
   const keep = ticks.length > 8 ? ticks.filter((t) => Math.abs(t - Math.round(t)) < 1e-9) : ticks;
-  const vals = keep.length >= 3 ? keep : [0, 1, 2, 3].map((i) => lo + (i * (hi - lo)) / 3);
+  return keep.length >= 3 ? keep : [0, 1, 2, 3].map((i) => lo + (i * (hi - lo)) / 3);
+}
+
+function logTicks(spec, lo, hi) {
+  const vals = logTickExponents(lo, hi);
   return { tickvals: vals, ticktext: vals.map((t) => fmtParam({ type: "real", scale: "log" }, spec.type === "int" ? Math.round(10 ** t) : 10 ** t)) };
 }
 
+/** A log axis over [lo, hi] (data units, lo > 0) whose every tick has its whole value:
+ * Plotly's own labels a decade's 2 … 9 as bare digits, so 0.3 read as "3" (and a width
+ * axis as "2 5 10² 2 5"). Ticks outside [lo, hi] stretch the range. */
+export function logAxis(lo, hi) {
+  const a = Math.log10(lo), b = Math.log10(hi);
+  const vals = logTickExponents(a, b).map((t) => 10 ** t);
+  return { type: "log", tickvals: vals, ticktext: vals.map((v) => fmt(Number(v.toPrecision(2)))) };
+}
+
+/** Parallel coordinates draw tick text as plain text (no markup, no entities), unlike
+ * their labels and every other plot: the choices go in as they are. */
 export function paramAxis(spec, values) {
   if (spec.type === "categorical") {
     const labels = spec.choices.map(String);
@@ -177,20 +203,21 @@ export function renderParcoords(plot, brush, onBrush) {
   const names = Object.keys(plot.space).filter((n) => !plot.space[n].when);
   const pts = bestOnTop(plot, plot.points);
   const values = pts.map((p) => p.value);
-  const dims = names.map((n) => Object.assign({ label: n }, paramAxis(plot.space[n], pts.map((p) => p.params[n]))));
-  dims.push({ label: plot.metric, values });
-  for (const d of dims) if (brush[d.label]) d.constraintrange = brush[d.label];
+  const keys = [...names, plot.metric]; // the brush's keys, axis by axis
+  const dims = names.map((n) => Object.assign({ label: plain(n) }, paramAxis(plot.space[n], pts.map((p) => p.params[n]))));
+  dims.push({ label: plain(plot.metric), values });
+  dims.forEach((d, i) => { if (brush[keys[i]]) d.constraintrange = brush[keys[i]]; });
   const node = draw("plot-parcoords", [{ type: "parcoords", dimensions: dims, labelfont: { size: 12 }, tickfont: { size: 10, shadow: TICK_SHADOW }, rangefont: { size: 9 },
-    line: valueColours(plot, values, { title: { text: plot.metric, side: "top" }, thickness: 10, orientation: "h", x: 0.5, xanchor: "center", y: -0.08, yanchor: "top", len: 0.5 }) }],
+    line: valueColours(plot, values, { title: { text: plain(plot.metric), side: "top" }, thickness: 10, orientation: "h", x: 0.5, xanchor: "center", y: -0.08, yanchor: "top", len: 0.5 }) }],
   { margin: { l: 70, r: 70, t: 50, b: 70 } });
   if (node && node.on && !node.dataset.brush) {
     node.on("plotly_restyle", () => {
       const out = {};
-      for (const d of node.data[0].dimensions) {
+      for (const [i, d] of node.data[0].dimensions.entries()) {
         let r = d.constraintrange;
         if (!r || !r.length) continue;
         if (Array.isArray(r[0])) r = [Math.min(...r.map((x) => x[0])), Math.max(...r.map((x) => x[1]))]; // several brushes: their span
-        out[d.label] = [Number(r[0]), Number(r[1])];
+        out[keys[i]] = [Number(r[0]), Number(r[1])];
       }
       onBrush(out);
     });
@@ -215,27 +242,58 @@ export function brushedIds(plot, brush) {
 
 // -------------------------------------------------------------- slices ---
 
+/** Slices at least 280 px wide, in rows as even as the width allows (7 in rows of 3, 2
+ * and 2 rather than 3, 3 and 1 alone): each row's plots share its width. */
+function balanceSlices(box) {
+  const n = box.children.length;
+  if (!n) return false;
+  const gap = parseFloat(getComputedStyle(box).columnGap) || 0;
+  const cols = Math.max(1, Math.floor((box.clientWidth + gap) / (280 + gap)));
+  const rows = Math.ceil(n / cols);
+  const base = Math.floor(n / rows), extra = n % rows; // the first `extra` rows hold one more
+  let changed = false, i = 0;
+  for (let r = 0; r < rows; r++) {
+    const k = base + (r < extra ? 1 : 0);
+    for (let j = 0; j < k; j++, i++) {
+      const basis = `calc((100% - ${(k - 1) * gap}px) / ${k})`;
+      const node = box.children[i];
+      if (node.style.flexBasis !== basis) { node.style.flexBasis = basis; node.dataset.row = r; changed = true; }
+    }
+  }
+  return changed;
+}
+
 export function renderSlices(plot, openTrial) {
   const box = document.getElementById("slices");
   const names = Object.keys(plot.space);
   if (box.children.length !== names.length) box.replaceChildren(...names.map((n) => el("div", { id: `slice-${n}`, class: "plot small", "data-param": n })));
+  balanceSlices(box);
+  if (!box.dataset.balanced && window.ResizeObserver) {
+    box.dataset.balanced = "1";
+    // Only plots still shown: Plotly refuses (a page error) a detached or hidden one.
+    const shown = (node) => node.isConnected && node.offsetParent !== null;
+    new ResizeObserver(() => {
+      if (!shown(box) || !balanceSlices(box) || !window.Plotly) return;
+      for (const node of box.querySelectorAll(".js-plotly-plot")) if (shown(node)) Plotly.Plots.resize(node).catch(() => {});
+    }).observe(box);
+  }
   names.forEach((n, i) => {
     const spec = plot.space[n];
-    const xaxis = { title: { text: n } };
-    if (spec.type === "categorical") Object.assign(xaxis, { type: "category", categoryorder: "array", categoryarray: spec.choices.map(String) });
-    else if (spec.scale === "log") Object.assign(xaxis, { type: "log", exponentformat: "power" });
+    const xaxis = { title: { text: plain(n) } };
+    if (spec.type === "categorical") Object.assign(xaxis, { type: "category", categoryorder: "array", categoryarray: spec.choices.map(plain) });
+    else if (spec.scale === "log") Object.assign(xaxis, logAxis(spec.low, spec.high));
     // Inactive (conditional) parameters are absent from a trial: its point is left out here.
     const pts = plot.points.filter((p) => p.params[n] !== undefined);
-    const xs = (members) => members.map((p) => (spec.type === "categorical" ? String(p.params[n]) : p.params[n]));
+    const xs = (members) => members.map((p) => (spec.type === "categorical" ? plain(p.params[n]) : p.params[n]));
     const groups = plot.space.scheme ? schemeGroups(plot, pts) : null;
     const ordered = bestOnTop(plot, pts);
     const traces = groups
-      ? groups.map(([name, color, members]) => ({ type: "scatter", mode: "markers", name, x: xs(members), y: members.map((p) => p.value), customdata: members.map((p) => p.number),
-        marker: { size: 5, color }, hovertemplate: `trial #%{customdata}<br>${n}=%{x}<br>${plot.metric}=%{y:.4g} (${name})<extra></extra>` }))
+      ? groups.map(([name, color, members]) => ({ type: "scatter", mode: "markers", name: plain(name), x: xs(members), y: members.map((p) => p.value), customdata: members.map((p) => p.number),
+        marker: { size: 5, color }, hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{y:.4g} (${plain(name)})<extra></extra>` }))
       : [{ type: "scatter", mode: "markers", x: xs(ordered), y: ordered.map((p) => p.value), customdata: ordered.map((p) => p.number),
-        marker: Object.assign({ size: 6, line: { width: 0.5, color: "rgba(0,0,0,.25)" } }, valueColours(plot, ordered.map((p) => p.value), i === 0 ? { title: { text: plot.metric }, thickness: 8, len: 0.9 } : null)),
-        hovertemplate: `trial #%{customdata}<br>${n}=%{x}<br>${plot.metric}=%{y:.4g}<extra></extra>` }];
-    onClick(draw(`slice-${n}`, traces, { xaxis, yaxis: { title: { text: plot.metric } }, margin: { l: 55, r: i === 0 ? 70 : 10, t: 10, b: 40 }, showlegend: false }), openTrial);
+        marker: Object.assign({ size: 6, line: { width: 0.5, color: "rgba(0,0,0,.25)" } }, valueColours(plot, ordered.map((p) => p.value), i === 0 ? { title: { text: plain(plot.metric) }, thickness: 8, len: 0.9 } : null)),
+        hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{y:.4g}<extra></extra>` }];
+    onClick(draw(`slice-${n}`, traces, { xaxis, yaxis: { title: { text: plain(plot.metric) } }, margin: { l: 55, r: i === 0 ? 70 : 10, t: 10, b: 40 }, showlegend: false }), openTrial);
   });
 }
 
@@ -248,12 +306,12 @@ export function renderContour(plot, xName, yName, openTrial) {
   const sx = plot.space[xName], sy = plot.space[yName];
   if (!sx || !sy) return;
   const axis = (spec) => {
-    if (spec.type === "categorical") return { cells: spec.choices.map(String), at: (v) => spec.choices.map(String).indexOf(String(v)), layout: { type: "category", categoryorder: "array", categoryarray: spec.choices.map(String) } };
+    if (spec.type === "categorical") return { cells: spec.choices.map(plain), at: (v) => spec.choices.map(String).indexOf(String(v)), show: plain, layout: { type: "category", categoryorder: "array", categoryarray: spec.choices.map(plain) } };
     const log = spec.scale === "log";
     const lo = log ? Math.log10(spec.low) : spec.low, hi = log ? Math.log10(spec.high) : spec.high;
     const to = (v) => (log ? Math.log10(v) : v);
     const centres = [...Array(GRID)].map((_, i) => lo + ((i + 0.5) * (hi - lo)) / GRID).map((c) => (log ? 10 ** c : c));
-    return { cells: centres, at: (v) => Math.min(GRID - 1, Math.max(0, Math.floor(((to(v) - lo) / (hi - lo || 1)) * GRID))), layout: log ? { type: "log", exponentformat: "power" } : {} };
+    return { cells: centres, show: (v) => v, at: (v) => Math.min(GRID - 1, Math.max(0, Math.floor(((to(v) - lo) / (hi - lo || 1)) * GRID))), layout: log ? logAxis(spec.low, spec.high) : {} };
   };
   const ax = axis(sx), ay = axis(sy);
   const pts = plot.points.filter((p) => p.params[xName] !== undefined && p.params[yName] !== undefined);
@@ -265,9 +323,9 @@ export function renderContour(plot, xName, yName, openTrial) {
   }
   const ordered = bestOnTop(plot, pts);
   const node = draw("plot-contour", [
-    { type: "contour", x: ax.cells, y: ay.cells, z, connectgaps: true, colorscale: BEST_FIRST, reversescale: plot.direction === "maximize", ncontours: 15, line: { width: 0.5 }, colorbar: { title: { text: `best ${plot.metric}` }, thickness: 10 }, hovertemplate: `${xName}=%{x}<br>${yName}=%{y}<br>best ${plot.metric}≈%{z:.4g}<extra></extra>` },
-    { type: "scatter", mode: "markers", x: ordered.map((p) => p.params[xName]), y: ordered.map((p) => p.params[yName]), customdata: ordered.map((p) => p.number), marker: { size: 4, color: "rgba(20,33,61,.55)" }, hovertemplate: `trial #%{customdata}: %{text}<extra></extra>`, text: ordered.map((p) => fmt(p.value)) },
-  ], { xaxis: Object.assign({ title: { text: xName } }, ax.layout), yaxis: Object.assign({ title: { text: yName } }, ay.layout), showlegend: false });
+    { type: "contour", x: ax.cells, y: ay.cells, z, connectgaps: true, colorscale: BEST_FIRST, reversescale: plot.direction === "maximize", ncontours: 15, line: { width: 0.5 }, colorbar: { title: { text: `best ${plain(plot.metric)}` }, thickness: 10 }, hovertemplate: `${plain(xName)}=%{x}<br>${plain(yName)}=%{y}<br>best ${plain(plot.metric)}≈%{z:.4g}<extra></extra>` },
+    { type: "scatter", mode: "markers", x: ordered.map((p) => ax.show(p.params[xName])), y: ordered.map((p) => ay.show(p.params[yName])), customdata: ordered.map((p) => p.number), marker: { size: 4, color: "rgba(20,33,61,.55)" }, hovertemplate: `trial #%{customdata}: %{text}<extra></extra>`, text: ordered.map((p) => fmt(p.value)) },
+  ], { xaxis: Object.assign({ title: { text: plain(xName) } }, ax.layout), yaxis: Object.assign({ title: { text: plain(yName) } }, ay.layout), showlegend: false });
   onClick(node, openTrial);
 }
 
@@ -276,8 +334,8 @@ export function renderContour(plot, xName, yName, openTrial) {
 export function renderEdf(plot) {
   const v = plot.edf || [];
   const y = v.map((_, i) => (v.length > 1 ? i / (v.length - 1) : 1));
-  draw("plot-edf", [{ type: "scatter", mode: "lines", x: v, y, line: { shape: "hv", color: "#2b5fd9", width: 2 }, hovertemplate: `${plot.metric} ≤ %{x:.4g}: %{y:.0%} of trials<extra></extra>` }],
-    { xaxis: { title: { text: plot.metric } }, yaxis: { title: { text: "fraction of completed trials" }, range: [0, 1.02], tickformat: ".0%" }, showlegend: false });
+  draw("plot-edf", [{ type: "scatter", mode: "lines", x: v, y, line: { shape: "hv", color: "#2b5fd9", width: 2 }, hovertemplate: `${plain(plot.metric)} ≤ %{x:.4g}: %{y:.0%} of trials<extra></extra>` }],
+    { xaxis: { title: { text: plain(plot.metric) } }, yaxis: { title: { text: "fraction of completed trials" }, range: [0, 1.02], tickformat: ".0%" }, showlegend: false });
 }
 
 // ---------------------------------------------------------- importance ---
@@ -290,7 +348,7 @@ export function renderImportance(imp) {
     return;
   }
   const ps = [...imp.params].reverse();
-  draw("plot-importance", [{ type: "bar", orientation: "h", y: ps.map((p) => p.name), x: ps.map((p) => p.importance), marker: { color: "#4e79a7" }, text: ps.map((p) => `${(100 * p.importance).toFixed(0)}%`), textposition: "outside", cliponaxis: false,
+  draw("plot-importance", [{ type: "bar", orientation: "h", y: ps.map((p) => plain(p.name)), x: ps.map((p) => p.importance), marker: { color: "#4e79a7" }, text: ps.map((p) => `${(100 * p.importance).toFixed(0)}%`), textposition: "outside", cliponaxis: false,
     hovertemplate: "%{y}: %{x:.0%} of the explained variance<extra></extra>" }],
   { xaxis: { title: { text: "share of the explained variance" }, tickformat: ".0%", range: [0, Math.min(1.15, Math.max(...ps.map((p) => p.importance)) * 1.2 + 0.05)] }, yaxis: { automargin: true }, margin: { l: 90, r: 20, t: 10, b: 45 } });
   const explained = imp.params.reduce((a, p) => a + p.raw, 0);
@@ -305,7 +363,7 @@ export function renderTimeline(tl, openTrial) {
   document.getElementById("card-timeline").hidden = !tl.total;
   if (!tl.total) return;
   const now = Date.now();
-  const label = (s) => (s.agent_host ? agentLabel(s.agent_host, s.agent_job) : s.agent_id ? `agent ${s.agent_id.slice(0, 8)}` : "unknown agent");
+  const label = (s) => plain(s.agent_host ? agentLabel(s.agent_host, s.agent_job) : s.agent_id ? `agent ${s.agent_id.slice(0, 8)}` : "unknown agent");
   const lanes = [...new Set(tl.spans.map(label))];
   const traces = Object.entries(OUTCOME_COLORS).map(([outcome, color]) => {
     const spans = tl.spans.filter((s) => s.outcome === outcome);

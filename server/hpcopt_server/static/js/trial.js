@@ -3,7 +3,7 @@
 "use strict";
 
 import { session, api, poll, live, el, badge, fmt, fmtParam, seconds, when, agentLabel, HttpError } from "./core.js";
-import { draw, colour } from "./plots.js";
+import { draw, colour, plain } from "./plots.js";
 import { notFound } from "./campaign.js";
 
 const app = document.getElementById("app");
@@ -85,12 +85,13 @@ function render(t, c) {
   document.getElementById("trial-events").replaceChildren(el("h2", { text: "Attempt history" }), el("div", { class: "table-wrap" }, el("table", { id: "events" },
     el("thead", {}, el("tr", {}, ...["When", "Attempt", "Event", "Agent", "Reason"].map((h) => el("th", { text: h })))),
     el("tbody", {}, ...(t.events || []).map((e) => el("tr", {}, el("td", { class: "nowrap", text: when(e.at) }), el("td", { text: e.attempt }), el("td", {}, badge(e.kind.toUpperCase())),
-      el("td", { class: "mono", title: e.agent_id || "", text: (e.agent_id || "").slice(0, 8) || "–" }), el("td", { text: e.reason || "" })))))));
+      el("td", { class: e.agent_host ? "nowrap" : "mono", title: e.agent_id || "", text: e.agent_host ? agentLabel(e.agent_host, e.agent_job) : (e.agent_id || "").slice(0, 8) || "–" }),
+      el("td", {}, e.reason ? el("div", { class: "reason", text: e.reason }) : "")))))));
   const folds = [...new Set((t.curves || []).map((p) => p.fold))].sort((a, b) => a - b);
   document.getElementById("plot-trial-curves").hidden = !folds.length;
   document.getElementById("trial-curves-note").textContent = folds.length ? "" : "No learning-curve points reported.";
   if (!folds.length) return;
   const maxStep = Math.max(1, ...(t.curves || []).map((p) => p.step));
   draw("plot-trial-curves", folds.map((f, i) => { const pts = t.curves.filter((p) => p.fold === f); return { type: "scatter", mode: "lines+markers", name: `fold ${f}`, x: pts.map((p) => p.step), y: pts.map((p) => p.value), line: { color: colour(i) }, marker: { color: colour(i) } }; }),
-    { xaxis: { title: { text: "epoch" }, tick0: 0, dtick: Math.max(1, Math.ceil(maxStep / 10)) }, yaxis: { title: { text: c.metric } } });
+    { xaxis: { title: { text: "epoch" }, tick0: 0, dtick: Math.max(1, Math.ceil(maxStep / 10)) }, yaxis: { title: { text: plain(c.metric) } } });
 }
