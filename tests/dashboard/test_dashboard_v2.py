@@ -353,6 +353,39 @@ def test_narrow_screens_do_not_scroll_sideways(narrow: Page, seeded: Seeded) -> 
     assert heights[0] <= heights[1] + 1, f"'value ± std' wraps: {heights}"
 
 
+#: Tables whose columns must all fit their card (no sideways scrolling inside it).
+FITS = "(sel) => { const t = document.querySelector(sel); return [t.scrollWidth, t.parentElement.clientWidth]; }"
+
+
+@pytest.mark.parametrize("width", [800, 1440])
+def test_tables_fit_their_cards_at_800_and_1440_px(browser: Any, seeded: Seeded, request: pytest.FixtureRequest,
+                                                   width: int) -> None:  # fmt: skip
+    """At 800 px the campaign list hid Best, Trials by state and Live agents, "Running
+    now" clipped "Running for"; at 1440 the trials table cut off Agent (issue 31, item 8)."""
+    service = seeded.service
+    reg = service.agents.register(host="gpu-node-0042.cluster.example.org", ranks=8, gpus=8, slurm_job_id="123456789",
+                                  campaign_id=seeded.small)  # fmt: skip
+    got = service.agents.acquire(reg.agent_id, seeded.small)
+    lease = Lease(reg.agent_id, got.trial.id, got.lease_id)
+    service.agents.report_intermediate(lease, 0, 1, 0.123456)
+    try:
+        for page in make_page(browser, seeded.server.http_url, request, poll_ms=POLL_MS):
+            page.page.set_viewport_size({"width": width, "height": 1000})
+            page.open("/")
+            page.page.locator("#campaigns tbody tr[data-id]").first.wait_for()
+            scroll, room = page.page.evaluate(FITS, "#campaigns")
+            assert scroll <= room + 1, f"campaign list: {scroll} px of columns in {room} px"
+            page.open(f"/campaign/{seeded.small}?state=RUNNING")  # the trials table shows the long agent name
+            page.page.locator(f"#running tr[data-trial='{got.trial.id}']").wait_for()
+            page.page.locator(f"#trials tbody tr[data-trial='{got.trial.id}']").wait_for()
+            # At 800 px a trial's 10 columns scroll inside their card; the others fit.
+            for table in ("#running", "#trials") if width > 800 else ("#running",):
+                scroll, room = page.page.evaluate(FITS, table)
+                assert scroll <= room + 1, f"{table}: {scroll} px of columns in {room} px"
+    finally:
+        service.agents.release(lease, d.TrialState.FAILED, "done with the test")
+
+
 # -- friction ------------------------------------------------------------------------------
 
 
