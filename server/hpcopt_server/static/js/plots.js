@@ -242,13 +242,16 @@ export function brushedIds(plot, brush) {
 
 // -------------------------------------------------------------- slices ---
 
-/** Slices at least 280 px wide, in rows as even as the width allows (7 in rows of 3, 2
- * and 2 rather than 3, 3 and 1 alone): each row's plots share its width. */
+/** Slices at least 280 px wide (240 where that spares one a row of its own), in rows as
+ * even as the width allows (7 in rows of 3, 2 and 2 rather than 3, 3 and 1 alone): each
+ * row's plots share its width. */
 function balanceSlices(box) {
   const n = box.children.length;
   if (!n) return false;
   const gap = parseFloat(getComputedStyle(box).columnGap) || 0;
-  const cols = Math.max(1, Math.floor((box.clientWidth + gap) / (280 + gap)));
+  const fit = (min) => Math.max(1, Math.floor((box.clientWidth + gap) / (min + gap)));
+  let cols = fit(280);
+  if (n > cols && n % cols === 1 && fit(240) > cols) cols += 1; // 3 at 800 px: one row of 3, not 2 and 1
   const rows = Math.ceil(n / cols);
   const base = Math.floor(n / rows), extra = n % rows; // the first `extra` rows hold one more
   let changed = false, i = 0;
