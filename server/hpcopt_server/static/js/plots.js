@@ -149,7 +149,6 @@ export function renderFront(plot, openTrial) {
 
 // ------------------------------------------------- parallel coordinates ---
 
-/** Ticks of a log axis (log10 units): 1-2-5 steps, or four even steps on a short range. */
 /** Tick positions (log10 units) from lo to hi: 1, 2 and 5 of each decade, only the
  * decades past 8 ticks, four even steps when fewer than 3 fall inside. */
 function logTickExponents(lo, hi) {
@@ -260,7 +259,7 @@ function balanceSlices(box) {
     for (let j = 0; j < k; j++, i++) {
       const basis = `calc((100% - ${(k - 1) * gap}px) / ${k})`;
       const node = box.children[i];
-      if (node.style.flexBasis !== basis) { node.style.flexBasis = basis; node.dataset.row = r; changed = true; }
+      if (node.style.flexBasis !== basis) { node.style.flexBasis = basis; changed = true; }
     }
   }
   return changed;
