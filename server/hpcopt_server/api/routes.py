@@ -202,9 +202,7 @@ def list_trials(
     page = service.insights.table(
         campaign_id, state or (), offset, limit, sort, order == "desc", [_range(r) for r in range or []]
     )
-    trials = [
-        trial_out(t, ran_seconds=page.ran.get(t.id), agent=page.agents.get(t.agent_id, ("", ""))) for t in page.trials
-    ]
+    trials = [trial_out(t, ran_seconds=page.ran.get(t.id), agents=page.agents) for t in page.trials]
     return TrialPage(trials=trials, total=page.total, offset=offset, limit=limit)
 
 
@@ -227,7 +225,7 @@ def trial_by_number(campaign_id: int, number: int, service: ServiceDep, _: CanRe
 
 
 def _detail(x: TrialDetail) -> TrialOut:
-    return trial_out(x.trial, full=True, ran_seconds=x.ran, agent=x.agent, agents=x.agents)
+    return trial_out(x.trial, full=True, ran_seconds=x.ran, agents=x.agents)
 
 
 @router.get("/campaigns/{campaign_id}/running", operation_id="running_trials")

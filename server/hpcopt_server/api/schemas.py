@@ -271,15 +271,18 @@ def trial_out(
     *,
     full: bool = False,
     ran_seconds: float | None = None,
-    agent: tuple[str, str] = ("", ""),
     agents: dict[str, tuple[str, str]] | None = None,
 ) -> TrialOut:
-    """``agents``: {agent id: (host, Slurm job)} for the events' agents."""
+    """``agents``: {agent id: (host, Slurm job)} of the trial's agent and its events'."""
     hosts = agents or {}
+
+    def host(agent_id: str | None) -> tuple[str, str]:
+        return hosts.get(agent_id or "", ("", ""))
+
     return TrialOut(
         ran_seconds=ran_seconds,
-        agent_host=agent[0],
-        agent_job=agent[1],
+        agent_host=host(t.agent_id)[0],
+        agent_job=host(t.agent_id)[1],
         id=t.id,
         campaign_id=t.campaign_id,
         number=t.number,
@@ -297,10 +300,7 @@ def trial_out(
         folds=[FoldOut(**vars(f)) for f in t.folds],
         curves=[CurvePointOut(**vars(p)) for p in t.curves] if full else None,
         events=[
-            TrialEventOut(
-                **vars(e), agent_host=hosts.get(e.agent_id, ("", ""))[0], agent_job=hosts.get(e.agent_id, ("", ""))[1]
-            )
-            for e in t.events
+            TrialEventOut(**vars(e), agent_host=host(e.agent_id)[0], agent_job=host(e.agent_id)[1]) for e in t.events
         ]
         if full
         else None,

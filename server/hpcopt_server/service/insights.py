@@ -49,8 +49,6 @@ class TrialDetail:
     trial: d.Trial
     #: Seconds on agents over all attempts (None: never started).
     ran: float | None
-    #: (host, Slurm job id) of its last agent.
-    agent: tuple[str, str]
     #: {agent id: (host, Slurm job id)} of its last agent and of every agent in its events.
     agents: dict[str, tuple[str, str]]
 
@@ -288,7 +286,7 @@ class InsightService:
                 raise NotFound(f"trial {trial_id} does not exist")
             agents = tx.agents_by_id([trial.agent_id, *(e.agent_id for e in trial.events)])
             ran = _ran(tx.spans(trial.campaign_id, [trial.id]), now).get(trial.id)
-        return TrialDetail(trial, ran, agents.get(trial.agent_id, ("", "")), agents)
+        return TrialDetail(trial, ran, agents)
 
     def running(self, campaign_id: int) -> RunningPage:
         """The RUNNING trials with their folds done and latest report, and their agents."""
