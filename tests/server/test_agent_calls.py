@@ -252,6 +252,23 @@ def test_release_fails_prunes_or_requeues_until_the_last_attempt(svc: Service) -
     assert isinstance(stale, Refused) and stale.why == Refusal.NOT_HOLDER
 
 
+def test_a_trial_its_agent_prunes_keeps_the_value_it_reached_and_says_where(svc: Service) -> None:
+    """A PRUNED release (an agent's own early stopping) stores the latest learning-curve
+    point as the value, as the server's pruners do: the trial page showed "Value when
+    pruned -" although intermediate values existed (issue 31, item 6)."""
+    _, lease = _leased(svc)
+    for fold, step, value in ((0, 1, 3.0), (0, 2, 2.5), (1, 1, 2.8)):
+        svc.agents.report_intermediate(lease, fold, step, value)
+    done = _calls(svc).release(lease, d.TrialState.PRUNED, "", NOW)
+    assert isinstance(done, d.Trial)
+    t = _row(svc, lease.trial_id)
+    assert (t.state, t.value) == (d.TrialState.PRUNED, 2.8)
+    assert t.error == "pruned by its agent (no reason given) (at fold 1, epoch 1)"
+    _, bare = _leased(svc)
+    _calls(svc).release(bare, d.TrialState.PRUNED, "plateau", NOW)
+    assert (_row(svc, bare.trial_id).value, _row(svc, bare.trial_id).error) == (None, "plateau")
+
+
 def test_prune_needs_the_lease_and_stops_the_next_heartbeat(svc: Service) -> None:
     _, lease = _leased(svc)
     calls = _calls(svc)

@@ -291,8 +291,17 @@ class AgentCalls:
             tx.add_event(trial.id, trial.attempt, state.value.lower(), now, agent_id=lease.agent_id, reason=reason)
             if state == d.TrialState.PREEMPTED:
                 self._requeue(tx, campaign, trial, now, f"preempted: {reason}" if reason else "preempted")
+            elif state == d.TrialState.PRUNED:
+                # Pruned by its agent: the value it reached is its latest learning-curve
+                # point (as the server's pruners store theirs), and the reason is kept.
+                points = tx.curves_of([trial.id], None)[trial.id]
+                last = max(points, key=lambda p: (p.fold, p.step)) if points else None
+                said = reason or "pruned by its agent (no reason given)"
+                if last is not None:
+                    said += f" (at fold {last.fold}, epoch {last.step})"
+                tx.finish_trial(trial.id, state, now, value=last.value if last else None, error=said)
             else:
-                tx.finish_trial(trial.id, state, now, error=reason if state == d.TrialState.FAILED else "")
+                tx.finish_trial(trial.id, state, now, error=reason)
             self._finish_campaign_if_done(tx, campaign.id, now)
             out = tx.get_trial(trial.id)
         assert out is not None
