@@ -1,9 +1,13 @@
 """How the dashboard behaves on a big campaign, in Debian's chromium (headless).
 
-    python benchmarks/dashboard_open.py [--trials 10000] [--reps 7] [--idle 30]
+    python benchmarks/dashboard_open.py [--trials 10000] [--reps 7] [--idle 30] [--live 2]
 
-Seeds a campaign with N completed trials (3 folds each, curves for the first 50), serves
-it, and measures in one browser page, from the page's own performance marks:
+Seeds a campaign like a real one: N completed trials with 5 folds each (1% of them
+diverged, loss 8 to 18; curves for the first 500), 5% pruned ones with their curves, 2%
+failed ones with a traceback; over a log-scale, an integer and a categorical parameter.
+While it measures, one more trial completes every ``--live`` seconds (0: none), so every
+poll brings new plot data, as on a running campaign. It serves the campaign and
+measures in one browser page, from the page's own performance marks:
 
 - opening it: from the hash change in an already loaded page until the tables are
   usable, each plot is drawn, and the page is complete (the timeline is last);
@@ -12,7 +16,7 @@ it, and measures in one browser page, from the page's own performance marks:
   the answer); targets < 300 ms;
 - idle: the share of main-thread time busy over ``--idle`` seconds with nothing changing
   (Chrome's TaskDuration via the DevTools protocol), target < 5%, and how many plots
-  were redrawn meanwhile (should be 0);
+  were redrawn meanwhile (should be 0); then the same share while trials complete;
 - the REST calls of one refresh, cold and conditional (If-None-Match → 304).
 
 Interactions run --reps times each, interleaved (a round does every interaction once);
@@ -23,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -43,10 +49,14 @@ INTERACTIONS = {
     "sort (by number)": "document.querySelector('#trials th[data-sort=number]').click()",
     "sort (by a parameter)": "document.querySelector('#trials th[data-sort=\"param:lr\"]').click()",
     "sort (by duration)": "document.querySelector('#trials th[data-sort=duration]').click()",
+    "sort (by a categorical)": "document.querySelector('#trials th[data-sort=\"param:act\"]').click()",
     "next page": "document.getElementById('next').click()",
     "state filter": "document.querySelector('#state-filter input[data-state=COMPLETED]').click()",
     "brush (parallel coords)": (
         "Plotly.restyle(document.getElementById('plot-parcoords'), {'dimensions[0].constraintrange': [[-3, -1.5]]})"
+    ),
+    "brush (a categorical axis)": (
+        "Plotly.restyle(document.getElementById('plot-parcoords'), {'dimensions[2].constraintrange': [[-0.2, 0.2]]})"
     ),
 }
 # ... and what puts the page back, so that every round measures the same change.
@@ -54,10 +64,34 @@ UNDO = {
     "sort (by number)": "document.querySelector('#trials th[data-sort=value]').click()",
     "sort (by a parameter)": "document.querySelector('#trials th[data-sort=value]').click()",
     "sort (by duration)": "document.querySelector('#trials th[data-sort=value]').click()",
+    "sort (by a categorical)": "document.querySelector('#trials th[data-sort=value]').click()",
     "next page": "document.getElementById('prev').click()",
     "state filter": "document.querySelector('#state-filter input[data-state=COMPLETED]').click()",
     "brush (parallel coords)": "document.getElementById('clear-brush').click()",
+    "brush (a categorical axis)": "document.getElementById('clear-brush').click()",
 }
+
+
+class Live:
+    """One more completed trial every ``period`` seconds (none for 0), until stopped."""
+
+    def __init__(self, service: object, cid: int, period: float):
+        from tests.seed import add_completed
+
+        self.added, self._stop = 0, threading.Event()
+
+        def run() -> None:
+            rng = random.Random(cid)
+            while period and not self._stop.wait(period):
+                add_completed(service, cid, rng, folds=5)
+                self.added += 1
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def task_seconds(cdp: object) -> float:
@@ -83,13 +117,17 @@ def main() -> int:
     ap.add_argument("--trials", type=int, default=10_000)
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--idle", type=float, default=30.0, help="seconds of idle to measure the busy share over")
+    ap.add_argument("--live", type=float, default=2.0, help="a trial completes every this many seconds (0: none)")
     args = ap.parse_args()
     url = f"sqlite:///{Path(tempfile.mkdtemp()) / 'bench.db'}"
     upgrade(url)
     storage = Storage(url)
     service = Service(storage)
     t0 = time.perf_counter()
-    cid = seed_campaign(service, name="big", completed=args.trials, curves_for=50)
+    n = args.trials
+    cid = seed_campaign(
+        service, name="big", completed=n, pruned=n // 20, failed=n // 50, folds=5, curves_for=500, diverged=0.01
+    )
     print(f"seeded {args.trials} trials in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     parts = ("tables", "history", "curves", "importance", "edf", "slices", "contour", "parcoords", "timeline")
     opened: dict[str, list[float]] = {p: [] for p in parts}
@@ -114,6 +152,7 @@ def main() -> int:
                 for part in parts:
                     opened[part].append((marks[f"hpcopt:{part}"] - marks["start"]) / 1000)
             page.wait_for_timeout(1000)
+            live = Live(service, cid, args.live)
             for rep in range(args.reps):
                 print(f"interactions {rep + 1}/{args.reps}", file=sys.stderr)
                 for name, js in INTERACTIONS.items():
@@ -127,16 +166,24 @@ def main() -> int:
                             # A brush counts from Plotly's brush event (a drag redraws the axes as it goes).
                             since = marks.get("hpcopt:brushed", marks["start"])
                             acted[name].append((marks["hpcopt:table"] - since) / 1000)
+            live.stop()
             # Idle: nothing changes on the server; the page keeps polling every 2 s.
             page.wait_for_timeout(3000)
             cdp = page.context.new_cdp_session(page)
             cdp.send("Performance.enable")
-
             page.evaluate("() => performance.clearMarks()")
             busy0, wall0 = task_seconds(cdp), time.perf_counter()
             page.wait_for_timeout(args.idle * 1000)
             busy, wall = task_seconds(cdp) - busy0, time.perf_counter() - wall0
             redraws = page.evaluate(DRAWS)
+            # The same while trials complete: every change redraws, at most as often as it allows.
+            live = Live(service, cid, args.live)
+            page.evaluate("() => performance.clearMarks()")
+            lbusy0, lwall0 = task_seconds(cdp), time.perf_counter()
+            page.wait_for_timeout(args.idle * 1000 if args.live else 0)
+            lbusy, lwall = task_seconds(cdp) - lbusy0, max(1e-9, time.perf_counter() - lwall0)
+            ldraws = page.evaluate(DRAWS)
+            live.stop()
             browser.close()
         calls = {
             "campaign": f"/api/v1/campaigns/{cid}",
@@ -170,7 +217,10 @@ def main() -> int:
     print(f"{'':30} {'median':>8} {'min-max':^15}")
     for name, values in opened.items():
         print(f"{name:30} {spread(values)}")
-    print(f"\ninteractions ({args.reps} each, interleaved): ms from the click until the table shows the answer")
+    print(
+        f"\ninteractions ({args.reps} each, interleaved; a trial completes every {args.live:g} s): "
+        "ms from the click until the table shows the answer"
+    )
     print(f"{'':30} {'median':>8} {'min-max':^15} target < 300 ms")
     for name, values in acted.items():
         print(f"{name:30} {spread(values)} {'met' if statistics.median(values) < 0.3 else 'NOT met'}")
@@ -179,6 +229,11 @@ def main() -> int:
         f"\nidle {wall:.0f} s: main thread busy {busy * 1000:.0f} ms = {100 * share:.2f}% "
         f"(target < 5%: {'met' if share < 0.05 else 'NOT met'}); plots redrawn meanwhile: {redraws}"
     )
+    if args.live:
+        print(
+            f"while a trial completes every {args.live:g} s ({live.added} in {lwall:.0f} s): main thread busy "
+            f"{lbusy * 1000:.0f} ms = {100 * lbusy / lwall:.2f}%; plots redrawn: {ldraws}"
+        )
     print(f"\nREST calls of one refresh, ms ({args.reps} each): cold, and conditional (304)")
     print(f"{'':30} {'cold':>8} {'min-max':^15} {'304':>8} {'min-max':^15}")
     for name in calls:

@@ -42,11 +42,15 @@ def seed_campaign(
     epochs: int = 4,
     curves_for: int = 50,
     seed: int = 0,
+    pruned: int = 0,
+    diverged: float = 0.0,
 ) -> int:
     """A RUNNING campaign with ``completed`` COMPLETED trials (values from
     :func:`objective` plus noise, fold values and per-epoch curves for the first
-    ``curves_for``), ``failed`` FAILED trials with an error, and ``queued`` QUEUED ones."""
-    total = completed + failed + queued
+    ``curves_for``; a ``diverged`` share of them diverged, loss 8 to 18), ``pruned``
+    PRUNED trials (pruned at epoch 2 of fold 0, with their curve), ``failed`` FAILED
+    trials with an error, and ``queued`` QUEUED ones."""
+    total = completed + pruned + failed + queued
     spec = make_spec(
         name=name,
         space=SPACE,
@@ -68,36 +72,28 @@ def seed_campaign(
             )
         for number in range(total):
             agent_id = agents[number % AGENTS]
-            params = {
-                "lr": 10 ** rng.uniform(-4, 0),
-                "width": rng.randint(8, 256),
-                "act": rng.choice(["relu", "tanh", "gelu"]),
-            }
+            params = draw_params(rng)
             started = t0 + timedelta(seconds=35 * (number // AGENTS))
             if number < completed:
-                base = objective(params)
-                values = [base + rng.gauss(0, 0.05) for _ in range(folds)]
-                mean = sum(values) / folds
-                std = (sum((v - mean) ** 2 for v in values) / max(1, folds - 1)) ** 0.5
-                trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
-                for k, v in enumerate(values):
-                    uri = f"file:///ckpt/{cid}/{trial.id}/fold{k}.pt"
-                    metrics = {"loss": v, "acc": 1 / (1 + v)}
-                    tx.put_fold(trial.id, d.Fold(k, True, v, metrics, uri, 1), started)
-                    if number < curves_for:
-                        for e in range(1, epochs + 1):
-                            tx.put_curve_point(trial.id, k, e, v + (epochs - e) * 0.3 * (1 + k * 0.1))
-                tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
-                tx.finish_trial(
-                    trial.id,
-                    d.TrialState.COMPLETED,
-                    started + timedelta(seconds=30),
-                    value=mean,
-                    value_std=std,
-                    agent_id=agent_id,
+                # (No draw without divergence: a seed gives the campaign it always gave.)
+                base = rng.uniform(8, 18) if diverged and rng.random() < diverged else objective(params)
+                write_completed(
+                    tx, cid, number, params, base, agent_id, started, folds, epochs if number < curves_for else 0, rng
                 )
-                tx.add_event(trial.id, 1, "completed", started + timedelta(seconds=30), agent_id=agent_id)
-            elif number < completed + failed:
+            elif number < completed + pruned:
+                trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
+                base = objective(params) + 1.0
+                for e in (1, 2):
+                    tx.put_curve_point(trial.id, 0, e, base + (epochs - e) * 0.3)
+                reached = base + (epochs - 2) * 0.3
+                why = f"median: its best loss in fold 0 up to epoch 2 ({reached:.4g}) is worse than the median"
+                tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
+                tx.add_event(trial.id, 1, "pruned", started + timedelta(seconds=8), agent_id=agent_id, reason=why)
+                tx.finish_trial(
+                    trial.id, d.TrialState.PRUNED, started + timedelta(seconds=8), value=reached,
+                    error=why, agent_id=agent_id,
+                )  # fmt: skip
+            elif number < completed + pruned + failed:
                 trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
                 error = "fold 0, epoch 1: rank 0: Traceback (most recent call last):\nRuntimeError: boom"
                 tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
@@ -109,6 +105,49 @@ def seed_campaign(
                 tx.insert_trial(cid, number, params, d.TrialState.QUEUED, started)
         tx.set_next_trial_number(cid, total)
     return cid
+
+
+def draw_params(rng: random.Random) -> dict[str, Any]:
+    return {"lr": 10 ** rng.uniform(-4, 0), "width": rng.randint(8, 256), "act": rng.choice(["relu", "tanh", "gelu"])}
+
+
+def write_completed(
+    tx: Any,
+    cid: int,
+    number: int,
+    params: dict[str, Any],
+    base: float,
+    agent_id: str,
+    started: datetime,
+    folds: int,
+    epochs: int,
+    rng: random.Random,
+) -> None:
+    """One COMPLETED trial: fold values around ``base``, a curve per fold over ``epochs``
+    (none for 0), its acquired and completed events."""
+    values = [base + rng.gauss(0, 0.05) for _ in range(folds)]
+    mean = sum(values) / folds
+    std = (sum((v - mean) ** 2 for v in values) / max(1, folds - 1)) ** 0.5
+    trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
+    for k, v in enumerate(values):
+        uri = f"file:///ckpt/{cid}/{trial.id}/fold{k}.pt"
+        tx.put_fold(trial.id, d.Fold(k, True, v, {"loss": v, "acc": 1 / (1 + v)}, uri, 1), started)
+        for e in range(1, epochs + 1):
+            tx.put_curve_point(trial.id, k, e, v + (epochs - e) * 0.3 * (1 + k * 0.1))
+    tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
+    done = started + timedelta(seconds=30)
+    tx.finish_trial(trial.id, d.TrialState.COMPLETED, done, value=mean, value_std=std, agent_id=agent_id)
+    tx.add_event(trial.id, 1, "completed", done, agent_id=agent_id)
+
+
+def add_completed(service: Any, cid: int, rng: random.Random, folds: int = 3, epochs: int = 4) -> None:
+    """One more COMPLETED trial in campaign ``cid`` now (a live campaign's progress)."""
+    with service.ctx.storage.write() as tx:
+        number = tx.get_campaign(cid).trials_created
+        params = draw_params(rng)
+        started = datetime.now(UTC) - timedelta(seconds=30)
+        write_completed(tx, cid, number, params, objective(params), "", started, folds, epochs, rng)
+        tx.set_next_trial_number(cid, number + 1)
 
 
 def checkpoint_uri(server_id: str, campaign_id: int, trial_id: int, fold: int, root: str = "/ck") -> str:

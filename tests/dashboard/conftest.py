@@ -99,7 +99,7 @@ class Page:
             element_id,
         )
 
-    def wait_plot(self, element_id: str, predicate: str = "d => d.length > 0", timeout: float = 10_000) -> Any:
+    def wait_plot(self, element_id: str, predicate: str = "d => d.length > 0", timeout: float = 30_000) -> Any:
         self.page.wait_for_function(
             f"() => {{ const gd = document.getElementById({element_id!r});"
             f" return gd && gd.data && ({predicate})(gd.data); }}",
@@ -170,5 +170,6 @@ def assert_calm(page: Page, service: Any, cid: int, wait_ms: int, folds: int = 3
     assert page.page.inner_text("#conn").startswith("updated ")
     # The check can fail: a trial that finishes redraws the plots of completed trials.
     finish_one(service, cid, 100.0, folds=folds)
-    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=10_000)
-    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-parcoords')", timeout=10_000)
+    # (On a live campaign the plots redraw at most every 5 poll periods: campaign.js REDRAW_SHARE.)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=30_000)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-parcoords')", timeout=30_000)

@@ -202,7 +202,7 @@ def test_a_campaign_with_10000_trials_gets_downsampled_plots_and_a_server_side_t
     page.open(f"/campaign/{seeded.big}")
     history = page.wait_plot("plot-history", "d => d[0].x.length > 0")
     assert len(history[0]["x"]) <= 1000, "the server downsamples"
-    assert "of 10000 completed trials shown" in page.page.inner_text("#history-note")
+    assert "Drawn: 1000 of 10000 completed trials" in page.page.inner_text("#history-note")
     best = page.plot("plot-history")[1]
     with seeded.service.ctx.storage.read() as tx:
         overall = min(v for _, _, v, _, _ in tx.completed_points(seeded.big))

@@ -36,6 +36,59 @@ def test_plot_data_keeps_every_point_when_small_and_downsamples_big_campaigns(se
     assert service.insights.plot_data(big, max_points=200) == data, "the sample is stable between polls"
 
 
+@pytest.mark.parametrize("direction", ["minimize", "maximize"])
+def test_the_robust_limit_is_tukeys_far_fence_on_the_worse_side(direction: str) -> None:
+    from hpcopt_server.service.insights import robust_limit
+
+    s = 1.0 if direction == "minimize" else -1.0
+    values = sorted(s * v for v in [*[1.0 + k / 10 for k in range(40)], 1e6])
+    limit = robust_limit(values, direction)
+    q1, q3 = sorted(s * v for v in values)[10], sorted(s * v for v in values)[30]  # 2.0 and 4.0 (n = 41)
+    assert limit == pytest.approx(s * (q3 + 3 * (q3 - q1)))
+    assert robust_limit(values[:19], direction) is None, "fewer than 20 trials: every value"
+    assert robust_limit(sorted(s * (1.0 + k / 10) for k in range(40)), direction) is None, "nothing past it"
+    assert robust_limit([1.0] * 30 + [s * 9.0], direction) is None, "no spread: every value"
+    # The better side is never cut: a very good trial stays on the axis.
+    assert robust_limit(sorted([*values, s * -1e6]), direction) == pytest.approx(limit, rel=0.05)
+
+
+def test_plot_data_gives_each_objective_its_limit_and_lists_pruned_and_failed_trials(service: Any) -> None:
+    cid = seed_campaign(service, name="robust", completed=300, pruned=7, failed=5, diverged=0.02, seed=3)
+    data = service.insights.plot_data(cid, max_points=100)
+    (objective,) = data["objectives"]
+    with service.ctx.storage.read() as tx:
+        values = [v for _, _, v, _, _ in tx.completed_points(cid)]
+    assert objective["limit"] is not None and objective["off_scale"] == sum(v > objective["limit"] for v in values)
+    assert objective["off_scale"] >= 1 and all(v >= 8 for v in values if v > objective["limit"]), "the diverged"
+    assert objective["best"] == data["best"] and objective["edf"] == data["edf"]
+    assert data["ended_total"] == 12 and len(data["ended"]) == 12
+    assert {e["state"] for e in data["ended"]} == {"PRUNED", "FAILED"}
+    assert all(e["value"] is not None for e in data["ended"] if e["state"] == "PRUNED"), "the value it reached"
+    assert len(service.insights.plot_data(cid, max_points=10)["ended"]) == 10, "sampled past max_points"
+
+
+def test_importance_of_a_chosen_objective_and_a_clear_error_for_a_missing_one(live_server: LiveServer) -> None:
+    service = live_server.service
+    objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "acc", "direction": "maximize"}]
+    cid = service.campaigns.create(make_spec(name="imp2", folds=1, objectives=objectives, budget={"max_trials": 30})).id
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    for _ in range(30):
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        p = got.trial.params  # loss follows width only, acc the activation only
+        service.agents.report_fold(lease, 0, float(p["width"]), {"acc": 1.0 if p["act"] == "relu" else 0.0})
+        service.agents.complete(lease)
+    with httpx.Client(base_url=live_server.http_url) as client:
+        first = client.get(f"/api/v1/campaigns/{cid}/importance").json()
+        second = client.get(f"/api/v1/campaigns/{cid}/importance", params={"objective": 1}).json()
+        assert first["params"][0]["name"] == "width" and second["params"][0]["name"] == "act"
+        bad = client.get(f"/api/v1/campaigns/{cid}/importance", params={"objective": 2})
+        assert bad.status_code == 422 and "objective" in bad.text and "0..1" in bad.text
+        plot = client.get(f"/api/v1/campaigns/{cid}/plot").json()
+        assert [o["metric"] for o in plot["objectives"]] == ["loss", "acc"]
+        assert plot["objectives"][1]["best"][-1]["value"] == 1.0, "acc's own best line"
+
+
 def test_trials_sort_on_the_server_and_refuse_an_unknown_key(live_server: LiveServer) -> None:
     service = live_server.service
     cid = seed_campaign(service, name="sorting", completed=40, failed=3, queued=2)

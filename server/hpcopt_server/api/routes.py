@@ -278,10 +278,15 @@ def timeline(
 
 
 @router.get("/campaigns/{campaign_id}/importance", operation_id="param_importance")
-def importance(campaign_id: int, service: ServiceDep, _: CanRead) -> ImportanceOut:
+def importance(
+    campaign_id: int,
+    service: ServiceDep,
+    _: CanRead,
+    objective: Annotated[int, Query(ge=0, le=63, description="which objective (0: the first)")] = 0,
+) -> ImportanceOut:
     """Hyper-parameter importance over the completed trials (first-order share of the
     objective's rank variance, by binning; see hpcopt_server.service.analysis)."""
-    params, completed = service.analysis.importance(campaign_id)
+    params, completed = service.analysis.importance(campaign_id, objective)
     return ImportanceOut(
         params=[ParamImportance(**vars(p)) for p in params],
         completed=completed,

@@ -132,6 +132,33 @@ class BestPoint(BaseModel):
     trial_id: int
 
 
+class EndedPoint(BaseModel):
+    """A PRUNED or FAILED trial in the history: a pruned one's value is what it reached."""
+
+    trial_id: int
+    number: int
+    state: str
+    value: float | None
+    finished_at: datetime | None = None
+
+
+class ObjectiveSummary(BaseModel):
+    """One objective over every completed trial."""
+
+    metric: str
+    direction: str
+    #: The best-so-far line: the trials where it improved.
+    best: list[BestPoint] = []
+    #: The empirical distribution: at most 200 values evenly over the sorted values.
+    edf: list[float] = []
+    #: Where value axes stop by default: Tukey's far-out fence on the worse side (Q3 + 3 *
+    #: IQR minimizing, Q1 - 3 * IQR maximizing); null: no trial lies past it (or fewer
+    #: than 20 completed, or no spread).
+    limit: float | None = None
+    #: Completed trials worse than ``limit``.
+    off_scale: int = 0
+
+
 class PlotData(BaseModel):
     """Completed trials for the dashboard's plots (downsampled past ``max_points``)."""
 
@@ -142,8 +169,9 @@ class PlotData(BaseModel):
     downsampled: bool
     points: list[PlotPoint]
     best: list[BestPoint]
-    #: Each objective's metric and direction (one for a single-objective campaign).
-    objectives: list[dict[str, str]]
+    #: Each objective (one for a single-objective campaign), with its own best line,
+    #: distribution and robust axis limit.
+    objectives: list[ObjectiveSummary]
     #: Trial ids of the Pareto front over all completed trials (multi-objective only;
     #: past max_points / 2 of them, that many evenly along the first objective).
     front: list[int]
@@ -151,6 +179,9 @@ class PlotData(BaseModel):
     #: The empirical distribution of every completed trial's value: at most 200 values
     #: evenly spaced over the sorted values (the least and greatest included).
     edf: list[float] = []
+    #: PRUNED and FAILED trials (at most max_points, evenly over their numbers).
+    ended: list[EndedPoint] = []
+    ended_total: int = 0
 
 
 class RunningTrial(BaseModel):

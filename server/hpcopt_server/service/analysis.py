@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service.context import Context, campaign_or_404, revisions
 
 MIN_TRIALS = 10
@@ -41,20 +42,31 @@ class AnalysisService:
     def __init__(self, ctx: Context):
         self.ctx = ctx
 
-    def importance(self, campaign_id: int) -> tuple[list[Importance], int]:
-        """Importances, most important first, and the completed trials they rest on
-        (none below MIN_TRIALS completed trials); shared by every tab (``shared_answers.py``)."""
+    def importance(self, campaign_id: int, objective: int = 0) -> tuple[list[Importance], int]:
+        """Importances for objective number ``objective`` (0: the first), most important
+        first, and the completed trials they rest on (none below MIN_TRIALS completed
+        trials); shared by every tab (``shared_answers.py``)."""
         revision = revisions(self.ctx, campaign_id)[0]
-        return self.ctx.shared.get(("importance", campaign_id), revision, lambda: self._importance(campaign_id))[1]
+        key = ("importance", campaign_id, objective)
+        return self.ctx.shared.get(key, revision, lambda: self._importance(campaign_id, objective))[1]
 
-    def _importance(self, campaign_id: int) -> tuple[list[Importance], int]:
+    def _importance(self, campaign_id: int, objective: int) -> tuple[list[Importance], int]:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
+            if not 0 <= objective < len(campaign.objectives):
+                n = len(campaign.objectives)
+                raise InvalidArgument(
+                    f"objective {objective}: campaign {campaign_id} has {n} objective(s), numbered 0..{n - 1}",
+                    [("objective", f"must be in 0..{n - 1}")],
+                )
             rows = tx.completed_points(campaign_id)
+            vectors = dict(tx.completed_values(campaign_id)) if objective else {}
         space: dict[str, Any] = campaign.spec.get("space", {})
+        if objective:  # the trials that reported every objective
+            rows = [(*r[:2], vectors[r[0]][objective], *r[3:]) for r in rows if r[0] in vectors]
         if len(rows) < MIN_TRIALS:
             return [], len(rows)
-        sign = 1.0 if campaign.direction == "minimize" else -1.0
+        sign = 1.0 if campaign.objectives[objective][1] == "minimize" else -1.0
         values = np.array([sign * r[2] for r in rows])
         out = []
         for name, spec in space.items():

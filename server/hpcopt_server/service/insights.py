@@ -32,6 +32,9 @@ MAX_SPANS = 20_000
 EXTRA_SORT_KEYS = ("duration", "agent")
 #: Quantile points of the empirical distribution sent with the plot data.
 EDF_POINTS = 200
+#: The robust value axes (``robust_limit``): Tukey's far-out fence, from this many trials.
+ROBUST_FENCE = 3.0
+ROBUST_MIN_TRIALS = 20
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,9 @@ class InsightService:
         where it changes). ``points`` holds every completed trial when there are at most
         ``max_points``; otherwise every trial that improved the best, the best tenth of
         the budget, and an even random sample of the rest (``downsampled`` says so).
+        ``objectives`` gives each objective its own best line, empirical distribution and
+        robust axis limit (:func:`robust_limit`); ``ended`` the PRUNED and FAILED trials
+        (at most ``max_points``, evenly over their numbers; ``ended_total`` counts all).
         """
         if not 10 <= max_points <= MAX_PLOT_POINTS:
             raise InvalidArgument(
@@ -96,15 +102,15 @@ class InsightService:
             campaign = campaign_or_404(tx, campaign_id)
             rows = tx.completed_points_at(campaign_id)
             vectors = dict(tx.completed_values(campaign_id)) if len(campaign.objectives) > 1 else {}
+            ended = tx.listed_trials(campaign_id, (d.TrialState.PRUNED, d.TrialState.FAILED))
+        ended_total = len(ended)
         sign = 1.0 if campaign.direction == "minimize" else -1.0
-        best: list[dict[str, Any]] = []
-        improved: set[int] = set()
-        current = math.inf
-        for tid, number, value, *_ in rows:
-            if sign * value < current:
-                current = sign * value
-                improved.add(tid)
-                best.append({"number": number, "value": value, "trial_id": tid})
+        objectives = []
+        for k, (metric, direction) in enumerate(campaign.objectives):
+            column = [(r[0], r[1], vectors[r[0]][k] if vectors else r[2]) for r in rows]
+            objectives.append({"metric": metric, "direction": direction, **_summary(column, direction)})
+        best = objectives[0]["best"]
+        improved = {b["trial_id"] for o in objectives for b in o["best"]}
         keep = rows
         if len(rows) > max_points:
             by_quality = sorted(rows, key=lambda r: sign * r[2])
@@ -120,12 +126,20 @@ class InsightService:
         if len(keep) < len(rows) and front:  # the front is always drawn
             kept = {r[0] for r in keep} | set(front)
             keep = [r for r in rows if r[0] in kept]
+        ended.sort(key=lambda r: r.number)
+        if len(ended) > max_points:  # evenly over the trial numbers
+            ended = [ended[round(i * (len(ended) - 1) / (max_points - 1))] for i in range(max_points)]
         return {
             "metric": campaign.metric,
             "direction": campaign.direction,
             "space": campaign.spec.get("space", {}),
             "completed": len(rows),
             "downsampled": len(keep) < len(rows),
+            "ended": [
+                {"trial_id": r.id, "number": r.number, "state": r.state, "value": r.value, "finished_at": r.finished_at}
+                for r in ended
+            ],
+            "ended_total": ended_total,
             "points": [
                 {
                     "trial_id": tid,
@@ -138,9 +152,9 @@ class InsightService:
                 }
                 for tid, n, v, s, p, at in keep
             ],
-            "edf": _quantiles(sorted(r[2] for r in rows)),
+            "edf": objectives[0]["edf"],
             "best": best,
-            "objectives": [{"metric": m, "direction": dr} for m, dr in campaign.objectives],
+            "objectives": objectives,
             "front": front,
             "front_size": front_size,
         }
@@ -341,6 +355,46 @@ class InsightService:
 
 def _num(v: float | None) -> str:
     return "" if v is None else repr(v)
+
+
+def _summary(rows: list[tuple[int, int, float]], direction: str) -> dict[str, Any]:
+    """One objective's best-so-far line, empirical distribution and robust axis limit over
+    (trial id, number, value) rows in finishing order."""
+    sign = 1.0 if direction == "minimize" else -1.0
+    best, current = [], math.inf
+    for tid, number, value in rows:
+        if sign * value < current:
+            current = sign * value
+            best.append({"number": number, "value": value, "trial_id": tid})
+    values = sorted(v for _, _, v in rows)
+    limit = robust_limit(values, direction)
+    off = 0 if limit is None else sum(1 for v in values if sign * v > sign * limit)
+    return {"best": best, "edf": _quantiles(values), "limit": limit, "off_scale": off}
+
+
+def robust_limit(values: list[float], direction: str) -> float | None:
+    """Where the dashboard's value axes stop by default: Tukey's far-out fence on the
+    worse side, Q3 + 3 * IQR when minimizing (Q1 - 3 * IQR when maximizing), quartiles
+    over every completed trial (``values`` sorted). None, axes over every value, when
+    fewer than 20 trials completed, the quartiles are equal, or nothing lies past it."""
+    n = len(values)
+    if n < ROBUST_MIN_TRIALS:
+        return None
+
+    def quartile(q: float) -> float:
+        at = q * (n - 1)
+        lo = math.floor(at)
+        return values[lo] + (values[min(lo + 1, n - 1)] - values[lo]) * (at - lo)
+
+    q1, q3 = quartile(0.25), quartile(0.75)
+    iqr = q3 - q1
+    if not iqr > 0:
+        return None
+    if direction == "minimize":
+        limit = q3 + ROBUST_FENCE * iqr
+        return limit if values[-1] > limit else None
+    limit = q1 - ROBUST_FENCE * iqr
+    return limit if values[0] < limit else None
 
 
 def _quantiles(values: list[float]) -> list[float]:

@@ -6,8 +6,8 @@
 
 const app = document.getElementById("app");
 
-import { session, poll, api, live, download, can, el, badge, fmt, fmtParam, seconds, when, ago, refreshAgo, agentLabel, sortableHeader, patchRows, nextFrame, STATES } from "./core.js";
-import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices, renderContour, renderEdf, renderImportance, renderTimeline, brushedIds, brushToRange } from "./plots.js";
+import { POLL_MS, session, poll, api, live, download, can, el, badge, fmt, fmtParam, seconds, when, ago, refreshAgo, agentLabel, sortableHeader, patchRows, nextFrame, STATES } from "./core.js";
+import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices, renderContour, renderEdf, renderImportance, renderTimeline, brushedIds, brushToRange, forObjective, offScale } from "./plots.js";
 
 // ------------------------------------------------------------ URL state ---
 
@@ -28,8 +28,11 @@ function readState(query) {
     limit: [25, 50, 100].includes(Number(q.get("rows"))) ? Number(q.get("rows")) : 25,
     curves: list("curves").map(Number).filter((n) => Number.isInteger(n) && n >= 0),
     brush,
-    view: { logY: view.includes("log"), byTime: view.includes("time"), clip: view.includes("clip") },
+    // all: value axes over every value (by default they stop at the robust limit);
+    // ended: the history also shows pruned and failed trials.
+    view: { logY: view.includes("log"), byTime: view.includes("time"), all: view.includes("all"), ended: view.includes("ended") },
     contour: list("contour"),
+    objective: Math.max(0, Math.floor(Number(q.get("objective"))) || 0), // the objective the analysis plots show
   };
 }
 
@@ -43,13 +46,17 @@ function writeState(id, st) {
   if (st.curves.length) q.set("curves", st.curves.join(","));
   const brush = Object.entries(st.brush).map(([k, [lo, hi]]) => `${k}~${+lo.toPrecision(6)}~${+hi.toPrecision(6)}`).join("|");
   if (brush) q.set("brush", brush);
-  const view = [st.view.logY && "log", st.view.byTime && "time", st.view.clip && "clip"].filter(Boolean);
+  const view = [st.view.logY && "log", st.view.byTime && "time", st.view.all && "all", st.view.ended && "ended"].filter(Boolean);
   if (view.length) q.set("view", view.join(","));
   if (st.contour.length === 2) q.set("contour", st.contour.join(","));
+  if (st.objective) q.set("objective", st.objective);
   const text = q.toString();
   const hash = `#/campaign/${id}${text ? `?${text}` : ""}`;
   if (location.hash !== hash) history.replaceState(null, "", hash);
 }
+
+/** The most of the main thread that redrawing the plots of a live campaign may take. */
+const REDRAW_SHARE = 0.2;
 
 // -------------------------------------------------------------- layout ---
 
@@ -64,6 +71,7 @@ function layout(id) {
       el("button", { id: "cancel", class: "danger", text: "Cancel campaign", disabled: true, onclick: () => cancelCampaign(id) })),
     el("div", { class: "card", id: "summary" }),
     card("empty-state", "No completed trials yet", { hidden: true }, el("div", { id: "empty-text" })),
+    el("div", { class: "row controls analysis", id: "analysis-controls" }, el("span", { id: "objective-pick" }), el("span", { id: "outliers", class: "note" })),
     card("card-running", "Running now", { hidden: true }, el("div", { class: "table-wrap" }, el("table", { id: "running" }, el("thead"), el("tbody"))), el("div", { id: "running-note", class: "note" })),
     el("div", { class: "grid two analysis" },
       card("card-history", "Optimization history", {}, el("div", { class: "row controls", id: "history-controls" }), plotBox("plot-history"), el("div", { id: "history-note", class: "note" })),
@@ -71,7 +79,7 @@ function layout(id) {
     el("div", { class: "card analysis", id: "card-front", hidden: true }, el("h2", { text: "Pareto front" }), plotBox("plot-front"), el("div", { id: "front-note", class: "note" })),
     el("div", { class: "grid two analysis" },
       card("card-importance", "Parameter importance", {}, plotBox("plot-importance"), el("div", { id: "importance-note", class: "note" })),
-      card("card-edf", "Empirical distribution of the value", {}, plotBox("plot-edf"), el("div", { class: "note", text: "The fraction of completed trials at or below each value: a steep rise early means many trials are near the best." }))),
+      card("card-edf", "Empirical distribution of the value", {}, plotBox("plot-edf"), el("div", { id: "edf-note", class: "note" }))),
     el("div", { class: "card analysis", id: "card-parcoords" }, el("div", { class: "row" }, el("h2", { text: "Parallel coordinates" }), el("span", { class: "spacer" }), el("span", { id: "brush-note", class: "note" })),
       el("div", { id: "plot-parcoords", class: "plot tall" })),
     el("div", { class: "card analysis", id: "card-contour" }, el("div", { class: "row" }, el("h2", { text: "Contour" }), el("span", { class: "spacer" }), el("span", { id: "contour-pick" })), plotBox("plot-contour"),
@@ -90,6 +98,12 @@ function layout(id) {
 export function campaignPage(id, query) {
   const st = readState(query);
   const data = { c: null, plot: null, numbers: new Map() };
+  // The analysis plots redraw when their data changed, but at most once per REDRAW_SHARE
+  // of the main thread: after a redraw that took t ms, not for t / REDRAW_SHARE ms (on a
+  // live campaign of 10,000 trials a new trial every 2 s would otherwise keep the page
+  // busy redrawing, and a click waited behind it), nor for longer than 5 poll periods.
+  // A click on the table stops a redraw between two plots; the rest follow a second later.
+  const plots = { dirty: false, spans: false, next: 0, asked: -Infinity };
   const openTrial = (number) => { location.hash = `#/campaign/${id}/trial/${number}`; };
   // Still this page: every continuation after an answer checks it, since the reader may
   // have left while the answer was on its way (a slow server; tests/dashboard/test_slow_server.py).
@@ -105,9 +119,14 @@ export function campaignPage(id, query) {
     // Brushed axes in table terms (the summary, fetched first, has the space and metric).
     const space = data.c ? data.c.spec.space : {};
     for (const [label, r] of Object.entries(st.brush)) {
-      const name = data.c && label === data.c.metric && !(label in space) ? "value" : label;
-      const [lo, hi] = brushToRange(space[label], r);
-      qs.append("range", `${name}:${lo}:${hi}`);
+      if (label in space) { const [lo, hi] = brushToRange(space[label], r); qs.append("range", `${label}:${lo}:${hi}`); continue; }
+      if (!data.c || !data.plot || label !== data.c.metric) continue; // another objective's axis: a highlight, not a table filter
+      let [lo, hi] = r;
+      const first = forObjective(data.plot, 0), lim = st.view.all ? null : first.limit;
+      const near = (v) => lim !== null && lim !== undefined && Math.abs(v - lim) <= 1e-5 * Math.max(1, Math.abs(lim));
+      // The axis drew the off-scale values at the limit: a brush that reaches it takes them.
+      if (first.direction === "maximize" ? lo < lim || near(lo) : hi > lim || near(hi)) [lo, hi] = first.direction === "maximize" ? [-Number.MAX_VALUE, hi] : [lo, Number.MAX_VALUE];
+      qs.append("range", `value:${lo}:${hi}`);
     }
     return qs.toString();
   };
@@ -116,6 +135,7 @@ export function campaignPage(id, query) {
   // Only the table: after a sort, filter, page change or brush.
   const refreshTable = async () => {
     const gen = session.generation;
+    plots.asked = performance.now(); // a redraw of the plots in progress yields to it
     const qs = tableQuery();
     const page = await poll(`/campaigns/${id}/trials?${qs}`);
     if (gen !== session.generation || qs !== tableQuery() || !data.c) return;
@@ -127,7 +147,30 @@ export function campaignPage(id, query) {
     const curves = await poll(curvesPath());
     if (here() && data.plot) document.getElementById("curve-picker").replaceChildren(...curvePicker(renderCurves(curves.body, data.plot, st.curves, openTrial), st, refreshCurves));
   };
-  const redrawHistory = () => { if (here() && data.plot && data.plot.completed) renderHistory(data.plot, st.view, brushedIds(data.plot, st.brush), openTrial); };
+  const pv = () => forObjective(data.plot, st.objective); // the plot data as the chosen objective sees it
+  const redrawHistory = () => { if (here() && data.plot && data.plot.completed) { const v = pv(); renderHistory(v, st.view, brushedIds(v, st.view, st.brush), openTrial); } };
+  // The analysis plots of the chosen objective, one per frame (the live refresh, and
+  // after the reader changed the objective or the outlier toggle).
+  const analysisSteps = () => {
+    const v = pv();
+    return [
+      ["history", redrawHistory], ["front", () => renderFront(data.plot, openTrial)],
+      ["importance", async () => {
+        const path = `/campaigns/${id}/importance${v.objective ? `?objective=${v.objective}` : ""}`;
+        const imp = await poll(path);
+        if (here() && (imp.changed || shownImportance !== path)) { shownImportance = path; renderImportance(imp.body, v); }
+      }],
+      ["edf", () => renderEdf(v, st.view)], ["slices", () => renderSlices(v, st.view, openTrial)],
+      ["contour", () => { contourPicker(v, st, () => { setState(); renderContour(pv(), st.view, st.contour[0], st.contour[1], openTrial); }); renderContour(v, st.view, st.contour[0], st.contour[1], openTrial); }],
+      ["parcoords", () => { renderParcoords(v, st.view, st.brush, onBrush); brushNote(st, clearBrush); analysisControls(data.plot, v, st, redrawAll); }],
+    ];
+  };
+  let shownImportance = null;
+  const redrawAll = async () => {
+    setState();
+    const gen = session.generation;
+    for (const [, step] of analysisSteps()) { await nextFrame(); if (gen !== session.generation) return; await step(); }
+  };
   // The table first (what the brush asks), then the highlight in the history.
   const onBrush = async (brush) => {
     performance.mark("hpcopt:brushed");
@@ -143,7 +186,7 @@ export function campaignPage(id, query) {
     st.brush = {};
     setState();
     brushNote(st, clearBrush);
-    if (data.plot) renderParcoords(data.plot, st.brush, onBrush);
+    if (data.plot) renderParcoords(pv(), st.view, st.brush, onBrush);
     await refreshTable();
     await nextFrame();
     redrawHistory();
@@ -175,25 +218,30 @@ export function campaignPage(id, query) {
     refreshAgo();
     performance.mark("hpcopt:tables"); // benchmarks/dashboard_open.py reads these marks
     // Then the plots whose data changed, one per frame, so the page answers while they draw.
-    const steps = [];
-    if (plot.changed && !empty) {
-      steps.push(["history", redrawHistory], ["front", () => renderFront(plot.body, openTrial)]);
-    }
-    if ((curves.changed || plot.changed) && !empty) steps.push(["curves", () => document.getElementById("curve-picker").replaceChildren(...curvePicker(renderCurves(curves.body, plot.body, st.curves, openTrial), st, refreshCurves))]);
-    if (plot.changed && !empty) {
-      steps.push(["importance", async () => { const imp = await poll(`/campaigns/${id}/importance`); if (here() && imp.changed) renderImportance(imp.body); }]);
-      steps.push(["edf", () => renderEdf(plot.body)], ["slices", () => renderSlices(plot.body, openTrial)]);
-      steps.push(["contour", () => { contourPicker(plot.body, st, () => { setState(); renderContour(plot.body, st.contour[0], st.contour[1], openTrial); }); renderContour(plot.body, st.contour[0], st.contour[1], openTrial); }]);
-      steps.push(["parcoords", () => { renderParcoords(plot.body, st.brush, onBrush); brushNote(st, clearBrush); }]);
-    }
-    if (c.changed || running.changed) steps.push(["timeline", async () => { const tl = await poll(`/campaigns/${id}/timeline?limit=2000`); if (here() && tl.changed) renderTimeline(tl.body, openTrial); }]);
+    if (plot.changed) plots.dirty = true;
+    if (c.changed || running.changed) plots.spans = true;
+    const ready = performance.now() >= plots.next;
+    const due = ready && plots.dirty && !empty, spansDue = ready && plots.spans;
+    const analysis = due ? analysisSteps() : [];
+    const steps = analysis.slice(0, 2);
+    if ((curves.changed || due) && !empty) steps.push(["curves", () => document.getElementById("curve-picker").replaceChildren(...curvePicker(renderCurves(curves.body, plot.body, st.curves, openTrial), st, refreshCurves))]);
+    steps.push(...analysis.slice(2));
+    if (spansDue) steps.push(["timeline", async () => { const tl = await poll(`/campaigns/${id}/timeline?limit=2000`); if (here() && tl.changed) renderTimeline(tl.body, openTrial); }]);
+    const t0 = performance.now();
+    let cost = 0;
     for (const [name, step] of steps) {
       await nextFrame();
       if (gen !== session.generation) return false;
+      if (plots.asked > t0) { plots.next = performance.now() + 1000; return true; } // the reader clicked: the rest later
+      const t = performance.now();
       await step();
+      cost += performance.now() - t;
       performance.mark(`hpcopt:${name}`);
     }
-    return c.changed || plot.changed || page.changed || agents.changed || running.changed || curves.changed;
+    if (due) plots.dirty = false;
+    if (spansDue) plots.spans = false;
+    if (due || spansDue) plots.next = performance.now() + Math.min(cost / REDRAW_SHARE, 5 * POLL_MS);
+    return c.changed || plot.changed || page.changed || agents.changed || running.changed || curves.changed || plots.dirty || plots.spans;
   }, () => notFound(`Campaign ${id} does not exist.`, "It may have been deleted, or the link has a wrong id."));
 }
 
@@ -218,7 +266,31 @@ function emptyState(id, c, empty) {
 
 function historyControls(st, onChange) {
   const box = (key, label, title) => el("label", { class: "check", title }, el("input", { type: "checkbox", id: `history-${key}`, checked: st.view[key], onchange: (e) => { st.view[key] = e.target.checked; onChange(); } }), ` ${label}`);
-  document.getElementById("history-controls").replaceChildren(box("logY", "log y", "a logarithmic y axis (positive values only)"), box("byTime", "x: finish time", "trials by when they finished instead of by number"), box("clip", "clip outliers", "stop the y axis at the 95th percentile"));
+  document.getElementById("history-controls").replaceChildren(box("logY", "log y", "a logarithmic y axis (positive values only)"), box("byTime", "x: finish time", "trials by when they finished instead of by number"), box("ended", "pruned & failed", "also the pruned trials (at the value they reached) and the failed ones (× along the bottom)"));
+}
+
+/** Above the analysis plots: the objective they show (a multi-objective campaign), and
+ * how many trials lie past the robust limit of the value axes, with the toggle. */
+function analysisControls(plot, v, st, redraw) {
+  const objectives = plot.objectives || [];
+  const pick = document.getElementById("objective-pick");
+  if (objectives.length > 1) {
+    const sig = JSON.stringify([objectives.map((o) => o.metric), v.objective]);
+    if (pick.dataset.sig !== sig) {
+      pick.dataset.sig = sig;
+      pick.replaceChildren("Plots show ", el("select", { id: "objective", onchange: (e) => { st.objective = Number(e.target.value); st.brush = {}; redraw(); } },
+        ...objectives.map((o, k) => el("option", { value: k, text: `${o.direction} ${o.metric}`, selected: k === v.objective }))), " ");
+    }
+  } else pick.replaceChildren();
+  const box = document.getElementById("outliers");
+  if (v.limit === null || v.limit === undefined) { box.replaceChildren(); return; }
+  const toggle = el("label", { class: "check", title: "value axes over every trial, outliers included" },
+    el("input", { type: "checkbox", id: "show-all", checked: st.view.all, onchange: (e) => { st.view.all = e.target.checked; redraw(); } }), " show every value");
+  const rule = v.direction === "maximize" ? "Q1 − 3 × IQR" : "Q3 + 3 × IQR";
+  const text = st.view.all
+    ? `Value axes span every trial, the ${v.off_scale} past ${fmt(v.limit)} included. `
+    : `Value axes and colours stop at ${fmt(v.limit)} (${rule} of all completed trials): ${offScale(v)} `;
+  box.replaceChildren(text, toggle);
 }
 
 function curvePicker(text, st, refreshCurves) {

@@ -50,6 +50,47 @@ function valueColours(plot, values, bar) {
 /** Points in drawing order: the best last, so they sit on top. */
 const bestOnTop = (plot, pts) => [...pts].sort((a, b) => sign(plot) * (b.value - a.value));
 
+/** The plot data as objective `k` sees it: its values in `value`, its best line,
+ * distribution and robust limit (a single-objective campaign: objective 0, as it is). */
+export function forObjective(plot, k) {
+  const objectives = plot.objectives || [];
+  const o = objectives[k] || objectives[0];
+  if (!o) return plot;
+  const at = objectives.indexOf(o);
+  const points = at ? plot.points.map((p) => Object.assign({}, p, { value: p.values ? p.values[at] : p.value, value_std: null })) : plot.points;
+  return Object.assign({}, plot, { metric: o.metric, direction: o.direction, best: o.best, edf: o.edf, limit: o.limit, off_scale: o.off_scale, points, objective: at });
+}
+
+/** A robust value axis (issue 31, item 1): the server's limit (Tukey's far-out fence on
+ * the worse side, over every completed trial) unless the reader asked for every value.
+ * {range, edge, off(v), limit} in axis units (log10 when `log`), or null (autorange) when
+ * none of `values` lies past the limit.
+ * Off-scale points are drawn at `edge`, just past the limit, as triangles. */
+export function robustRange(plot, view, values, log = false) {
+  const limit = view.all ? null : plot.limit;
+  if (limit === null || limit === undefined || (log && limit <= 0)) return null;
+  const minimize = plot.direction !== "maximize";
+  const off = (v) => (minimize ? v > limit : v < limit);
+  const t = (v) => (log ? Math.log10(v) : v);
+  let far = null, any = false;
+  for (const v of values) {
+    if (off(v)) any = true;
+    else if ((!log || v > 0) && (far === null || (minimize ? t(v) < far : t(v) > far))) far = t(v);
+  }
+  if (far === null || !any) return null; // nothing to leave off: the axis spans every value
+  const lim = t(limit), pad = Math.abs(lim - far) * 0.06 || 1;
+  return { range: minimize ? [far - pad, lim + pad] : [lim - pad, far + pad], edge: log ? 10 ** (lim + (minimize ? 0.6 : -0.6) * pad) : lim + (minimize ? 0.6 : -0.6) * pad, off, limit, symbol: minimize ? "triangle-up" : "triangle-down" };
+}
+
+/** Marker y values, symbols and hover text of points on a robust axis `r` (or none). */
+function onScale(r, pts) {
+  return {
+    y: pts.map((p) => (r && r.off(p.value) ? r.edge : p.value)),
+    symbol: pts.map((p) => (r && r.off(p.value) ? r.symbol : "circle")),
+    text: pts.map((p) => (r && r.off(p.value) ? `${fmt(p.value)} (off the scale)` : fmt(p.value))),
+  };
+}
+
 // ------------------------------------------------------------- history ---
 
 // A campaign that searches the training scheme: one trace (colour, legend entry) per scheme.
@@ -68,37 +109,61 @@ export function renderHistory(plot, view, brushed, openTrial) {
   if (best.length && pts.length) best.push([x(pts.reduce((a, p) => (view.byTime ? (p.finished_at > a.finished_at ? p : a) : p.number > a.number ? p : a), pts[0])), best[best.length - 1][1]]);
   const positive = pts.every((p) => p.value > 0);
   const groups = schemeGroups(plot, pts);
-  const traces = groups.map(([name, color, members]) => ({
-    type: "scatter", mode: "markers", name: plain(name), x: members.map(x), y: members.map((p) => p.value), customdata: members.map((p) => p.number),
-    error_y: { type: "data", array: members.map((p) => p.value_std || 0), visible: !view.byTime && members.length <= 2000, thickness: 1, width: 0, color: "rgba(80,90,110,.3)" },
-    marker: { size: 6, color, opacity: brushed ? 0.25 : 0.8 }, hovertemplate: `trial #%{customdata}${name === "trial" ? "" : ` (${plain(name)})`}<br>%{y:.4g}<extra></extra>`,
-  }));
+  const log = view.logY && positive;
+  const pruned = view.ended ? plot.ended.filter((e) => e.value !== null).map((e) => e.value) : [];
+  const r = robustRange(plot, view, [...pts.map((p) => p.value), ...pruned], log);
+  const traces = groups.map(([name, color, members]) => {
+    const shown = onScale(r, members);
+    return { type: "scatter", mode: "markers", name: plain(name), x: members.map(x), y: shown.y, customdata: members.map((p) => p.number), text: shown.text,
+      error_y: { type: "data", array: members.map((p) => (r && r.off(p.value) ? 0 : p.value_std || 0)), visible: !view.byTime && members.length <= 2000, thickness: 1, width: 0, color: "rgba(80,90,110,.3)" },
+      marker: { size: 6, color, symbol: shown.symbol, opacity: brushed ? 0.25 : 0.8 }, hovertemplate: `trial #%{customdata}${name === "trial" ? "" : ` (${plain(name)})`}<br>%{text}<extra></extra>` };
+  });
+  const ended = view.ended ? endedTraces(plot, x, r, log) : [];
+  traces.push(...ended);
   traces.push({ type: "scatter", mode: "lines", name: `best ${plain(plot.metric)}`, x: best.map((b) => b[0]), y: best.map((b) => b[1]), line: { shape: "hv", color: "#c0392b", width: 2 }, hoverinfo: "skip" });
   if (brushed) {
     const chosen = pts.filter((p) => brushed.has(p.trial_id));
     traces.push({ type: "scatter", mode: "markers", name: "brushed", x: chosen.map(x), y: chosen.map((p) => p.value), customdata: chosen.map((p) => p.number),
       marker: { size: 8, color: "#e67e22", line: { color: "#7a3d00", width: 1 } }, hovertemplate: "trial #%{customdata} (brushed)<br>%{y:.4g}<extra></extra>" });
   }
-  const yaxis = { title: { text: plain(plot.metric) }, type: view.logY && positive ? "log" : "linear", autorange: true };
-  if (view.clip && pts.length > 10) {
-    const sorted = pts.map((p) => p.value).sort((a, b) => a - b);
-    const [lo, hi] = plot.direction === "maximize" ? [quantile(sorted, 0.05), sorted[sorted.length - 1]] : [sorted[0], quantile(sorted, 0.95)];
-    const pad = (hi - lo) * 0.05 || Math.abs(hi) * 0.05 || 1;
-    yaxis.autorange = false;
-    yaxis.range = yaxis.type === "log" ? [Math.log10(lo) - 0.05, Math.log10(hi) + 0.05] : [lo - pad, hi + pad];
-  }
-  if (yaxis.type === "log" && pts.length) { // ticks over what is shown
+  const yaxis = { title: { text: plain(plot.metric) }, type: log ? "log" : "linear", autorange: !r };
+  if (r) yaxis.range = r.range;
+  if (log && pts.length) { // ticks over what is shown
     const vs = pts.map((p) => p.value);
-    const [lo, hi] = yaxis.range ? yaxis.range.map((r) => 10 ** r) : [Math.min(...vs), Math.max(...vs)];
+    const [lo, hi] = r ? r.range.map((e) => 10 ** e) : [Math.min(...vs), Math.max(...vs)];
     Object.assign(yaxis, logAxis(lo, hi));
   }
-  const node = draw("plot-history", traces, { xaxis: { title: { text: view.byTime ? "finish time" : "trial number" }, type: view.byTime ? "date" : "linear" }, yaxis, legend: { orientation: "h", y: 1.12 } });
+  const node = draw("plot-history", traces, { xaxis: { title: { text: view.byTime ? "finish time" : "trial number" }, type: view.byTime ? "date" : "linear" }, yaxis,
+    yaxis2: { overlaying: "y", range: [0, 1], visible: false, fixedrange: true }, legend: { orientation: "h", y: 1.12 } });
   onClick(node, openTrial);
   const logNote = view.logY && !positive ? " Log scale needs positive values: shown linear." : "";
-  const clipped = view.clip ? " The y axis stops at the 95th percentile (outliers off the plot)." : "";
-  document.getElementById("history-note").textContent = (plot.downsampled
-    ? `${pts.length} of ${plot.completed} completed trials shown (every improvement, the best, a random sample of the rest); the best line uses all.`
-    : `${plot.completed} completed trials; error bars: std over folds.`) + clipped + logNote;
+  const offNote = r ? ` ${offScale(plot)}` : "";
+  const endedNote = view.ended && plot.ended_total ? ` Pruned trials at the value they reached; failed ones as × along the bottom${plot.ended.length < plot.ended_total ? ` (${plot.ended.length} of ${plot.ended_total} drawn)` : ""}.` : "";
+  const note = document.getElementById("history-note");
+  note.textContent = (plot.downsampled
+    ? `Drawn: ${pts.length} of ${plot.completed} completed trials (every improvement, the best tenth, a random sample of the rest); the best line uses all.`
+    : `${plot.completed} completed trials; error bars: std over folds.`) + offNote + endedNote + logNote;
+  note.classList.toggle("sampled", !!plot.downsampled);
+}
+
+/** "N completed trials are worse than L (off the scale, drawn as ▲ at the edge)." */
+export function offScale(plot) {
+  const worse = plot.direction === "maximize" ? "below" : "above";
+  return `${plot.off_scale} of ${plot.completed} completed trials lie ${worse} ${fmt(plot.limit)}, drawn as ${plot.direction === "maximize" ? "▼" : "▲"} at the edge.`;
+}
+
+/** Pruned trials (at the value they reached) and failed ones (× along the bottom). */
+function endedTraces(plot, x, r, log) {
+  const minimize = plot.direction !== "maximize";
+  const pruned = plot.ended.filter((e) => e.state === "PRUNED" && e.value !== null && (!log || e.value > 0));
+  const failed = plot.ended.filter((e) => e.state === "FAILED" || e.value === null);
+  const shown = onScale(r, pruned);
+  return [
+    { type: "scatter", mode: "markers", name: "pruned", x: pruned.map(x), y: shown.y, text: shown.text, customdata: pruned.map((p) => p.number),
+      marker: { size: 5, color: "#9aa5b1", symbol: shown.symbol.map((sym) => (sym === "circle" ? "circle-open" : sym)) }, hovertemplate: "trial #%{customdata} (pruned)<br>%{text}<extra></extra>" },
+    { type: "scatter", mode: "markers", name: "failed", x: failed.map(x), y: failed.map(() => (minimize ? 0.02 : 0.98)), yaxis: "y2", customdata: failed.map((p) => p.number),
+      marker: { size: 6, color: "#e15759", symbol: "x-thin", line: { width: 1.5, color: "#e15759" } }, hovertemplate: "trial #%{customdata} failed<extra></extra>" },
+  ].filter((t) => t.x.length);
 }
 
 // ------------------------------------------------------------ curves ---
@@ -183,7 +248,19 @@ export function paramAxis(spec, values) {
     const lo = Math.log10(spec.low), hi = Math.log10(spec.high);
     return Object.assign({ values: values.map((v) => Math.log10(v)), range: [lo, hi] }, logTicks(spec, lo, hi));
   }
-  return { values, range: [spec.low, spec.high] };
+  return Object.assign({ values, range: [spec.low, spec.high] }, linearTicks(spec.low, spec.high, (v) => fmtParam(spec, spec.type === "int" ? Math.round(v) : v)));
+}
+
+/** Ticks from lo to hi, both ends labelled (parallel coordinates' own range labels are off:
+ * beside the ticks they read as doubled labels), steps of 1, 2 or 5 between. */
+export function linearTicks(lo, hi, label = fmt, top = null) {
+  if (!(hi > lo)) return { tickvals: [lo], ticktext: [label(lo)] };
+  const raw = (hi - lo) / 5, mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 5, 10].map((m) => m * mag).find((x) => x >= raw);
+  const inner = [];
+  for (let t = Math.ceil(lo / step) * step; t < hi; t += step) if (t - lo > 0.4 * step && hi - t > 0.4 * step) inner.push(Number(t.toPrecision(12)));
+  const vals = [lo, ...inner, hi];
+  return { tickvals: vals, ticktext: vals.map((v, i) => (top && i === vals.length - 1 ? top : label(v))) };
 }
 
 /** A brush on an axis (axis units) as a table filter: real units, choice positions. */
@@ -196,18 +273,43 @@ export function brushToRange(spec, [lo, hi]) {
 
 const TICK_SHADOW = "1px 1px 2px #fff, -1px -1px 2px #fff, 1px -1px 2px #fff, -1px 1px 2px #fff";
 
+/** The objective's axis in parallel coordinates: values past the robust limit sit at it
+ * (its tick reads "≥ limit", or "≤" when maximizing). */
+export function objectiveAxis(plot, view, values) {
+  const r = robustRange(plot, view, values);
+  const shown = r ? values.map((v) => (r.off(v) ? r.limit : v)) : values;
+  let lo = Infinity, hi = -Infinity;
+  for (const v of shown) { if (v < lo) lo = v; if (v > hi) hi = v; }
+  if (!shown.length) return { values: shown };
+  const minimize = plot.direction !== "maximize";
+  const ticks = linearTicks(lo, hi, fmt, r && minimize ? `≥ ${fmt(hi)}` : null);
+  if (r && !minimize) ticks.ticktext[0] = `≤ ${fmt(lo)}`;
+  return Object.assign({ values: shown, range: [lo, hi] }, ticks);
+}
+
+/** Line colours for parallel coordinates. Plotly draws the lines of higher colour values
+ * on top (their depth is 1 − the colour's place on the scale), so the colour value is
+ * how good a trial is: the best lines lie over the rest, dark red; the worst tenth grey. */
+function goodnessColours(plot, values, bar) {
+  const good = values.map((v) => sign(plot) * -v);
+  const sorted = [...good].sort((a, b) => a - b);
+  const cmin = quantile(sorted, 0.1), cmax = sorted[sorted.length - 1];
+  const ticks = linearTicks(cmin, cmax > cmin ? cmax : cmin + 1e-12, (g) => fmt(Number((sign(plot) * -g).toPrecision(4))));
+  return { color: good, colorscale: BEST_FIRST, reversescale: true, cmin, cmax: cmax > cmin ? cmax : cmin + 1e-12, showscale: !!bar, colorbar: Object.assign({ tickvals: ticks.tickvals, ticktext: ticks.ticktext }, bar) };
+}
+
 /** brush: {label: [lo, hi]} in axis units; onBrush(newBrush) when the user brushes. */
-export function renderParcoords(plot, brush, onBrush) {
+export function renderParcoords(plot, view, brush, onBrush) {
   // Conditional parameters are missing from some trials: parallel coordinates need every axis.
   const names = Object.keys(plot.space).filter((n) => !plot.space[n].when);
-  const pts = bestOnTop(plot, plot.points);
+  const pts = plot.points;
   const values = pts.map((p) => p.value);
   const keys = [...names, plot.metric]; // the brush's keys, axis by axis
   const dims = names.map((n) => Object.assign({ label: plain(n) }, paramAxis(plot.space[n], pts.map((p) => p.params[n]))));
-  dims.push({ label: plain(plot.metric), values });
+  dims.push(Object.assign({ label: plain(plot.metric) }, objectiveAxis(plot, view, values)));
   dims.forEach((d, i) => { if (brush[keys[i]]) d.constraintrange = brush[keys[i]]; });
-  const node = draw("plot-parcoords", [{ type: "parcoords", dimensions: dims, labelfont: { size: 12 }, tickfont: { size: 10, shadow: TICK_SHADOW }, rangefont: { size: 9 },
-    line: valueColours(plot, values, { title: { text: plain(plot.metric), side: "top" }, thickness: 10, orientation: "h", x: 0.5, xanchor: "center", y: -0.08, yanchor: "top", len: 0.5 }) }],
+  const node = draw("plot-parcoords", [{ type: "parcoords", dimensions: dims, labelfont: { size: 12 }, tickfont: { size: 10, shadow: TICK_SHADOW }, rangefont: { size: 1, color: "rgba(0,0,0,0)" },
+    line: goodnessColours(plot, values, { title: { text: plain(plot.metric), side: "top" }, thickness: 10, orientation: "h", x: 0.5, xanchor: "center", y: -0.08, yanchor: "top", len: 0.5 }) }],
   { margin: { l: 70, r: 70, t: 50, b: 70 } });
   if (node && node.on && !node.dataset.brush) {
     node.on("plotly_restyle", () => {
@@ -224,13 +326,16 @@ export function renderParcoords(plot, brush, onBrush) {
   }
 }
 
-/** Trial ids of the drawn points inside every brushed axis. */
-export function brushedIds(plot, brush) {
+/** Trial ids of the drawn points inside every brushed axis (the objective's as drawn:
+ * off-scale values at the limit). */
+export function brushedIds(plot, view, brush) {
   const labels = Object.keys(brush);
   if (!labels.length) return null;
+  const r = robustRange(plot, view, plot.points.map((p) => p.value));
+  const drawn = (v) => (r && r.off(v) ? r.limit : v);
   const inside = (p) => labels.every((label) => {
     const [lo, hi] = brush[label];
-    if (label === plot.metric && !(label in plot.space)) return p.value >= lo && p.value <= hi;
+    if (label === plot.metric && !(label in plot.space)) return drawn(p.value) >= lo && drawn(p.value) <= hi;
     const spec = plot.space[label];
     if (!spec || p.params[label] === undefined) return false;
     const v = paramAxis(spec, [p.params[label]]).values[0];
@@ -265,7 +370,7 @@ function balanceSlices(box) {
   return changed;
 }
 
-export function renderSlices(plot, openTrial) {
+export function renderSlices(plot, view, openTrial) {
   const box = document.getElementById("slices");
   const names = Object.keys(plot.space);
   if (box.children.length !== names.length) box.replaceChildren(...names.map((n) => el("div", { id: `slice-${n}`, class: "plot small", "data-param": n })));
@@ -279,6 +384,7 @@ export function renderSlices(plot, openTrial) {
       for (const node of box.querySelectorAll(".js-plotly-plot")) if (shown(node)) Plotly.Plots.resize(node).catch(() => {});
     }).observe(box);
   }
+  const r = robustRange(plot, view, plot.points.map((p) => p.value));
   names.forEach((n, i) => {
     const spec = plot.space[n];
     const xaxis = { title: { text: plain(n) } };
@@ -289,13 +395,15 @@ export function renderSlices(plot, openTrial) {
     const xs = (members) => members.map((p) => (spec.type === "categorical" ? plain(p.params[n]) : p.params[n]));
     const groups = plot.space.scheme ? schemeGroups(plot, pts) : null;
     const ordered = bestOnTop(plot, pts);
+    const on = onScale(r, ordered);
     const traces = groups
-      ? groups.map(([name, color, members]) => ({ type: "scatter", mode: "markers", name: plain(name), x: xs(members), y: members.map((p) => p.value), customdata: members.map((p) => p.number),
-        marker: { size: 5, color }, hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{y:.4g} (${plain(name)})<extra></extra>` }))
-      : [{ type: "scatter", mode: "markers", x: xs(ordered), y: ordered.map((p) => p.value), customdata: ordered.map((p) => p.number),
-        marker: Object.assign({ size: 6, line: { width: 0.5, color: "rgba(0,0,0,.25)" } }, valueColours(plot, ordered.map((p) => p.value), i === 0 ? { title: { text: plain(plot.metric) }, thickness: 8, len: 0.9 } : null)),
-        hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{y:.4g}<extra></extra>` }];
-    onClick(draw(`slice-${n}`, traces, { xaxis, yaxis: { title: { text: plain(plot.metric) } }, margin: { l: 55, r: i === 0 ? 70 : 10, t: 10, b: 40 }, showlegend: false }), openTrial);
+      ? groups.map(([name, color, members]) => { const on = onScale(r, members); return { type: "scatter", mode: "markers", name: plain(name), x: xs(members), y: on.y, text: on.text, customdata: members.map((p) => p.number),
+        marker: { size: 5, color, symbol: on.symbol }, hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{text} (${plain(name)})<extra></extra>` }; })
+      : [{ type: "scatter", mode: "markers", x: xs(ordered), y: on.y, text: on.text, customdata: ordered.map((p) => p.number),
+        marker: Object.assign({ size: 6, symbol: on.symbol, line: { width: 0.5, color: "rgba(0,0,0,.25)" } }, valueColours(plot, ordered.map((p) => p.value), i === 0 ? { title: { text: plain(plot.metric) }, thickness: 8, len: 0.9 } : null)),
+        hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{text}<extra></extra>` }];
+    const yaxis = r ? { title: { text: plain(plot.metric) }, range: r.range, autorange: false } : { title: { text: plain(plot.metric) } };
+    onClick(draw(`slice-${n}`, traces, { xaxis, yaxis, margin: { l: 55, r: i === 0 ? 70 : 10, t: 10, b: 40 }, showlegend: false }), openTrial);
   });
 }
 
@@ -304,7 +412,7 @@ export function renderSlices(plot, openTrial) {
 const GRID = 20;
 
 /** The best value per cell of a grid over two parameters, contoured, with the trials on top. */
-export function renderContour(plot, xName, yName, openTrial) {
+export function renderContour(plot, view, xName, yName, openTrial) {
   const sx = plot.space[xName], sy = plot.space[yName];
   if (!sx || !sy) return;
   const axis = (spec) => {
@@ -324,8 +432,13 @@ export function renderContour(plot, xName, yName, openTrial) {
     if (z[i][j] === null || sign(plot) * p.value < sign(plot) * z[i][j]) z[i][j] = p.value;
   }
   const ordered = bestOnTop(plot, pts);
+  // A robust colour scale: cells past the limit take the worst colour.
+  const cells = z.flat().filter((v) => v !== null);
+  const r = robustRange(plot, view, cells);
+  const scale = r ? (plot.direction === "maximize" ? { zmin: r.limit, zmax: Math.max(...cells) } : { zmin: Math.min(...cells), zmax: r.limit }) : {};
+  if (r) Object.assign(scale, { zauto: false, autocontour: false, contours: { start: scale.zmin, end: scale.zmax, size: (scale.zmax - scale.zmin) / 15 } });
   const node = draw("plot-contour", [
-    { type: "contour", x: ax.cells, y: ay.cells, z, connectgaps: true, colorscale: BEST_FIRST, reversescale: plot.direction === "maximize", ncontours: 15, line: { width: 0.5 }, colorbar: { title: { text: `best ${plain(plot.metric)}` }, thickness: 10 }, hovertemplate: `${plain(xName)}=%{x}<br>${plain(yName)}=%{y}<br>best ${plain(plot.metric)}≈%{z:.4g}<extra></extra>` },
+    Object.assign({ type: "contour", x: ax.cells, y: ay.cells, z, connectgaps: true, colorscale: BEST_FIRST, reversescale: plot.direction === "maximize", ncontours: 15, line: { width: 0.5 }, colorbar: { title: { text: `best ${plain(plot.metric)}` }, thickness: 10 }, hovertemplate: `${plain(xName)}=%{x}<br>${plain(yName)}=%{y}<br>best ${plain(plot.metric)}≈%{z:.4g}<extra></extra>` }, scale),
     { type: "scatter", mode: "markers", x: ordered.map((p) => ax.show(p.params[xName])), y: ordered.map((p) => ay.show(p.params[yName])), customdata: ordered.map((p) => p.number), marker: { size: 4, color: "rgba(20,33,61,.55)" }, hovertemplate: `trial #%{customdata}: %{text}<extra></extra>`, text: ordered.map((p) => fmt(p.value)) },
   ], { xaxis: Object.assign({ title: { text: plain(xName) } }, ax.layout), yaxis: Object.assign({ title: { text: plain(yName) } }, ay.layout), showlegend: false });
   onClick(node, openTrial);
@@ -333,16 +446,19 @@ export function renderContour(plot, xName, yName, openTrial) {
 
 // ---------------------------------------------------------------- EDF ---
 
-export function renderEdf(plot) {
+export function renderEdf(plot, view) {
   const v = plot.edf || [];
   const y = v.map((_, i) => (v.length > 1 ? i / (v.length - 1) : 1));
+  const r = robustRange(plot, view, v);
+  const xaxis = r ? { title: { text: plain(plot.metric) }, range: r.range, autorange: false } : { title: { text: plain(plot.metric) } };
   draw("plot-edf", [{ type: "scatter", mode: "lines", x: v, y, line: { shape: "hv", color: "#2b5fd9", width: 2 }, hovertemplate: `${plain(plot.metric)} ≤ %{x:.4g}: %{y:.0%} of trials<extra></extra>` }],
-    { xaxis: { title: { text: plain(plot.metric) } }, yaxis: { title: { text: "fraction of completed trials" }, range: [0, 1.02], tickformat: ".0%" }, showlegend: false });
+    { xaxis, yaxis: { title: { text: "fraction of completed trials" }, range: [0, 1.02], tickformat: ".0%" }, showlegend: false });
+  document.getElementById("edf-note").textContent = `The fraction of completed trials at or below each value: a steep rise early means many trials are near the best.${r ? ` The x axis stops at ${fmt(r.limit)}: ${plot.off_scale} trials lie beyond.` : ""}`;
 }
 
 // ---------------------------------------------------------- importance ---
 
-export function renderImportance(imp) {
+export function renderImportance(imp, plot) {
   const note = document.getElementById("importance-note");
   if (!imp.params.length) {
     note.textContent = `Needs at least 10 completed trials (${imp.completed} so far).`;
@@ -354,7 +470,7 @@ export function renderImportance(imp) {
     hovertemplate: "%{y}: %{x:.0%} of the explained variance<extra></extra>" }],
   { xaxis: { title: { text: "share of the explained variance" }, tickformat: ".0%", range: [0, Math.min(1.15, Math.max(...ps.map((p) => p.importance)) * 1.2 + 0.05)] }, yaxis: { automargin: true }, margin: { l: 90, r: 20, t: 10, b: 45 } });
   const explained = imp.params.reduce((a, p) => a + p.raw, 0);
-  note.textContent = `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of the objective's rank (binned; chance-corrected). Main effects explain ${(100 * Math.min(1, explained)).toFixed(0)}% of it; the rest is interactions and noise.`;
+  note.textContent = `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of ${plot && plot.objectives && plot.objectives.length > 1 ? `${plot.metric}'s` : "the objective's"} rank (binned; chance-corrected). Main effects explain ${(100 * Math.min(1, explained)).toFixed(0)}% of it; the rest is interactions and noise.`;
 }
 
 // ------------------------------------------------------------ timeline ---
