@@ -237,18 +237,23 @@ export function logAxis(lo, hi) {
   return { type: "log", tickvals: vals, ticktext: vals.map((v) => fmt(Number(v.toPrecision(2)))) };
 }
 
+/** A parameter's value in its parallel-coordinates axis's units: a choice's position,
+ * a log parameter's log10, or the value. */
+const axisValue = (spec, v) => (spec.type === "categorical" ? spec.choices.map(String).indexOf(String(v)) : spec.scale === "log" ? Math.log10(v) : v);
+
 /** Parallel coordinates draw tick text as plain text (no markup, no entities), unlike
  * their labels and every other plot: the choices go in as they are. */
 export function paramAxis(spec, values) {
+  const shown = values.map((v) => axisValue(spec, v));
   if (spec.type === "categorical") {
     const labels = spec.choices.map(String);
-    return { values: values.map((v) => labels.indexOf(String(v))), tickvals: labels.map((_, i) => i), ticktext: labels, range: [-0.25, labels.length - 0.75] };
+    return { values: shown, tickvals: labels.map((_, i) => i), ticktext: labels, range: [-0.25, labels.length - 0.75] };
   }
   if (spec.scale === "log") {
     const lo = Math.log10(spec.low), hi = Math.log10(spec.high);
-    return Object.assign({ values: values.map((v) => Math.log10(v)), range: [lo, hi] }, logTicks(spec, lo, hi));
+    return Object.assign({ values: shown, range: [lo, hi] }, logTicks(spec, lo, hi));
   }
-  return Object.assign({ values, range: [spec.low, spec.high] }, linearTicks(spec.low, spec.high, (v) => fmtParam(spec, spec.type === "int" ? Math.round(v) : v)));
+  return Object.assign({ values: shown, range: [spec.low, spec.high] }, linearTicks(spec.low, spec.high, (v) => fmtParam(spec, spec.type === "int" ? Math.round(v) : v)));
 }
 
 /** Ticks from lo to hi, both ends labelled (parallel coordinates' own range labels are off:
@@ -338,7 +343,7 @@ export function brushedIds(plot, view, brush) {
     if (label === plot.metric && !(label in plot.space)) return drawn(p.value) >= lo && drawn(p.value) <= hi;
     const spec = plot.space[label];
     if (!spec || p.params[label] === undefined) return false;
-    const v = paramAxis(spec, [p.params[label]]).values[0];
+    const v = axisValue(spec, p.params[label]);
     return v >= lo - 1e-9 && v <= hi + 1e-9;
   });
   return new Set(plot.points.filter(inside).map((p) => p.trial_id));
