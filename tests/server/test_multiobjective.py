@@ -110,7 +110,15 @@ def test_a_multi_objective_campaign_keeps_each_trials_values_and_serves_its_pare
         assert [t.id for t in c.get_pareto_front(cid).trials] == [t["id"] for t in front]
 
         plot = http.get(f"/campaigns/{cid}/plot").json()
-        assert plot["objectives"] == OBJECTIVES and set(plot["front"]) == expected
+        summaries = plot["objectives"]
+        assert [{"metric": o["metric"], "direction": o["direction"]} for o in summaries] == OBJECTIVES
+        assert set(plot["front"]) == expected
+        for k, o in enumerate(summaries):  # each objective's own best-so-far and distribution
+            by_number = sorted(trials, key=lambda t: t["number"])
+            best = max if o["direction"] == "maximize" else min
+            running = [best(t["values"][k] for t in by_number[: i + 1]) for i in range(len(by_number))]
+            assert o["best"][-1]["value"] == pytest.approx(running[-1])
+            assert sorted(o["edf"]) == pytest.approx(sorted(t["values"][k] for t in trials))
         assert all(p["values"] == values[p["trial_id"]] for p in plot["points"])
 
         cli = subprocess.run([sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, "--json",

@@ -110,7 +110,9 @@ class InsightService:
             column = [(r[0], r[1], vectors[r[0]][k] if vectors else r[2]) for r in rows]
             objectives.append({"metric": metric, "direction": direction, **_summary(column, direction)})
         best = objectives[0]["best"]
-        improved = {b["trial_id"] for o in objectives for b in o["best"]}
+        # The first objective's improvements only: another objective's best is on the front,
+        # which is always drawn, and its improvements can be every trial (no downsampling).
+        improved = {b["trial_id"] for b in best}
         keep = rows
         if len(rows) > max_points:
             by_quality = sorted(rows, key=lambda r: sign * r[2])
