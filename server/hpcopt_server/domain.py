@@ -186,6 +186,21 @@ class ApiToken:
 
 
 @dataclass(frozen=True)
+class Note:
+    """A researcher's free-text note on a campaign (``trial_number`` None) or on one of
+    its trials. ``version`` counts its saves (0: never written): a save names the version
+    it was edited from, so two editors cannot overwrite each other unseen."""
+
+    campaign_id: int
+    trial_number: int | None
+    body: str = ""
+    version: int = 0
+    updated_at: datetime | None = None
+    #: The name of the API token that saved it ("" with auth off).
+    updated_by: str = ""
+
+
+@dataclass(frozen=True)
 class CampaignSummary:
     """A campaign with its trial counts and best value, for listings."""
 

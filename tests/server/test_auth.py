@@ -41,6 +41,11 @@ REST = [
     ("POST", "/api/v1/campaigns/validate", "read"),
     ("POST", "/api/v1/campaigns/{cid}/cancel", "submit"),
     ("GET", "/api/v1/trials/{tid}", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/note", "read"),
+    ("PUT", "/api/v1/campaigns/{cid}/note", "submit"),
+    ("GET", "/api/v1/campaigns/{cid}/trials/{number}/note", "read"),
+    ("PUT", "/api/v1/campaigns/{cid}/trials/{number}/note", "submit"),
+    ("GET", "/api/v1/campaigns/{cid}/notes", "read"),
     ("GET", "/metrics", "read"),
 ]
 WRONG = {"read": "agent", "submit": "read", "agent": "submit"}

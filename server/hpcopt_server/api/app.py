@@ -17,6 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from hpcopt import __version__
 from hpcopt.documents import clip
 from hpcopt_server import errors as e
+from hpcopt_server.api import notes
 from hpcopt_server.api.deps import CanRead, etag_matches
 from hpcopt_server.api.routes import router
 from hpcopt_server.metrics import Metrics
@@ -126,6 +127,7 @@ def create_app(
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(router)
+    app.include_router(notes.router)
     dashboard = dashboard_dir or default_dashboard_dir()
     if dashboard is not None:
         app.mount("/", StaticFiles(directory=dashboard, html=True), name="dashboard")

@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from hpcopt_server import domain as d
+from hpcopt_server.errors import TooLarge
 from hpcopt_server.service import Service
 
 
@@ -41,3 +42,18 @@ def etag_matches(if_none_match: str, etag: str) -> bool:
     """Whether an ``If-None-Match`` header names ``etag`` (weak comparison, RFC 9110)."""
     tags = [t.strip().removeprefix("W/") for t in if_none_match.split(",")]
     return "*" in tags or etag.removeprefix("W/") in tags
+
+
+async def limited_body(request: Request, max_bytes: int) -> bytes:
+    """The request body, refused (413) as soon as it passes ``max_bytes``: a huge body is
+    never held in memory whole."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > max_bytes:
+        raise TooLarge(f"the body is {declared} bytes; at most {max_bytes} are accepted", [("body", "too large")])
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise TooLarge(f"the body is over {max_bytes} bytes, the most accepted", [("body", "too large")])
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -11,8 +11,9 @@ from starlette.concurrency import run_in_threadpool
 from hpcopt import __version__
 from hpcopt.documents import DocumentError, parse_document
 from hpcopt_server import domain as d
-from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, bearer, etag_matches
+from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, bearer, etag_matches, limited_body
 from hpcopt_server.api.schemas import (
+    COMMON_RESPONSES,
     AgentOut,
     CampaignOut,
     CampaignPage,
@@ -41,15 +42,7 @@ from hpcopt_server.service.insights import TrialDetail
 from hpcopt_server.service.limits import MAX_ID
 from hpcopt_server.service.tokens import SCOPES
 
-router = APIRouter(
-    prefix="/api/v1",
-    responses={
-        401: {"model": ErrorOut, "description": "no or unknown token"},
-        403: {"model": ErrorOut, "description": "the token lacks the scope"},
-        404: {"model": ErrorOut, "description": "no such campaign or trial"},
-        422: {"model": ErrorOut, "description": "invalid input; `errors` names each field"},
-    },
-)
+router = APIRouter(prefix="/api/v1", responses=COMMON_RESPONSES)
 
 _TOO_LARGE: dict[int | str, dict[str, Any]] = {
     413: {"model": ErrorOut, "description": "the body is over the server's size limit"}
@@ -66,28 +59,13 @@ _DOCUMENT_BODY: dict[str, Any] = {
 }
 
 
-async def _body(request: Request, max_bytes: int) -> bytes:
-    """The request body, refused (413) as soon as it passes ``max_bytes``: a huge body is
-    never held in memory whole."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
-        raise TooLarge(f"the body is {declared} bytes; at most {max_bytes} are accepted", [("body", "too large")])
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise TooLarge(f"the body is over {max_bytes} bytes, the most accepted", [("body", "too large")])
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 async def _document(request: Request, service: Service, *, export: bool = False) -> Any:
     """The body as a parsed JSON or YAML (by Content-Type) document, under the server's
     limits (hpcopt.documents); parsed off the event loop so /healthz keeps answering."""
     yaml_syntax = "yaml" in request.headers.get("content-type", "application/json")
     limits = service.limits
     max_bytes = limits.import_bytes if export and not yaml_syntax else limits.spec_bytes
-    raw = await _body(request, max_bytes)
+    raw = await limited_body(request, max_bytes)
     try:
         return await run_in_threadpool(
             parse_document, raw, yaml_syntax=yaml_syntax, max_bytes=max_bytes, what="request body"

@@ -276,6 +276,15 @@ class ErrorOut(BaseModel):
     errors: list[FieldError] = []
 
 
+#: The error answers every /api/v1 route may give.
+COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "no or unknown token"},
+    403: {"model": ErrorOut, "description": "the token lacks the scope"},
+    404: {"model": ErrorOut, "description": "no such campaign or trial"},
+    422: {"model": ErrorOut, "description": "invalid input; `errors` names each field"},
+}
+
+
 def campaign_out(s: d.CampaignSummary, *, with_spec: bool = True) -> CampaignOut:
     c = s.campaign
     return CampaignOut(

@@ -18,6 +18,7 @@ from hpcopt_server.service.context import Context, ServiceSettings
 from hpcopt_server.service.export import export_campaign, import_campaign
 from hpcopt_server.service.insights import InsightService
 from hpcopt_server.service.limits import RequestLimits
+from hpcopt_server.service.notes import NoteService
 from hpcopt_server.service.reaper import LeaseReaper
 from hpcopt_server.service.tokens import TokenService
 from hpcopt_server.storage.repository import Storage
@@ -42,6 +43,7 @@ class Service:
         self.tokens = TokenService(self.ctx, require_auth=require_auth)
         self.insights = InsightService(self.ctx)
         self.analysis = AnalysisService(self.ctx)
+        self.notes = NoteService(self.ctx)
         self.reaper = LeaseReaper(self.ctx, reap_interval)
 
     def warm_optimizers(self) -> threading.Thread:

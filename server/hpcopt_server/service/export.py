@@ -1,7 +1,8 @@
 """Export a campaign as one JSON document, and import such a document as a new campaign.
 
 The document (``format: hpcopt-campaign``, ``version: 1``) holds the spec, the
-campaign's state and every trial with its folds, curves and attempt history. Importing
+campaign's state and note, and every trial with its folds, curves, attempt history and
+note. Importing
 gives new ids; trials that were RUNNING come back QUEUED (their lease died with the
 export), so an imported running campaign simply goes on. Checkpoint URIs are not
 imported: they name files of the exporting server's trials, which no agent here may
@@ -99,11 +100,13 @@ class TrialDoc(_Doc):
     folds: list[FoldDoc] = []
     curves: list[CurveDoc] = []
     events: list[EventDoc] = []
+    note: Text(lim.MAX_NOTE) = ""  # type: ignore[valid-type]
 
 
 class CampaignDoc(_Doc):
     id: Index | None = None
     name: Text(200)  # type: ignore[valid-type]
+    note: Text(lim.MAX_NOTE) = ""  # type: ignore[valid-type]
     state: d.CampaignState
     created_at: Time
     finished_at: Time | None = None
@@ -138,11 +141,19 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
         ids = [t.id for t in tx.list_trials(campaign_id, with_folds=False)[0]]
         trials = [tx.get_trial(i, full=True, curve_points=None) for i in ids]
         on_front = set(front_ids(c, tx.completed_values(campaign_id))) if len(c.objectives) > 1 else set()
+        notes = tx.notes_of(campaign_id)
     doc = ExportDoc(
         format="hpcopt-campaign",
         version=1,
         spec=c.spec,
-        campaign=CampaignDoc(id=c.id, name=c.name, state=c.state, created_at=c.created_at, finished_at=c.finished_at),
+        campaign=CampaignDoc(
+            id=c.id,
+            name=c.name,
+            state=c.state,
+            created_at=c.created_at,
+            finished_at=c.finished_at,
+            note=notes.get(None, ""),
+        ),
         trials=[
             TrialDoc(
                 number=t.number,
@@ -159,6 +170,7 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
                 folds=[FoldDoc(**vars(f)) for f in t.folds],
                 curves=[CurveDoc(**vars(p)) for p in t.curves],
                 events=[EventDoc(**vars(e)) for e in t.events],
+                note=notes.get(t.number, ""),
             )
             for t in trials
             if t is not None
@@ -222,6 +234,7 @@ def import_campaign(
     check_trials(spec, doc.trials)
     numbers = [t.number for t in doc.trials]
     now = ctx.clock()
+    creator_name = token.name if token else ""
     with ctx.storage.write() as tx:
         creator = admit_submission(tx, ctx, token, limits.campaigns_per_hour)
         c = tx.insert_campaign(doc.campaign.name, spec, doc.campaign.created_at, submitted_at=now, created_by=creator)
@@ -256,12 +269,16 @@ def import_campaign(
             for e in t.events:
                 tx.add_event(new.id, e.attempt, e.kind, e.at, agent_id=e.agent_id, reason=e.reason)
             tx.add_event(new.id, t.attempt, "imported", now, reason=f"from campaign {doc.campaign.id}")
+            if t.note:
+                tx.save_note(c.id, t.number, t.note, 0, now, creator_name)
             ids[t.number] = new.id
         # Finished trials take their finish_seq in the order they originally finished.
         for t in sorted(doc.trials, key=lambda t: (t.finished_at or now, t.number)):
             if t.state.finished:
                 tx.finish_trial(ids[t.number], t.state, t.finished_at or now)
         tx.set_next_trial_number(c.id, max(numbers, default=-1) + 1)
+        if doc.campaign.note:
+            tx.save_note(c.id, None, doc.campaign.note, 0, now, creator_name)
         if doc.campaign.state != d.CampaignState.RUNNING:
             tx.set_campaign_state(c.id, doc.campaign.state, doc.campaign.finished_at or now)
         out = tx.get_campaign(c.id)

@@ -50,6 +50,8 @@ MAX_SHORT = 64
 #: Free text: release reasons, error texts, checkpoint URIs.
 MAX_REASON = 10_000
 MAX_URI = 4096
+#: A note on a campaign or trial (characters).
+MAX_NOTE = 20_000
 #: Metrics reported with one fold.
 MAX_METRICS = 100
 MAX_METRIC_NAME = 128

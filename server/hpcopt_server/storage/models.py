@@ -165,6 +165,20 @@ class ApiTokenRow(Base):
     revoked_at: Mapped[datetime | None]
 
 
+class NoteRow(Base):
+    """One note per campaign (``trial_number`` -1) and per trial (its campaign-local
+    number, which an export keeps and an id would not)."""
+
+    __tablename__ = "notes"
+
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), primary_key=True)
+    trial_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    body: Mapped[str] = mapped_column(Text)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime]
+    updated_by: Mapped[str] = mapped_column(String(200), default="")
+
+
 class ServerFlagRow(Base):
     """Server-wide settings that must outlive a process, such as whether auth is on."""
 

@@ -41,6 +41,7 @@ from hpcopt_server.curves import READ_POINTS_PER_FOLD, keep_steps, thin
 from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.db import Database
+from hpcopt_server.storage.notes import NoteQueries
 from hpcopt_server.storage.views import ViewQueries
 
 
@@ -94,9 +95,9 @@ _FINISHED_AFTER = (
 TRIAL_SORT_KEYS = ("number", "value", "value_std", "state", "attempt", "started_at", "finished_at")
 
 
-class Tx(ViewQueries):
+class Tx(ViewQueries, NoteQueries):
     """Operations inside one transaction (the dashboard's read-only views in
-    :class:`ViewQueries`)."""
+    :class:`ViewQueries`, notes in :class:`NoteQueries`)."""
 
     def __init__(self, session: Session):
         self.s = session

@@ -1,0 +1,112 @@
+"""REST routes for notes on campaigns and trials: read with ``read``, saved with
+``submit`` (PUT with the version the edit started from; 409 if someone saved since)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pydantic
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+
+from hpcopt_server import domain as d
+from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, limited_body
+from hpcopt_server.api.schemas import COMMON_RESPONSES, ErrorOut
+from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.service import limits as lim
+
+router = APIRouter(prefix="/api/v1", responses=COMMON_RESPONSES)
+
+#: A save's body: the note as JSON, escapes (``\\uXXXX``: 6 bytes a character) included.
+MAX_NOTE_BYTES = 6 * lim.MAX_NOTE + 1024
+
+
+class NoteIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    body: str = Field(description=f"the note's text (at most {lim.MAX_NOTE} characters; empty clears it)")
+    base_version: int = Field(description="the version the edit started from (0 for a note never saved)")
+
+
+class NoteOut(BaseModel):
+    campaign_id: int
+    #: None: the campaign's own note.
+    trial_number: int | None
+    body: str
+    #: How many times it was saved (0: never).
+    version: int
+    updated_at: datetime | None
+    #: The name of the token that saved it ("" with auth off).
+    updated_by: str
+
+
+_SAVE = {
+    "openapi_extra": {
+        "requestBody": {"required": True, "content": {"application/json": {"schema": NoteIn.model_json_schema()}}}
+    },
+    "responses": {
+        409: {"model": ErrorOut, "description": "someone saved the note after `base_version`: reload and merge"},
+        413: {"model": ErrorOut, "description": "the body is over the size limit"},
+    },
+}
+
+
+def _out(n: d.Note) -> NoteOut:
+    return NoteOut(
+        campaign_id=n.campaign_id,
+        trial_number=n.trial_number,
+        body=n.body,
+        version=n.version,
+        updated_at=n.updated_at,
+        updated_by=n.updated_by,
+    )
+
+
+async def _note_in(request: Request) -> NoteIn:
+    raw = await limited_body(request, MAX_NOTE_BYTES)
+    try:
+        return NoteIn.model_validate_json(raw)
+    except pydantic.ValidationError as exc:
+        errors = [(".".join(str(p) for p in e["loc"]) or "body", e["msg"]) for e in exc.errors(include_url=False)]
+        raise InvalidArgument(
+            "invalid note: " + "; ".join(f"{f}: {m}" for f, m in errors[:5]) + ' (expected {"body": text, '
+            '"base_version": the version you edited, 0 for a new note})',
+            errors,
+        ) from None
+
+
+@router.get("/campaigns/{campaign_id}/note", operation_id="get_campaign_note")
+def get_campaign_note(campaign_id: int, service: ServiceDep, _: CanRead) -> NoteOut:
+    """The campaign's note (empty, version 0, when none was saved)."""
+    return _out(service.notes.get(campaign_id))
+
+
+@router.put("/campaigns/{campaign_id}/note", operation_id="save_campaign_note", **_SAVE)  # type: ignore[arg-type]
+async def save_campaign_note(campaign_id: int, request: Request, service: ServiceDep, token: CanSubmit) -> NoteOut:
+    """Saves the campaign's note over ``base_version``; 409 if it changed since."""
+    note = await _note_in(request)
+    saved = await run_in_threadpool(service.notes.save, campaign_id, None, note.body, note.base_version, token)
+    return _out(saved)
+
+
+@router.get("/campaigns/{campaign_id}/trials/{number}/note", operation_id="get_trial_note")
+def get_trial_note(campaign_id: int, number: int, service: ServiceDep, _: CanRead) -> NoteOut:
+    """The note of the campaign's trial ``#number``."""
+    return _out(service.notes.get(campaign_id, number))
+
+
+@router.put("/campaigns/{campaign_id}/trials/{number}/note", operation_id="save_trial_note", **_SAVE)  # type: ignore[arg-type]
+async def save_trial_note(
+    campaign_id: int, number: int, request: Request, service: ServiceDep, token: CanSubmit
+) -> NoteOut:
+    """Saves the note of trial ``#number`` over ``base_version``; 409 if it changed since."""
+    note = await _note_in(request)
+    saved = await run_in_threadpool(service.notes.save, campaign_id, number, note.body, note.base_version, token)
+    return _out(saved)
+
+
+@router.get("/campaigns/{campaign_id}/notes", operation_id="noted_trials")
+def noted_trials(campaign_id: int, service: ServiceDep, _: CanRead) -> list[int]:
+    """Numbers of the campaign's trials that have a note."""
+    return service.notes.noted_trials(campaign_id)

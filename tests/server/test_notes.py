@@ -1,0 +1,153 @@
+"""Notes on campaigns and trials over real HTTP, on SQLite and PostgreSQL: saved in SQL
+with a version, refused (409, nothing lost) when someone saved in between, bounded and
+named field by field when the input is bad, and carried through export and import."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import httpx
+import pytest
+
+from hpcopt_server.service.agents import Lease
+from hpcopt_server.service.limits import MAX_NOTE
+from tests.conftest import LiveServer, make_spec
+
+
+def _api(server: LiveServer) -> httpx.Client:
+    return httpx.Client(base_url=f"{server.http_url}/api/v1", timeout=60)
+
+
+def _campaign_with_trials(service: Any, n: int = 3) -> int:
+    cid = int(service.campaigns.create(make_spec(folds=1)).id)
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    for i in range(n):
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, 0.5 + i)
+        service.agents.complete(lease)
+    return cid
+
+
+def test_a_note_is_saved_versioned_and_read_back_by_campaign_and_trial(live_server: LiveServer) -> None:
+    cid = _campaign_with_trials(live_server.service)
+    api = _api(live_server)
+    empty = api.get(f"/campaigns/{cid}/note").json()
+    assert empty == {
+        "campaign_id": cid, "trial_number": None, "body": "", "version": 0, "updated_at": None, "updated_by": ""
+    }  # fmt: skip
+    text = "lr > 1e-2 diverges on this data.\n<b>not bold</b> & kept as typed\n"
+    saved = api.put(f"/campaigns/{cid}/note", json={"body": text, "base_version": 0})
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["version"] == 1 and saved.json()["updated_at"] is not None
+    assert api.get(f"/campaigns/{cid}/note").json()["body"] == text
+    again = api.put(f"/campaigns/{cid}/note", json={"body": text + "more", "base_version": 1}).json()
+    assert again["version"] == 2 and api.get(f"/campaigns/{cid}/note").json()["body"] == text + "more"
+
+    assert api.get(f"/campaigns/{cid}/trials/1/note").json()["version"] == 0
+    t = api.put(f"/campaigns/{cid}/trials/1/note", json={"body": "odd curve", "base_version": 0}).json()
+    assert t["trial_number"] == 1 and t["body"] == "odd curve"
+    assert api.get(f"/campaigns/{cid}/trials/2/note").json()["body"] == ""  # notes are per trial
+    assert api.get(f"/campaigns/{cid}/note").json()["body"] == text + "more"
+    assert api.get(f"/campaigns/{cid}/notes").json() == [1]
+    # Cleared: empty again, and no longer listed; its version goes on counting.
+    cleared = api.put(f"/campaigns/{cid}/trials/1/note", json={"body": "", "base_version": 1}).json()
+    assert cleared["version"] == 2 and api.get(f"/campaigns/{cid}/notes").json() == []
+
+
+def test_a_save_over_a_stale_version_is_refused_and_the_stored_note_survives(live_server: LiveServer) -> None:
+    cid = _campaign_with_trials(live_server.service)
+    api = _api(live_server)
+    api.put(f"/campaigns/{cid}/note", json={"body": "base", "base_version": 0}).raise_for_status()
+    # Two people opened version 1; the first saves, the second is told, not overwritten.
+    assert api.put(f"/campaigns/{cid}/note", json={"body": "alice", "base_version": 1}).status_code == 200
+    late = api.put(f"/campaigns/{cid}/note", json={"body": "bob", "base_version": 1})
+    assert late.status_code == 409 and "version 2" in late.json()["detail"], late.text
+    assert api.get(f"/campaigns/{cid}/note").json() | {"updated_at": None} == {
+        "campaign_id": cid, "trial_number": None, "body": "alice", "version": 2, "updated_at": None, "updated_by": ""
+    }  # fmt: skip
+    # A version from the future is stale too.
+    assert api.put(f"/campaigns/{cid}/note", json={"body": "x", "base_version": 7}).status_code == 409
+
+
+def test_concurrent_first_saves_store_exactly_one(live_server: LiveServer) -> None:
+    cid = _campaign_with_trials(live_server.service)
+    codes: list[int] = []
+    start = threading.Barrier(6)
+
+    def save(i: int) -> None:
+        with _api(live_server) as api:
+            start.wait()
+            codes.append(
+                api.put(f"/campaigns/{cid}/trials/0/note", json={"body": f"w{i}", "base_version": 0}).status_code
+            )
+
+    threads = [threading.Thread(target=save, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(codes) == [200] + [409] * 5
+    note = _api(live_server).get(f"/campaigns/{cid}/trials/0/note").json()
+    assert note["version"] == 1 and note["body"] in {f"w{i}" for i in range(6)}
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"base_version": 0}, "body"),
+        ({"body": "x"}, "base_version"),
+        ({"body": 3, "base_version": 0}, "body"),
+        ({"body": "x", "base_version": "one"}, "base_version"),
+        ({"body": "x", "base_version": -1}, "base_version"),
+        ({"body": "x", "base_version": 0, "extra": 1}, "extra"),
+        ({"body": "a\x00b", "base_version": 0}, "body"),
+        ({"body": "x" * (MAX_NOTE + 1), "base_version": 0}, "body"),
+    ],
+)
+def test_bad_saves_name_the_field_and_store_nothing(live_server: LiveServer, body: Any, field: str) -> None:
+    cid = _campaign_with_trials(live_server.service, 1)
+    api = _api(live_server)
+    got = api.put(f"/campaigns/{cid}/note", json=body)
+    assert got.status_code == 422, got.text
+    assert field in {e["field"] for e in got.json()["errors"]}, got.json()
+    assert api.get(f"/campaigns/{cid}/note").json()["version"] == 0
+
+
+def test_notes_of_missing_things_are_404_and_huge_or_broken_bodies_cost_little(live_server: LiveServer) -> None:
+    cid = _campaign_with_trials(live_server.service, 1)
+    api = _api(live_server)
+    ok = {"body": "x", "base_version": 0}
+    assert api.get(f"/campaigns/{cid + 99}/note").status_code == 404
+    assert api.put(f"/campaigns/{cid + 99}/note", json=ok).status_code == 404
+    assert api.get(f"/campaigns/{cid}/trials/5/note").status_code == 404
+    assert api.put(f"/campaigns/{cid}/trials/5/note", json=ok).status_code == 404
+    assert api.put(f"/campaigns/{cid}/trials/99999999999/note", json=ok).status_code in (404, 422)
+    assert api.put(f"/campaigns/{cid}/note", content=b"{not json").status_code == 422
+    huge = api.put(f"/campaigns/{cid}/note", content=b"x" * (50 * 1024 * 1024))
+    assert huge.status_code == 413
+    assert api.get(f"/campaigns/{cid}/note").json()["version"] == 0
+
+
+def test_the_saving_tokens_name_is_kept(service: Any) -> None:
+    cid = _campaign_with_trials(service, 1)
+    token, _ = service.tokens.create("alice-laptop", ["submit"])
+    assert service.notes.save(cid, 0, "seen", 0, token).updated_by == "alice-laptop"
+    assert service.notes.get(cid, 0).updated_by == "alice-laptop"
+
+
+def test_export_and_import_keep_the_notes(service: Any) -> None:
+    cid = _campaign_with_trials(service, 3)
+    service.notes.save(cid, None, "campaign note", 0)
+    service.notes.save(cid, 2, "trial two: \u00e9\u6f22 \u2014 fine", 0)
+    doc = service.export_campaign(cid)
+    assert doc["campaign"]["note"] == "campaign note" and [t["note"] for t in doc["trials"]][2].startswith("trial two")
+    copy = service.import_campaign(doc).id
+    assert service.notes.get(copy).body == "campaign note"
+    assert service.notes.get(copy, 2).body == doc["trials"][2]["note"] and service.notes.noted_trials(copy) == [2]
+    # An export from before notes existed imports as it did.
+    for t in doc["trials"]:
+        del t["note"]
+    del doc["campaign"]["note"]
+    assert service.notes.noted_trials(service.import_campaign(doc).id) == []
