@@ -1,5 +1,6 @@
 // hpcopt dashboard: a single page over the public REST API (/api/v1), no build step.
-// Pages: #/ campaigns, #/campaign/ID[?state], #/campaign/ID/trial/NUMBER, #/trial/ID
+// Pages: #/ campaigns, #/campaign/ID[?state], #/campaign/ID/trial/NUMBER,
+// #/campaign/ID/compare?trials=N,M[,…], #/trial/ID
 // (a global id: redirected), #/new. Views ask the server every 2 s whether anything
 // changed (ETag → 304) and redraw only what did; polling pauses in hidden tabs.
 "use strict";
@@ -8,6 +9,7 @@ import { session, api, poll, live, can, askToken, el, badge, fmt, sortableHeader
 import { campaignPage, progress, chips, done, notFound } from "./js/campaign.js";
 import { trialPage, trialById } from "./js/trial.js";
 import { newPage } from "./js/newspec.js";
+import { comparePage } from "./js/compare.js";
 
 const app = document.getElementById("app");
 
@@ -61,10 +63,11 @@ function route() {
   let m;
   if ((m = path.match(/^#\/campaign\/(\d+)\/trial\/(\d+)$/))) return trialPage(Number(m[1]), Number(m[2]));
   if ((m = path.match(/^#\/campaign\/(\d+)$/))) return campaignPage(Number(m[1]), query || "");
+  if ((m = path.match(/^#\/campaign\/(\d+)\/compare$/))) return comparePage(Number(m[1]), query || "");
   if ((m = path.match(/^#\/trial\/(\d+)$/))) return trialById(Number(m[1]));
   if (path === "#/new") return newPage();
   if (path === "#/" || path === "#") return campaignsPage();
-  return notFound("No such page.", `The dashboard has no page at ${path}: its pages are the campaign list, a campaign, a trial, and New campaign.`);
+  return notFound("No such page.", `The dashboard has no page at ${path}: its pages are the campaign list, a campaign, a trial, a comparison of trials, and New campaign.`);
 }
 
 async function start() {

@@ -6,8 +6,9 @@
 
 const app = document.getElementById("app");
 
-import { POLL_MS, session, poll, api, live, download, can, el, badge, fmt, fmtParam, seconds, when, ago, refreshAgo, agentLabel, sortableHeader, patchRows, nextFrame, STATES } from "./core.js";
+import { POLL_MS, session, poll, api, live, download, can, el, badge, fmt, fmtParam, seconds, when, ago, refreshAgo, agentLabel, sortableHeader, patchRows, nextFrame, STATES, MIN_COMPARED, MAX_COMPARED } from "./core.js";
 import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices, renderContour, renderEdf, renderImportance, renderTimeline, brushedIds, brushToRange, forObjective, offScale } from "./plots.js";
+import { noteCard } from "./notes.js";
 
 // ------------------------------------------------------------ URL state ---
 
@@ -70,6 +71,7 @@ function layout(id) {
       el("button", { id: "export-csv", text: "Export CSV", onclick: () => download(`/campaigns/${id}/export?format=csv`, `campaign-${id}-trials.csv`) }),
       el("button", { id: "cancel", class: "danger", text: "Cancel campaign", disabled: true, onclick: () => cancelCampaign(id) })),
     el("div", { class: "card", id: "summary" }),
+    noteCard(`/campaigns/${id}/note`, "campaign"),
     card("empty-state", "No completed trials yet", { hidden: true }, el("div", { id: "empty-text" })),
     el("div", { class: "row controls analysis", id: "analysis-controls" }, el("span", { id: "objective-pick" }), el("span", { id: "outliers", class: "note" })),
     card("card-running", "Running now", { hidden: true }, el("div", { class: "table-wrap" }, el("table", { id: "running" }, el("thead"), el("tbody"))), el("div", { id: "running-note", class: "note" })),
@@ -85,7 +87,8 @@ function layout(id) {
     el("div", { class: "card analysis", id: "card-contour" }, el("div", { class: "row" }, el("h2", { text: "Contour" }), el("span", { class: "spacer" }), el("span", { id: "contour-pick" })), plotBox("plot-contour"),
       el("div", { class: "note", text: "Best value per cell of a 20 × 20 grid over the two parameters, interpolated across empty cells; dots are trials." })),
     el("div", { class: "card analysis", id: "card-slices" }, el("h2", { text: "Slices: the value against each parameter" }), el("div", { id: "slices", class: "slices" })),
-    el("div", { class: "card" }, el("div", { class: "row" }, el("h2", { text: "Trials" }), el("span", { class: "spacer" }), el("span", { id: "state-filter" })),
+    el("div", { class: "card" }, el("div", { class: "row" }, el("h2", { text: "Trials" }), el("span", { class: "spacer" }), el("span", { id: "state-filter" }),
+      el("a", { id: "compare", class: "button" })),
       el("div", { id: "range-filter", class: "note" }),
       el("div", { class: "table-wrap" }, el("table", { id: "trials" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "pager" })),
     el("div", { class: "card", id: "card-timeline", hidden: true }, el("h2", { text: "Timeline" }), el("div", { id: "plot-timeline", class: "plot" }), el("div", { id: "timeline-note", class: "note" })),
@@ -450,6 +453,7 @@ function renderTrials(id, c, page, st, { onChange, onCurves }) {
     patchRows(tbody, page.trials, (t) => t.id, (t) => JSON.stringify([t.state, t.value, t.value_std, t.attempt, t.agent_host, t.agent_job, t.state === "RUNNING" ? null : t.ran_seconds, st.curves.includes(t.number)]), (t) => el("tr", { "data-trial": t.id, "data-number": t.number },
       el("td", {}, el("input", { type: "checkbox", class: "pick", checked: st.curves.includes(t.number), title: "show its learning curves", onchange: (e) => {
         st.curves = e.target.checked ? [...st.curves.filter((n) => n !== t.number), t.number] : st.curves.filter((n) => n !== t.number);
+        compareLink(id, st.curves);
         onCurves();
       } })),
       el("td", {}, el("a", { href: `#/campaign/${id}/trial/${t.number}`, title: `trial id ${t.id}`, text: `#${t.number}` })), el("td", {}, badge(t.state)),
@@ -463,6 +467,7 @@ function renderTrials(id, c, page, st, { onChange, onCurves }) {
       if (row && row.textContent !== text) row.textContent = text;
     }
   }
+  compareLink(id, st.curves);
   const filter = Object.keys(st.brush).length ? `Filtered by the brush on ${Object.keys(st.brush).join(", ")}.` : "";
   const rf = document.getElementById("range-filter");
   if (rf.textContent !== filter) rf.textContent = filter;
@@ -475,6 +480,18 @@ function renderTrials(id, c, page, st, { onChange, onCurves }) {
     el("span", { class: "spacer" }),
     el("label", { class: "check" }, "rows ", el("select", { id: "page-size", onchange: (e) => { st.limit = Number(e.target.value); st.offset = 0; onChange(); } },
       ...[25, 50, 100].map((n) => el("option", { value: n, text: n, selected: n === st.limit })))));
+}
+
+/** The Compare button: on with 2 to 4 ticked trials, saying why it is off otherwise. */
+function compareLink(id, picked) {
+  const a = document.getElementById("compare");
+  const ok = picked.length >= MIN_COMPARED && picked.length <= MAX_COMPARED;
+  a.textContent = `Compare${picked.length ? ` (${picked.length})` : ""}`;
+  a.title = ok ? `compare trials ${picked.map((n) => `#${n}`).join(", ")} side by side` : `tick ${MIN_COMPARED} to ${MAX_COMPARED} trials in the first column to compare them (${picked.length} ticked)`;
+  a.classList.toggle("off", !ok);
+  a.setAttribute("aria-disabled", String(!ok));
+  if (ok) a.href = `#/campaign/${id}/compare?trials=${picked.join(",")}`;
+  else a.removeAttribute("href");
 }
 
 // -------------------------------------------------------------- agents ---

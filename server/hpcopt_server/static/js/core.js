@@ -6,6 +6,9 @@
 // The poll period: 2 s, or this browser's localStorage "hpcopt.pollMs" (250..60000).
 const storedPoll = Number(localStorage.getItem("hpcopt.pollMs"));
 export const POLL_MS = Number.isInteger(storedPoll) && storedPoll >= 250 && storedPoll <= 60000 ? storedPoll : 2000;
+/** How many trials the compare page takes (#/campaign/ID/compare?trials=…). */
+export const MIN_COMPARED = 2;
+export const MAX_COMPARED = 4;
 export const STATES = ["QUEUED", "RUNNING", "COMPLETED", "PRUNED", "FAILED", "CANCELLED", "PREEMPTED"];
 
 export const session = {

@@ -5,6 +5,7 @@
 import { session, api, poll, live, el, badge, fmt, fmtParam, seconds, when, agentLabel, HttpError } from "./core.js";
 import { draw, colour, plain } from "./plots.js";
 import { notFound } from "./campaign.js";
+import { noteCard } from "./notes.js";
 
 const app = document.getElementById("app");
 
@@ -61,7 +62,7 @@ function render(t, c) {
   const box = document.getElementById("trial");
   if (!box.children.length) {
     box.append(el("div", { class: "grid two" }, el("div", { class: "card", id: "trial-params" }), el("div", { class: "card" }, el("h2", { text: "Learning curves" }), el("div", { id: "trial-curves-note", class: "muted" }), el("div", { id: "plot-trial-curves", class: "plot" }))),
-      el("div", { class: "card", id: "trial-folds" }), el("div", { class: "card", id: "trial-events" }));
+      noteCard(`/campaigns/${c.id}/trials/${t.number}/note`, "trial"), el("div", { class: "card", id: "trial-folds" }), el("div", { class: "card", id: "trial-events" }));
   }
   const space = c.spec.space || {};
   const value = t.value === null ? "–" : t.state === "PRUNED" || t.value_std === null ? fmt(t.value, 6) : `${fmt(t.value, 6)} ± ${fmt(t.value_std, 3)}`;
