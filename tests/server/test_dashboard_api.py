@@ -199,6 +199,42 @@ def test_an_agent_that_says_goodbye_is_gone_at_once_and_a_silent_one_later(live_
         service.ctx.clock = real_clock
 
 
+def test_permutation_importance_sees_an_interaction_that_first_order_shares_miss(live_server: LiveServer) -> None:
+    """y depends on x1 and x2 only together (an XOR of halves): each alone explains
+    nothing, so the first-order shares are near 0; shuffling either breaks the surrogate."""
+    service = live_server.service
+    space = {
+        "x1": {"type": "real", "low": 0.0, "high": 1.0},
+        "x2": {"type": "real", "low": 0.0, "high": 1.0},
+        "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
+        "act": {"type": "categorical", "choices": ["a", "b", "c"]},
+    }
+    spec = make_spec(name="interaction", space=space, folds=1, algorithm={"name": "random", "seed": 5},
+                     budget={"max_trials": 300, "max_parallel": 1})  # fmt: skip
+    cid = service.campaigns.create(spec).id
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    noise = random.Random(1)
+    for _ in range(250):
+        got = service.agents.acquire(agent, cid)
+        p = got.trial.params
+        value = float((p["x1"] > 0.5) != (p["x2"] > 0.5)) + noise.gauss(0, 0.05)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, value)
+        service.agents.complete(lease)
+    first = _get(live_server, f"/campaigns/{cid}/importance").json()
+    assert first["method"] == "first-order" and sum(p["raw"] for p in first["params"]) < 0.1, first
+    perm = _get(live_server, f"/campaigns/{cid}/importance", params={"method": "permutation"}).json()
+    assert perm["method"] == "permutation" and perm["completed"] == 250 and "shuffled" in perm["description"]
+    shares = {p["name"]: p["importance"] for p in perm["params"]}
+    assert {p["name"] for p in perm["params"][:2]} == {"x1", "x2"} and shares["x1"] + shares["x2"] > 0.85, shares
+    assert math.isclose(sum(shares.values()), 1.0)
+    # Seeded by the campaign: computed afresh, the same numbers.
+    assert service.analysis._importance(cid, 0, "permutation") == service.analysis._importance(cid, 0, "permutation")
+    bad = _get(live_server, f"/campaigns/{cid}/importance", params={"method": "fanova"})
+    assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "method", bad.text
+    assert "permutation" in bad.json()["detail"]
+
+
 def test_importance_finds_the_parameter_that_dominates(live_server: LiveServer) -> None:
     service = live_server.service
     space = {

@@ -37,6 +37,7 @@ from hpcopt_server.api.schemas import (
 )
 from hpcopt_server.errors import InvalidArgument, TooLarge
 from hpcopt_server.service import Service
+from hpcopt_server.service.analysis import METHODS as IMPORTANCE_METHODS
 from hpcopt_server.service.campaigns import MAX_CAMPAIGN_PAGE, validate_spec
 from hpcopt_server.service.insights import TrialDetail
 from hpcopt_server.service.limits import MAX_ID
@@ -261,15 +262,25 @@ def importance(
     service: ServiceDep,
     _: CanRead,
     objective: Annotated[int, Query(ge=0, le=63, description="which objective (0: the first)")] = 0,
+    method: Annotated[str, Query(max_length=32, description=f"one of {list(IMPORTANCE_METHODS)}")] = "first-order",
 ) -> ImportanceOut:
-    """Hyper-parameter importance over the completed trials (first-order share of the
-    objective's rank variance, by binning; see hpcopt_server.service.analysis)."""
-    params, completed = service.analysis.importance(campaign_id, objective)
+    """Hyper-parameter importance over the completed trials, by ``method``: first-order
+    share of the objective's rank variance (binned), or permutation importance on a
+    nearest-neighbour surrogate (interactions included); see hpcopt_server.service.analysis."""
+    params, completed = service.analysis.importance(campaign_id, objective, method)
     return ImportanceOut(
         params=[ParamImportance(**vars(p)) for p in params],
         completed=completed,
-        method="first-order variance share of the objective's rank (binned, chance-corrected epsilon squared)",
+        method=method,
+        description=_IMPORTANCE[method],
     )
+
+
+_IMPORTANCE = {
+    "first-order": "first-order variance share of the objective's rank (binned, chance-corrected epsilon squared)",
+    "permutation": "permutation importance on a leave-one-out k-nearest-neighbour surrogate of the objective's rank "
+    "(the growth of its squared error when the parameter is shuffled, as a share of the rank variance)",
+}
 
 
 @router.get("/campaigns/{campaign_id}/best", operation_id="get_best_trial")

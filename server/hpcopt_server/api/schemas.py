@@ -239,7 +239,10 @@ class ImportanceOut(BaseModel):
     #: Most important first; empty below 10 completed trials.
     params: list[ParamImportance]
     completed: int
+    #: "first-order" or "permutation" (the ``method`` asked for).
     method: str
+    #: What the numbers are, in words.
+    description: str
 
 
 class TrialCurves(BaseModel):

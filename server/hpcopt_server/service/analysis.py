@@ -1,6 +1,7 @@
-"""Hyper-parameter importance over a campaign's completed trials, for every algorithm.
+"""Hyper-parameter importance over a campaign's completed trials, for every algorithm,
+by one of two methods (``METHODS``).
 
-The method is the first-order (main-effect) share of a functional ANOVA, estimated by
+``first-order`` (the default) is the first-order (main-effect) share of a functional ANOVA, estimated by
 binning rather than by fANOVA's random forest: for each parameter, the trials are put
 in bins of that parameter (its choices, or up to 10 quantile bins of its value, on the
 log scale for a log parameter), and its importance is the share of the variance of the
@@ -10,6 +11,18 @@ floored at 0). Ranks make one outlier unable to decide the answer. Shares are th
 normalized to sum to 1 over the parameters (``raw`` keeps them unnormalized: a low sum
 says interactions or noise dominate). A conditional parameter is judged on the trials
 where it is active. O(n log n) per parameter.
+
+``permutation`` is permutation importance (Breiman 2001; Fisher, Rudin and Dominici's
+"model reliance", 2019) on a surrogate: a k-nearest-neighbour regression of the
+objective's rank on the parameters (numbers scaled to [0, 1] over their range, on the log
+scale for a log parameter; a choice one-hot, two choices 1 apart; an inactive parameter
+its own value), judged leave-one-out. A parameter's importance is how much the
+surrogate's mean squared error grows when that parameter's column is shuffled, as a
+share of the rank variance (the mean of ``PERMUTATION_REPEATS`` shuffles, floored at 0).
+Unlike first-order shares it counts what a parameter does through interactions too, so
+a parameter that matters only together with another shows up here and not there. At
+most ``SURROGATE_TRIALS`` trials (an even random sample past that); the shuffles are
+seeded by the campaign id, so the same trials give the same answer. O(n²) per parameter.
 """
 
 from __future__ import annotations
@@ -25,6 +38,9 @@ from hpcopt_server.service.context import Context, campaign_or_404, revisions
 
 MIN_TRIALS = 10
 MAX_BINS = 10
+METHODS = ("first-order", "permutation")
+SURROGATE_TRIALS = 2000
+PERMUTATION_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -42,15 +58,21 @@ class AnalysisService:
     def __init__(self, ctx: Context):
         self.ctx = ctx
 
-    def importance(self, campaign_id: int, objective: int = 0) -> tuple[list[Importance], int]:
-        """Importances for objective number ``objective`` (0: the first), most important
-        first, and the completed trials they rest on (none below MIN_TRIALS completed
-        trials); shared by every tab (``shared_answers.py``)."""
+    def importance(
+        self, campaign_id: int, objective: int = 0, method: str = "first-order"
+    ) -> tuple[list[Importance], int]:
+        """Importances for objective number ``objective`` (0: the first) by ``method``
+        (one of METHODS), most important first, and the completed trials they rest on
+        (none below MIN_TRIALS completed trials); shared by every tab (``shared_answers.py``)."""
+        if method not in METHODS:
+            raise InvalidArgument(
+                f"method must be one of {list(METHODS)}, got {method!r}", [("method", f"allowed: {list(METHODS)}")]
+            )
         revision = revisions(self.ctx, campaign_id)[0]
-        key = ("importance", campaign_id, objective)
-        return self.ctx.shared.get(key, revision, lambda: self._importance(campaign_id, objective))[1]
+        key = ("importance", campaign_id, objective, method)
+        return self.ctx.shared.get(key, revision, lambda: self._importance(campaign_id, objective, method))[1]
 
-    def _importance(self, campaign_id: int, objective: int) -> tuple[list[Importance], int]:
+    def _importance(self, campaign_id: int, objective: int, method: str) -> tuple[list[Importance], int]:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
             if not 0 <= objective < len(campaign.objectives):
@@ -68,6 +90,9 @@ class AnalysisService:
             return [], len(rows)
         sign = 1.0 if campaign.objectives[objective][1] == "minimize" else -1.0
         values = np.array([sign * r[2] for r in rows])
+        if method == "permutation":
+            raw = _permutation(space, [r[4] for r in rows], _ranks(values), campaign_id)
+            return _shares([Importance(name, 0.0, raw[name], len(rows)) for name in space]), len(rows)
         out = []
         for name, spec in space.items():
             present = [i for i, r in enumerate(rows) if r[4].get(name) is not None]
@@ -76,10 +101,79 @@ class AnalysisService:
                 continue
             bins = _bins([rows[i][4][name] for i in present], spec)
             out.append(Importance(name, 0.0, _epsilon_squared(_ranks(values[present]), bins), len(present)))
-        total = sum(x.raw for x in out)
-        shares = [Importance(x.name, x.raw / total if total > 0 else 0.0, x.raw, x.trials) for x in out]
-        shares.sort(key=lambda x: (-x.importance, x.name))
-        return shares, len(rows)
+        return _shares(out), len(rows)
+
+
+def _shares(out: list[Importance]) -> list[Importance]:
+    """Normalized to sum to 1 (when any is positive), most important first."""
+    total = sum(x.raw for x in out)
+    shares = [Importance(x.name, x.raw / total if total > 0 else 0.0, x.raw, x.trials) for x in out]
+    shares.sort(key=lambda x: (-x.importance, x.name))
+    return shares
+
+
+def _columns(spec: dict[str, Any], raw: list[Any]) -> np.ndarray:
+    """One parameter's encoding for the surrogate: (n, 1) in [0, 1] for a number (-1 where
+    inactive), (n, choices + 1) one-hot over 1/sqrt(2) for a choice (the last: inactive)."""
+    choices = spec.get("choices")
+    if choices is not None:
+        labels = [str(c) for c in choices]
+        index = [labels.index(str(v)) if v is not None and str(v) in labels else len(labels) for v in raw]
+        hot = np.zeros((len(raw), len(labels) + 1))
+        hot[np.arange(len(raw)), index] = math.sqrt(0.5)
+        return hot
+    active = np.array([v is not None for v in raw])
+    x = np.array([float(v) if v is not None else np.nan for v in raw])
+    log = spec.get("scale") == "log"
+    if log:
+        x = np.log10(np.maximum(x, 1e-300))
+    lo, hi = spec.get("low"), spec.get("high")
+    if lo is None or hi is None or (log and (lo <= 0 or hi <= 0)):
+        lo, hi = (float(np.nanmin(x)), float(np.nanmax(x))) if active.any() else (0.0, 1.0)
+    elif log:
+        lo, hi = math.log10(lo), math.log10(hi)
+    scaled = (x - lo) / (hi - lo) if hi > lo else np.zeros(len(raw))
+    out: np.ndarray = np.where(active, scaled, -1.0)[:, None]
+    return out
+
+
+def _permutation(space: dict[str, Any], params: list[dict[str, Any]], ranks: np.ndarray, seed: int) -> dict[str, float]:
+    """Each parameter's permutation importance on a leave-one-out k-NN surrogate of the
+    ranks, as a share of their variance (see the module's docstring)."""
+    rng = np.random.default_rng(seed)
+    n = len(params)
+    if n > SURROGATE_TRIALS:
+        keep = np.sort(rng.choice(n, SURROGATE_TRIALS, replace=False))
+        params, ranks, n = [params[i] for i in keep], ranks[keep], SURROGATE_TRIALS
+    y = ranks / max(1.0, float(n - 1))
+    variance = float(y.var())
+    if variance <= 0:
+        return dict.fromkeys(space, 0.0)
+    cols = {name: _columns(spec, [p.get(name) for p in params]) for name, spec in space.items()}
+    k = max(3, min(30, round(math.sqrt(n))))
+
+    def squared(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # |a_i - b_j|^2, in n x n memory
+        d2 = (a * a).sum(axis=1)[:, None] + (b * b).sum(axis=1)[None, :] - 2.0 * (a @ b.T)
+        clipped: np.ndarray = np.maximum(d2, 0.0)
+        return clipped
+
+    parts = {name: squared(c, c) for name, c in cols.items()}
+    whole = sum(parts.values(), np.zeros((n, n)))
+
+    def error(d2: np.ndarray) -> float:
+        np.fill_diagonal(d2, np.inf)  # leave one out: a trial is never its own neighbour
+        near = np.argpartition(d2, k - 1, axis=1)[:, :k]
+        return float(((y[near].mean(axis=1) - y) ** 2).mean())
+
+    base = error(whole.copy())
+    out = {}
+    for name, c in cols.items():
+        grown = []
+        for _ in range(PERMUTATION_REPEATS):
+            shuffled = c[rng.permutation(n)]
+            grown.append(error(whole - parts[name] + squared(shuffled, c)))
+        out[name] = max(0.0, (float(np.mean(grown)) - base) / variance)
+    return out
 
 
 def _ranks(v: np.ndarray) -> np.ndarray:

@@ -34,6 +34,7 @@ function readState(query) {
     view: { logY: view.includes("log"), byTime: view.includes("time"), all: view.includes("all"), ended: view.includes("ended") },
     contour: list("contour"),
     objective: Math.max(0, Math.floor(Number(q.get("objective"))) || 0), // the objective the analysis plots show
+    importance: q.get("importance") === "permutation" ? "permutation" : "first-order",
   };
 }
 
@@ -51,6 +52,7 @@ function writeState(id, st) {
   if (view.length) q.set("view", view.join(","));
   if (st.contour.length === 2) q.set("contour", st.contour.join(","));
   if (st.objective) q.set("objective", st.objective);
+  if (st.importance !== "first-order") q.set("importance", st.importance);
   const text = q.toString();
   const hash = `#/campaign/${id}${text ? `?${text}` : ""}`;
   if (location.hash !== hash) history.replaceState(null, "", hash);
@@ -80,7 +82,10 @@ function layout(id) {
       card("card-curves", "Learning curves", {}, el("div", { id: "curve-picker", class: "note" }), plotBox("plot-curves"))),
     el("div", { class: "card analysis", id: "card-front", hidden: true }, el("h2", { text: "Pareto front" }), plotBox("plot-front"), el("div", { id: "front-note", class: "note" })),
     el("div", { class: "grid two analysis" },
-      card("card-importance", "Parameter importance", {}, plotBox("plot-importance"), el("div", { id: "importance-note", class: "note" })),
+      el("div", { class: "card", id: "card-importance" }, el("div", { class: "row" }, el("h2", { text: "Parameter importance" }), el("span", { class: "spacer" }),
+        el("label", { class: "check" }, "method ", el("select", { id: "importance-method", title: "first-order: each parameter alone (binned variance shares); permutation: how much a surrogate model loses when the parameter is shuffled, interactions included" },
+          el("option", { value: "first-order", text: "first-order (main effects)" }), el("option", { value: "permutation", text: "permutation (with interactions)" })))),
+        plotBox("plot-importance"), el("div", { id: "importance-note", class: "note" })),
       card("card-edf", "Empirical distribution of the value", {}, plotBox("plot-edf"), el("div", { id: "edf-note", class: "note" }))),
     el("div", { class: "card analysis", id: "card-parcoords" }, el("div", { class: "row" }, el("h2", { text: "Parallel coordinates" }), el("span", { class: "spacer" }), el("span", { id: "brush-note", class: "note" })),
       el("div", { id: "plot-parcoords", class: "plot tall" })),
@@ -158,17 +163,24 @@ export function campaignPage(id, query) {
     const v = pv();
     return [
       ["history", redrawHistory], ["front", () => renderFront(data.plot, openTrial)],
-      ["importance", async () => {
-        const path = `/campaigns/${id}/importance${v.objective ? `?objective=${v.objective}` : ""}`;
-        const imp = await poll(path);
-        if (here() && (imp.changed || shownImportance !== path)) { shownImportance = path; renderImportance(imp.body, v); }
-      }],
+      ["importance", redrawImportance],
       ["edf", () => renderEdf(v, st.view)], ["slices", () => renderSlices(v, st.view, openTrial)],
       ["contour", () => { contourPicker(v, st, () => { setState(); renderContour(pv(), st.view, st.contour[0], st.contour[1], openTrial); }); renderContour(v, st.view, st.contour[0], st.contour[1], openTrial); }],
       ["parcoords", () => { renderParcoords(v, st.view, st.brush, onBrush); brushNote(st, clearBrush); analysisControls(data.plot, v, st, redrawAll); }],
     ];
   };
   let shownImportance = null;
+  const redrawImportance = async () => {
+    const qs = new URLSearchParams();
+    if (st.objective) qs.set("objective", st.objective);
+    if (st.importance !== "first-order") qs.set("method", st.importance);
+    const path = `/campaigns/${id}/importance${qs.size ? `?${qs}` : ""}`;
+    const imp = await poll(path);
+    if (here() && (imp.changed || shownImportance !== path)) { shownImportance = path; renderImportance(imp.body, pv()); }
+  };
+  const method = document.getElementById("importance-method");
+  method.value = st.importance;
+  method.addEventListener("change", () => { st.importance = method.value; setState(); redrawImportance(); });
   const redrawAll = async () => {
     setState();
     const gen = session.generation;

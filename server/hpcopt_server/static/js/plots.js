@@ -475,7 +475,10 @@ export function renderImportance(imp, plot) {
     hovertemplate: "%{y}: %{x:.0%} of the explained variance<extra></extra>" }],
   { xaxis: { title: { text: "share of the explained variance" }, tickformat: ".0%", range: [0, Math.min(1.15, Math.max(...ps.map((p) => p.importance)) * 1.2 + 0.05)] }, yaxis: { automargin: true }, margin: { l: 90, r: 20, t: 10, b: 45 } });
   const explained = imp.params.reduce((a, p) => a + p.raw, 0);
-  note.textContent = `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of ${plot && plot.objectives && plot.objectives.length > 1 ? `${plot.metric}'s` : "the objective's"} rank (binned; chance-corrected). Main effects explain ${(100 * Math.min(1, explained)).toFixed(0)}% of it; the rest is interactions and noise.`;
+  const rank = `${plot && plot.objectives && plot.objectives.length > 1 ? `${plot.metric}'s` : "the objective's"} rank`;
+  note.textContent = imp.method === "permutation"
+    ? `Over ${imp.completed} completed trials: how much a nearest-neighbour model of ${rank} loses when the parameter is shuffled, interactions included; shares of their sum (together ${(100 * explained).toFixed(0)}% of the rank variance).`
+    : `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of ${rank} (binned; chance-corrected). Main effects explain ${(100 * Math.min(1, explained)).toFixed(0)}% of it; the rest is interactions and noise (the permutation method sees interactions).`;
 }
 
 // ------------------------------------------------------------ timeline ---

@@ -1,5 +1,6 @@
-"""Notes on campaigns and trials and the side-by-side comparison of 2 to 4 trials, in a
-real browser against a real server (issue 31, item 10)."""
+"""What researchers compare and record, in a real browser against a real server (issue
+31, item 10): notes on campaigns and trials, 2 to 4 trials side by side, and a choice of
+importance method."""
 
 from __future__ import annotations
 
@@ -182,3 +183,23 @@ def test_comparing_a_trial_that_does_not_exist_says_so(page: Page, seeded: Seede
     page.page.locator("#not-found").wait_for()
     assert "#99999" in page.page.inner_text("#not-found")
     page.errors.clear()  # the 404 the page asked for is logged by the browser
+
+
+def test_the_importance_method_can_be_chosen_and_the_link_keeps_it(page: Page, seeded: Seeded) -> None:
+    cid = seeded.small
+    page.open(f"/campaign/{cid}")
+    page.wait_plot("plot-importance")
+    assert "first-order share" in page.page.inner_text("#importance-note")
+    first = page.plot("plot-importance")[0]
+    page.page.select_option("#importance-method", "permutation")
+    page.page.wait_for_function("() => document.getElementById('importance-note')?.textContent.includes('shuffled')")
+    assert "importance=permutation" in page.page.evaluate("() => location.hash")
+    perm = page.plot("plot-importance")[0]
+    body = page.page.evaluate(
+        f"() => fetch('api/v1/campaigns/{cid}/importance?method=permutation').then(r => r.json())"
+    )
+    assert list(reversed(perm["y"])) == [p["name"] for p in body["params"]]
+    assert perm["x"] != first["x"], "another method, other numbers"
+    page.page.reload()
+    page.page.wait_for_function("() => document.getElementById('importance-note')?.textContent.includes('shuffled')")
+    assert page.page.input_value("#importance-method") == "permutation"
