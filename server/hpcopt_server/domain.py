@@ -212,3 +212,6 @@ class CampaignSummary:
     live_agents: int = 0
     #: The best trial's campaign-local number (what people call it: "trial #27").
     best_trial_number: int | None = None
+    #: Completed trials on the Pareto front (None for a single-objective campaign, whose
+    #: best is ``best_value``).
+    front_size: int | None = None

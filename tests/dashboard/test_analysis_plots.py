@@ -196,6 +196,25 @@ def test_every_analysis_plot_follows_the_chosen_objective(page: Page, seeded: Se
         "() => (document.getElementById('importance-note')?.textContent ?? '').includes(\"acc's rank\")"
     )
     assert "objective=1" in page.page.evaluate("() => location.hash")
+    # A brush on the second objective's axis filters the table by it (on the server).
+    dims = page.plot("plot-parcoords")[0]["dimensions"]
+    page.page.evaluate(
+        "(i) => Plotly.restyle(document.getElementById('plot-parcoords'),"
+        " {[`dimensions[${i}].constraintrange`]: [[0.6, 0.655]]})",
+        len(dims) - 1,
+    )
+    inside = sorted(n for n, a in accs.items() if 0.6 <= a <= 0.655)
+    page.page.wait_for_function(
+        f"() => (document.getElementById('page-info')?.textContent ?? '').includes('· {len(inside)} trials')"
+    )
+    shown = page.page.locator("#trials tbody tr[data-number]").evaluate_all("rs => rs.map(r => +r.dataset.number)")
+    assert sorted(shown) == inside and 0 < len(inside) < 24
+    # The campaign list gives a two-objective campaign the size of its front, not one best.
+    front = len(service.campaigns.front(cid))
+    page.open("/")
+    cell = page.page.locator(f"#campaigns tr[data-id='{cid}'] td.front-size")
+    cell.wait_for()
+    assert cell.inner_text() == f"front of {front}" and "loss, acc" in (cell.get_attribute("title") or "")
     # A single-objective campaign has no selector.
     page.open(f"/campaign/{seeded.small}")
     page.wait_plot("plot-history")

@@ -106,6 +106,9 @@ def test_a_multi_objective_campaign_keeps_each_trials_values_and_serves_its_pare
 
         front = http.get(f"/campaigns/{cid}/front").json()
         assert {t["id"] for t in front} == expected
+        # The campaign list says how large the front is (no one trial is the best).
+        listed = {c["id"]: c for c in http.get("/campaigns").json()["campaigns"]}
+        assert listed[cid]["front_size"] == len(expected) and listed[cid]["objectives"] == ["loss", "acc"]
         assert [t["values"][0] for t in front] == sorted(t["values"][0] for t in front)  # best first in objective 1
         assert [t.id for t in c.get_pareto_front(cid).trials] == [t["id"] for t in front]
 
@@ -193,3 +196,26 @@ def test_the_csv_export_has_a_column_per_objective(service: Any) -> None:
     service.agents.complete(lease)
     header, row = service.insights.trials_csv(cid).splitlines()[:2]
     assert header.split(",")[4:7] == ["loss", "loss_std", "acc"] and row.split(",")[4:7] == ["0.25", "0.0", "0.75"]
+
+
+def test_the_table_filters_by_any_objective_and_names_what_it_accepts(service: Any) -> None:
+    from hpcopt_server.errors import InvalidArgument
+    from hpcopt_server.service.agents import Lease
+
+    cid = service.campaigns.create(_spec(folds=1, budget={"max_trials": 20, "max_parallel": 20})).id
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    accs = {}
+    for i in range(20):
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        accs[got.trial.number] = (i * 7 % 20) / 20
+        service.agents.report_fold(lease, 0, i / 20, {"acc": accs[got.trial.number]})
+        service.agents.complete(lease)
+    page = service.insights.table(cid, ranges=[("values.1", 0.25, 0.5)], limit=100)
+    assert sorted(t.number for t in page.trials) == sorted(n for n, a in accs.items() if 0.25 <= a <= 0.5)
+    both = service.insights.table(cid, ranges=[("values.1", 0.25, 0.5), ("value", 0.0, 0.5)], limit=100)
+    assert {t.number for t in both.trials} == {t.number for t in page.trials if t.value <= 0.5}
+    for bad in ("values.2", "values.0", "values.x", "values.-1"):
+        with pytest.raises(InvalidArgument) as err:
+            service.insights.table(cid, ranges=[(bad, 0.0, 1.0)])
+        assert "values.1" in err.value.message and err.value.errors[0][0] == "range"

@@ -173,8 +173,8 @@ def list_trials(
         list[str] | None,
         Query(
             max_length=300,
-            description="NAME:LOW:HIGH, NAME `value` or a parameter (a categorical one by its choices' positions); "
-            "repeat for several, all must hold",
+            description="NAME:LOW:HIGH, NAME `value`, `values.K` (objective K of a multi-objective campaign, "
+            "K from 1) or a parameter (a categorical one by its choices' positions); repeat for several, all must hold",
         ),
     ] = None,
 ) -> TrialPage:

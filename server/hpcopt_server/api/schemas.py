@@ -82,6 +82,11 @@ class CampaignOut(BaseModel):
     live_agents: int = 0
     #: The best trial's campaign-local number (``best_trial_id`` is its global id).
     best_trial_number: int | None = None
+    #: Every objective's metric (one for a single-objective campaign).
+    objectives: list[str] = []
+    #: Completed trials on the Pareto front of a multi-objective campaign (None otherwise:
+    #: ``best_value`` is then the best, and with several objectives it is the first's).
+    front_size: int | None = None
 
 
 class CampaignPage(BaseModel):
@@ -306,6 +311,8 @@ def campaign_out(s: d.CampaignSummary, *, with_spec: bool = True) -> CampaignOut
         spec=c.spec if with_spec else None,
         live_agents=s.live_agents,
         best_trial_number=s.best_trial_number,
+        objectives=[metric for metric, _ in c.objectives],
+        front_size=s.front_size,
     )
 
 

@@ -187,6 +187,18 @@ class CampaignService:
                 best_trial_id=best[c.id].id if c.id in best else None,
                 live_agents=live.get(c.id, 0),
                 best_trial_number=best[c.id].number if c.id in best else None,
+                front_size=self._front_size(tx, c),
             )
             for c in campaigns
         ]
+
+    def _front_size(self, tx: Any, c: d.Campaign) -> int | None:
+        """How many completed trials are on a multi-objective campaign's Pareto front;
+        kept until a trial of it finishes (a listing is polled every 2 s)."""
+        if len(c.objectives) == 1:
+            return None
+        row = tx.plot_revision(c.id)
+        revision = f"{row[0]}-{row[1].timestamp():.6f}" if row is not None else ""
+        return self.ctx.shared.get(
+            ("front_size", c.id), revision, lambda: len(front_ids(c, tx.completed_values(c.id)))
+        )[1]

@@ -237,15 +237,16 @@ class InsightService:
     ) -> TablePage:
         """A page of the trials table. ``sort``: a trial column (TRIAL_SORT_KEYS),
         ``duration`` (time ran), ``agent`` (host), or ``param:NAME``; empty values last,
-        ties by number. ``ranges``: (``value`` or a parameter, low, high), inclusive, all
-        must hold; a categorical parameter's range is over its choices' positions in the
-        spec (as the parallel-coordinates axis draws them)."""
+        ties by number. ``ranges``: (``value``, ``values.K`` for objective K of a
+        multi-objective campaign, or a parameter; low, high), inclusive, all must hold; a
+        categorical parameter's range is over its choices' positions in the spec (as the
+        parallel-coordinates axis draws them)."""
         require_page(offset, limit)
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
             space = campaign.spec.get("space", {})
             _check_sort(sort, space)
-            tests = _range_tests(ranges, space)
+            tests = _range_tests(ranges, space, len(campaign.objectives))
             numeric = {n for n, p in space.items() if p.get("type") in ("int", "real")} | {"value"}
             in_sql = sort in TRIAL_SORT_KEYS or (sort.startswith("param:") and sort[6:] in numeric)
             if in_sql and all(name in numeric for name, _, _ in ranges):
@@ -260,8 +261,10 @@ class InsightService:
                     ranges=ranges,
                 )
             else:
-                names = [n for n, _, _ in ranges if n != "value"] + ([sort[6:]] if sort.startswith("param:") else [])
-                rows = [r for r in tx.listed_trials(campaign_id, states, names) if all(t(r) for t in tests)]
+                names = [n for n, _, _ in ranges if n in space] + ([sort[6:]] if sort.startswith("param:") else [])
+                objectives = any(n.startswith("values.") for n, _, _ in ranges)
+                listed = tx.listed_trials(campaign_id, states, names, with_values=objectives)
+                rows = [r for r in listed if all(t(r) for t in tests)]
                 ran_all = self._ran_of(tx, campaign_id, rows) if sort == "duration" else {}
                 hosts = tx.agents_by_id(r.agent_id for r in rows) if sort == "agent" else {}
                 ids = [r.id for r in _sorted(rows, sort, descending, space, ran_all, hosts)[offset : offset + limit]]
@@ -421,7 +424,9 @@ def _check_sort(sort: str, space: dict[str, Any]) -> None:
     )
 
 
-def _range_tests(ranges: Sequence[tuple[str, float, float]], space: dict[str, Any]) -> list[Callable[[Listed], bool]]:
+def _range_tests(
+    ranges: Sequence[tuple[str, float, float]], space: dict[str, Any], objectives: int = 1
+) -> list[Callable[[Listed], bool]]:
     if len(ranges) > MAX_RANGES:
         raise InvalidArgument(f"at most {MAX_RANGES} ranges", [("range", f"at most {MAX_RANGES}")])
     tests: list[Callable[[Listed], bool]] = []
@@ -431,20 +436,28 @@ def _range_tests(ranges: Sequence[tuple[str, float, float]], space: dict[str, An
                 f"range of {name[:100]!r}: low and high must be finite numbers with low <= high",
                 [("range", "finite low <= high")],
             )
+        k = name[7:] if name.startswith("values.") and name not in space else None
         if name == "value":
             tests.append(_value_test(low, high))
         elif name in space:
             tests.append(_param_test(name, space[name].get("choices"), low, high))
+        elif k is not None and k.isdigit() and 1 <= int(k) < objectives:
+            tests.append(_objective_test(int(k), low, high))
         else:
+            more = f", values.1 .. values.{objectives - 1}" if objectives > 1 else ""
             raise InvalidArgument(
-                f"range: {name[:100]!r} is neither value nor a parameter of the space",
-                [("range", "value or a parameter name")],
+                f"range: {name[:100]!r} is neither value{more} nor a parameter of the space",
+                [("range", f"value{more} or a parameter name")],
             )
     return tests
 
 
 def _value_test(low: float, high: float) -> Callable[[Listed], bool]:
     return lambda r: r.value is not None and low <= r.value <= high
+
+
+def _objective_test(k: int, low: float, high: float) -> Callable[[Listed], bool]:
+    return lambda r: r.values is not None and len(r.values) > k and low <= r.values[k] <= high
 
 
 def _param_test(name: str, choices: list[Any] | None, low: float, high: float) -> Callable[[Listed], bool]:

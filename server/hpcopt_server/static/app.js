@@ -100,7 +100,7 @@ function campaignsPage() {
   let offset = 0;
   const sorters = {
     id: (c) => c.id, name: (c) => c.name.toLowerCase(), state: (c) => c.state, algorithm: (c) => c.algorithm,
-    progress: (c) => done(c) / Math.max(1, c.max_trials), best: (c) => (c.best_value === null ? Infinity : c.best_value), agents: (c) => c.live_agents,
+    progress: (c) => done(c) / Math.max(1, c.max_trials), best: (c) => (c.best_value === null || c.front_size !== null ? Infinity : c.best_value), agents: (c) => c.live_agents,
   };
   const render = () => {
     const s = session.listSort;
@@ -119,9 +119,13 @@ function campaignsPage() {
     patchRows(table.tBodies[0], sorted, (c) => c.id, (c) => JSON.stringify(c), (c) => el("tr", { "data-id": c.id },
       el("td", { text: c.id }), el("td", {}, el("a", { href: `#/campaign/${c.id}`, text: c.name })), el("td", {}, badge(c.state)),
       el("td", { text: c.algorithm }), el("td", {}, progress(c)),
-      el("td", { class: "num", title: c.metric, text: c.best_value === null ? "–" : fmt(c.best_value) }),
+      bestCell(c),
       el("td", {}, chips(c.trial_counts)), el("td", { class: "num", text: c.live_agents })));
   };
+  // One objective: its best value. Several: the size of the Pareto front (no one trial is best).
+  const bestCell = (c) => (c.front_size === null || c.front_size === undefined
+    ? el("td", { class: "num", title: c.metric, text: c.best_value === null ? "–" : fmt(c.best_value) })
+    : el("td", { class: "num front-size", title: `${c.front_size} completed trial${c.front_size === 1 ? "" : "s"} on the Pareto front of ${c.objectives.join(", ")}: none is best in all`, text: c.front_size ? `front of ${c.front_size}` : "–" }));
   // The newest CAMPAIGN_PAGE campaigns, a page at a time (sorting is within the page).
   const pager = () => {
     const last = Math.max(0, Math.ceil(total / CAMPAIGN_PAGE) - 1);

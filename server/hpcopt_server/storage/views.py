@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import func, literal, select, update
 from sqlalchemy.orm import Session
 
 from hpcopt_server import domain as d
@@ -33,6 +33,8 @@ class Listed:
     attempt: int
     started_at: datetime | None
     finished_at: datetime | None
+    #: Every objective's value (multi-objective; read only when asked for).
+    values: list[float] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,24 +66,30 @@ class ViewQueries:
     s: Session
 
     def listed_trials(
-        self, campaign_id: int, states: Iterable[d.TrialState] = (), names: Iterable[str] = ()
+        self,
+        campaign_id: int,
+        states: Iterable[d.TrialState] = (),
+        names: Iterable[str] = (),
+        *,
+        with_values: bool = False,
     ) -> list[Listed]:
         """The table's columns of every matching trial, with only the parameters ``names``
         (extracted by the database: decoding every trial's whole JSON in Python would
-        cost more than everything else here)."""
+        cost more than everything else here), and every objective's value if asked."""
         t = m.TrialRow
         wanted_params = list(dict.fromkeys(names))
         extra = [t.params[n] for n in wanted_params]
         q = select(
-            t.id, t.number, t.state, t.value, t.agent_id, t.value_std, t.attempt, t.started_at, t.finished_at, *extra
-        ).where(t.campaign_id == campaign_id)
+            t.id, t.number, t.state, t.value, t.agent_id, t.value_std, t.attempt, t.started_at, t.finished_at,
+            t.values if with_values else literal(None), *extra,
+        ).where(t.campaign_id == campaign_id)  # fmt: skip
         wanted = [str(s) for s in states]
         if wanted:
             q = q.where(t.state.in_(wanted))
         out = []
         for r in self.s.execute(q):
-            params = {n: v for n, v in zip(wanted_params, r[9:], strict=True) if v is not None}
-            out.append(Listed(r[0], r[1], r[2], r[3], params, *r[4:9]))
+            params = {n: v for n, v in zip(wanted_params, r[10:], strict=True) if v is not None}
+            out.append(Listed(r[0], r[1], r[2], r[3], params, *r[4:9], values=r[9]))
         return out
 
     def trial_id_by_number(self, campaign_id: int, number: int) -> int | None:

@@ -128,13 +128,15 @@ export function campaignPage(id, query) {
     const space = data.c ? data.c.spec.space : {};
     for (const [label, r] of Object.entries(st.brush)) {
       if (label in space) { const [lo, hi] = brushToRange(space[label], r); qs.append("range", `${label}:${lo}:${hi}`); continue; }
-      if (!data.c || !data.plot || label !== data.c.metric) continue; // another objective's axis: a highlight, not a table filter
+      if (!data.c || !data.plot) continue;
+      const k = (data.plot.objectives || [{ metric: data.c.metric }]).findIndex((o) => o.metric === label);
+      if (k < 0) continue;
       let [lo, hi] = r;
-      const first = forObjective(data.plot, 0), lim = st.view.all ? null : first.limit;
+      const o = forObjective(data.plot, k), lim = st.view.all ? null : o.limit;
       const near = (v) => lim !== null && lim !== undefined && Math.abs(v - lim) <= 1e-5 * Math.max(1, Math.abs(lim));
       // The axis drew the off-scale values at the limit: a brush that reaches it takes them.
-      if (first.direction === "maximize" ? lo < lim || near(lo) : hi > lim || near(hi)) [lo, hi] = first.direction === "maximize" ? [-Number.MAX_VALUE, hi] : [lo, Number.MAX_VALUE];
-      qs.append("range", `value:${lo}:${hi}`);
+      if (o.direction === "maximize" ? lo < lim || near(lo) : hi > lim || near(hi)) [lo, hi] = o.direction === "maximize" ? [-Number.MAX_VALUE, hi] : [lo, Number.MAX_VALUE];
+      qs.append("range", `${k ? `values.${k}` : "value"}:${lo}:${hi}`);
     }
     return qs.toString();
   };

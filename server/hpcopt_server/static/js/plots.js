@@ -316,9 +316,12 @@ export function renderParcoords(plot, view, brush, onBrush) {
   const node = draw("plot-parcoords", [{ type: "parcoords", dimensions: dims, labelfont: { size: 12 }, tickfont: { size: 10, shadow: TICK_SHADOW }, rangefont: { size: 1, color: "rgba(0,0,0,0)" },
     line: goodnessColours(plot, values, { title: { text: plain(plot.metric), side: "top" }, thickness: 10, orientation: "h", x: 0.5, xanchor: "center", y: -0.08, yanchor: "top", len: 0.5 }) }],
   { margin: { l: 70, r: 70, t: 50, b: 70 } });
+  // The handler is bound once; the axes' keys are this render's (the objective's axis
+  // changes name when the reader picks another objective).
+  if (node) node.brushKeys = keys;
   if (node && node.on && !node.dataset.brush) {
     node.on("plotly_restyle", () => {
-      const out = {};
+      const out = {}, keys = node.brushKeys;
       for (const [i, d] of node.data[0].dimensions.entries()) {
         let r = d.constraintrange;
         if (!r || !r.length) continue;
