@@ -263,10 +263,34 @@ def test_a_trial_its_agent_prunes_keeps_the_value_it_reached_and_says_where(svc:
     assert isinstance(done, d.Trial)
     t = _row(svc, lease.trial_id)
     assert (t.state, t.value) == (d.TrialState.PRUNED, 2.8)
-    assert t.error == "pruned by its agent (no reason given) (at fold 1, epoch 1)"
+    assert t.error == "pruned by its agent (no reason given) (at fold 1, epoch 1: 2.8)"
     _, bare = _leased(svc)
     _calls(svc).release(bare, d.TrialState.PRUNED, "plateau", NOW)
     assert (_row(svc, bare.trial_id).value, _row(svc, bare.trial_id).error) == (None, "plateau")
+
+
+def test_a_trial_its_agent_prunes_is_set_against_the_median_of_the_completed_trials_there(svc: Service) -> None:
+    """The reference the trial page gives an agent-pruned trial: the median of the
+    completed trials' values at the (fold, epoch) it stopped at, its own not counted."""
+    from hpcopt_server.service.agents import Lease
+
+    c = _campaign(svc, max_trials=10, max_parallel=10)
+    agent = svc.agents.register(host="h", ranks=1, gpus=0).agent_id
+    for value in (1.0, 2.0, 4.0):
+        got = svc.agents.acquire(agent, c.id)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        svc.agents.report_intermediate(lease, 0, 3, value)
+        svc.agents.report_intermediate(lease, 0, 4, value / 2)  # another epoch: not the reference
+        for fold in range(c.folds):
+            svc.agents.report_fold(lease, fold, value)
+        svc.agents.complete(lease)
+    got = svc.agents.acquire(agent, c.id)
+    lease = Lease(agent, got.trial.id, got.lease_id)
+    svc.agents.report_intermediate(lease, 0, 3, 9.0)
+    svc.agents.release(lease, d.TrialState.PRUNED, "loss above 5 at epoch 3")
+    t = _row(svc, got.trial.id)
+    assert t.value == 9.0
+    assert t.error == "loss above 5 at epoch 3 (at fold 0, epoch 3: 9; the median of the 3 completed trials there: 2)"
 
 
 def test_prune_needs_the_lease_and_stops_the_next_heartbeat(svc: Service) -> None:

@@ -23,6 +23,7 @@ cached per process.
 
 from __future__ import annotations
 
+import statistics
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -298,7 +299,17 @@ class AgentCalls:
                 last = max(points, key=lambda p: (p.fold, p.step)) if points else None
                 said = reason or "pruned by its agent (no reason given)"
                 if last is not None:
-                    said += f" (at fold {last.fold}, epoch {last.step})"
+                    # The reference a reader judges it by: the median pruner's, at that point.
+                    done = (d.TrialState.COMPLETED,)
+                    others = [
+                        v for i, v in tx.values_at(campaign.id, last.fold, last.step, done).items() if i != trial.id
+                    ]
+                    median = ""
+                    if others:
+                        median = (
+                            f"; the median of the {len(others)} completed trials there: {statistics.median(others):.4g}"
+                        )
+                    said += f" (at fold {last.fold}, epoch {last.step}: {last.value:.4g}{median})"
                 tx.finish_trial(trial.id, state, now, value=last.value if last else None, error=said)
             else:
                 tx.finish_trial(trial.id, state, now, error=reason)
