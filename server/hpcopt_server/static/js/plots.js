@@ -480,7 +480,7 @@ export function renderImportance(imp, plot) {
   const explained = imp.params.reduce((a, p) => a + p.raw, 0);
   const rank = `${plot && plot.objectives && plot.objectives.length > 1 ? `${plot.metric}'s` : "the objective's"} rank`;
   note.textContent = imp.method === "permutation"
-    ? `Over ${imp.completed} completed trials: how much a nearest-neighbour model of ${rank} loses when the parameter is shuffled, interactions included; shares of their sum (together ${(100 * explained).toFixed(0)}% of the rank variance).`
+    ? `Over ${imp.completed} completed trials: how much a nearest-neighbour model of ${rank} loses when the parameter's values are shuffled among the trials, interactions included; shares of their sum.`
     : `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of ${rank} (binned; chance-corrected). Main effects explain ${(100 * Math.min(1, explained)).toFixed(0)}% of it; the rest is interactions and noise (the permutation method sees interactions).`;
 }
 
