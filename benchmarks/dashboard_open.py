@@ -167,8 +167,10 @@ def main() -> int:
                             since = marks.get("hpcopt:brushed", marks["start"])
                             acted[name].append((marks["hpcopt:table"] - since) / 1000)
             live.stop()
-            # Idle: nothing changes on the server; the page keeps polling every 2 s.
-            page.wait_for_timeout(3000)
+            # Idle: nothing changes on the server; the page keeps polling every 2 s. First
+            # let it settle: the last trials' redraw may be deferred by up to 5 polls
+            # (campaign.js REDRAW_SHARE), which belongs to the live share, not to idle.
+            page.wait_for_timeout(5 * 2000 + 3000)
             cdp = page.context.new_cdp_session(page)
             cdp.send("Performance.enable")
             page.evaluate("() => performance.clearMarks()")
