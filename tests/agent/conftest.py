@@ -192,43 +192,60 @@ def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None
     wait_for(lambda: not alive(pids), 30, "the agent's ranks to exit")
 
 
+#: What the server says when a port free_port() picked was taken before it could bind it
+#: (another process's outgoing connection may get the same ephemeral port on a busy machine).
+PORT_TAKEN = b"the port is already in use"
+
+
 @pytest.fixture
 def agent_server(tmp_path: Path) -> Iterator[AgentServer]:
-    """A real ``hpcopt-server serve`` on SQLite: 4 s leases, reaped every 0.5 s."""
-    rest, grpc_port = free_port(), free_port()
-    log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - the server process writes it until the end
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hpcopt_server.cli",
-            "serve",
-            "--db",
-            f"sqlite:///{tmp_path / 'hpcopt.db'}",
-            "--port",
-            str(rest),
-            "--grpc-port",
-            str(grpc_port),
-            "--lease-seconds",
-            "4",
-            "--reap-interval",
-            "0.5",
-            "--log-level",
-            "warning",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{rest}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2):
-                break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError((tmp_path / "server.log").read_text()) from None
-            time.sleep(0.2)
+    """A real ``hpcopt-server serve`` on SQLite: 4 s leases, reaped every 0.5 s. A port
+    taken between picking and binding it is picked again (3 tries)."""
+    for attempt in range(3):
+        rest, grpc_port = free_port(), free_port()
+        log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - the server process writes it until the end
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "hpcopt_server.cli",
+                "serve",
+                "--db",
+                f"sqlite:///{tmp_path / 'hpcopt.db'}",
+                "--port",
+                str(rest),
+                "--grpc-port",
+                str(grpc_port),
+                "--lease-seconds",
+                "4",
+                "--reap-interval",
+                "0.5",
+                "--log-level",
+                "warning",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        url = f"http://127.0.0.1:{rest}"
+        deadline = time.monotonic() + 60
+        healthy = False
+        while not healthy:
+            try:
+                with urllib.request.urlopen(url + "/healthz", timeout=2):
+                    healthy = True
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        if healthy:
+            break
+        if proc.poll() is None:  # alive but never answered
+            proc.kill()
+            proc.wait(timeout=30)
+        log.close()
+        said = (tmp_path / "server.log").read_bytes()
+        if PORT_TAKEN not in said or attempt == 2:
+            raise RuntimeError(said.decode(errors="replace"))
     try:
         yield AgentServer(f"127.0.0.1:{grpc_port}", url, proc, tmp_path)
     finally:
