@@ -53,14 +53,7 @@ _SAVE = {
 
 
 def _out(n: d.Note) -> NoteOut:
-    return NoteOut(
-        campaign_id=n.campaign_id,
-        trial_number=n.trial_number,
-        body=n.body,
-        version=n.version,
-        updated_at=n.updated_at,
-        updated_by=n.updated_by,
-    )
+    return NoteOut(**vars(n))
 
 
 async def _note_in(request: Request) -> NoteIn:

@@ -272,15 +272,8 @@ def importance(
         params=[ParamImportance(**vars(p)) for p in params],
         completed=completed,
         method=method,
-        description=_IMPORTANCE[method],
+        description=IMPORTANCE_METHODS[method],
     )
-
-
-_IMPORTANCE = {
-    "first-order": "first-order variance share of the objective's rank (binned, chance-corrected epsilon squared)",
-    "permutation": "permutation importance on a leave-one-out k-nearest-neighbour surrogate of the objective's rank "
-    "(the growth of its squared error when the parameter is shuffled, as a share of the rank variance)",
-}
 
 
 @router.get("/campaigns/{campaign_id}/best", operation_id="get_best_trial")

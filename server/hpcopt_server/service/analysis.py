@@ -38,7 +38,12 @@ from hpcopt_server.service.context import Context, campaign_or_404, revisions
 
 MIN_TRIALS = 10
 MAX_BINS = 10
-METHODS = ("first-order", "permutation")
+#: Each method's name and what its numbers are (the REST answer's ``description``).
+METHODS = {
+    "first-order": "first-order variance share of the objective's rank (binned, chance-corrected epsilon squared)",
+    "permutation": "permutation importance on a leave-one-out k-nearest-neighbour surrogate of the objective's rank "
+    "(the growth of its squared error when the parameter is shuffled, as a share of the rank variance)",
+}
 SURROGATE_TRIALS = 2000
 PERMUTATION_REPEATS = 3
 

@@ -14,7 +14,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded
 from hpcopt_server.optimizers.pareto import losses, nondominated
 from hpcopt_server.pruners import make_pruner
-from hpcopt_server.service.context import Context, campaign_or_404
+from hpcopt_server.service.context import Context, campaign_or_404, revisions_in
 from hpcopt_server.service.limits import RequestLimits, require_id, require_page
 from hpcopt_server.service.suggestions import make_optimizer
 from hpcopt_server.service.warmstart import check_sources
@@ -197,8 +197,7 @@ class CampaignService:
         kept until a trial of it finishes (a listing is polled every 2 s)."""
         if len(c.objectives) == 1:
             return None
-        row = tx.plot_revision(c.id)
-        revision = f"{row[0]}-{row[1].timestamp():.6f}" if row is not None else ""
+        revision = revisions_in(tx, c.id)[0]
         return self.ctx.shared.get(
             ("front_size", c.id), revision, lambda: len(front_ids(c, tx.completed_values(c.id)))
         )[1]

@@ -64,7 +64,12 @@ def revisions(ctx: Context, campaign_id: int) -> tuple[str, str]:
     same counts). NotFound if there is no such campaign."""
     require_id("campaign_id", campaign_id)
     with ctx.storage.read() as tx:
-        row = tx.plot_revision(campaign_id)
+        return revisions_in(tx, campaign_id)
+
+
+def revisions_in(tx: Tx, campaign_id: int) -> tuple[str, str]:
+    """:func:`revisions` inside an open transaction."""
+    row = tx.plot_revision(campaign_id)
     if row is None:
         raise NotFound(f"campaign {campaign_id} does not exist")
     finished, created_at, created = row
