@@ -13,6 +13,7 @@ import pytest
 
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import REGISTRY, Optimizer, Problem, SearchSpace
+from hpcopt_server.optimizers.bo import DENSE_REFITS
 from hpcopt_server.optimizers.ea import Evolutionary, crossover, mutate
 from hpcopt_server.optimizers.encoding import Encoder
 
@@ -192,21 +193,41 @@ def test_eight_concurrent_suggestions_are_distinct_and_spread_out() -> None:
 
 
 def test_a_rebuilt_bo_equals_one_that_caught_up_incrementally() -> None:
+    # Past DENSE_REFITS, where refit_growth 10 leaves the last refit at 150 for long.
+    start, total = DENSE_REFITS + 10, DENSE_REFITS + 30
     rng = np.random.default_rng(5)
-    pts = [{"x1": float(rng.uniform(-5, 10)), "x2": float(rng.uniform(0, 15))} for _ in range(25)]
+    pts = [{"x1": float(rng.uniform(-5, 10)), "x2": float(rng.uniform(0, 15))} for _ in range(total)]
     done = [_trial(i, p, branin(p)) for i, p in enumerate(pts)]
     warm = _make("bo", 3, background_refit=False, refit_growth=10.0)
-    warm.observe(done[:10])
-    for t in done[10:]:
+    warm.observe(done[:start])
+    for t in done[start:]:
         warm.observe([t])  # one row at a time: lazy extensions, no refit
     cold = _make("bo", 3, background_refit=False, refit_growth=10.0)
-    cold.observe(done[:10])  # the same fit ...
-    cold.observe(done[10:])  # ... then one block extension
-    assert warm.model.n_real == cold.model.n_real == 25
+    cold.observe(done[:start])  # the same fit ...
+    cold.observe(done[start:])  # ... then one block extension
+    assert warm._fit_at == cold._fit_at == DENSE_REFITS
+    assert warm.model.n_real == cold.model.n_real == total
     Xs = np.random.default_rng(6).random((5, 2))
     mw, vw = warm.model.predict(Xs, warm.model.outputs())
     mc, vc = cold.model.predict(Xs, cold.model.outputs())
     assert np.allclose(mw, mc, atol=1e-8) and np.allclose(vw, vc, atol=1e-8)
+
+
+def test_bo_refits_at_every_observation_while_the_history_is_small_then_geometrically() -> None:
+    opt = _make("bo", 0, refit_growth=0.5)
+    points = opt._points(507)
+    assert points[: DENSE_REFITS - 1] == list(range(2, DENSE_REFITS + 1))
+    assert points[DENSE_REFITS - 1 :] == [225, 338, 507]  # 150 * 1.5, then * 1.5 rounded up
+    # In the background a small history's fit is used one observation later; past
+    # DENSE_REFITS a fit has refit_growth * s / 2 observations' time.
+    assert [opt.due(p) for p in (2, 3, 100, DENSE_REFITS, 300)] == [2, 4, 101, DENSE_REFITS + 37, 375]
+    # Every observation of a short campaign installs a fit of the history one smaller.
+    rng = np.random.default_rng(1)
+    for i in range(30):
+        p = {"x1": float(rng.uniform(-5, 10)), "x2": float(rng.uniform(0, 15))}
+        opt.observe([_trial(i, p, branin(p))])
+        opt.wait_for_refit()
+        assert opt._fit_at == max(i, 2 if i >= 1 else 0), f"after {i + 1} observations"
 
 
 def test_grid_and_sobol_walk_their_sequences() -> None:
