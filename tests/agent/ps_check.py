@@ -165,7 +165,7 @@ class Run:
     def checkpoint(self) -> Path:
         """Through the agent's checkpoint calls and format (plain data, read with
         weights_only=True), into a fresh directory shared by the ranks."""
-        where = self.comms.fold.bcast(tempfile.mkdtemp(prefix="ps-check-") if self.comms.fold.rank == 0 else None)
+        where = self.comms.fold.bcast(tempfile.mkdtemp(dir=_scratch()) if self.comms.fold.rank == 0 else None)
         path = Path(where) / "fold0.pt"
         held = self.scheme.save_models(path, self.models, self.optimizers)
         parts = self.comms.fold.gather((self.batch, self.scheme.state(), torch.get_rng_state()), root=0)
@@ -187,6 +187,17 @@ class Run:
         central = self.comms.fold.bcast(self.scheme.flat.get() if self.comms.fold.rank == 0 else None, root=0)
         metrics = self.comms.fold.bcast(getattr(self, "metrics", {}), root=0)
         return Result(central, metrics, self.scheme, self.models)
+
+
+_SCRATCH: list[tempfile.TemporaryDirectory[str]] = []
+
+
+def _scratch() -> str:
+    """This process's folder for checkpoints, removed when it exits (rank 0 makes them;
+    the other ranks of a check read them before it ends)."""
+    if not _SCRATCH:
+        _SCRATCH.append(tempfile.TemporaryDirectory(prefix="ps-check-"))
+    return _SCRATCH[0].name
 
 
 def stopped_and_resumed(
