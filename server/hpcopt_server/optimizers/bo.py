@@ -188,9 +188,9 @@ class BayesianOptimization(Optimizer):
     def due(self, point: int) -> int:
         """The history size at which the fit of the first ``point`` observations is used.
         In the background a refit has one observation's time to finish below
-        ``DENSE_REFITS`` (0.1-0.4 s there) and ``refit_growth * point / 2`` observations'
-        time past it; a suggestion that comes before it does waits for it. The first fit,
-        and every fit without ``background_refit``, is used at once."""
+        ``DENSE_REFITS`` and ``refit_growth * point / 2`` observations' time past it; a
+        suggestion that comes before it does waits for it. The first fit, and every fit
+        without ``background_refit``, is used at once."""
         if not self.background or point == self._schedule[0]:
             return point
         if point < DENSE_REFITS:
