@@ -223,3 +223,60 @@ def test_the_output_warp_is_finite_on_degenerate_losses(y: np.ndarray) -> None:
         assert np.all(np.isfinite(t)), t
         assert np.all(np.isfinite(noise_scale(y, stats)))
         assert np.argmin(t) == np.nanargmin(y)
+
+
+@pytest.mark.parametrize("compress", [True, False])
+def test_log_slope_is_the_log_derivative_of_the_output_transform(compress: bool) -> None:
+    from scipy.stats import yeojohnson
+
+    from hpcopt_server.optimizers.gp_model import _z, log_slope, output_stats
+
+    rng = np.random.default_rng(1)
+    y = np.r_[np.exp(rng.normal(size=60) * 1.5), 12.0, 20.0]  # the last two compressed, not capped
+    stats = output_stats(y, warp=compress)
+    assert stats.compress is compress and (stats.lam == 1.0) is not compress
+
+    def transform(v: np.ndarray) -> np.ndarray:  # standardize() before its (data-dependent) centring
+        return np.asarray((yeojohnson(_z(v, stats), stats.lam) - stats.mean) / stats.std)
+
+    eps = 1e-6
+    numeric = (transform(y + eps) - transform(y - eps)) / (2 * eps)
+    assert np.allclose(np.log(numeric), log_slope(y, stats), atol=1e-5)
+    # Past the cap the transform is flat; the slope used is the uncapped one's, finite.
+    assert np.all(np.isfinite(log_slope(np.array([1e3, 1e300]), stats)))
+
+
+def _refit(f: object, n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, object]:
+    rng = np.random.default_rng(seed)
+    X = rng.random((n, dim))
+    y = np.array([f(x) for x in X])  # type: ignore[operator]
+    model = GPModel(dim)
+    theta, stats, _ = model.compute_refit(X, y, np.zeros(n), np.zeros(n, bool), np.random.default_rng(7), 300)
+    return theta, stats
+
+
+def test_a_smooth_ill_conditioned_function_gets_the_plain_model_and_a_skewed_multimodal_one_keeps_the_warp() -> None:
+    rotation = np.linalg.qr(np.random.default_rng(3).normal(size=(5, 5)))[0]
+    scales = 10.0 ** np.linspace(0, 4, 5)
+
+    def ellipsoid(x: np.ndarray) -> float:
+        z = rotation @ (x * 10 - 6.5)
+        return float(np.sum(scales * z * z) / 100)
+
+    theta, stats = _refit(ellipsoid, 40, 5)
+    # The polynomial-like fit: no taming or warp, an amplitude the default prior's bound
+    # (20) rules out, long lengthscales.
+    assert not stats.compress and stats.lam == 1.0, stats
+    assert math.exp(theta[-2]) > 20 and np.all(np.exp(theta[:-2]) > 1.0), np.exp(theta)
+
+    def spiky(x: np.ndarray) -> float:  # narrow wells on a flat floor: skewed losses
+        wells = np.array([[0.2, 0.3], [0.75, 0.8], [0.6, 0.2]])
+        return float(-np.exp(-40 * ((x - wells) ** 2).sum(1)).max())
+
+    _, stats = _refit(spiky, 40, 2)
+    assert stats.compress and stats.lam != 1.0, stats
+
+    # A deterministic function of the history (the plain fit draws no random numbers).
+    assert _refit(ellipsoid, 40, 5)[1] == _refit(ellipsoid, 40, 5)[1]
+    # Below MIN_SELECT measured losses the warped model is used.
+    assert _refit(ellipsoid, 8, 5)[1].compress

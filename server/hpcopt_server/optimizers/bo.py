@@ -67,7 +67,7 @@ Fit = tuple[np.ndarray, OutputStats, LazyCholesky, Rows, np.ndarray]
 #: The most candidates one suggestion may score (10**7 took 1.9 GB and 30 s under the lock).
 MAX_CANDIDATES = 8192
 #: Below this many observations every new one refits the hyper-parameters (in the
-#: background: up to 0.2 s at d = 6, 0.4 s at d = 20), whatever ``refit_growth`` says: between
+#: background: up to 0.36 s at d = 6, 0.73 s at d = 20, two models fitted), whatever ``refit_growth`` says: between
 #: refits the model runs on hyper-parameters fitted to a history a fifth smaller, and
 #: with 4 evaluations pending that cost the most (``quality.py``, 20 seeds: median regret
 #: on Levy-8 5.32 -> 2.07, lower in 17 of 20 seeds; Rosenbrock-4 3.69 -> 2.59, 14 of 20).
@@ -255,7 +255,11 @@ class BayesianOptimization(Optimizer):
             idx = select_subset(X, y, censored, self.max_points // 2, rng)
             X, y, extra, censored = X[idx], y[idx], extra[idx], censored[idx]
         with blas_threads(len(X)):
-            theta, stats, factor = self.model.compute_refit(X, y, extra, censored, rng, subsample=self.fit_subsample)
+            theta, stats, factor = self.model.compute_refit(
+                X, y, extra, censored, rng, subsample=self.fit_subsample,
+                # ParEGO's other scalarizations are warped (GPModel.outputs): its fit is too.
+                select_output=not self.problem.multi_objective,
+            )  # fmt: skip
         return theta, stats, factor, (X, y, extra, censored), idx
 
     def memory_bytes(self) -> int:

@@ -21,6 +21,7 @@ The kernel is k(a, b) = amp (1 + sqrt5 r + 5 r^2 / 3) exp(-sqrt5 r), r^2 = sum_d
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import lapack
@@ -157,9 +158,30 @@ def unpack(theta: np.ndarray) -> tuple[np.ndarray, float, float]:
     return np.exp(theta[:-2]), float(np.exp(theta[-2])), float(np.exp(theta[-1]))
 
 
-def neg_log_posterior(theta: np.ndarray, X: np.ndarray, y: np.ndarray, extra: np.ndarray) -> tuple[float, np.ndarray]:
+@dataclass(frozen=True)
+class Prior:
+    """Normal priors on log lengthscales (centre from ``lengthscale_prior``, sd ``ell_sd``),
+    log signal variance (0, ``amp_sd``) and log noise (``NOISE_PRIOR``), and the bound on
+    the signal variance."""
+
+    ell_sd: float = 1.0
+    amp_sd: float = AMP_PRIOR[1]
+    amp_max: float = math.exp(BOUNDS_LOG_AMP[1])
+
+
+#: The default: functions of moderate amplitude and lengthscales near the prior's centre.
+TIGHT = Prior()
+#: Nearly flat on lengthscales and signal variance: lets a smooth function take the
+#: long-lengthscale, large-amplitude fit that extrapolates it like a polynomial.
+WIDE = Prior(ell_sd=3.0, amp_sd=3.0, amp_max=1e3)
+
+
+def neg_log_posterior(
+    theta: np.ndarray, X: np.ndarray, y: np.ndarray, extra: np.ndarray, prior: Prior | None = TIGHT
+) -> tuple[float, np.ndarray]:
     """Negative log marginal likelihood plus negative log prior of theta =
-    [log ell (D), log amp, log noise], and its gradient [D+2]."""
+    [log ell (D), log amp, log noise], and its gradient [D+2] (``prior=None``: the
+    likelihood alone)."""
     n, D = X.shape
     ell, amp, noise = unpack(theta)
     diff2 = (X[:, None, :] - X[None, :, :]) ** 2 / (ell * ell)  # [n,n,D]
@@ -181,14 +203,15 @@ def neg_log_posterior(theta: np.ndarray, X: np.ndarray, y: np.ndarray, extra: np
     grad[:-2] = 0.5 * np.einsum("ij,ijd->d", W * M, diff2)
     grad[-2] = 0.5 * np.sum(W * (amp * R))
     grad[-1] = 0.5 * noise * np.trace(W)
-    mu_l, sd_l = lengthscale_prior(D)
-    log_ell = theta[:-2]
-    prior = 0.5 * np.sum(((log_ell - mu_l) / sd_l) ** 2)
-    grad[:-2] += (log_ell - mu_l) / sd_l**2
-    for idx, (mu, sd) in ((-2, AMP_PRIOR), (-1, NOISE_PRIOR)):
-        prior += 0.5 * ((theta[idx] - mu) / sd) ** 2
-        grad[idx] += (theta[idx] - mu) / sd**2
-    return float(nll + prior), grad
+    if prior is None:
+        return float(nll), grad
+    mu_l = lengthscale_prior(D)[0]
+    penalty = 0.0
+    for sl, mu, sd in ((slice(0, -2), mu_l, prior.ell_sd), (slice(-2, -1), AMP_PRIOR[0], prior.amp_sd),
+                       (slice(-1, None), *NOISE_PRIOR)):  # fmt: skip
+        penalty += 0.5 * float(np.sum(((theta[sl] - mu) / sd) ** 2))
+        grad[sl] += (theta[sl] - mu) / sd**2
+    return float(nll + penalty), grad
 
 
 def fit_hyperparameters(
@@ -198,13 +221,14 @@ def fit_hyperparameters(
     rng: np.random.Generator,
     warm_start: np.ndarray | None = None,
     restarts: int = 1,
+    prior: Prior = TIGHT,
 ) -> np.ndarray:
     """theta maximizing the log posterior by L-BFGS-B from the warm start and prior draws."""
     from scipy.optimize import minimize
 
     D = X.shape[1]
     mu_l, sd_l = lengthscale_prior(D)
-    bounds = [BOUNDS_LOG_ELL] * D + [BOUNDS_LOG_AMP, BOUNDS_LOG_NOISE]
+    bounds = [BOUNDS_LOG_ELL] * D + [(BOUNDS_LOG_AMP[0], math.log(prior.amp_max)), BOUNDS_LOG_NOISE]
     lo, hi = np.array([b[0] for b in bounds]), np.array([b[1] for b in bounds])
     starts = []
     if warm_start is not None:
@@ -215,7 +239,7 @@ def fit_hyperparameters(
         starts.append(np.clip(draw, lo, hi))
     best, best_f = starts[0], math.inf
     for s in starts:
-        res = minimize(neg_log_posterior, s, args=(X, y, extra), jac=True, method="L-BFGS-B", bounds=bounds,
+        res = minimize(neg_log_posterior, s, args=(X, y, extra, prior), jac=True, method="L-BFGS-B", bounds=bounds,
                        options={"maxiter": 60})  # fmt: skip
         if res.fun < best_f:
             best, best_f = res.x, float(res.fun)
