@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -280,3 +281,9 @@ def test_a_smooth_ill_conditioned_function_gets_the_plain_model_and_a_skewed_mul
     assert _refit(ellipsoid, 40, 5)[1] == _refit(ellipsoid, 40, 5)[1]
     # Below MIN_SELECT measured losses the warped model is used.
     assert _refit(ellipsoid, 8, 5)[1].compress
+    # Losses near the float range overflow the plain z-scores: the tamed model stays, and
+    # nothing warns.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _, stats = _refit(lambda x: 1e300 if x[0] > 0.9 else ellipsoid(x), 40, 5)
+    assert stats.compress, stats

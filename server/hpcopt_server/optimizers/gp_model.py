@@ -165,17 +165,21 @@ def _more_likely(
         y = standardize(y_raw, stats, censored)[idx]
         return np.asarray(y - y.mean())
 
-    plain = output_stats(y_raw, censored, warp=False)
-    extra = extra_raw * noise_scale(y_raw, plain)
-    unused = np.random.default_rng(0)  # restarts=0: no draws
-    theta = gp.fit_hyperparameters(X, centred(plain), extra[idx], unused, warm_start=warped[0], restarts=0,
-                                   prior=gp.WIDE)  # fmt: skip
-    fits = [warped, (theta, plain, extra)]
-    scores = [
-        gp.neg_log_posterior(t, X, centred(st_), e[idx], prior=None)[0] - float(log_slope(y_raw[idx], st_).sum())
-        for t, st_, e in fits
-    ]
-    return fits[int(np.argmin(scores))]
+    with np.errstate(all="ignore"):
+        plain = output_stats(y_raw, censored, warp=False)
+        if not all(np.isfinite(plain)):  # a loss near the float range: only taming copes
+            return warped
+        extra = extra_raw * noise_scale(y_raw, plain)
+        unused = np.random.default_rng(0)  # restarts=0: no draws
+        theta = gp.fit_hyperparameters(X, centred(plain), extra[idx], unused, warm_start=warped[0], restarts=0,
+                                       prior=gp.WIDE)  # fmt: skip
+        fits = [warped, (theta, plain, extra)]
+        scores = [
+            gp.neg_log_posterior(t, X, centred(st_), e[idx], prior=None)[0] - float(log_slope(y_raw[idx], st_).sum())
+            for t, st_, e in fits
+        ]
+    # The plain model only where its score is a number and lower (NaN never wins).
+    return fits[1] if scores[1] < scores[0] else warped
 
 
 class GPModel:
