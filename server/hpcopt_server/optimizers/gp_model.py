@@ -52,12 +52,20 @@ IDENTITY = OutputStats(0.0, 1.0, 1.0, 0.0, 1.0)
 WARP_BOUNDS = (-1.0, 2.0)
 
 
+#: Losses more than this many robust scales above the median are compressed.
+TAME_AT = 5.0
+
+
+def _over(y: np.ndarray, median: float, scale: float) -> np.ndarray:
+    """How far past the taming threshold each loss lies, in robust scales (0 below it)."""
+    return np.asarray(np.maximum(y - (median + TAME_AT * scale), 0.0) / scale)
+
+
 def _compress(y: np.ndarray, median: float, scale: float) -> np.ndarray:
     """Values above median + 5 robust scales grow only logarithmically beyond it, and
     never past median + 8 scales."""
-    thr = median + 5.0 * scale
-    over = np.minimum(np.log1p(np.maximum(y - thr, 0.0) / scale), 3.0)
-    return np.where(y > thr, thr + scale * over, y)
+    thr = median + TAME_AT * scale
+    return np.where(y > thr, thr + scale * np.minimum(np.log1p(_over(y, median, scale)), 3.0), y)
 
 
 def _warp_exponent(z: np.ndarray) -> float:
@@ -112,8 +120,7 @@ def log_slope(y: np.ndarray, stats: OutputStats) -> np.ndarray:
     log_t = 0.5 * np.log(noise_scale(y, stats))
     if not stats.compress:
         return np.asarray(log_t)
-    over = np.maximum(y - (stats.median + 5.0 * stats.scale), 0.0) / stats.scale
-    return np.asarray(log_t - np.log1p(over))
+    return np.asarray(log_t - np.log1p(_over(y, stats.median, stats.scale)))
 
 
 def standardize(y: np.ndarray, stats: OutputStats, censored: np.ndarray | None = None) -> np.ndarray:
