@@ -13,9 +13,10 @@ import pytest
 
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import REGISTRY, Optimizer, Problem, SearchSpace
-from hpcopt_server.optimizers.bo import DENSE_REFITS
+from hpcopt_server.optimizers.bo import DENSE_REFITS, BayesianOptimization
 from hpcopt_server.optimizers.ea import Evolutionary, crossover, mutate
 from hpcopt_server.optimizers.encoding import Encoder
+from hpcopt_server.optimizers.gp import unpack as gp_unpack
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 MIXED = {
@@ -211,6 +212,38 @@ def test_a_rebuilt_bo_equals_one_that_caught_up_incrementally() -> None:
     mw, vw = warm.model.predict(Xs, warm.model.outputs())
     mc, vc = cold.model.predict(Xs, cold.model.outputs())
     assert np.allclose(mw, mc, atol=1e-8) and np.allclose(vw, vc, atol=1e-8)
+
+
+def _pinned_run(seed: int, every: int | None = None) -> tuple[float, list[float]]:
+    """Branin, 50 evaluations one at a time, with ``informative_every`` or its default:
+    the regret, and at each suggestion whose index is a multiple of it (all of them for
+    0) its posterior variance over the model's noise variance, under the model that made
+    it."""
+    options = {} if every is None else {"informative_every": every}
+    opt = _make("bo", seed, background_refit=False, **options)
+    assert isinstance(opt, BayesianOptimization)
+    every = opt.informative_every
+    best, ratios = math.inf, []
+    for i in range(50):
+        (p,) = opt.suggest(1, [])
+        if i >= 10 and i % max(every, 1) == 0:
+            _, var = opt.model.predict(opt.encoder.encode(p)[None, :], opt.model.outputs())
+            ratios.append(float(var[0]) / gp_unpack(opt.model.theta)[2])
+        best = min(best, branin(p))
+        opt.observe([_trial(i, p, branin(p))])
+    return best - BRANIN_MIN, ratios
+
+
+def test_every_fourth_suggestion_is_worth_measuring_so_a_boundary_point_cannot_pin_the_search() -> None:
+    # Seeds 33 and 37 (of 40) find (10, 3.00) on the boundary, 1.55 above the minimum at
+    # (9.42, 2.47): log EI alone then stays there, positive only through the noise.
+    plain = [_pinned_run(seed, 0) for seed in (33, 37)]
+    assert all(regret > 1.0 for regret, _ in plain), plain  # the failure this rule is for
+    assert all(min(ratios) < 1.0 for _, ratios in plain)  # suggestions known within the noise
+    for seed in (33, 37):
+        regret, ratios = _pinned_run(seed)
+        assert regret < 1e-3, (seed, regret)
+        assert min(ratios) >= 1.0, (seed, ratios)  # every fourth one can change the model
 
 
 def test_bo_refits_at_every_observation_while_the_history_is_small_then_geometrically() -> None:
