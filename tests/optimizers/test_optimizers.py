@@ -246,6 +246,21 @@ def test_every_fourth_suggestion_is_worth_measuring_so_a_boundary_point_cannot_p
         assert min(ratios) >= 1.0, (seed, ratios)  # every fourth one can change the model
 
 
+def test_where_no_point_is_worth_measuring_the_ordinary_choice_stands() -> None:
+    # A model whose noise exceeds its posterior variance everywhere (a loss that is
+    # mostly noise): the informative step must not fall back to a random point.
+    rng = np.random.default_rng(2)
+    pts = [{"x1": float(rng.uniform(-5, 10)), "x2": float(rng.uniform(0, 15))} for _ in range(30)]
+    made = []
+    for every in (0, 1):
+        opt = _make("bo", 4, background_refit=False, informative_every=every)
+        assert isinstance(opt, BayesianOptimization)
+        opt.observe([_trial(i, p, branin(p)) for i, p in enumerate(pts)])
+        opt.model.theta = np.r_[opt.model.theta[:-1], math.log(1e3)]  # read as the noise variance
+        made.append(opt.suggest(1, []))
+    assert made[0] == made[1]
+
+
 def test_bo_refits_at_every_observation_while_the_history_is_small_then_geometrically() -> None:
     opt = _make("bo", 0, refit_growth=0.5)
     points = opt._points(507)

@@ -343,7 +343,8 @@ class BayesianOptimization(Optimizer):
 
     def _maximize_acquisition(self, balls: _Balls | None = None, informative: bool = False) -> np.ndarray:
         """The candidate of highest acquisition, polished; ``informative``: of those whose
-        posterior variance is at least the noise variance (``INFORMATIVE``)."""
+        posterior variance is at least the noise variance if there are any
+        (``INFORMATIVE``)."""
         m = self.model
         y = m.outputs(self._raw)
         best = float(y.min())  # fantasies count: the believer treats them as observed
@@ -358,6 +359,9 @@ class BayesianOptimization(Optimizer):
             balls.lipschitz = self._lipschitz(C, alpha)
         scores = self._score(mu, var, best) + (balls.log_penalty(C) if balls else 0.0)
         noise = gp_unpack(m.theta)[2]
+        # Where the noise exceeds what the model can still learn anywhere (a loss that is
+        # mostly noise), no point qualifies and the ordinary choice stands.
+        informative = informative and bool((var >= noise).any())
         if informative:
             scores = np.where(var >= noise, scores, -np.inf)
         order = np.argsort(-scores)
