@@ -95,7 +95,7 @@ def _load(path: Path) -> Results:
 
 def _table(results: Results, opts: list[str]) -> None:
     # Wide enough for "1.23e-05 [1.2e-05, 0.00012]" and for an option's name, plus a gap.
-    width = max(28, *(len(o) + 2 for o in opts))
+    width = max([28, *(len(o) + 2 for o in opts)])
     medians: dict[tuple[str, str, int], float] = {}
     for pending in sorted({b for _, b in CASES}):
         title = "one at a time" if pending == 1 else f"{pending} pending"
