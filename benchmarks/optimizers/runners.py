@@ -86,13 +86,14 @@ class Optuna:
 
 
 class BoTorch:
-    """BoTorch as its documentation sets it up: 10 scrambled Sobol points, then a
-    ``SingleTaskGP`` with its default priors (dimension-scaled lengthscales, Hvarfner et
-    al. 2024) on inputs normalized to the unit cube and standardized outputs, fitted by
-    ``fit_gpytorch_mll``, and ``qLogNoisyExpectedImprovement`` maximized by
-    ``optimize_acqf`` (10 restarts from 512 raw samples). Pending points are its
-    ``X_pending``: the acquisition integrates over their joint posterior by Monte Carlo
-    (BoTorch's fantasies for asynchronous batches). Seeded: torch's generator per ask."""
+    """BoTorch as its documentation sets it up: 10 scrambled Sobol points (more while
+    fewer than 2 results are in), then a ``SingleTaskGP`` with its default priors
+    (dimension-scaled lengthscales, Hvarfner et al. 2024) on inputs normalized to the
+    unit cube and standardized outputs, fitted by ``fit_gpytorch_mll``, and
+    ``qLogNoisyExpectedImprovement`` maximized by ``optimize_acqf`` (10 restarts from
+    512 raw samples). Pending points are its ``X_pending``: the acquisition integrates
+    over their joint posterior by Monte Carlo (BoTorch's fantasies for asynchronous
+    batches). Seeded: torch's generator per ask."""
 
     takes_pending = True
     n_initial = 10
@@ -120,7 +121,9 @@ class BoTorch:
         from scipy.stats import qmc
 
         out: list[dict[str, Any]] = []
-        while len(out) < k and self.asked < self.n_initial:
+        # Sobol until 10 points are asked and 2 results are in (a GP needs data: with 16
+        # workers the first ask wants 16 points before any result), as bo does.
+        while len(out) < k and (self.asked < self.n_initial or len(self.y) < 2):
             sobol = qmc.Sobol(len(self.names), scramble=True, seed=self.seed)
             if self.asked:
                 sobol.fast_forward(self.asked)
