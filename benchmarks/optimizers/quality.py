@@ -10,7 +10,9 @@ Optuna's GPSampler and TPESampler, and random search, all in the same run.
     python benchmarks/optimizers/quality.py --only "bo,bo[acquisition=ucb]"   # an ablation of bo's options
 
 Optuna's GPSampler needs torch, BoTorch its package (`make bench` installs both:
-requirements/bench.txt). Nothing is asserted.
+requirements/bench.txt). Each run uses one thread (``OMP_NUM_THREADS=1`` unless set):
+BoTorch's results change with torch's thread count, and a seed's regret should not
+depend on how many cores a machine has; ``--procs`` runs that many at once. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import sys
 import time
 from pathlib import Path
@@ -62,6 +65,9 @@ def main() -> int:
     results = {k: dict(v) for k, v in done.items()}
     seconds: dict[str, float] = {}
     t0 = time.time()
+    # One thread per run unless told otherwise: BoTorch's results change with torch's thread
+    # count, so a seed's regret would depend on the machine's cores.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     with mp.get_context("spawn").Pool(args.procs) as pool:
         for i, (o, fn, b, s, regret, dt) in enumerate(pool.imap_unordered(_task, tasks), 1):
             results.setdefault((o, fn, b), {})[s] = regret
