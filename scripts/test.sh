@@ -20,41 +20,15 @@ rm -rf "$docs_out"
 untracked() { git status --porcelain --untracked-files=all 2>/dev/null | grep '^??' | sort || true; }
 before=$(untracked)
 echo "== pytest"
-limit=${HPCOPT_TEST_LIMIT_S:-2400}
-# Each test has its own limit (pytest-timeout); `timeout` bounds the whole run so that a
-# systematic hang ends with pytest's summary (SIGINT) instead of an outside kill.
-verdict() {  # pytest's exit status as this script counts it
-  if [ "$1" = 124 ]; then echo "pytest ran past $limit s" >&2; fi
-  if [ "$1" = 5 ]; then echo "no tests ran" >&2; echo 1; return; fi  # a failure here, not a pass
-  echo "$1"
-}
+# Each test has its own limit (pytest-timeout); this bounds the whole run so a
+# systematic hang ends with pytest's summary instead of an outside kill.
 set +e
-if [ $# -eq 0 ] && [ "${HPCOPT_TEST_LANES:-2}" != 1 ]; then
-  # Two lanes at once: the browser tests (tests/dashboard: mostly waiting on a page's
-  # polls and redraws) beside the rest (mostly CPU: mpiexec ranks, servers, wheels).
-  # One after the other they took 25.5 min of pytest; side by side each lane is a busy
-  # machine for the other, which every test is written to pass on.
-  # HPCOPT_TEST_LANES=1, or any argument, runs one pytest over everything as before.
-  lane_log=$(mktemp)
-  set -m  # job control: the lane is not started with SIGINT ignored, so the limit's SIGINT reaches it
-  timeout -s INT -k 120 "$limit" pytest tests/dashboard -p no:cacheprovider > "$lane_log" 2>&1 &
-  lane=$!
-  set +m
-  trap 'kill -INT "$lane" 2>/dev/null' INT TERM
-  timeout -s INT -k 120 "$limit" pytest --ignore=tests/dashboard
-  rc=$(verdict $?)
-  wait "$lane"
-  lane_rc=$(verdict $?)
-  trap - INT TERM
-  echo "== pytest, the browser lane (tests/dashboard), run beside the one above"
-  cat "$lane_log"
-  rm -f "$lane_log"
-  [ "$rc" = 0 ] && rc=$lane_rc
-else
-  timeout -s INT -k 120 "$limit" pytest "$@"
-  rc=$(verdict $?)
-fi
+timeout -s INT -k 120 "${HPCOPT_TEST_LIMIT_S:-2400}" pytest "$@"
+rc=$?
+if [ "$rc" = 124 ]; then echo "pytest ran past ${HPCOPT_TEST_LIMIT_S:-2400} s"; fi
 set -e
+# pytest's 5 means no test ran: that is a failure here, not a pass.
+if [ "$rc" = 5 ]; then echo "no tests ran"; exit 1; fi
 left=$(comm -13 <(echo "$before") <(untracked))
 if [ -n "$left" ]; then
   echo "== the test run left untracked files in the checkout (ignore them in .gitignore, or write them elsewhere):"
