@@ -188,9 +188,29 @@ def test_eight_concurrent_suggestions_are_distinct_and_spread_out() -> None:
     # against 0.009 over 20 seeds), but at least half explore elsewhere.
     alone = (np.where(np.eye(8, dtype=bool), np.inf, pairs) > 0.05).all(1)
     assert alone.sum() >= 4, np.round(X, 3)
-    # asked again with those eight pending, the next one is apart from all of them
+    # asked again with those eight pending, the next one is none of them (with the
+    # likelihood's constant mean it refines the incumbent's basin too, 0.006 from the
+    # pending point nearest the incumbent)
     [nxt] = opt.suggest(1, batch)
-    assert np.sqrt(((X - enc.encode(nxt)) ** 2).sum(1)).min() > 0.01
+    assert np.sqrt(((X - enc.encode(nxt)) ** 2).sum(1)).min() > 0.002
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_batch_stays_by_the_only_good_region_and_off_the_boundary(seed: int) -> None:
+    # 40 poor losses spread over the 6-d cube and 8 good ones near its centre: a GP whose
+    # prior mean is the outputs' average expected improvement far from the data, and
+    # sent such batches to the boundary (5 of these 6 seeds put a coordinate on a bound,
+    # one all eight suggestions, 0.46-0.83 from the centre, no nearer than random points).
+    D = 6
+    space = SearchSpace({f"x{j}": {"type": "float", "low": 0.0, "high": 1.0} for j in range(D)})
+    rng = np.random.default_rng(seed)
+    X = np.vstack([rng.random((40, D)), np.clip(0.5 + 0.05 * rng.normal(size=(8, D)), 0.0, 1.0)])
+    y = np.r_[10.0 + rng.normal(size=40), rng.uniform(0.0, 2.0, 8)]
+    opt = REGISTRY["bo"](Problem(space, "minimize", seed, {"background_refit": False}))
+    opt.observe([_trial(i, {f"x{j}": float(X[i, j]) for j in range(D)}, float(y[i])) for i in range(48)])
+    P = np.array([[p[f"x{j}"] for j in range(D)] for p in opt.suggest(8, [])])
+    assert not ((P < 1e-6) | (P > 1 - 1e-6)).any(), np.round(P, 3)
+    assert np.sqrt(((P - 0.5) ** 2).sum(1)).max() < 0.55, np.round(P, 3)
 
 
 def test_a_rebuilt_bo_equals_one_that_caught_up_incrementally() -> None:
@@ -234,13 +254,15 @@ def _pinned_run(seed: int, every: int | None = None) -> tuple[float, list[float]
     return best - BRANIN_MIN, ratios
 
 
-def test_every_fourth_suggestion_is_worth_measuring_so_a_boundary_point_cannot_pin_the_search() -> None:
-    # Seeds 33 and 37 (of 40) find (10, 3.00) on the boundary, 1.55 above the minimum at
-    # (9.42, 2.47): log EI alone then stays there, positive only through the noise.
-    plain = [_pinned_run(seed, 0) for seed in (33, 37)]
-    assert all(regret > 1.0 for regret, _ in plain), plain  # the failure this rule is for
-    assert all(min(ratios) < 1.0 for _, ratios in plain)  # suggestions known within the noise
+def test_every_fourth_suggestion_is_worth_measuring_where_log_ei_alone_would_not_be() -> None:
+    # Seeds 33 and 37 (of 40) once found (10, 3.00) on the boundary, 1.55 above the
+    # minimum at (9.42, 2.47), and log EI alone stayed there, positive only through the
+    # noise. Since the GP's prior mean is the likelihood's constant none of seeds 0-79
+    # stays pinned without the rule, but log EI alone still makes over half of these
+    # runs' suggestions where the model already knows the loss within the noise.
     for seed in (33, 37):
+        _, plain = _pinned_run(seed, 0)
+        assert sum(r < 1.0 for r in plain) > len(plain) / 4, (seed, plain)
         regret, ratios = _pinned_run(seed)
         assert regret < 1e-3, (seed, regret)
         assert min(ratios) >= 1.0, (seed, ratios)  # every fourth one can change the model
