@@ -12,10 +12,10 @@ z-scored. A skewed loss (Rosenbrock's valley floor beside walls 10^3 higher, an
 ill-conditioned quadratic) then looks Gaussian to the GP: one evaluation at a time,
 median regret over 20 seeds went from 5.25 to 2.39 on Rosenbrock-4 and from 0.104 to
 0.010 on Hartmann6 (``benchmarks/optimizers/quality.py``; the optimizers guide has the
-whole table). The transform is monotone, so the best loss stays the best output. The GP's prior mean is
-the constant of largest likelihood (``gp.gls_mean``), subtracted from the outputs: where
-good losses are rare it lies on the poor side, so unexplored regions are not expected to
-be average.
+whole table). The transform is monotone, so the best loss stays the best output.
+The GP's prior mean is the constant of largest likelihood (``gp.gls_mean``), subtracted
+from the outputs: where good losses are rare it lies on the poor side, so unexplored
+regions are not expected to be average.
 At each refit a plain model (z-scores only, ``gp.WIDE`` priors) competes with the
 warped one by likelihood (``_more_likely``): a smooth ill-conditioned loss is better
 modelled untransformed, by a fit that extrapolates like a polynomial.
