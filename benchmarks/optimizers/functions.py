@@ -1,4 +1,7 @@
-"""Test functions with known minima, on their usual domains."""
+"""Test functions with known minima, on their usual domains: ``FUNCTIONS``, the suite
+``quality.py`` runs by default, and ``HELD_OUT``, eight more that no option of ``bo``
+was chosen on, to check a change against problems it was not tuned for
+(``quality.py --functions held-out``)."""
 
 from __future__ import annotations
 
@@ -82,3 +85,65 @@ FUNCTIONS = {
     "levy8": TestFunction("levy8", [(-10.0, 10.0)] * 8, 0.0, 100, levy),
     "ellipsoid5": TestFunction("ellipsoid5", [(-5.0, 5.0)] * 5, 0.0, 60, ellipsoid),
 }
+
+
+# -- held out: never used to choose an option ------------------------------------------
+
+
+def styblinski_tang(x: np.ndarray) -> float:
+    return float(0.5 * np.sum(x**4 - 16 * x**2 + 5 * x))
+
+
+def six_hump_camel(x: np.ndarray) -> float:
+    a, b = x
+    return float((4 - 2.1 * a * a + a**4 / 3) * a * a + a * b + (-4 + 4 * b * b) * b * b)
+
+
+def griewank(x: np.ndarray) -> float:
+    return float(np.sum(x * x) / 4000 - np.prod(np.cos(x / np.sqrt(np.arange(1, len(x) + 1)))) + 1)
+
+
+def michalewicz(x: np.ndarray) -> float:
+    i = np.arange(1, len(x) + 1)
+    return float(-np.sum(np.sin(x) * np.sin(i * x * x / math.pi) ** 20))
+
+
+_SHEKEL_A = np.array([[4, 4, 4, 4], [1, 1, 1, 1], [8, 8, 8, 8], [6, 6, 6, 6], [3, 7, 3, 7], [2, 9, 2, 9],
+                      [5, 5, 3, 3], [8, 1, 8, 1], [6, 2, 6, 2], [7, 3.6, 7, 3.6]], dtype=float)  # fmt: skip
+_SHEKEL_C = np.array([1, 2, 2, 4, 4, 6, 3, 7, 5, 5], dtype=float) / 10
+
+
+def shekel(x: np.ndarray) -> float:
+    return float(-np.sum(1.0 / (np.sum((x - _SHEKEL_A) ** 2, axis=1) + _SHEKEL_C)))
+
+
+def powell(x: np.ndarray) -> float:
+    a, b, c, e = x.reshape(-1, 4).T
+    return float(np.sum((a + 10 * b) ** 2 + 5 * (c - e) ** 2 + (b - 2 * c) ** 4 + 10 * (a - e) ** 4))
+
+
+def rastrigin(x: np.ndarray) -> float:
+    return float(10 * len(x) + np.sum(x * x - 10 * np.cos(2 * math.pi * x)))
+
+
+def dixon_price(x: np.ndarray) -> float:
+    i = np.arange(2, len(x) + 1)
+    return float((x[0] - 1) ** 2 + np.sum(i * (2 * x[1:] ** 2 - x[:-1]) ** 2))
+
+
+#: Multimodal (Styblinski-Tang: 2^4 basins; Griewank, Rastrigin: a grid of them;
+#: Michalewicz: steep narrow valleys; Shekel: ten narrow wells) and smooth (Powell, a
+#: singular quartic; Dixon-Price, a curved valley); the domains of Griewank and
+#: Rastrigin are shifted so the minimum is not at the centre.
+HELD_OUT = {
+    "styblinski4": TestFunction("styblinski4", [(-5.0, 5.0)] * 4, -39.16616570377142 * 4, 60, styblinski_tang),
+    "camel": TestFunction("camel", [(-3.0, 3.0), (-2.0, 2.0)], -1.0316284535, 40, six_hump_camel),
+    "griewank6": TestFunction("griewank6", [(-20.0, 30.0)] * 6, 0.0, 80, griewank),
+    "michalewicz5": TestFunction("michalewicz5", [(0.0, math.pi)] * 5, -4.687658, 80, michalewicz),
+    "shekel10": TestFunction("shekel10", [(0.0, 10.0)] * 4, -10.536443, 60, shekel),
+    "powell8": TestFunction("powell8", [(-4.0, 5.0)] * 8, 0.0, 80, powell),
+    "rastrigin4": TestFunction("rastrigin4", [(-4.12, 5.12)] * 4, 0.0, 60, rastrigin),
+    "dixon6": TestFunction("dixon6", [(-10.0, 10.0)] * 6, 0.0, 60, dixon_price),
+}
+#: Every function by name.
+ALL_FUNCTIONS = {**FUNCTIONS, **HELD_OUT}

@@ -8,6 +8,7 @@ Optuna's GPSampler and TPESampler, and random search, all in the same run.
 
     python benchmarks/optimizers/quality.py [--seeds 10] [--procs 2] [--pending 4,16] [--only bo,optuna-gp]
     python benchmarks/optimizers/quality.py --only "bo,bo[acquisition=ucb]"   # an ablation of bo's options
+    python benchmarks/optimizers/quality.py --functions held-out            # the eight functions held out
 
 Optuna's GPSampler needs torch, BoTorch its package (`make bench` installs both:
 requirements/bench.txt). Each run uses one thread (``OMP_NUM_THREADS=1`` unless set):
@@ -29,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from functions import FUNCTIONS
+from functions import ALL_FUNCTIONS, FUNCTIONS, HELD_OUT
 from runners import ALL, run, split_names
 
 CASES: list[tuple[str, int]] = []
@@ -38,7 +39,7 @@ CASES: list[tuple[str, int]] = []
 def _task(args: tuple[str, str, int, int]) -> tuple[str, str, int, int, float, float]:
     opt, fn, batch, seed = args
     t0 = time.perf_counter()
-    regret = run(opt, FUNCTIONS[fn], seed, batch)
+    regret = run(opt, ALL_FUNCTIONS[fn], seed, batch)
     return opt, fn, batch, seed, regret, time.perf_counter() - t0
 
 
@@ -47,14 +48,19 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--procs", type=int, default=2, help="runs at once (processes)")
     ap.add_argument("--pending", default="4,16", help="batch tables: evaluations in flight")
-    ap.add_argument("--functions", default=",".join(FUNCTIONS))
+    ap.add_argument(
+        "--functions", default=",".join(FUNCTIONS), help="comma-separated names; held-out: the functions in HELD_OUT"
+    )
     ap.add_argument("--only", default=",".join(ALL), help="comma-separated optimizers")
     ap.add_argument(
         "--json", type=Path, help="write every run's regret here; runs already in the file are not run again"
     )
     args = ap.parse_args()
     opts = split_names(args.only)
-    fns = args.functions.split(",")
+    fns = [f for name in args.functions.split(",") for f in (HELD_OUT if name == "held-out" else [name])]
+    unknown = [f for f in fns if f not in ALL_FUNCTIONS]
+    if unknown:
+        ap.error(f"--functions: unknown {', '.join(unknown)}; allowed: {', '.join(ALL_FUNCTIONS)}, or held-out")
     CASES[:] = [(fn, w) for w in [1, *(int(p) for p in args.pending.split(",") if p)] for fn in fns]
     done = _load(args.json) if args.json and args.json.exists() else {}
     tasks = [

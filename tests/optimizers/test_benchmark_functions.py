@@ -1,0 +1,66 @@
+"""The optimizer benchmarks' test functions: each stated minimum is the function's
+value at its known minimizer and lies below every sampled value, so a regret of 0 means
+the optimum was found; and ``quality.py`` runs on the held-out functions end to end."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "benchmarks/optimizers"))
+from functions import ALL_FUNCTIONS, FUNCTIONS, HELD_OUT
+
+_DIXON = 2.0 ** (-(2.0 ** np.arange(1, 7) - 2) / 2.0 ** np.arange(1, 7))
+MINIMIZERS = {
+    "branin": [math.pi, 2.275],
+    "hartmann6": [0.20169, 0.150011, 0.476874, 0.275332, 0.311652, 0.6573],
+    "rosenbrock4": [1.0] * 4,
+    "ackley10": [0.0] * 10,
+    "levy8": [1.0] * 8,
+    "ellipsoid5": [1.5] * 5,
+    "styblinski4": [-2.903534027771178] * 4,
+    "camel": [0.0898, -0.7126],
+    "griewank6": [0.0] * 6,
+    "michalewicz5": [2.202906, 1.570796, 1.284992, 1.923058, 1.720470],
+    "shekel10": [4.00075] * 4,
+    "powell8": [0.0] * 8,
+    "rastrigin4": [0.0] * 4,
+    "dixon6": list(_DIXON),
+}
+
+
+def test_every_function_has_a_minimizer_here_and_the_held_out_ones_are_apart() -> None:
+    assert set(MINIMIZERS) == set(ALL_FUNCTIONS)
+    assert not set(FUNCTIONS) & set(HELD_OUT) and len(HELD_OUT) == 8
+
+
+@pytest.mark.parametrize("name", list(ALL_FUNCTIONS))
+def test_the_stated_minimum_is_reached_at_the_minimizer_and_nothing_sampled_is_below_it(name: str) -> None:
+    fn = ALL_FUNCTIONS[name]
+    x = np.array(MINIMIZERS[name])
+    lo, hi = np.array(fn.bounds).T
+    assert np.all((lo <= x) & (x <= hi)), "the minimizer lies in the domain"
+    assert abs(fn.f(x) - fn.minimum) < 1e-3 * max(1.0, abs(fn.minimum)), (fn.f(x), fn.minimum)
+    rng = np.random.default_rng(0)
+    X = lo + rng.random((20_000, fn.dim)) * (hi - lo)
+    # Near the minimizer too: a stated minimum above the true one shows up there first.
+    X = np.vstack([X, np.clip(x + rng.normal(size=(2_000, fn.dim)) * 1e-3 * (hi - lo), lo, hi)])
+    assert min(fn.f(row) for row in X) >= fn.minimum - 1e-6 * max(1.0, abs(fn.minimum))
+
+
+def test_quality_runs_the_held_out_functions_and_names_an_unknown_one() -> None:
+    script = str(ROOT / "benchmarks/optimizers/quality.py")
+    out = subprocess.run([sys.executable, script, "--functions", "held-out", "--only", "random", "--seeds", "2",
+                          "--pending", "", "--procs", "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [line.split()[0] for line in out.stdout.splitlines() if line.split()[:1] and line.split()[0] in HELD_OUT]
+    assert rows == list(HELD_OUT), out.stdout
+    bad = subprocess.run([sys.executable, script, "--functions", "branin,nope"], capture_output=True, text=True,
+                         timeout=60)  # fmt: skip
+    assert bad.returncode == 2 and "--functions: unknown nope" in bad.stderr, bad.stderr
