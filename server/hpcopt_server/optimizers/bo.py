@@ -497,13 +497,19 @@ class _Balls:
 
 
 class _Refit:
-    """One hyper-parameter refit, in a thread (``background``) or at once."""
+    """One hyper-parameter refit, in a thread (``background``) or at once.
+
+    The thread is not a daemon: a process that ends during a refit waits for it (under a
+    second at the default ``fit_subsample``). A daemon thread was ended by the exiting
+    interpreter with ``pthread_exit`` when it took the GIL back inside numpy's C++ code
+    (``np.unique``), and the unwinding aborted the whole process ("terminate called
+    without an active exception", exit 134; ``tests/optimizers/test_refit_thread.py``)."""
 
     def __init__(self, point: int, fit: Callable[[int], object], background: bool):
         self.point = point
         self._value: object = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fit,), name=f"gp-refit-{point}", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(fit,), name=f"gp-refit-{point}")
         self._thread.start()
         if not background:
             self._thread.join()
