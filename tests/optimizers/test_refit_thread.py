@@ -1,11 +1,11 @@
 """A process that ends while bo refits in the background ends cleanly.
 
 At interpreter exit CPython ends a daemon thread that wants the GIL back with
-``pthread_exit``; unwinding through a ``noexcept`` C++ frame (numpy's linear algebra
-releases the GIL inside C++ code) then calls ``std::terminate``: the process printed
-"terminate called without an active exception" and aborted (exit 134) whenever it
-ended during a refit, as a server stopped mid-refit or a benchmark's last run did (seen
-in numpy's hash-based ``np.unique`` of integers, called within the refit).
+``pthread_exit``. When that happens inside C++ code (numpy's hash-based ``np.unique``
+of integers, called within the refit, releases the GIL and takes it back inside one
+C++ function), the forced unwind calls ``std::terminate``: the process printed
+"terminate called without an active exception" and aborted (exit 134) when it ended
+during a refit, as a server stopped mid-refit or a benchmark's last run could.
 """
 
 from __future__ import annotations
