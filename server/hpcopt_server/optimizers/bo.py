@@ -499,8 +499,8 @@ class _Balls:
 class _Refit:
     """One hyper-parameter refit, in a thread (``background``) or at once.
 
-    The thread is not a daemon: a process that ends during a refit waits for it (under a
-    second at the default ``fit_subsample``). A daemon thread was ended by the exiting
+    The thread is not a daemon: a process that ends during a refit waits for it
+    (``DENSE_REFITS`` says what one costs). A daemon thread was ended by the exiting
     interpreter with ``pthread_exit`` when it took the GIL back inside numpy's C++ code
     (``np.unique``), and the unwinding aborted the whole process ("terminate called
     without an active exception", exit 134; ``tests/optimizers/test_refit_thread.py``)."""
