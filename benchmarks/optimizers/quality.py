@@ -10,6 +10,10 @@ Optuna's GPSampler and TPESampler, and random search, all in the same run.
     python benchmarks/optimizers/quality.py --only "bo,bo[acquisition=ucb]"   # an ablation of bo's options
     python benchmarks/optimizers/quality.py --functions held-out            # the eight functions held out
 
+With two or more optimizers the runs are also paired by seed with the first one named:
+in how many the other ended lower, higher or the same, and the sign test's two-sided
+p-value (a change is more than the spread between seeds only where p is small).
+
 Optuna's GPSampler needs torch, BoTorch its package (`make bench` installs both:
 requirements/bench.txt). Each run uses one thread (``OMP_NUM_THREADS=1`` unless set):
 BoTorch's results change with torch's thread count, and a seed's regret should not
@@ -136,6 +140,43 @@ def _table(results: Results, opts: list[str]) -> None:
             ratios = [medians[(ours, f, pending)] / max(medians[(ours, f, 1)], 1e-12) for f in fns]
             print(f"{pending} pending: {ours}'s regret over its sequential regret: "
                   + ", ".join(f"{f} {r:.2f}" for f, r in zip(fns, ratios, strict=True)))  # fmt: skip
+    if len(opts) > 1:
+        _paired(results, opts)
+
+
+def sign_test(first: dict[int, float], other: dict[int, float]) -> tuple[int, int, int, float]:
+    """Runs paired by seed: in how many ``other`` ended lower than ``first``, higher, the
+    same, and the sign test's two-sided p-value over the runs that differ (1 if none do)."""
+    from scipy.stats import binomtest
+
+    seeds = sorted(set(first) & set(other))
+    lower = sum(other[s] < first[s] for s in seeds)
+    higher = sum(other[s] > first[s] for s in seeds)
+    p = float(binomtest(lower, lower + higher, 0.5).pvalue) if lower + higher else 1.0
+    return lower, higher, len(seeds) - lower - higher, p
+
+
+def _paired(results: Results, opts: list[str]) -> None:
+    """Each optimizer after the first against the first, run by run on the same seeds: a
+    median alone hides whether a change is more than the spread between seeds."""
+    first = opts[0]
+    width = max(len(o) for o in opts[1:]) + 2
+    print(
+        f"\npaired by seed with {first}: median {first} -> other, and in how many runs the other ended lower /"
+        " higher / the same (sign test, two-sided p)\n"
+    )
+    for fn, b in CASES:
+        for o in opts[1:]:
+            a, v = results.get((first, fn, b), {}), results.get((o, fn, b), {})
+            if not set(a) & set(v):
+                continue
+            seeds = sorted(set(a) & set(v))
+            lower, higher, same, p = sign_test(a, v)
+            title = "one at a time" if b == 1 else f"{b} pending"
+            print(
+                f"{fn:<14}{title:<15}{o:<{width}} {np.median([a[s] for s in seeds]):.3g} -> "
+                f"{np.median([v[s] for s in seeds]):.3g}   {lower} / {higher} / {same} of {len(seeds)}  p = {p:.2g}"
+            )
 
 
 if __name__ == "__main__":

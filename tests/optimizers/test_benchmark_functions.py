@@ -1,12 +1,14 @@
 """The optimizer benchmarks' test functions: each stated minimum is the function's
 value at its known minimizer and lies below every sampled value, so a regret of 0 means
-the optimum was found; and ``quality.py`` runs on the held-out functions end to end."""
+the optimum was found; ``quality.py`` runs on the held-out functions end to end, and
+pairs each optimizer's runs with the first one's by seed (counts and a sign test)."""
 
 from __future__ import annotations
 
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,3 +66,37 @@ def test_quality_runs_the_held_out_functions_and_names_an_unknown_one() -> None:
     bad = subprocess.run([sys.executable, script, "--functions", "branin,nope"], capture_output=True, text=True,
                          timeout=60)  # fmt: skip
     assert bad.returncode == 2 and "--functions: unknown nope" in bad.stderr, bad.stderr
+
+
+def test_the_sign_test_counts_runs_paired_by_seed_and_leaves_ties_out() -> None:
+    from quality import sign_test
+
+    first = {s: 1.0 for s in range(20)}
+    # 14 of 20 lower is within chance (p 0.12), 17 of 20 is not (p 0.0026): the figures
+    # docs/benchmarks.md reads splits by.
+    assert sign_test(first, {s: 0.5 if s < 14 else 2.0 for s in range(20)})[:3] == (14, 6, 0)
+    assert sign_test(first, {s: 0.5 if s < 14 else 2.0 for s in range(20)})[3] == pytest.approx(0.1153, abs=1e-4)
+    assert sign_test(first, {s: 0.5 if s < 17 else 2.0 for s in range(20)})[3] == pytest.approx(0.0026, abs=1e-4)
+    # Ties are counted apart and left out of the test; only seeds both ran are paired.
+    lower, higher, same, p = sign_test(first, {0: 0.5, 1: 1.0, 2: 1.0, 3: 2.0, 99: 0.0})
+    assert (lower, higher, same) == (1, 1, 2) and p == 1.0
+    assert sign_test(first, {0: 1.0})[3] == 1.0
+
+
+def test_quality_pairs_each_optimizer_with_the_first_by_seed(tmp_path: Path) -> None:
+    import json
+
+    from quality import sign_test
+
+    script = str(ROOT / "benchmarks/optimizers/quality.py")
+    runs = tmp_path / "runs.json"
+    out = subprocess.run([sys.executable, script, "--functions", "branin", "--only", "random,ea", "--seeds", "5",
+                          "--pending", "", "--procs", "1", "--json", str(runs)], capture_output=True, text=True,
+                         timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    stored = {k: {int(s): v for s, v in r.items()} for k, r in json.loads(runs.read_text()).items()}
+    lower, higher, same, _ = sign_test(stored["random/branin/1"], stored["ea/branin/1"])
+    [row] = [line for line in out.stdout.splitlines() if line.startswith("branin") and " -> " in line]
+    assert (
+        row.split()[:6] == ["branin", "one", "at", "a", "time", "ea"] and f"{lower} / {higher} / {same} of 5" in row
+    ), row
