@@ -168,9 +168,9 @@ def _paired(results: Results, opts: list[str]) -> None:
     for fn, b in CASES:
         for o in opts[1:]:
             a, v = results.get((first, fn, b), {}), results.get((o, fn, b), {})
-            if not set(a) & set(v):
-                continue
             seeds = sorted(set(a) & set(v))
+            if not seeds:
+                continue
             lower, higher, same, p = sign_test(a, v)
             title = "one at a time" if b == 1 else f"{b} pending"
             print(

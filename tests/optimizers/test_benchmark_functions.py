@@ -74,8 +74,8 @@ def test_the_sign_test_counts_runs_paired_by_seed_and_leaves_ties_out() -> None:
     first = {s: 1.0 for s in range(20)}
     # 14 of 20 lower is within chance (p 0.12), 17 of 20 is not (p 0.0026): the figures
     # docs/benchmarks.md reads splits by.
-    assert sign_test(first, {s: 0.5 if s < 14 else 2.0 for s in range(20)})[:3] == (14, 6, 0)
-    assert sign_test(first, {s: 0.5 if s < 14 else 2.0 for s in range(20)})[3] == pytest.approx(0.1153, abs=1e-4)
+    lower, higher, same, p = sign_test(first, {s: 0.5 if s < 14 else 2.0 for s in range(20)})
+    assert (lower, higher, same) == (14, 6, 0) and p == pytest.approx(0.1153, abs=1e-4)
     assert sign_test(first, {s: 0.5 if s < 17 else 2.0 for s in range(20)})[3] == pytest.approx(0.0026, abs=1e-4)
     # Ties are counted apart and left out of the test; only seeds both ran are paired.
     lower, higher, same, p = sign_test(first, {0: 0.5, 1: 1.0, 2: 1.0, 3: 2.0, 99: 0.0})
