@@ -21,11 +21,14 @@ untracked() { git status --porcelain --untracked-files=all 2>/dev/null | grep '^
 before=$(untracked)
 echo "== pytest"
 # Each test has its own limit (pytest-timeout); this bounds the whole run so a
-# systematic hang ends with pytest's summary instead of an outside kill.
+# systematic hang ends with pytest's summary instead of an outside kill. It is a bound
+# for hangs, not a time target: whole runs on the 2-core development machines took 23 to
+# 34 minutes, so 60 minutes leaves room on a slow day and stays inside CI's 90.
+limit=${HPCOPT_TEST_LIMIT_S:-3600}
 set +e
-timeout -s INT -k 120 "${HPCOPT_TEST_LIMIT_S:-2400}" pytest "$@"
+timeout -s INT -k 120 "$limit" pytest "$@"
 rc=$?
-if [ "$rc" = 124 ]; then echo "pytest ran past ${HPCOPT_TEST_LIMIT_S:-2400} s"; fi
+if [ "$rc" = 124 ]; then echo "pytest ran past $limit s"; fi
 set -e
 # pytest's 5 means no test ran: that is a failure here, not a pass.
 if [ "$rc" = 5 ]; then echo "no tests ran"; exit 1; fi
