@@ -6,6 +6,7 @@ import argparse
 import errno
 import logging
 import os
+import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -366,14 +367,36 @@ def _serve(args: argparse.Namespace) -> int:
         idle_timeout=settings.idle_timeout,
         log_level=args.log_level.lower(),
     )
+    # uvicorn stops gracefully on SIGTERM or SIGINT, then raises the signal again to end the
+    # process as the signal would. SIGTERM's default action ended it before the clean-up
+    # below (gRPC's graceful stop, the children, the private socket directory), and SIGINT
+    # printed a KeyboardInterrupt traceback. Raised as exceptions, both run the clean-up;
+    # then SIGTERM ends the process as SIGTERM does and Ctrl-C exits with 130, quietly.
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
-        HttpServer(config).run(sockets=[http_socket])
+        try:
+            HttpServer(config).run(sockets=[http_socket])
+        finally:
+            children.stop(grace=5)
+            service.reaper.stop()
+            grpc.stop(grace=5)
+            storage.close()
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
     finally:
-        children.stop(grace=5)
-        service.reaper.stop()
-        grpc.stop(grace=5)
-        storage.close()
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived (``serve``: after uvicorn's graceful stop)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings) -> int:
