@@ -23,6 +23,7 @@ depend on how many cores a machine has; ``--procs`` runs that many at once. Noth
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -66,7 +67,19 @@ def main() -> int:
     if unknown:
         ap.error(f"--functions: unknown {', '.join(unknown)}; allowed: {', '.join(ALL_FUNCTIONS)}, or held-out")
     CASES[:] = [(fn, w) for w in [1, *(int(p) for p in args.pending.split(",") if p)] for fn in fns]
-    done = _load(args.json) if args.json and args.json.exists() else {}
+    here = machine()
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in here.items()))
+    done, made_on = _load(args.json) if args.json and args.json.exists() else ({}, here)
+    record = made_on if made_on is not None else ({} if done else here)  # {}: runs of an unrecorded machine
+    if made_on != here:
+        # Resuming mixes the two: the peers on torch may give other regrets for the same seeds.
+        print(
+            f"quality.py: the runs in {args.json} were made on "
+            + (", ".join(f"{k} {v}" for k, v in made_on.items()) if made_on else "an unrecorded machine")
+            + "; this one differs, so their regrets may not be what this machine gives (use a new --json file "
+            "to compare like with like)",
+            file=sys.stderr,
+        )
     tasks = [
         (o, fn, b, s) for fn, b in CASES for o in opts for s in range(args.seeds) if s not in done.get((o, fn, b), {})
     ]
@@ -83,7 +96,7 @@ def main() -> int:
             results.setdefault((o, fn, b), {})[s] = regret
             seconds[o] = seconds.get(o, 0.0) + dt
             if args.json:  # after every run: a long run stopped early keeps what it measured
-                _dump(args.json, results)
+                _dump(args.json, results, record)
             print(f"\r{i}/{len(tasks)} runs, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     _table({k: {s: r for s, r in v.items() if s < args.seeds} for k, v in results.items()}, opts)
@@ -94,19 +107,45 @@ def main() -> int:
 Results = dict[tuple[str, str, int], dict[int, float]]
 
 
-def _dump(path: Path, results: Results) -> None:
-    """``{"optimizer/function/pending": {"seed": regret}}``, replaced whole."""
+def machine() -> dict[str, str]:
+    """What a run's regrets may depend on beyond the seed and the code: the CPU and the
+    numeric packages' versions. BoTorch's median on Ackley-10 with 4 pending, seeds 0-9,
+    was 2.03 in the runs of 2026-11-26 and 1.61 on 2026-11-27 (an AMD EPYC), with the
+    same pinned versions; ``bo``'s regrets were the same on both days."""
+    import platform
+    from importlib import metadata
+
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        names = [line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    out = {"cpu": cpu}
+    for package in ("numpy", "scipy", "torch", "botorch", "optuna", "scikit-optimize"):
+        try:
+            out[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out[package] = "-"
+    return out
+
+
+def _dump(path: Path, results: Results, made_on: dict[str, str]) -> None:
+    """``{"optimizer/function/pending": {"seed": regret}, "_machine": machine()}``, replaced whole."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({f"{o}/{fn}/{b}": r for (o, fn, b), r in results.items()}, indent=1))
+    data: dict[str, object] = {f"{o}/{fn}/{b}": r for (o, fn, b), r in results.items()}
+    tmp.write_text(json.dumps({**data, "_machine": made_on}, indent=1))
     tmp.replace(path)
 
 
-def _load(path: Path) -> Results:
+def _load(path: Path) -> tuple[Results, dict[str, str] | None]:
+    """The runs in a ``--json`` file, and the machine they were made on (None: not recorded)."""
     out: Results = {}
-    for key, runs in json.loads(path.read_text()).items():
+    data = json.loads(path.read_text())
+    made_on = data.pop("_machine", None)
+    for key, runs in data.items():
         o, fn, b = key.rsplit("/", 2)
         out[(o, fn, int(b))] = {int(s): float(r) for s, r in runs.items()}
-    return out
+    return out, made_on
 
 
 def _table(results: Results, opts: list[str]) -> None:

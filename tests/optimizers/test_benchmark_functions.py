@@ -94,9 +94,21 @@ def test_quality_pairs_each_optimizer_with_the_first_by_seed(tmp_path: Path) -> 
                           "--pending", "", "--procs", "1", "--json", str(runs)], capture_output=True, text=True,
                          timeout=300)  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
-    stored = {k: {int(s): v for s, v in r.items()} for k, r in json.loads(runs.read_text()).items()}
+    data = json.loads(runs.read_text())
+    made_on = data.pop("_machine")
+    stored = {k: {int(s): v for s, v in r.items()} for k, r in data.items()}
     lower, higher, same, _ = sign_test(stored["random/branin/1"], stored["ea/branin/1"])
     [row] = [line for line in out.stdout.splitlines() if line.startswith("branin") and " -> " in line]
     assert (
         row.split()[:6] == ["branin", "one", "at", "a", "time", "ea"] and f"{lower} / {higher} / {same} of 5" in row
     ), row
+
+    # The file names the machine its runs were made on; resumed on another, it says so.
+    assert out.stdout.startswith("machine: cpu ") and made_on["cpu"] in out.stdout.splitlines()[0], out.stdout[:500]
+    assert "differs" not in out.stderr, out.stderr[-2000:]
+    runs.write_text(json.dumps({**data, "_machine": {**made_on, "cpu": "another CPU"}}))
+    again = subprocess.run([sys.executable, script, "--functions", "branin", "--only", "random,ea", "--seeds", "5",
+                            "--pending", "", "--procs", "1", "--json", str(runs)], capture_output=True, text=True,
+                           timeout=300)  # fmt: skip
+    assert again.returncode == 0 and "were made on cpu another CPU" in again.stderr, again.stderr[-2000:]
+    assert json.loads(runs.read_text())["_machine"]["cpu"] == "another CPU"  # the runs' machine, kept
