@@ -47,12 +47,12 @@ patchelf = sys.argv[1]
 root = importlib.util.find_spec("horovod").submodule_search_locations[0]
 torch_lib = os.path.join(os.path.dirname(importlib.util.find_spec("torch").origin), "lib")
 venv_lib = os.path.join(sys.prefix, "lib")
+dirs = [torch_lib] + ([venv_lib] if glob.glob(os.path.join(venv_lib, "libmpi*.so*")) else [])
+ours = {os.path.realpath(d) for d in dirs}
 for so in glob.glob(os.path.join(root, "**", "*.so"), recursive=True):
     here = os.path.dirname(so)
-    dirs = [torch_lib] + ([venv_lib] if glob.glob(os.path.join(venv_lib, "libmpi*.so*")) else [])
     old = subprocess.run([patchelf, "--print-rpath", so], check=True, capture_output=True, text=True).stdout.strip()
     # A system MPI's directory stays, after these; entries that no longer exist go.
-    ours = {os.path.realpath(d) for d in dirs}
     keep = [d for d in old.split(":") if d and "$ORIGIN" not in d and os.path.isdir(d) and os.path.realpath(d) not in ours]
     new = ":".join(["$ORIGIN/" + os.path.relpath(d, here) for d in dirs] + keep)
     subprocess.run([patchelf, "--set-rpath", new, so], check=True)

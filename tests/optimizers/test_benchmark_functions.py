@@ -88,11 +88,10 @@ def test_quality_pairs_each_optimizer_with_the_first_by_seed(tmp_path: Path) -> 
 
     from quality import sign_test
 
-    script = str(ROOT / "benchmarks/optimizers/quality.py")
     runs = tmp_path / "runs.json"
-    out = subprocess.run([sys.executable, script, "--functions", "branin", "--only", "random,ea", "--seeds", "5",
-                          "--pending", "", "--procs", "1", "--json", str(runs)], capture_output=True, text=True,
-                         timeout=300)  # fmt: skip
+    command = [sys.executable, str(ROOT / "benchmarks/optimizers/quality.py"), "--functions", "branin", "--only",
+               "random,ea", "--seeds", "5", "--pending", "", "--procs", "1", "--json", str(runs)]  # fmt: skip
+    out = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(runs.read_text())
     made_on = data.pop("_machine")
@@ -107,8 +106,6 @@ def test_quality_pairs_each_optimizer_with_the_first_by_seed(tmp_path: Path) -> 
     assert out.stdout.startswith("machine: cpu ") and made_on["cpu"] in out.stdout.splitlines()[0], out.stdout[:500]
     assert "differs" not in out.stderr, out.stderr[-2000:]
     runs.write_text(json.dumps({**data, "_machine": {**made_on, "cpu": "another CPU"}}))
-    again = subprocess.run([sys.executable, script, "--functions", "branin", "--only", "random,ea", "--seeds", "5",
-                            "--pending", "", "--procs", "1", "--json", str(runs)], capture_output=True, text=True,
-                           timeout=300)  # fmt: skip
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "were made on cpu another CPU" in again.stderr, again.stderr[-2000:]
     assert json.loads(runs.read_text())["_machine"]["cpu"] == "another CPU"  # the runs' machine, kept
