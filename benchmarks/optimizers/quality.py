@@ -9,6 +9,7 @@ Optuna's GPSampler and TPESampler, and random search, all in the same run.
     python benchmarks/optimizers/quality.py [--seeds 10] [--procs 2] [--pending 4,16] [--only bo,optuna-gp]
     python benchmarks/optimizers/quality.py --only "bo,bo[acquisition=ucb]"   # an ablation of bo's options
     python benchmarks/optimizers/quality.py --functions held-out            # the eight functions held out
+    python benchmarks/optimizers/quality.py --at 0.5                        # the regret halfway through each run
 
 With two or more optimizers the runs are also paired by seed with the first one named:
 in how many the other ended lower, higher or the same, and the sign test's two-sided
@@ -41,11 +42,27 @@ from runners import ALL, run, split_names
 CASES: list[tuple[str, int]] = []
 
 
-def _task(args: tuple[str, str, int, int]) -> tuple[str, str, int, int, float, float]:
-    opt, fn, batch, seed = args
+def evaluations_at(fraction: float, budget: int) -> int:
+    """The evaluations after which ``--at fraction`` reads a run's regret: at least one."""
+    return max(1, round(fraction * budget))
+
+
+def _task(args: tuple[str, str, int, int, float]) -> tuple[str, str, int, int, float, float]:
+    opt, fn, batch, seed, at = args
     t0 = time.perf_counter()
-    regret = run(opt, ALL_FUNCTIONS[fn], seed, batch)
+    f = ALL_FUNCTIONS[fn]
+    regret = run(opt, f, seed, batch, evaluations_at(at, f.budget))
     return opt, fn, batch, seed, regret, time.perf_counter() - t0
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction of the budget in (0, 1]")
+    return value
 
 
 def main() -> int:
@@ -60,6 +77,11 @@ def main() -> int:
     ap.add_argument(
         "--json", type=Path, help="write every run's regret here; runs already in the file are not run again"
     )
+    ap.add_argument(
+        "--at", type=_fraction, default=1.0, metavar="FRACTION",
+        help="the regret after this fraction of each function's budget (default 1: the final regret); the "
+        "optimizers are still told the whole budget",
+    )  # fmt: skip
     args = ap.parse_args()
     opts = split_names(args.only)
     fns = [f for name in args.functions.split(",") for f in (HELD_OUT if name == "held-out" else [name])]
@@ -69,7 +91,9 @@ def main() -> int:
     CASES[:] = [(fn, w) for w in [1, *(int(p) for p in args.pending.split(",") if p)] for fn in fns]
     here = machine()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in here.items()))
-    done, made_on = _load(args.json) if args.json and args.json.exists() else ({}, here)
+    done, made_on, at = _load(args.json) if args.json and args.json.exists() else ({}, here, args.at)
+    if at != args.at:
+        ap.error(f"--json: {args.json} holds regrets at --at {at:g}, not {args.at:g}; use another file")
     record = made_on if made_on is not None else ({} if done else here)  # {}: runs of an unrecorded machine
     if made_on != here:
         # Resuming mixes the two: the peers on torch may give other regrets for the same seeds.
@@ -81,7 +105,11 @@ def main() -> int:
             file=sys.stderr,
         )
     tasks = [
-        (o, fn, b, s) for fn, b in CASES for o in opts for s in range(args.seeds) if s not in done.get((o, fn, b), {})
+        (o, fn, b, s, args.at)
+        for fn, b in CASES
+        for o in opts
+        for s in range(args.seeds)
+        if s not in done.get((o, fn, b), {})
     ]
     # The slow peers first, so the pool stays busy to the end.
     tasks.sort(key=lambda t: t[0] not in ("botorch", "skopt", "optuna-gp"))
@@ -96,9 +124,12 @@ def main() -> int:
             results.setdefault((o, fn, b), {})[s] = regret
             seconds[o] = seconds.get(o, 0.0) + dt
             if args.json:  # after every run: a long run stopped early keeps what it measured
-                _dump(args.json, results, record)
+                _dump(args.json, results, record, args.at)
             print(f"\r{i}/{len(tasks)} runs, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
+    if args.at < 1:
+        print("\nregret after " + ", ".join(f"{fn} {evaluations_at(args.at, ALL_FUNCTIONS[fn].budget)} of "
+              f"{ALL_FUNCTIONS[fn].budget}" for fn in fns) + " evaluations (--at)")  # fmt: skip
     _table({k: {s: r for s, r in v.items() if s < args.seeds} for k, v in results.items()}, opts)
     print("\nCPU seconds per optimizer (runs made now): " + ", ".join(f"{o} {seconds.get(o, 0):.0f}" for o in opts))
     return 0
@@ -129,23 +160,26 @@ def machine() -> dict[str, str]:
     return out
 
 
-def _dump(path: Path, results: Results, made_on: dict[str, str]) -> None:
-    """``{"optimizer/function/pending": {"seed": regret}, "_machine": machine()}``, replaced whole."""
+def _dump(path: Path, results: Results, made_on: dict[str, str], at: float) -> None:
+    """``{"optimizer/function/pending": {"seed": regret}, "_machine": machine()}``, and
+    ``"_at"`` when the regrets are not final ones (``--at``); replaced whole."""
     tmp = path.with_suffix(".tmp")
     data: dict[str, object] = {f"{o}/{fn}/{b}": r for (o, fn, b), r in results.items()}
-    tmp.write_text(json.dumps({**data, "_machine": made_on}, indent=1))
+    tmp.write_text(json.dumps({**data, "_machine": made_on, **({"_at": at} if at != 1 else {})}, indent=1))
     tmp.replace(path)
 
 
-def _load(path: Path) -> tuple[Results, dict[str, str] | None]:
-    """The runs in a ``--json`` file, and the machine they were made on (None: not recorded)."""
+def _load(path: Path) -> tuple[Results, dict[str, str] | None, float]:
+    """The runs in a ``--json`` file, the machine they were made on (None: not recorded)
+    and the fraction of the budget their regrets were read at."""
     out: Results = {}
     data = json.loads(path.read_text())
     made_on = data.pop("_machine", None)
+    at = float(data.pop("_at", 1.0))
     for key, runs in data.items():
         o, fn, b = key.rsplit("/", 2)
         out[(o, fn, int(b))] = {int(s): float(r) for s, r in runs.items()}
-    return out, made_on
+    return out, made_on, at
 
 
 def _table(results: Results, opts: list[str]) -> None:

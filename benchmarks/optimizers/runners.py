@@ -194,26 +194,30 @@ def make(name: str, space: dict[str, Any], seed: int, budget: int = 0) -> Any:
     return Optuna(name.split("-")[1], space, seed)
 
 
-def run(name: str, fn: Any, seed: int, workers: int = 1) -> float:
+def run(name: str, fn: Any, seed: int, workers: int = 1, evaluations: int | None = None) -> float:
     """Final simple regret of one run of ``fn.budget`` evaluations with ``workers``
     evaluations in flight: after the first ``workers`` suggestions, the oldest pending
     one finishes and one new suggestion is made while ``workers - 1`` are pending (an
     agent that finishes asks again at once; ours and BoTorch are told what is pending,
-    Optuna sees its RUNNING trials, skopt is asked as a user would, without them)."""
+    Optuna sees its RUNNING trials, skopt is asked as a user would, without them).
+    ``evaluations``: the regret after that many results instead, the optimizer still
+    told the whole budget (what a run stopped early has found, not a shorter run)."""
     opt = make(name, fn.space(), seed, fn.budget)
+    stop = fn.budget if evaluations is None else min(evaluations, fn.budget)
     if workers == 1:
         best = np.inf
-        for _ in range(fn.budget):
+        for _ in range(stop):
             [p] = opt.ask(1)
             value = fn(p)
             opt.tell([(p, value)])
             best = min(best, value)
         return float(best - fn.minimum)
     if isinstance(opt, Optuna):
-        return _run_optuna_async(opt, fn, workers)
+        return _run_optuna_async(opt, fn, workers, stop)
     pending = opt.ask(min(workers, fn.budget))
-    best, asked = np.inf, workers
-    while pending:
+    best, asked, told = np.inf, workers, 0
+    while pending and told < stop:
+        told += 1
         p = pending.pop(0)
         value = fn(p)
         opt.tell([(p, value)])
@@ -224,10 +228,11 @@ def run(name: str, fn: Any, seed: int, workers: int = 1) -> float:
     return float(best - fn.minimum)
 
 
-def _run_optuna_async(opt: Optuna, fn: Any, workers: int) -> float:
+def _run_optuna_async(opt: Optuna, fn: Any, workers: int, stop: int) -> float:
     trials = [opt.study.ask(opt.dists) for _ in range(min(workers, fn.budget))]
-    best, asked = np.inf, workers
-    while trials:
+    best, asked, told = np.inf, workers, 0
+    while trials and told < stop:
+        told += 1
         trial = trials.pop(0)
         value = fn(dict(trial.params))
         opt.study.tell(trial, value)

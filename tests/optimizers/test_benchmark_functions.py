@@ -1,7 +1,8 @@
 """The optimizer benchmarks' test functions: each stated minimum is the function's
 value at its known minimizer and lies below every sampled value, so a regret of 0 means
-the optimum was found; ``quality.py`` runs on the held-out functions end to end, and
-pairs each optimizer's runs with the first one's by seed (counts and a sign test)."""
+the optimum was found; ``quality.py`` runs on the held-out functions end to end,
+pairs each optimizer's runs with the first one's by seed (counts and a sign test), and
+reads the regret part way through a run (``--at``)."""
 
 from __future__ import annotations
 
@@ -109,3 +110,42 @@ def test_quality_pairs_each_optimizer_with_the_first_by_seed(tmp_path: Path) -> 
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "were made on cpu another CPU" in again.stderr, again.stderr[-2000:]
     assert json.loads(runs.read_text())["_machine"]["cpu"] == "another CPU"  # the runs' machine, kept
+
+
+def test_quality_at_reads_the_best_regret_after_that_share_of_the_budget(tmp_path: Path) -> None:
+    import json
+
+    from runners import make
+
+    script = str(ROOT / "benchmarks/optimizers/quality.py")
+    base = [sys.executable, script, "--functions", "branin", "--only", "random", "--seeds", "3", "--pending", "4",
+            "--procs", "1"]  # fmt: skip
+    half, final = tmp_path / "half.json", tmp_path / "final.json"
+    outs = [subprocess.run(command, capture_output=True, text=True, timeout=300)
+            for command in ([*base, "--at", "0.5", "--json", str(half)], [*base, "--json", str(final)])]  # fmt: skip
+    assert [out.returncode for out in outs] == [0, 0], outs[0].stderr[-3000:] + outs[1].stderr[-3000:]
+    assert "regret after branin 25 of 50 evaluations (--at)" in outs[0].stdout, outs[0].stdout
+    assert "(--at)" not in outs[1].stdout, outs[1].stdout
+    at_half, at_end = json.loads(half.read_text()), json.loads(final.read_text())
+    assert at_half["_at"] == 0.5 and "_at" not in at_end
+    # One at a time: the best of the run's first 25 evaluations, the run told its whole budget.
+    fn = ALL_FUNCTIONS["branin"]
+    for seed in range(3):
+        opt, best = make("random", fn.space(), seed, fn.budget), math.inf
+        for _ in range(25):
+            [p] = opt.ask(1)
+            value = fn(p)
+            opt.tell([(p, value)])
+            best = min(best, value)
+        assert at_half["random/branin/1"][str(seed)] == pytest.approx(best - fn.minimum, rel=1e-12)
+    # With 4 pending too: never below the final regret of the same seed, and above it somewhere.
+    for key in ("random/branin/1", "random/branin/4"):
+        halves, ends = at_half[key], at_end[key]
+        assert all(halves[s] >= ends[s] for s in ends) and any(halves[s] > ends[s] for s in ends), (halves, ends)
+
+    # A file of half-way regrets is not resumed as final ones, and a share must be in (0, 1].
+    mixed = subprocess.run([*base, "--json", str(half)], capture_output=True, text=True, timeout=120)
+    assert mixed.returncode == 2 and "holds regrets at --at 0.5, not 1" in mixed.stderr, mixed.stderr[-2000:]
+    for bad in ("0", "1.5", "half"):
+        out = subprocess.run([*base, "--at", bad], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and "argument --at" in out.stderr and "(0, 1]" in out.stderr, out.stderr
