@@ -23,8 +23,8 @@ echo "== pytest"
 # Two worker processes (pytest-xdist), each taking a whole test file at a time
 # (--dist loadfile): a file's tests run in order in one process, as they do alone, and
 # only tests of different files overlap. Much of the suite waits on servers, mpiexec,
-# Slurm and the browser, so two workers on 2 cores took the run from 28 to about 20
-# minutes. HPCOPT_TEST_WORKERS=0 runs it in one process, as before.
+# Slurm and the browser: on the 2-core development machine pytest took 28 minutes in one
+# process and 19 in two. HPCOPT_TEST_WORKERS=0 runs it in one process.
 workers=${HPCOPT_TEST_WORKERS:-2}
 case "$workers" in '' | *[!0-9]*) echo "HPCOPT_TEST_WORKERS must be a whole number (0: one process), not '$workers'"; exit 2 ;; esac
 # Each test has its own limit (pytest-timeout); this bounds the whole run so a

@@ -22,10 +22,49 @@ IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+#: Where free_port() looks: below the kernel's ephemeral range (which bind(0) and every
+#: outgoing connection draw from, so the kernel hands these ports to no one), from here.
+_PORTS_FROM = 15000
+_port_cursor: int | None = None
+
+
+def _port_share() -> tuple[int, int]:
+    """This pytest worker's share of the ports below the ephemeral range: the two
+    workers of ``make test`` (pytest-xdist's ``gw0``, ``gw1``) never pick the same port."""
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0)
+    size = (ephemeral - _PORTS_FROM) // max(workers, 1)
+    return _PORTS_FROM + worker * size, _PORTS_FROM + (worker + 1) * size
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A port nothing listens on, for a server a test is about to start. A port taken by
+    bind(0) would be in the ephemeral range, where an outgoing connection of a busy
+    machine or of the other pytest worker may take it before the server binds it; these
+    come from this worker's own share below that range, in turn from a random start, so
+    one worker picks a port again only after its whole share."""
+    global _port_cursor
+    low, high = _port_share()
+    if high - low < 100:  # an ephemeral range reaching down below _PORTS_FROM
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+    if _port_cursor is None:
+        _port_cursor = random.Random(os.getpid()).randrange(high - low)
+    for _ in range(high - low):
+        port = low + _port_cursor % (high - low)
+        _port_cursor += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port))  # taken on any address is taken
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {low}-{high - 1}")
 
 
 def _libpq(url: str) -> str:
