@@ -26,8 +26,10 @@ the table shows the median and the spread (min-max).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -119,7 +121,9 @@ def main() -> int:
     ap.add_argument("--idle", type=float, default=30.0, help="seconds of idle to measure the busy share over")
     ap.add_argument("--live", type=float, default=2.0, help="a trial completes every this many seconds (0: none)")
     args = ap.parse_args()
-    url = f"sqlite:///{Path(tempfile.mkdtemp()) / 'bench.db'}"
+    tmp = Path(tempfile.mkdtemp(prefix="hpcopt-dash-"))
+    atexit.register(shutil.rmtree, tmp, True)  # the seeded database, gone when the run ends
+    url = f"sqlite:///{tmp / 'bench.db'}"
     upgrade(url)
     storage = Storage(url)
     service = Service(storage)

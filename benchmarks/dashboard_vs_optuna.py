@@ -17,8 +17,10 @@ TaskDuration via the DevTools protocol). Ratios are hpcopt / optuna-dashboard.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -127,7 +129,8 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--idle", type=float, default=30.0)
     args = ap.parse_args()
-    tmp = Path(tempfile.mkdtemp())
+    tmp = Path(tempfile.mkdtemp(prefix="hpcopt-dash-"))
+    atexit.register(shutil.rmtree, tmp, True)  # both seeded databases, gone when the run ends
     url = f"sqlite:///{tmp / 'hpcopt.db'}"
     upgrade(url)
     storage = Storage(url)

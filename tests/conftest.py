@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -20,6 +22,33 @@ import pytest
 PG_ADMIN_URL = os.environ.get("HPCOPT_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 ROOT = Path(__file__).resolve().parent.parent
+
+
+#: The TMPDIR of every process the suite starts (servers, agents, mpiexec, chromium),
+#: set by the first pytest process and inherited by its xdist workers.
+_TMPDIR_VAR = "HPCOPT_TEST_TMPDIR"
+_tmpdir_key = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Gives the processes the suite starts a private TMPDIR, removed when the run ends. A
+    server or rank a test kills with SIGKILL cannot remove what it made there (a gRPC
+    server's socket directory: four a run of ``test_crash.py``): without this they piled
+    up in /tmp. This process keeps its own temporary directory
+    (pytest's ``tmp_path`` lives there)."""
+    if os.path.isdir(os.environ.get(_TMPDIR_VAR, "")):  # an xdist worker: the first process made it
+        return
+    tempfile.gettempdir()  # fixed for this process before TMPDIR changes
+    # Short, under /tmp: a Unix socket path must fit in 107 bytes.
+    path = tempfile.mkdtemp(prefix="hpcopt-tests-", dir="/tmp" if os.path.isdir("/tmp") else None)
+    os.environ["TMPDIR"] = os.environ[_TMPDIR_VAR] = path
+    config.stash[_tmpdir_key] = path
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    path = config.stash.get(_tmpdir_key, None)
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 #: Where free_port() looks: below the kernel's ephemeral range (which bind(0) and every

@@ -68,7 +68,8 @@ def main() -> int:
     opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
     per_rank = BATCH // world.size
     epochs = []
-    ckpt = Path(tempfile.mkdtemp()) / "plain.pt"
+    scratch = tempfile.TemporaryDirectory(prefix="hpcopt-plain-")  # removed at the end
+    ckpt = Path(scratch.name) / "plain.pt"
     for epoch in range(args.epochs):
         t0 = time.perf_counter()
         order = np.random.default_rng(epoch).permutation(train)
@@ -98,6 +99,7 @@ def main() -> int:
     if world.rank == 0:
         print(json.dumps({"epochs": [{k: e[k] for k in ("seconds", "samples")} for e in epochs], "total": total}))
     dist.destroy_process_group()
+    scratch.cleanup()
     return 0
 
 
