@@ -33,9 +33,10 @@ _tmpdir_key = pytest.StashKey[str]()
 def pytest_configure(config: pytest.Config) -> None:
     """Gives the processes the suite starts a private TMPDIR, removed when the run ends. A
     server or rank a test kills with SIGKILL cannot remove what it made there (a gRPC
-    server's socket directory: four a run of ``test_crash.py``): without this they piled
-    up in /tmp. This process keeps its own temporary directory, and pytest's ``tmp_path``
-    stays there in the xdist workers too (the workers' ``tempfile`` uses the private one)."""
+    server's socket directory: ``test_crash.py``'s SQLite tests alone left four a run),
+    and they piled up in /tmp. This process keeps its own temporary directory, and
+    pytest's ``tmp_path`` stays there in the xdist workers too (the workers' ``tempfile``
+    uses the private one)."""
     if os.path.isdir(os.environ.get(_TMPDIR_VAR, "")):  # an xdist worker: the first process made it
         return
     tempfile.gettempdir()  # fixed for this process before TMPDIR changes
