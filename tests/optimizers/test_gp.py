@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 import numpy as np
 import pytest
@@ -76,10 +77,15 @@ def test_triangular_solves_on_the_buffer_view_match_numpy() -> None:
     assert np.allclose(lazy.solve(b[:25], rows=25), np.linalg.solve(L[:25, :25], b[:25]))
 
 
-def test_posterior_equals_the_textbook_gp() -> None:
+@pytest.mark.parametrize("rotated", [False, True])
+def test_posterior_equals_the_textbook_gp(rotated: bool) -> None:
+    """Also in a rotated frame (``GPModel.rotation``): the kernel of X R, and the
+    gradients with respect to X."""
     rng = np.random.default_rng(2)
     model = GPModel(dim=3)
     model.theta = np.r_[np.log([0.3, 0.5, 0.8]), np.log(1.3), np.log(1e-2)]
+    R = np.linalg.qr(rng.normal(size=(3, 3)))[0] if rotated else np.eye(3)
+    model.rotation = R if rotated else None
     X = rng.random((25, 3))
     y_raw = np.sin(3 * X).sum(1)
     extra = rng.uniform(0, 0.05, 25)
@@ -90,8 +96,9 @@ def test_posterior_equals_the_textbook_gp() -> None:
     mu, var = model.predict(Xs, y)
 
     ell, amp, noise = gp.unpack(model.theta)
-    K = _kernel_matrix(X, ell, amp, noise + extra)
-    Ks = np.array([[gp.matern52(X[i : i + 1], Xs[j : j + 1], ell, amp)[0, 0] for j in range(7)] for i in range(25)])
+    U, Us = X @ R, Xs @ R
+    K = _kernel_matrix(U, ell, amp, noise + extra)
+    Ks = np.array([[gp.matern52(U[i : i + 1], Us[j : j + 1], ell, amp)[0, 0] for j in range(7)] for i in range(25)])
     Kinv = np.linalg.inv(K)
     # The outputs are the standardized losses less the constant mean of largest
     # likelihood, 1^T K^-1 t / 1^T K^-1 1 (generalized least squares).
@@ -139,15 +146,16 @@ def test_the_constant_mean_is_the_likelihoods_and_lies_with_the_poor_losses_wher
     X = np.vstack([rng.random((40, D)), 0.5 + 0.05 * rng.normal(size=(8, D))])
     y_raw = np.r_[10.0 + rng.normal(size=40), rng.uniform(0.0, 2.0, 8)]
     model = GPModel(dim=D)
-    theta, stats, factor = model.compute_refit(X, y_raw, np.zeros(48), np.zeros(48, bool), rng, 300)
-    model.install(theta, stats, factor, (X, y_raw, np.zeros(48), np.zeros(48, bool)))
+    refit = model.compute_refit(X, y_raw, np.zeros(48), np.zeros(48, bool), rng, 300)
+    model.install(refit, (X, y_raw, np.zeros(48), np.zeros(48, bool)))
+    theta, U = refit.theta, model.frame(X)  # the inputs as the kernel sees them
     y = model.outputs()
     # The likelihood's mean: a shift of the outputs changes the marginal likelihood by
     # less than nothing (it is the minimum over constant means).
-    nll = [gp.neg_log_posterior(theta, X, y + shift, np.zeros(48), prior=None)[0] for shift in (0.0, 0.3, -0.3)]
+    nll = [gp.neg_log_posterior(theta, U, y + shift, np.zeros(48), prior=None)[0] for shift in (0.0, 0.3, -0.3)]
     assert nll[0] == pytest.approx(nll[1]) == pytest.approx(nll[2])
     ell, amp, noise = gp.unpack(theta)
-    Kinv = np.linalg.inv(_kernel_matrix(X, ell, amp, np.full(48, noise)))
+    Kinv = np.linalg.inv(_kernel_matrix(U, ell, amp, np.full(48, noise)))
     assert Kinv.sum(0) @ y == pytest.approx(0.0, abs=1e-8)  # y already has it removed
     # The poor side: the outputs' average lies below the prior mean (0 here) by much.
     assert y.mean() < -0.3, y.mean()
@@ -286,8 +294,8 @@ def _refit(f: object, n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, obje
     X = rng.random((n, dim))
     y = np.array([f(x) for x in X])  # type: ignore[operator]
     model = GPModel(dim)
-    theta, stats, _ = model.compute_refit(X, y, np.zeros(n), np.zeros(n, bool), np.random.default_rng(7), 300)
-    return theta, stats
+    refit = model.compute_refit(X, y, np.zeros(n), np.zeros(n, bool), np.random.default_rng(7), 300)
+    return refit.theta, refit.stats
 
 
 def test_a_smooth_ill_conditioned_function_gets_the_plain_model_and_a_skewed_multimodal_one_keeps_the_warp() -> None:
@@ -321,3 +329,72 @@ def test_a_smooth_ill_conditioned_function_gets_the_plain_model_and_a_skewed_mul
         warnings.simplefilter("error")
         _, stats = _refit(lambda x: 1e300 if x[0] > 0.9 else ellipsoid(x), 40, 5)
     assert stats.compress, stats
+
+
+def _rotated_valley(dim: int, seed: int) -> tuple[np.ndarray, Any]:
+    """A quadratic with curvatures 1 .. 10^4 along the rows of a random rotation Q."""
+    Q = np.linalg.qr(np.random.default_rng(seed).normal(size=(dim, dim)))[0]
+    scales = 10.0 ** np.linspace(0, 4, dim)
+
+    def f(x: np.ndarray) -> float:
+        z = Q @ (x - 0.4)
+        return float(np.sum(scales * z * z))
+
+    return Q, f
+
+
+def test_a_rotated_valley_is_modelled_in_the_frame_of_its_principal_axes() -> None:
+    """On a rotated ill-conditioned quadratic the refit rotates the inputs so that the
+    steep axes are coordinates of the frame, and ARD gives the steepest the shortest
+    lengthscale; the rotated model is the more likely one, by far more than the margin."""
+    Q, f = _rotated_valley(5, 3)
+    rng = np.random.default_rng(11)
+    X = rng.random((40, 5))
+    y = np.array([f(x) for x in X])
+    model = GPModel(5)
+    refit = model.compute_refit(X, y, np.zeros(40), np.zeros(40, bool), np.random.default_rng(7), 300)
+    V = refit.rotation
+    assert V is not None
+    assert np.allclose(V.T @ V, np.eye(5), atol=1e-10)  # orthonormal: distances are kept
+    cosines = np.abs(Q @ V)  # [function axis, frame axis]
+    steepest = int(np.argmax(cosines[-1]))
+    assert cosines[-1, steepest] > 0.9, cosines.round(2)
+    ell = np.exp(refit.theta[:-2])
+    assert int(np.argmin(ell)) == steepest, (ell, cosines.round(2))
+    # The model predicts the valley better than the unrotated fit of the same points.
+    plain = GPModel(5, rotatable=np.zeros(5, bool))
+    unrotated = plain.compute_refit(X, y, np.zeros(40), np.zeros(40, bool), np.random.default_rng(7), 300)
+    assert unrotated.rotation is None
+    Xt = 0.4 + (rng.random((200, 5)) - 0.5) * 0.2  # near the minimum
+    errors = []
+    for m, r in ((model, refit), (plain, unrotated)):
+        m.install(r, (X, y, np.zeros(40), np.zeros(40, bool)))
+        mu, _ = m.predict(Xt, m.outputs())
+        truth = standardize(np.array([f(x) for x in Xt]), r.stats)
+        errors.append(np.corrcoef(mu, truth)[0, 1])
+    assert errors[0] > errors[1], errors
+    # The same history gives the same frame.
+    again = GPModel(5).compute_refit(X, y, np.zeros(40), np.zeros(40, bool), np.random.default_rng(7), 300)
+    assert again.rotation is not None and np.array_equal(again.rotation, V)
+
+
+def test_the_frame_leaves_categorical_coordinates_and_axis_aligned_functions_alone() -> None:
+    rng = np.random.default_rng(12)
+    # Coordinates 3 and 4 are a one-hot category: never mixed into the rotation.
+    _, f = _rotated_valley(3, 4)
+    X = np.c_[rng.random((40, 3)), np.eye(2)[rng.integers(0, 2, 40)]]
+    y = np.array([f(x[:3]) + x[3] for x in X])
+    refit = GPModel(5, rotatable=np.array([True, True, True, False, False])).compute_refit(
+        X, y, np.zeros(40), np.zeros(40, bool), np.random.default_rng(7), 300
+    )
+    assert refit.rotation is not None
+    assert np.array_equal(refit.rotation[3:, :], np.eye(5)[3:, :])
+    assert np.array_equal(refit.rotation[:, 3:], np.eye(5)[:, 3:])
+    # A separable function is already aligned with the axes: a frame gains too little to pay for itself.
+    for seed in range(3):
+        X = np.random.default_rng(seed).random((40, 4))
+        y = np.array([np.sum(np.cos(6 * (x - 0.3)) ** 2) for x in X])
+        assert (
+            GPModel(4).compute_refit(X, y, np.zeros(40), np.zeros(40, bool), np.random.default_rng(7), 300).rotation
+            is None
+        )

@@ -340,3 +340,30 @@ def test_ea_population_starts_random_then_breeds_from_the_elite() -> None:
     assert ea.generation() == 1
     kids = ea.suggest(3, [])
     assert all(-5 <= k["x1"] <= 10 and 0 <= k["x2"] <= 15 for k in kids)
+
+
+def test_bo_follows_a_rotated_valley_in_a_frame_that_leaves_the_category_alone() -> None:
+    """A rotated ill-conditioned quadratic over three real parameters, plus a category
+    that shifts it: after 40 evaluations bo's GP sees the real coordinates in a frame
+    whose axis of the shortest lengthscale is the valley's steepest direction, and the
+    category's one-hot coordinates are not mixed into it."""
+    space = {f"x{i}": {"type": "real", "low": -1.0, "high": 1.0} for i in range(3)}
+    space["c"] = {"type": "categorical", "choices": ["a", "b"]}
+    Q = np.linalg.qr(np.random.default_rng(5).normal(size=(3, 3)))[0]
+    scales = np.array([1.0, 100.0, 10_000.0])
+
+    def valley(p: d.Params) -> float:
+        z = Q @ (np.array([float(p[f"x{i}"]) for i in range(3)]) - 0.2)
+        return float(np.sum(scales * z * z) + (0.0 if p["c"] == "a" else 50.0))
+
+    opt = BayesianOptimization(Problem(SearchSpace(space), "minimize", 0, {"background_refit": False}))
+    _run(opt, valley, 40)
+    V = opt.model.rotation
+    assert V is not None
+    real = opt.encoder.continuous
+    assert np.array_equal(V[np.ix_(~real, ~real)], np.eye(int((~real).sum())))
+    assert not V[np.ix_(real, ~real)].any() and not V[np.ix_(~real, real)].any()
+    # The steepest axis (the unit cube is the space scaled by 1/2: directions are kept).
+    ell = gp_unpack(opt.model.theta)[0]
+    shortest = int(np.argmin(np.where(real, ell, np.inf)))
+    assert abs(Q[-1] @ V[real, shortest]) > 0.9, (Q[-1], V[real, shortest], ell)

@@ -1,6 +1,8 @@
 """Bayesian optimization (``algorithm: bo``): a GP surrogate with a lazily extended
 Cholesky factor (Ram et al., MLHPC 2019), log EI or UCB, and for pending trials
-kriging-believer fantasies and local penalization (``_Balls``).
+kriging-believer fantasies and local penalization (``_Balls``). The GP may see the
+continuous inputs in a rotated frame that follows a valley at an angle to the axes
+(``gp_model``); the candidates, the polish and the penalizers work in the space itself.
 
 Options (``algorithm.options``):
 
@@ -54,24 +56,25 @@ from hpcopt_server import domain as d
 from hpcopt_server.optimizers import acquisition as acq
 from hpcopt_server.optimizers.base import Optimizer, Problem, loss_vector, pruned_loss, to_minimize
 from hpcopt_server.optimizers.encoding import Encoder
-from hpcopt_server.optimizers.gp import SQRT5, LazyCholesky
+from hpcopt_server.optimizers.gp import SQRT5
 from hpcopt_server.optimizers.gp import unpack as gp_unpack
-from hpcopt_server.optimizers.gp_model import GPModel, OutputStats, select_subset
+from hpcopt_server.optimizers.gp_model import GPModel, Refit, select_subset
 from hpcopt_server.optimizers.pareto import chebyshev, simplex_weights
 
 log = logging.getLogger(__name__)
 Rows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-#: A refit: hyper-parameters, output statistics, factor, the rows it factors, and their
-#: indices in the history.
-Fit = tuple[np.ndarray, OutputStats, LazyCholesky, Rows, np.ndarray]
+#: A refit (hyper-parameters, output statistics, factor, inputs' frame), the rows it
+#: factors, and their indices in the history.
+Fit = tuple[Refit, Rows, np.ndarray]
 
 #: The most candidates one suggestion may score (10**7 took 1.9 GB and 30 s under the lock).
 MAX_CANDIDATES = 8192
 #: Below this many observations every new one refits the hyper-parameters (in the
-#: background: up to 0.36 s at d = 6, 0.73 s at d = 20, two models fitted), whatever ``refit_growth`` says: between
-#: refits the model runs on hyper-parameters fitted to a history a fifth smaller, and
-#: with 4 evaluations pending that cost the most (``quality.py``, 20 seeds: median regret
-#: on Levy-8 5.32 -> 2.07, lower in 17 of 20 seeds; Rosenbrock-4 3.69 -> 2.59, 14 of 20).
+#: background: 0.57 s at d = 6, 1.42 s at d = 20 at n = 149, three models fitted),
+#: whatever ``refit_growth`` says: between refits the model runs on hyper-parameters
+#: fitted to a history a fifth smaller, and with 4 evaluations pending that cost the
+#: most (``quality.py``, 20 seeds: median regret on Levy-8 5.32 -> 2.07, lower in 17 of
+#: 20 seeds; Rosenbrock-4 3.69 -> 2.59, 14 of 20).
 DENSE_REFITS = 150
 #: ``informative_every``: every k-th suggestion (counting the history and the pending
 #: trials) is the best of the points whose posterior variance is at least the model's
@@ -124,7 +127,7 @@ class BayesianOptimization(Optimizer):
         self.batch = self.option("batch", "penalize", str, choices=("believer", "penalize"))
         self.informative_every = self.option("informative_every", INFORMATIVE, int, low=0, high=1_000_000)
         self.encoder = Encoder(self.space)
-        self.model = GPModel(self.encoder.dim)
+        self.model = GPModel(self.encoder.dim, rotatable=self.encoder.continuous)
         self.rng = np.random.default_rng([self.seed, 1])  # reseeded per suggestion
         self._n_seen = 0  # finished trials observed, failed ones included
         # Every observation (X, loss or NaN, extra noise, censored), in order: the model
@@ -234,15 +237,15 @@ class BayesianOptimization(Optimizer):
             if result is not None:
                 with self.model.lock:
                     self.model.drop_fantasies()
-                    self.model.install(*result[:4])
-                    self._model_rows = result[4]
+                    self.model.install(*result[:2])
+                    self._model_rows = result[2]
                     if n > target:
                         self.model.add(*self._arrays(target, n))
                         self._model_rows = np.r_[self._model_rows, np.arange(target, n)]
                 installed = True
                 if target > self.max_points >= self._fit_at:
                     log.info("bo: %d observations; the GP now factors a subset of %d (max_points %d)", target,
-                             len(result[3][0]), self.max_points)  # fmt: skip
+                             len(result[1][0]), self.max_points)  # fmt: skip
             self._fit_at = target
             points = [p for p in points if p > target]
         if points and self._job is None:
@@ -269,12 +272,12 @@ class BayesianOptimization(Optimizer):
             idx = select_subset(X, y, censored, self.max_points // 2, rng)
             X, y, extra, censored = X[idx], y[idx], extra[idx], censored[idx]
         with blas_threads(len(X)):
-            theta, stats, factor = self.model.compute_refit(
+            refit = self.model.compute_refit(
                 X, y, extra, censored, rng, subsample=self.fit_subsample,
                 # ParEGO's other scalarizations are warped (GPModel.outputs): its fit is too.
                 select_output=not self.problem.multi_objective,
             )  # fmt: skip
-        return theta, stats, factor, (X, y, extra, censored), idx
+        return refit, (X, y, extra, censored), idx
 
     def memory_bytes(self) -> int:
         """What this optimizer holds: the model's arrays and factor buffer, and the
@@ -389,7 +392,8 @@ class BayesianOptimization(Optimizer):
         et al. 2016's estimate of the objective's Lipschitz constant, in model units), in
         chunks of about a million kernel terms, so memory stays bounded at large n."""
         ell, amp, _ = gp_unpack(self.model.theta)
-        X = self.model.X[: self.model.n]
+        X = self.model.frame(self.model.X[: self.model.n])  # the kernel's frame: norms are the same
+        C = self.model.frame(C)
         chunk = max(1, 1_000_000 // max(1, X.size))
         steepest = 1e-7
         for start in range(0, len(C), chunk):

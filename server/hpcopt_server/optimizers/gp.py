@@ -55,6 +55,38 @@ def matern52_grad_x(x: np.ndarray, X: np.ndarray, ell: np.ndarray, amp: float) -
     return g[:, None] * diff
 
 
+def mean_gradient_frame(
+    X: np.ndarray, y: np.ndarray, extra: np.ndarray, theta: np.ndarray, mask: np.ndarray
+) -> np.ndarray:
+    """An orthonormal frame V [D,D] for the inputs: on the coordinates in ``mask`` the
+    eigenvectors of the average outer product of the posterior mean's gradient at X
+    [n,D] (y [n] the outputs, the constant mean of largest likelihood profiled out), the
+    identity elsewhere. For a quadratic (x - c)^T A (x - c) sampled isotropically around
+    c the average is 4 s^2 A^2, whose eigenvectors are A's principal axes, so a rotated
+    ill-conditioned valley becomes axis-aligned in X V, where ARD lengthscales fit it
+    (the expected gradient outer product of active-subspace methods: Constantine, Dow
+    and Wang, SIAM J. Sci. Comput. 2014; Samarov, JASA 1993). O(n^3) for the factor,
+    O(n^2 D) for the gradients."""
+    n, D = X.shape
+    ell, amp, noise = unpack(theta)
+    K = matern52(X, X, ell, amp) + np.diag(noise + extra)
+    try:
+        L = np.linalg.cholesky(K)
+    except np.linalg.LinAlgError:
+        L = np.linalg.cholesky(K + np.eye(n) * 1e-6 * amp)
+    one = lapack.dtrtrs(L, np.ones(n), lower=1)[0]
+    z = lapack.dtrtrs(L, y, lower=1)[0]
+    alpha = lapack.dtrtrs(L, z - (one @ z) / (one @ one) * one, lower=1, trans=1)[0]
+    r = np.sqrt(scaled_sqdist(X, X, ell))
+    w = -(5.0 / 3.0) * amp * (1.0 + SQRT5 * r) * np.exp(-SQRT5 * r) * alpha[None, :]  # dk/dr^2 * 2 alpha_j
+    cols = np.flatnonzero(mask)
+    # The gradient at x_i: sum_j w_ij (x_i - x_j) / ell^2, one coordinate at a time (O(n^2) memory).
+    G = np.column_stack([(w * (X[:, c, None] - X[None, :, c])).sum(1) / ell[c] ** 2 for c in cols])
+    V = np.eye(D)
+    V[np.ix_(cols, cols)] = np.linalg.eigh(G.T @ G / n)[1]
+    return V
+
+
 class LazyCholesky:
     """The lower Cholesky factor of a growing kernel matrix, kept in a preallocated
     Fortran-ordered buffer that grows geometrically, so extending it never copies the
