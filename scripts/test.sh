@@ -13,7 +13,8 @@ echo "== mypy"
 mypy
 echo "== docs (mkdocs build --strict)"
 docs_out=$(mktemp -d)
-NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet --site-dir "$docs_out"
+# Not --quiet: mkdocs drops warnings under it before --strict counts them.
+NO_MKDOCS_2_WARNING=1 mkdocs build --strict --site-dir "$docs_out"
 rm -rf "$docs_out"
 # Nothing a test run writes may land in the checkout: anything untracked and not ignored
 # that appears during the run fails it (artifacts/, .venv/ and the like are ignored).
