@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from scipy.special import ndtr
 
 from hpcopt_server.optimizers import acquisition as acq
-from hpcopt_server.optimizers import gp
+from hpcopt_server.optimizers import gp, gp_model
 from hpcopt_server.optimizers.gp_model import GPModel, standardize
 
 
@@ -293,7 +293,7 @@ def _refit(f: object, n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, obje
     rng = np.random.default_rng(seed)
     X = rng.random((n, dim))
     y = np.array([f(x) for x in X])  # type: ignore[operator]
-    model = GPModel(dim)
+    model = GPModel(dim, rotatable=np.zeros(dim, bool))  # the output model alone: the frame has its own tests
     refit = model.compute_refit(X, y, np.zeros(n), np.zeros(n, bool), np.random.default_rng(7), 300)
     return refit.theta, refit.stats
 
@@ -376,6 +376,31 @@ def test_a_rotated_valley_is_modelled_in_the_frame_of_its_principal_axes() -> No
     # The same history gives the same frame.
     again = GPModel(5).compute_refit(X, y, np.zeros(40), np.zeros(40, bool), np.random.default_rng(7), 300)
     assert again.rotation is not None and np.array_equal(again.rotation, V)
+
+
+def test_the_frame_is_estimated_again_from_the_model_fitted_in_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first frame comes from a model that sees the valley across the axes and is
+    off; estimated again from the model fitted in it (``FRAME_ESTIMATES``), a rotated
+    discus's one steep axis (1000 times the others' curvature) becomes a coordinate of
+    the frame, and the fit is more likely than with one estimate."""
+    D, n = 6, 30
+    cosines: dict[int, list[float]] = {1: [], gp_model.FRAME_ESTIMATES: []}
+    for seed in range(5):
+        Q = np.linalg.qr(np.random.default_rng(seed).normal(size=(D, D)))[0]
+        X = np.random.default_rng(11 + seed).random((n, D))
+        y = np.array([1e3 * (Q[-1] @ (x - 0.4)) ** 2 + np.sum((Q[:-1] @ (x - 0.4)) ** 2) for x in X])
+        likelihood = {}
+        for estimates in cosines:
+            monkeypatch.setattr(gp_model, "FRAME_ESTIMATES", estimates)
+            refit = GPModel(D).compute_refit(X, y, np.zeros(n), np.zeros(n, bool), np.random.default_rng(7), 300)
+            assert refit.rotation is not None
+            cosines[estimates].append(float(np.abs(Q[-1] @ refit.rotation).max()))
+            yy = standardize(y, refit.stats)
+            likelihood[estimates] = -gp.neg_log_posterior(refit.theta, X @ refit.rotation, yy - yy.mean(),
+                                                          np.zeros(n), prior=None)[0]  # fmt: skip
+        assert likelihood[max(cosines)] >= likelihood[1], likelihood
+    assert min(cosines[max(cosines)]) > 0.999, cosines
+    assert min(cosines[1]) < 0.99, cosines  # the case the further estimates are for
 
 
 def test_the_frame_leaves_categorical_coordinates_and_axis_aligned_functions_alone() -> None:

@@ -70,7 +70,8 @@ Fit = tuple[Refit, Rows, np.ndarray]
 #: The most candidates one suggestion may score (10**7 took 1.9 GB and 30 s under the lock).
 MAX_CANDIDATES = 8192
 #: Below this many observations every new one refits the hyper-parameters (in the
-#: background: 0.57 s at d = 6, 1.42 s at d = 20 at n = 149, three models fitted),
+#: background: 0.57 s at d = 6, 1.42 s at d = 20 at n = 149, three models fitted; up to
+#: 0.9 s at d = 6 and 1.4 s at d = 10 where the frame is estimated again, ``gp_model``),
 #: whatever ``refit_growth`` says: between refits the model runs on hyper-parameters
 #: fitted to a history a fifth smaller, and with 4 evaluations pending that cost the
 #: most (``quality.py``, 20 seeds: median regret on Levy-8 5.32 -> 2.07, lower in 17 of
