@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -196,48 +197,61 @@ def make(name: str, space: dict[str, Any], seed: int, budget: int = 0) -> Any:
 
 def run(name: str, fn: Any, seed: int, workers: int = 1, evaluations: int | None = None) -> float:
     """Final simple regret of one run of ``fn.budget`` evaluations with ``workers``
-    evaluations in flight: after the first ``workers`` suggestions, the oldest pending
-    one finishes and one new suggestion is made while ``workers - 1`` are pending (an
-    agent that finishes asks again at once; ours and BoTorch are told what is pending,
-    Optuna sees its RUNNING trials, skopt is asked as a user would, without them).
-    ``evaluations``: the regret after that many results instead, the optimizer still
-    told the whole budget (what a run stopped early has found, not a shorter run)."""
-    opt = make(name, fn.space(), seed, fn.budget)
+    evaluations in flight (``trace``). ``evaluations``: the regret after that many
+    results instead, the optimizer still told the whole budget (what a run stopped early
+    has found, not a shorter run)."""
     stop = fn.budget if evaluations is None else min(evaluations, fn.budget)
+    return trace(name, fn, seed, workers, stop)[-1]
+
+
+def trace(name: str, fn: Any, seed: int, workers: int = 1, stop: int | None = None) -> list[float]:
+    """The simple regret after each of the first ``stop`` results (default: the budget)
+    of one run with ``workers`` evaluations in flight: after the first ``workers``
+    suggestions, the oldest pending one finishes and one new suggestion is made while
+    ``workers - 1`` are pending (an agent that finishes asks again at once; ours and
+    BoTorch are told what is pending, Optuna sees its RUNNING trials, skopt is asked as a
+    user would, without them)."""
+    opt = make(name, fn.space(), seed, fn.budget)
+    stop = fn.budget if stop is None else stop
+    best, out = np.inf, []
+
+    def record(value: float) -> None:
+        nonlocal best
+        best = min(best, value)
+        out.append(float(best - fn.minimum))
+
     if workers == 1:
-        best = np.inf
         for _ in range(stop):
             [p] = opt.ask(1)
             value = fn(p)
             opt.tell([(p, value)])
-            best = min(best, value)
-        return float(best - fn.minimum)
+            record(value)
+        return out
     if isinstance(opt, Optuna):
-        return _run_optuna_async(opt, fn, workers, stop)
+        _run_optuna_async(opt, fn, workers, stop, record)
+        return out
     pending = opt.ask(min(workers, fn.budget))
-    best, asked, told = np.inf, workers, 0
-    while pending and told < stop:
-        told += 1
+    asked = workers
+    while pending and len(out) < stop:
         p = pending.pop(0)
         value = fn(p)
         opt.tell([(p, value)])
-        best = min(best, value)
+        record(value)
         if asked < fn.budget:
             pending += opt.ask(1, list(pending)) if getattr(opt, "takes_pending", False) else opt.ask(1)
             asked += 1
-    return float(best - fn.minimum)
+    return out
 
 
-def _run_optuna_async(opt: Optuna, fn: Any, workers: int, stop: int) -> float:
+def _run_optuna_async(opt: Optuna, fn: Any, workers: int, stop: int, record: Callable[[float], None]) -> None:
     trials = [opt.study.ask(opt.dists) for _ in range(min(workers, fn.budget))]
-    best, asked, told = np.inf, workers, 0
+    asked, told = workers, 0
     while trials and told < stop:
         told += 1
         trial = trials.pop(0)
         value = fn(dict(trial.params))
         opt.study.tell(trial, value)
-        best = min(best, value)
+        record(value)
         if asked < fn.budget:
             trials.append(opt.study.ask(opt.dists))
             asked += 1
-    return float(best - fn.minimum)

@@ -2,7 +2,8 @@
 value at its known minimizer and lies below every sampled value, so a regret of 0 means
 the optimum was found; ``quality.py`` runs on the held-out functions end to end,
 pairs each optimizer's runs with the first one's by seed (counts and a sign test), and
-reads the regret part way through a run (``--at``)."""
+reads the regret part way through a run (``--at``); ``batch_lag.py`` keeps each run's
+trace and reads from them how many evaluations the batch runs lag."""
 
 from __future__ import annotations
 
@@ -149,3 +150,48 @@ def test_quality_at_reads_the_best_regret_after_that_share_of_the_budget(tmp_pat
     for bad in ("0", "1.5", "half"):
         out = subprocess.run([*base, "--at", bad], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2 and "argument --at" in out.stderr and "(0, 1]" in out.stderr, out.stderr
+
+
+def test_batch_lag_reads_the_lag_in_evaluations_from_the_traces() -> None:
+    from batch_lag import lag, shorter
+
+    # Sequential runs whose regret halves with every evaluation, and batch runs that are the
+    # same runs 3 evaluations late: the lag is 3 and the ratio 2^3, what a sequential run 3
+    # evaluations shorter would have.
+    budget, seeds = 30, 9
+    scale = np.arange(1, seeds + 1)[:, None]
+    sequential = scale * 0.5 ** np.arange(budget)[None, :]
+    batch = np.hstack([sequential[:, :3], sequential[:, :-3]])
+    r = lag(sequential, batch)
+    assert r["lag"] == 3 and r["ratio"] == pytest.approx(8.0) and shorter(sequential, 3) == pytest.approx(8.0)
+    assert r["within"] == 0.0 and r["p5"] == pytest.approx(8.0) and r["p95"] == pytest.approx(8.0)
+    # No lag when the batch runs end as low: every resample is within the target.
+    level = lag(sequential, sequential.copy())
+    assert level["lag"] == 0 and level["ratio"] == 1.0 and level["within"] == 1.0
+
+
+def test_batch_lag_keeps_each_runs_trace_and_names_bad_arguments(tmp_path: Path) -> None:
+    import json
+
+    from runners import run
+
+    script = str(ROOT / "benchmarks/optimizers/batch_lag.py")
+    traces = tmp_path / "traces.json"
+    base = [sys.executable, script, "--functions", "branin", "--only", "random", "--seeds", "3", "--procs", "1"]
+    out = subprocess.run([*base, "--json", str(traces)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    [row] = [line for line in out.stdout.splitlines() if line.startswith("branin")]
+    stored = json.loads(traces.read_text())
+    fn = ALL_FUNCTIONS["branin"]
+    for seed in range(3):
+        for workers in (1, 4):
+            tr = stored[f"random/branin/{workers}/{seed}"]
+            # The best regret so far after every result, ending at quality.py's final regret.
+            assert len(tr) == fn.budget and bool(np.all(np.diff(tr) <= 0))
+            assert tr[-1] == run("random", fn, seed, workers), (seed, workers)
+    medians = [np.median([stored[f"random/branin/{w}/{s}"][-1] for s in range(3)]) for w in (1, 4)]
+    assert row.split()[1:3] == [f"{medians[0]:.3g}", f"{medians[1]:.3g}"], row
+    for bad, says in ((["--pending", "1"], "--pending: 1"), (["--functions", "nope"], "--functions: unknown nope"),
+                      (["--only", "bo,random"], "--only: 'bo,random'")):  # fmt: skip
+        err = subprocess.run([*base, *bad], capture_output=True, text=True, timeout=60)
+        assert err.returncode == 2 and says in err.stderr, err.stderr[-2000:]
