@@ -23,8 +23,9 @@ after every result; asynchronous workers as in ``quality.py``). Per function:
     python benchmarks/optimizers/batch_lag.py [--functions hartmann6,branin] [--seeds 40] [--pending 4]
         [--only bo] [--procs 2] [--json traces.json]
 
-``--json`` keeps every run's trace; runs already in the file are not run again. Nothing
-is asserted.
+``--json`` keeps every run's trace and the machine they were made on (``quality.machine``);
+runs already in the file are not run again, and a file made on another machine says so.
+Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from functions import ALL_FUNCTIONS, FUNCTIONS, HELD_OUT
+from quality import machine
 from runners import ALL, trace
 
 #: The target the ratio is read against (issue 30: within 1.5x of the sequential regret).
@@ -100,7 +102,15 @@ def main() -> int:
         ap.error(f"--only: {args.only!r}; allowed: one of {', '.join(ALL)}, with options in brackets for ours")
     if args.seeds < 1:
         ap.error(f"--seeds: {args.seeds}; allowed: 1 or more")
-    traces: dict[str, list[float]] = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
+    stored = json.loads(args.json.read_text()) if args.json and args.json.exists() else {}
+    here = machine()
+    print("machine: " + ", ".join(f"{k} {v}" for k, v in here.items()))
+    made_on = stored.pop("_machine", here if not stored else None)
+    if made_on != here:  # as quality.py: the peers on torch may give other regrets for the same seeds
+        print(f"batch_lag.py: the runs in {args.json} were made on "
+              + (", ".join(f"{k} {v}" for k, v in made_on.items()) if made_on else "an unrecorded machine")
+              + "; this one differs, so their traces may not be what this machine gives", file=sys.stderr)  # fmt: skip
+    traces: dict[str, list[float]] = stored
 
     def key(fn: str, workers: int, seed: int) -> str:
         return f"{args.only}/{fn}/{workers}/{seed}"
@@ -114,7 +124,7 @@ def main() -> int:
             traces[key(fn, w, s)] = tr
             if args.json:  # after every run: a long run stopped early keeps what it measured
                 tmp = args.json.with_suffix(".tmp")
-                tmp.write_text(json.dumps(traces))
+                tmp.write_text(json.dumps({**traces, "_machine": made_on or {}}))
                 tmp.replace(args.json)
             print(f"\r{i}/{len(tasks)} runs, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)

@@ -191,6 +191,11 @@ def test_batch_lag_keeps_each_runs_trace_and_names_bad_arguments(tmp_path: Path)
             assert tr[-1] == run("random", fn, seed, workers), (seed, workers)
     medians = [np.median([stored[f"random/branin/{w}/{s}"][-1] for s in range(3)]) for w in (1, 4)]
     assert row.split()[1:3] == [f"{medians[0]:.3g}", f"{medians[1]:.3g}"], row
+    # The file names the machine its runs were made on; resumed on another, it says so.
+    assert stored["_machine"]["cpu"] and out.stdout.startswith("machine: cpu "), out.stdout[:300]
+    traces.write_text(json.dumps({**stored, "_machine": {**stored["_machine"], "cpu": "another CPU"}}))
+    again = subprocess.run([*base, "--json", str(traces)], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0 and "were made on cpu another CPU" in again.stderr, again.stderr[-2000:]
     for bad, says in ((["--pending", "1"], "--pending: 1"), (["--functions", "nope"], "--functions: unknown nope"),
                       (["--only", "bo,random"], "--only: 'bo,random'")):  # fmt: skip
         err = subprocess.run([*base, *bad], capture_output=True, text=True, timeout=60)
