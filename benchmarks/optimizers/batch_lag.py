@@ -42,8 +42,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from functions import ALL_FUNCTIONS, FUNCTIONS, HELD_OUT
-from quality import machine
+from functions import ALL_FUNCTIONS, FUNCTIONS
+from quality import functions_named, machine, warn_if_made_elsewhere
 from runners import ALL, trace
 
 #: The target the ratio is read against (issue 30: within 1.5x of the sequential regret).
@@ -92,13 +92,10 @@ def main() -> int:
     ap.add_argument("--procs", type=int, default=2, help="runs at once (processes)")
     ap.add_argument("--json", type=Path, help="keep every run's trace here; runs already in the file are not run again")
     args = ap.parse_args()
-    fns = [f for name in args.functions.split(",") for f in (HELD_OUT if name == "held-out" else [name])]
-    unknown = [f for f in fns if f not in ALL_FUNCTIONS]
-    if unknown:
-        ap.error(f"--functions: unknown {', '.join(unknown)}; allowed: {', '.join(ALL_FUNCTIONS)}, or held-out")
+    fns = functions_named(ap, args.functions)
     if args.pending < 2:
         ap.error(f"--pending: {args.pending}; allowed: 2 or more evaluations in flight")
-    if args.only.split("[")[0] not in ALL or "," in args.only.split("[")[0]:
+    if args.only.split("[")[0] not in ALL:
         ap.error(f"--only: {args.only!r}; allowed: one of {', '.join(ALL)}, with options in brackets for ours")
     if args.seeds < 1:
         ap.error(f"--seeds: {args.seeds}; allowed: 1 or more")
@@ -106,10 +103,7 @@ def main() -> int:
     here = machine()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in here.items()))
     made_on = stored.pop("_machine", here if not stored else None)
-    if made_on != here:  # as quality.py: the peers on torch may give other regrets for the same seeds
-        print(f"batch_lag.py: the runs in {args.json} were made on "
-              + (", ".join(f"{k} {v}" for k, v in made_on.items()) if made_on else "an unrecorded machine")
-              + "; this one differs, so their traces may not be what this machine gives", file=sys.stderr)  # fmt: skip
+    warn_if_made_elsewhere("batch_lag.py", args.json, made_on, here)
     traces: dict[str, list[float]] = stored
 
     def key(fn: str, workers: int, seed: int) -> str:

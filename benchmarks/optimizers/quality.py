@@ -84,10 +84,7 @@ def main() -> int:
     )  # fmt: skip
     args = ap.parse_args()
     opts = split_names(args.only)
-    fns = [f for name in args.functions.split(",") for f in (HELD_OUT if name == "held-out" else [name])]
-    unknown = [f for f in fns if f not in ALL_FUNCTIONS]
-    if unknown:
-        ap.error(f"--functions: unknown {', '.join(unknown)}; allowed: {', '.join(ALL_FUNCTIONS)}, or held-out")
+    fns = functions_named(ap, args.functions)
     CASES[:] = [(fn, w) for w in [1, *(int(p) for p in args.pending.split(",") if p)] for fn in fns]
     here = machine()
     print("machine: " + ", ".join(f"{k} {v}" for k, v in here.items()))
@@ -95,15 +92,7 @@ def main() -> int:
     if at != args.at:
         ap.error(f"--json: {args.json} holds regrets at --at {at:g}, not {args.at:g}; use another file")
     record = made_on if made_on is not None else ({} if done else here)  # {}: runs of an unrecorded machine
-    if made_on != here:
-        # Resuming mixes the two: the peers on torch may give other regrets for the same seeds.
-        print(
-            f"quality.py: the runs in {args.json} were made on "
-            + (", ".join(f"{k} {v}" for k, v in made_on.items()) if made_on else "an unrecorded machine")
-            + "; this one differs, so their regrets may not be what this machine gives (use a new --json file "
-            "to compare like with like)",
-            file=sys.stderr,
-        )
+    warn_if_made_elsewhere("quality.py", args.json, made_on, here)
     tasks = [
         (o, fn, b, s, args.at)
         for fn, b in CASES
@@ -136,6 +125,30 @@ def main() -> int:
 
 
 Results = dict[tuple[str, str, int], dict[int, float]]
+
+
+def functions_named(ap: argparse.ArgumentParser, text: str) -> list[str]:
+    """``--functions``: comma-separated names, ``held-out`` for the functions in HELD_OUT;
+    an unknown name is an argument error that lists the allowed ones."""
+    fns = [f for name in text.split(",") for f in (HELD_OUT if name == "held-out" else [name])]
+    unknown = [f for f in fns if f not in ALL_FUNCTIONS]
+    if unknown:
+        ap.error(f"--functions: unknown {', '.join(unknown)}; allowed: {', '.join(ALL_FUNCTIONS)}, or held-out")
+    return fns
+
+
+def warn_if_made_elsewhere(tool: str, path: Path | None, made_on: dict[str, str] | None, here: dict[str, str]) -> None:
+    """Resuming a ``--json`` file made on another machine (or an unrecorded one, None)
+    mixes the two: the peers on torch may give other regrets for the same seeds."""
+    if made_on == here:
+        return
+    print(
+        f"{tool}: the runs in {path} were made on "
+        + (", ".join(f"{k} {v}" for k, v in made_on.items()) if made_on else "an unrecorded machine")
+        + "; this one differs, so their regrets may not be what this machine gives (use a new --json file "
+        "to compare like with like)",
+        file=sys.stderr,
+    )
 
 
 def machine() -> dict[str, str]:
