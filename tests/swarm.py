@@ -5,6 +5,10 @@ interpreter (or its GIL) with whoever measures the server meanwhile:
                                           # handshake of a gRPC channel, then sit idle
     python -m tests.swarm slow PORT N      # N HTTP clients sending their request
                                           # headers one byte every 2 s
+    python -m tests.swarm halfopen PORT N --calls M
+                                          # N gRPC connections, each opening M unary
+                                          # calls to AgentService/Heartbeat whose request
+                                          # never arrives (HEADERS without END_STREAM)
 
 A connection the server closes stays closed, as an idle gRPC channel does; with
 ``--reconnect S`` it is opened again after S seconds, as a stubborn attacker would. It
@@ -35,9 +39,34 @@ SETTINGS_ACK = b"\x00\x00\x00\x04\x01\x00\x00\x00\x00"
 SLOW_HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: "
 
 
+def _literal(name: bytes, value: bytes) -> bytes:
+    """One HPACK "literal header field without indexing", new name, no Huffman coding."""
+    assert len(name) < 127 and len(value) < 127
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def half_open_calls(m: int, method: bytes = b"/hpcopt.v1.AgentService/Heartbeat") -> bytes:
+    """The HEADERS frames of ``m`` unary gRPC calls (streams 1, 3, 5, ...) that end their
+    headers but never their request: no DATA, no END_STREAM."""
+    block = b"".join(
+        _literal(n, v)
+        for n, v in (
+            (b":method", b"POST"), (b":scheme", b"http"), (b":path", method), (b":authority", b"x"),
+            (b"content-type", b"application/grpc"), (b"te", b"trailers"),
+        )
+    )  # fmt: skip
+    end_headers = 0x4
+    return b"".join(
+        len(block).to_bytes(3, "big") + bytes([1, end_headers]) + (2 * i + 1).to_bytes(4, "big") + block
+        for i in range(m)
+    )
+
+
 class Swarm:
-    def __init__(self, kind: str, port: int, n: int, reconnect: float | None):
+    def __init__(self, kind: str, port: int, n: int, reconnect: float | None, calls: int = 0):
         self.kind, self.port, self.n, self.reconnect = kind, port, n, reconnect
+        self.h2 = kind in ("grpc", "halfopen")
+        self.calls = half_open_calls(calls) if kind == "halfopen" else b""
         self.sel = selectors.DefaultSelector()
         self.ready: dict[socket.socket, bool] = {}
         self.closed = 0
@@ -46,8 +75,8 @@ class Swarm:
     def open_one(self) -> None:
         s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
         s.setblocking(False)
-        s.sendall(PREFACE + SETTINGS if self.kind == "grpc" else SLOW_HEAD)
-        self.ready[s] = self.kind != "grpc"
+        s.sendall(PREFACE + SETTINGS + self.calls if self.h2 else SLOW_HEAD)
+        self.ready[s] = not self.h2
         self.sel.register(s, selectors.EVENT_READ)
 
     def drop(self, s: socket.socket) -> None:
@@ -69,7 +98,7 @@ class Swarm:
             if not data:
                 self.drop(s)
                 continue
-            if self.kind == "grpc" and not self.ready[s]:
+            if self.h2 and not self.ready[s]:
                 try:
                     s.sendall(SETTINGS_ACK)
                 except OSError:
@@ -99,6 +128,57 @@ def finish_one_trial(agent: Any, agent_id: str, campaign_id: int) -> str:
     lease = got.lease
     agent.report_fold(lease, 0, 0.5)
     return str(agent.complete(lease).state)
+
+
+def probe_health(target: str, seconds: float, token: str | None = None) -> list[float]:
+    """Latencies of grpc.health.v1 Check calls on a channel of their own, one every 0.2 s
+    for ``seconds``, each with a 5 s deadline; inf for one that failed."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    out: list[float] = []
+    with grpc.insecure_channel(target) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        meta = [("authorization", f"Bearer {token}")] if token else None
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            t0 = time.monotonic()
+            try:
+                stub.Check(health_pb2.HealthCheckRequest(), timeout=5, metadata=meta)
+                out.append(time.monotonic() - t0)
+            except grpc.RpcError:
+                out.append(float("inf"))
+            time.sleep(max(0.0, 0.2 - (time.monotonic() - t0)))
+    return out
+
+
+@dataclass
+class Beats:
+    ok: int = 0
+    failed: int = 0
+
+
+@contextlib.contextmanager
+def heartbeating(agent: Any, lease: Any, period: float = 1.0) -> Iterator[Beats]:
+    """Heartbeats ``lease`` with ``agent`` (an ``hpcopt.AgentClient``) every ``period``
+    seconds in a thread until the block ends, counting answers and failures."""
+    beats, stop = Beats(), threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(period):
+            try:
+                agent.heartbeat(lease)
+                beats.ok += 1
+            except Exception:
+                beats.failed += 1
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield beats
+    finally:
+        stop.set()
+        thread.join()
 
 
 @dataclass
@@ -135,14 +215,15 @@ def swarming(kind: str, port: int, n: int, *extra: str, ready_timeout: float = 1
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["grpc", "slow"])
+    ap.add_argument("kind", choices=["grpc", "slow", "halfopen"])
     ap.add_argument("port", type=int)
     ap.add_argument("n", type=int)
     ap.add_argument("--reconnect", type=float, default=None)
+    ap.add_argument("--calls", type=int, default=64, help="halfopen: calls held open on each connection")
     args = ap.parse_args()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    swarm = Swarm(args.kind, args.port, args.n, args.reconnect)
+    swarm = Swarm(args.kind, args.port, args.n, args.reconnect, args.calls)
     stop = threading.Event()
 
     def wait_for_eof() -> None:

@@ -95,6 +95,13 @@ def parser() -> argparse.ArgumentParser:
         default=float(env("HEADER_TIMEOUT", "10")),
         help="seconds to send a request's headers (env HPCOPT_HEADER_TIMEOUT)",
     )
+    s.add_argument(
+        "--request-timeout",
+        type=float,
+        default=float(env("REQUEST_TIMEOUT", str(ServerSettings.request_timeout))),
+        help="seconds a gRPC call's request may take to arrive after its headers before its connection is "
+        "closed (env HPCOPT_REQUEST_TIMEOUT)",
+    )
     s.add_argument("--idle-timeout", type=int, default=int(env("IDLE_TIMEOUT", "5")), help="HTTP keep-alive seconds")
     s.add_argument(
         "--max-spec-bytes",
@@ -300,6 +307,10 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"hpcopt-server: --max-campaigns-per-hour must be 0 (off) or more, got {args.max_campaigns_per_hour}",
               file=sys.stderr)  # fmt: skip
         return 2
+    for flag, seconds in (("--request-timeout", args.request_timeout), ("--header-timeout", args.header_timeout)):
+        if not seconds > 0 or seconds == float("inf"):
+            print(f"hpcopt-server: {flag} must be a number of seconds above 0, got {seconds}", file=sys.stderr)
+            return 2
     settings = _settings(args)
     if args.processes > 1 and not settings.db.startswith("postgresql"):
         print(
@@ -337,7 +348,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         grpc = serve_grpc(
             service, metrics, settings.host, settings.grpc_port, max_workers=settings.grpc_workers,
-            max_connections=caps.grpc,
+            max_connections=caps.grpc, request_timeout=settings.request_timeout,
         )  # fmt: skip
     except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError("Failed to bind ...")
         http_socket.close()
@@ -414,7 +425,7 @@ def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings) -> int
     caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
     grpc = serve_grpc(
         service, Metrics(service), settings.host, 0, max_workers=settings.grpc_workers, max_connections=caps.grpc,
-        sock=sock,
+        request_timeout=settings.request_timeout, sock=sock,
     )  # fmt: skip
     service.warm_optimizers()
     grpc.start()
@@ -440,6 +451,7 @@ def _settings(args: argparse.Namespace) -> ServerSettings:
         max_connections=args.max_connections,
         max_grpc_connections=args.max_grpc_connections,
         header_timeout=args.header_timeout,
+        request_timeout=args.request_timeout,
         idle_timeout=args.idle_timeout,
         max_spec_bytes=args.max_spec_bytes,
         max_import_bytes=args.max_import_bytes,

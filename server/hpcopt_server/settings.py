@@ -43,6 +43,10 @@ class ServerSettings:
     header_timeout: float = 10.0
     """Seconds a client has to send a request's headers after connecting (or after its
     previous response) before the connection is closed."""
+    request_timeout: float = 10.0
+    """Seconds a gRPC call's request may take to arrive after its headers; a connection
+    holding a call still waiting past it is closed, freeing the workers its calls held.
+    Raise it for imports of tens of MB over a slow link."""
     idle_timeout: int = 5
     """Seconds an HTTP keep-alive connection may sit idle after a response."""
     max_spec_bytes: int = 1024 * 1024

@@ -93,6 +93,28 @@ class ShedLog:
         self._last_shed = now
 
 
+class StallLog:
+    """Says in the log when gRPC connections are closed for requests that do not arrive:
+    the first one (again, after a quiet minute), then at most once a minute how many."""
+
+    QUIET = 60.0
+
+    def __init__(self, log: logging.Logger):
+        self.log = log
+        self._since = 0
+        self._last_line = -1e18
+
+    def closed(self, calls: int, why: str) -> None:
+        now = time.monotonic()
+        self._since += 1
+        if now - self._last_line > self.QUIET:
+            self.log.warning(
+                "gRPC: closed %d connection(s) holding calls whose request did not arrive (last: %d call(s), %s)",
+                self._since, calls, why,
+            )  # fmt: skip
+            self._since, self._last_line = 0, now
+
+
 def listen(host: str, port: int, backlog: int = LISTEN_BACKLOG) -> socket.socket:
     """A listening TCP socket on ``host:port``. Bound here, not by uvicorn or gRPC, so
     that a busy port is an OSError the caller can explain (uvicorn logs it and exits with

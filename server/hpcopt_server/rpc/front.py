@@ -1,4 +1,5 @@
-"""The gRPC front: counts gRPC connections against a cap and sheds the idlest first.
+"""The gRPC front: counts gRPC connections against a cap and sheds the idlest first, and
+ends calls whose request never arrives.
 
 grpcio's server offers no hook on connections: it accepts as many as arrive, and an
 idle one is closed only by ``grpc.max_connection_idle_ms``. 1,005 idle channels that had
@@ -8,8 +9,27 @@ socket (in a 0700 directory), and this front accepts clients on the public port 
 relays bytes both ways, one asyncio loop in its own thread. It reads HTTP/2 frame
 headers as they pass (never payloads) to know which connections have a call in
 progress. Past ``cap`` open connections, a new one closes the idlest connection with
-no call in progress: first those that never made a call (oldest first), then those
-quiet longest. If every connection has a call in progress, the new one is closed.
+no call at work: first those that never made a call (oldest first), then those quiet
+longest. A call at work is one whose request has arrived whole. If every connection
+has a call at work, the new one is closed.
+
+grpcio's sync server gives a call a worker thread when its HEADERS arrive, and that
+thread waits for the request message. A client that sends HEADERS and never ends the
+request (64 such calls on one connection, no token needed: the request is read before
+the auth interceptor) held all 64 workers, and every agent's heartbeat timed out for as
+long as it wanted. ``maximum_concurrent_rpcs`` counts those calls too, so it would only
+turn the agents' timeouts into refusals. The front therefore watches each call's
+request: a call whose request has not ended (END_STREAM from the client) is *waiting*.
+
+- A connection holding a call that has waited ``request_timeout`` seconds is closed,
+  which ends its calls and frees their workers (the gRPC server cancels them).
+- At most ``max_waiting`` calls may wait at once, server-wide, so that the other
+  workers stay free for agents: past it, the connection holding the call that has
+  waited longest is closed (an honest request arrives whole within milliseconds).
+- A connection whose calls are all waiting counts as idle when connections are shed.
+
+A request split over two reads counts as waiting only between them: the caps are
+checked after each read, once its frames are counted.
 """
 
 from __future__ import annotations
@@ -24,13 +44,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from hpcopt_server.sockets import ACCEPT_BATCH, LISTEN_BACKLOG, ShedLog
+from hpcopt_server.sockets import ACCEPT_BATCH, LISTEN_BACKLOG, ShedLog, StallLog
 
 log = logging.getLogger(__name__)
 
 _PREFACE = 24  # b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", sent by the client before its frames
 _DATA, _HEADERS, _RST_STREAM = 0, 1, 3
 _END_STREAM = 0x1
+_SWEEP = 0.5  # seconds between looks for requests past the timeout
 
 
 class _Frames:
@@ -87,6 +108,7 @@ class _Client(asyncio.Protocol):
         self.front = front
         self.backend: asyncio.Transport | None = None
         self.streams: set[int] = set()  # calls in progress
+        self.waiting: dict[int, float] = {}  # calls whose request has not ended: since when
         self.last_stream = 0
         self.called = False
         self.quiet_since = time.monotonic()
@@ -99,18 +121,38 @@ class _Client(asyncio.Protocol):
             self.last_stream = stream
             self.streams.add(stream)
             self.called = True
+            if not flags & _END_STREAM:
+                self.waiting[stream] = time.monotonic()
+                self.front.waiting += 1
+        elif kind in (_HEADERS, _DATA) and flags & _END_STREAM:  # the request has arrived whole
+            self._arrived(stream)
         elif kind == _RST_STREAM:
             self._ended(stream)
+
+    def _arrived(self, stream: int) -> None:
+        if self.waiting.pop(stream, None) is not None:
+            self.front.waiting -= 1
 
     def _server_frame(self, kind: int, flags: int, stream: int) -> None:
         if kind == _RST_STREAM or (kind in (_HEADERS, _DATA) and flags & _END_STREAM):
             self._ended(stream)
 
     def _ended(self, stream: int) -> None:
+        self._arrived(stream)
         if stream in self.streams:
+            was_busy = self.busy
             self.streams.discard(stream)
-            if not self.streams:
+            if was_busy and not self.busy:
                 self.quiet_since = time.monotonic()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call is at work here: one whose request has arrived whole."""
+        return len(self.streams) > len(self.waiting)
+
+    @property
+    def oldest_wait(self) -> float:
+        return min(self.waiting.values(), default=float("inf"))
 
     @property
     def live(self) -> bool:
@@ -141,6 +183,10 @@ class _Client(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.to_server.feed(data)
+        if self.waiting and self.front.waiting > self.front.max_waiting:
+            self.front.shed_waiting()
+            if not self.live:
+                return
         assert self.backend is not None  # reading is paused until it is set
         self.backend.write(data)
 
@@ -157,6 +203,8 @@ class _Client(asyncio.Protocol):
             self.backend.resume_reading()
 
     def close(self) -> None:
+        self.front.waiting -= len(self.waiting)
+        self.waiting.clear()
         if self.live:
             self.transport.close()
         if self.backend is not None and not self.backend.is_closing():
@@ -164,16 +212,17 @@ class _Client(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.front.clients.discard(self)
-        if self.backend is not None and not self.backend.is_closing():
-            self.backend.close()
+        self.close()
 
 
 class GrpcFront:
     """Accepts gRPC clients on ``sock`` and relays each to the gRPC server listening on
     ``backend_address`` (``unix:PATH``, in a private directory this front owns)."""
 
-    def __init__(self, sock: socket.socket, cap: int):
+    def __init__(self, sock: socket.socket, cap: int, *, request_timeout: float = 10.0, max_waiting: int = 32):
         self.sock, self.cap = sock, cap
+        self.request_timeout, self.max_waiting = request_timeout, max_waiting
+        self.waiting = 0  # calls waiting for their request, over every connection
         # Mode 0700: only this user reaches the server. A Unix socket path must fit in 107
         # bytes, which a long $TMPDIR (a cluster's scratch path) may not leave room for.
         base = None if len(tempfile.gettempdir()) <= 64 else "/tmp"
@@ -181,6 +230,7 @@ class GrpcFront:
         self.backend_path = os.path.join(self._dir, "grpc.sock")
         self.clients: set[_Client] = set()
         self.shed_log = ShedLog(log, "gRPC")
+        self.stall_log = StallLog(log)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="grpc-front", daemon=True)
         self._started = threading.Event()
@@ -198,10 +248,28 @@ class GrpcFront:
         live = [c for c in self.clients if c.live]
         if len(live) <= self.cap:
             return
-        idle = [c for c in live if c is not new and not c.streams]
+        idle = [c for c in live if c is not new and not c.busy]
         victim = min(idle, key=lambda c: (c.called, c.quiet_since)) if idle else new
         self.shed_log.shed(len(live), self.cap, None if victim is new else time.monotonic() - victim.quiet_since)
         victim.close()
+
+    def shed_waiting(self) -> None:
+        """Closes the connections holding the calls that have waited longest for their
+        request until at most ``max_waiting`` calls wait."""
+        holding = sorted((c for c in self.clients if c.waiting), key=lambda c: c.oldest_wait)
+        for c in holding:
+            if self.waiting <= self.max_waiting:
+                break
+            self.stall_log.closed(len(c.waiting), f"more than {self.max_waiting} requests waiting server-wide")
+            c.close()
+
+    def _sweep(self) -> None:
+        """Closes every connection holding a call that has waited ``request_timeout``."""
+        due = time.monotonic() - self.request_timeout
+        for c in [c for c in self.clients if c.oldest_wait <= due]:
+            self.stall_log.closed(len(c.waiting), f"a request unfinished after {self.request_timeout:g} s")
+            c.close()
+        self._loop.call_later(_SWEEP, self._sweep)
 
     def start(self) -> None:
         self._thread.start()
@@ -213,6 +281,7 @@ class GrpcFront:
         self._server = self._loop.run_until_complete(serving)
         self.sock.listen(LISTEN_BACKLOG)  # asyncio set it to the accept pass's length
         self._started.set()
+        self._loop.call_later(_SWEEP, self._sweep)
         self._loop.run_forever()
 
     def stop(self) -> None:

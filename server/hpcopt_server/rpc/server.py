@@ -75,6 +75,9 @@ class MetricsInterceptor(grpc.ServerInterceptor):
         )
 
 
+MAX_STREAMS_PER_CONNECTION = 16
+
+
 @dataclass
 class GrpcEndpoint:
     """The gRPC server behind its front (``front.py``): clients connect to ``port``."""
@@ -103,13 +106,21 @@ def serve_grpc(
     *,
     max_workers: int = 64,
     max_connections: int = 1000,
+    request_timeout: float = 10.0,
     sock: socket.socket | None = None,
 ) -> GrpcEndpoint:
     """The gRPC server, listening on a private Unix socket, and its front on ``host:port``
     (0: any free port) or on the listening socket ``sock`` (one that another process
     accepts from too: ``serve --processes``), capped at ``max_connections``; neither
-    started. A port that cannot be bound is an OSError."""
-    front = GrpcFront(sock if sock is not None else listen(host, port), max_connections)
+    started. A port that cannot be bound is an OSError.
+
+    Calls whose request has not arrived may hold at most half the ``max_workers``
+    threads, server-wide, and for at most ``request_timeout`` seconds (``front.py``): the
+    other half stays free for calls that are ready to run."""
+    front = GrpcFront(
+        sock if sock is not None else listen(host, port), max_connections,
+        request_timeout=request_timeout, max_waiting=max(1, max_workers // 2),
+    )  # fmt: skip
     try:
         server = _build(service, metrics, front.backend_address, max_workers)
     except BaseException:
@@ -131,6 +142,10 @@ def _build(service: Service, metrics: Metrics, address: str, max_workers: int) -
             # (agents call every heartbeat period, far below these).
             ("grpc.server_handshake_timeout_ms", 10_000),
             ("grpc.max_connection_idle_ms", 300_000),
+            # Calls one connection may hold open at once (HTTP/2 SETTINGS): a client sees
+            # the limit and queues past it; one that ignores it has the extra calls
+            # refused before they take a worker.
+            ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
         ],
     )
     campaign_pb2_grpc.add_CampaignServiceServicer_to_server(CampaignServicer(service), server)
