@@ -111,7 +111,7 @@ def _spec(n: int, folds: int = FOLDS) -> dict[str, Any]:
         "algorithm": {"name": "random", "seed": 0},
         "budget": {"max_trials": 1_000_000, "max_parallel": max(n, 1)},
         "folds": folds,
-        "training": {"task": "bench"},
+        "training": {"task": "bench:Task"},
     }
 
 

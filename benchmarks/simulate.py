@@ -301,7 +301,7 @@ def main() -> int:
             "algorithm": {"name": args.algorithm, "seed": args.seed},
             "budget": {"max_trials": args.trials, "max_parallel": args.agents},
             "folds": args.folds,
-            "training": {"task": "simulated", "epochs": args.epochs},
+            "training": {"task": "simulated:Task", "epochs": args.epochs},
             "max_attempts": 10,
         }
         cid = _post(servers[0][1] + "/api/v1/campaigns", spec)["id"]

@@ -70,7 +70,27 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: HPCOPT_CHECKPOINT_DIR, else $SCRATCH/hpcopt-checkpoints, else "
         "~/.cache/hpcopt/checkpoints; here %(default)s)",
     )
-    ap.add_argument("--task", help="override the campaign's training.task (file.py:Name or module:Name)")
+    ap.add_argument(
+        "--task",
+        help="override the campaign's training.task (file.py:Name or module:Name); loaded as given, since the "
+        "agent's owner chose it",
+    )
+    ap.add_argument(
+        "--task-root",
+        type=Path,
+        default=Path(os.environ["HPCOPT_TASK_ROOT"]) if os.environ.get("HPCOPT_TASK_ROOT") else None,
+        help="a campaign's file task (path.py:Name) runs only if it lies under this directory, symbolic links "
+        "resolved, and relative paths are read from it (env HPCOPT_TASK_ROOT; default: the working directory)",
+    )
+    ap.add_argument(
+        "--allow-module",
+        action="append",
+        default=[m for m in os.environ.get("HPCOPT_ALLOW_MODULES", "").split(",") if m],
+        metavar="PREFIX",
+        help="a campaign's module task (package.module:Name) runs only if a PREFIX names the module or a package "
+        "above it, or it lies under the task root; repeatable (env HPCOPT_ALLOW_MODULES, comma-separated; "
+        "default: none)",
+    )
     ap.add_argument(
         "--time-limit",
         help="the allocation's walltime (SECONDS, HH:MM:SS or D-HH:MM:SS); default: "
@@ -139,6 +159,8 @@ def main(argv: list[str] | None = None) -> int:
             rank, first = problems[0]
             where = f" (rank {rank})" if rank else ""
             log.error("refusing to start%s: %s", where, first)
+            if reg is not None:  # the campaign's agents list shows why this agent left
+                _goodbye_refused(args, reg.agent_id, f"refused to start{where}: {first}")
         return 2
     return _run(args, world, reg, settings, layout, task, context, stop, Walltime(limit), threads)
 
@@ -161,12 +183,14 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
     from hpcopt_agent.schemes import check_scheme, check_task
     from hpcopt_agent.settings import TrainingSettings
     from hpcopt_agent.task import load_task
+    from hpcopt_agent.trust import TaskPolicy
 
+    policy = TaskPolicy.of(args.task_root, args.allow_module)  # checked even under --task: a typo is an error
     settings = TrainingSettings.from_spec(spec, args.task)
     layout = plan(world, args.groups, settings.ranks_per_fold, settings.folds)
     for name in settings.schemes:
         check_scheme(name)
-    task = load_task(settings.task)
+    task = load_task(settings.task, None if args.task else policy)
     for name in settings.schemes:
         check_task(name, task)
     return settings, layout, task
@@ -299,6 +323,15 @@ def _goodbye(client: AgentClient, agent_id: str) -> None:
         return
     if requeued:
         log.warning("trials with id(s) %s were still held and went back to the queue", ", ".join(map(str, requeued)))
+
+
+def _goodbye_refused(args: argparse.Namespace, agent_id: str, reason: str) -> None:
+    """Ends the registration of an agent that refuses to start, saying why."""
+    try:
+        with AgentClient(args.server, args.token) as client:
+            client.deregister(agent_id, reason=reason)
+    except Exception as exc:
+        log.warning("could not tell the server why this agent refused: %s", exc)
 
 
 def entry() -> None:

@@ -16,7 +16,9 @@ A task is a subclass of :class:`Task` in plain PyTorch::
             return {"val_loss": ..., "val_accuracy": ...}
 
 The campaign names it in ``training.task`` as ``path/to/file.py:Digits`` or
-``package.module:Digits`` (a class, an instance, or a function returning one).
+``package.module:Digits`` (a class, an instance, or a function returning one), and the
+agent runs it only if its owner allows it (``trust.py``: ``--task-root``,
+``--allow-module``).
 
 Several networks (a GAN's generator and discriminator) are a dict from ``build`` and a
 dict from ``optimizer``; override :meth:`Task.train_step`, which receives both dicts
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import itertools
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,6 +39,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils.data import Dataset
+
+from hpcopt.taskref import parse_task_ref
+from hpcopt_agent.trust import TaskPolicy
 
 Params = dict[str, Any]
 Models = nn.Module | Mapping[str, nn.Module]
@@ -151,17 +157,20 @@ class TaskError(ValueError):
     """A task reference that cannot be loaded, with the reason."""
 
 
-def load_task(ref: str, base: Path | None = None) -> Task:
-    """Loads ``path/to/file.py:Attr`` (relative to ``base``, default the working
-    directory) or ``package.module:Attr``; ``Attr`` is a Task subclass, an instance or a
-    function returning one."""
-    module_ref, sep, attr = ref.rpartition(":")
-    if not sep or not module_ref or not attr:
-        raise TaskError(f"training.task must look like 'file.py:Name' or 'module:Name', got {ref!r}")
-    if module_ref.endswith(".py"):
-        path = Path(module_ref)
-        if not path.is_absolute():
-            path = (base or Path.cwd()) / path
+def load_task(ref: str, policy: TaskPolicy | None = None) -> Task:
+    """Loads ``path/to/file.py:Attr`` or ``package.module:Attr``. ``Attr`` is a Task
+    subclass, an instance, or a function defined in that module that returns one.
+
+    With ``policy`` (a campaign's task), the reference must be one the agent's owner
+    allows (``trust.py``; TaskRefused says why) and a relative file is read from its task
+    root. Without (the owner's own ``--task``), a relative file is read from the working
+    directory and any module may be imported."""
+    try:
+        parsed = parse_task_ref(ref)
+    except ValueError as exc:
+        raise TaskError(f"training.task {ref!r}: {exc}") from None
+    if parsed.file is not None:
+        path = policy.file(parsed) if policy is not None else Path.cwd() / parsed.file
         if not path.is_file():
             raise TaskError(f"training.task: no file {path}")
         name = f"hpcopt_task_{path.stem}"
@@ -172,17 +181,27 @@ def load_task(ref: str, base: Path | None = None) -> Task:
         sys.modules[name] = module
         spec.loader.exec_module(module)
     else:
+        module_name = policy.module(parsed) if policy is not None else str(parsed.module)
         try:
-            module = importlib.import_module(module_ref)
+            module = importlib.import_module(module_name)
         except ImportError as exc:
-            raise TaskError(f"training.task: cannot import module {module_ref!r}: {exc}") from exc
+            raise TaskError(f"training.task: cannot import module {module_name!r}: {exc}") from exc
+    attr = parsed.name
     try:
         obj = getattr(module, attr)
     except AttributeError:
-        raise TaskError(f"training.task: {module_ref} has no attribute {attr!r}") from None
-    task = obj() if isinstance(obj, type) or (callable(obj) and not isinstance(obj, Task)) else obj
+        raise TaskError(f"training.task: {parsed.file or parsed.module} has no attribute {attr!r}") from None
+    if (isinstance(obj, type) and issubclass(obj, Task)) or (
+        inspect.isfunction(obj) and obj.__module__ == module.__name__
+    ):
+        task = obj()
+    else:
+        task = obj
     if not isinstance(task, Task):
-        raise TaskError(f"training.task: {ref} gave a {type(task).__name__}, not an hpcopt_agent.Task")
+        raise TaskError(
+            f"training.task: {ref} gave a {type(task).__name__}, not an hpcopt_agent.Task (a Task subclass, an "
+            "instance, or a function defined in that module returning one)"
+        )
     return task
 
 

@@ -81,8 +81,9 @@ class AgentClient(Channel):
         req = agent_pb2.ReportEventRequest(lease=lease.to_proto(), fold=fold, kind=kind, reason=reason)
         self._do(self._stub.ReportEvent, req)
 
-    def deregister(self, agent_id: str) -> list[int]:
-        """Ends the agent's registration (call it on a normal exit); the ids of the
-        trials it held, now requeued."""
-        resp = self._do(self._stub.Deregister, agent_pb2.DeregisterRequest(agent_id=agent_id))
+    def deregister(self, agent_id: str, reason: str = "") -> list[int]:
+        """Ends the agent's registration (call it on exit; ``reason``: why, when it
+        refused to work, as the campaign's agents list will show); the ids of the trials
+        it held, now requeued."""
+        resp = self._do(self._stub.Deregister, agent_pb2.DeregisterRequest(agent_id=agent_id, reason=reason))
         return [int(i) for i in resp.requeued_trial_ids]

@@ -35,6 +35,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from hpcopt.documents import UNSAFE_CHARS, DocumentError, check_values, clip
 from hpcopt.schemes import KnobError, check_space_knobs, expand_search
+from hpcopt.taskref import parse_task_ref
 from hpcopt.training import check_options
 
 #: Algorithms the server knows. The server checks the name against its registry too.
@@ -169,11 +170,18 @@ class WarmStart(_Strict):
     campaigns: list[Annotated[int, Field(ge=1, le=2**31 - 1)]] = Field(min_length=1, max_length=100)
 
 
+def _task_ref(text: str) -> str:
+    parse_task_ref(text)
+    return text
+
+
 class Training(_Strict):
     """Settings the agent reads. The server checks the scheme's knobs and the layout
     they make (``hpcopt.schemes``) and stores the rest without interpreting it."""
 
-    task: str = Field(min_length=1, max_length=MAX_TEXT)
+    #: ``relative/path.py:Name`` (under the agent's task root) or ``package.module:Name``;
+    #: the agent runs it only if its owner allows it (``--task-root``, ``--allow-module``).
+    task: Annotated[str, AfterValidator(_task_ref)] = Field(min_length=1, max_length=MAX_TEXT)
     #: A scheme's name, or ``search``: the trial's ``scheme`` parameter picks it (what
     #: ``scheme: {search: {...}}`` is normalized into).
     scheme: Literal["allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod", "search"] = "allreduce"

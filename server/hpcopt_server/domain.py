@@ -174,6 +174,8 @@ class Agent:
     token_id: int | None = None
     #: When it ended its registration (a normal exit); None while it runs or if it vanished.
     exited_at: datetime | None = None
+    #: Why it exited without working (it refused the campaign's task or layout); "" otherwise.
+    exit_reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -40,12 +41,13 @@ def test_the_first_campaign_blocks_run_as_written_twice_in_a_row(tmp_path: Path)
     mpiexec_path()  # a failure under CI=true when MPI is missing
     script = session(docs_blocks("first-campaign"))
     assert script.startswith("source .venv/bin/activate") and "hpcopt wait" in script
-    # The working directory is a scratch copy of the repository root: its .venv and the
-    # digits example by symlink, the campaign cut to 4 trials of 2 epochs (its file is a
-    # fixture; the commands are the page's).
+    # The working directory is a scratch copy of the repository root: its .venv by
+    # symlink, the digits task copied (the agent runs no task file that resolves outside
+    # its task root, the working directory), the campaign cut to 4 trials of 2 epochs
+    # (its file is a fixture; the commands are the page's).
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "examples/digits").mkdir(parents=True)
-    (tmp_path / "examples/digits/task.py").symlink_to(ROOT / "examples/digits/task.py")
+    shutil.copy(ROOT / "examples/digits/task.py", tmp_path / "examples/digits/task.py")
     spec = yaml.safe_load((ROOT / "examples/digits/campaign.yaml").read_text())
     spec["budget"]["max_trials"], spec["training"]["epochs"] = 4, 2
     (tmp_path / "examples/digits/campaign.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))

@@ -12,6 +12,7 @@ from hpcopt_agent.layout import LayoutError, fitting_groups, plan
 from hpcopt_agent.runtime import parse_duration
 from hpcopt_agent.settings import SettingsError, TrainingSettings
 from hpcopt_agent.task import TaskError, load_task
+from hpcopt_agent.trust import TaskPolicy
 from tests.agent.conftest import agent_spec
 
 
@@ -108,7 +109,7 @@ def test_task_loading_by_path_and_module(tmp_path: Path) -> None:
     with pytest.raises(TaskError, match="must look like"):
         load_task("tests/agent/tasks.py")
     with pytest.raises(TaskError, match="no file"):
-        load_task("nope.py:T", base=tmp_path)
+        load_task("nope.py:T", TaskPolicy.of(tmp_path))
     with pytest.raises(TaskError, match="has no attribute 'Missing'"):
         load_task("tests.agent.tasks:Missing")
     with pytest.raises(TaskError, match=r"not an hpcopt_agent\.Task"):

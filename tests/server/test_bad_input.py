@@ -300,7 +300,7 @@ def test_nul_bytes_are_refused_naming_the_field(target: Target) -> None:
 
 
 def test_documents_over_the_size_limits_are_refused(target: Target, unchanged: None) -> None:
-    huge = json.dumps(make_spec(training={"task": "t", "options": {"blob": "x" * 2_000_000}}))
+    huge = json.dumps(make_spec(training={"task": "t:T", "options": {"blob": "x" * 2_000_000}}))
     r = target.rest("POST", "/api/v1/campaigns", "submit", content=huge)
     assert r.status_code == 413 and "body" in _fields(r)
     assert target.rest("POST", "/api/v1/campaigns/validate", "read", content=huge).status_code == 413
@@ -312,7 +312,7 @@ def test_documents_over_the_size_limits_are_refused(target: Target, unchanged: N
         req = campaign_pb2.CreateCampaignRequest(spec_json=huge)
         assert _grpc_error(c._do, c._stub.CreateCampaign, req).code == "INVALID_ARGUMENT"
     # Under the body limit, over the spec's own limit (it is sent with every Acquire).
-    big = make_spec(training={"task": "t", "options": {"blob": "x" * 100_000}})
+    big = make_spec(training={"task": "t:T", "options": {"blob": "x" * 100_000}})
     r = target.rest("POST", "/api/v1/campaigns", "submit", json=big)
     assert r.status_code == 422 and "at most 65536" in r.json()["detail"]
 
@@ -336,7 +336,7 @@ def _deep_json(levels: int) -> str:
         (_deep_json(100_000), "application/json"),
         ("a:\n" + "".join(" " * i + "- \n" for i in range(1, 200)), "application/yaml"),
         ("x: " + "[" * 50_000 + "]" * 50_000, "application/yaml"),
-        (json.dumps(make_spec(training={"task": "t", "options": json.loads("{\"a\":" * 500 + "1" + "}" * 500)})),
+        (json.dumps(make_spec(training={"task": "t:T", "options": json.loads("{\"a\":" * 500 + "1" + "}" * 500)})),
          "application/json"),
     ],
     ids=["json-100k-deep", "yaml-200-deep-block", "yaml-50k-deep-flow", "options-500-deep"],
@@ -356,10 +356,10 @@ def test_deep_nesting_is_refused(target: Target, unchanged: None, body: str, con
     ("body", "content_type", "field"),
     [
         (json.dumps(make_spec()).replace('"relu"', "NaN"), "application/json", "space.act.choices.0"),
-        (json.dumps(make_spec(training={"task": "t", "options": {"x": 1.0}})).replace("1.0", "Infinity"),
+        (json.dumps(make_spec(training={"task": "t:T", "options": {"x": 1.0}})).replace("1.0", "Infinity"),
          "application/json", "training.options.x"),
         ("name: n\nobjective: {metric: m}\nspace: {x: {type: real, low: .nan, high: 1}}\n"
-         "budget: {max_trials: 1}\ntraining: {task: t}\n", "application/yaml", "space.x.low"),
+         "budget: {max_trials: 1}\ntraining: {task: 't:T'}\n", "application/yaml", "space.x.low"),
     ],
     ids=["nan-choice", "infinity-in-options", "yaml-nan-bound"],
 )  # fmt: skip

@@ -28,7 +28,7 @@ def _when(when: dict[str, Any], parent: dict[str, Any] | None = None, missing: b
 
 
 def _search(search: dict[str, Any], ranks: int = 4) -> dict[str, Any]:
-    return {"training": {"task": "t", "ranks_per_fold": ranks, "scheme": {"search": {"allreduce": {}, **search}}}}
+    return {"training": {"task": "t:T", "ranks_per_fold": ranks, "scheme": {"search": {"allreduce": {}, **search}}}}
 
 
 def _errors(spec: dict[str, Any]) -> list[tuple[str, str]]:
@@ -63,14 +63,14 @@ def test_the_example_specs_are_valid() -> None:
         ({"algorithm": {"name": "magic"}}, "algorithm.name", "'random'"),
         ({"budget": {"max_trials": 5, "max_parallel": 0}}, "budget.max_parallel", "greater than or equal to 1"),
         ({"folds": 0}, "folds", "greater than or equal to 1"),
-        ({"training": {"task": "t", "scheme": "magic"}}, "training.scheme", "'allreduce'"),
+        ({"training": {"task": "t:T", "scheme": "magic"}}, "training.scheme", "'allreduce'"),
         ({"colour": "blue"}, "colour", "unknown field"),
         # Scheme knobs and the layouts they make, refused at submission (hpcopt.schemes).
-        ({"training": {"task": "t", "scheme": "easgd", "ranks_per_fold": 1}}, "training.ranks_per_fold", "at least 2"),
+        ({"training": {"task": "t:T", "scheme": "easgd", "ranks_per_fold": 1}}, "training.ranks_per_fold", "at least 2"),
         (
             {
                 "training": {
-                    "task": "t",
+                    "task": "t:T",
                     "scheme": "easgd",
                     "ranks_per_fold": 4,
                     "options": {"easgd": {"sub_masters": 2}},
@@ -81,12 +81,12 @@ def test_the_example_specs_are_valid() -> None:
             "ranks_per_fold is 4: use sub_masters <= 1 or ranks_per_fold >= 5",
         ),
         (
-            {"training": {"task": "t", "scheme": "easgd", "ranks_per_fold": 3, "options": {"easgd.tau": 0}}},
+            {"training": {"task": "t:T", "scheme": "easgd", "ranks_per_fold": 3, "options": {"easgd.tau": 0}}},
             "training.options.easgd.tau",
             "must be an integer >= 1 and <= 1e+06, got 0",
         ),
         (
-            {"training": {"task": "t", "scheme": "gem", "ranks_per_fold": 3, "options": {"gem": {"kapa": 2}}}},
+            {"training": {"task": "t:T", "scheme": "gem", "ranks_per_fold": 3, "options": {"gem": {"kapa": 2}}}},
             "training.options.gem.kapa",
             "unknown knob for gem; allowed: sub_masters, max_staleness, order, worker_ranks, sync_every, lr, "
             "momentum, kappa",
@@ -94,7 +94,7 @@ def test_the_example_specs_are_valid() -> None:
         (
             {
                 "training": {
-                    "task": "t",
+                    "task": "t:T",
                     "scheme": "downpour",
                     "ranks_per_fold": 4,
                     "options": {"downpour": {"max_staleness": 1}},
@@ -106,7 +106,7 @@ def test_the_example_specs_are_valid() -> None:
         (
             {
                 "training": {
-                    "task": "t",
+                    "task": "t:T",
                     "scheme": "easgd",
                     "ranks_per_fold": 2,
                     "options": {"easgd": {"order": "fifo"}},
@@ -118,7 +118,7 @@ def test_the_example_specs_are_valid() -> None:
         (
             {
                 "training": {
-                    "task": "t",
+                    "task": "t:T",
                     "scheme": "easgd",
                     "ranks_per_fold": 2,
                     "options": {"easgd": {"beta": float("nan")}},
@@ -130,7 +130,7 @@ def test_the_example_specs_are_valid() -> None:
         (
             {
                 "training": {
-                    "task": "t",
+                    "task": "t:T",
                     "scheme": "downpour",
                     "ranks_per_fold": 3,
                     "options": {"downpour": {"synchronous": True, "sync_fraction": 0}},
@@ -140,12 +140,12 @@ def test_the_example_specs_are_valid() -> None:
             "must be a number > 0 and <= 1, got 0",
         ),
         (
-            {"training": {"task": "t", "scheme": "easgd", "ranks_per_fold": 3, "options": {"easgd.momentum": 1.5}}},
+            {"training": {"task": "t:T", "scheme": "easgd", "ranks_per_fold": 3, "options": {"easgd.momentum": 1.5}}},
             "training.options.easgd.momentum",
             "must be a number > 0 and <= 1, or null, got 1.5",
         ),
         (
-            {"training": {"task": "t", "scheme": "downpour", "ranks_per_fold": 2, "options": {"downpour": 3}}},
+            {"training": {"task": "t:T", "scheme": "downpour", "ranks_per_fold": 2, "options": {"downpour": 3}}},
             "training.options.downpour",
             "must be a mapping of knobs, got 3",
         ),
@@ -204,11 +204,11 @@ def test_the_example_specs_are_valid() -> None:
             "under scheme easgd: easgd needs at least 2 ranks",
         ),
         (_search({"easgd": {"tau": 4}}), "training.scheme.search.easgd.tau", "must be a parameter such as"),
-        ({"training": {"task": "t", "scheme": {"grid": ["easgd"]}}}, "training.scheme", "must be a scheme's name or"),
+        ({"training": {"task": "t:T", "scheme": {"grid": ["easgd"]}}}, "training.scheme", "must be a scheme's name or"),
         (
             {
                 "space": {"easgd.tau": {"type": "int", "low": 1, "high": 4}},
-                "training": {"task": "t", "scheme": "daso", "ranks_per_fold": 4},
+                "training": {"task": "t:T", "scheme": "daso", "ranks_per_fold": 4},
             },
             "space.easgd.tau",
             "easgd is not a scheme this campaign trains with (daso)",
@@ -221,7 +221,7 @@ def test_errors_name_the_field_and_what_is_allowed(change: dict[str, Any], field
 
 
 def test_a_scheme_search_is_normalized_into_a_conditional_space() -> None:
-    spec = make_spec(training={"task": "t", "ranks_per_fold": 4, "scheme": {"search": {
+    spec = make_spec(training={"task": "t:T", "ranks_per_fold": 4, "scheme": {"search": {
         "allreduce": {},
         "easgd": {"beta": {"type": "real", "low": 0.3, "high": 0.99}, "tau": {"type": "int", "low": 1, "high": 16}},
         "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
@@ -275,7 +275,7 @@ def test_spec_limits_name_the_field() -> None:
     choices = make_spec(space={"c": {"type": "categorical", "choices": list(range(1001))}})
     assert [p for p, _ in _errors(choices)] == ["space.c.choices"]
     assert [p for p, _ in _errors(make_spec(algorithm={"name": "random", "seed": -1}))] == ["algorithm.seed"]
-    big = make_spec(training={"task": "t", "options": {"blob": "x" * MAX_SPEC_BYTES}})
+    big = make_spec(training={"task": "t:T", "options": {"blob": "x" * MAX_SPEC_BYTES}})
     assert f"at most {MAX_SPEC_BYTES} are accepted" in _errors(big)[0][1]
     long_name = _errors(make_spec(space={"p" * 8000: {"type": "real", "low": 0, "high": 1}}))
     assert all(len(p) < 200 for p, _ in long_name)  # the name is not echoed whole
@@ -320,16 +320,18 @@ def test_a_pipeline_over_a_task_with_its_own_train_step_is_refused_at_submission
             assert field == "training.task" and f"cannot use the custom train_step of {named}" in message, message
             assert ("the scheme search includes pipeline" in message) == (scheme == "search"), message
     # An instance of a class with the default step, and a file this machine cannot read, pass.
-    fine = tmp_path / "task_ok.py"
+    (tmp_path / "mine").mkdir()
+    monkeypatch.chdir(tmp_path)  # a task file is relative (to the agent's task root): an absolute one is refused
+    fine = tmp_path / "mine" / "task_ok.py"
     fine.write_text("from hpcopt_agent import Task\n\nclass Net(Task):\n    def loss(self, o, b):\n        return o\n\n"
                     "class Mine(Net):\n    pass\n\ntask = Mine()\n")  # fmt: skip
-    load_spec_file(_pipeline_spec(tmp_path, f"{fine}:task"))
+    load_spec_file(_pipeline_spec(tmp_path, "mine/task_ok.py:task"))
     load_spec_file(_pipeline_spec(tmp_path, "elsewhere/task.py:Task"))
     # A base class in the same file that overrides it is found through the instance.
     fine.write_text(fine.read_text().replace("        return o\n", "        return o\n\n    def train_step(self):\n"
                                              "        return 0.0\n"))  # fmt: skip
     with pytest.raises(SpecError, match="custom train_step of Net"):
-        load_spec_file(_pipeline_spec(tmp_path, f"{fine}:task"))
+        load_spec_file(_pipeline_spec(tmp_path, "mine/task_ok.py:task"))
     # As a user meets it: hpcopt submit refuses before anything reaches a server.
     cli = [str(Path(sys.executable).parent / "hpcopt"), "submit", "--dry-run"]
     out = subprocess.run([*cli, str(_pipeline_spec(tmp_path, "tests/agent/tasks.py:PlainBackward"))],

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from hpcopt.v1 import common_pb2 as hpcopt_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hpcopt/v1/agent.proto\x12\thpcopt.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16hpcopt/v1/common.proto\"%\n\x11\x44\x65registerRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\"0\n\x12\x44\x65registerResponse\x12\x1a\n\x12requeued_trial_ids\x18\x01 \x03(\x03\"\x85\x01\n\x0fRegisterRequest\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\r\n\x05ranks\x18\x02 \x01(\x05\x12\x0c\n\x04gpus\x18\x03 \x01(\x05\x12\x14\n\x0cslurm_job_id\x18\x04 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x05 \x01(\x03\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x0f\n\x07version\x18\x07 \x01(\t\"\x85\x01\n\x10RegisterResponse\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\x19\n\x11heartbeat_seconds\x18\x03 \x01(\x01\x12\x1a\n\x12\x63\x61mpaign_spec_json\x18\x04 \x01(\t\x12\x11\n\tserver_id\x18\x05 \x01(\t\"7\n\x0e\x41\x63quireRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\"\xbe\x02\n\x0f\x41\x63quireResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.hpcopt.v1.AcquireResponse.Status\x12\x1f\n\x05trial\x18\x02 \x01(\x0b\x32\x10.hpcopt.v1.Trial\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13retry_after_seconds\x18\x05 \x01(\x01\x12\x1a\n\x12\x63\x61mpaign_spec_json\x18\x06 \x01(\t\"V\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATUS_GRANTED\x10\x01\x12\x0f\n\x0bSTATUS_WAIT\x10\x02\x12\x0f\n\x0bSTATUS_DONE\x10\x03\"B\n\nTrialLease\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x10\n\x08trial_id\x18\x02 \x01(\x03\x12\x10\n\x08lease_id\x18\x03 \x01(\t\"8\n\x10HeartbeatRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\"\xe8\x01\n\x11HeartbeatResponse\x12\x33\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32#.hpcopt.v1.HeartbeatResponse.Action\x12\x34\n\x10lease_expires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"h\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x43TION_CONTINUE\x10\x01\x12\x16\n\x12\x41\x43TION_STOP_PRUNED\x10\x02\x12\x19\n\x15\x41\x43TION_STOP_CANCELLED\x10\x03\"\x84\x01\n\x19ReportIntermediateRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\r\n\x05value\x18\x04 \x01(\x01\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\"\xda\x01\n\x11ReportFoldRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\r\n\x05value\x18\x03 \x01(\x01\x12:\n\x07metrics\x18\x04 \x03(\x0b\x32).hpcopt.v1.ReportFoldRequest.MetricsEntry\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"l\n\x0eReleaseRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.hpcopt.v1.TrialState\x12\x0e\n\x06reason\x18\x03 \x01(\t\"f\n\x12ReportEventRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x15\n\x13ReportEventResponse2\xfa\x04\n\x0c\x41gentService\x12\x43\n\x08Register\x12\x1a.hpcopt.v1.RegisterRequest\x1a\x1b.hpcopt.v1.RegisterResponse\x12@\n\x07\x41\x63quire\x12\x19.hpcopt.v1.AcquireRequest\x1a\x1a.hpcopt.v1.AcquireResponse\x12\x46\n\tHeartbeat\x12\x1b.hpcopt.v1.HeartbeatRequest\x1a\x1c.hpcopt.v1.HeartbeatResponse\x12X\n\x12ReportIntermediate\x12$.hpcopt.v1.ReportIntermediateRequest\x1a\x1c.hpcopt.v1.HeartbeatResponse\x12;\n\nReportFold\x12\x1c.hpcopt.v1.ReportFoldRequest\x1a\x0f.hpcopt.v1.Fold\x12\x33\n\x08\x43omplete\x12\x15.hpcopt.v1.TrialLease\x1a\x10.hpcopt.v1.Trial\x12\x36\n\x07Release\x12\x19.hpcopt.v1.ReleaseRequest\x1a\x10.hpcopt.v1.Trial\x12L\n\x0bReportEvent\x12\x1d.hpcopt.v1.ReportEventRequest\x1a\x1e.hpcopt.v1.ReportEventResponse\x12I\n\nDeregister\x12\x1c.hpcopt.v1.DeregisterRequest\x1a\x1d.hpcopt.v1.DeregisterResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hpcopt/v1/agent.proto\x12\thpcopt.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16hpcopt/v1/common.proto\"5\n\x11\x44\x65registerRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x12\x44\x65registerResponse\x12\x1a\n\x12requeued_trial_ids\x18\x01 \x03(\x03\"\x85\x01\n\x0fRegisterRequest\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\r\n\x05ranks\x18\x02 \x01(\x05\x12\x0c\n\x04gpus\x18\x03 \x01(\x05\x12\x14\n\x0cslurm_job_id\x18\x04 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x05 \x01(\x03\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x0f\n\x07version\x18\x07 \x01(\t\"\x85\x01\n\x10RegisterResponse\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\x19\n\x11heartbeat_seconds\x18\x03 \x01(\x01\x12\x1a\n\x12\x63\x61mpaign_spec_json\x18\x04 \x01(\t\x12\x11\n\tserver_id\x18\x05 \x01(\t\"7\n\x0e\x41\x63quireRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\"\xbe\x02\n\x0f\x41\x63quireResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.hpcopt.v1.AcquireResponse.Status\x12\x1f\n\x05trial\x18\x02 \x01(\x0b\x32\x10.hpcopt.v1.Trial\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13retry_after_seconds\x18\x05 \x01(\x01\x12\x1a\n\x12\x63\x61mpaign_spec_json\x18\x06 \x01(\t\"V\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATUS_GRANTED\x10\x01\x12\x0f\n\x0bSTATUS_WAIT\x10\x02\x12\x0f\n\x0bSTATUS_DONE\x10\x03\"B\n\nTrialLease\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x10\n\x08trial_id\x18\x02 \x01(\x03\x12\x10\n\x08lease_id\x18\x03 \x01(\t\"8\n\x10HeartbeatRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\"\xe8\x01\n\x11HeartbeatResponse\x12\x33\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32#.hpcopt.v1.HeartbeatResponse.Action\x12\x34\n\x10lease_expires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"h\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x43TION_CONTINUE\x10\x01\x12\x16\n\x12\x41\x43TION_STOP_PRUNED\x10\x02\x12\x19\n\x15\x41\x43TION_STOP_CANCELLED\x10\x03\"\x84\x01\n\x19ReportIntermediateRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\r\n\x05value\x18\x04 \x01(\x01\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\"\xda\x01\n\x11ReportFoldRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\r\n\x05value\x18\x03 \x01(\x01\x12:\n\x07metrics\x18\x04 \x03(\x0b\x32).hpcopt.v1.ReportFoldRequest.MetricsEntry\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"l\n\x0eReleaseRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.hpcopt.v1.TrialState\x12\x0e\n\x06reason\x18\x03 \x01(\t\"f\n\x12ReportEventRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x15\n\x13ReportEventResponse2\xfa\x04\n\x0c\x41gentService\x12\x43\n\x08Register\x12\x1a.hpcopt.v1.RegisterRequest\x1a\x1b.hpcopt.v1.RegisterResponse\x12@\n\x07\x41\x63quire\x12\x19.hpcopt.v1.AcquireRequest\x1a\x1a.hpcopt.v1.AcquireResponse\x12\x46\n\tHeartbeat\x12\x1b.hpcopt.v1.HeartbeatRequest\x1a\x1c.hpcopt.v1.HeartbeatResponse\x12X\n\x12ReportIntermediate\x12$.hpcopt.v1.ReportIntermediateRequest\x1a\x1c.hpcopt.v1.HeartbeatResponse\x12;\n\nReportFold\x12\x1c.hpcopt.v1.ReportFoldRequest\x1a\x0f.hpcopt.v1.Fold\x12\x33\n\x08\x43omplete\x12\x15.hpcopt.v1.TrialLease\x1a\x10.hpcopt.v1.Trial\x12\x36\n\x07Release\x12\x19.hpcopt.v1.ReleaseRequest\x1a\x10.hpcopt.v1.Trial\x12L\n\x0bReportEvent\x12\x1d.hpcopt.v1.ReportEventRequest\x1a\x1e.hpcopt.v1.ReportEventResponse\x12I\n\nDeregister\x12\x1c.hpcopt.v1.DeregisterRequest\x1a\x1d.hpcopt.v1.DeregisterResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,39 +36,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTFOLDREQUEST_METRICSENTRY']._loaded_options = None
   _globals['_REPORTFOLDREQUEST_METRICSENTRY']._serialized_options = b'8\001'
   _globals['_DEREGISTERREQUEST']._serialized_start=93
-  _globals['_DEREGISTERREQUEST']._serialized_end=130
-  _globals['_DEREGISTERRESPONSE']._serialized_start=132
-  _globals['_DEREGISTERRESPONSE']._serialized_end=180
-  _globals['_REGISTERREQUEST']._serialized_start=183
-  _globals['_REGISTERREQUEST']._serialized_end=316
-  _globals['_REGISTERRESPONSE']._serialized_start=319
-  _globals['_REGISTERRESPONSE']._serialized_end=452
-  _globals['_ACQUIREREQUEST']._serialized_start=454
-  _globals['_ACQUIREREQUEST']._serialized_end=509
-  _globals['_ACQUIRERESPONSE']._serialized_start=512
-  _globals['_ACQUIRERESPONSE']._serialized_end=830
-  _globals['_ACQUIRERESPONSE_STATUS']._serialized_start=744
-  _globals['_ACQUIRERESPONSE_STATUS']._serialized_end=830
-  _globals['_TRIALLEASE']._serialized_start=832
-  _globals['_TRIALLEASE']._serialized_end=898
-  _globals['_HEARTBEATREQUEST']._serialized_start=900
-  _globals['_HEARTBEATREQUEST']._serialized_end=956
-  _globals['_HEARTBEATRESPONSE']._serialized_start=959
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1191
-  _globals['_HEARTBEATRESPONSE_ACTION']._serialized_start=1087
-  _globals['_HEARTBEATRESPONSE_ACTION']._serialized_end=1191
-  _globals['_REPORTINTERMEDIATEREQUEST']._serialized_start=1194
-  _globals['_REPORTINTERMEDIATEREQUEST']._serialized_end=1326
-  _globals['_REPORTFOLDREQUEST']._serialized_start=1329
-  _globals['_REPORTFOLDREQUEST']._serialized_end=1547
-  _globals['_REPORTFOLDREQUEST_METRICSENTRY']._serialized_start=1501
-  _globals['_REPORTFOLDREQUEST_METRICSENTRY']._serialized_end=1547
-  _globals['_RELEASEREQUEST']._serialized_start=1549
-  _globals['_RELEASEREQUEST']._serialized_end=1657
-  _globals['_REPORTEVENTREQUEST']._serialized_start=1659
-  _globals['_REPORTEVENTREQUEST']._serialized_end=1761
-  _globals['_REPORTEVENTRESPONSE']._serialized_start=1763
-  _globals['_REPORTEVENTRESPONSE']._serialized_end=1784
-  _globals['_AGENTSERVICE']._serialized_start=1787
-  _globals['_AGENTSERVICE']._serialized_end=2421
+  _globals['_DEREGISTERREQUEST']._serialized_end=146
+  _globals['_DEREGISTERRESPONSE']._serialized_start=148
+  _globals['_DEREGISTERRESPONSE']._serialized_end=196
+  _globals['_REGISTERREQUEST']._serialized_start=199
+  _globals['_REGISTERREQUEST']._serialized_end=332
+  _globals['_REGISTERRESPONSE']._serialized_start=335
+  _globals['_REGISTERRESPONSE']._serialized_end=468
+  _globals['_ACQUIREREQUEST']._serialized_start=470
+  _globals['_ACQUIREREQUEST']._serialized_end=525
+  _globals['_ACQUIRERESPONSE']._serialized_start=528
+  _globals['_ACQUIRERESPONSE']._serialized_end=846
+  _globals['_ACQUIRERESPONSE_STATUS']._serialized_start=760
+  _globals['_ACQUIRERESPONSE_STATUS']._serialized_end=846
+  _globals['_TRIALLEASE']._serialized_start=848
+  _globals['_TRIALLEASE']._serialized_end=914
+  _globals['_HEARTBEATREQUEST']._serialized_start=916
+  _globals['_HEARTBEATREQUEST']._serialized_end=972
+  _globals['_HEARTBEATRESPONSE']._serialized_start=975
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1207
+  _globals['_HEARTBEATRESPONSE_ACTION']._serialized_start=1103
+  _globals['_HEARTBEATRESPONSE_ACTION']._serialized_end=1207
+  _globals['_REPORTINTERMEDIATEREQUEST']._serialized_start=1210
+  _globals['_REPORTINTERMEDIATEREQUEST']._serialized_end=1342
+  _globals['_REPORTFOLDREQUEST']._serialized_start=1345
+  _globals['_REPORTFOLDREQUEST']._serialized_end=1563
+  _globals['_REPORTFOLDREQUEST_METRICSENTRY']._serialized_start=1517
+  _globals['_REPORTFOLDREQUEST_METRICSENTRY']._serialized_end=1563
+  _globals['_RELEASEREQUEST']._serialized_start=1565
+  _globals['_RELEASEREQUEST']._serialized_end=1673
+  _globals['_REPORTEVENTREQUEST']._serialized_start=1675
+  _globals['_REPORTEVENTREQUEST']._serialized_end=1777
+  _globals['_REPORTEVENTRESPONSE']._serialized_start=1779
+  _globals['_REPORTEVENTRESPONSE']._serialized_end=1800
+  _globals['_AGENTSERVICE']._serialized_start=1803
+  _globals['_AGENTSERVICE']._serialized_end=2437
 # @@protoc_insertion_point(module_scope)

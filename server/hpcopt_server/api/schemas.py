@@ -119,6 +119,8 @@ class AgentOut(BaseModel):
     #: Exited (``exited_at`` set), or silent for two heartbeat periods holding no trial.
     gone: bool = False
     exited_at: datetime | None = None
+    #: Why it exited, when it refused to work (the campaign's task or layout); "" otherwise.
+    exit_reason: str = ""
 
 
 class PlotPoint(BaseModel):
@@ -366,6 +368,7 @@ def agent_out(view: AgentView) -> AgentOut:
         stale=view.stale,
         gone=view.gone,
         exited_at=a.exited_at,
+        exit_reason=a.exit_reason,
         id=a.id,
         host=a.host,
         ranks=a.ranks,

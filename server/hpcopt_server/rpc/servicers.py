@@ -127,7 +127,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
     @handles_errors
     def Deregister(self, request: agent_pb2.DeregisterRequest, context: Ctx) -> agent_pb2.DeregisterResponse:
-        requeued = self.svc.agents.deregister(request.agent_id, caller=self._caller(context))
+        requeued = self.svc.agents.deregister(request.agent_id, request.reason, caller=self._caller(context))
         return agent_pb2.DeregisterResponse(requeued_trial_ids=requeued)
 
     @handles_errors

@@ -181,13 +181,14 @@ class AgentService:
             for g in got
         ]
 
-    def deregister(self, agent_id: str, *, caller: int | None = None) -> list[int]:
-        """Ends an agent's registration (its normal exit). Trials it still holds go back
-        to the queue as after a lost lease; their ids are returned. Saying goodbye twice
-        is harmless."""
+    def deregister(self, agent_id: str, reason: str = "", *, caller: int | None = None) -> list[int]:
+        """Ends an agent's registration (its exit; ``reason`` says why when it refused to
+        work). Trials it still holds go back to the queue as after a lost lease; their
+        ids are returned. Saying goodbye twice is harmless."""
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
+        lim.require_safe_text("reason", reason, lim.MAX_EXIT_REASON)
         self._check_agent(agent_id, caller)
-        return self.calls.deregister(agent_id, self.ctx.clock())
+        return self.calls.deregister(agent_id, self.ctx.clock(), reason)
 
     # -- while the trial runs ----------------------------------------------------------
 

@@ -49,6 +49,7 @@ MAX_HOST = 255
 MAX_SHORT = 64
 #: Free text: release reasons, error texts, checkpoint URIs.
 MAX_REASON = 10_000
+MAX_EXIT_REASON = 1_000
 MAX_URI = 4096
 #: A note on a campaign or trial (characters).
 MAX_NOTE = 20_000

@@ -344,8 +344,9 @@ class AgentCalls:
             self._finish_campaign_if_done(tx, campaign.id, now)
         return trial
 
-    def deregister(self, agent_id: str, now: datetime) -> list[int]:
-        """Ends an agent's registration; the trials it still held are requeued (ids)."""
+    def deregister(self, agent_id: str, now: datetime, reason: str = "") -> list[int]:
+        """Ends an agent's registration, saying why if ``reason``; the trials it still
+        held are requeued (ids)."""
         requeued = []
         with self.storage.write() as tx:
             for tid in tx.running_of_agent(agent_id):
@@ -357,7 +358,7 @@ class AgentCalls:
                 tx.add_event(tid, trial.attempt, "lease_expired", now, agent_id=agent_id, reason="the agent exited")
                 self._requeue(tx, campaign, trial, now, "its agent exited")
                 requeued.append(tid)
-            tx.end_agent(agent_id, now)
+            tx.end_agent(agent_id, now, reason)
         return requeued
 
     # -- reads -------------------------------------------------------------------------

@@ -86,6 +86,7 @@ def agent(row: m.AgentRow) -> d.Agent:
         last_seen_at=row.last_seen_at,
         token_id=row.token_id,
         exited_at=row.exited_at,
+        exit_reason=row.exit_reason or "",
     )
 
 

@@ -151,6 +151,8 @@ class AgentRow(Base):
     token_id: Mapped[int | None] = mapped_column(Integer)
     # When it said goodbye (Deregister on a normal exit); NULL while it runs or if it vanished.
     exited_at: Mapped[datetime | None]
+    # Why it left, when it refused to work (the campaign's task or layout); NULL otherwise.
+    exit_reason: Mapped[str | None] = mapped_column(Text)
 
 
 class ApiTokenRow(Base):

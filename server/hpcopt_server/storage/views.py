@@ -170,8 +170,11 @@ class ViewQueries:
         q = select(m.TrialRow.id).where(m.TrialRow.agent_id == agent_id, m.TrialRow.state == d.TrialState.RUNNING)
         return list(self.s.scalars(q.order_by(m.TrialRow.id)))
 
-    def end_agent(self, agent_id: str, now: datetime) -> None:
-        self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(exited_at=now, last_seen_at=now))
+    def end_agent(self, agent_id: str, now: datetime, reason: str = "") -> None:
+        values: dict[str, object] = {"exited_at": now, "last_seen_at": now}
+        if reason:  # a second goodbye without one keeps the first's
+            values["exit_reason"] = reason
+        self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(**values))
 
     def plot_revision(self, campaign_id: int) -> tuple[int, datetime, int] | None:
         """(trials that reached a final state, creation time, trials created) of the

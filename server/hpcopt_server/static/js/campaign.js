@@ -517,9 +517,10 @@ function renderAgents(id, agents, numbers) {
   if (!rows) {
     table.tBodies[0].replaceChildren(el("tr", {}, el("td", { colspan: 6, class: "muted", text: "No agent has registered for this campaign." })));
   } else {
-    patchRows(table.tBodies[0], rows, (a) => a.id, (a) => JSON.stringify([a.current_trial_id, a.stale, a.gone, a.last_seen_at, numbers.get(a.current_trial_id)]), (a) => {
+    patchRows(table.tBodies[0], rows, (a) => a.id, (a) => JSON.stringify([a.current_trial_id, a.stale, a.gone, a.last_seen_at, numbers.get(a.current_trial_id), a.exit_reason]), (a) => {
       const n = numbers.get(a.current_trial_id);
-      const state = a.gone ? badge("gone", "gone") : a.stale ? badge("stale", "stale") : a.current_trial_id ? badge("RUNNING") : badge("idle", "idle");
+      // An agent that refused the campaign (its owner does not allow the task, say) shows why.
+      const state = a.exit_reason ? el("span", { title: a.exit_reason }, badge("refused", "gone"), el("div", { class: "muted agent-reason", text: a.exit_reason })) : a.gone ? badge("gone", "gone") : a.stale ? badge("stale", "stale") : a.current_trial_id ? badge("RUNNING") : badge("idle", "idle");
       const prefix = a.exited_at ? "exited " : "";
       return el("tr", { "data-agent": a.id },
         el("td", { title: `agent ${a.id}`, text: agentLabel(a.host, a.slurm_job_id) }), el("td", { class: "num", text: a.ranks }), el("td", { class: "num", text: a.gpus }),

@@ -1,0 +1,103 @@
+"""A campaign cannot choose what code an agent runs: the agent's owner does
+(``hpcopt_agent/trust.py``). A submit token used to make an agent import and run
+``../../../evil/payload.py:Evil``, and ``os:abort``, ``sys:exit`` and ``this:s`` each
+crashed or stopped one. Now the server refuses what is never a task reference, and the
+agent refuses, without importing it, what its owner does not allow: it logs why, tells
+the server (the campaign's agents list shows it) and takes no trial."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from hpcopt import ApiError
+from hpcopt_agent.task import TaskError, load_task
+from hpcopt_agent.trust import TaskPolicy, TaskRefused
+from tests.agent.conftest import AgentServer, agent_spec, dump
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("ref", ["os:abort", "sys:exit", "this:s", "json:loads", "torch:Tensor", "grpc:server"])
+def test_a_module_outside_the_task_root_is_refused_without_importing_it(ref: str) -> None:
+    code = (
+        "import sys\nfrom hpcopt_agent.task import load_task\nfrom hpcopt_agent.trust import TaskPolicy, TaskRefused\n"
+        f"try:\n    load_task({ref!r}, TaskPolicy.of(None))\nexcept TaskRefused as e:\n    print('REFUSED', e)\n"
+        f"print('imported' if {ref.split(':')[0]!r} in sys.modules else 'not imported')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("REFUSED") and "no --allow-module names it" in out.stdout, out.stdout
+    if ref.startswith("this:"):  # the others are loaded by the agent anyway
+        assert out.stdout.rstrip().endswith("not imported"), out.stdout
+        assert "Zen of Python" not in out.stdout  # importing it prints it
+
+
+def test_a_task_file_that_escapes_the_task_root_by_a_symbolic_link_is_refused(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir(), outside.mkdir()
+    (outside / "payload.py").write_text("raise SystemExit('the payload ran')\n")
+    (root / "task.py").symlink_to(outside / "payload.py")
+    (root / "sub").symlink_to(outside, target_is_directory=True)
+    for ref in ("task.py:Evil", "sub/payload.py:Evil"):
+        with pytest.raises(TaskRefused, match=r"outside this agent's task root"):
+            load_task(ref, TaskPolicy.of(root))
+    for ref in ("../outside/payload.py:Evil", "/etc/passwd.py:X"):
+        with pytest.raises(TaskError, match=r"'\.\.'|not absolute"):
+            load_task(ref, TaskPolicy.of(root))
+
+
+def test_allowed_modules_are_named_by_prefix_and_only_tasks_are_called(tmp_path: Path) -> None:
+    assert load_task("tests.agent.tasks:Regression", TaskPolicy.of(ROOT)) is not None  # under the root
+    with pytest.raises(TaskRefused):
+        load_task("tests.agent.tasks:Regression", TaskPolicy.of(tmp_path))  # another root
+    assert load_task("tests.agent.tasks:Regression", TaskPolicy.of(tmp_path, ["tests.agent"])) is not None
+    with pytest.raises(TaskRefused):
+        load_task("tests.agentx:T", TaskPolicy.of(tmp_path, ["tests.agent"]))  # a prefix of names, not of text
+    # A function imported from elsewhere is not called (``from os import abort as task`` was).
+    (tmp_path / "imported.py").write_text("from platform import python_version as task\n")
+    with pytest.raises(TaskError, match=r"gave a function, not an hpcopt_agent\.Task"):
+        load_task("imported.py:task", TaskPolicy.of(tmp_path))
+    with pytest.raises(ValueError, match="--allow-module must be a dotted module name"):
+        TaskPolicy.of(tmp_path, ["os;rm"])
+
+
+@pytest.mark.parametrize(
+    "ref", ["../../../evil/payload.py:Evil", "/tmp/evil.py:Evil", "a\x1b[2J.py:T", "x.py:not-a-name", "os.:x"]
+)
+def test_the_server_refuses_what_is_never_a_task_reference_naming_the_field(
+    agent_server: AgentServer, ref: str
+) -> None:
+    with pytest.raises(ApiError) as err:
+        agent_server.submit(agent_spec(task=ref))
+    assert err.value.code == "INVALID_ARGUMENT" and "training.task" in str(err.value), err.value
+    rest = httpx.post(agent_server.url + "/api/v1/campaigns", json=agent_spec(task=ref), timeout=30)
+    assert rest.status_code == 422 and "training.task" in rest.text, rest.text
+
+
+@pytest.mark.parametrize(
+    ("ref", "why"),
+    [("os:abort", "is not allowed by this agent"), ("escape.py:Evil", "outside this agent's task root")],
+)
+def test_an_agent_refuses_a_task_its_owner_does_not_allow_and_tells_the_server(
+    agent_server: AgentServer, tmp_path: Path, ref: str, why: str
+) -> None:
+    root, outside = tmp_path / "tasks", tmp_path / "outside"
+    root.mkdir(), outside.mkdir()
+    (outside / "payload.py").write_text("import os\nos.abort()\n")
+    (root / "escape.py").symlink_to(outside / "payload.py")  # in the task root, pointing out of it
+    campaign = agent_server.submit(agent_spec(task=ref, folds=4))
+    result = agent_server.run_agent(4, campaign, "--task-root", str(root), timeout=180)
+    assert result.returncode == 2, dump(result)
+    assert "refusing to start: training.task" in result.stderr and why in result.stderr, dump(result)
+    assert result.stderr.count("refusing to start") == 1 and "MPI_Abort" not in result.stderr, dump(result)
+    agents = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=30).json()
+    assert len(agents) == 1 and agents[0]["exited_at"] and agents[0]["gone"], agents
+    assert agents[0]["exit_reason"].startswith("refused to start: training.task") and why in agents[0]["exit_reason"]
+    trials = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/trials", timeout=30).json()
+    assert all(t["state"] == "QUEUED" for t in trials.get("trials", trials)), trials  # it took no trial
