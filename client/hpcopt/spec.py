@@ -118,6 +118,8 @@ def _check_bounds(low: float, high: float, scale: str) -> None:
         raise ValueError("low and high must be finite numbers")
     if low >= high:
         raise ValueError(f"low ({low}) must be smaller than high ({high})")
+    if not math.isfinite(float(high) - float(low)):  # -1e308..1e308: the optimizers' arithmetic overflows
+        raise ValueError(f"high - low must be a finite number, got {high} - ({low}), which overflows")
     if scale == "log" and low <= 0:
         raise ValueError(f"low ({low}) must be > 0 for scale: log")
 

@@ -279,3 +279,28 @@ def test_the_optimizer_sees_each_finished_trial_once_and_a_new_cache_rebuilds(
     service.ctx.optimizers = OptimizerCache()  # as after a restart, or on another replica
     _acquire(service, agent, campaign)
     assert observed == [[t2.id, t1.id]]
+
+
+def test_a_span_that_overflows_is_refused_and_the_widest_allowed_one_gives_finite_trials(service: Service) -> None:
+    """``{low: -1e308, high: 1e308}`` used to pass: grid, ea and skopt then suggested NaN,
+    stored on SQLite, after which the campaign's export answered 500 and the NaN trial
+    was requeued forever. Now the span is refused naming the field, and what is allowed
+    keeps every stored suggestion finite."""
+    from hpcopt_server.errors import InvalidArgument
+
+    wide = {"x": {"type": "real", "low": -1e308, "high": 1e308}}
+    with pytest.raises(InvalidArgument) as err:
+        service.campaigns.create(make_spec(space=wide))
+    assert any(f == "space.x" and "overflows" in m for f, m in err.value.errors), err.value.errors
+    widest = {"x": {"type": "real", "low": -8e307, "high": 8e307}, "k": {"type": "categorical", "choices": [1, 2]}}
+    for algorithm in ("grid", "ea", "random", "sobol"):
+        campaign, agent = _start(
+            service, space=widest, algorithm={"name": algorithm, "seed": 3}, folds=1,
+            budget={"max_trials": 12, "max_parallel": 2},
+        )  # fmt: skip
+        for i in range(12):
+            trial, lease = _acquire(service, agent, campaign)
+            assert math.isfinite(trial.params["x"]), (algorithm, trial.params)
+            _finish(service, lease, [float(i % 5)])
+        doc = service.export_campaign(campaign.id)
+        assert len(doc["trials"]) == 12

@@ -66,7 +66,11 @@ def test_the_example_specs_are_valid() -> None:
         ({"training": {"task": "t:T", "scheme": "magic"}}, "training.scheme", "'allreduce'"),
         ({"colour": "blue"}, "colour", "unknown field"),
         # Scheme knobs and the layouts they make, refused at submission (hpcopt.schemes).
-        ({"training": {"task": "t:T", "scheme": "easgd", "ranks_per_fold": 1}}, "training.ranks_per_fold", "at least 2"),
+        (
+            {"training": {"task": "t:T", "scheme": "easgd", "ranks_per_fold": 1}},
+            "training.ranks_per_fold",
+            "at least 2",
+        ),
         (
             {
                 "training": {

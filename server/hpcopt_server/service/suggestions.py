@@ -14,13 +14,14 @@ its campaign is being rebuilt waits for it rather than rebuilding it again.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 from hpcopt_server import domain as d
-from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.errors import FailedPrecondition, InvalidArgument
 from hpcopt_server.optimizers import REGISTRY, Optimizer, Problem, SearchSpace
 from hpcopt_server.service.warmstart import warm_trials
 from hpcopt_server.storage.repository import Tx
@@ -86,7 +87,7 @@ class OptimizerCache:
             pending = [t.params for t in tx.list_trials(campaign.id, states=states, with_folds=False)[0]]
         else:  # only how many are pending matters: no need to read a thousand rows
             pending = [{}] * (tx.count_active(campaign.id) if active is None else active)
-        return entry.optimizer.suggest(n, pending)
+        return [_finite(campaign.id, params) for params in entry.optimizer.suggest(n, pending)]
 
     def forget(self, campaign_id: int) -> None:
         with self._lock:
@@ -138,3 +139,16 @@ def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
     except (ValueError, ImportError) as exc:
         field = str(exc).split(" ", 1)[0] if str(exc).startswith("options.") else "options"
         raise InvalidArgument(f"algorithm.{field}: {exc}", [(f"algorithm.{field}", str(exc))]) from None
+
+
+def _finite(campaign_id: int, params: d.Params) -> d.Params:
+    """The suggestion, if every number in it is finite: a NaN or infinity stored as a
+    trial's parameter broke the campaign's export and sorting for good (the spec's check
+    of each span is the first guard; this one keeps any optimizer's slip out of SQL)."""
+    for name, value in params.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise FailedPrecondition(
+                f"campaign {campaign_id}'s optimizer suggested {value} for {name!r}; nothing was stored. Check the "
+                "space's bounds, or use another algorithm"
+            )
+    return params
