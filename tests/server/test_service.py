@@ -304,3 +304,48 @@ def test_a_span_that_overflows_is_refused_and_the_widest_allowed_one_gives_finit
             _finish(service, lease, [float(i % 5)])
         doc = service.export_campaign(campaign.id)
         assert len(doc["trials"]) == 12
+
+
+def test_permutation_importance_is_bounded_in_work_and_memory() -> None:
+    """100 parameters x 2,000 trials took 404 s and 3.4 GB (every parameter's n x n
+    distance matrix kept at once). The surrogate now judges a sample sized to a work
+    budget, keeps a few n x n matrices at a time, and says how many trials it judged."""
+    import tracemalloc
+
+    import numpy as np
+
+    from hpcopt_server.service.analysis import _permutation, _ranks, surrogate_size
+
+    assert surrogate_size(2000, 100) == 1154 and surrogate_size(10_000, 20) == 2000 and surrogate_size(50, 100) == 50
+    rng = np.random.default_rng(0)
+    space = {f"x{i}": {"type": "real", "low": 0.0, "high": 1.0} for i in range(60)}
+    params = [{name: float(rng.random()) for name in space} for _ in range(2000)]
+    y = np.array([p["x0"] + 0.3 * p["x1"] for p in params])
+    tracemalloc.start()
+    raw, judged = _permutation(space, params, _ranks(y), 7)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert judged == surrogate_size(2000, 60) < 2000
+    assert sorted(raw, key=lambda k: raw[k])[-2:] == ["x1", "x0"]
+    assert peak < 8 * judged * judged * 8, peak  # a few n x n float64 matrices, not one per parameter
+    assert _permutation(space, params, _ranks(y), 7) == (raw, judged)  # the same trials, the same answer
+
+
+def test_importance_computations_beyond_the_server_wide_slots_get_retry_after(service: Service) -> None:
+    from hpcopt_server.errors import QuotaExceeded
+    from hpcopt_server.service.analysis import ANALYSIS_SLOTS
+
+    campaign, agent = _start(service, folds=1, budget={"max_trials": 12, "max_parallel": 1})
+    for i in range(12):
+        _finish(service, _acquire(service, agent, campaign)[1], [float(i)])
+    for _ in range(ANALYSIS_SLOTS):
+        assert service.analysis._slots.acquire(timeout=0)
+    try:
+        with pytest.raises(QuotaExceeded) as err:
+            service.analysis.importance(campaign.id, 0, "permutation")
+        assert err.value.retry_after > 0 and "importance computations are already running" in err.value.message
+    finally:
+        for _ in range(ANALYSIS_SLOTS):
+            service.analysis._slots.release()
+    params, completed = service.analysis.importance(campaign.id, 0, "permutation")
+    assert completed == 12 and len(params) == 3

@@ -21,19 +21,26 @@ surrogate's mean squared error grows when that parameter's column is shuffled, a
 share of the rank variance (the mean of ``PERMUTATION_REPEATS`` shuffles, floored at 0).
 Unlike first-order shares it counts what a parameter does through interactions too, so
 a parameter that matters only together with another shows up here and not there. At
-most ``SURROGATE_TRIALS`` trials (an even random sample past that); the shuffles are
-seeded by the campaign id, so the same trials give the same answer. O(n²) per parameter.
+most ``SURROGATE_TRIALS`` trials, and fewer where trials² x parameters x repeats would
+pass ``PERMUTATION_BUDGET`` (an even random sample; each parameter's ``trials`` says how
+many were judged); the shuffles are seeded by the campaign id, so the same trials give
+the same answer. O(n²) per parameter, a few n x n matrices of memory at a time.
+
+At most ``ANALYSIS_SLOTS`` importance computations run at once, server-wide (identical
+requests share one, ``shared_answers.py``); past that a request waits
+``ANALYSIS_WAIT`` seconds for a slot, then gets 429 with Retry-After.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.errors import InvalidArgument, QuotaExceeded
 from hpcopt_server.service.context import Context, campaign_or_404, revisions
 
 MIN_TRIALS = 10
@@ -46,6 +53,14 @@ METHODS = {
 }
 SURROGATE_TRIALS = 2000
 PERMUTATION_REPEATS = 3
+#: Trials² x parameters x repeats one permutation answer may cost: 100 parameters judge
+#: at most 1,154 trials (2,000 took 404 s and 3.4 GB with every parameter's n x n matrix
+#: kept; see ``surrogate_size``).
+PERMUTATION_BUDGET = 4e8
+#: Importance computations running at once, server-wide; a request that finds none free
+#: within ANALYSIS_WAIT seconds gets 429 with Retry-After (agent calls never wait on them).
+ANALYSIS_SLOTS = 2
+ANALYSIS_WAIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,7 @@ class Importance:
 class AnalysisService:
     def __init__(self, ctx: Context):
         self.ctx = ctx
+        self._slots = threading.BoundedSemaphore(ANALYSIS_SLOTS)
 
     def importance(
         self, campaign_id: int, objective: int = 0, method: str = "first-order"
@@ -75,7 +91,18 @@ class AnalysisService:
             )
         revision = revisions(self.ctx, campaign_id)[0]
         key = ("importance", campaign_id, objective, method)
-        return self.ctx.shared.get(key, revision, lambda: self._importance(campaign_id, objective, method))[1]
+        return self.ctx.shared.get(key, revision, lambda: self._gated(campaign_id, objective, method))[1]
+
+    def _gated(self, campaign_id: int, objective: int, method: str) -> tuple[list[Importance], int]:
+        if not self._slots.acquire(timeout=ANALYSIS_WAIT):
+            raise QuotaExceeded(
+                f"{ANALYSIS_SLOTS} importance computations are already running on this server; retry shortly",
+                retry_after=5,
+            )
+        try:
+            return self._importance(campaign_id, objective, method)
+        finally:
+            self._slots.release()
 
     def _importance(self, campaign_id: int, objective: int, method: str) -> tuple[list[Importance], int]:
         with self.ctx.storage.read() as tx:
@@ -96,8 +123,8 @@ class AnalysisService:
         sign = 1.0 if campaign.objectives[objective][1] == "minimize" else -1.0
         values = np.array([sign * r[2] for r in rows])
         if method == "permutation":
-            raw = _permutation(space, [r[4] for r in rows], _ranks(values), campaign_id)
-            return _shares([Importance(name, 0.0, raw[name], len(rows)) for name in space]), len(rows)
+            raw, judged = _permutation(space, [r[4] for r in rows], _ranks(values), campaign_id)
+            return _shares([Importance(name, 0.0, raw[name], judged) for name in space]), len(rows)
         out = []
         for name, spec in space.items():
             present = [i for i, r in enumerate(rows) if r[4].get(name) is not None]
@@ -142,18 +169,30 @@ def _columns(spec: dict[str, Any], raw: list[Any]) -> np.ndarray:
     return out
 
 
-def _permutation(space: dict[str, Any], params: list[dict[str, Any]], ranks: np.ndarray, seed: int) -> dict[str, float]:
+def surrogate_size(n: int, params: int) -> int:
+    """How many trials the permutation surrogate judges: all ``n`` up to
+    SURROGATE_TRIALS, fewer where trials² x parameters x repeats would pass
+    PERMUTATION_BUDGET (each shuffle costs an n x n distance matrix and its partition)."""
+    fits = math.isqrt(int(PERMUTATION_BUDGET // max(1, params * PERMUTATION_REPEATS)))
+    return max(MIN_TRIALS, min(n, SURROGATE_TRIALS, fits))
+
+
+def _permutation(
+    space: dict[str, Any], params: list[dict[str, Any]], ranks: np.ndarray, seed: int
+) -> tuple[dict[str, float], int]:
     """Each parameter's permutation importance on a leave-one-out k-NN surrogate of the
-    ranks, as a share of their variance (see the module's docstring)."""
+    ranks, as a share of their variance (see the module's docstring), and how many trials
+    it judged (:func:`surrogate_size`). Memory: a few n x n matrices at a time (the whole
+    distance, one parameter's share, one shuffle), whatever the number of parameters."""
     rng = np.random.default_rng(seed)
-    n = len(params)
-    if n > SURROGATE_TRIALS:
-        keep = np.sort(rng.choice(n, SURROGATE_TRIALS, replace=False))
-        params, ranks, n = [params[i] for i in keep], ranks[keep], SURROGATE_TRIALS
+    n = surrogate_size(len(params), len(space))
+    if n < len(params):
+        keep = np.sort(rng.choice(len(params), n, replace=False))
+        params, ranks = [params[i] for i in keep], _ranks(ranks[keep])
     y = ranks / max(1.0, float(n - 1))
     variance = float(y.var())
     if variance <= 0:
-        return dict.fromkeys(space, 0.0)
+        return dict.fromkeys(space, 0.0), n
     cols = {name: _columns(spec, [p.get(name) for p in params]) for name, spec in space.items()}
     k = max(3, min(30, round(math.sqrt(n))))
 
@@ -162,8 +201,9 @@ def _permutation(space: dict[str, Any], params: list[dict[str, Any]], ranks: np.
         clipped: np.ndarray = np.maximum(d2, 0.0)
         return clipped
 
-    parts = {name: squared(c, c) for name, c in cols.items()}
-    whole = sum(parts.values(), np.zeros((n, n)))
+    whole = np.zeros((n, n))
+    for c in cols.values():
+        whole += squared(c, c)
 
     def error(d2: np.ndarray) -> float:
         np.fill_diagonal(d2, np.inf)  # leave one out: a trial is never its own neighbour
@@ -171,14 +211,18 @@ def _permutation(space: dict[str, Any], params: list[dict[str, Any]], ranks: np.
         return float(((y[near].mean(axis=1) - y) ** 2).mean())
 
     base = error(whole.copy())
+    np.fill_diagonal(whole, 0.0)
     out = {}
     for name, c in cols.items():
+        without = whole - squared(c, c)
         grown = []
         for _ in range(PERMUTATION_REPEATS):
             shuffled = c[rng.permutation(n)]
-            grown.append(error(whole - parts[name] + squared(shuffled, c)))
+            d2 = squared(shuffled, c)
+            d2 += without
+            grown.append(error(d2))
         out[name] = max(0.0, (float(np.mean(grown)) - base) / variance)
-    return out
+    return out, n
 
 
 def _ranks(v: np.ndarray) -> np.ndarray:
