@@ -30,9 +30,8 @@ def main() -> None:
         dt = time.perf_counter() - t0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         top = sorted(raw, key=raw.get, reverse=True)[:2]
-        print(
-            f"{p} params x {n} trials: judged {judged}, {dt:.1f} s, peak RSS {peak:.0f} MB (before {base:.0f}), top {top}"
-        )
+        size = f"{p} params x {n} trials"
+        print(f"{size}: judged {judged}, {dt:.1f} s, peak RSS {peak:.0f} MB (before {base:.0f}), top {top}")
 
 
 if __name__ == "__main__":
