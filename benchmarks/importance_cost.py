@@ -29,7 +29,7 @@ def main() -> None:
         raw, judged = _permutation(space, params, _ranks(y), 1)
         dt = time.perf_counter() - t0
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        top = sorted(raw, key=raw.get, reverse=True)[:2]
+        top = sorted(raw, key=lambda name: raw[name], reverse=True)[:2]
         size = f"{p} params x {n} trials"
         print(f"{size}: judged {judged}, {dt:.1f} s, peak RSS {peak:.0f} MB (before {base:.0f}), top {top}")
 
