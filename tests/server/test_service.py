@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import timedelta
 from typing import Any
@@ -331,21 +332,34 @@ def test_permutation_importance_is_bounded_in_work_and_memory() -> None:
     assert _permutation(space, params, _ranks(y), 7) == (raw, judged)  # the same trials, the same answer
 
 
-def test_importance_computations_beyond_the_server_wide_slots_get_retry_after(service: Service) -> None:
+def test_costly_reads_beyond_the_server_wide_slots_get_retry_after_and_agent_calls_do_not_wait(
+    service: Service,
+) -> None:
+    """Importance, plot data and the CSV and JSON exports take one of a few slots; with
+    every slot taken they are refused with a time to retry, while agent calls go on."""
     from hpcopt_server.errors import QuotaExceeded
-    from hpcopt_server.service.analysis import ANALYSIS_SLOTS
+    from hpcopt_server.service.heavy import SLOTS
 
-    campaign, agent = _start(service, folds=1, budget={"max_trials": 12, "max_parallel": 1})
+    campaign, agent = _start(service, folds=1, budget={"max_trials": 14, "max_parallel": 1})
     for i in range(12):
         _finish(service, _acquire(service, agent, campaign)[1], [float(i)])
-    for _ in range(ANALYSIS_SLOTS):
-        assert service.analysis._slots.acquire(timeout=0)
+    heavy = service.ctx.heavy
+    for _ in range(SLOTS):
+        assert heavy._free.acquire(timeout=0)
     try:
-        with pytest.raises(QuotaExceeded) as err:
-            service.analysis.importance(campaign.id, 0, "permutation")
-        assert err.value.retry_after > 0 and "importance computations are already running" in err.value.message
+        for read in (
+            lambda: service.analysis.importance(campaign.id, 0, "permutation"),
+            lambda: service.insights.plot(campaign.id),
+            lambda: service.insights.trials_csv(campaign.id),
+            lambda: service.export_json(campaign.id),
+        ):
+            with pytest.raises(QuotaExceeded) as err:
+                read()
+            assert err.value.retry_after > 0 and "costly reads" in err.value.message
+        _finish(service, _acquire(service, agent, campaign)[1], [0.5])  # agents are not held up
     finally:
-        for _ in range(ANALYSIS_SLOTS):
-            service.analysis._slots.release()
+        for _ in range(SLOTS):
+            heavy._free.release()
     params, completed = service.analysis.importance(campaign.id, 0, "permutation")
-    assert completed == 12 and len(params) == 3
+    assert completed == 13 and len(params) == 3
+    assert json.loads(service.export_json(campaign.id))["trials"][12]["state"] == "COMPLETED"

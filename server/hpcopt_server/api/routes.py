@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from hpcopt import __version__
@@ -353,9 +353,12 @@ def export_campaign(
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )
-    doc = service.export_campaign(campaign_id)
     name = f"campaign-{campaign_id}.json"
-    return JSONResponse(doc, headers={"Content-Disposition": f'attachment; filename="{name}"'})
+    return Response(
+        service.export_json(campaign_id),
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="{name}"'},
+    )
 
 
 @router.post(

@@ -88,8 +88,7 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
     def ExportCampaign(
         self, request: campaign_pb2.GetCampaignRequest, context: Ctx
     ) -> campaign_pb2.ExportCampaignResponse:
-        doc = self.svc.export_campaign(request.campaign_id)
-        return campaign_pb2.ExportCampaignResponse(document_json=json.dumps(doc))
+        return campaign_pb2.ExportCampaignResponse(document_json=self.svc.export_json(request.campaign_id))
 
     @handles_errors
     def ImportCampaign(self, request: campaign_pb2.ImportCampaignRequest, context: Ctx) -> common_pb2.Campaign:

@@ -26,21 +26,19 @@ pass ``PERMUTATION_BUDGET`` (an even random sample; each parameter's ``trials`` 
 many were judged); the shuffles are seeded by the campaign id, so the same trials give
 the same answer. O(n²) per parameter, a few n x n matrices of memory at a time.
 
-At most ``ANALYSIS_SLOTS`` importance computations run at once, server-wide (identical
-requests share one, ``shared_answers.py``); past that a request waits
-``ANALYSIS_WAIT`` seconds for a slot, then gets 429 with Retry-After.
+Each computation holds one of the server's few slots for costly reads (``heavy.py``):
+past them a request waits briefly, then gets 429 with Retry-After.
 """
 
 from __future__ import annotations
 
 import math
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from hpcopt_server.errors import InvalidArgument, QuotaExceeded
+from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service.context import Context, campaign_or_404, revisions
 
 MIN_TRIALS = 10
@@ -57,10 +55,6 @@ PERMUTATION_REPEATS = 3
 #: at most 1,154 trials (2,000 took 404 s and 3.4 GB with every parameter's n x n matrix
 #: kept; see ``surrogate_size``).
 PERMUTATION_BUDGET = 4e8
-#: Importance computations running at once, server-wide; a request that finds none free
-#: within ANALYSIS_WAIT seconds gets 429 with Retry-After (agent calls never wait on them).
-ANALYSIS_SLOTS = 2
-ANALYSIS_WAIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -77,7 +71,6 @@ class Importance:
 class AnalysisService:
     def __init__(self, ctx: Context):
         self.ctx = ctx
-        self._slots = threading.BoundedSemaphore(ANALYSIS_SLOTS)
 
     def importance(
         self, campaign_id: int, objective: int = 0, method: str = "first-order"
@@ -94,15 +87,8 @@ class AnalysisService:
         return self.ctx.shared.get(key, revision, lambda: self._gated(campaign_id, objective, method))[1]
 
     def _gated(self, campaign_id: int, objective: int, method: str) -> tuple[list[Importance], int]:
-        if not self._slots.acquire(timeout=ANALYSIS_WAIT):
-            raise QuotaExceeded(
-                f"{ANALYSIS_SLOTS} importance computations are already running on this server; retry shortly",
-                retry_after=5,
-            )
-        try:
+        with self.ctx.heavy.slot("importance"):
             return self._importance(campaign_id, objective, method)
-        finally:
-            self._slots.release()
 
     def _importance(self, campaign_id: int, objective: int, method: str) -> tuple[list[Importance], int]:
         with self.ctx.storage.read() as tx:

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import NotFound
+from hpcopt_server.service.heavy import HeavySlots
 from hpcopt_server.service.limits import require_id
 from hpcopt_server.service.shared_answers import SharedAnswers
 from hpcopt_server.service.suggestions import OptimizerCache
@@ -40,6 +41,8 @@ class Context:
     optimizers: OptimizerCache = field(default_factory=OptimizerCache)
     shared: SharedAnswers = field(default_factory=SharedAnswers)
     """The dashboard's costly views, shared by every tab (see shared_answers.py)."""
+    heavy: HeavySlots = field(default_factory=HeavySlots)
+    """The few slots costly reads run in, server-wide (see heavy.py)."""
     observe_acquire: Callable[[float], None] = lambda seconds: None
     """Told the duration of every acquisition (the metrics module records it)."""
     agent_calls: AgentCalls = field(init=False)

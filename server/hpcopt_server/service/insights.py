@@ -174,8 +174,12 @@ class InsightService:
         """(revision, :meth:`plot_data`), shared by every tab (``service/shared_answers.py``)."""
         revision = self.plot_revision(campaign_id)
         return self.ctx.shared.get(
-            ("plot", campaign_id, max_points), revision, lambda: self.plot_data(campaign_id, max_points)
+            ("plot", campaign_id, max_points), revision, lambda: self._gated_plot(campaign_id, max_points)
         )
+
+    def _gated_plot(self, campaign_id: int, max_points: int) -> dict[str, Any]:
+        with self.ctx.heavy.slot("plot data"):
+            return self.plot_data(campaign_id, max_points)
 
     def curves(
         self, campaign_id: int, trial_ids: list[int], limit: int = 5, numbers: Sequence[int] = ()
@@ -335,7 +339,12 @@ class InsightService:
         return shown, len(spans), agents
 
     def trials_csv(self, campaign_id: int) -> str:
-        """One row per trial: ids, state, attempt, value ± std, params, times, agent."""
+        """One row per trial: ids, state, attempt, value ± std, params, times, agent
+        (in one of the slots for costly reads, ``heavy.py``)."""
+        with self.ctx.heavy.slot("CSV export"):
+            return self._trials_csv(campaign_id)
+
+    def _trials_csv(self, campaign_id: int) -> str:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
             trials, _ = tx.list_trials(campaign_id, with_folds=False)
