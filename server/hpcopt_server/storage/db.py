@@ -41,6 +41,12 @@ _TRANSIENT_TEXT = (
     "too many connections", "remaining connection slots are reserved", "the database system is starting up",
     "the database system is shutting down", "the database system is in recovery mode",
 )  # fmt: skip
+# A database that cannot write now but may once space is freed: SQLite's SQLITE_FULL and
+# SQLITE_IOERR (a full disk surfaces as either, WAL or not), PostgreSQL's disk_full and
+# io_error. A call gets UNAVAILABLE / 503 with Retry-After, which agents ride out, not a
+# 500 with a traceback that a real agent took as fatal (its trial left RUNNING).
+_STORAGE_SQLSTATES = {"53100", "58030"}
+_STORAGE_TEXT = ("database or disk is full", "disk i/o error", "no space left on device")
 _last_warning = [0.0]
 
 
@@ -52,6 +58,36 @@ def transient(exc: BaseException) -> bool:
         return state in _TRANSIENT_SQLSTATES
     text = str(orig).lower()
     return type(orig).__name__ == "OperationalError" and any(t in text for t in _TRANSIENT_TEXT)
+
+
+def out_of_space(exc: BaseException) -> bool:
+    """Whether a statement failed because the database cannot write for now (a full
+    disk, an I/O error), which freeing space may cure."""
+    orig = getattr(exc, "orig", None) or exc
+    if getattr(orig, "sqlstate", None) in _STORAGE_SQLSTATES:
+        return True
+    text = str(orig).lower()
+    return any(t in text for t in _STORAGE_TEXT)
+
+
+def _unavailable(exc: OperationalError) -> Unavailable | None:
+    """The Unavailable a database error means, or None if it is not one waiting may cure."""
+    if transient(exc) or exc.connection_invalidated:
+        return Unavailable(f"the database is unavailable ({_reason(exc)}); try again")
+    if out_of_space(exc):
+        _warn_out_of_space(exc)
+        return Unavailable(f"the database cannot write now ({_reason(exc)}); try again")
+    return None
+
+
+def _warn_out_of_space(exc: BaseException) -> None:
+    now = time.monotonic()
+    if now - _last_space_warning[0] >= 60.0:  # one line a minute, not a traceback a call
+        _last_space_warning[0] = now
+        log.error("the database cannot write: %s; calls get UNAVAILABLE / 503 until space is freed", _reason(exc))
+
+
+_last_space_warning = [-1e18]
 
 
 def _reason(exc: BaseException) -> str:
@@ -109,8 +145,8 @@ class Database:
             with self._autocommit.connect() as conn:
                 yield conn
         except OperationalError as exc:
-            if transient(exc) or exc.connection_invalidated:
-                raise Unavailable(f"the database is unavailable ({_reason(exc)}); try again") from exc
+            if (refusal := _unavailable(exc)) is not None:
+                raise refusal from exc
             raise
 
     def _run(self, write: bool) -> Iterator[Session]:
@@ -120,8 +156,8 @@ class Database:
             session.commit()
         except OperationalError as exc:
             session.rollback()
-            if transient(exc) or exc.connection_invalidated:
-                raise Unavailable(f"the database is unavailable ({_reason(exc)}); try again") from exc
+            if (refusal := _unavailable(exc)) is not None:
+                raise refusal from exc
             raise
         except BaseException:
             session.rollback()
