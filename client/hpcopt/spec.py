@@ -31,7 +31,7 @@ import math
 from typing import Annotated, Any, Literal
 
 import pydantic
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hpcopt.documents import UNSAFE_CHARS, DocumentError, check_values, clip
 from hpcopt.schemes import KnobError, check_space_knobs, expand_search
@@ -55,7 +55,24 @@ MAX_INT = 2**53
 MAX_SPEC_BYTES = 64 * 1024
 
 ParamName = Annotated[str, Field(pattern=NAME_PATTERN)]
-Choice = bool | Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)] | float | Annotated[str, Field(max_length=MAX_TEXT)]
+
+
+def _plain(text: str) -> str:
+    """Refuses control characters (ANSI escapes, CR/LF, bidirectional overrides): the
+    text reaches terminals, logs and the dashboard."""
+    bad = UNSAFE_CHARS.search(text)
+    if bad:
+        raise ValueError(
+            f"must not contain control characters (found U+{ord(bad.group()):04X}: C0/C1 controls, DEL and "
+            "bidirectional overrides are refused)"
+        )
+    return text
+
+
+PlainText = Annotated[str, AfterValidator(_plain)]
+Choice = (
+    bool | Annotated[int, Field(ge=-MAX_INT, le=MAX_INT)] | float | Annotated[PlainText, Field(max_length=MAX_TEXT)]
+)
 
 
 class _Strict(BaseModel):
@@ -102,6 +119,15 @@ class CategoricalParam(_Param):
     type: Literal["categorical"]
     choices: list[Choice] = Field(min_length=1, max_length=MAX_CHOICES)
 
+    @field_validator("choices", mode="before")
+    @classmethod
+    def _plain_strings(cls, value: Any) -> Any:
+        if isinstance(value, list):  # checked before the union, whose errors would bury this one
+            for c in value:
+                if isinstance(c, str):
+                    _plain(c)
+        return value
+
     @model_validator(mode="after")
     def _unique(self) -> CategoricalParam:
         keys = [(type(c).__name__, c) for c in self.choices]
@@ -127,7 +153,7 @@ def _check_bounds(low: float, high: float, scale: str) -> None:
 class Objective(_Strict):
     """The figure of merit the agents report, and which way is better."""
 
-    metric: str = Field(min_length=1, max_length=MAX_TEXT)
+    metric: PlainText = Field(min_length=1, max_length=MAX_TEXT)
     direction: Literal["minimize", "maximize"] = "minimize"
 
 
@@ -192,20 +218,10 @@ class Training(_Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
-def _no_controls(text: str) -> str:
-    bad = UNSAFE_CHARS.search(text)
-    if bad:
-        raise ValueError(
-            f"must not contain control characters (found U+{ord(bad.group()):04X}: C0/C1 controls, DEL and "
-            "bidirectional overrides are refused)"
-        )
-    return text
-
-
 class CampaignSpec(_Strict):
     """A whole campaign: the docs site's "Campaign spec" page explains each part."""
 
-    name: Annotated[str, AfterValidator(_no_controls)] = Field(min_length=1, max_length=200)
+    name: Annotated[str, AfterValidator(_plain)] = Field(min_length=1, max_length=200)
     objective: Objective
     #: Two or more objectives: the campaign looks for their Pareto front. The first is
     #: also ``objective`` (what pruners, warm starts and single-value views use).

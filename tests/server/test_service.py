@@ -363,3 +363,30 @@ def test_costly_reads_beyond_the_server_wide_slots_get_retry_after_and_agent_cal
     params, completed = service.analysis.importance(campaign.id, 0, "permutation")
     assert completed == 13 and len(params) == 3
     assert json.loads(service.export_json(campaign.id))["trials"][12]["state"] == "COMPLETED"
+
+
+@pytest.mark.parametrize("bad", ["\x1b[2J", "a\r\nb", "\u202eevil", "\x85"])
+def test_control_characters_are_refused_in_metric_names_choices_and_notes(service: Service, bad: str) -> None:
+    """ANSI escapes, CR/LF and bidirectional overrides forge log lines and terminal
+    output; they were accepted in metric names, categorical choices and notes."""
+    from hpcopt_server.errors import InvalidArgument
+
+    spec_cases = [
+        ("space.act.choices", {"space": {"act": {"type": "categorical", "choices": ["relu", f"x{bad}"]}}}),
+        ("objective.metric", {"objective": {"metric": f"loss{bad}"}}),
+    ]
+    for field, change in spec_cases:
+        with pytest.raises(InvalidArgument) as err:
+            service.campaigns.create(make_spec(**change))
+        assert any(f == field and "control characters" in m for f, m in err.value.errors), err.value.errors
+    campaign, agent = _start(service, folds=1)
+    _, lease = _acquire(service, agent, campaign)
+    with pytest.raises(InvalidArgument, match="must not contain control characters"):
+        service.agents.report_fold(lease, 0, 0.5, {f"acc{bad}": 1.0})
+    service.agents.report_fold(lease, 0, 0.5, {"acc": 1.0})  # the refusal lost nothing
+    if bad == "a\r\nb":  # a Windows line end in prose is a newline
+        assert service.notes.save(campaign.id, None, f"line{bad}\tend", 0).body == "linea\nb\tend"
+    else:
+        with pytest.raises(InvalidArgument, match="must not contain control characters"):
+            service.notes.save(campaign.id, None, f"note{bad}", 0)
+    assert service.notes.save(campaign.id, None, "two\nlines\tand a tab", 0 if bad != "a\r\nb" else 1).version >= 1

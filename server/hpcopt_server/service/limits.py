@@ -14,6 +14,7 @@ reports a few thousand steps, so 2**31 - 1 leaves a wide margin; the proto field
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from hpcopt.documents import UNSAFE_CHARS, clip
@@ -107,6 +108,25 @@ def require_safe_text(field: str, value: str, max_chars: int) -> str:
     return value
 
 
+#: Control characters a multi-line text may not hold: UNSAFE_CHARS but newline and tab.
+_UNSAFE_IN_TEXT = re.compile(UNSAFE_CHARS.pattern.replace("\x00-\x1f", "\x00-\x08\x0b-\x1f"))
+
+
+def require_multiline_text(field: str, value: str, max_chars: int) -> str:
+    """:func:`require_text` for prose (notes): newlines and tabs are kept, Windows line
+    ends become newlines, and every other control character (ANSI escapes, a lone CR,
+    C1 codes, bidirectional overrides) is refused. The text as it is to be stored."""
+    value = value.replace("\r\n", "\n")
+    require_text(field, value, max_chars)
+    bad = _UNSAFE_IN_TEXT.search(value)
+    if bad:
+        raise InvalidArgument(
+            f"{field} must not contain control characters (found U+{ord(bad.group()):04X} at {bad.start()})",
+            [(field, "must not contain control characters but newlines and tabs")],
+        )
+    return value
+
+
 def require_finite(field: str, value: float) -> float:
     if not math.isfinite(value):
         raise InvalidArgument(f"{field} must be a finite number, got {value}", [(field, "must be finite")])
@@ -123,6 +143,6 @@ def require_metrics(field: str, metrics: dict[str, float]) -> dict[str, float]:
     out = {}
     for name, value in metrics.items():
         key = f"{field}.{clip(name)}"
-        require_text(key, name, MAX_METRIC_NAME)
+        require_safe_text(key, name, MAX_METRIC_NAME)
         out[name] = require_finite(key, value)
     return out

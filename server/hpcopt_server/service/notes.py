@@ -40,7 +40,7 @@ class NoteService:
     ) -> d.Note:
         """Saves ``body`` over version ``base_version``; the saved note (its version one
         more). An empty body clears the note (it keeps its version count)."""
-        lim.require_text("body", body, lim.MAX_NOTE)
+        body = lim.require_multiline_text("body", body, lim.MAX_NOTE)
         if not 0 <= base_version <= lim.MAX_ID:
             raise InvalidArgument(
                 f"base_version must be in 0..{lim.MAX_ID}, got {base_version}",
