@@ -5,10 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import NotFound
+from hpcopt_server.service.clock import CLOCK
 from hpcopt_server.service.heavy import HeavySlots
 from hpcopt_server.service.limits import require_id
 from hpcopt_server.service.shared_answers import SharedAnswers
@@ -18,7 +19,8 @@ from hpcopt_server.storage.repository import Storage, Tx
 
 
 def utcnow() -> datetime:
-    return datetime.now(UTC)
+    """Now, by this process's clock, which never steps (``clock.py``)."""
+    return CLOCK.now()
 
 
 @dataclass(frozen=True)
