@@ -75,7 +75,11 @@ class MetricsInterceptor(grpc.ServerInterceptor):
         )
 
 
-MAX_STREAMS_PER_CONNECTION = 16
+#: HTTP/2's recommended floor. A client sees it in the server's SETTINGS and queues past
+#: it; the calls it sends before those arrive are refused past it (REFUSED_STREAM, which
+#: grpcio reports as UNAVAILABLE), so it must exceed what one honest client starts at
+#: once: 16 refused the burst of 64 threads sharing one channel.
+MAX_STREAMS_PER_CONNECTION = 100
 
 
 @dataclass
@@ -144,7 +148,8 @@ def _build(service: Service, metrics: Metrics, address: str, max_workers: int) -
             ("grpc.max_connection_idle_ms", 300_000),
             # Calls one connection may hold open at once (HTTP/2 SETTINGS): a client sees
             # the limit and queues past it; one that ignores it has the extra calls
-            # refused before they take a worker.
+            # refused before they take a worker. (The front's cap on calls waiting for
+            # their request is what keeps workers free; this bounds one connection.)
             ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
         ],
     )
