@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from hpcopt_server.service.analysis import _permutation, _ranks
+from hpcopt_server.service.importance import _permutation, _ranks
 
 
 def main() -> None:

@@ -315,9 +315,9 @@ def test_permutation_importance_is_bounded_in_work_and_memory() -> None:
 
     import numpy as np
 
-    from hpcopt_server.service.analysis import _permutation, _ranks, surrogate_size
+    from hpcopt_server.service.importance import _permutation, _ranks, surrogate_size
 
-    assert surrogate_size(2000, 100) == 1154 and surrogate_size(10_000, 20) == 2000 and surrogate_size(50, 100) == 50
+    assert surrogate_size(2000, 100) == 1000 and surrogate_size(10_000, 20) == 2000 and surrogate_size(50, 100) == 50
     rng = np.random.default_rng(0)
     space = {f"x{i}": {"type": "real", "low": 0.0, "high": 1.0} for i in range(60)}
     params = [{name: float(rng.random()) for name in space} for _ in range(2000)]

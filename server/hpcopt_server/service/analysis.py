@@ -1,71 +1,19 @@
-"""Hyper-parameter importance over a campaign's completed trials, for every algorithm,
-by one of two methods (``METHODS``).
-
-``first-order`` (the default) is the first-order (main-effect) share of a functional ANOVA, estimated by
-binning rather than by fANOVA's random forest: for each parameter, the trials are put
-in bins of that parameter (its choices, or up to 10 quantile bins of its value, on the
-log scale for a log parameter), and its importance is the share of the variance of the
-objective's *rank* that the bin means explain, corrected for the share that bins
-explain by chance (epsilon squared: ``(SS_between - (B - 1) MS_within) / SS_total``,
-floored at 0). Ranks make one outlier unable to decide the answer. Shares are then
-normalized to sum to 1 over the parameters (``raw`` keeps them unnormalized: a low sum
-says interactions or noise dominate). A conditional parameter is judged on the trials
-where it is active. O(n log n) per parameter.
-
-``permutation`` is permutation importance (Breiman 2001; Fisher, Rudin and Dominici's
-"model reliance", 2019) on a surrogate: a k-nearest-neighbour regression of the
-objective's rank on the parameters (numbers scaled to [0, 1] over their range, on the log
-scale for a log parameter; a choice one-hot, two choices 1 apart; an inactive parameter
-its own value), judged leave-one-out. A parameter's importance is how much the
-surrogate's mean squared error grows when that parameter's column is shuffled, as a
-share of the rank variance (the mean of ``PERMUTATION_REPEATS`` shuffles, floored at 0).
-Unlike first-order shares it counts what a parameter does through interactions too, so
-a parameter that matters only together with another shows up here and not there. At
-most ``SURROGATE_TRIALS`` trials, and fewer where trials² x parameters x repeats would
-pass ``PERMUTATION_BUDGET`` (an even random sample; each parameter's ``trials`` says how
-many were judged); the shuffles are seeded by the campaign id, so the same trials give
-the same answer. O(n²) per parameter, a few n x n matrices of memory at a time.
-
-Each computation holds one of the server's few slots for costly reads (``heavy.py``):
-past them a request waits briefly, then gets 429 with Retry-After.
-"""
+"""Hyper-parameter importance as a service: reads a campaign's completed trials, then
+runs the numbers (``importance.py``, where the two methods are described) in a child
+process with a memory and a time limit (``worker.py``), in one of the server's few
+slots for costly reads (``heavy.py``); identical requests share one answer
+(``shared_answers.py``)."""
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service.context import Context, campaign_or_404, revisions
+from hpcopt_server.service.importance import METHODS, MIN_TRIALS, Importance, compute
+from hpcopt_server.service.worker import run_limited
 
-MIN_TRIALS = 10
-MAX_BINS = 10
-#: Each method's name and what its numbers are (the REST answer's ``description``).
-METHODS = {
-    "first-order": "first-order variance share of the objective's rank (binned, chance-corrected epsilon squared)",
-    "permutation": "permutation importance on a leave-one-out k-nearest-neighbour surrogate of the objective's rank "
-    "(the growth of its squared error when the parameter is shuffled, as a share of the rank variance)",
-}
-SURROGATE_TRIALS = 2000
-PERMUTATION_REPEATS = 3
-#: Trials² x parameters x repeats one permutation answer may cost: 100 parameters judge
-#: at most 1,154 trials (2,000 took 404 s and 3.4 GB with every parameter's n x n matrix
-#: kept; see ``surrogate_size``).
-PERMUTATION_BUDGET = 4e8
-
-
-@dataclass(frozen=True)
-class Importance:
-    name: str
-    #: Share of the explained rank variance (the shares sum to 1 when any is positive).
-    importance: float
-    #: Epsilon squared before normalizing.
-    raw: float
-    #: Trials it was judged on.
-    trials: int
+__all__ = ["METHODS", "AnalysisService", "Importance"]
 
 
 class AnalysisService:
@@ -104,143 +52,8 @@ class AnalysisService:
         space: dict[str, Any] = campaign.spec.get("space", {})
         if objective:  # the trials that reported every objective
             rows = [(*r[:2], vectors[r[0]][objective], *r[3:]) for r in rows if r[0] in vectors]
+        sign = 1.0 if campaign.objectives[objective][1] == "minimize" else -1.0
+        params, values = [r[4] for r in rows], [sign * r[2] for r in rows]
         if len(rows) < MIN_TRIALS:
             return [], len(rows)
-        sign = 1.0 if campaign.objectives[objective][1] == "minimize" else -1.0
-        values = np.array([sign * r[2] for r in rows])
-        if method == "permutation":
-            raw, judged = _permutation(space, [r[4] for r in rows], _ranks(values), campaign_id)
-            return _shares([Importance(name, 0.0, raw[name], judged) for name in space]), len(rows)
-        out = []
-        for name, spec in space.items():
-            present = [i for i, r in enumerate(rows) if r[4].get(name) is not None]
-            if len(present) < MIN_TRIALS:
-                out.append(Importance(name, 0.0, 0.0, len(present)))
-                continue
-            bins = _bins([rows[i][4][name] for i in present], spec)
-            out.append(Importance(name, 0.0, _epsilon_squared(_ranks(values[present]), bins), len(present)))
-        return _shares(out), len(rows)
-
-
-def _shares(out: list[Importance]) -> list[Importance]:
-    """Normalized to sum to 1 (when any is positive), most important first."""
-    total = sum(x.raw for x in out)
-    shares = [Importance(x.name, x.raw / total if total > 0 else 0.0, x.raw, x.trials) for x in out]
-    shares.sort(key=lambda x: (-x.importance, x.name))
-    return shares
-
-
-def _columns(spec: dict[str, Any], raw: list[Any]) -> np.ndarray:
-    """One parameter's encoding for the surrogate: (n, 1) in [0, 1] for a number (-1 where
-    inactive), (n, choices + 1) one-hot over 1/sqrt(2) for a choice (the last: inactive)."""
-    choices = spec.get("choices")
-    if choices is not None:
-        labels = [str(c) for c in choices]
-        index = [labels.index(str(v)) if v is not None and str(v) in labels else len(labels) for v in raw]
-        hot = np.zeros((len(raw), len(labels) + 1))
-        hot[np.arange(len(raw)), index] = math.sqrt(0.5)
-        return hot
-    active = np.array([v is not None for v in raw])
-    x = np.array([float(v) if v is not None else np.nan for v in raw])
-    log = spec.get("scale") == "log"
-    if log:
-        x = np.log10(np.maximum(x, 1e-300))
-    lo, hi = spec.get("low"), spec.get("high")
-    if lo is None or hi is None or (log and (lo <= 0 or hi <= 0)):
-        lo, hi = (float(np.nanmin(x)), float(np.nanmax(x))) if active.any() else (0.0, 1.0)
-    elif log:
-        lo, hi = math.log10(lo), math.log10(hi)
-    scaled = (x - lo) / (hi - lo) if hi > lo else np.zeros(len(raw))
-    out: np.ndarray = np.where(active, scaled, -1.0)[:, None]
-    return out
-
-
-def surrogate_size(n: int, params: int) -> int:
-    """How many trials the permutation surrogate judges: all ``n`` up to
-    SURROGATE_TRIALS, fewer where trials² x parameters x repeats would pass
-    PERMUTATION_BUDGET (each shuffle costs an n x n distance matrix and its partition)."""
-    fits = math.isqrt(int(PERMUTATION_BUDGET // max(1, params * PERMUTATION_REPEATS)))
-    return max(MIN_TRIALS, min(n, SURROGATE_TRIALS, fits))
-
-
-def _permutation(
-    space: dict[str, Any], params: list[dict[str, Any]], ranks: np.ndarray, seed: int
-) -> tuple[dict[str, float], int]:
-    """Each parameter's permutation importance on a leave-one-out k-NN surrogate of the
-    ranks, as a share of their variance (see the module's docstring), and how many trials
-    it judged (:func:`surrogate_size`). Memory: a few n x n matrices at a time (the whole
-    distance, one parameter's share, one shuffle), whatever the number of parameters."""
-    rng = np.random.default_rng(seed)
-    n = surrogate_size(len(params), len(space))
-    if n < len(params):
-        keep = np.sort(rng.choice(len(params), n, replace=False))
-        params, ranks = [params[i] for i in keep], _ranks(ranks[keep])
-    y = ranks / max(1.0, float(n - 1))
-    variance = float(y.var())
-    if variance <= 0:
-        return dict.fromkeys(space, 0.0), n
-    cols = {name: _columns(spec, [p.get(name) for p in params]) for name, spec in space.items()}
-    k = max(3, min(30, round(math.sqrt(n))))
-
-    def squared(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # |a_i - b_j|^2, in n x n memory
-        d2 = (a * a).sum(axis=1)[:, None] + (b * b).sum(axis=1)[None, :] - 2.0 * (a @ b.T)
-        clipped: np.ndarray = np.maximum(d2, 0.0)
-        return clipped
-
-    whole = np.zeros((n, n))
-    for c in cols.values():
-        whole += squared(c, c)
-
-    def error(d2: np.ndarray) -> float:
-        np.fill_diagonal(d2, np.inf)  # leave one out: a trial is never its own neighbour
-        near = np.argpartition(d2, k - 1, axis=1)[:, :k]
-        return float(((y[near].mean(axis=1) - y) ** 2).mean())
-
-    base = error(whole.copy())
-    np.fill_diagonal(whole, 0.0)
-    out = {}
-    for name, c in cols.items():
-        without = whole - squared(c, c)
-        grown = []
-        for _ in range(PERMUTATION_REPEATS):
-            shuffled = c[rng.permutation(n)]
-            d2 = squared(shuffled, c)
-            d2 += without
-            grown.append(error(d2))
-        out[name] = max(0.0, (float(np.mean(grown)) - base) / variance)
-    return out, n
-
-
-def _ranks(v: np.ndarray) -> np.ndarray:
-    order = np.argsort(v, kind="stable")
-    ranks = np.empty(len(v))
-    ranks[order] = np.arange(len(v), dtype=float)
-    return ranks
-
-
-def _bins(raw: list[Any], spec: dict[str, Any]) -> np.ndarray:
-    """A bin index per trial: the choice, or a quantile bin of the (log) value."""
-    choices = spec.get("choices")
-    if choices is not None:
-        labels = [str(c) for c in choices]
-        return np.array([labels.index(str(v)) if str(v) in labels else len(labels) for v in raw])
-    x = np.array([float(v) for v in raw])
-    if spec.get("scale") == "log":
-        x = np.log10(np.maximum(x, 1e-300))
-    k = max(2, min(MAX_BINS, len(x) // 5))
-    edges = np.unique(np.quantile(x, np.linspace(0, 1, k + 1)[1:-1]))
-    return np.searchsorted(edges, x, side="right")
-
-
-def _epsilon_squared(y: np.ndarray, bins: np.ndarray) -> float:
-    n = len(y)
-    total = float(((y - y.mean()) ** 2).sum())
-    labels, inverse, counts = np.unique(bins, return_inverse=True, return_counts=True)
-    b = len(labels)
-    if total <= 0 or b < 2 or n <= b:
-        return 0.0
-    means = np.bincount(inverse, weights=y) / counts
-    between = float((counts * (means - y.mean()) ** 2).sum())
-    within = (total - between) / (n - b)
-    eps = (between - (b - 1) * within) / total
-    return max(0.0, eps) if math.isfinite(eps) else 0.0
+        return run_limited(f"{method} importance", compute, space, params, values, method, campaign_id)
