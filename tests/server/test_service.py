@@ -390,3 +390,24 @@ def test_control_characters_are_refused_in_metric_names_choices_and_notes(servic
         with pytest.raises(InvalidArgument, match="must not contain control characters"):
             service.notes.save(campaign.id, None, f"note{bad}", 0)
     assert service.notes.save(campaign.id, None, "two\nlines\tand a tab", 0 if bad != "a\r\nb" else 1).version >= 1
+
+
+def test_a_range_filter_keeps_full_precision_when_another_filter_forces_the_python_path(service: Service) -> None:
+    """A range on a real parameter as narrow as one trial's value finds that trial,
+    whether it is filtered in SQL alone or beside a range on a categorical (which is
+    filtered in Python): SQLite quoted the JSON number with 15 significant digits there,
+    and the second filter lost trials the first alone found."""
+    space = {"x": {"type": "real", "low": 0.0, "high": 1.0}, "c": {"type": "categorical", "choices": ["a", "b"]}}
+    campaign, agent = _start(service, space=space, folds=1, budget={"max_trials": 20, "max_parallel": 1})
+    trials = []
+    for i in range(20):
+        trial, lease = _acquire(service, agent, campaign)
+        _finish(service, lease, [float(i)])
+        trials.append(trial)
+    for t in trials:
+        x = float(t.params["x"])
+        position = ["a", "b"].index(str(t.params["c"]))
+        alone = service.insights.table(campaign.id, ranges=[("x", x, x)])
+        beside = service.insights.table(campaign.id, ranges=[("x", x, x), ("c", position, position)])
+        assert [r.id for r in alone.trials] == [t.id], (x, alone.total)
+        assert [r.id for r in beside.trials] == [t.id], (x, beside.total)

@@ -267,7 +267,7 @@ class InsightService:
             else:
                 names = [n for n, _, _ in ranges if n in space] + ([sort[6:]] if sort.startswith("param:") else [])
                 objectives = any(n.startswith("values.") for n, _, _ in ranges)
-                listed = tx.listed_trials(campaign_id, states, names, with_values=objectives)
+                listed = tx.listed_trials(campaign_id, states, names, with_values=objectives, numeric=numeric)
                 rows = [r for r in listed if all(t(r) for t in tests)]
                 ran_all = self._ran_of(tx, campaign_id, rows) if sort == "duration" else {}
                 hosts = tx.agents_by_id(r.agent_id for r in rows) if sort == "agent" else {}

@@ -72,13 +72,18 @@ class ViewQueries:
         names: Iterable[str] = (),
         *,
         with_values: bool = False,
+        numeric: Iterable[str] = (),
     ) -> list[Listed]:
         """The table's columns of every matching trial, with only the parameters ``names``
         (extracted by the database: decoding every trial's whole JSON in Python would
-        cost more than everything else here), and every objective's value if asked."""
+        cost more than everything else here), and every objective's value if asked.
+        Parameters in ``numeric`` come as floats, at full precision: SQLite quotes a
+        JSON number with 15 significant digits, so a range filter on this path missed
+        trials that the SQL path (which compares the double) found."""
         t = m.TrialRow
         wanted_params = list(dict.fromkeys(names))
-        extra = [t.params[n] for n in wanted_params]
+        as_float = set(numeric)
+        extra = [t.params[n].as_float() if n in as_float else t.params[n] for n in wanted_params]
         q = select(
             t.id, t.number, t.state, t.value, t.agent_id, t.value_std, t.attempt, t.started_at, t.finished_at,
             t.values if with_values else literal(None), *extra,
