@@ -109,6 +109,30 @@ def test_a_body_over_the_limit_gets_a_readable_413_while_it_is_still_being_sent(
     assert b"at most 1048576 are accepted" in answer
 
 
+def test_a_body_over_the_limit_on_a_connection_to_close_gets_a_readable_413_not_a_reset(db: str) -> None:
+    """``Connection: close`` and a 24 MB body sent as fast as the socket takes it: uvicorn
+    closed the connection right after the 413, while the body was still coming, and the
+    client got a reset instead of the answer. The rest of the body is now read and
+    dropped first."""
+    size = 24 * 1024 * 1024
+    with ServerProcess(db) as server:
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        head = (f"POST /api/v1/campaigns HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {size}")  # fmt: skip
+        s.sendall(head.encode() + b"\r\n\r\n")
+        chunk, sent = b" " * 1048576, 0
+        while sent < size:
+            s.sendall(chunk)  # a reset here is the failure
+            sent += len(chunk)
+        answer = b""
+        while data := s.recv(65536):
+            answer += data
+        s.close()
+        assert httpx.get(server.http_url + "/healthz", timeout=10).status_code == 200
+    assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+    assert b"at most 1048576 are accepted" in answer
+
+
 def test_a_connection_cap_above_the_open_file_limit_is_lowered_and_logged(db: str, tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     with ServerProcess(db, "--max-grpc-connections", "5000", nofile=1024, log=log):

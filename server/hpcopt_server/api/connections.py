@@ -14,7 +14,9 @@ and then) holds a file descriptor forever: about 1,000 such connections exhauste
 - a request answered before its body ended (413) has the rest of its body read and
   dropped while it keeps coming (each chunk within ``header_timeout``, for at most
   ``linger`` seconds), so that the client, still sending, reads the answer instead of a
-  reset;
+  reset; also when the connection is to close after the answer (the client sent
+  ``Connection: close``), where uvicorn closed at once and a client sending 20 MB or
+  more got a reset;
 - ``max_connections`` fits the open-file limit beside gRPC's share (``sockets.py``),
   and the log says when shedding starts.
 """
@@ -37,6 +39,24 @@ log = logging.getLogger(__name__)
 _order = itertools.count()  # connection ages: accepts in one loop pass share a clock reading
 
 
+class _CloseAfterBody:
+    """The transport as uvicorn's request cycle sees it: a close while the client is
+    still sending the body of a request already answered (a 413 on a ``Connection:
+    close`` request) waits until the body has been read and dropped (``_drain``)."""
+
+    def __init__(self, protocol: GuardedHttpProtocol, transport: asyncio.Transport):
+        self._protocol, self.real = protocol, transport
+
+    def close(self) -> None:
+        if self._protocol.conn.their_state is h11.SEND_BODY and not self.real.is_closing():
+            self._protocol._drain()
+        else:
+            self.real.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
 class GuardedHttpProtocol(H11Protocol):
     header_timeout = 10.0
     linger = 60.0
@@ -45,6 +65,8 @@ class GuardedHttpProtocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = _CloseAfterBody(self, transport)  # type: ignore[assignment]
+        self._draining = False  # answered and to be closed: the rest of the body is dropped
         self._deadline: asyncio.TimerHandle | None = None
         self._linger_until: float | None = None
         self._opened = next(_order)
@@ -72,7 +94,21 @@ class GuardedHttpProtocol(H11Protocol):
             self._linger_until = self.loop.time() + self.linger
         self._arm()
 
+    def _drain(self) -> None:
+        """Reads and drops the rest of an answered request's body (h11 is not fed: it
+        would keep it), then closes: when it has all come, or past the deadlines."""
+        self._draining = True
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
+        self._linger_until = self.loop.time() + self.linger
+        self.flow.resume_reading()
+        self._arm()
+
     def data_received(self, data: bytes) -> None:
+        if self._draining:
+            self._arm()  # the body keeps coming: wait for the client to read the answer and close
+            return
         super().data_received(data)
         if self._linger_until is not None and not self.transport.is_closing():
             if self.conn.their_state is not h11.SEND_BODY:  # the body is over: an idle connection again
@@ -104,8 +140,12 @@ class GuardedHttpProtocol(H11Protocol):
             self._deadline = None
 
     def _too_slow(self) -> None:
-        if self.idle and not self.transport.is_closing():
-            self.transport.close()
+        if (self.idle or self._draining) and not self.transport.is_closing():
+            self._close_now()
+
+    def _close_now(self) -> None:
+        transport = self.transport
+        (transport.real if isinstance(transport, _CloseAfterBody) else transport).close()
 
     def _shed(self) -> None:
         """Closes the idlest connection (longest without a request in progress, then the
@@ -123,7 +163,7 @@ class GuardedHttpProtocol(H11Protocol):
             return
         victim = min(idle, key=lambda c: (c._quiet_since, c._opened)) if idle else self
         self.shed_log.shed(live, self.max_connections, None if victim is self else victim.idle_for)
-        victim.transport.close()
+        victim._close_now()
 
 
 def guarded_protocol(max_connections: int, header_timeout: float) -> type[GuardedHttpProtocol]:
