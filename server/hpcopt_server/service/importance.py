@@ -28,8 +28,9 @@ the same answer. O(n²) per parameter, a few n x n matrices of memory at a time.
 
 The server runs :func:`compute` in a child process with a memory and a time limit
 (``worker.py``), holding one of its few slots for costly reads (``heavy.py``): past
-them a request waits briefly, then gets 429 with Retry-After. This module imports
-nothing of the server, so that child starts small.
+them a request waits briefly, then gets 429 with Retry-After. This module itself
+imports only numpy; the forkserver that the children are forked from loads it (and its
+package) once.
 """
 
 from __future__ import annotations
