@@ -96,7 +96,9 @@ class GuardedHttpProtocol(H11Protocol):
 
     def _drain(self) -> None:
         """Reads and drops the rest of an answered request's body (h11 is not fed: it
-        would keep it), then closes: when it has all come, or past the deadlines."""
+        would keep it). The client closes once it has read the answer; otherwise the
+        connection is closed when nothing has come for ``header_timeout`` seconds, or
+        ``linger`` seconds after the answer."""
         self._draining = True
         if self.timeout_keep_alive_task is not None:
             self.timeout_keep_alive_task.cancel()
