@@ -23,13 +23,11 @@ request: a call whose request has not ended (END_STREAM from the client) is *wai
 
 - A connection holding a call that has waited ``request_timeout`` seconds is closed,
   which ends its calls and frees their workers (the gRPC server cancels them).
-- At most ``max_waiting`` calls may wait at once, server-wide, so that the other
-  workers stay free for agents: past it, the connection holding the call that has
-  waited longest is closed (an honest request arrives whole within milliseconds).
+- At most ``max_waiting`` calls may have waited longer than 50 ms at once,
+  server-wide, so that the other workers stay free for agents: past it, the
+  connections holding the calls that have waited longest are closed (an honest request
+  arrives whole within milliseconds). Looked at every 50 ms.
 - A connection whose calls are all waiting counts as idle when connections are shed.
-
-A request split over two reads counts as waiting only between them: the caps are
-checked after each read, once its frames are counted.
 """
 
 from __future__ import annotations
@@ -51,7 +49,12 @@ log = logging.getLogger(__name__)
 _PREFACE = 24  # b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", sent by the client before its frames
 _DATA, _HEADERS, _RST_STREAM = 0, 1, 3
 _END_STREAM = 0x1
-_SWEEP = 0.5  # seconds between looks for requests past the timeout
+_SWEEP = 0.05  # seconds between looks at the calls waiting for their request
+# A call counts against the server-wide cap only once it has waited this long: an honest
+# request's DATA follows its HEADERS within milliseconds, but under flow control or a
+# busy loop it may come a read later, and 64 threads sharing one channel (one
+# connection) then had their connection closed under them, again and again.
+_GRACE = 0.05
 
 
 class _Frames:
@@ -183,10 +186,6 @@ class _Client(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.to_server.feed(data)
-        if self.waiting and self.front.waiting > self.front.max_waiting:
-            self.front.shed_waiting()
-            if not self.live:
-                return
         assert self.backend is not None  # reading is paused until it is set
         self.backend.write(data)
 
@@ -253,21 +252,23 @@ class GrpcFront:
         self.shed_log.shed(len(live), self.cap, None if victim is new else time.monotonic() - victim.quiet_since)
         victim.close()
 
-    def shed_waiting(self) -> None:
-        """Closes the connections holding the calls that have waited longest for their
-        request until at most ``max_waiting`` calls wait."""
-        holding = sorted((c for c in self.clients if c.waiting), key=lambda c: c.oldest_wait)
-        for c in holding:
-            if self.waiting <= self.max_waiting:
-                break
-            self.stall_log.closed(len(c.waiting), f"more than {self.max_waiting} requests waiting server-wide")
-            c.close()
-
     def _sweep(self) -> None:
-        """Closes every connection holding a call that has waited ``request_timeout``."""
-        due = time.monotonic() - self.request_timeout
-        for c in [c for c in self.clients if c.oldest_wait <= due]:
-            self.stall_log.closed(len(c.waiting), f"a request unfinished after {self.request_timeout:g} s")
+        """Closes every connection holding a call that has waited ``request_timeout``,
+        then those holding the calls that have waited longest while more than
+        ``max_waiting`` calls have waited past the grace period."""
+        now = time.monotonic()
+        holding = [c for c in self.clients if c.waiting]
+        for c in holding:
+            if c.oldest_wait <= now - self.request_timeout:
+                self.stall_log.closed(len(c.waiting), f"a request unfinished after {self.request_timeout:g} s")
+                c.close()
+        late = now - _GRACE
+        stalled = sum(sum(1 for t in c.waiting.values() if t <= late) for c in holding)
+        for c in sorted((c for c in holding if c.waiting), key=lambda c: c.oldest_wait):
+            if stalled <= self.max_waiting:
+                break
+            stalled -= sum(1 for t in c.waiting.values() if t <= late)
+            self.stall_log.closed(len(c.waiting), f"more than {self.max_waiting} requests waiting server-wide")
             c.close()
         self._loop.call_later(_SWEEP, self._sweep)
 
