@@ -121,14 +121,18 @@ def hpcopt_run(
     spec = {
         "name": f"input-{step}-{'item' if item else 'hpcopt'}",
         "objective": {"metric": "physics_distance"},
-        "space": {k: {"type": "categorical", "choices": [v]} for k, v in PARAMS.items()},
+        "space": {k: {"type": "categorical", "choices": [v]} for k, v in params(args).items()},
         "budget": {"max_trials": 1, "max_parallel": 1},
         "folds": args.folds,
         "training": {
             "task": f"benchmarks/training/showers.py:{'ShowersItem' if item else 'Showers'}",
             "epochs": epochs,
             "ranks_per_fold": args.ranks,
-            "options": {"folds_by": "group", "loader": {**loader, "prefetch": args.prefetch}},
+            "options": {
+                "folds_by": "group",
+                "loader": {**loader, "prefetch": args.prefetch},
+                "precision": args.precision,
+            },
         },
     }
     with Client(server.target) as c:
@@ -157,13 +161,25 @@ def plain_run(args: argparse.Namespace, data: Path, step: str, epochs: int) -> l
     workers = args.workers
     cmd = [*mpi_cmd(args.ranks), sys.executable, str(HERE / "plain_loader.py"), "--epochs", str(epochs),
            "--folds", str(args.folds), "--workers", str(workers), "--prefetch", str(args.prefetch),
-           "--batch", str(PARAMS["batch_size"]), "--width", str(PARAMS["width"])]  # fmt: skip
+           "--batch", str(args.batch), "--width", str(args.width), "--precision", args.precision,
+           "--device", "cuda" if cuda() else "cpu"]  # fmt: skip
     run_env = dict(env(), CALO_DATA=str(data), HPCOPT_BENCH_READ_MS=str(args.read_ms), HPCOPT_BENCH_STEP=step)
     out = subprocess.run(cmd, capture_output=True, text=True, env=run_env, cwd=ROOT, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"plain DDP failed ({out.returncode}):\n{out.stderr[-4000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     return [e["samples"] / e["seconds"] for e in result["epochs"][1:]]
+
+
+def params(args: argparse.Namespace) -> dict[str, float]:
+    return {**PARAMS, "width": args.width, "batch_size": args.batch}
+
+
+def cuda() -> bool:
+    """Whether the runs train on a GPU (the agent takes one when torch sees it)."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def spread(values: list[float]) -> str:
@@ -187,6 +203,11 @@ def main() -> int:
     ap.add_argument("--showers", type=int, default=1024, help="data of the throughput runs")
     ap.add_argument("--rss-base", type=int, default=512, help="showers of the 1x memory run")
     ap.add_argument("--steps", default="feed,gan")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32", help="both sides (bf16 on GPUs)")
+    ap.add_argument("--width", type=int, default=PARAMS["width"], help="the GAN's width, both sides")
+    ap.add_argument("--batch", type=int, default=PARAMS["batch_size"], help="global batch, both sides")
+    ap.add_argument("--no-memory", action="store_true", help="skip the memory runs")
+    ap.add_argument("--no-item", action="store_true", help="skip the item-by-item runs")
     ap.add_argument("--data", type=Path, help="keep the generated showers here (reused)")
     ap.add_argument("--small", action="store_true", help="tiny data, one rep: a smoke run, not a measurement")
     args = ap.parse_args()
@@ -195,7 +216,7 @@ def main() -> int:
     workdir = Path(tempfile.mkdtemp(prefix="hpcopt-input-"))
     store = args.data or workdir / "data"
     server = Server(workdir)
-    names = ("hpcopt", "plain DDP + DataLoader", "item by item")
+    names = ("hpcopt", "plain DDP + DataLoader") + (() if args.no_item else ("item by item",))
     rates: dict[str, dict[str, list[float]]] = {}
     ratios: dict[str, dict[str, list[float]]] = {}
     memory: list[tuple[int, TreeMemory]] = []
@@ -206,8 +227,8 @@ def main() -> int:
             ratio = ratios[step] = {"plain": [], "item": []}
             for rep in range(args.reps):
                 per: dict[str, float] = {}
-                for k in range(3):
-                    name = names[(rep + k) % 3]
+                for k in range(len(names)):
+                    name = names[(rep + k) % len(names)]
                     if name == "hpcopt":
                         r, _ = hpcopt_run(server, args, data, step, False, args.epochs, workdir)
                     elif name == "item by item":
@@ -217,10 +238,11 @@ def main() -> int:
                     got[name] += r
                     per[name] = statistics.median(r)
                 ratio["plain"].append(per["hpcopt"] / per["plain DDP + DataLoader"])
-                ratio["item"].append(per["hpcopt"] / per["item by item"])
+                if "item by item" in per:
+                    ratio["item"].append(per["hpcopt"] / per["item by item"])
                 print(f"{step} rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {v:.0f}/s" for n, v in per.items()),
                       file=sys.stderr, flush=True)  # fmt: skip
-        for scale in (1, 4, 16):
+        for scale in () if args.no_memory else (1, 4, 16):
             folder = generate(store, RSS_SHARDS, args.rss_base * scale // RSS_SHARDS)
             _, mem = hpcopt_run(server, args, folder, "feed", False, 1, workdir, measure_memory=True)
             memory.append((scale, mem))
@@ -233,7 +255,8 @@ def main() -> int:
 
     print(f"\ninput pipeline: {args.ranks} ranks, {args.showers} showers in shards of {PER_SHARD}, "
           f"{args.read_ms:g} ms per read request, {args.reps} interleaved reps, epochs 2..{args.epochs} of "
-          f"fold runs; loader workers {args.workers} per rank, prefetch {args.prefetch}")  # fmt: skip
+          f"fold runs; loader workers {args.workers} per rank, prefetch {args.prefetch}; width {args.width}, "
+          f"batch {args.batch}, {args.precision} on {'CUDA' if cuda() else 'CPUs'}")  # fmt: skip
     for step in rates:
         print(f"\nstep: {step} — samples/s of the batch loop")
         print(f"{'':26} {'median':>9} {'min':>9} {'max':>9}")
@@ -242,8 +265,12 @@ def main() -> int:
         p, i = ratios[step]["plain"], ratios[step]["item"]
         print(f"ratio hpcopt / plain DDP ({step}): {statistics.median(p):.3f} "
               f"(min {min(p):.3f}, max {max(p):.3f}; target >= 0.95)")  # fmt: skip
-        print(f"ratio hpcopt / item by item ({step}): {statistics.median(i):.2f}x (min {min(i):.2f}, max {max(i):.2f})")
+        if i:
+            print(f"ratio hpcopt / item by item ({step}): {statistics.median(i):.2f}x "
+                  f"(min {min(i):.2f}, max {max(i):.2f})")  # fmt: skip
         print("  per rep vs plain: " + " ".join(f"{r:.3f}" for r in p))
+    if not memory:
+        return 0
     print(f"\nagent memory reading all of the data (feed step, {args.ranks} ranks + their loader workers)")
     print(f"{'data':>6} {'showers':>8} {'on disk MB':>11} {'peak sum PSS MB':>16} {'largest process MB':>19}")
     for scale, mem in memory:

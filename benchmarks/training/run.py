@@ -50,7 +50,7 @@ def mpi_cmd(ranks: int) -> list[str]:
 
 
 def env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=str(ROOT))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
 
 class Server:
