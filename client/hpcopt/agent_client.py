@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from hpcopt.records import Action, Agent, Assignment, Fold, Lease, Trial, action
+from hpcopt.records import Action, Agent, Assignment, Fold, Lease, QueueState, Trial, action
 from hpcopt.transport import Channel, state_value
 from hpcopt.v1 import agent_pb2, agent_pb2_grpc
 
@@ -80,6 +80,12 @@ class AgentClient(Channel):
         """Adds an event to the trial's log; ``kind`` is ``"checkpoint_refused"``."""
         req = agent_pb2.ReportEventRequest(lease=lease.to_proto(), fold=fold, kind=kind, reason=reason)
         self._do(self._stub.ReportEvent, req)
+
+    def queue(self, agent_id: str, campaign_id: int, with_throughput: bool = False) -> QueueState:
+        """What is left to start of the campaign (leases nothing); with
+        ``with_throughput``, the campaign's measured fold throughput too."""
+        req = agent_pb2.QueueRequest(agent_id=agent_id, campaign_id=campaign_id, with_throughput=with_throughput)
+        return QueueState.from_proto(self._do(self._stub.Queue, req))
 
     def deregister(self, agent_id: str, reason: str = "") -> list[int]:
         """Ends the agent's registration (call it on exit; ``reason``: why, when it

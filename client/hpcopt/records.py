@@ -269,10 +269,40 @@ class Agent(_Record):
     heartbeat_seconds: float
     server_id: str
     campaign_spec: dict[str, Any] | None  # the campaign's spec when one was named
+    #: The campaign's measured fold throughput (planner points as dicts; hpcopt.planner).
+    throughput: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def from_proto(cls, r: agent_pb2.RegisterResponse) -> Agent:
-        return cls(r.agent_id, r.lease_seconds, r.heartbeat_seconds, r.server_id, _spec(r.campaign_spec_json))
+        return cls(
+            r.agent_id,
+            r.lease_seconds,
+            r.heartbeat_seconds,
+            r.server_id,
+            _spec(r.campaign_spec_json),
+            _points(r.throughput_json),
+        )
+
+
+def _points(text: str) -> tuple[dict[str, Any], ...]:
+    points = json.loads(text) if text else []
+    return tuple(p for p in points if isinstance(p, dict)) if isinstance(points, list) else ()
+
+
+@dataclass(frozen=True)
+class QueueState(_Record):
+    """What is left to start of a campaign (``AgentClient.queue``)."""
+
+    unstarted: int
+    running: int
+    max_parallel: int  # 0: none
+    done: bool
+    #: The campaign's measured fold throughput when asked for (planner points as dicts).
+    throughput: tuple[dict[str, Any], ...] = ()
+
+    @classmethod
+    def from_proto(cls, r: agent_pb2.QueueResponse) -> QueueState:
+        return cls(r.unstarted, r.running, r.max_parallel, r.done, _points(r.throughput_json))
 
 
 @dataclass(frozen=True)

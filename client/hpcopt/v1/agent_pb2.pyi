@@ -22,6 +22,68 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class QueueRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    CAMPAIGN_ID_FIELD_NUMBER: _builtins.int
+    WITH_THROUGHPUT_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    campaign_id: _builtins.int
+    with_throughput: _builtins.bool
+    """Also send the campaign's measured fold throughput (as RegisterResponse does)."""
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        campaign_id: _builtins.int = ...,
+        with_throughput: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "campaign_id", b"campaign_id", "with_throughput", b"with_throughput"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueRequest: _TypeAlias = QueueRequest  # noqa: Y015
+
+@_typing.final
+class QueueResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    UNSTARTED_FIELD_NUMBER: _builtins.int
+    RUNNING_FIELD_NUMBER: _builtins.int
+    MAX_PARALLEL_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_JSON_FIELD_NUMBER: _builtins.int
+    unstarted: _builtins.int
+    """Trials of the budget not started: never started, or given back to the queue."""
+    running: _builtins.int
+    """Trials training now (under a lease, any agent)."""
+    max_parallel: _builtins.int
+    """The budget's max_parallel (0: none)."""
+    done: _builtins.bool
+    """The campaign takes no more trials (finished, stopped or its budget is used)."""
+    throughput_json: _builtins.str
+    """With with_throughput: RegisterResponse.throughput_json's points, measured until now."""
+    def __init__(
+        self,
+        *,
+        unstarted: _builtins.int = ...,
+        running: _builtins.int = ...,
+        max_parallel: _builtins.int = ...,
+        done: _builtins.bool = ...,
+        throughput_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "max_parallel", b"max_parallel", "running", b"running", "throughput_json", b"throughput_json", "unstarted", b"unstarted"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___QueueResponse: _TypeAlias = QueueResponse  # noqa: Y015
+
+@_typing.final
 class DeregisterRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -115,6 +177,7 @@ class RegisterResponse(_message.Message):
     HEARTBEAT_SECONDS_FIELD_NUMBER: _builtins.int
     CAMPAIGN_SPEC_JSON_FIELD_NUMBER: _builtins.int
     SERVER_ID_FIELD_NUMBER: _builtins.int
+    THROUGHPUT_JSON_FIELD_NUMBER: _builtins.int
     agent_id: _builtins.str
     lease_seconds: _builtins.float
     heartbeat_seconds: _builtins.float
@@ -127,6 +190,11 @@ class RegisterResponse(_message.Message):
     """This server's identity (one per database, shared by replicas): agents keep
     checkpoints under ROOT/<server_id>/<campaign>/<trial>/ and resume only from there.
     """
+    throughput_json: _builtins.str
+    """The campaign's measured fold throughput, a JSON list of points
+    {scheme, ranks, nodes, samples_per_second, source, count} (empty when none yet):
+    an agent started with --groups auto plans its layout from them (hpcopt.planner).
+    """
     def __init__(
         self,
         *,
@@ -135,10 +203,11 @@ class RegisterResponse(_message.Message):
         heartbeat_seconds: _builtins.float = ...,
         campaign_spec_json: _builtins.str = ...,
         server_id: _builtins.str = ...,
+        throughput_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "campaign_spec_json", b"campaign_spec_json", "heartbeat_seconds", b"heartbeat_seconds", "lease_seconds", b"lease_seconds", "server_id", b"server_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "campaign_spec_json", b"campaign_spec_json", "heartbeat_seconds", b"heartbeat_seconds", "lease_seconds", b"lease_seconds", "server_id", b"server_id", "throughput_json", b"throughput_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

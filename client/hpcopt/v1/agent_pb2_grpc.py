@@ -80,6 +80,11 @@ class AgentServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.DeregisterRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_agent__pb2.DeregisterResponse.FromString,
                 _registered_method=True)
+        self.Queue = channel.unary_unary(
+                '/hpcopt.v1.AgentService/Queue',
+                request_serializer=hpcopt_dot_v1_dot_agent__pb2.QueueRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_agent__pb2.QueueResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -148,6 +153,14 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Queue(self, request, context):
+        """What is left to start of the campaign, leasing nothing: an agent that lays out its
+        allocation itself (--groups auto) re-plans when fewer trials remain than groups.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -195,6 +208,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Deregister,
                     request_deserializer=hpcopt_dot_v1_dot_agent__pb2.DeregisterRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_agent__pb2.DeregisterResponse.SerializeToString,
+            ),
+            'Queue': grpc.unary_unary_rpc_method_handler(
+                    servicer.Queue,
+                    request_deserializer=hpcopt_dot_v1_dot_agent__pb2.QueueRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_agent__pb2.QueueResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -440,6 +458,33 @@ class AgentService:
             '/hpcopt.v1.AgentService/Deregister',
             hpcopt_dot_v1_dot_agent__pb2.DeregisterRequest.SerializeToString,
             hpcopt_dot_v1_dot_agent__pb2.DeregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Queue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.AgentService/Queue',
+            hpcopt_dot_v1_dot_agent__pb2.QueueRequest.SerializeToString,
+            hpcopt_dot_v1_dot_agent__pb2.QueueResponse.FromString,
             options,
             channel_credentials,
             insecure,

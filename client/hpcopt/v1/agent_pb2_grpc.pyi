@@ -51,6 +51,10 @@ class AgentServiceStub:
     """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
     still holds is requeued (as after a lost lease).
     """
+    Queue: _grpc.UnaryUnaryMultiCallable[_agent_pb2.QueueRequest, _agent_pb2.QueueResponse]
+    """What is left to start of the campaign, leasing nothing: an agent that lays out its
+    allocation itself (--groups auto) re-plans when fewer trials remain than groups.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -73,6 +77,10 @@ class AgentServiceAsyncStub(AgentServiceStub):
     Deregister: _aio.UnaryUnaryMultiCallable[_agent_pb2.DeregisterRequest, _agent_pb2.DeregisterResponse]  # type: ignore[assignment]
     """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
     still holds is requeued (as after a lost lease).
+    """
+    Queue: _aio.UnaryUnaryMultiCallable[_agent_pb2.QueueRequest, _agent_pb2.QueueResponse]  # type: ignore[assignment]
+    """What is left to start of the campaign, leasing nothing: an agent that lays out its
+    allocation itself (--groups auto) re-plans when fewer trials remain than groups.
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -147,6 +155,16 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agent_pb2.DeregisterResponse, _abc.Awaitable[_agent_pb2.DeregisterResponse]]:
         """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
         still holds is requeued (as after a lost lease).
+        """
+
+    @_abc_1.abstractmethod
+    def Queue(
+        self,
+        request: _agent_pb2.QueueRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.QueueResponse, _abc.Awaitable[_agent_pb2.QueueResponse]]:
+        """What is left to start of the campaign, leasing nothing: an agent that lays out its
+        allocation itself (--groups auto) re-plans when fewer trials remain than groups.
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -25,6 +25,7 @@ from hpcopt_server.api.schemas import (
     PlotData,
     RunningTrial,
     SpanOut,
+    ThroughputOut,
     Timeline,
     TrialCurves,
     TrialOut,
@@ -274,6 +275,13 @@ def importance(
         method=method,
         description=IMPORTANCE_METHODS[method],
     )
+
+
+@router.get("/campaigns/{campaign_id}/throughput", operation_id="get_throughput")
+def throughput(campaign_id: int, service: ServiceDep, _: CanRead) -> ThroughputOut:
+    """The fold throughput measured at each width (ranks per fold, nodes spanned) and the
+    scaling model the allocation planner fits on it (``--groups auto``, ``hpcopt plan``)."""
+    return ThroughputOut.model_validate(service.throughput.document(campaign_id))
 
 
 @router.get("/campaigns/{campaign_id}/best", operation_id="get_best_trial")

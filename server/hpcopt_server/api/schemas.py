@@ -252,6 +252,28 @@ class ImportanceOut(BaseModel):
     description: str
 
 
+class ThroughputPointOut(BaseModel):
+    scheme: str
+    #: Ranks of the fold group and the nodes it spanned.
+    ranks: int
+    nodes: int
+    #: The median over ``count`` measurements (epochs of trained folds).
+    samples_per_second: float
+    source: str
+    count: int
+
+
+class ThroughputOut(BaseModel):
+    """The planner's measurements and, per scheme, the scaling model fitted on them."""
+
+    points: list[ThroughputPointOut]
+    #: {scheme: {seconds_per_sample: {compute, comm, link}, formula, median_relative_error,
+    #: assumptions, points}}
+    models: dict[str, dict[str, Any]]
+    #: Samples a fold trains per epoch (the median over the folds), once one has reported.
+    train_samples: int | None = None
+
+
 class TrialCurves(BaseModel):
     trial_id: int
     number: int

@@ -122,12 +122,26 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             heartbeat_seconds=reg.heartbeat_seconds,
             server_id=reg.server_id,
             campaign_spec_json=json.dumps(reg.campaign_spec) if reg.campaign_spec else "",
+            throughput_json=json.dumps(list(reg.throughput)) if reg.throughput else "",
         )
 
     @handles_errors
     def Deregister(self, request: agent_pb2.DeregisterRequest, context: Ctx) -> agent_pb2.DeregisterResponse:
         requeued = self.svc.agents.deregister(request.agent_id, request.reason, caller=self._caller(context))
         return agent_pb2.DeregisterResponse(requeued_trial_ids=requeued)
+
+    @handles_errors
+    def Queue(self, request: agent_pb2.QueueRequest, context: Ctx) -> agent_pb2.QueueResponse:
+        q = self.svc.agents.queue_state(
+            request.agent_id, request.campaign_id, with_throughput=request.with_throughput, caller=self._caller(context)
+        )
+        return agent_pb2.QueueResponse(
+            unstarted=q.unstarted,
+            running=q.running,
+            max_parallel=q.max_parallel,
+            done=q.done,
+            throughput_json=json.dumps(list(q.throughput)) if q.throughput else "",
+        )
 
     @handles_errors
     def Acquire(self, request: agent_pb2.AcquireRequest, context: Ctx) -> agent_pb2.AcquireResponse:

@@ -21,6 +21,7 @@ from hpcopt_server.service.insights import InsightService
 from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.service.notes import NoteService
 from hpcopt_server.service.reaper import LeaseReaper
+from hpcopt_server.service.throughput import ThroughputService
 from hpcopt_server.service.tokens import TokenService
 from hpcopt_server.storage.repository import Storage
 
@@ -45,6 +46,7 @@ class Service:
         self.insights = InsightService(self.ctx)
         self.analysis = AnalysisService(self.ctx)
         self.notes = NoteService(self.ctx)
+        self.throughput = ThroughputService(self.ctx)
         self.reaper = LeaseReaper(self.ctx, reap_interval)
 
     def warm_optimizers(self) -> threading.Thread:

@@ -51,9 +51,22 @@ class Registration:
     heartbeat_seconds: float
     campaign_spec: dict | None = None  # type: ignore[type-arg]
     server_id: str = ""
+    #: The campaign's measured fold throughput (``throughput.py``), as planner points.
+    throughput: tuple[dict[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
 class HeartbeatReply:
     action: Action
     lease_expires_at: datetime | None
+
+
+@dataclass(frozen=True)
+class QueueState:
+    """What is left to start of a campaign (``AgentService.queue``)."""
+
+    unstarted: int
+    running: int
+    max_parallel: int  # 0: none
+    done: bool
+    throughput: tuple[dict[str, object], ...] = ()

@@ -30,9 +30,11 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
+from typing import Any
 
 from hpcopt.checkpoints import CheckpointRefused, check_reported
 from hpcopt.documents import clip
+from hpcopt.planner import points_from_folds
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ServiceError
 from hpcopt_server.pruners import Verdict
@@ -45,10 +47,12 @@ from hpcopt_server.service.agent_messages import (
     Action,
     HeartbeatReply,
     Lease,
+    QueueState,
     Registration,
 )
 from hpcopt_server.service.context import Context, bound_curve, campaign_or_404
 from hpcopt_server.service.pruning import SqlHistory, pruner_of
+from hpcopt_server.service.throughput import RECENT_FOLDS
 from hpcopt_server.storage.agent_calls import DONE, Refused
 
 RELEASE_STATES = (d.TrialState.FAILED, d.TrialState.PREEMPTED, d.TrialState.PRUNED)
@@ -129,13 +133,16 @@ class AgentService:
             token_id=caller,
         )
         spec = None
+        rows: list[Any] = []
         with self.ctx.storage.write() as tx:
             if campaign_id:
                 spec = campaign_or_404(tx, campaign_id).spec
+                rows = tx.fold_metrics(campaign_id, RECENT_FOLDS)
             tx.insert_agent(agent)
         self._remember(agent.id, caller)
         s = self.ctx.settings
-        return Registration(agent.id, s.lease_seconds, s.heartbeat_seconds, spec, self.server_id())
+        points = tuple(p.as_dict() for p in points_from_folds(rows, spec or {}))
+        return Registration(agent.id, s.lease_seconds, s.heartbeat_seconds, spec, self.server_id(), points)
 
     def acquire(self, agent_id: str, campaign_id: int, *, caller: int | None = None) -> Acquisition:
         """Hands the agent one trial of the campaign under a new lease.
@@ -180,6 +187,28 @@ class AgentService:
             else wait
             for g in got
         ]
+
+    def queue_state(
+        self, agent_id: str, campaign_id: int, *, with_throughput: bool = False, caller: int | None = None
+    ) -> QueueState:
+        """What is left to start of the campaign, leasing nothing (the planner's drain),
+        and on request the campaign's measured fold throughput."""
+        lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
+        lim.require_id("campaign_id", campaign_id)
+        self._check_agent(agent_id, caller)
+        rows: list[Any] = []
+        with self.ctx.storage.read() as tx:
+            campaign = campaign_or_404(tx, campaign_id)
+            counts = tx.trial_counts([campaign_id]).get(campaign_id, {})
+            if with_throughput:
+                rows = tx.fold_metrics(campaign_id, RECENT_FOLDS)
+        finished = sum(n for state, n in counts.items() if d.TrialState(state).finished)
+        running = counts.get(d.TrialState.RUNNING, 0)
+        done = campaign.state != d.CampaignState.RUNNING or finished >= campaign.max_trials
+        unstarted = 0 if done else max(0, campaign.max_trials - finished - running)
+        parallel = (campaign.spec.get("budget") or {}).get("max_parallel") or 0
+        points = tuple(p.as_dict() for p in points_from_folds(rows, campaign.spec))
+        return QueueState(unstarted, running, int(parallel), done, points)
 
     def deregister(self, agent_id: str, reason: str = "", *, caller: int | None = None) -> list[int]:
         """Ends an agent's registration (its exit; ``reason`` says why when it refused to

@@ -424,6 +424,18 @@ class Tx(ViewQueries, NoteQueries):
             out.setdefault(tid, (number, []))[1].append(float(value or 0.0))  # not None: filtered
         return out
 
+    def fold_metrics(self, campaign_id: int, limit: int) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """(trial params, fold metrics) of the campaign's most recently updated folds
+        that reported any metrics, at most ``limit`` (the planner's measurements)."""
+        q = (
+            select(m.TrialRow.params, m.FoldRow.metrics)
+            .join(m.FoldRow, m.FoldRow.trial_id == m.TrialRow.id)
+            .where(m.TrialRow.campaign_id == campaign_id)
+            .order_by(m.FoldRow.updated_at.desc())
+            .limit(limit)
+        )
+        return [(dict(params or {}), dict(metrics or {})) for params, metrics in self.s.execute(q)]
+
     def add_event(
         self, trial_id: int, attempt: int, kind: str, now: datetime, *, agent_id: str = "", reason: str = ""
     ) -> None:

@@ -1,0 +1,87 @@
+"""The planner's measurements on the server: points from the folds' metrics, the model
+over REST, the points with an agent's registration, and the Queue call's counts."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import InvalidArgument, NotFound, PermissionDenied
+from hpcopt_server.service import Service
+from hpcopt_server.service.agents import AcquireStatus, Lease
+from tests.conftest import make_spec
+
+
+def _fold_metrics(rate: float, ranks: int, nodes: int = 1) -> dict[str, float]:
+    return {"loss": 0.5, "samples_per_second": rate, "ranks_per_fold": ranks, "fold_nodes": nodes, "train_samples": 90}
+
+
+def _run_trials(service: Service, campaign: d.Campaign, agent: str, widths: list[tuple[int, float]]) -> None:
+    for ranks, rate in widths:
+        got = service.agents.acquire(agent, campaign.id)
+        assert got.status == AcquireStatus.GRANTED and got.trial is not None
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        for k in range(2):
+            service.agents.report_fold(lease, k, 0.5, _fold_metrics(rate * (1 + 0.01 * k), ranks))
+        service.agents.complete(lease)
+
+
+def test_points_are_the_median_per_width_and_the_model_fits_them(service: Service) -> None:
+    campaign = service.campaigns.create(make_spec(folds=2, budget={"max_trials": 6, "max_parallel": 6}))
+    agent = service.agents.register(host="n", ranks=4, gpus=0, campaign_id=campaign.id).agent_id
+    _run_trials(service, campaign, agent, [(1, 100.0), (1, 110.0), (2, 180.0), (4, 300.0)])
+    doc = service.throughput.document(campaign.id)
+    points = {(p["ranks"], p["nodes"]): p for p in doc["points"]}
+    assert set(points) == {(1, 1), (2, 1), (4, 1)}
+    assert points[(1, 1)]["count"] == 4 and points[(1, 1)]["samples_per_second"] == pytest.approx(105.5, rel=0.01)
+    model = doc["models"]["allreduce"]
+    assert model["median_relative_error"] < 0.05 and model["seconds_per_sample"]["comm"] > 0
+    assert doc["train_samples"] == 90
+    # A new agent of the campaign gets the points with its registration.
+    reg = service.agents.register(host="m", ranks=8, gpus=0, campaign_id=campaign.id)
+    assert {(p["ranks"], p["samples_per_second"]) for p in reg.throughput} == {
+        (r, p["samples_per_second"]) for (r, _), p in points.items()
+    }
+
+
+def test_folds_without_a_measured_width_are_not_points(service: Service) -> None:
+    campaign = service.campaigns.create(make_spec())
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    got = service.agents.acquire(agent, campaign.id)
+    assert got.trial is not None
+    lease = Lease(agent, got.trial.id, got.lease_id)
+    service.agents.report_fold(lease, 0, 0.5, {"loss": 0.5, "samples_per_second": 100.0})  # an older agent's fold
+    service.agents.report_fold(lease, 1, 0.5, {"samples_per_second": 50.0, "ranks_per_fold": 0, "fold_nodes": 1})
+    assert service.throughput.document(campaign.id) == {"points": [], "models": {}, "train_samples": None}
+    with pytest.raises(NotFound):
+        service.throughput.document(campaign.id + 100)
+
+
+def test_queue_counts_what_is_left_to_start_and_leases_nothing(service: Service) -> None:
+    campaign = service.campaigns.create(make_spec(folds=2, budget={"max_trials": 5, "max_parallel": 3}))
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    q = service.agents.queue_state(agent, campaign.id)
+    assert (q.unstarted, q.running, q.max_parallel, q.done) == (5, 0, 3, False)
+    _run_trials(service, campaign, agent, [(1, 100.0), (1, 100.0)])
+    held = service.agents.acquire(agent, campaign.id)
+    assert held.trial is not None
+    q = service.agents.queue_state(agent, campaign.id, with_throughput=True)
+    assert (q.unstarted, q.running) == (2, 1) and q.throughput
+    assert service.agents.queue_state(agent, campaign.id) == service.agents.queue_state(agent, campaign.id)
+    # Preempted: back to the queue, so it counts as unstarted again.
+    service.agents.release(Lease(agent, held.trial.id, held.lease_id), d.TrialState.PREEMPTED, "signal")
+    assert service.agents.queue_state(agent, campaign.id).unstarted == 3
+    service.campaigns.cancel(campaign.id)
+    q = service.agents.queue_state(agent, campaign.id)
+    assert q.done and q.unstarted == 0
+
+
+def test_queue_refuses_bad_input_by_name(service: Service) -> None:
+    campaign = service.campaigns.create(make_spec())
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    with pytest.raises(InvalidArgument, match="campaign_id"):
+        service.agents.queue_state(agent, -1)
+    with pytest.raises(NotFound):
+        service.agents.queue_state(agent, campaign.id + 100)
+    with pytest.raises((NotFound, PermissionDenied, InvalidArgument)):
+        service.agents.queue_state("no-such-agent", campaign.id)
