@@ -47,6 +47,7 @@ class GroupLoop:
         context: Context,
         max_trials: int | None = None,
         patience: float = 120.0,
+        drain_below: int | None = None,
     ) -> None:
         self.comms = comms
         self.client = client  # on fold leaders
@@ -61,6 +62,10 @@ class GroupLoop:
         self.max_trials = max_trials
         self.patience = patience
         self.trials = 0
+        #: ``--groups auto``: leave for a re-plan when 0 < trials left to start < trial
+        #: groups (and fewer than this bound: a re-plan that kept the layout sets it).
+        self.drain_below = drain_below
+        self.replan = False
 
     def run(self) -> tuple[str, bool]:
         """Runs trials until there is a reason to stop; returns it, and whether it is a
@@ -74,8 +79,9 @@ class GroupLoop:
                 except ApiError as exc:
                     decision = ("error", f"the server failed: {exc}")
             kind, payload = bcast(self.comms.group, decision)
-            if kind in ("stop", "error"):
-                return str(payload), kind == "stop"
+            if kind in ("stop", "error", "replan"):
+                self.replan = kind == "replan"
+                return str(payload), kind != "error"
             if kind == "wait":
                 continue
             self._run_trial(payload)
@@ -84,15 +90,25 @@ class GroupLoop:
     # -- group leader ------------------------------------------------------------------
 
     def _decide(self, signalled: bool) -> tuple[str, Any]:
+        if signalled and self.stop.name == "WALLTIME":
+            left = self.walltime.remaining() or 0.0
+            return "stop", (
+                f"{left:.0f} s of walltime left, within the last {self.walltime.reserve:.0f} s (--reserve) in which "
+                "trials checkpoint and go back"
+            )
         if signalled:
             return "stop", f"{self.stop.name or 'a signal'} received"
         if self.max_trials is not None and self.trials >= self.max_trials:
             return "stop", f"--max-trials {self.max_trials} reached"
         if not self.walltime.fits_another():
-            left = self.walltime.remaining() or 0.0
-            return "stop", f"{left:.0f} s of walltime left, the longest trial took {self.walltime.longest:.0f} s"
+            return "stop", self.walltime.why_not()
         assert self.client is not None
         client = self.client
+        groups = self.comms.layout.groups
+        if self.drain_below is not None and groups > 1:
+            q = retrying(lambda: client.queue(self.agent_id, self.campaign_id), "Queue", self.patience)
+            if 0 < q.unstarted < min(groups, self.drain_below):
+                return "replan", f"{q.unstarted} trial(s) left to start for {groups} trial groups"
         got = retrying(lambda: client.acquire(self.agent_id, self.campaign_id), "Acquire", self.patience)
         if got.status == "done":
             return "stop", "the campaign is finished"

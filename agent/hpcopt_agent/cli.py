@@ -1,10 +1,12 @@
 """``hpcopt-agent``: one MPI job (``srun`` or ``mpiexec``) pulling trials of a campaign.
 
     mpiexec -n 8 python -m mpi4py -m hpcopt_agent --server HOST:50051 --campaign 3 \\
-        --groups 2 --checkpoint-dir /scratch/ckpt
+        --checkpoint-dir /scratch/ckpt
 
-The world splits into ``--groups`` trial groups; each trains one trial at a time, its K
-folds spread over fold groups of the campaign's ``training.ranks_per_fold`` ranks.
+The world splits into trial groups; each trains one trial at a time, its K folds
+spread over fold groups of ``training.ranks_per_fold`` ranks. With ``--groups auto``
+(the default) the planner chooses the layout from measured throughput
+(``autoplan.py``); ``--groups N`` fixes the number of trial groups.
 Exit status: 0 when the campaign is done, the job was signalled (trials checkpointed
 and given back) or the walltime is used up; 2 for a configuration the agent refuses at
 start (layout, task, settings, server); 1 for anything unexpected.
@@ -15,14 +17,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcopt import Agent, AgentClient, ApiError
+from hpcopt import AgentClient, ApiError
 from hpcopt.cliutil import finish
-from hpcopt_agent import __version__
+from hpcopt_agent.server import register
 
 if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts on import)
     from mpi4py import MPI
@@ -60,7 +61,31 @@ def build_parser() -> argparse.ArgumentParser:
         help="an agent-scope token (env HPCOPT_TOKEN); needed when the server has auth on",
     )
     ap.add_argument("--campaign", type=int, required=True, help="the campaign id to work on")
-    ap.add_argument("--groups", type=int, default=1, help="trial groups: trials trained at once (default 1)")
+    ap.add_argument(
+        "--groups",
+        type=_groups,
+        default="auto",
+        help="trial groups (trials trained at once): auto (default) lets the planner choose them, and "
+        "training.ranks_per_fold where the spec leaves it unset, from measured throughput; N fixes them",
+    )
+    ap.add_argument(
+        "--ranks-per-node",
+        type=_positive,
+        help="ranks on each node, for the planner (default: the most ranks sharing a host name)",
+    )
+    ap.add_argument(
+        "--deadline",
+        help="when the allocation ends (ISO 8601 time such as 2026-11-29T08:00, or Unix seconds); default: "
+        "Slurm's end time of this job, else --time-limit; the planner plans for it and no trial starts that "
+        "is predicted to miss its first checkpoint",
+    )
+    ap.add_argument(
+        "--reserve",
+        type=float,
+        default=60.0,
+        help="seconds before the deadline at which trials checkpoint and go back to the queue, as on SIGUSR1 "
+        "(default %(default)s)",
+    )
     ap.add_argument(
         "--checkpoint-dir",
         type=Path,
@@ -109,12 +134,34 @@ def build_parser() -> argparse.ArgumentParser:
     return finish(ap, "hpcopt-agent")
 
 
+def _groups(text: str) -> str | int:
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be auto or a positive integer, got {text!r}")
+    return n
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return n
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from mpi4py import MPI  # after argparse, so --help works without an MPI launch
 
     from hpcopt_agent.layout import LayoutError
-    from hpcopt_agent.runtime import Context, StopSignal, Walltime, parse_duration, setup_logging
+    from hpcopt_agent.runtime import Context, StopSignal, Walltime, parse_deadline, parse_duration, setup_logging
 
     world = MPI.COMM_WORLD
     context = Context(world.rank, -1)
@@ -125,11 +172,16 @@ def main(argv: list[str] | None = None) -> int:
 
     threads = limit_threads(world, args.threads)
 
+    flag = "--time-limit"
     try:
         limit = parse_duration(args.time_limit) if args.time_limit else None
+        flag = "--deadline"
+        if args.deadline:
+            left = parse_deadline(args.deadline)
+            limit = left if limit is None else min(limit, left)
     except ValueError as exc:
         if world.rank == 0:
-            log.error("refusing to start: --time-limit: %s", exc)
+            log.error("refusing to start: %s: %s", flag, exc)
         return 2
 
     # The campaign's settings come with the registration of rank 0 (the first group
@@ -139,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     if world.rank == 0:
         try:
             with AgentClient(args.server, args.token) as probe:
-                reg = _register(probe, args, world.size // max(args.groups, 1))
+                reg = register(probe, args, world.size // (args.groups if isinstance(args.groups, int) else 1))
             if not reg.server_id:
                 problem = f"the server at {args.server} names no server id (it predates this agent): upgrade it"
         except ApiError as exc:
@@ -149,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     if not problem:
         try:
             settings, layout, task = _check(spec, args, world.size)
-        except (LayoutError, ValueError) as exc:
+        except (LayoutError, ValueError) as exc:  # PlanError is a ValueError
             problem = str(exc)
         except Exception as exc:  # the task's own module or constructor failed
             problem = f"cannot load training.task {args.task or spec.get('training', {}).get('task')!r}: {exc!r}"
@@ -162,23 +214,14 @@ def main(argv: list[str] | None = None) -> int:
             if reg is not None:  # the campaign's agents list shows why this agent left
                 _goodbye_refused(args, reg.agent_id, f"refused to start{where}: {first}")
         return 2
-    return _run(args, world, reg, settings, layout, task, context, stop, Walltime(limit), threads)
+    return _run(args, world, reg, settings, layout, task, context, stop, Walltime(limit, args.reserve), threads)
 
 
-def _register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Agent:
-    import torch
-
-    return client.register(
-        host=socket.gethostname(),
-        ranks=ranks,
-        gpus=min(ranks, torch.cuda.device_count()) if torch.cuda.is_available() else 0,
-        slurm_job_id=os.environ.get("SLURM_JOB_ID", ""),
-        campaign_id=args.campaign,
-        version=__version__,
-    )
-
-
-def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[TrainingSettings, Layout, Task]:
+def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[TrainingSettings, Layout | None, Task]:
+    """The settings, the layout when it is fixed (``--groups N`` and a pinned
+    ``training.ranks_per_fold``; None: the planner chooses it) and the task."""
+    from hpcopt.planner import Allocation, Scaling, Work
+    from hpcopt.planner import plan as plan_layouts
     from hpcopt_agent.layout import plan
     from hpcopt_agent.schemes import check_scheme, check_task
     from hpcopt_agent.settings import TrainingSettings
@@ -187,7 +230,16 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
 
     policy = TaskPolicy.of(args.task_root, args.allow_module)  # checked even under --task: a typo is an error
     settings = TrainingSettings.from_spec(spec, args.task)
-    layout = plan(world, args.groups, settings.ranks_per_fold, settings.folds)
+    layout = None
+    if isinstance(args.groups, int) and settings.ranks_per_fold is not None:
+        layout = plan(world, args.groups, settings.ranks_per_fold, settings.folds)
+    else:  # that some layout fits what is pinned: before the task loads or a probe runs
+        space = spec.get("space") or {}
+        plan_layouts(
+            Allocation(world, 1), Work(trials=1, folds=settings.folds, epochs=1, train_samples=1), Scaling(1.0),
+            pinned_ranks=settings.ranks_per_fold, groups=args.groups if isinstance(args.groups, int) else None,
+            valid_ranks=lambda r: settings.fits(r, space),
+        )  # fmt: skip
     for name in settings.schemes:
         check_scheme(name)
     task = load_task(settings.task, None if args.task else policy)
@@ -201,7 +253,7 @@ def _run(
     world: MPI.Comm,
     reg0: Any,
     settings: TrainingSettings,
-    layout: Layout,
+    layout: Layout | None,
     task: Task,
     context: Context,
     stop: StopSignal,
@@ -209,78 +261,32 @@ def _run(
     threads: int,
 ) -> int:
     import torch
-    from mpi4py import MPI
 
-    from hpcopt_agent.agent import GroupLoop
-    from hpcopt_agent.comm import bcast, quiet, split
+    from hpcopt_agent.comm import local_rank, pick_device, quiet
     from hpcopt_agent.data import Data, LoaderOptions
-    from hpcopt_agent.fold import FoldTrainer
-    from hpcopt_agent.schemes import uses_horovod
+    from hpcopt_agent.session import Session
 
-    comms = split(layout, world, timeout=args.collective_timeout, master_addr=args.master_addr)
     torch.backends.cudnn.benchmark = settings.cudnn_benchmark
-    if uses_horovod(settings):
-        comms.init_horovod()
-    context.where = f"r{world.rank} g{comms.group_index}"
-    client = AgentClient(args.server, args.token) if comms.is_fold_leader else None
-    reg = reg0
-    if comms.is_group_leader and world.rank != 0:
-        assert client is not None
-        reg = _register(client, args, layout.group_size)
-    reg = bcast(comms.group, reg)
-    if world.rank == 0:
-        log.info(
-            "campaign %d: %s; scheme %s, %d epochs",
-            args.campaign,
-            layout.describe(),
-            settings.scheme if settings.scheme != "search" else "searched among " + ", ".join(settings.schemes),
-            settings.epochs,
-        )
-    if comms.is_group_leader:
-        log.info("registered as agent %s (%d ranks)", reg.agent_id, layout.group_size)
-
-    data = Data(task.dataset, comms.device, LoaderOptions.from_options(settings.loader), threads)
+    data = Data(task.dataset, pick_device(local_rank(world)), LoaderOptions.from_options(settings.loader), threads)
     splits, problem = _splits(world, task, data, settings)
     if problem:
         if world.rank == 0:
             log.error("refusing to train: %s", problem)
+            _goodbye_refused(args, reg0.agent_id, f"refused to train: {problem}")
         quiet(world)
-        comms.close()
         return 2
-    trainer = FoldTrainer(
-        comms=comms,
-        task=task,
-        data=data,
-        settings=settings,
-        stop=stop,
-        checkpoint_root=args.checkpoint_dir.resolve(),
-        server_id=reg.server_id,
-        timeout=args.collective_timeout,
-    )
-    loop = GroupLoop(
-        comms=comms,
-        client=client,
-        agent_id=reg.agent_id,
-        campaign_id=args.campaign,
-        heartbeat_seconds=reg.heartbeat_seconds,
-        trainer=trainer,
-        splits=splits,
-        stop=stop,
-        walltime=walltime,
-        context=context,
-        max_trials=args.max_trials,
-    )
-    reason, normal = loop.run()
-    if comms.is_group_leader:
-        (log.info if normal else log.error)("stopping after %d trial(s): %s", loop.trials, reason)
-    if client is not None:
-        if comms.is_group_leader:
-            _goodbye(client, reg.agent_id)
-        client.close()
-    quiet(world)
-    comms.close()
-    all_normal = world.allreduce(normal, op=MPI.LAND)
-    return 0 if all_normal else 1
+    session = Session(args, world, reg0, settings, task, data, splits, context, stop, walltime)
+    if layout is None:
+        problem = session.plan()
+        if problem:
+            if world.rank == 0:
+                log.error("refusing to start: %s", problem)
+                _goodbye_refused(args, reg0.agent_id, f"refused to start: {problem}")
+            session.close()
+            return 2
+    else:
+        session.layout = layout
+    return session.run()
 
 
 def _splits(world: MPI.Comm, task: Task, data: Any, settings: TrainingSettings) -> tuple[list[Any], str]:
@@ -311,18 +317,6 @@ def _splits(world: MPI.Comm, task: Task, data: Any, settings: TrainingSettings) 
         return [], found
     fold_of, k = found
     return decode(np.asarray(fold_of), k), ""
-
-
-def _goodbye(client: AgentClient, agent_id: str) -> None:
-    """Ends the registration, so the dashboard shows this agent as gone at once (a
-    server that cannot be reached is only logged: the agent is leaving anyway)."""
-    try:
-        requeued = client.deregister(agent_id)
-    except Exception as exc:
-        log.warning("could not end the registration of agent %s: %s", agent_id, exc)
-        return
-    if requeued:
-        log.warning("trials with id(s) %s were still held and went back to the queue", ", ".join(map(str, requeued)))
 
 
 def _goodbye_refused(args: argparse.Namespace, agent_id: str, reason: str) -> None:

@@ -95,6 +95,10 @@ class Comms:
             quiet(self.world)  # Horovod's shutdown is global: every fold group must be done
             hvd.shutdown()
         if self.pg is None:
+            if dist.is_initialized():  # started by the throughput probe; no fold group uses it
+                quiet(self.world)
+                time.sleep(0.1)
+                dist.destroy_process_group()
             return
         pg, self.pg = self.pg, None
         dist.barrier(group=pg)
@@ -216,9 +220,8 @@ def split(
     return comms
 
 
-def _process_groups(
-    layout: Layout, world: MPI.Comm, device: torch.device, timeout: float, master_addr: str | None
-) -> Any:
+def rendezvous(world: MPI.Comm, master_addr: str | None) -> tuple[str, int]:
+    """The address of torch's rendezvous: rank 0's host and a free port, sent to all."""
     address = None
     if world.rank == 0:
         host = master_addr or os.environ.get("HPCOPT_MASTER_ADDR") or _reachable_address()
@@ -226,14 +229,22 @@ def _process_groups(
             s.bind(("", 0))
             address = (host, s.getsockname()[1])
     host, port = world.bcast(address, root=0)
+    return str(host), int(port)
+
+
+def _process_groups(
+    layout: Layout, world: MPI.Comm, device: torch.device, timeout: float, master_addr: str | None
+) -> Any:
     backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(
-        backend,
-        init_method=f"tcp://{host}:{port}",
-        rank=world.rank,
-        world_size=world.size,
-        timeout=timedelta(seconds=timeout),
-    )
+    if not dist.is_initialized():  # the throughput probe may have started it
+        host, port = rendezvous(world, master_addr)
+        dist.init_process_group(
+            backend,
+            init_method=f"tcp://{host}:{port}",
+            rank=world.rank,
+            world_size=world.size,
+            timeout=timedelta(seconds=timeout),
+        )
     mine = None
     for g in range(layout.groups):
         for f in range(layout.fold_groups):

@@ -23,6 +23,7 @@ import itertools
 import logging
 import math
 import random
+import socket
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -127,6 +128,9 @@ class FoldTrainer:
         self.server_id = server_id
         self.timeout = timeout
         self.current: tuple[TrialInfo, int, TrialLink | None] | None = None
+        #: Nodes this fold group spans (by host name): with ranks_per_fold, where the
+        #: throughput measured in each epoch belongs in the planner's model.
+        self.fold_nodes = len(set(self.fold_comm.allgather(socket.gethostname())))
 
     # -- the fold ------------------------------------------------------------------------
 
@@ -352,7 +356,9 @@ class FoldTrainer:
         """The fold group's metrics (the ranks that read data each evaluate a share of
         the validation samples; the leader averages weighted by samples), the samples
         trained in the epoch, and the mean training loss (every rank gets the last two).
-        The leader adds ``samples_per_second`` (of the batch loops) and, on CUDA,
+        The leader adds ``samples_per_second`` (of the batch loops) with the
+        ``ranks_per_fold`` and ``fold_nodes`` it was measured at (the planner's model)
+        and, on CUDA,
         ``peak_cuda_memory_mb`` (the largest over the fold group)."""
         scheme = run.scheme
         index, count = scheme.reader()
@@ -384,6 +390,9 @@ class FoldTrainer:
             metrics.setdefault("train_loss", train_loss)
         if longest[0] > 0 and total[0]:
             metrics.setdefault("samples_per_second", total[0] / longest[0])
+            metrics.setdefault("ranks_per_fold", float(self.fold_comm.size))
+            metrics.setdefault("fold_nodes", float(self.fold_nodes))
+            metrics.setdefault("train_samples", float(total[0]))
         if device.type == "cuda":
             metrics.setdefault("peak_cuda_memory_mb", longest[1])
         return metrics, int(total[0]), train_loss

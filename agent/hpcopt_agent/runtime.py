@@ -6,6 +6,7 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 import time
 from datetime import datetime
 from types import FrameType
@@ -29,9 +30,13 @@ class StopSignal:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
+        self.request(signal.Signals(signum).name, f"{signal.Signals(signum).name} received")
+
+    def request(self, name: str, why: str) -> None:
+        """Stop as on SIGUSR1 (the walltime's reserve calls this too)."""
         if not self.name:
-            self.name = signal.Signals(signum).name
-            log.warning("%s received: stopping after this batch", self.name)
+            self.name = name
+            log.warning("%s: stopping after this batch", why)
 
 
 def parse_duration(text: str) -> float:
@@ -48,6 +53,22 @@ def parse_duration(text: str) -> float:
     for p in parts:
         seconds = seconds * 60 + p
     return days * 86400 + seconds
+
+
+def parse_deadline(text: str) -> float:
+    """Seconds from now until ``text``: an ISO 8601 time (``2026-11-29T08:00``; local
+    time unless it names a zone) or Unix seconds. A time in the past is an error."""
+    text = text.strip()
+    try:
+        at = float(text) if text.replace(".", "", 1).isdigit() else datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        raise ValueError(
+            f"not a time: {text!r} (give an ISO 8601 time such as 2026-11-29T08:00, or Unix seconds)"
+        ) from None
+    left = at - time.time()
+    if left <= 0:
+        raise ValueError(f"{text!r} is {-left:.0f} s in the past")
+    return left
 
 
 def slurm_remaining() -> float | None:
@@ -68,13 +89,22 @@ def slurm_remaining() -> float | None:
 
 
 class Walltime:
-    """The allocation's deadline (``--time-limit`` or Slurm's), and whether a trial
-    that takes as long as the longest so far still fits."""
+    """The allocation's deadline (Slurm's end time, else ``--time-limit`` /
+    ``--deadline``) and whether another trial may start.
 
-    def __init__(self, limit: float | None) -> None:
-        remaining = limit if limit is not None else slurm_remaining()
+    With the planner's prediction (:attr:`to_checkpoint`, seconds from a trial's start
+    to its first checkpoint) a trial starts only if it is predicted to reach that
+    checkpoint before the last ``reserve`` seconds (``hpcopt.planner.may_start``);
+    without one, only if a trial as long as the longest so far still fits. In the last
+    ``reserve`` seconds (:meth:`watch`) trials checkpoint and go back, as on SIGUSR1."""
+
+    def __init__(self, limit: float | None, reserve: float = 60.0) -> None:
+        remaining = slurm_remaining() if limit is None else limit
         self.deadline = None if remaining is None else time.monotonic() + remaining
+        self.reserve = max(0.0, reserve)
         self.longest = 0.0
+        self.to_checkpoint: float | None = None
+        self._timer: threading.Timer | None = None
 
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -83,8 +113,40 @@ class Walltime:
         self.longest = max(self.longest, seconds)
 
     def fits_another(self) -> bool:
+        from hpcopt.planner import may_start
+
         left = self.remaining()
-        return left is None or left > 1.1 * self.longest + 5.0
+        if left is None:
+            return True
+        if self.to_checkpoint is not None:
+            return may_start(left, self.to_checkpoint, self.reserve)
+        return left > 1.1 * self.longest + 5.0
+
+    def why_not(self) -> str:
+        left = self.remaining() or 0.0
+        if self.to_checkpoint is not None:
+            return (
+                f"{left:.0f} s of walltime left: a trial is predicted to take {self.to_checkpoint:.0f} s to its "
+                f"first checkpoint and the last {self.reserve:.0f} s are kept for giving trials back"
+            )
+        return f"{left:.0f} s of walltime left, the longest trial took {self.longest:.0f} s"
+
+    def watch(self, stop: StopSignal) -> None:
+        """At ``reserve`` seconds before the deadline, stop as on SIGUSR1."""
+        left = self.remaining()
+        if left is None or self.reserve <= 0:
+            return
+        self._timer = threading.Timer(
+            max(0.0, left - self.reserve),
+            stop.request,
+            ("WALLTIME", f"{self.reserve:.0f} s of walltime left: checkpointing and giving trials back"),
+        )
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
 
 class Context(logging.Filter):

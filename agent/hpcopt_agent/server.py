@@ -5,13 +5,17 @@ rather than an exception."""
 
 from __future__ import annotations
 
+import argparse
 import logging
+import os
+import socket
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from hpcopt import Action, AgentClient, ApiError, Lease
+from hpcopt import Action, Agent, AgentClient, ApiError, Lease
+from hpcopt_agent import __version__
 
 log = logging.getLogger("hpcopt_agent")
 T = TypeVar("T")
@@ -132,3 +136,29 @@ class Heartbeat(threading.Thread):
     def stop(self) -> None:
         self.stopping.set()
         self.join(timeout=self.link.client.timeout + 1)
+
+
+def register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Agent:
+    """Registers a group leader as an agent of ``args.campaign``."""
+    import torch
+
+    return client.register(
+        host=socket.gethostname(),
+        ranks=ranks,
+        gpus=min(ranks, torch.cuda.device_count()) if torch.cuda.is_available() else 0,
+        slurm_job_id=os.environ.get("SLURM_JOB_ID", ""),
+        campaign_id=args.campaign,
+        version=__version__,
+    )
+
+
+def goodbye(client: AgentClient, agent_id: str) -> None:
+    """Ends the registration, so the dashboard shows this agent as gone at once (a
+    server that cannot be reached is only logged: the agent is leaving anyway)."""
+    try:
+        requeued = client.deregister(agent_id)
+    except Exception as exc:
+        log.warning("could not end the registration of agent %s: %s", agent_id, exc)
+        return
+    if requeued:
+        log.warning("trials with id(s) %s were still held and went back to the queue", ", ".join(map(str, requeued)))

@@ -18,7 +18,8 @@ class SettingsError(ValueError):
 class TrainingSettings:
     task: str
     scheme: str
-    ranks_per_fold: int
+    #: None until the planner chooses it (``training.ranks_per_fold`` unset in the spec).
+    ranks_per_fold: int | None
     epochs: int
     folds: int
     metric: str
@@ -53,6 +54,20 @@ class TrainingSettings:
             raise SettingsError(f"params.scheme: {name!r} is not one of this campaign's schemes {list(self.schemes)}")
         return str(name)
 
+    @property
+    def ranks(self) -> int:
+        """Ranks per fold, once chosen (the agent plans before any trial)."""
+        if self.ranks_per_fold is None:
+            raise SettingsError("training.ranks_per_fold is not chosen yet: the planner sets it before any trial")
+        return self.ranks_per_fold
+
+    def fits(self, ranks: int, space: dict[str, Any]) -> bool:
+        """Whether every scheme of the campaign (and every knob value its space
+        searches) makes a layout that fits ``ranks`` ranks per fold."""
+        from hpcopt.schemes import fits_ranks
+
+        return fits_ranks(self.scheme, self.scheme_options, space, ranks)
+
     def knobs(self, params: dict[str, Any]) -> dict[str, Any]:
         """The knobs of a trial's scheme (its params may set them: searched > options > defaults)."""
         try:
@@ -69,7 +84,9 @@ class TrainingSettings:
                 "not by agents; submit one with training.task to train it here"
             )
         objective = spec.get("objective") or {}
-        scheme, ranks = str(training.get("scheme", "allreduce")), int(training.get("ranks_per_fold", 1))
+        scheme = str(training.get("scheme", "allreduce"))
+        pinned = training.get("ranks_per_fold")
+        ranks = None if pinned is None else int(pinned)
         schemes = [scheme]
         if scheme == "search":
             schemes = [str(c) for c in ((spec.get("space") or {}).get("scheme") or {}).get("choices", [])]

@@ -328,11 +328,12 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], d
 
 
 def resolve(
-    scheme: str, options: dict[str, Any], ranks_per_fold: int, params: dict[str, Any] | None = None
+    scheme: str, options: dict[str, Any], ranks_per_fold: int | None, params: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The knobs ``scheme`` runs with: its defaults, then the campaign's options, then
     a trial's ``<scheme>.<knob>`` parameters; each checked, and the layout checked
-    against ``ranks_per_fold``. Raises :class:`KnobError` naming the field."""
+    against ``ranks_per_fold`` (None: not yet chosen, the planner picks one that fits).
+    Raises :class:`KnobError` naming the field."""
     sections, _ = split_options(options)
     for name, given in sections.items():
         table = KNOBS[name]
@@ -357,8 +358,11 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-def check_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
-    """The rank layout a scheme's knobs make fits ``ranks`` ranks per fold."""
+def check_layout(scheme: str, knobs: dict[str, Any], ranks: int | None) -> None:
+    """The rank layout a scheme's knobs make fits ``ranks`` ranks per fold (None: the
+    planner has not chosen yet, and takes only ranks per fold that fit)."""
+    if ranks is None:
+        return
     if scheme in PARAMETER_SERVER:
         _check_ps_layout(scheme, knobs, ranks)
     for knob in ("node_size", "stages"):
@@ -463,7 +467,9 @@ def _probes(param: dict[str, Any]) -> list[Any]:
     return [low, high]
 
 
-def check_space_knobs(space: dict[str, dict[str, Any]], scheme: str, options: dict[str, Any], ranks: int) -> None:
+def check_space_knobs(
+    space: dict[str, dict[str, Any]], scheme: str, options: dict[str, Any], ranks: int | None
+) -> None:
     """The scheme(s) a campaign trains with, and every knob its space searches, checked
     against the knob table and ``ranks`` per fold: each value a parameter can take must
     be allowed and make a layout that fits. Raises :class:`KnobError` naming the field
@@ -507,3 +513,13 @@ def check_space_knobs(space: dict[str, dict[str, Any]], scheme: str, options: di
                     resolve(s, options, ranks, {**first, name: value})
                 except KnobError as exc:
                     raise KnobError(f"space.{name}", f"{name}={value!r}: {exc.message}") from None
+
+
+def fits_ranks(scheme: str, options: dict[str, Any], space: dict[str, dict[str, Any]], ranks: int) -> bool:
+    """Whether ``ranks`` ranks per fold make a layout every scheme of the campaign (and
+    every knob value its space searches) accepts: the widths the planner may choose."""
+    try:
+        check_space_knobs(space, scheme, options, ranks)
+    except KnobError:
+        return False
+    return True

@@ -213,7 +213,9 @@ class Training(_Strict):
     #: A scheme's name, or ``search``: the trial's ``scheme`` parameter picks it (what
     #: ``scheme: {search: {...}}`` is normalized into).
     scheme: Literal["allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod", "search"] = "allreduce"
-    ranks_per_fold: int = Field(default=1, ge=1, le=1_000_000)
+    #: Ranks that train one fold together; unset, the agent's planner chooses it from
+    #: measured throughput (``--groups auto``); set, it is pinned.
+    ranks_per_fold: int | None = Field(default=None, ge=1, le=1_000_000)
     epochs: int = Field(default=10, ge=1, le=1_000_000)
     options: dict[str, Any] = Field(default_factory=dict)
 

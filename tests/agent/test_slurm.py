@@ -4,6 +4,7 @@ from Debian; ``scripts/test.sh`` starts it when run as root)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -33,12 +34,15 @@ def slurm() -> None:
         pytest.skip(problem)
 
 
-def sbatch(server: AgentServer, script: str, campaign: int, *args: str, ntasks: int | None = None, **env: str) -> int:
-    """Submits an example script; without ``ntasks`` it asks for what the script says."""
+def sbatch(
+    server: AgentServer, script: str, campaign: int, *args: str, ntasks: int | None = None, time: str = "10", **env: str
+) -> int:
+    """Submits an example script; without ``ntasks`` it asks for what the script says;
+    ``time`` is the walltime (Slurm's minutes, or its other forms)."""
     shape = ["-N", "1", "-n", str(ntasks), f"--ntasks-per-node={ntasks}"] if ntasks else []
     out = subprocess.run(
         [
-            "sbatch", "--parsable", "--export=ALL", *shape, "--time=10",
+            "sbatch", "--parsable", "--export=ALL", *shape, f"--time={time}",
             "-o", str(server.workdir / "slurm-%j.out"), f"examples/slurm/{script}", str(campaign), *args,
         ],
         capture_output=True, text=True, cwd=ROOT,
@@ -118,3 +122,30 @@ def test_a_request_the_cluster_can_never_run_is_refused_at_submission(slurm: Non
         capture_output=True, text=True, cwd=ROOT, timeout=30, env=mpi_env(HPCOPT_SERVER="127.0.0.1:1"),
     )  # fmt: skip
     assert out.returncode != 0 and "More processors requested than permitted" in out.stderr, out
+
+
+def test_a_short_walltime_stops_trials_in_time_and_the_job_ends_before_it(
+    slurm: None, agent_server: AgentServer
+) -> None:
+    # A 2-minute job whose last 80 s are the reserve: the agent plans from a probe, starts
+    # trials while one is predicted to reach a checkpoint before the reserve, then
+    # checkpoints what runs and gives it back; Slurm never has to kill the job.
+    spec = agent_spec(
+        budget={"max_trials": 200, "max_parallel": 4}, training={"task": "tests/agent/tasks.py:Regression", "epochs": 4}
+    )
+    campaign = agent_server.submit(spec)
+    job = sbatch(agent_server, "agent.sbatch", campaign, "--reserve", "80", time="2", HPCOPT_TEST_STEP_SLEEP="0.02")
+    assert wait_job(job, timeout=300) == "COMPLETED", output(agent_server, job)  # not TIMEOUT
+    text = output(agent_server, job)
+    assert "probing" in text and "planner:" in text, text
+    stops = re.findall(r"stopping after \d+ trial\(s\): (.*)", text)
+    assert stops and all("(--reserve)" in s or "predicted to take" in s for s in stops), text
+    with agent_server.client() as c:
+        trials = c.list_trials(campaign)
+    assert trials and len(trials) < 200, "the walltime stopped nothing"
+    # Nothing is left running: every trial finished, or went back with a checkpoint.
+    for t in trials:
+        state = trial_json(agent_server, t.id)
+        assert state["state"] in ("COMPLETED", "QUEUED"), state
+        if state["state"] == "QUEUED":
+            assert state["attempt"] == 2 and any(f["checkpoint_uri"] for f in state["folds"]), state

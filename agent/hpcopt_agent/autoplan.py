@@ -1,0 +1,134 @@
+"""``--groups auto``: the agent lays out its allocation itself (``hpcopt.planner``).
+
+Every rank takes part: the ranks per node come from the host names (or
+``--ranks-per-node``); the throughput model from the campaign's measured points (sent
+with the registration) or, where the campaign has none for its scheme, from a probe on
+the allocation itself (``probe.py``); the work left from the spec's budget, folds and
+epochs, the first fold's training samples and the walltime; the trials from what the campaign has left
+to start (else its budget). Rank 0 plans and sends the plan to all, so every rank
+builds the same communicators.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from hpcopt.planner import Allocation, Plan, PlanError, Point, Scaling, Work, fit, nodes_spanned, plan
+from hpcopt_agent.data import Data
+from hpcopt_agent.layout import Layout
+from hpcopt_agent.probe import middle_params, probe
+from hpcopt_agent.settings import TrainingSettings
+from hpcopt_agent.task import Task
+
+log = logging.getLogger("hpcopt_agent")
+
+
+@dataclass(frozen=True)
+class Planned:
+    layout: Layout
+    plan: Plan
+    #: None when only one layout fit and nothing was measured (no probe ran).
+    model: Scaling | None
+    allocation: Allocation
+    work: Work
+
+
+def ranks_per_node(world: MPI.Comm, given: int | None) -> int:
+    """``given``, else the most ranks sharing one host name."""
+    if given is not None:
+        return given
+    return max(Counter(world.allgather(socket.gethostname())).values())
+
+
+def probe_widths(world: int, per_node: int, valid: list[int]) -> list[int]:
+    """The widths the probe measures: one rank, the widest fold group on one node, and
+    (on several nodes) one spanning two; each dividing the world."""
+    out = [1]
+    one_node = max((r for r in range(2, min(per_node, world) + 1) if world % r == 0), default=None)
+    if one_node:
+        out.append(one_node)
+    if world >= 2 * per_node and world % (2 * per_node) == 0:
+        out.append(2 * per_node)
+    # A scheme that needs several ranks (a parameter server) is measured where it fits too.
+    wider = [r for r in valid if r not in out and world % r == 0]
+    if valid and not any(r in valid for r in out[1:]) and wider:
+        out.append(wider[0])
+    return sorted(set(out))
+
+
+def choose(
+    world: MPI.Comm,
+    *,
+    spec: dict[str, Any],
+    settings: TrainingSettings,
+    task: Task,
+    data: Data,
+    train: np.ndarray,
+    measured: list[dict[str, Any]],
+    per_node: int | None,
+    groups: int | None,
+    deadline: float | None,
+    timeout: float,
+    master_addr: str | None,
+    trials: int | None = None,
+) -> Planned:
+    """The layout for this allocation (every rank calls; all get the same answer).
+    Raises :class:`PlanError` or :class:`ProbeError` with a message naming the field."""
+    per_node = ranks_per_node(world, per_node)
+    alloc = Allocation(world.size, per_node)
+    space = spec.get("space") or {}
+    valid = [r for r in range(1, world.size + 1) if world.size % r == 0 and settings.fits(r, space)]
+    schemes = set(settings.schemes)
+    points = [Point.from_dict(p) for p in measured]
+    points = [p for p in points if p.scheme in schemes]
+    budget = spec.get("budget") or {}
+    work = Work(
+        trials=trials or int(budget.get("max_trials") or 1),
+        folds=settings.folds,
+        epochs=settings.epochs,
+        train_samples=max(1, len(train)),
+        max_parallel=budget.get("max_parallel"),
+        deadline=deadline,
+    )
+
+    # Check what the user pinned before spending time on a probe.
+    def fits(r: int) -> bool:
+        return settings.fits(r, space)
+
+    only = plan(alloc, work, Scaling(1.0), pinned_ranks=settings.ranks_per_fold, groups=groups, valid_ranks=fits)
+    if not points and len(only.table) == 1:  # nothing to choose: no probe
+        lay = only.best.layout
+        if world.rank == 0:
+            log.info("planner: %s is the only layout that fits", lay.describe())
+        return Planned(Layout(world.size, lay.groups, lay.ranks_per_fold, settings.folds), only, None, alloc, work)
+    if not points:
+        widths = probe_widths(world.size, per_node, valid)
+        if world.rank == 0:
+            log.info("no throughput measured for this campaign yet: probing %s rank(s) per fold", widths)
+        nodes_of = {r: nodes_spanned(r, per_node, world.size) for r in widths}
+        scheme = settings.schemes[0] if settings.schemes else settings.scheme
+        points = probe(
+            world, task, data, train, middle_params(space), widths,
+            nodes_of=nodes_of, scheme=scheme, precision=settings.precision,
+            timeout=timeout, master_addr=master_addr,
+        )  # fmt: skip
+    model = fit(points)
+    chosen = plan(alloc, work, model, pinned_ranks=settings.ranks_per_fold, groups=groups, valid_ranks=fits)
+    chosen = world.bcast(chosen if world.rank == 0 else None, root=0)
+    best = chosen.best.layout
+    layout = Layout(world.size, best.groups, best.ranks_per_fold, settings.folds)
+    if world.rank == 0:
+        source = ", ".join(f"{p.ranks}r/{p.nodes}n {p.samples_per_second:.4g}/s ({p.source})" for p in model.points)
+        log.info("planner: model from %s; %s", source, "; ".join(model.assumptions) or "fitted on every term")
+        log.info("planner: %s", chosen.describe(alloc))
+    return Planned(layout, chosen, model, alloc, work)
+
+
+__all__ = ["PlanError", "Planned", "choose", "probe_widths", "ranks_per_node"]

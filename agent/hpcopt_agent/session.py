@@ -1,0 +1,271 @@
+"""One agent job from its layout to its exit, in phases: each phase splits the world
+by one layout and runs every trial group's loop (``agent.py``); under ``--groups auto``
+a phase ends when fewer trials remain to start than there are trial groups, and the
+world re-plans (``hpcopt.planner``) for what is left: idle groups join as wider fold
+groups or wider trial groups. Every group ends its phase at a trial boundary, so no
+trial is interrupted; the registered agents follow the layout (a rank that becomes a
+group leader registers, one that stops being one says goodbye).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from hpcopt import AgentClient, ApiError
+from hpcopt.planner import PlanError, Point, fit, plan
+from hpcopt_agent.autoplan import Planned, choose
+from hpcopt_agent.comm import Comms, bcast, quiet, split
+from hpcopt_agent.data import Data
+from hpcopt_agent.layout import Layout
+from hpcopt_agent.probe import ProbeError
+from hpcopt_agent.runtime import Context, StopSignal, Walltime
+from hpcopt_agent.server import goodbye, register
+from hpcopt_agent.settings import TrainingSettings
+from hpcopt_agent.task import Task
+
+log = logging.getLogger("hpcopt_agent")
+
+
+class Session:
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        world: MPI.Comm,
+        reg0: Any,
+        settings: TrainingSettings,
+        task: Task,
+        data: Data,
+        splits: list[tuple[np.ndarray, np.ndarray]],
+        context: Context,
+        stop: StopSignal,
+        walltime: Walltime,
+    ) -> None:
+        self.args, self.world, self.reg = args, world, reg0
+        self.settings, self.task, self.data, self.splits = settings, task, data, splits
+        self.context, self.stop, self.walltime = context, stop, walltime
+        self.layout: Layout | None = None
+        self.planned: Planned | None = None
+        #: The agent this rank registered (rank 0 at start; group leaders after).
+        self.agent_id: str | None = reg0.agent_id if world.rank == 0 else None
+        self.client: AgentClient | None = None
+        self.trials = 0
+        #: Re-plan only when fewer trials than this remain (None: never, a fixed layout).
+        self.drain_below: int | None = None
+
+    # -- the layout -------------------------------------------------------------------
+
+    def plan(self) -> str:
+        """Chooses the layout (every rank); the problem in words, or ''."""
+        groups = self.args.groups if isinstance(self.args.groups, int) else None
+        left = None
+        if self.world.rank == 0:
+            try:
+                with AgentClient(self.args.server, self.args.token) as c:
+                    q = c.queue(self.reg.agent_id, self.args.campaign)
+                left = None if q.done else q.unstarted
+            except ApiError as exc:  # plan for the budget instead
+                log.warning("could not ask what is left to start: %s", exc)
+        left = self.world.bcast(left, root=0)
+        try:
+            self.planned = choose(
+                self.world,
+                spec=self.reg.campaign_spec or {},
+                settings=self.settings,
+                task=self.task,
+                data=self.data,
+                train=self.splits[0][0],
+                measured=list(getattr(self.reg, "throughput", ()) or ()),
+                per_node=self.args.ranks_per_node,
+                groups=groups,
+                deadline=self.walltime.remaining(),
+                timeout=self.args.collective_timeout,
+                master_addr=self.args.master_addr,
+                trials=left,
+            )
+        except (PlanError, ProbeError) as exc:
+            return str(exc)
+        self.layout = self.planned.layout
+        self._predict(self.planned)
+        from hpcopt_agent.schemes import uses_horovod
+
+        if groups is None and not uses_horovod(self.settings):  # Horovod starts once per job
+            self.drain_below = self.world.size + 1
+        return ""
+
+    def _predict(self, planned: Planned) -> None:
+        """The walltime rule's figure: seconds from a trial's start to its first checkpoint."""
+        if planned.model is None:
+            return
+        best, work = planned.plan.best, planned.work
+        per_epoch = (best.fold_seconds - work.fold_overhead) / work.epochs
+        every = min(self.settings.checkpoint_every, work.epochs)
+        self.walltime.to_checkpoint = work.trial_overhead + work.fold_overhead + every * per_epoch
+
+    def _replan(self, comms: Comms) -> None:
+        """Every rank: rank 0 plans for the trials left to start and sends the layout."""
+        decision: Any = None
+        if self.world.rank == 0:
+            try:
+                decision = self._replan_leader()
+            except Exception as exc:  # keep the layout: re-planning is an optimisation
+                log.warning("re-plan failed, keeping the layout: %s", exc)
+                decision = ("keep", 0, "")
+        kind, left, text = self.world.bcast(decision, root=0)
+        if kind == "keep":
+            self.drain_below = left  # not again until fewer remain
+            if self.world.rank == 0 and text:
+                log.info("re-plan for %d trial(s): %s; keeping the layout", left, text)
+            return
+        assert isinstance(kind, Layout)
+        self.layout = kind
+        if self.world.rank == 0:
+            log.info("re-plan for %d trial(s): %s", left, text)
+
+    def _replan_leader(self) -> tuple[Any, int, str]:
+        assert self.client is not None and self.agent_id is not None and self.planned is not None
+        q = self.client.queue(self.agent_id, self.args.campaign, with_throughput=True)
+        if q.done or q.unstarted == 0:
+            return "keep", max(q.unstarted, 1), ""
+        old = self.planned
+        schemes = set(self.settings.schemes)
+        measured = [Point.from_dict(p) for p in q.throughput]
+        measured = [p for p in measured if p.scheme in schemes]
+        widths = {(p.ranks, p.nodes) for p in measured}
+        earlier = old.model.points if old.model is not None else ()
+        model = fit(measured + [p for p in earlier if (p.ranks, p.nodes) not in widths])
+        left = self.walltime.remaining()
+        work = replace(old.work, trials=q.unstarted, deadline=None if left is None else max(left, 1.0))
+        space = (self.reg.campaign_spec or {}).get("space") or {}
+        chosen = plan(
+            old.allocation, work, model, pinned_ranks=self.settings.ranks_per_fold,
+            valid_ranks=lambda r: self.settings.fits(r, space),
+        )  # fmt: skip
+        self.planned = replace(old, plan=chosen, model=model, work=work)
+        best = chosen.best.layout
+        layout = Layout(self.world.size, best.groups, best.ranks_per_fold, self.settings.folds)
+        text = chosen.describe(old.allocation)
+        if self.layout is not None and layout == self.layout:
+            return "keep", q.unstarted, text
+        return layout, q.unstarted, text
+
+    # -- the phases -------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.walltime.watch(self.stop)
+        normal = True
+        while True:
+            comms = self._start_phase()
+            reason, normal, replan = self._phase(comms)
+            quiet(self.world)  # groups end their phases at their own trial boundaries
+            if self.world.allreduce(replan, op=MPI.LAND):
+                self._replan(comms)
+                if self.planned is not None:
+                    self._predict(self.planned)
+                comms.close()
+                continue
+            if replan:  # this group waited to re-plan; another stopped (done, signalled...)
+                reason = "another trial group stopped, so there is no re-plan"
+            if comms.is_group_leader:
+                (log.info if normal else log.error)("stopping after %d trial(s): %s", self.trials, reason)
+            self._end(comms)
+            break
+        self.walltime.cancel()
+        all_normal = self.world.allreduce(normal, op=MPI.LAND)
+        return 0 if all_normal else 1
+
+    def _start_phase(self) -> Comms:
+        from hpcopt_agent.schemes import uses_horovod
+
+        assert self.layout is not None
+        layout, args = self.layout, self.args
+        self.settings = replace(self.settings, ranks_per_fold=layout.ranks_per_fold)
+        comms = split(layout, self.world, timeout=args.collective_timeout, master_addr=args.master_addr)
+        if uses_horovod(self.settings):
+            comms.init_horovod()
+        self.context.where = f"r{self.world.rank} g{comms.group_index}"
+        if comms.is_fold_leader and self.client is None:
+            self.client = AgentClient(args.server, args.token)
+        if comms.is_group_leader and self.agent_id is not None and self.world.rank == 0 and not self.trials:
+            log.info("registered as agent %s (%d ranks)", self.agent_id, layout.group_size)
+        if comms.is_group_leader and self.agent_id is None:
+            assert self.client is not None
+            self.reg = register(self.client, args, layout.group_size)
+            self.agent_id = self.reg.agent_id
+            log.info("registered as agent %s (%d ranks)", self.agent_id, layout.group_size)
+        elif not comms.is_group_leader and self.agent_id is not None:
+            assert self.client is not None
+            goodbye(self.client, self.agent_id)  # this rank's group joined a wider one
+            self.agent_id = None
+        if self.world.rank == 0:
+            log.info(
+                "campaign %d: %s; scheme %s, %d epochs",
+                args.campaign,
+                layout.describe(),
+                self.settings.scheme
+                if self.settings.scheme != "search"
+                else "searched among " + ", ".join(self.settings.schemes),
+                self.settings.epochs,
+            )
+        if not comms.is_fold_leader and self.client is not None:
+            self.client.close()
+            self.client = None
+        return comms
+
+    def _phase(self, comms: Comms) -> tuple[str, bool, bool]:
+        from hpcopt_agent.agent import GroupLoop
+        from hpcopt_agent.fold import FoldTrainer
+
+        args = self.args
+        agent_id = bcast(comms.group, self.agent_id)
+        server_id = bcast(comms.group, self.reg.server_id if comms.is_group_leader else None)
+        heartbeat = bcast(comms.group, self.reg.heartbeat_seconds if comms.is_group_leader else None)
+        trainer = FoldTrainer(
+            comms=comms,
+            task=self.task,
+            data=self.data,
+            settings=self.settings,
+            stop=self.stop,
+            checkpoint_root=args.checkpoint_dir.resolve(),
+            server_id=server_id,
+            timeout=args.collective_timeout,
+        )
+        loop = GroupLoop(
+            comms=comms,
+            client=self.client if comms.is_fold_leader else None,
+            agent_id=agent_id,
+            campaign_id=args.campaign,
+            heartbeat_seconds=heartbeat,
+            trainer=trainer,
+            splits=self.splits,
+            stop=self.stop,
+            walltime=self.walltime,
+            context=self.context,
+            max_trials=None if args.max_trials is None else max(0, args.max_trials - self.trials),
+            drain_below=self.drain_below,
+        )
+        reason, normal = loop.run()
+        self.trials += loop.trials
+        return reason, normal, loop.replan
+
+    def _end(self, comms: Comms) -> None:
+        if self.client is not None:
+            if comms.is_group_leader and self.agent_id is not None:
+                goodbye(self.client, self.agent_id)
+            self.client.close()
+            self.client = None
+        quiet(self.world)
+        comms.close()
+
+    def close(self) -> None:
+        """After a refusal in :meth:`plan`: the probe's process groups go."""
+        import torch.distributed as dist
+
+        quiet(self.world)
+        if dist.is_initialized():
+            dist.destroy_process_group()

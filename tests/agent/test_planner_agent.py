@@ -1,0 +1,124 @@
+"""``--groups auto`` under the real mpiexec against a real server: the layout chosen
+from measured throughput, the re-plan as the queue drains, and what the agent refuses."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+
+from hpcopt.planner import Allocation, Layout, Point, Work, fit, simulate
+from tests.agent.conftest import AgentServer, agent_spec, dump
+
+pytestmark = pytest.mark.timeout(300)
+
+# Measured fold throughput of an earlier run of this campaign (samples/s per fold group):
+# a collective cost makes wide fold groups pay, so many narrow groups win while work is
+# plentiful, and a partial last wave is better spread wide.
+MEASURED = {1: 20.0, 2: 34.0, 4: 50.0, 8: 60.0}
+
+
+def _with_history(server: AgentServer, spec: dict[str, Any]) -> int:
+    """The campaign, imported with one COMPLETED trial per measured width (as an export
+    of an earlier run carries them): the server's points come from their folds."""
+    with server.client() as c:
+        first = int(c.create_campaign(spec).id)
+        doc = c.export_campaign(first)
+        now = datetime.now(UTC)
+        for n, (ranks, rate) in enumerate(MEASURED.items()):
+            at = (now - timedelta(minutes=10 - n)).isoformat()
+            metrics = {"samples_per_second": rate, "ranks_per_fold": ranks, "fold_nodes": 1, "train_samples": 180}
+            doc["trials"].append(
+                {
+                    "number": n,
+                    "state": "COMPLETED",
+                    "params": {"lr": 0.01, "width": 8},
+                    "value": 1.0,
+                    "created_at": at,
+                    "started_at": at,
+                    "finished_at": at,
+                    "folds": [{"index": k, "finished": True, "value": 1.0, "metrics": metrics} for k in range(4)],
+                }
+            )
+        doc["campaign"]["next_trial_number"] = len(MEASURED)
+        return int(c.import_campaign(doc).id)
+
+
+def test_the_drain_re_splits_the_world_and_every_fold_trains_once(agent_server: AgentServer) -> None:
+    trials = 9
+    spec = agent_spec(
+        budget={"max_trials": trials + len(MEASURED), "max_parallel": 8},
+        folds=4,
+        training={"task": "tests/agent/tasks.py:Regression", "epochs": 2},
+    )
+    campaign = _with_history(agent_server, spec)
+    doc = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/throughput", timeout=30).json()
+    assert [(p["ranks"], p["samples_per_second"]) for p in doc["points"]] == list(MEASURED.items())
+    assert doc["train_samples"] == 180 and doc["models"]["allreduce"]["points"]
+
+    # What the planner predicts for this allocation: the agent must do the same.
+    model = fit(Point(r, 1, v) for r, v in MEASURED.items())
+    expected = simulate(Allocation(8, 8), Work(trials=trials, folds=4, epochs=2, train_samples=180), model).layouts
+    assert expected == (Layout(2, 4, 1), Layout(1, 4, 2))
+
+    result = agent_server.run_agent(8, campaign, timeout=280)
+    assert result.returncode == 0, dump(result)
+    log = result.stderr
+    assert "8 ranks = 2 trial group(s) x 4 fold group(s) x 1 rank(s) per fold; predicted" in log, dump(result)
+    assert "probing" not in log  # the campaign's measurements were enough
+    assert re.search(r"re-plan for 1 trial\(s\): 8 ranks = 1 trial group\(s\) x 4 fold group\(s\) x 2 rank", log), log
+    assert f"campaign {campaign}: 8 ranks = 1 trial group(s) x 4 fold group(s) x 2 rank(s) per fold" in log, log
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {"COMPLETED": trials + len(MEASURED)}
+        new = [t for t in c.list_trials(campaign) if t.number >= len(MEASURED)]
+        assert len(new) == trials
+        for t in new:
+            full = c.get_trial(t.id)
+            assert full.attempt == 1, full  # no trial was interrupted or given back
+            assert sorted(f.index for f in full.folds if f.finished) == [0, 1, 2, 3]
+    # Each fold of each new trial trained exactly once (its last epoch logged once).
+    done = re.findall(r"trial #(\d+) fold (\d+) epoch 2/2:", log)
+    assert len(done) == len(set(done)) == trials * 4, log
+    # The last trial trained on fold groups of 2 ranks: its folds report that width.
+    last = max(new, key=lambda t: t.number)
+    assert {f.metrics["ranks_per_fold"] for f in c.get_trial(last.id).folds} == {2.0}
+
+
+def test_a_pinned_width_that_fits_no_layout_is_refused_by_name(agent_server: AgentServer) -> None:
+    spec = agent_spec(training={"task": "tests/agent/tasks.py:Regression", "epochs": 1, "ranks_per_fold": 3})
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(4, campaign)
+    assert result.returncode == 2, dump(result)
+    assert "refusing to start: no layout of 4 ranks fits training.ranks_per_fold=3" in result.stderr, dump(result)
+    assert "ranks per fold that fit this allocation: 1, 2, 4" in result.stderr, dump(result)
+
+
+def test_a_deadline_in_the_past_is_refused_by_name(agent_server: AgentServer) -> None:
+    campaign = agent_server.submit(agent_spec())
+    past = (datetime.now() - timedelta(hours=1)).isoformat(timespec="seconds")
+    result = agent_server.run_agent(2, campaign, "--deadline", past)
+    assert result.returncode == 2, dump(result)
+    assert re.search(r"refusing to start: --deadline: '[^']+' is \d+ s in the past", result.stderr), dump(result)
+    result = agent_server.run_agent(2, campaign, "--groups", "two")
+    assert result.returncode == 2 and "--groups: must be auto or a positive integer, got 'two'" in result.stderr
+
+
+def test_a_probe_that_fails_is_refused_with_its_reason(agent_server: AgentServer) -> None:
+    spec = agent_spec(
+        task="tests/agent/tasks.py:Exploding",
+        space={"lr": {"type": "real", "low": 0.2, "high": 1.0}, "width": {"type": "int", "low": 4, "high": 8}},
+        training={"task": "tests/agent/tasks.py:Exploding", "epochs": 1},
+    )
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(4, campaign)
+    assert result.returncode == 2, dump(result)
+    assert "probing [1, 4] rank(s) per fold" in result.stderr, dump(result)
+    assert "refusing to start: the throughput probe at 1 rank(s) per fold failed: RuntimeError: boom" in result.stderr
+    assert result.stderr.count("refusing to start") == 1 and "MPI_Abort" not in result.stderr, dump(result)
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {}  # nothing was taken
+    agents = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=30).json()
+    assert len(agents) == 1 and "the throughput probe" in agents[0]["exit_reason"], agents
