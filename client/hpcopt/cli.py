@@ -85,6 +85,9 @@ def parser() -> argparse.ArgumentParser:
     i = command("import", "import an exported campaign as a new one")
     i.add_argument("file", type=Path, help="a file written by `hpcopt export`")
     i.add_argument("-q", "--quiet", action="store_true", help="print only the new campaign's id")
+    from hpcopt.plancli import add_parser as add_plan
+
+    add_plan(command)
     wt = command("wait", "wait until the server answers (after starting it in the background)")
     wt.add_argument("--timeout", type=float, default=60.0, help="give up after this many seconds")
     return finish(ap, "hpcopt")
@@ -143,6 +146,8 @@ def _run(args: argparse.Namespace) -> int:
         else:
             print(f"{args.spec}: valid ({len(spec.space)} parameters, {spec.budget.max_trials} trials)")
         return 0
+    if args.command == "plan":
+        return _plan(args, out)
     with Client(args.server, args.token) as c:
         if args.command == "wait":
             c.wait_ready(args.timeout)
@@ -209,6 +214,30 @@ def _run(args: argparse.Namespace) -> int:
                 print(x.id)
             else:
                 out.emit(x, f"imported as campaign {x.id} {x.name!r} ({x.state})")
+    return 0
+
+
+def _plan(args: argparse.Namespace, out: Any) -> int:
+    from hpcopt.plancli import PlanUsage, run_plan
+    from hpcopt.planner import PlanError
+
+    clients: list[Client] = []
+
+    def client() -> Client:
+        clients.append(Client(args.server, args.token))
+        return clients[-1]
+
+    try:
+        doc, text = run_plan(args, client)
+    except (PlanUsage, PlanError) as exc:
+        raise Usage(str(exc)) from None
+    finally:
+        for c in clients:
+            c.close()
+    if args.json:
+        out.json(doc)
+    else:
+        print(text)
     return 0
 
 

@@ -83,6 +83,27 @@ def test_the_first_campaign_blocks_run_as_written_twice_in_a_row(tmp_path: Path)
     assert (tmp_path / "hpcopt.db").exists() and (tmp_path / "campaign.json").exists()
 
 
+def test_the_plan_block_ranks_the_layouts_of_the_allocation_it_names() -> None:
+    # `hpcopt plan` with the measured points the page names, as written (no server needed).
+    [(lang, text)] = docs_blocks("plan")
+    assert lang == "bash"
+    env = dict(os.environ, PATH=os.pathsep.join([str(ROOT / ".venv/bin"), os.environ.get("PATH", "")]))
+    script = "set -e\n" + text
+    out = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("8 ranks (2 node(s) x 4); 30 trials x 5 folds x 10 epochs") and "1 h" in lines[0], lines
+    assert "model from examples/digits/throughput.json" in lines[1], lines
+    rows = [ln.split() for ln in lines if ln.strip()[:1].isdigit() and len(ln.split()) == 8]
+    assert rows, out.stdout
+    # Every ranked layout divides the 8 ranks, the best first by trials in the hour.
+    for row in rows:
+        g, f, r = int(row[1]), int(row[2]), int(row[3])
+        assert g * f * r == 8 and f <= 5 and r == 1  # the spec pins ranks_per_fold: 1
+    by_deadline = [int(row[6]) for row in rows]
+    assert by_deadline == sorted(by_deadline, reverse=True), rows
+
+
 def test_every_marked_block_belongs_to_a_test() -> None:
     names = {m.group(1) for page in (ROOT / "docs").rglob("*.md") for m in MARK.finditer(page.read_text())}
-    assert names == {"first-campaign"}, f"a docs-test name without a test here: {names}"
+    assert names == {"first-campaign", "plan"}, f"a docs-test name without a test here: {names}"

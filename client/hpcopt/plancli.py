@@ -1,0 +1,177 @@
+"""``hpcopt plan SPEC --nodes N --ranks-per-node R [--hours H]``: the layouts an
+allocation could run a campaign with, ranked by the planner (``hpcopt.planner``, the
+same code as the agent's ``--groups auto``) before anyone writes an sbatch script.
+
+The throughput model comes from, in this order:
+
+- ``--throughput FILE``: the document ``GET /api/v1/campaigns/{id}/throughput`` serves
+  (or a JSON list of points);
+- ``--campaign ID``: that campaign's folds, read from the server (its export);
+- ``--probe``: the agent's probe in this process, on one rank (hpcopt-agent and the
+  task must be importable here; wider fold groups are then extrapolated, and the
+  table says so).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from hpcopt.planner import Allocation, Plan, PlanError, Point, Scaling, Work, fit, plan, points_from_folds
+
+RANKED = 10  # rows of the text table
+
+
+class PlanUsage(ValueError):
+    """A problem with the command line or the files it names (exit 2)."""
+
+
+def add_parser(command: Any) -> None:
+    p = command("plan", "rank the layouts of an allocation for a campaign spec (trials done in --hours, utilisation)")
+    p.add_argument("spec", type=Path, help="the campaign spec (YAML or JSON)")
+    p.add_argument("--nodes", type=int, required=True, help="nodes of the allocation")
+    p.add_argument("--ranks-per-node", type=int, required=True, help="ranks (GPUs) per node")
+    p.add_argument("--hours", type=float, help="the walltime: rank by trials finished in it (default: time to finish)")
+    p.add_argument("--trials", type=int, help="trials to plan for (default: the spec's budget.max_trials)")
+    p.add_argument(
+        "--train-samples",
+        type=int,
+        help="samples a fold trains per epoch (default: what the campaign's folds or the probe measured)",
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--throughput", type=Path, help="measured points: the REST document of a campaign's throughput")
+    src.add_argument("--campaign", type=int, help="a campaign on the server whose folds were measured")
+    src.add_argument("--probe", action="store_true", help="measure one rank here with the agent's probe")
+
+
+def _measured(args: argparse.Namespace, spec: dict[str, Any], client: Any) -> tuple[list[Point], int | None, str]:
+    """Points, train samples per epoch if known, and where they came from."""
+    from hpcopt.planner import train_samples_of
+
+    if args.throughput is not None:
+        try:
+            doc = json.loads(args.throughput.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise PlanUsage(f"--throughput {args.throughput}: {exc}") from None
+        raw = doc.get("points") if isinstance(doc, dict) else doc
+        if not isinstance(raw, list) or not all(isinstance(p, dict) for p in raw):
+            raise PlanUsage(f"--throughput {args.throughput}: needs a list of points or a document with `points`")
+        samples = doc.get("train_samples") if isinstance(doc, dict) else None
+        return [Point.from_dict(p) for p in raw], samples, str(args.throughput)
+    if args.campaign is not None:
+        export = client().export_campaign(args.campaign)
+        rows = [(t.get("params") or {}, f.get("metrics") or {}) for t in export["trials"] for f in t.get("folds", [])]
+        return points_from_folds(rows, export["spec"]), train_samples_of(rows), f"campaign {args.campaign}'s folds"
+    return _probe(spec)
+
+
+def _probe(spec: dict[str, Any]) -> tuple[list[Point], int | None, str]:
+    try:
+        from mpi4py import MPI
+
+        from hpcopt_agent.comm import local_rank, pick_device
+        from hpcopt_agent.data import Data, LoaderOptions
+        from hpcopt_agent.folds import splits
+        from hpcopt_agent.probe import middle_params, probe
+        from hpcopt_agent.settings import TrainingSettings
+        from hpcopt_agent.task import load_task
+    except ImportError as exc:
+        raise PlanUsage(f"--probe needs hpcopt-agent (pip install hpcopt-agent): {exc}") from None
+    world = MPI.COMM_WORLD
+    settings = TrainingSettings.from_spec(spec)
+    task = load_task(settings.task, None)  # the user's own spec on their own machine
+    data = Data(task.dataset, pick_device(local_rank(world)), LoaderOptions.from_options(settings.loader), 1)
+    parts = splits(len(data), settings.folds, settings.fold_seed, None, None)
+    train = parts[0][0]
+    points = probe(
+        world, task, data, train, middle_params(spec.get("space") or {}), [1], nodes_of={1: 1},
+        scheme=settings.schemes[0], precision=settings.precision, timeout=300.0,
+    )  # fmt: skip
+    return points, len(train), "a probe of one rank here"
+
+
+def run_plan(args: argparse.Namespace, client: Any) -> tuple[dict[str, Any], str]:
+    """The plan as a JSON document and as text."""
+    from hpcopt.specfile import load_spec_file
+
+    spec = load_spec_file(args.spec).model_dump(mode="json")
+    training = spec.get("training")
+    if not training:
+        raise PlanUsage(f"{args.spec}: the spec has no `training` section, so no agent trains it")
+    try:
+        alloc = Allocation(args.nodes * args.ranks_per_node, args.ranks_per_node)
+    except PlanError as exc:
+        raise PlanUsage(f"--nodes/--ranks-per-node: {exc}") from None
+    if args.nodes < 1:
+        raise PlanUsage(f"--nodes must be >= 1, got {args.nodes}")
+    points, samples, source = _measured(args, spec, client)
+    schemes = {str(training.get("scheme"))}
+    if "search" in schemes:
+        schemes = {str(c) for c in (spec["space"].get("scheme") or {}).get("choices", [])}
+    mine = [p for p in points if p.scheme in schemes] or points
+    if not mine:
+        raise PlanUsage(f"{source} has no throughput measured yet: train a fold, or use --probe")
+    model = fit(mine)
+    samples = args.train_samples or samples
+    if not samples:
+        raise PlanUsage(f"{source} does not say how many samples a fold trains per epoch: give --train-samples")
+    budget = spec.get("budget") or {}
+    if args.hours is not None and args.hours <= 0:
+        raise PlanUsage(f"--hours must be > 0, got {args.hours}")
+    work = Work(
+        trials=args.trials or int(budget.get("max_trials") or 1),
+        folds=int(spec.get("folds", 1)),
+        epochs=int(training.get("epochs", 10)),
+        train_samples=samples,
+        max_parallel=budget.get("max_parallel"),
+        deadline=None if args.hours is None else args.hours * 3600,
+    )
+    from hpcopt.schemes import fits_ranks
+
+    def fits(r: int) -> bool:
+        return fits_ranks(str(training.get("scheme")), training.get("options") or {}, spec["space"], r)
+
+    chosen = plan(alloc, work, model, pinned_ranks=training.get("ranks_per_fold"), valid_ranks=fits)
+    return _document(chosen, alloc, work, model, source), _text(chosen, alloc, work, model, source)
+
+
+def _document(chosen: Plan, alloc: Allocation, work: Work, model: Scaling, source: str) -> dict[str, Any]:
+    return {
+        "allocation": {"ranks": alloc.world, "ranks_per_node": alloc.ranks_per_node, "nodes": alloc.nodes},
+        "work": {
+            "trials": work.trials,
+            "folds": work.folds,
+            "epochs": work.epochs,
+            "train_samples": work.train_samples,
+            "max_parallel": work.max_parallel,
+            "hours": None if work.deadline is None else work.deadline / 3600,
+        },
+        "model": {**model.as_dict(), "source": source},
+        "layouts": [p.as_dict() for p in chosen.table],
+    }
+
+
+def _text(chosen: Plan, alloc: Allocation, work: Work, model: Scaling, source: str) -> str:
+    lines = [
+        f"{alloc.world} ranks ({alloc.nodes} node(s) x {alloc.ranks_per_node}); {work.trials} trials x {work.folds} "
+        f"folds x {work.epochs} epochs of {work.train_samples} samples"
+        + (f"; {work.deadline / 3600:g} h" if work.deadline else ""),
+        f"model from {source}: {model.as_dict()['formula']}, compute {model.compute:.3g} s, comm {model.comm:.3g} s, "
+        f"link {model.link:.3g} s; median error {model.error():.1%} on {len(model.points)} point(s)",
+    ]
+    lines += [f"  assumed: {a}" for a in model.assumptions]
+    head = f"{'#':>3} {'trial groups':>12} {'fold groups':>11} {'ranks/fold':>10} {'trials/h':>9} {'finish h':>9}"
+    head += f" {'by deadline':>11} {'busy':>5}" if work.deadline else f" {'busy':>5}"
+    lines.append(head)
+    for i, p in enumerate(chosen.table[:RANKED], 1):
+        row = (
+            f"{i:>3} {p.layout.groups:>12} {p.layout.fold_groups:>11} {p.layout.ranks_per_fold:>10} "
+            f"{p.trials_per_hour:>9.3g} {p.makespan / 3600:>9.3g}"
+        )
+        row += f" {p.by_deadline:>11} {p.utilisation:>5.0%}" if work.deadline else f" {p.utilisation:>5.0%}"
+        lines.append(row)
+    if len(chosen.table) > RANKED:
+        lines.append(f"... {len(chosen.table) - RANKED} more (--json lists all)")
+    return "\n".join(lines)
