@@ -109,7 +109,8 @@ def choose(
             log.info("planner: %s is the only layout that fits", lay.describe())
         return Planned(Layout(world.size, lay.groups, lay.ranks_per_fold, settings.folds), only, None, alloc, work)
     if not points:
-        widths = probe_widths(world.size, per_node, valid)
+        pinned = settings.ranks_per_fold
+        widths = [pinned] if pinned is not None else probe_widths(world.size, per_node, valid)
         if world.rank == 0:
             log.info("no throughput measured for this campaign yet: probing %s rank(s) per fold", widths)
         nodes_of = {r: nodes_spanned(r, per_node, world.size) for r in widths}

@@ -48,6 +48,8 @@ class Session:
     ) -> None:
         self.args, self.world, self.reg = args, world, reg0
         self.settings, self.task, self.data, self.splits = settings, task, data, splits
+        #: What the spec pins (each phase's settings carry the width it chose).
+        self.pinned = settings.ranks_per_fold
         self.context, self.stop, self.walltime = context, stop, walltime
         self.layout: Layout | None = None
         self.planned: Planned | None = None
@@ -143,7 +145,7 @@ class Session:
         work = replace(old.work, trials=q.unstarted, deadline=None if left is None else max(left, 1.0))
         space = (self.reg.campaign_spec or {}).get("space") or {}
         chosen = plan(
-            old.allocation, work, model, pinned_ranks=self.settings.ranks_per_fold,
+            old.allocation, work, model, pinned_ranks=self.pinned,
             valid_ranks=lambda r: self.settings.fits(r, space),
         )  # fmt: skip
         self.planned = replace(old, plan=chosen, model=model, work=work)

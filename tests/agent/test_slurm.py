@@ -127,19 +127,21 @@ def test_a_request_the_cluster_can_never_run_is_refused_at_submission(slurm: Non
 def test_a_short_walltime_stops_trials_in_time_and_the_job_ends_before_it(
     slurm: None, agent_server: AgentServer
 ) -> None:
-    # A 2-minute job whose last 80 s are the reserve: the agent plans from a probe, starts
-    # trials while one is predicted to reach a checkpoint before the reserve, then
-    # checkpoints what runs and gives it back; Slurm never has to kill the job.
+    # A 4-minute job whose last 190 s are the agent's reserve (the script's own USR1 comes
+    # 120 s before the end, later): the agent plans from a probe, starts trials while one
+    # is predicted to reach a checkpoint before the reserve, then checkpoints what runs
+    # and gives it back; neither the script's signal nor Slurm has to stop it.
     spec = agent_spec(
         budget={"max_trials": 200, "max_parallel": 4}, training={"task": "tests/agent/tasks.py:Regression", "epochs": 4}
     )
     campaign = agent_server.submit(spec)
-    job = sbatch(agent_server, "agent.sbatch", campaign, "--reserve", "80", time="2", HPCOPT_TEST_STEP_SLEEP="0.02")
+    job = sbatch(agent_server, "agent.sbatch", campaign, "--reserve", "190", time="4", HPCOPT_TEST_STEP_SLEEP="0.3")
     assert wait_job(job, timeout=300) == "COMPLETED", output(agent_server, job)  # not TIMEOUT
     text = output(agent_server, job)
     assert "probing" in text and "planner:" in text, text
     stops = re.findall(r"stopping after \d+ trial\(s\): (.*)", text)
     assert stops and all("(--reserve)" in s or "predicted to take" in s for s in stops), text
+    assert "SIGUSR1" not in text, text
     with agent_server.client() as c:
         trials = c.list_trials(campaign)
     assert trials and len(trials) < 200, "the walltime stopped nothing"
