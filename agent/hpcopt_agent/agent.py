@@ -48,6 +48,7 @@ class GroupLoop:
         max_trials: int | None = None,
         patience: float = 120.0,
         drain_below: int | None = None,
+        wave_base: int = 0,
     ) -> None:
         self.comms = comms
         self.client = client  # on fold leaders
@@ -62,9 +63,12 @@ class GroupLoop:
         self.max_trials = max_trials
         self.patience = patience
         self.trials = 0
-        #: ``--groups auto``: leave for a re-plan when 0 < trials left to start < trial
-        #: groups (and fewer than this bound: a re-plan that kept the layout sets it).
+        #: ``--groups auto``: leave for a re-plan when the last wave would leave groups
+        #: idle (and fewer trials than this are left: a re-plan that kept the layout sets it).
         self.drain_below = drain_below
+        #: Trials left to start when this layout was planned: with what is left now it
+        #: says how far into a wave of ``groups`` trials the job is.
+        self.wave_base = wave_base
         self.replan = False
 
     def run(self) -> tuple[str, bool]:
@@ -106,9 +110,12 @@ class GroupLoop:
         client = self.client
         groups = self.comms.layout.groups
         if self.drain_below is not None and groups > 1:
+            # The last wave is partial: fewer trials are left than the groups that have not
+            # started one in this wave (trials started since the plan, modulo the groups).
             q = retrying(lambda: client.queue(self.agent_id, self.campaign_id), "Queue", self.patience)
-            if 0 < q.unstarted < min(groups, self.drain_below):
-                return "replan", f"{q.unstarted} trial(s) left to start for {groups} trial groups"
+            waiting = groups - (self.wave_base - q.unstarted) % groups
+            if 0 < q.unstarted < min(waiting, self.drain_below):
+                return "replan", f"{q.unstarted} trial(s) left to start for {waiting} trial group(s)"
         got = retrying(lambda: client.acquire(self.agent_id, self.campaign_id), "Acquire", self.patience)
         if got.status == "done":
             return "stop", "the campaign is finished"

@@ -59,6 +59,8 @@ class Session:
         self.trials = 0
         #: Re-plan only when fewer trials than this remain (None: never, a fixed layout).
         self.drain_below: int | None = None
+        #: Trials left to start when the layout was planned (the waves count from it).
+        self.wave_base = 0
 
     # -- the layout -------------------------------------------------------------------
 
@@ -93,6 +95,7 @@ class Session:
         except (PlanError, ProbeError) as exc:
             return str(exc)
         self.layout = self.planned.layout
+        self.wave_base = self.planned.work.trials
         self._predict(self.planned)
         from hpcopt_agent.schemes import uses_horovod
 
@@ -109,8 +112,9 @@ class Session:
         every = min(self.settings.checkpoint_every, work.epochs)
         self.walltime.to_checkpoint = work.trial_overhead + work.fold_overhead + every * per_epoch
 
-    def _replan(self, comms: Comms) -> None:
-        """Every rank: rank 0 plans for the trials left to start and sends the layout."""
+    def _replan(self) -> bool:
+        """Every rank: rank 0 plans for the trials left to start and sends the layout;
+        whether it changed."""
         decision: Any = None
         if self.world.rank == 0:
             try:
@@ -119,15 +123,17 @@ class Session:
                 log.warning("re-plan failed, keeping the layout: %s", exc)
                 decision = ("keep", 0, "")
         kind, left, text = self.world.bcast(decision, root=0)
+        self.wave_base = left
         if kind == "keep":
             self.drain_below = left  # not again until fewer remain
             if self.world.rank == 0 and text:
                 log.info("re-plan for %d trial(s): %s; keeping the layout", left, text)
-            return
+            return False
         assert isinstance(kind, Layout)
         self.layout = kind
         if self.world.rank == 0:
             log.info("re-plan for %d trial(s): %s", left, text)
+        return True
 
     def _replan_leader(self) -> tuple[Any, int, str]:
         assert self.client is not None and self.agent_id is not None and self.planned is not None
@@ -161,15 +167,16 @@ class Session:
     def run(self) -> int:
         self.walltime.watch(self.stop)
         normal = True
+        comms = self._start_phase()
         while True:
-            comms = self._start_phase()
             reason, normal, replan = self._phase(comms)
             quiet(self.world)  # groups end their phases at their own trial boundaries
             if self.world.allreduce(replan, op=MPI.LAND):
-                self._replan(comms)
-                if self.planned is not None:
-                    self._predict(self.planned)
-                comms.close()
+                if self._replan():
+                    if self.planned is not None:
+                        self._predict(self.planned)
+                    comms.close()
+                    comms = self._start_phase()
                 continue
             if replan:  # this group waited to re-plan; another stopped (done, signalled...)
                 reason = "another trial group stopped, so there is no re-plan"
@@ -250,6 +257,7 @@ class Session:
             context=self.context,
             max_trials=None if args.max_trials is None else max(0, args.max_trials - self.trials),
             drain_below=self.drain_below,
+            wave_base=self.wave_base,
         )
         reason, normal = loop.run()
         self.trials += loop.trials

@@ -642,3 +642,26 @@ def test_the_token_dialog_says_what_to_do_on_esc_and_after_a_wrong_token(
     page.wait_plot("plot-history", "d => d[0].x.length === 4")
     _quiet(page, "401")
     next(pages, None)
+
+
+def test_the_throughput_card_shows_the_planner_s_points_and_model_as_folds_report(page: Page, seeded: Seeded) -> None:
+    service = seeded.service
+    cid = service.campaigns.create(make_spec(name="throughput", folds=2)).id
+    page.open(f"/campaign/{cid}")
+    page.page.locator("#agents").wait_for()
+    assert page.page.locator("#card-throughput").is_hidden(), "nothing measured yet: no card"
+    agent = service.agents.register(host="h", ranks=4, gpus=0, campaign_id=cid).agent_id
+    for ranks, rate in ((1, 100.0), (4, 300.0)):
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        for k in range(2):
+            metrics = {"samples_per_second": rate, "ranks_per_fold": ranks, "fold_nodes": 1, "train_samples": 60}
+            service.agents.report_fold(lease, k, 0.5, metrics)
+        service.agents.complete(lease)
+    card = page.page.locator("#card-throughput")
+    card.wait_for(state="visible")
+    rows = page.page.locator("#throughput tbody tr")
+    assert rows.count() == 2
+    assert rows.nth(1).inner_text().split("\t")[:4] == ["allreduce", "4", "1", "300"], rows.nth(1).inner_text()
+    note = page.page.inner_text("#throughput-note")
+    assert "allreduce: t(r, n) =" in note and "median error" in note, note

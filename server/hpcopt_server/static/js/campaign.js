@@ -98,6 +98,8 @@ function layout(id) {
       el("div", { class: "table-wrap" }, el("table", { id: "trials" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "pager" })),
     el("div", { class: "card", id: "card-timeline", hidden: true }, el("h2", { text: "Timeline" }), el("div", { id: "plot-timeline", class: "plot" }), el("div", { id: "timeline-note", class: "note" })),
     el("div", { class: "card" }, el("h2", { text: "Agents" }), el("div", { class: "table-wrap" }, el("table", { id: "agents" }, el("thead"), el("tbody"))), el("div", { id: "agents-note", class: "note" })),
+    card("card-throughput", "Throughput by layout (the planner's measurements)", { hidden: true },
+      el("div", { class: "table-wrap" }, el("table", { id: "throughput" }, el("thead"), el("tbody"))), el("div", { id: "throughput-note", class: "note" })),
   );
 }
 
@@ -230,6 +232,8 @@ export function campaignPage(id, query) {
       renderRunning(id, running.body, c.body);
       renderAgents(id, agents.body, data.numbers);
     }
+    // The measurements change as folds finish: read them again when the summary or the agents did.
+    if (c.changed || agents.changed) api(`/campaigns/${id}/throughput`).then((doc) => { if (here()) renderThroughput(doc); }, () => {});
     // A sort, filter or page change made meanwhile has fetched and drawn its own table.
     if (page.changed && qs === tableQuery()) renderTrials(id, c.body, page.body, st, { onChange: () => { setState(); refreshTable(); }, onCurves: refreshCurves });
     refreshAgo();
@@ -531,4 +535,23 @@ function renderAgents(id, agents, numbers) {
   }
   const gone = agents.filter((a) => a.gone).length;
   document.getElementById("agents-note").textContent = agents.length ? `${agents.length - gone} live, ${gone} gone. Gone: exited, or silent for two heartbeat periods with no trial. Stale: silent while holding a trial (its lease may expire).` : "";
+}
+
+// ---------------------------------------------------------- throughput ---
+
+function renderThroughput(doc) {
+  const box = document.getElementById("card-throughput");
+  box.hidden = !doc.points.length;
+  if (!doc.points.length) return;
+  const table = document.getElementById("throughput");
+  if (!table.tHead.rows.length) table.tHead.append(el("tr", {}, ...["Scheme", "Ranks per fold", "Nodes", "Samples/s per fold group", "From", "Measurements"].map((h) => el("th", { text: h }))));
+  table.tBodies[0].replaceChildren(...doc.points.map((p) => el("tr", {},
+    el("td", { text: p.scheme }), el("td", { class: "num", text: p.ranks }), el("td", { class: "num", text: p.nodes }),
+    el("td", { class: "num", text: fmt(p.samples_per_second) }), el("td", { text: p.source }), el("td", { class: "num", text: p.count }))));
+  const lines = Object.entries(doc.models).map(([scheme, m]) => {
+    const k = m.seconds_per_sample;
+    const extra = m.assumptions.length ? ` (${m.assumptions.join("; ")})` : "";
+    return `${scheme}: t(r, n) = ${fmt(k.compute)} / r + ${fmt(k.comm)} · (1 − 1/r) + ${fmt(k.link)} · (1 − 1/n) seconds per sample, median error ${(100 * m.median_relative_error).toFixed(1)}%${extra}`;
+  });
+  document.getElementById("throughput-note").textContent = `The model the agents' planner (--groups auto) fits: ${lines.join(". ")}.`;
 }
