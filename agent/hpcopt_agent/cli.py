@@ -75,13 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument(
         "--deadline",
-        help="when the allocation ends (ISO 8601 time such as 2026-11-29T08:00, or Unix seconds); default: "
-        "Slurm's end time of this job, else --time-limit; the planner plans for it and no trial starts that "
-        "is predicted to miss its first checkpoint",
+        help="when the allocation ends (ISO 8601 time such as 2026-11-29T08:00, or Unix seconds), instead of "
+        "Slurm's end time of this job (with --time-limit too: the earlier); the planner plans for it and no "
+        "trial starts that is predicted to miss its first checkpoint",
     )
     ap.add_argument(
         "--reserve",
-        type=float,
+        type=_seconds,
         default=60.0,
         help="seconds before the deadline at which trials checkpoint and go back to the queue, as on SIGUSR1 "
         "(default %(default)s)",
@@ -144,6 +144,16 @@ def _groups(text: str) -> str | int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be auto or a positive integer, got {text!r}")
     return n
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+    return value
 
 
 def _positive(text: str) -> int:

@@ -87,7 +87,7 @@ def probe(
     timeout: float,
     master_addr: str | None = None,
     steps: int = 30,
-    seconds: float = 8.0,
+    seconds: float = 2.0,
 ) -> list[Point]:
     """One :class:`Point` per fold-group width in ``ranks`` (each divides the world);
     ``nodes_of[r]`` is how many nodes such a fold group spans."""

@@ -122,7 +122,8 @@ class Session:
             except Exception as exc:  # keep the layout: re-planning is an optimisation
                 log.warning("re-plan failed, keeping the layout: %s", exc)
                 decision = ("keep", 0, "")
-        kind, left, text = self.world.bcast(decision, root=0)
+            decision = (*decision, self.planned)
+        kind, left, text, self.planned = self.world.bcast(decision, root=0)
         self.wave_base = left
         if kind == "keep":
             self.drain_below = left  # not again until fewer remain

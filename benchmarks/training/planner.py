@@ -121,6 +121,22 @@ def run_one(server: Server, args: argparse.Namespace, workdir: Path, rep: int, n
     }
 
 
+def merged(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One throughput document from several campaigns': per width, the median of their
+    medians, counting every measurement."""
+    by: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    for doc in docs:
+        for p in doc["points"]:
+            by.setdefault((p["scheme"], p["ranks"], p["nodes"]), []).append(p)
+    points = [
+        {"scheme": s, "ranks": r, "nodes": n, "source": "fold", "count": sum(p["count"] for p in ps),
+         "samples_per_second": statistics.median(p["samples_per_second"] for p in ps)}
+        for (s, r, n), ps in sorted(by.items())
+    ]  # fmt: skip
+    samples = [d["train_samples"] for d in docs if d.get("train_samples")]
+    return {"points": points, "train_samples": int(statistics.median(samples)) if samples else None}
+
+
 def layouts(ranks: int, folds: int) -> list[str]:
     return [f"{lay.groups}x{lay.fold_groups}x{lay.ranks_per_fold}" for lay in candidates(ranks, folds)]
 
@@ -141,6 +157,9 @@ def main() -> int:
     ap.add_argument("--only", help="comma-separated configs (auto, default, GxFxR); default: all")
     ap.add_argument("--simulate", action="store_true", help="then plan 1,000 ranks from the measured curve")
     ap.add_argument("--json", type=Path, help="write every run's figures here")
+    ap.add_argument("--save-throughput", type=Path, help="write the measured curve (all runs' folds) here")
+    ap.add_argument("--scale-samples", type=int, default=1_000_000, help="--simulate: samples per fold-epoch")
+    ap.add_argument("--scale-epochs", type=int, default=50, help="--simulate: epochs")
     args = ap.parse_args()
     configs = ["auto", "default", *layouts(args.ranks, args.folds)]
     if args.only:
@@ -157,7 +176,11 @@ def main() -> int:
                 print(f"rep {rep + 1}/{args.reps} {name}: {r['seconds']:.1f} s, {r['by_walltime']} trials by "
                       f"{args.walltime:g} s, idle tail {r['idle_tail']:.0f} rank-s; {' / '.join(r['phases'])}",
                       file=sys.stderr, flush=True)  # fmt: skip
-        points = server.get(f"/campaigns/{runs['auto'][0]['campaign']}/throughput") if "auto" in runs else None
+        # The measured curve: every run's folds (each fixed layout measured its own width).
+        docs = [server.get(f"/campaigns/{r['campaign']}/throughput") for rs in runs.values() for r in rs]
+        points = merged(docs)
+        if args.save_throughput:
+            args.save_throughput.write_text(json.dumps(points, indent=1) + "\n")
     finally:
         server.close()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -196,6 +219,8 @@ def simulate_scale(doc: dict[str, Any], runs: dict[str, list[dict[str, Any]]], a
     pts = [Point.from_dict(p) for p in doc["points"]]
     model = fit(pts)
     samples = int(doc.get("train_samples") or 1348)
+    print("\nmeasured points (all runs' folds): " + ", ".join(
+        f"{p.ranks} rank(s) {p.samples_per_second:.4g}/s" for p in pts))  # fmt: skip
     print(f"\nmeasured curve ({len(pts)} widths, {samples} samples per fold-epoch): compute {model.compute:.3g} s, "
           f"comm {model.comm:.3g} s, link {model.link:.3g} s per sample; fit error {model.error():.1%}")  # fmt: skip
     for a in model.assumptions:
@@ -212,12 +237,13 @@ def simulate_scale(doc: dict[str, Any], runs: dict[str, list[dict[str, Any]]], a
         got = statistics.median(x["seconds"] for x in rs)
         print(f"{name:>10} {pred:>12.1f} {got:>11.1f} {pred / got - 1:>+7.0%}")
     big = Allocation(1000, 4)
-    w = Work(trials=500, folds=5, epochs=args.epochs, train_samples=samples, deadline=24 * 3600.0)
+    w = Work(trials=500, folds=5, epochs=args.scale_epochs, train_samples=args.scale_samples, deadline=24 * 3600.0)
     p = plan(big, w, model)
     sim = simulate(big, w, model)
     statics = sorted((simulate(big, w, model, fixed=x.layout) for x in p.table), key=lambda s: s.makespan)
     b = statics[0]
-    print(f"\nat scale: 1,000 ranks (250 nodes x 4), 500 trials x 5 folds x {args.epochs} epochs, 24 h deadline")
+    print(f"\nat scale: 1,000 ranks (250 nodes x 4), 500 trials x 5 folds x {args.scale_epochs} epochs of "
+          f"{args.scale_samples:,} samples, 24 h deadline, the measured curve")  # fmt: skip
     print(f"  plan: {p.describe(big)}")
     print(f"  re-planned: {' -> '.join(x.describe() for x in sim.layouts)}; finishes in {sim.makespan / 3600:.2f} h, "
           f"{sim.completed_by_deadline} trials by 24 h, {sim.utilisation(1000):.0%} busy, idle tail "
