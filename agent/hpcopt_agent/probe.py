@@ -203,3 +203,39 @@ def _phase(
     if done < 1 or slowest <= 0:
         raise ProbeError(f"no step timed at {r} rank(s) per fold")
     return float(r * batch * done / slowest)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m hpcopt_agent.probe SPEC``: the probe on one rank here, for ``hpcopt
+    plan --probe``; prints ``{"points": [...], "train_samples": N}`` as one JSON line."""
+    import argparse
+    import json
+    import sys
+
+    from hpcopt.specfile import load_spec_file
+    from hpcopt_agent.comm import local_rank, pick_device
+    from hpcopt_agent.data import LoaderOptions
+    from hpcopt_agent.folds import splits
+    from hpcopt_agent.settings import TrainingSettings
+    from hpcopt_agent.task import load_task
+
+    ap = argparse.ArgumentParser(prog="python -m hpcopt_agent.probe", description=main.__doc__)
+    ap.add_argument("spec", help="the campaign spec (YAML or JSON)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    spec = load_spec_file(args.spec).model_dump(mode="json")
+    world = MPI.COMM_WORLD
+    settings = TrainingSettings.from_spec(spec)
+    task = load_task(settings.task, None)  # the user's own spec, on their own machine
+    data = Data(task.dataset, pick_device(local_rank(world)), LoaderOptions.from_options(settings.loader), 1)
+    train = splits(len(data), settings.folds, settings.fold_seed, None, None)[0][0]
+    points = probe(
+        world, task, data, train, middle_params(spec.get("space") or {}), [1], nodes_of={1: 1},
+        scheme=settings.schemes[0], precision=settings.precision, timeout=300.0,
+    )  # fmt: skip
+    print(json.dumps({"points": [p.as_dict() for p in points], "train_samples": len(train)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

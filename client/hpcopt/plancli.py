@@ -46,7 +46,7 @@ def add_parser(command: Any) -> None:
     src.add_argument("--probe", action="store_true", help="measure one rank here with the agent's probe")
 
 
-def _measured(args: argparse.Namespace, spec: dict[str, Any], client: Any) -> tuple[list[Point], int | None, str]:
+def _measured(args: argparse.Namespace, client: Any) -> tuple[list[Point], int | None, str]:
     """Points, train samples per epoch if known, and where they came from."""
     from hpcopt.planner import train_samples_of
 
@@ -64,32 +64,28 @@ def _measured(args: argparse.Namespace, spec: dict[str, Any], client: Any) -> tu
         export = client().export_campaign(args.campaign)
         rows = [(t.get("params") or {}, f.get("metrics") or {}) for t in export["trials"] for f in t.get("folds", [])]
         return points_from_folds(rows, export["spec"]), train_samples_of(rows), f"campaign {args.campaign}'s folds"
-    return _probe(spec)
+    return _probe(args.spec)
 
 
-def _probe(spec: dict[str, Any]) -> tuple[list[Point], int | None, str]:
+def _probe(path: Path) -> tuple[list[Point], int | None, str]:
+    """The agent's probe on one rank here, in its own process (``python -m
+    hpcopt_agent.probe SPEC``: the client never imports the agent), as a document."""
+    import subprocess
+    import sys
+
     try:
-        from mpi4py import MPI
-
-        from hpcopt_agent.comm import local_rank, pick_device
-        from hpcopt_agent.data import Data, LoaderOptions
-        from hpcopt_agent.folds import splits
-        from hpcopt_agent.probe import middle_params, probe
-        from hpcopt_agent.settings import TrainingSettings
-        from hpcopt_agent.task import load_task
-    except ImportError as exc:
-        raise PlanUsage(f"--probe needs hpcopt-agent (pip install hpcopt-agent): {exc}") from None
-    world = MPI.COMM_WORLD
-    settings = TrainingSettings.from_spec(spec)
-    task = load_task(settings.task, None)  # the user's own spec on their own machine
-    data = Data(task.dataset, pick_device(local_rank(world)), LoaderOptions.from_options(settings.loader), 1)
-    parts = splits(len(data), settings.folds, settings.fold_seed, None, None)
-    train = parts[0][0]
-    points = probe(
-        world, task, data, train, middle_params(spec.get("space") or {}), [1], nodes_of={1: 1},
-        scheme=settings.schemes[0], precision=settings.precision, timeout=300.0,
-    )  # fmt: skip
-    return points, len(train), "a probe of one rank here"
+        out = subprocess.run(
+            [sys.executable, "-m", "hpcopt_agent.probe", str(path)], capture_output=True, text=True, timeout=600
+        )
+    except subprocess.TimeoutExpired:
+        raise PlanUsage("--probe: the probe took over 600 s") from None
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        if "No module named hpcopt_agent" in out.stderr:
+            last = "it needs hpcopt-agent here (pip install hpcopt-agent)"
+        raise PlanUsage(f"--probe failed: {last}")
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    return [Point.from_dict(p) for p in doc["points"]], doc.get("train_samples"), "a probe of one rank here"
 
 
 def run_plan(args: argparse.Namespace, client: Any) -> tuple[dict[str, Any], str]:
@@ -106,7 +102,7 @@ def run_plan(args: argparse.Namespace, client: Any) -> tuple[dict[str, Any], str
         raise PlanUsage(f"--nodes/--ranks-per-node: {exc}") from None
     if args.nodes < 1:
         raise PlanUsage(f"--nodes must be >= 1, got {args.nodes}")
-    points, samples, source = _measured(args, spec, client)
+    points, samples, source = _measured(args, client)
     schemes = {str(training.get("scheme"))}
     if "search" in schemes:
         schemes = {str(c) for c in (spec["space"].get("scheme") or {}).get("choices", [])}

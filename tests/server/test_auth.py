@@ -38,6 +38,7 @@ REST = [
     ("GET", "/api/v1/campaigns/{cid}/running", "read"),
     ("GET", "/api/v1/campaigns/{cid}/timeline", "read"),
     ("GET", "/api/v1/campaigns/{cid}/importance", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/throughput", "read"),
     ("POST", "/api/v1/campaigns/validate", "read"),
     ("POST", "/api/v1/campaigns/{cid}/cancel", "submit"),
     ("GET", "/api/v1/trials/{tid}", "read"),
@@ -122,7 +123,8 @@ def _rpcs() -> list[tuple[str, str, Any, str]]:
 def test_every_rpc_checks_its_scope(secured: tuple[LiveServer, dict[str, str], int]) -> None:
     server, tokens, _ = secured
     rpcs = _rpcs()
-    assert len(rpcs) == 19  # GetParetoFront (read) joined in issue 13, Deregister (agent) in 14, ReportEvent in 25
+    # GetParetoFront (read) joined in issue 13, Deregister (agent) in 14, ReportEvent in 25, Queue (agent) in 61
+    assert len(rpcs) == 20
     with grpc.insecure_channel(server.grpc_target) as ch:
         for path, name, request_cls, needed in rpcs:
             call = ch.unary_unary(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=bytes)
