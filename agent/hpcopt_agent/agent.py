@@ -112,10 +112,16 @@ class GroupLoop:
         if self.drain_below is not None and groups > 1:
             # The last wave is partial: fewer trials are left than the groups that have not
             # started one in this wave (trials started since the plan, modulo the groups).
-            q = retrying(lambda: client.queue(self.agent_id, self.campaign_id), "Queue", self.patience)
-            waiting = groups - (self.wave_base - q.unstarted) % groups
-            if 0 < q.unstarted < min(waiting, self.drain_below):
-                return "replan", f"{q.unstarted} trial(s) left to start for {waiting} trial group(s)"
+            try:
+                q = retrying(lambda: client.queue(self.agent_id, self.campaign_id), "Queue", self.patience)
+            except ApiError as exc:
+                if exc.code != "UNIMPLEMENTED":
+                    raise
+                self.drain_below = None  # a server older than the planner: no re-plans
+            else:
+                waiting = groups - (self.wave_base - q.unstarted) % groups
+                if 0 < q.unstarted < min(waiting, self.drain_below):
+                    return "replan", f"{q.unstarted} trial(s) left to start for {waiting} trial group(s)"
         got = retrying(lambda: client.acquire(self.agent_id, self.campaign_id), "Acquire", self.patience)
         if got.status == "done":
             return "stop", "the campaign is finished"

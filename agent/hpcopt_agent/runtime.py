@@ -89,8 +89,8 @@ def slurm_remaining() -> float | None:
 
 
 class Walltime:
-    """The allocation's deadline (Slurm's end time, else ``--time-limit`` /
-    ``--deadline``) and whether another trial may start.
+    """The allocation's deadline (``--time-limit`` / ``--deadline`` when given, else
+    Slurm's end time of the job) and whether another trial may start.
 
     With the planner's prediction (:attr:`to_checkpoint`, seconds from a trial's start
     to its first checkpoint) a trial starts only if it is predicted to reach that
