@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hpcopt.planner import Allocation, Plan, PlanError, Point, Scaling, Work, fit, nodes_spanned, plan
+from hpcopt.planner import Allocation, Plan, Point, Scaling, Work, fit, nodes_spanned, plan
 from hpcopt_agent.data import Data
 from hpcopt_agent.layout import Layout
 from hpcopt_agent.probe import middle_params, probe
@@ -132,4 +132,4 @@ def choose(
     return Planned(layout, chosen, model, alloc, work)
 
 
-__all__ = ["PlanError", "Planned", "choose", "probe_widths", "ranks_per_node"]
+__all__ = ["Planned", "choose", "probe_widths", "ranks_per_node"]

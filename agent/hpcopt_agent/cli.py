@@ -134,36 +134,28 @@ def build_parser() -> argparse.ArgumentParser:
     return finish(ap, "hpcopt-agent")
 
 
-def _groups(text: str) -> str | int:
-    if text == "auto":
-        return text
+def _number(text: str, kind: type[int] | type[float], least: float, what: str) -> float:
+    """``text`` as ``kind`` (int or float), finite and at least ``least``, or an argparse error."""
+    value: float | None
     try:
-        n = int(text)
+        value = kind(text)
     except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be auto or a positive integer, got {text!r}")
-    return n
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}")
+        value = None
+    if value is None or not least <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}")
     return value
 
 
+def _groups(text: str) -> str | int:
+    return text if text == "auto" else int(_number(text, int, 1, "auto or a positive integer"))
+
+
 def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return n
+    return int(_number(text, int, 1, "a positive integer"))
+
+
+def _seconds(text: str) -> float:
+    return _number(text, float, 0, "a number of seconds >= 0")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -233,8 +233,8 @@ class Session:
 
         args = self.args
         agent_id = bcast(comms.group, self.agent_id)
-        server_id = bcast(comms.group, self.reg.server_id if comms.is_group_leader else None)
-        heartbeat = bcast(comms.group, self.reg.heartbeat_seconds if comms.is_group_leader else None)
+        # Every rank holds a registration (rank 0's, sent to all at start): one server, one lease term.
+        server_id, heartbeat = self.reg.server_id, self.reg.heartbeat_seconds
         trainer = FoldTrainer(
             comms=comms,
             task=self.task,

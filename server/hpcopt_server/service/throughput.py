@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcopt.planner import PlanError, Point, fit, points_from_folds, train_samples_of
+from hpcopt.planner import PlanError, fit, points_from_folds, train_samples_of
 from hpcopt_server.service.context import Context, campaign_or_404
 
 #: The most recent folds read for the points (enough for a median per width).
@@ -19,12 +19,6 @@ RECENT_FOLDS = 2000
 class ThroughputService:
     def __init__(self, ctx: Context):
         self.ctx = ctx
-
-    def points(self, campaign_id: int) -> list[Point]:
-        with self.ctx.storage.read() as tx:
-            campaign = campaign_or_404(tx, campaign_id)
-            rows = tx.fold_metrics(campaign_id, RECENT_FOLDS)
-        return points_from_folds(rows, campaign.spec)
 
     def document(self, campaign_id: int) -> dict[str, Any]:
         """The points and, per scheme with any, the fitted model (its coefficients,
