@@ -99,14 +99,16 @@ def wait_for_server(channel: grpc.Channel, target: str, timeout: float) -> None:
         left = deadline - time.monotonic()
         if left <= 0:
             raise ApiError("UNAVAILABLE", f"no hpcopt server answered at {target} within {timeout:g} s{last}{_HINT}")
+        # wait_for_ready, not grpc.channel_ready_future: the future polls the channel from a
+        # thread of its own that outlives it, and that thread raised "Channel closed!" when
+        # the caller closed the channel right after (seen in CI, 2026-11-28).
         try:
-            grpc.channel_ready_future(channel).result(timeout=min(left, 5.0))
-            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=min(left, 5.0))
+            reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=min(left, 5.0), wait_for_ready=True)
             if reply.status == health_pb2.HealthCheckResponse.SERVING:
                 return
             last = " (it is starting)"
-        except grpc.FutureTimeoutError:
-            pass
         except grpc.RpcError as exc:
-            last = f" ({cast(grpc.Call, exc).code().name})"
+            code = cast(grpc.Call, exc).code()
+            if code != grpc.StatusCode.DEADLINE_EXCEEDED:
+                last = f" ({code.name})"
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
