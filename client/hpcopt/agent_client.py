@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
 
 from hpcopt.records import Action, Agent, Assignment, Fold, Lease, QueueState, Trial, action
 from hpcopt.transport import Channel, state_value
@@ -14,8 +15,10 @@ class AgentClient(Channel):
     """The AgentService calls, one method each; the MPI agent and ``Client.trials``
     build on this. Leases are ``hpcopt.Lease`` records from ``acquire``."""
 
-    def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
-        super().__init__(target, token, timeout)
+    def __init__(
+        self, target: str | None = None, token: str | None = None, timeout: float = 30.0, *, channel: Any = None
+    ):
+        super().__init__(target, token, timeout, channel=channel)
         self._stub = agent_pb2_grpc.AgentServiceStub(self.channel)
 
     def register(

@@ -43,6 +43,10 @@ class TrialStopped(RuntimeError):
         self.reason = reason
 
 
+class TrialPruned(Exception):
+    """Raised by an objective run by ``Study.optimize`` to end its trial as PRUNED."""
+
+
 class ActiveTrial:
     """A trial this script holds under a lease. ``number`` is the trial's number in its
     campaign (``#27``, as the CLI and dashboard show it); ``id`` its global id (the API's).
@@ -171,28 +175,58 @@ class ActiveTrial:
                 else:  # the server is away: keep trying until the lease would expire anyway
                     log.warning("trial #%d: heartbeat failed: %s", self.number, exc)
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Stops the background heartbeat (the trial, if not ended, is left to its lease)."""
         self._stop.set()
         self._thread.join(timeout=5)
+
+
+class Session:
+    """A script registered as an agent on one campaign: what ``trials()`` and the embedded
+    ``Study.ask()`` acquire trials with."""
+
+    def __init__(self, agent: AgentClient, campaign_id: int, *, host: str | None = None, version: str = "") -> None:
+        self.agent = agent
+        self.campaign_id = campaign_id
+        self.registration = agent.register(
+            host=host or socket.gethostname(),
+            ranks=1,
+            campaign_id=campaign_id,
+            pid=os.getpid(),
+            version=version or "hpcopt-script",
+        )
+        #: K of the campaign's K-fold cross-validation.
+        self.folds = int((self.registration.campaign_spec or {}).get("folds", 1))
+
+    def acquire(self) -> ActiveTrial | float | None:
+        """The next trial under a new lease; None when the campaign is done; the seconds
+        to wait when ``max_parallel`` trials are out now."""
+        got = self.agent.acquire(self.registration.agent_id, self.campaign_id)
+        if got.status == "done":
+            return None
+        if got.trial is None or got.lease is None:
+            return max(got.retry_after_seconds, 0.2)
+        return ActiveTrial(self.agent, got.lease, got.trial, self.folds, self.registration.heartbeat_seconds)
+
+    def close(self, reason: str = "") -> None:
+        """Ends the registration: trials still held go back to the queue."""
+        self.agent.deregister(self.registration.agent_id, reason)
 
 
 def trials(
     agent: AgentClient, campaign_id: int, *, host: str | None = None, max_trials: int | None = None, poll: float = 30.0
 ) -> Iterator[ActiveTrial]:
     """The generator behind :meth:`hpcopt.Client.trials`."""
-    reg = agent.register(
-        host=host or socket.gethostname(), ranks=1, campaign_id=campaign_id, pid=os.getpid(), version="hpcopt-script"
-    )
-    folds = int((reg.campaign_spec or {}).get("folds", 1))
+    session = Session(agent, campaign_id, host=host)
     served = 0
     while max_trials is None or served < max_trials:
-        got = agent.acquire(reg.agent_id, campaign_id)
-        if got.status == "done":
+        got = session.acquire()
+        if got is None:
             return
-        if got.trial is None or got.lease is None:  # wait: the parallel budget is in use
-            time.sleep(min(max(got.retry_after_seconds, 0.2), poll))
+        if isinstance(got, float):  # wait: the parallel budget is in use
+            time.sleep(min(got, poll))
             continue
-        trial = ActiveTrial(agent, got.lease, got.trial, folds, reg.heartbeat_seconds)
+        trial = got
         served += 1
         try:
             yield trial
@@ -209,4 +243,4 @@ def _abandon(trial: ActiveTrial, reason: str) -> None:
             trial.give_back(reason)
         except ApiError as exc:
             log.warning("trial #%d: could not give it back (%s); its lease will expire", trial.number, exc)
-    trial._close()
+    trial.close()

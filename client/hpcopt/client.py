@@ -38,8 +38,10 @@ class Client(Channel):
     (``hpcopt.Campaign``, ``hpcopt.Trial``, ...; see ``hpcopt.records``) with
     parameters as a dict in the order of the campaign's space."""
 
-    def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
-        super().__init__(target, token, timeout)
+    def __init__(
+        self, target: str | None = None, token: str | None = None, timeout: float = 30.0, *, channel: Any = None
+    ):
+        super().__init__(target, token, timeout, channel=channel)
         self._stub = campaign_pb2_grpc.CampaignServiceStub(self.channel)
         self._orders: dict[int, list[str]] = {}  # campaign id -> its space's order (a spec never changes)
 
@@ -166,6 +168,11 @@ class Client(Channel):
         raises ``ApiError`` (``UNAVAILABLE``) naming the address if it never does."""
         wait_for_server(self.channel, self.target, timeout)
 
+    def agent(self) -> AgentClient:
+        """An ``AgentClient`` over this client's channel and token (closing it leaves the
+        channel open)."""
+        return AgentClient(self.target, self._token, self.timeout, channel=self.channel)
+
     def trials(
         self, campaign_id: int, *, max_trials: int | None = None, host: str | None = None
     ) -> Iterator[ActiveTrial]:
@@ -173,7 +180,7 @@ class Client(Channel):
         that a background thread renews, until the campaign is done (or ``max_trials``
         were handed out). Call ``trial.report(step, value)`` for intermediate values and
         ``trial.complete(value)`` (or ``folds=[...]``) at the end; see ``hpcopt.asktell``."""
-        agent = AgentClient(self.target, self._token, self.timeout)
+        agent = self.agent()
         try:
             yield from trials(agent, campaign_id, host=host, max_trials=max_trials)
         finally:

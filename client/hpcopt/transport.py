@@ -57,18 +57,27 @@ def _explain(code: str, details: str, target: str, has_token: bool) -> str:
 class Channel:
     """A gRPC channel to ``target`` (``HPCOPT_SERVER``) carrying ``token`` (``HPCOPT_TOKEN``)."""
 
-    def __init__(self, target: str | None = None, token: str | None = None, timeout: float = 30.0):
+    def __init__(
+        self, target: str | None = None, token: str | None = None, timeout: float = 30.0, *, channel: Any = None
+    ):
+        # ``channel``: an open channel to use instead of dialling ``target`` (the caller
+        # keeps it and closes it): another client's, or the embedded mode's in-process one
+        # (``hpcopt_server.Study``), which answers the same calls without a socket.
+        self._owned = channel is None
         self.target = target or os.environ.get("HPCOPT_SERVER", DEFAULT_SERVER)
         token = token if token is not None else os.environ.get("HPCOPT_TOKEN")
         self._token = token
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(
-            self.target, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)]
+        self.channel = (
+            grpc.insecure_channel(self.target, options=[("grpc.max_receive_message_length", 256 * 1024 * 1024)])
+            if channel is None
+            else channel
         )
 
     def close(self) -> None:
-        self.channel.close()
+        if self._owned:
+            self.channel.close()
 
     def __enter__(self: Any) -> Any:
         return self

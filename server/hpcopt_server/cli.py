@@ -210,14 +210,10 @@ def _ready_storage(url: str, pool_size: int = 16, wait: float = DB_WAIT) -> Stor
             f"hpcopt-server: the database still refuses connections after {wait:.0f} s ({reason}); "
             "giving up (wait longer with --db-wait SECONDS, env HPCOPT_DB_WAIT)"
         ) from None
-    head = migrate.head_revision()
-    if current is None:
-        migrate.upgrade(url)
-    elif current != head:
-        raise SystemExit(
-            f"hpcopt-server: the database schema is at {current}, this release needs {head}: "
-            f"run `hpcopt-server db upgrade --db {url}` first"
-        )
+    try:
+        migrate.ensure_schema(url, current)
+    except migrate.SchemaMismatch as exc:
+        raise SystemExit(f"hpcopt-server: {exc}") from None
     return Storage(url, pool_size=pool_size)
 
 

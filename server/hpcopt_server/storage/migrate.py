@@ -37,3 +37,20 @@ def current_revision(url: str) -> str | None:
 
 def head_revision() -> str | None:
     return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+
+class SchemaMismatch(RuntimeError):
+    """The database's schema is another release's: ``hpcopt-server db upgrade`` first."""
+
+
+def ensure_schema(url: str, current: str | None) -> None:
+    """Creates the schema in an empty database (``current`` None); refuses a database at
+    another revision than this release's, saying how to upgrade it."""
+    head = head_revision()
+    if current is None:
+        upgrade(url)
+    elif current != head:
+        raise SchemaMismatch(
+            f"the database schema is at {current}, this release needs {head}: "
+            f"run `hpcopt-server db upgrade --db {url}` first"
+        )

@@ -1,0 +1,379 @@
+"""The embedded mode: the server's service layer in your own process, on a SQLite file,
+with no server, no ports and no threads left behind.
+
+    from hpcopt_server import Study
+
+    with Study("quadratic.db", spec) as study:          # spec: the same spec a server takes
+        study.optimize(lambda trial: (trial.params["x"] - 2) ** 2)
+        print(study.best_trial.value, study.best_trial.params)
+
+``Study.client`` is an ordinary :class:`hpcopt.Client` whose calls are answered in this
+process by the same servicers a server runs (:class:`LocalChannel`): the same checks,
+transactions, optimizers, pruners and typed records, only without the socket. The file
+can later be served (``hpcopt-server serve --db sqlite:///quadratic.db``) to open the
+dashboard or attach MPI agents to the same campaign.
+
+Decisions, written down:
+
+- It lives in the server distribution (``hpcopt-server``), because it is the server: the
+  client distribution stays free of SQLAlchemy and never imports the server.
+- ``Study(path, spec)`` reopens the newest campaign of the file with the same name and
+  the same spec (a script run again continues its campaign), else creates one.
+- A trial held by a process that died is requeued when its lease expires, as on a
+  server: a Study requeues expired leases when it opens and when it finds none free.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from hpcopt import ActiveTrial, ApiError, Campaign, CampaignSpec, Client, Trial
+from hpcopt.asktell import Session, TrialPruned
+from hpcopt.specfile import load_spec_file
+from hpcopt_server.errors import ServiceError
+from hpcopt_server.rpc.auth import AGENT, CAMPAIGN, bearer, scope_for
+from hpcopt_server.rpc.errors import CODES
+from hpcopt_server.rpc.servicers import AgentServicer, CampaignServicer
+from hpcopt_server.service import Service
+from hpcopt_server.service.campaigns import validate_spec
+from hpcopt_server.storage import migrate
+from hpcopt_server.storage.repository import Storage
+
+log = logging.getLogger("hpcopt.study")
+
+__all__ = ["LocalChannel", "Study", "TrialPruned"]
+
+_HEALTH = "/grpc.health.v1.Health/Check"
+
+
+class LocalRpcError(grpc.RpcError):
+    """What a servicer's ``context.abort`` raises in process: read as the client reads a
+    failed call off the wire (code, details, the field errors in trailing metadata)."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, trailing: Sequence[tuple[str, str]] = ()) -> None:
+        super().__init__(details)
+        self._code, self._details, self._trailing = code, details, tuple(trailing)
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> Any:
+        return self._trailing
+
+
+class _Context:
+    """The part of ``grpc.ServicerContext`` the servicers use."""
+
+    def __init__(self, metadata: Sequence[tuple[str, str]] | None) -> None:
+        self._metadata = tuple(metadata or ())
+        self._trailing: tuple[tuple[str, str], ...] = ()
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def set_trailing_metadata(self, metadata: Sequence[tuple[str, str]]) -> None:
+        self._trailing = tuple(metadata)
+
+    def abort(self, code: grpc.StatusCode, details: str) -> None:
+        raise LocalRpcError(code, details, self._trailing)
+
+
+class LocalChannel:
+    """A channel whose unary calls the servicers of ``service`` answer in this process.
+    The generated stubs take it as they take a ``grpc.Channel``; the token check the
+    server's interceptor makes is made here, per call."""
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+        self._servicers: dict[str, Any] = {CAMPAIGN: CampaignServicer(service), AGENT: AgentServicer(service)}
+
+    def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        if method == _HEALTH:
+            return lambda request, **kw: health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+        prefix, name = method.rsplit("/", 1)
+        servicer = self._servicers.get(prefix + "/")
+        handler = getattr(servicer, name, None)
+        needed = scope_for(method)
+        tokens = self._service.tokens
+
+        def call(request: Any, metadata: Sequence[tuple[str, str]] | None = None, **_: Any) -> Any:
+            if handler is None:
+                raise LocalRpcError(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not answered in the embedded mode")
+            if needed is not None and tokens.enabled():
+                try:
+                    tokens.authorize(bearer(metadata), needed)
+                except ServiceError as exc:
+                    raise LocalRpcError(CODES[type(exc)], exc.message) from None
+            return handler(request, _Context(metadata))
+
+        return call
+
+    def unary_stream(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        """No call of ours streams; a stub's constructor asks for one (health's Watch)."""
+
+        def call(*_: Any, **__: Any) -> Any:
+            raise LocalRpcError(grpc.StatusCode.UNIMPLEMENTED, f"{method} is not answered in the embedded mode")
+
+        return call
+
+    def close(self) -> None:
+        """Nothing to close: the storage is the Study's."""
+
+
+def _url(path: str | Path) -> str:
+    text = str(path)
+    return text if "://" in text else f"sqlite:///{Path(text).expanduser()}"
+
+
+def _document(spec: CampaignSpec | Mapping[str, Any] | str | Path) -> dict[str, Any]:
+    if isinstance(spec, str | Path):
+        spec = load_spec_file(spec)
+    if isinstance(spec, CampaignSpec):
+        return spec.model_dump(mode="json")
+    return dict(spec)
+
+
+class Study:
+    """One campaign of a SQLite file, served in this process.
+
+    ``Study(path, spec)`` opens (creating the file and its schema when missing) and
+    reopens the newest campaign of that name and spec, or creates one;
+    ``Study(path, campaign=ID)`` opens an existing campaign; ``Study(path)`` the file's
+    only campaign. ``token``: when the file's server has auth on, a token with the
+    ``agent`` and ``submit`` scopes.
+    """
+
+    def __init__(
+        self,
+        path: str | Path = "hpcopt.db",
+        spec: CampaignSpec | Mapping[str, Any] | str | Path | None = None,
+        *,
+        campaign: int | None = None,
+        token: str | None = None,
+    ) -> None:
+        url = _url(path)
+        migrate.ensure_schema(url, migrate.current_revision(url))
+        self.path = str(path)
+        self._storage = Storage(url, pool_size=2)
+        self.service = Service(self._storage)
+        #: An ordinary client, answered in this process: every ``hpcopt.Client`` call works.
+        self.client = Client(f"embedded:{path}", token, channel=LocalChannel(self.service))
+        self._session: Session | None = None
+        self._held: dict[int, ActiveTrial] = {}
+        try:
+            self.campaign_id = self._open(spec, campaign)
+            self.service.reaper.reap()  # a trial a dead process held goes back to the queue
+        except BaseException:
+            self._storage.close()
+            raise
+
+    def _open(self, spec: CampaignSpec | Mapping[str, Any] | str | Path | None, campaign: int | None) -> int:
+        if campaign is not None:
+            if spec is not None:
+                raise ValueError("Study() takes a spec or campaign=ID, not both")
+            return self.client.get_campaign(campaign).id
+        listed = self.client.list_campaigns()
+        if spec is None:
+            if len(listed) != 1:
+                names = ", ".join(f"{c.id} {c.name!r}" for c in listed[:10]) or "none"
+                raise ValueError(
+                    f"{self.path} holds {len(listed)} campaigns ({names}): give a spec, or campaign=ID to open one"
+                )
+            return listed[0].id
+        document = _document(spec)
+        try:
+            wanted = validate_spec(document)
+        except ServiceError:
+            wanted = None  # create_campaign answers with the field errors
+        for c in listed:  # newest first
+            if wanted is not None and c.name == wanted.get("name") and self.client.get_campaign(c.id).spec == wanted:
+                log.info("reopening campaign %d %r of %s", c.id, c.name, self.path)
+                return c.id
+        return self.client.create_campaign(document).id
+
+    # -- ask/tell ---------------------------------------------------------------------
+
+    def ask(self) -> ActiveTrial | None:
+        """The next trial, held under a lease until it is told; None once the campaign's
+        budget is spent (or it was cancelled). Raises ``RuntimeError`` when
+        ``max_parallel`` trials are already asked and not told."""
+        if self._session is None:
+            self._session = Session(self.client.agent(), self.campaign_id, version="hpcopt-embedded")
+        got = self._session.acquire()
+        if isinstance(got, float) and self.service.reaper.reap():
+            got = self._session.acquire()
+        if isinstance(got, float):
+            raise RuntimeError(
+                f"campaign {self.campaign_id}: its max_parallel trials are asked and not told; tell() one first"
+            )
+        if got is not None:
+            self._held[got.id] = got
+        return got
+
+    def tell(
+        self,
+        trial: ActiveTrial,
+        value: float | Sequence[float] | Mapping[str, float] | None = None,
+        *,
+        state: str = "COMPLETED",
+        reason: str = "",
+    ) -> Trial | None:
+        """Ends an asked trial. ``value``: a number, the K values of a K-fold campaign, or
+        a mapping of metrics holding the objective's (a multi-objective campaign's
+        objectives). ``state``: COMPLETED (the default), PRUNED, FAILED, or PREEMPTED
+        (given back: asked again later). The completed trial, or None for the others."""
+        try:
+            if trial.ended:  # the server pruned it, the campaign was cancelled, or already told
+                return None
+            kind = state.upper()
+            if kind == "COMPLETED":
+                return self._complete(trial, value)
+            if kind == "PRUNED":
+                trial.prune(reason or "pruned by the objective")
+            elif kind == "FAILED":
+                trial.fail(reason or "failed")
+            elif kind == "PREEMPTED":
+                trial.give_back(reason or "given back")
+            else:
+                raise ValueError(f"state: {state!r} is not COMPLETED, PRUNED, FAILED or PREEMPTED")
+            return None
+        finally:
+            if trial.ended:
+                self._held.pop(trial.id, None)
+                trial.close()
+
+    def _complete(self, trial: ActiveTrial, value: float | Sequence[float] | Mapping[str, float] | None) -> Trial:
+        if isinstance(value, Mapping):
+            metric = str((self.spec.get("objective") or {}).get("metric", "value"))
+            if metric not in value:
+                raise ValueError(f"the objective's metric {metric!r} is not among the values returned ({list(value)})")
+            metrics = {k: float(v) for k, v in value.items() if k != metric}
+            return trial.complete(float(value[metric]), metrics=metrics)
+        if isinstance(value, list | tuple):
+            return trial.complete(folds=[float(v) for v in value])
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"the objective returned {value!r}: a number (or the K fold values) is needed")
+        return trial.complete(float(value))
+
+    def optimize(
+        self,
+        objective: Callable[[ActiveTrial], Any],
+        n_trials: int | None = None,
+        *,
+        catch: Iterable[type[BaseException]] = (),
+        progress: bool = False,
+    ) -> None:
+        """Runs ``objective(trial)`` on asked trials until the campaign's budget is spent
+        or ``n_trials`` were run. It returns what ``tell`` takes; it may call
+        ``trial.report(step, value)`` (False: pruned, stop) or raise
+        ``hpcopt.TrialPruned``. An exception of ``catch`` fails the trial and the loop
+        goes on; any other fails it and is raised (Ctrl-C gives the trial back)."""
+        caught = tuple(catch)
+        done, t0 = 0, time.monotonic()
+        while n_trials is None or done < n_trials:
+            trial = self.ask()
+            if trial is None:
+                return
+            done += 1
+            try:
+                result = objective(trial)
+            except TrialPruned as exc:
+                self.tell(trial, state="PRUNED", reason=str(exc))
+                continue
+            except KeyboardInterrupt:
+                self.tell(trial, state="PREEMPTED", reason="interrupted (Ctrl-C)")
+                raise
+            except Exception as exc:
+                self.tell(trial, state="FAILED", reason=f"{type(exc).__name__}: {exc}"[:1000])
+                if isinstance(exc, caught):
+                    log.warning("trial #%d failed: %s: %s", trial.number, type(exc).__name__, exc)
+                    continue
+                raise
+            if not trial.ended and (result is None or (isinstance(result, float) and not math.isfinite(result))):
+                self.tell(trial, state="FAILED", reason=f"the objective returned {result!r}")
+                continue
+            self.tell(trial, result)
+            if progress:
+                best = self._best_value()
+                print(f"trial #{trial.number} done ({done} in {time.monotonic() - t0:.1f} s); best {best}", flush=True)
+
+    # -- results ----------------------------------------------------------------------
+
+    @property
+    def campaign(self) -> Campaign:
+        """The campaign now (state, counts, best value, spec)."""
+        return self.client.get_campaign(self.campaign_id)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.campaign.spec or {}
+
+    @property
+    def best_trial(self) -> Trial:
+        """The best completed trial (``ApiError`` NOT_FOUND before one completed)."""
+        return self.client.get_best_trial(self.campaign_id)
+
+    @property
+    def best_params(self) -> dict[str, Any]:
+        return dict(self.best_trial.params)
+
+    @property
+    def best_value(self) -> float | None:
+        return self.best_trial.value
+
+    @property
+    def trials(self) -> list[Trial]:
+        """Every trial, typed records in the order they were created."""
+        return sorted(self.client.list_trials(self.campaign_id), key=lambda t: t.number)
+
+    def trials_dataframe(self) -> Any:
+        """The trials as a pandas DataFrame (``hpcopt[pandas]``)."""
+        return self.client.trials_dataframe(self.campaign_id)
+
+    def _best_value(self) -> str:
+        try:
+            return f"{self.best_trial.value:.6g}"
+        except ApiError:
+            return "none yet"
+
+    # -- the end ----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Gives back trials asked and not told (requeued), ends the registration and
+        closes the file. Nothing of the Study runs after it."""
+        for trial in list(self._held.values()):
+            if not trial.ended:
+                try:
+                    trial.give_back("the study was closed before the trial was told")
+                except ApiError as exc:
+                    log.warning("trial #%d: could not give it back (%s)", trial.number, exc)
+            trial.close()
+        self._held.clear()
+        if self._session is not None:
+            try:
+                self._session.close("the study was closed")
+            except ApiError as exc:
+                log.warning("could not end the study's registration: %s", exc)
+            self._session = None
+        self._storage.close()
+
+    def __enter__(self) -> Study:
+        return self
+
+    def __exit__(self, *exc: object | TracebackType) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Study({self.path!r}, campaign={self.campaign_id})"
