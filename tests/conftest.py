@@ -43,6 +43,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Short, under /tmp: a Unix socket path must fit in 107 bytes.
     path = tempfile.mkdtemp(prefix="hpcopt-tests-", dir="/tmp" if os.path.isdir("/tmp") else None)
     os.environ["TMPDIR"] = os.environ[_TMPDIR_VAR] = path
+    # The default connection file is looked for under HPCOPT_HOME: the suite's own, never
+    # the user's ~/.hpcopt (a server file there would redirect every client of the run).
+    os.environ["HPCOPT_HOME"] = os.path.join(path, "hpcopt-home")
     config.stash[_tmpdir_key] = path
 
 

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from hpcopt import AgentClient, ApiError
 from hpcopt.cliutil import finish
+from hpcopt.serverfile import ServerFileError, resolve, token_of
 from hpcopt_agent.server import register
 
 if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts on import)
@@ -52,13 +53,18 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="hpcopt-agent", description=__doc__.splitlines()[0])
     ap.add_argument(
         "--server",
-        default=os.environ.get("HPCOPT_SERVER", "127.0.0.1:50051"),
-        help="the server's gRPC address (env HPCOPT_SERVER; default %(default)s)",
+        help="the server's gRPC address (env HPCOPT_SERVER; else the connection file; else 127.0.0.1:50051)",
+    )
+    ap.add_argument(
+        "--server-file",
+        help="the connection file `hpcopt-server serve --server-file` wrote (env HPCOPT_SERVER_FILE; "
+        "default ~/.hpcopt/server.json when it exists)",
     )
     ap.add_argument(
         "--token",
         default=os.environ.get("HPCOPT_TOKEN"),
-        help="an agent-scope token (env HPCOPT_TOKEN); needed when the server has auth on",
+        help="an agent-scope token (env HPCOPT_TOKEN; else the token file the connection file names); "
+        "needed when the server has auth on",
     )
     ap.add_argument("--campaign", type=int, required=True, help="the campaign id to work on")
     ap.add_argument(
@@ -160,6 +166,13 @@ def _seconds(text: str) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    try:  # every rank reads the same file (a shared home) and dials what it names
+        found = resolve(args.server, args.server_file)
+        args.server = found.address
+        args.token = args.token or token_of(found.file)
+    except ServerFileError as exc:
+        print(f"hpcopt-agent: {exc}", file=sys.stderr)
+        return 2
     from mpi4py import MPI  # after argparse, so --help works without an MPI launch
 
     from hpcopt_agent.layout import LayoutError

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from hpcopt.records import Action, Agent, Assignment, Fold, Lease, QueueState, Trial, action
@@ -16,9 +17,15 @@ class AgentClient(Channel):
     build on this. Leases are ``hpcopt.Lease`` records from ``acquire``."""
 
     def __init__(
-        self, target: str | None = None, token: str | None = None, timeout: float = 30.0, *, channel: Any = None
+        self,
+        target: str | None = None,
+        token: str | None = None,
+        timeout: float = 30.0,
+        *,
+        channel: Any = None,
+        server_file: str | Path | None = None,
     ):
-        super().__init__(target, token, timeout, channel=channel)
+        super().__init__(target, token, timeout, channel=channel, server_file=server_file)
         self._stub = agent_pb2_grpc.AgentServiceStub(self.channel)
 
     def register(

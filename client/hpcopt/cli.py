@@ -1,6 +1,7 @@
 """``hpcopt``: submit and watch campaigns from the shell (over gRPC).
 
-The server address and token come from ``--server``/``--token`` or ``HPCOPT_SERVER`` /
+The server address and token come from ``--server``/``--token`` (or ``--server-file``, a
+connection file: ``hpcopt.serverfile``) or ``HPCOPT_SERVER`` /
 ``HPCOPT_TOKEN``; like ``--json`` they go before or after the command. Text is tables
 that fit the terminal without splitting a value; ``--json`` prints the same records
 typed, and errors as ``{"error": {...}}``. Exit status: 0 done, 1 the server refused
@@ -13,7 +14,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,17 @@ def _common(top: bool) -> argparse.ArgumentParser:
     ``hpcopt --json list`` and ``hpcopt list --json`` both work and neither undoes the other."""
     p = argparse.ArgumentParser(add_help=False)
     unset: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
-    p.add_argument("--server", help=f"gRPC address HOST:PORT (env HPCOPT_SERVER; default {DEFAULT_SERVER})", **unset)
+    p.add_argument(
+        "--server",
+        help=f"gRPC address HOST:PORT (env HPCOPT_SERVER; else the connection file; else {DEFAULT_SERVER})",
+        **unset,
+    )
+    p.add_argument(
+        "--server-file",
+        help="the connection file `hpcopt-server serve --server-file` wrote (env HPCOPT_SERVER_FILE; "
+        "default ~/.hpcopt/server.json when it exists)",
+        **unset,
+    )
     p.add_argument("--token", help="API token (env HPCOPT_TOKEN; default: none)", **unset)
     p.add_argument("--json", action="store_true", help="print typed JSON instead of text, errors too", **unset)
     return p
@@ -93,6 +106,30 @@ def parser() -> argparse.ArgumentParser:
     return finish(ap, "hpcopt")
 
 
+def _wait(args: argparse.Namespace) -> str:
+    """``hpcopt wait``: until the server answers, within ``--timeout`` seconds. The address
+    is looked up again every few seconds, so a connection file that the server writes
+    after this started (``serve --server-file &`` then ``hpcopt wait``) is found."""
+    deadline = time.monotonic() + args.timeout
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with Client(args.server, args.token, server_file=args.server_file) as c:
+                c.wait_ready(max(0.05, min(left, 3.0)))
+                return str(c.target)
+        except ApiError as exc:
+            if exc.code != "UNAVAILABLE" or time.monotonic() + 0.2 >= deadline:
+                if exc.code == "UNAVAILABLE":
+                    raise ApiError(exc.code, _within(exc.message, args.timeout)) from None
+                raise
+        time.sleep(0.2)
+
+
+def _within(message: str, timeout: float) -> str:
+    """The last try's message, naming the whole wait rather than its last window."""
+    return re.sub(r"within [0-9.e+-]+ s", f"within {timeout:g} s", message, count=1)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     as_json = bool(getattr(args, "json", False))
@@ -148,14 +185,15 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command == "plan":
         return _plan(args, out)
-    with Client(args.server, args.token) as c:
-        if args.command == "wait":
-            c.wait_ready(args.timeout)
-            if args.json:
-                out.json({"server": c.target, "ready": True})
-            elif sys.stdout.isatty():
-                print(f"the server at {c.target} answers")
-        elif args.command == "submit":
+    if args.command == "wait":
+        target = _wait(args)
+        if args.json:
+            out.json({"server": target, "ready": True})
+        elif sys.stdout.isatty():
+            print(f"the server at {target} answers")
+        return 0
+    with Client(args.server, args.token, server_file=args.server_file) as c:
+        if args.command == "submit":
             campaign = c.create_campaign(args.spec)
             if args.quiet and not args.json:
                 print(campaign.id)
@@ -224,7 +262,7 @@ def _plan(args: argparse.Namespace, out: Any) -> int:
     clients: list[Client] = []
 
     def client() -> Client:
-        clients.append(Client(args.server, args.token))
+        clients.append(Client(args.server, args.token, server_file=args.server_file))
         return clients[-1]
 
     try:

@@ -25,8 +25,9 @@ from hpcopt.records import (
     ParetoFront,
     Trial,
 )
+from hpcopt.serverfile import DEFAULT_SERVER
 from hpcopt.spec import CampaignSpec
-from hpcopt.transport import DEFAULT_SERVER, ApiError, Channel, state_value, wait_for_server
+from hpcopt.transport import ApiError, Channel, state_value, wait_for_server
 from hpcopt.v1 import campaign_pb2, campaign_pb2_grpc, common_pb2
 
 __all__ = ["DEFAULT_SERVER", "AgentClient", "ApiError", "Client"]
@@ -39,9 +40,15 @@ class Client(Channel):
     parameters as a dict in the order of the campaign's space."""
 
     def __init__(
-        self, target: str | None = None, token: str | None = None, timeout: float = 30.0, *, channel: Any = None
+        self,
+        target: str | None = None,
+        token: str | None = None,
+        timeout: float = 30.0,
+        *,
+        channel: Any = None,
+        server_file: str | Path | None = None,
     ):
-        super().__init__(target, token, timeout, channel=channel)
+        super().__init__(target, token, timeout, channel=channel, server_file=server_file)
         self._stub = campaign_pb2_grpc.CampaignServiceStub(self.channel)
         self._orders: dict[int, list[str]] = {}  # campaign id -> its space's order (a spec never changes)
 
@@ -166,7 +173,7 @@ class Client(Channel):
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Waits until the server answers (a health check), up to ``timeout`` seconds;
         raises ``ApiError`` (``UNAVAILABLE``) naming the address if it never does."""
-        wait_for_server(self.channel, self.target, timeout)
+        wait_for_server(self.channel, self._where, timeout)
 
     def agent(self) -> AgentClient:
         """An ``AgentClient`` over this client's channel and token (closing it leaves the

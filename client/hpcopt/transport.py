@@ -7,16 +7,20 @@ import json
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import grpc
 
 from hpcopt.records import TrialState
+from hpcopt.serverfile import ServerFileError, resolve, token_of
 from hpcopt.v1 import common_pb2
 
-DEFAULT_SERVER = "127.0.0.1:50051"
 T = TypeVar("T")
-_HINT = "; start one with `hpcopt-server serve`, or give its address with --server or HPCOPT_SERVER"
+_HINT = (
+    "; start one with `hpcopt-server serve`, or give its address with --server or HPCOPT_SERVER"
+    " (or its connection file with --server-file or HPCOPT_SERVER_FILE)"
+)
 
 
 class ApiError(Exception):
@@ -58,14 +62,28 @@ class Channel:
     """A gRPC channel to ``target`` (``HPCOPT_SERVER``) carrying ``token`` (``HPCOPT_TOKEN``)."""
 
     def __init__(
-        self, target: str | None = None, token: str | None = None, timeout: float = 30.0, *, channel: Any = None
+        self,
+        target: str | None = None,
+        token: str | None = None,
+        timeout: float = 30.0,
+        *,
+        channel: Any = None,
+        server_file: str | Path | None = None,
     ):
         # ``channel``: an open channel to use instead of dialling ``target`` (the caller
         # keeps it and closes it): another client's, or the embedded mode's in-process one
         # (``hpcopt_server.Study``), which answers the same calls without a socket.
+        # ``server_file``: a connection file to read the address from (see serverfile.py
+        # for the order in which an address, the environment and the files are tried).
         self._owned = channel is None
-        self.target = target or os.environ.get("HPCOPT_SERVER", DEFAULT_SERVER)
-        token = token if token is not None else os.environ.get("HPCOPT_TOKEN")
+        try:
+            found = resolve(target, server_file)
+            if token is None:
+                token = os.environ.get("HPCOPT_TOKEN") or token_of(found.file)
+        except ServerFileError as exc:
+            raise ApiError("UNAVAILABLE", str(exc)) from None
+        self.target = found.address
+        self._where = found.where
         self._token = token
         self._metadata: tuple[tuple[str, str], ...] = (("authorization", f"Bearer {token}"),) if token else ()
         self.timeout = timeout
@@ -86,7 +104,7 @@ class Channel:
         self.close()
 
     def _do(self, fn: Callable[..., T], request: Any) -> T:
-        return _call(fn, request, self._metadata, self.timeout, self.target)
+        return _call(fn, request, self._metadata, self.timeout, self._where)
 
 
 def state_value(name: str) -> common_pb2.TrialState.ValueType:

@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcopt.cliutil import finish
@@ -37,12 +38,30 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve REST, gRPC and the dashboard")
     _db_arg(s)
     s.add_argument("--host", default=env("HOST", ServerSettings.host), help="bind address (env HPCOPT_HOST)")
-    s.add_argument("--port", type=int, default=int(env("PORT", "8000")), help="REST port (env HPCOPT_PORT)")
+    s.add_argument(
+        "--port", type=int, default=int(env("PORT", "8000")), help="REST port; 0: any free one (env HPCOPT_PORT)"
+    )
     s.add_argument(
         "--grpc-port",
         type=int,
         default=int(env("GRPC_PORT", "50051")),
-        help="gRPC port (env HPCOPT_GRPC_PORT)",
+        help="gRPC port; 0: any free one (env HPCOPT_GRPC_PORT)",
+    )
+    s.add_argument(
+        "--server-file",
+        nargs="?",
+        const="",
+        default=os.environ.get("HPCOPT_SERVER_FILE"),
+        metavar="PATH",
+        help="write a connection file (address, ports, pid; owner-only) that hpcopt, the client and the agent "
+        "read instead of fixed ports; alone: ~/.hpcopt/server.json (env HPCOPT_SERVER_FILE)",
+    )
+    s.add_argument(
+        "--token-file",
+        default=os.environ.get("HPCOPT_TOKEN_FILE"),
+        metavar="PATH",
+        help="with auth on, a file holding your token: the connection file names it, and clients given no "
+        "token read it (env HPCOPT_TOKEN_FILE)",
     )
     s.add_argument(
         "--lease-seconds",
@@ -319,6 +338,17 @@ def _serve(args: argparse.Namespace) -> int:
     logging.getLogger("alembic").setLevel(logging.WARNING)
     if args.grpc_child_socket is not None:
         return _serve_grpc_child(args, settings)
+    server_file = None
+    if args.server_file is not None:
+        from hpcopt.serverfile import default_path
+        from hpcopt_server.connfile import ServerFileInUse, check_free
+
+        server_file = Path(args.server_file).expanduser() if args.server_file else default_path()
+        try:
+            check_free(server_file)
+        except ServerFileInUse as exc:
+            print(f"hpcopt-server: {exc}", file=sys.stderr)
+            return 2
     storage = _ready_storage(settings.db, settings.db_pool, args.db_wait)
     service = _service(args, settings, storage)
     admin = os.environ.get("HPCOPT_ADMIN_TOKEN")
@@ -352,6 +382,7 @@ def _serve(args: argparse.Namespace) -> int:
     service.warm_optimizers()
     grpc.start()
     grpc_port = grpc.port
+    http_port = http_socket.getsockname()[1]
     service.reaper.start()
     children = GrpcProcesses(args.processes - 1, grpc.front.sock, args.argv)
     children.start()
@@ -360,15 +391,29 @@ def _serve(args: argparse.Namespace) -> int:
     processes = f" ({args.processes} processes)" if args.processes > 1 else ""
     print(
         f"hpcopt-server {'(auth on)' if auth_on else '(auth off: loopback, and auth never turned on or disabled)'}\n"
-        f"  REST + dashboard  http://{_bracket(settings.host)}:{settings.port}/   (API docs /docs)\n"
+        f"  REST + dashboard  http://{_bracket(settings.host)}:{http_port}/   (API docs /docs)\n"
         f"  gRPC              {_bracket(settings.host)}:{grpc_port}{processes}\n"
         f"  database          {storage.db.url.render_as_string(hide_password=True)}",
         flush=True,
     )
+    published = None
+    if server_file is not None:
+        from hpcopt_server.connfile import publish
+
+        published = publish(
+            server_file,
+            bind=settings.host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            database=storage.db.url.render_as_string(hide_password=True),
+            auth=auth_on,
+            token_file=args.token_file,
+        )
+        print(f"  connection file   {server_file}", flush=True)
     config = uvicorn_config(
         app,
         settings.host,
-        settings.port,
+        http_port,
         max_connections=caps.http,
         header_timeout=settings.header_timeout,
         idle_timeout=settings.idle_timeout,
@@ -384,6 +429,10 @@ def _serve(args: argparse.Namespace) -> int:
         try:
             HttpServer(config).run(sockets=[http_socket])
         finally:
+            if published is not None and server_file is not None:
+                from hpcopt_server.connfile import withdraw
+
+                withdraw(server_file, published)
             children.stop(grace=5)
             service.reaper.stop()
             grpc.stop(grace=5)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.agent.conftest import mpi_env, mpiexec_path
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.timeout(600)
 MARK = re.compile(r"<!-- docs-test: ([\w-]+) -->\n```(\w+)\n(.*?)```", re.S)
@@ -51,10 +51,23 @@ def test_the_first_campaign_blocks_run_as_written_twice_in_a_row(tmp_path: Path)
     spec = yaml.safe_load((ROOT / "examples/digits/campaign.yaml").read_text())
     spec["budget"]["max_trials"], spec["training"]["epochs"] = 4, 2
     (tmp_path / "examples/digits/campaign.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    rest, grpc_port = free_port(), free_port()
-    env = mpi_env(HPCOPT_PORT=str(rest), HPCOPT_GRPC_PORT=str(grpc_port), HPCOPT_SERVER=f"127.0.0.1:{grpc_port}")
+    # The server takes free ports and writes ~/.hpcopt/server.json, which every later
+    # command reads: HOME is the test's own, and nothing names a port or an address.
+    env = mpi_env(HOME=str(tmp_path / "home"))
     env["XDG_CACHE_HOME"] = str(tmp_path / "cache")  # the agent's default checkpoint folder is under it
-    for name in ("VIRTUAL_ENV", "SCRATCH", "HPCOPT_CHECKPOINT_DIR", "HPCOPT_DB", "HPCOPT_TOKEN", "COLUMNS"):
+    for name in (
+        "VIRTUAL_ENV",
+        "SCRATCH",
+        "HPCOPT_CHECKPOINT_DIR",
+        "HPCOPT_DB",
+        "HPCOPT_TOKEN",
+        "COLUMNS",
+        "HPCOPT_HOME",
+        "HPCOPT_SERVER",
+        "HPCOPT_SERVER_FILE",
+        "HPCOPT_PORT",
+        "HPCOPT_GRPC_PORT",
+    ):
         env.pop(name, None)
     env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if ".venv" not in p)
     # set -e: any line that fails fails the run (a user would see its error and stop).
