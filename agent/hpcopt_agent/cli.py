@@ -2,6 +2,7 @@
 
     mpiexec -n 8 python -m mpi4py -m hpcopt_agent --server HOST:50051 --campaign 3 \\
         --checkpoint-dir /scratch/ckpt
+    hpcopt-agent try path/task.py:Name --params lr=0.01,width=64   # one trial here, first
 
 The world splits into trial groups; each trains one trial at a time, its K folds
 spread over fold groups of ``training.ranks_per_fold`` ranks. With ``--groups auto``
@@ -350,6 +351,10 @@ def entry() -> None:
     harmless. The process then leaves through the interpreter's normal exit, never
     ``os._exit`` straight after MPI_Finalize: MPICH's launcher SIGKILLs the ranks still
     inside MPI_Finalize when one rank is gone that soon (exit 9 instead of 2)."""
+    if sys.argv[1:2] == ["try"]:  # hpcopt-agent try TASK ...: one trial here, no campaign (trytask.py)
+        from hpcopt_agent.trytask import main as try_main
+
+        sys.exit(try_main(sys.argv[2:]))
     rc = main()
     if rc == 2 and "mpi4py.MPI" in sys.modules:
         from mpi4py import MPI
