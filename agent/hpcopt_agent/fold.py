@@ -101,6 +101,14 @@ def summarize(exc: BaseException, limit: int = 4000) -> str:
     return text if len(text) <= limit else "..." + text[-limit:]
 
 
+def position(epoch: int, batch: int, epochs: int) -> str:
+    """Where a fold stands, as the epoch log counts (from 1): ``epoch 27/100, after batch
+    13`` or ``the start of epoch 27/100``. ``epoch`` counts from 0 (epochs done) and
+    ``batch`` is the batches of it done. The preemption and the resume print the same."""
+    where = f"epoch {epoch + 1}/{epochs}"
+    return f"{where}, after batch {batch}" if batch else f"the start of {where}"
+
+
 def seed_for(*parts: int) -> int:
     return int(np.random.SeedSequence([abs(p) for p in parts]).generate_state(1)[0])
 
@@ -211,7 +219,7 @@ class FoldTrainer:
                 run.batch = ep.stop_at if ep.stop_at is not None else run.batch
                 uri = self._checkpoint(trial, fold, run)
                 if link is not None:
-                    log.info("preempted in epoch %d; checkpoint %s", run.epoch + 1, uri)
+                    log.info("preempted at %s; checkpoint %s", position(run.epoch, run.batch, self.s.epochs), uri)
                 out.status = "preempted"
                 return out
             samples = 0
@@ -295,7 +303,7 @@ class FoldTrainer:
             np.random.set_state(checkpoint.numpy_rng(np_state))
             random.setstate(py_state)
         if me == 0:
-            log.info("resuming fold %d from epoch %d, batch %d (%s)", fold, run.epoch, run.batch, resume_uri)
+            log.info("resuming fold %d at %s (%s)", fold, position(run.epoch, run.batch, self.s.epochs), resume_uri)
         return run
 
     def _train_epoch(self, run: _Run, trial: TrialInfo, fold: int, train: np.ndarray, batch_size: int) -> _Epoch:

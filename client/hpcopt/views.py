@@ -55,11 +55,23 @@ def campaigns_table(rows: list[Campaign]) -> Table:
     return t
 
 
+def is_result(t: Trial) -> bool:
+    """Whether the trial's value is a result (COMPLETED: the mean over its folds). Any
+    other state's value is its latest report, never to be read, shown or sorted as one."""
+    return t.state == "COMPLETED"
+
+
 def trials_table(rows: list[Trial], order: list[str], title: str | None = None) -> Table:
     fixed = [Column("#", "right"), Column("state"), Column("attempt", "right")]
-    t = Table([*fixed, Column("value", "right"), Column("± std", "right"), *_params(order)], title)
+    latest = any(x.value is not None and not is_result(x) for x in rows)
+    extra = [Column("latest report", "right")] if latest else []
+    t = Table([*fixed, Column("value", "right"), Column("± std", "right"), *extra, *_params(order)], title)
     for x in rows:
-        cells = [str(x.number), x.state, str(x.attempt), num(x.value), num(x.value_std)]
+        result = is_result(x)
+        cells = [str(x.number), x.state, str(x.attempt), num(x.value if result else None)]
+        cells.append(num(x.value_std if result else None))
+        if latest:
+            cells.append("" if result or x.value is None else num(x.value))
         t.add_row(*cells, *(param(x.params.get(k, "")) for k in order))
     return t
 
@@ -93,7 +105,9 @@ def campaign_text(c: Campaign) -> str:
 def trial_text(t: Trial, fit: int | None = None) -> str:
     head = [
         f"trial #{t.number} of campaign {t.campaign_id}: {t.state}, attempt {t.attempt} (id {t.id})",
-        f"  value   {num(t.value)} ± {num(t.value_std)}",
+        f"  value   {num(t.value)} ± {num(t.value_std)}"
+        if is_result(t) or t.value is None
+        else f"  value   - (not a result; latest report {num(t.value)})",
     ]
     if t.values:
         head.append("  values  " + ", ".join(num(v) for v in t.values))
@@ -108,16 +122,27 @@ def trial_text(t: Trial, fit: int | None = None) -> str:
                 Column("value", "right"),
                 Column("status"),
                 Column("attempt", "right"),
-                Column("metrics", flexible=True),
                 Column("checkpoint", flexible=True, keep_end=True),
             ],
             "folds",
         )
         for f in t.folds:
-            metrics = " ".join(f"{k}={v:.4g}" for k, v in f.metrics.items())
             status = "finished" if f.finished else "in progress"
-            folds.add_row(str(f.index), num(f.value), status, str(f.attempt), metrics, f.checkpoint_uri or "-")
+            value = num(f.value) if f.finished else "-"  # an unfinished fold's value is no result
+            folds.add_row(str(f.index), value, status, str(f.attempt), f.checkpoint_uri or "-")
         parts.append(folds.render(fit))
+        names = sorted({k for f in t.folds for k in f.metrics})
+        if names:
+            # One row per metric, never cut: names of any length, a column per fold
+            # (folds past the width are left out, and the table says which).
+            shown = [f for f in t.folds if f.metrics]
+            metrics = Table(
+                [Column("metric"), *(Column(f"fold {f.index}", "right", optional=True) for f in shown)],
+                "fold metrics",
+            )
+            for name in names:
+                metrics.add_row(name, *(num(f.metrics[name], 4) if name in f.metrics else "-" for f in shown))
+            parts.append(metrics.render(fit))
     if t.curves:
         cols = ["fold", "points", "steps", "first", "last", "best"]
         curves = Table([Column(c, "right") for c in cols], "learning curves")

@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from hpcopt.client import Client
 from hpcopt.records import Campaign, Trial
@@ -30,7 +31,9 @@ class Snapshot:
     recent: list[Trial]  # newest first
     finished_total: int
     best: Trial | None
-    elapsed: float
+    #: Seconds since the campaign was submitted, to its end once it ended (not since
+    #: this watch started: a watch opened late says how long the campaign took).
+    elapsed: float | None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -41,7 +44,27 @@ class Snapshot:
         }
 
 
-def snapshot(c: Client, campaign_id: int, t0: float) -> Snapshot:
+def campaign_seconds(c: Campaign, now: datetime | None = None) -> float | None:
+    """From the campaign's submission to its end (or ``now`` while it runs)."""
+    if c.created_at is None:
+        return None
+    end = c.finished_at or now or datetime.now(UTC)
+    return max(0.0, (end - c.created_at).total_seconds())
+
+
+def duration(seconds: float | None) -> str:
+    """``8 min 46 s``, ``2 h 03 min``, ``37 s``; ``?`` when unknown."""
+    if seconds is None:
+        return "?"
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def snapshot(c: Client, campaign_id: int) -> Snapshot:
     campaign = c.get_campaign(campaign_id)
     page = c.trial_page(campaign_id, ["RUNNING"], 0, MAX_RUNNING)
     running = [c.get_trial(t.id) for t in page.items]
@@ -49,7 +72,7 @@ def snapshot(c: Client, campaign_id: int, t0: float) -> Snapshot:
     recent = c.trial_page(campaign_id, FINAL, max(0, total - RECENT), RECENT).items
     best = c.get_best_trial(campaign_id) if campaign.best_trial_id is not None else None
     return Snapshot(
-        campaign, campaign.space, running, page.total, list(reversed(recent)), total, best, time.monotonic() - t0
+        campaign, campaign.space, running, page.total, list(reversed(recent)), total, best, campaign_seconds(campaign)
     )
 
 
@@ -67,7 +90,7 @@ def _progress(s: Snapshot) -> list[str]:
     counts = "  ".join(f"{k.lower()} {v}" for k, v in c.trial_counts.items())
     lines = [
         f"campaign {c.id} {c.name!r}: {c.state}   {c.algorithm}, {c.direction} {c.metric}, "
-        f"{c.folds} fold(s)   {s.elapsed:.0f} s",
+        f"{c.folds} fold(s)   {duration(s.elapsed)}",
         f"{_bar(c.finished, c.max_trials)} {c.finished}/{c.max_trials}  {counts}",
     ]
     if s.best is not None:
@@ -124,12 +147,12 @@ def render(s: Snapshot, fit: int | None = None) -> str:
     return "\n\n".join(["\n".join(_progress(s)), _running(s).render(fit), _recent(s).render(fit)])
 
 
-def _follow(c: Client, campaign_id: int, interval: float, t0: float) -> int:
+def _follow(c: Client, campaign_id: int, interval: float) -> int:
     """Line by line, for a file or a pipe: each finished trial once (by number), and
     the best whenever it changes; flushed as it happens."""
     seen: set[int] = set()
     best: int | None = None
-    s = snapshot(c, campaign_id, t0)
+    s = snapshot(c, campaign_id)
     print(f"campaign {s.campaign.id} {s.campaign.name!r}: {s.campaign.state}, "
           f"{s.campaign.finished}/{s.campaign.max_trials} finished", flush=True)  # fmt: skip
     while True:
@@ -143,35 +166,39 @@ def _follow(c: Client, campaign_id: int, interval: float, t0: float) -> int:
             best = s.best.number
             print(f"best: trial #{s.best.number} {num(s.best.value)} ± {num(s.best.value_std)}", flush=True)
         if s.campaign.state != "RUNNING":
-            print(f"campaign {s.campaign.id} {s.campaign.state}: {s.campaign.finished}/{s.campaign.max_trials} "
-                  f"finished in {s.elapsed:.0f} s", flush=True)  # fmt: skip
+            done = s.campaign
+            took = duration(s.elapsed)
+            print(
+                f"campaign {done.id} {done.state}: {done.finished}/{done.max_trials} finished, "
+                f"{took} after its submission",
+                flush=True,
+            )
             return 0
         time.sleep(interval)
-        s = snapshot(c, campaign_id, t0)
+        s = snapshot(c, campaign_id)
 
 
 def watch(c: Client, campaign_id: int, interval: float = 2.0, *, as_json: bool = False) -> int:
     """Follows the campaign until it is no longer RUNNING; 0 then, 130 on Ctrl-C."""
-    t0 = time.monotonic()
     interval = max(interval, 0.2)
     if as_json:  # one JSON document per refresh (JSON Lines), the last when the campaign ends
         while True:
-            s = snapshot(c, campaign_id, t0)
+            s = snapshot(c, campaign_id)
             print(json.dumps(s.to_dict()), flush=True)
             if s.campaign.state != "RUNNING":
                 return 0
             time.sleep(interval)
     if not sys.stdout.isatty():
-        return _follow(c, campaign_id, interval, t0)
+        return _follow(c, campaign_id, interval)
     from rich.console import Console
     from rich.live import Live
     from rich.text import Text
 
     console = Console(highlight=False)
-    s = snapshot(c, campaign_id, t0)
+    s = snapshot(c, campaign_id)
     with Live(Text(render(s, width())), console=console, refresh_per_second=4, transient=False) as live:
         while s.campaign.state == "RUNNING":
             time.sleep(interval)
-            s = snapshot(c, campaign_id, t0)
+            s = snapshot(c, campaign_id)
             live.update(Text(render(s, width())))
     return 0

@@ -51,13 +51,15 @@ def test_a_fold_preempted_mid_epoch_with_loader_workers_resumes_to_where_an_unin
     assert metrics["samples_per_second"] > 0, metrics
 
     cut = agent_server.submit(spec)
-    preempt_after_first_epoch(agent_server, cut, HPCOPT_TEST_STEP_SLEEP="0.05", **data)
+    stopped = preempt_after_first_epoch(agent_server, cut, HPCOPT_TEST_STEP_SLEEP="0.05", **data)
     [trial] = agent_server.client().list_trials(cut)
     resumed = agent_server.run_agent(4, cut, **data)
     assert resumed.returncode == 0, dump(resumed)
-    # Mid-epoch: the checkpoint's position is inside an epoch, not at its start.
-    where = re.search(r"resuming fold 0 from epoch (\d+), batch (\d+)", resumed.stderr)
+    # Mid-epoch: the checkpoint's position is inside an epoch, not at its start; the
+    # preemption and the resume name the same position, counted alike (issue 62).
+    where = re.search(r"resuming fold 0 at (epoch \d+/\d+, after batch (\d+))", resumed.stderr)
     assert where and int(where[2]) > 0, dump(resumed)
+    assert f"preempted at {where[1]};" in stopped, stopped
     assert trial_json(agent_server, trial.id)["state"] == "COMPLETED"
     want, got = final_state(agent_server, reference.id, 3), final_state(agent_server, trial.id, 3)
     for name, tensor in want["models"]["model"].items():

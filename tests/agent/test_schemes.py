@@ -154,7 +154,7 @@ def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninter
     assert trial_json(agent_server, trial.id)["state"] == "QUEUED"
     resumed = agent_server.run_agent(4, cut)
     assert resumed.returncode == 0, dump(resumed)
-    assert "resuming fold 0 from epoch" in resumed.stderr, dump(resumed)
+    assert "resuming fold 0 at " in resumed.stderr, dump(resumed)
     assert trial_json(agent_server, trial.id)["state"] == "COMPLETED"
     want, got = final_state(agent_server, reference.id, 3), final_state(agent_server, trial.id, 3)
     assert want["scheme"] == got["scheme"] == "downpour"

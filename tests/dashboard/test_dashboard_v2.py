@@ -513,6 +513,25 @@ def test_analysis_views_importance_contour_edf_timeline_and_running_now(page: Pa
     page.page.locator("#card-running").wait_for(state="hidden")
 
 
+def test_two_agents_on_one_host_get_a_lane_each(page: Page, seeded: Seeded) -> None:
+    """Two agents started on one login node (same host, no Slurm job) are two lanes, as
+    the caption says (issue 62): their spans once merged into one lane."""
+    service = seeded.service
+    cid = service.campaigns.create(make_spec(name="two-agents", folds=1, budget={"max_trials": 4})).id
+    agents = []
+    for value in (0.5, 0.25):
+        reg = service.agents.register(host="login7", ranks=1, gpus=0, campaign_id=cid)
+        got = service.agents.acquire(reg.agent_id, cid)
+        lease = Lease(reg.agent_id, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, value)
+        service.agents.complete(lease)
+        agents.append(reg.agent_id)
+    page.open(f"/campaign/{cid}")
+    timeline = page.wait_plot("plot-timeline")
+    lanes = {y for t in timeline for y in t["y"]}
+    assert lanes == {f"login7 · {a[:8]}" for a in agents}, lanes
+
+
 def test_names_and_choices_with_markup_are_drawn_as_typed_in_every_plot(page: Page, seeded: Seeded) -> None:
     """Plotly reads a subset of HTML in labels: a choice "<b>x</b>" must not be drawn bold
     as "x", nor "y&amp;z" as "y&z", nor a metric "<u>loss</u>" underlined (issue 31,

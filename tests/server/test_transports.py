@@ -223,7 +223,7 @@ def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_ser
     assert text.startswith("trial #0 of campaign 1: COMPLETED"), text
     assert "(trial #0)" in _cli(live_server, "show", "1").stdout, "the best trial by its number"
     assert _cli(live_server, "trial", "1").returncode == 2, "a number is needed"
-    for word in ("COMPLETED", "folds", "learning curves", "history", "acquired", "/fold1.pt", "loss=0.2"):
+    for word in ("COMPLETED", "folds", "learning curves", "history", "acquired", "/fold1.pt", "fold metrics"):
         assert word in text, text
     assert text.index("  lr ") < text.index("  width ") < text.index("  act "), text
     header = _cli(live_server, "trials", "1").stdout.splitlines()[0].split()

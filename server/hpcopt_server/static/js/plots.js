@@ -492,7 +492,15 @@ export function renderTimeline(tl, openTrial) {
   document.getElementById("card-timeline").hidden = !tl.total;
   if (!tl.total) return;
   const now = Date.now();
-  const label = (s) => plain(s.agent_host ? agentLabel(s.agent_host, s.agent_job) : s.agent_id ? `agent ${s.agent_id.slice(0, 8)}` : "unknown agent");
+  // One lane per agent: agents that share a host and job (two on one login node) are told
+  // apart by their id, so their spans never merge into one lane.
+  const base = (s) => (s.agent_host ? agentLabel(s.agent_host, s.agent_job) : s.agent_id ? `agent ${s.agent_id.slice(0, 8)}` : "unknown agent");
+  const agentsOf = new Map();
+  for (const s of tl.spans) {
+    if (!agentsOf.has(base(s))) agentsOf.set(base(s), new Set());
+    agentsOf.get(base(s)).add(s.agent_id || "");
+  }
+  const label = (s) => plain(agentsOf.get(base(s)).size > 1 && s.agent_host ? `${base(s)} · ${(s.agent_id || "?").slice(0, 8)}` : base(s));
   const lanes = [...new Set(tl.spans.map(label))];
   const traces = Object.entries(OUTCOME_COLORS).map(([outcome, color]) => {
     const spans = tl.spans.filter((s) => s.outcome === outcome);
