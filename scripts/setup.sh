@@ -21,10 +21,10 @@ stamp=.venv/.hpcopt-installed-$level
 inputs=$(cat requirements/*.txt client/pyproject.toml server/pyproject.toml agent/pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$inputs" ]; then
   if [ "$level" = dev ]; then
-    what="the development toolchain (about 2 minutes on a fresh machine)"
+    what="the development toolchain"
     reqs=(-r requirements/dev.txt -r requirements/demo.txt -e "client[pandas]" -e "server[postgres,skopt]" -e "agent[mpich]")
   else
-    what="what the demo needs (about a minute on a fresh machine)"
+    what="what the demo needs"
     reqs=(-r requirements/demo.txt -e client -e server -e "agent[mpich]")
   fi
   log=.venv/pip-install-$level.log
@@ -35,16 +35,31 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$inputs" ]; then
     .venv/bin/pip install --progress-bar off -c requirements/constraints.txt "${reqs[@]}"; } > "$log" 2>&1 &
   pip_pid=$!
   started=$SECONDS
+  # Progress as pip makes it: while it resolves and fetches, its last step from the log;
+  # once it installs (one long step in its log), what has landed in .venv: the packages
+  # whose metadata is written since the start, of those pip listed, and the megabytes.
+  site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  marker=.venv/.hpcopt-install-started
+  touch "$marker"
+  mb0=$(du -sm "$site" 2>/dev/null | cut -f1 || echo 0)
   while kill -0 "$pip_pid" 2>/dev/null; do
     sleep 1
     if kill -0 "$pip_pid" 2>/dev/null && [ $(( (SECONDS - started) % 5 )) = 0 ]; then
-      # pip's own last step: resolving (Collecting), fetching, building, then installing.
-      last=$(grep -E '^(Collecting|Downloading|Processing|Using cached|Building|Installing collected packages:|Successfully)' "$log" \
-        | tail -n1 | sed -E 's/^(Installing collected packages:).*/\1 unpacking into .venv/' | cut -c1-90 || true)
-      n=$(grep -c '^Collecting' "$log" || true)
-      echo "setup: $((SECONDS - started)) s, $n packages resolved${last:+; pip: $last}"
+      listed=$(grep '^Installing collected packages:' "$log" | tail -n1 || true)
+      if [ -n "$listed" ]; then
+        total=$(echo "${listed#*:}" | tr ',' '\n' | grep -c . || true)
+        done_n=$(find "$site" -maxdepth 1 -name '*.dist-info' -newer "$marker" | wc -l)
+        mb=$(( $(du -sm "$site" 2>/dev/null | cut -f1 || echo "$mb0") - mb0 ))
+        echo "setup: $((SECONDS - started)) s, installing into .venv: $done_n of $total packages, $mb MB written"
+      else
+        # pip's own last step: resolving (Collecting), fetching, building.
+        last=$(grep -E '^(Collecting|Downloading|Processing|Using cached|Building)' "$log" | tail -n1 | cut -c1-80 || true)
+        n=$(grep -c '^Collecting' "$log" || true)
+        echo "setup: $((SECONDS - started)) s, $n packages resolved${last:+; pip: $last}"
+      fi
     fi
   done
+  rm -f "$marker"
   if ! wait "$pip_pid"; then
     tail -40 "$log"; echo "setup: pip install failed (end of the log above, all of it in $log)"; exit 1
   fi

@@ -237,3 +237,61 @@ def test_the_same_seed_gives_the_same_trials(tmp_path: Path) -> None:
             study.optimize(lambda t: f(t.params))
             runs.append([t.params for t in study.trials])
     assert runs[0] == runs[1]
+
+
+def test_the_pages_quick_start_runs_as_written_in_ten_lines_and_its_file_can_be_served(tmp_path: Path) -> None:
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.agent.test_docs_blocks import docs_blocks
+
+    [(lang, code)] = docs_blocks("embedded-quickstart")
+    assert lang == "python" and len(code.strip().splitlines()) <= 10, code  # Optuna's quick start is 10
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HPCOPT_SERVER")}
+    env["HPCOPT_HOME"] = str(tmp_path / "home")
+    run = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    best = eval(run.stdout.strip(), {})  # the printed dict of best params
+    assert set(best) == {"x"} and abs(best["x"] - 2) < 1.0, run.stdout
+    again = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+    )
+    assert again.returncode == 0 and again.stdout == run.stdout  # reopened: nothing more ran
+    # The page's serve block, as written, on the file the script left.
+    serve = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hpcopt_server.cli",
+            "serve",
+            "--db",
+            "sqlite:///quadratic.db",
+            "--port",
+            "0",
+            "--grpc-port",
+            "0",
+            "--server-file",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        cli = [sys.executable, "-m", "hpcopt.cli"]
+        waited = subprocess.run([*cli, "wait"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert waited.returncode == 0, waited.stderr
+        listed = subprocess.run(
+            [*cli, "--json", "list"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+        [campaign] = json.loads(listed.stdout)
+        assert campaign["name"] == "quadratic" and campaign["state"] == "COMPLETED" and campaign["finished"] == 100
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=30)
