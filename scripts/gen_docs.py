@@ -36,6 +36,7 @@ def _commands(parser: argparse.ArgumentParser, name: str) -> list[tuple[str, arg
 def cli_page() -> str:
     from hpcopt.cli import parser as client_parser
     from hpcopt_agent.cli import build_parser as agent_parser
+    from hpcopt_agent.trytask import parser as try_parser
     from hpcopt_server.cli import parser as server_parser
 
     parts = [
@@ -47,6 +48,7 @@ def cli_page() -> str:
         ("hpcopt", client_parser()),
         ("hpcopt-server", server_parser()),
         ("hpcopt-agent", agent_parser()),
+        ("hpcopt-agent try", try_parser()),
     ):
         for name, p in _commands(parser, prog):
             parts.append(f"\n## `{name}`\n\n")

@@ -49,6 +49,34 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_tmpdir_key] = path
 
 
+def timeout_scale() -> float:
+    """How much longer than written a test may take here: the larger of
+    ``HPCOPT_TEST_TIMEOUT_SCALE`` (default 1) and the load per core when the run starts,
+    at most 10. A limit is a guard against a hang, never a speed check: on a machine
+    loaded 6 deep per core a correct test ran past its fixed 300 s and failed."""
+    try:
+        asked = float(os.environ.get("HPCOPT_TEST_TIMEOUT_SCALE", "1"))
+    except ValueError:
+        asked = 1.0
+    load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    return min(10.0, max(1.0, asked, load))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test's timeout (its marker's, else the ini's 300 s) times :func:`timeout_scale`."""
+    scale = timeout_scale()
+    if scale == 1.0:
+        return
+    default = float(config.getini("timeout") or 0)
+    for item in items:
+        marker = item.get_closest_marker("timeout")
+        seconds = default
+        if marker is not None:
+            seconds = float(marker.args[0] if marker.args else marker.kwargs.get("timeout", default))
+        if seconds > 0:
+            item.add_marker(pytest.mark.timeout(seconds * scale), append=False)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     path = config.stash.get(_tmpdir_key, None)
     if path is not None:

@@ -94,11 +94,10 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--metric", default="val_loss", help="the objective: a key evaluate() returns (default val_loss)")
     ap.add_argument("--direction", default="minimize", choices=["minimize", "maximize"])
     ap.add_argument("--options", help='training.options as JSON, e.g. \'{"precision": "bf16"}\'')
-    ap.add_argument("--task-root", type=Path, default=Path.cwd(), help="where file tasks resolve (default: here)")
+    ap.add_argument("--task-root", type=Path, help="where file tasks resolve (default: the working directory)")
     ap.add_argument("--allow-module", action="append", default=[], help="allow a module task under this prefix")
     ap.add_argument(
         "--mpiexec",
-        default=os.environ.get("MPIEXEC") or _beside_python("mpiexec"),
         help="the launcher for --ranks > 1 (env MPIEXEC; default: the one beside this Python, else mpiexec)",
     )
     return finish(ap, "hpcopt-agent try")
@@ -168,6 +167,8 @@ def report(trial: Trial, metric: str) -> str:
 
 def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
+    args.task_root = args.task_root or Path.cwd()
+    args.mpiexec = args.mpiexec or os.environ.get("MPIEXEC") or _beside_python("mpiexec")
     for flag, value in (("--folds", args.folds), ("--epochs", args.epochs), ("--ranks", args.ranks)):
         if value < 1:
             print(f"hpcopt-agent try: {flag} must be at least 1, got {value}", file=sys.stderr)

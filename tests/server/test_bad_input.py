@@ -8,7 +8,6 @@ input that broke it then."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,13 +93,13 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 @pytest.fixture
 def unchanged(target: Target) -> Iterator[None]:
-    """The case stores nothing, and the server still answers /healthz within a second."""
+    """The case stores nothing, and the server still answers /healthz. (Its cost is
+    pinned by what the server refuses to read, not by a wall clock: a loaded machine
+    once took over a second to answer, and the teardown failed a correct server.)"""
     before = target.counts()
     yield
     assert target.counts() == before, "a refused request changed rows"
-    t0 = time.monotonic()
-    assert httpx.get(target.server.http_url + "/healthz", timeout=1.0).status_code == 200
-    assert time.monotonic() - t0 < 1.0
+    assert httpx.get(target.server.http_url + "/healthz", timeout=60.0).status_code == 200
 
 
 def _fields(response: httpx.Response) -> set[str]:
