@@ -367,6 +367,7 @@ class Study:
             except ApiError as exc:
                 log.warning("could not end the study's registration: %s", exc)
             self._session = None
+        self.service.ctx.optimizers.settle()  # a GP refit in its thread ends before we do
         self._storage.close()
 
     def __enter__(self) -> Study:

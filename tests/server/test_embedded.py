@@ -295,3 +295,12 @@ def test_the_pages_quick_start_runs_as_written_in_ten_lines_and_its_file_can_be_
     finally:
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=30)
+
+
+def test_bo_leaves_no_refit_thread_behind(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    space = {f"x{i}": {"type": "real", "low": 0.0, "high": 1.0} for i in range(4)}
+    s = spec(space=space, algorithm={"name": "bo", "seed": 0}, budget={"max_trials": 40})
+    with Study(tmp_path / "s.db", s) as study:
+        study.optimize(lambda t: sum((float(v) - 0.3) ** 2 for v in t.params.values()))
+    assert {t.name for t in set(threading.enumerate()) - before} == set()

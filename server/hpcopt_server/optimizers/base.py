@@ -82,6 +82,10 @@ class Optimizer(ABC):
         if unknown:
             raise ValueError(f"options.{unknown[0]} is not an option of this algorithm; known: {sorted(known)}")
 
+    def settle(self) -> None:  # noqa: B027 - a hook with nothing to do by default
+        """Waits for work this optimizer runs in the background (none unless it says so):
+        the embedded mode leaves no thread behind when it closes."""
+
     @abstractmethod
     def observe(self, trials: Sequence[d.Trial]) -> None:
         """Takes finished trials (any finished state; ``value`` set for COMPLETED)."""

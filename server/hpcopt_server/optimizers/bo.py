@@ -287,6 +287,9 @@ class BayesianOptimization(Optimizer):
         arrays = sum(a.nbytes for a in (m.X, m.y_raw, m.extra_raw, m.censored)) + m.factor.nbytes
         return int(arrays + 300 * len(self._rows))
 
+    def settle(self) -> None:
+        self.wait_for_refit()
+
     def wait_for_refit(self) -> None:
         """Blocks until a background refit is done (tests and benchmarks); it is used
         when its history size is due, as always."""

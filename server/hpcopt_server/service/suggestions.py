@@ -41,6 +41,13 @@ class OptimizerCache:
         self._building: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
 
+    def settle(self) -> None:
+        """Waits for the background work of every cached optimizer (a GP refit)."""
+        with self._lock:
+            optimizers = [e.optimizer for e in self._entries.values()]
+        for optimizer in optimizers:
+            optimizer.settle()
+
     def reserve(self, campaign_ids: list[int]) -> None:
         """Marks campaigns whose optimizers :meth:`warm` is about to build: a suggestion
         for one waits for it."""
