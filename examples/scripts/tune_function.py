@@ -34,7 +34,9 @@ def rosenbrock(x: float, y: float) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--server", help="gRPC address (default HPCOPT_SERVER or 127.0.0.1:50051)")
+    ap.add_argument(
+        "--server", help="gRPC address (default: HPCOPT_SERVER, else the connection file, else 127.0.0.1:50051)"
+    )
     ap.add_argument("--trials", type=int, default=30, help="the campaign's budget (default 30)")
     ap.add_argument("--campaign", type=int, help="work on this existing campaign instead of creating one")
     args = ap.parse_args()
