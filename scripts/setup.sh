@@ -41,15 +41,19 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$inputs" ]; then
   site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
   marker=.venv/.hpcopt-install-started
   touch "$marker"
-  mb0=$(du -sm "$site" 2>/dev/null | cut -f1 || echo 0)
+  # du and find meet files pip is replacing: their errors are expected, never fatal here
+  # (set -e and pipefail would end the setup while pip still runs).
+  size_mb() { local n; n=$( { du -sm "$site" 2>/dev/null || true; } | tail -n1 | cut -f1); case "$n" in '' | *[!0-9]*) n=0 ;; esac; echo "$n"; }
+  mb0=$(size_mb)
   while kill -0 "$pip_pid" 2>/dev/null; do
     sleep 1
     if kill -0 "$pip_pid" 2>/dev/null && [ $(( (SECONDS - started) % 5 )) = 0 ]; then
       listed=$(grep '^Installing collected packages:' "$log" | tail -n1 || true)
       if [ -n "$listed" ]; then
         total=$(echo "${listed#*:}" | tr ',' '\n' | grep -c . || true)
-        done_n=$(find "$site" -maxdepth 1 -name '*.dist-info' -newer "$marker" | wc -l)
-        mb=$(( $(du -sm "$site" 2>/dev/null | cut -f1 || echo "$mb0") - mb0 ))
+        done_n=$( { find "$site" -maxdepth 1 -name '*.dist-info' -newer "$marker" 2>/dev/null || true; } | wc -l)
+        mb=$(( $(size_mb) - mb0 ))
+        [ "$mb" -ge 0 ] || mb=0
         echo "setup: $((SECONDS - started)) s, installing into .venv: $done_n of $total packages, $mb MB written"
       else
         # pip's own last step: resolving (Collecting), fetching, building.
