@@ -19,7 +19,6 @@ serve the epoch instead of running the batch loop.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import math
 import random
@@ -38,6 +37,7 @@ from hpcopt import ApiError
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
 from hpcopt_agent.data import Data
+from hpcopt_agent.epoch import Batches, EpochDriver
 from hpcopt_agent.precision import Precision
 from hpcopt_agent.runtime import StopSignal
 from hpcopt_agent.schemes import Scheme, make_scheme
@@ -76,23 +76,11 @@ class _Run:
     single: bool
     scheme: Scheme
     precision: Precision
-    step_models: Any = None  # what the task's train_step gets (as the scheme wrapped them)
-    step_optimizers: Any = None
+    driver: EpochDriver
     epoch: int = 0
     batch: int = 0  # this rank's position in the epoch (asynchronous schemes: per rank)
     metrics: dict[str, float] = field(default_factory=dict)
     uri: str = ""  # the latest checkpoint
-    resumed: bool = False  # from a checkpoint, and no step taken since (Scheme.prime)
-
-
-@dataclass
-class _Epoch:
-    """What one rank did in an epoch's batch loop."""
-
-    stop_at: int | None = None  # the position where the ranks agreed to stop
-    samples: int = 0  # samples this rank read and trained
-    seconds: float = 0.0  # this rank's time in the batch loop
-    losses: list[float] = field(default_factory=list)
 
 
 def summarize(exc: BaseException, limit: int = 4000) -> str:
@@ -204,10 +192,10 @@ class FoldTrainer:
         link: TrialLink | None,
     ) -> FoldOutcome:
         params = trial.params
-        batch_size = run.scheme.rank_batch(self.task.batch_size(params))
+        batch_size = run.scheme.roles.rank_batch(self.task.batch_size(params))
         while run.epoch < self.s.epochs:
             t0 = time.perf_counter()
-            ep, error = _Epoch(), ""
+            ep, error = Batches(), ""
             try:
                 ep = self._train_epoch(run, trial, fold, train, batch_size)
             except Exception as exc:
@@ -223,11 +211,14 @@ class FoldTrainer:
                 out.status = "preempted"
                 return out
             samples = 0
-            try:
-                run.scheme.consensus(run.models)
+
+            def evaluate(ep: Batches = ep) -> tuple[dict[str, float], float]:
+                nonlocal samples
                 metrics, samples, train_loss = self._evaluate(run, validation, params, ep)
-                metrics.update(run.scheme.epoch_metrics())
-                run.scheme.end_epoch(run.epoch, train_loss)
+                return metrics, train_loss
+
+            try:
+                metrics = run.driver.end(run.epoch, run.models, evaluate)
             except Exception as exc:
                 metrics, error = {}, summarize(exc)
             code, error = self._agree(FAILED if error else OK, error)
@@ -271,18 +262,27 @@ class FoldTrainer:
         torch.manual_seed(seed_for(self.s.seed, trial.number, fold))
         random.seed(seed_for(self.s.seed, trial.number, fold, self.fold_comm.rank))
         np.random.seed(seed_for(self.s.seed, trial.number, fold, self.fold_comm.rank) % 2**32)
-        models, single = scheme.build(self.task, trial.params)
+        models, single = scheme.placement.build(self.task, trial.params)
         optimizers = as_dict(self.task.optimizer(trial.params, as_user(models, single)))
         if set(optimizers) - set(models) and not single:
             raise ValueError(f"Task.optimizer returned keys {sorted(optimizers)}; build returned {sorted(models)}")
-        run = _Run(models, optimizers, single, scheme, Precision(self.s.precision, self.comms.device))
+        precision = Precision(self.s.precision, self.comms.device)
         if state is not None:
             path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, trial.trial_id, fold)
-            scheme.load_models(path, state, models, optimizers)
+            scheme.placement.load_models(path, state, models, optimizers)
         step_models, step_optimizers = scheme.wrap(models, optimizers)
-        run.precision.compress(step_models)
-        step_optimizers = run.precision.wrap(step_optimizers)
-        run.step_models, run.step_optimizers = as_user(step_models, single), as_user(step_optimizers, single)
+        precision.compress(step_models)
+        step_optimizers = precision.wrap(step_optimizers)
+        driver = EpochDriver(
+            scheme,
+            self.task,
+            self.data,
+            trial.params,
+            precision,
+            as_user(step_models, single),
+            as_user(step_optimizers, single),
+        )
+        run = _Run(models, optimizers, single, scheme, precision, driver)
         if state is None:
             return run
         me = self.fold_comm.rank
@@ -295,7 +295,7 @@ class FoldTrainer:
         if len(scalers) == self.fold_comm.size:
             run.precision.load_state(scalers[me])
         run.uri = resume_uri
-        run.resumed = True
+        run.driver.resumed = True
         rng = state.get("rng") or []
         if len(rng) == self.fold_comm.size:
             torch_state, np_state, py_state = rng[me]
@@ -306,60 +306,18 @@ class FoldTrainer:
             log.info("resuming fold %d at %s (%s)", fold, position(run.epoch, run.batch, self.s.epochs), resume_uri)
         return run
 
-    def _train_epoch(self, run: _Run, trial: TrialInfo, fold: int, train: np.ndarray, batch_size: int) -> _Epoch:
-        """This rank's part of one epoch from ``run.batch`` on: the batch loop, or, on
-        a rank that does not train, serving the ones that do."""
-        scheme, ep = run.scheme, _Epoch()
+    def _train_epoch(self, run: _Run, trial: TrialInfo, fold: int, train: np.ndarray, batch_size: int) -> Batches:
+        """This rank's part of one epoch from ``run.batch`` on (the epoch driver)."""
         for model in run.models.values():
             model.train()
-        order = scheme.shard(train, seed_for(self.s.seed, trial.number, fold, run.epoch, 1))
-        chunks = self.data.batches(order, batch_size)
-        scheme.begin_epoch(run.epoch, run.batch, len(chunks), self.stop)
-        if not scheme.trains:
-            ep.stop_at = run.batch if scheme.serve(self.stop) else None
-            return ep
-        vote, device = scheme.vote(), self.comms.device
+        device = self.comms.device
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
-        t0 = time.perf_counter()
-        try:
-            for block in scheme.blocks(len(chunks), run.batch):
-                # The rank that reads (not a pipeline's later stages) gets the block's
-                # batches read ahead by the loader's workers while it trains.
-                reads = scheme.reads
-                batches = self.data.read([chunks[b] for b in block]) if reads else itertools.repeat(None)
-                for b, batch in zip(block, batches):  # noqa: B905 - the block decides; the reader follows
-                    with run.precision.active():
-                        if run.resumed:
-                            scheme.prime(self.task, batch)
-                            run.resumed = False
-                        loss = scheme.step(self.task, run.step_models, run.step_optimizers, batch, trial.params)
-                    run.precision.end_step()
-                    if loss is not None:
-                        ep.losses.append(float(loss))
-                    scheme.after_step(b, ep.losses[-1] if ep.losses else math.nan)
-                    if reads:
-                        ep.samples += len(chunks[b])
-                    if vote.step(self.stop.requested):
-                        ep.stop_at = b + 1
-                        break
-                if ep.stop_at is not None:
-                    break
-            else:
-                if vote.finish():
-                    ep.stop_at = len(chunks)
-        except Exception:
-            # Tell the scheme's peers (a parameter server waiting for this rank) before failing.
-            with contextlib.suppress(Exception):
-                scheme.abort()
-            raise
-        if scheme.end_batches(stopped=ep.stop_at is not None) and ep.stop_at is None:
-            ep.stop_at = run.batch  # the scheme stopped the epoch (a parameter server's "stop")
-        ep.seconds = time.perf_counter() - t0
-        return ep
+        seed = seed_for(self.s.seed, trial.number, fold, run.epoch, 1)
+        return run.driver.batches(run.epoch, run.batch, train, seed, batch_size, self.stop)
 
     def _evaluate(
-        self, run: _Run, validation: np.ndarray, params: dict[str, Any], ep: _Epoch
+        self, run: _Run, validation: np.ndarray, params: dict[str, Any], ep: Batches
     ) -> tuple[dict[str, float], int, float]:
         """The fold group's metrics (the ranks that read data each evaluate a share of
         the validation samples; the leader averages weighted by samples), the samples
@@ -368,18 +326,18 @@ class FoldTrainer:
         ``ranks_per_fold`` and ``fold_nodes`` it was measured at (the planner's model)
         and, on CUDA,
         ``peak_cuda_memory_mb`` (the largest over the fold group)."""
-        scheme = run.scheme
-        index, count = scheme.reader()
+        roles, placement = run.scheme.roles, run.scheme.placement
+        index, count = roles.reader()
         share = validation[index::count]
-        mine = share if scheme.reads else share[:0]
+        mine = share if roles.reads else share[:0]
         local: dict[str, float] = {}
-        if scheme.takes_part(len(share), len(mine)):
+        if placement.takes_part(len(share), len(mine)):
             for model in run.models.values():
                 model.eval()
-            size = self.data.eval_size(scheme.rank_batch(self.task.batch_size(params)))
+            size = self.data.eval_size(roles.rank_batch(self.task.batch_size(params)))
             with torch.no_grad(), run.precision.active():
                 batches = self.data.read(self.data.batches(mine, size))
-                local = scheme.evaluate(self.task, run.models, run.single, batches, params)
+                local = placement.evaluate(self.task, run.models, run.single, batches, params)
         device = self.comms.device
         peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
         trained = np.array([ep.samples, sum(ep.losses), len(ep.losses)], np.float64)
@@ -388,7 +346,7 @@ class FoldTrainer:
         longest = np.zeros(2, np.float64)
         self.fold_comm.Allreduce(np.array([ep.seconds, peak], np.float64), longest, op=MPI.MAX)
         train_loss = total[1] / total[2] if total[2] else math.nan
-        parts = gather(self.fold_comm, (scheme.evaluated(len(mine)), local))
+        parts = gather(self.fold_comm, (placement.evaluated(len(mine)), local))
         if parts is None:
             return {}, int(total[0]), train_loss
         n = sum(k for k, _ in parts if k)
@@ -411,7 +369,7 @@ class FoldTrainer:
         weights keeps them in its state)."""
         rng = (torch.get_rng_state(), np.random.get_state(), random.getstate())
         path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, trial.trial_id, fold)
-        held = run.scheme.save_models(path, run.models, run.optimizers)
+        held = run.scheme.placement.save_models(path, run.models, run.optimizers)
         states = gather(self.fold_comm, (rng, run.batch, run.scheme.state(), run.precision.state()))
         if states is None:
             return ""

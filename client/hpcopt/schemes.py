@@ -21,9 +21,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-#: The parameter-server family: fold rank 0 is the master, then sub-masters, then workers.
-PARAMETER_SERVER = ("downpour", "easgd", "gem")
-
 
 class KnobError(ValueError):
     """A knob value or a layout that cannot work; ``field`` names where it was given."""
@@ -46,6 +43,8 @@ class Knob:
     #: None is allowed and means "not set" (an unbounded staleness, a derived rate).
     optional: bool = False
     doc: str = ""
+    #: Choices that hand the training to another scheme (allreduce's backend horovod).
+    runs_as: tuple[tuple[str, str], ...] = ()
 
     def check(self, field: str, value: Any) -> Any:
         if value is None:
@@ -184,7 +183,15 @@ _PIPELINE = {
 }
 
 KNOBS: dict[str, dict[str, Knob]] = {
-    "allreduce": {"backend": Knob("ddp", str, choices=("ddp", "horovod"), doc="torch DDP, or Horovod (make horovod)")},
+    "allreduce": {
+        "backend": Knob(
+            "ddp",
+            str,
+            choices=("ddp", "horovod"),
+            doc="torch DDP, or Horovod (make horovod)",
+            runs_as=(("horovod", "horovod"),),
+        )
+    },
     "horovod": {},
     "daso": _DASO,
     "pipeline": _PIPELINE,
@@ -254,6 +261,61 @@ KNOBS: dict[str, dict[str, Knob]] = {
         ),
     },
 }
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What a scheme is, as the checks on both sides need it (never its name): the spec
+    and the agent ask these instead of comparing scheme names."""
+
+    #: Fold rank 0 serves (a master, then sub-masters, then workers: :class:`PsLayout`).
+    parameter_server: bool = False
+    #: Runs the task's loss through its own schedule, so the task may not override
+    #: ``train_step``; its stages would skip overflowing fp16 steps independently.
+    own_step: bool = False
+    #: Each rank holds a part of the model (a pipeline's stage), not all of it.
+    splits_model: bool = False
+    #: Knobs that must divide ``ranks_per_fold`` (ranks per node, stages).
+    divides: tuple[str, ...] = ()
+    #: Trains through Horovod, which the agent initializes once per job.
+    horovod: bool = False
+
+
+_PS_TRAITS = Traits(parameter_server=True)
+
+#: Every scheme's traits, by name (the agent's classes carry the same object).
+TRAITS: dict[str, Traits] = {
+    "allreduce": Traits(),
+    "horovod": Traits(horovod=True),
+    "daso": Traits(divides=("node_size",)),
+    "pipeline": Traits(own_step=True, splits_model=True, divides=("stages",)),
+    "downpour": _PS_TRAITS,
+    "easgd": _PS_TRAITS,
+    "gem": _PS_TRAITS,
+}
+
+
+def runs_as(scheme: str, knobs: dict[str, Any]) -> str:
+    """The scheme that trains ``scheme`` with these knobs: a knob choice may hand it to
+    another (allreduce with ``backend: horovod`` trains as horovod). The one place that
+    choice is made."""
+    for knob, spec in KNOBS.get(scheme, {}).items():
+        value = knobs.get(knob, spec.default)
+        target = next((t for choice, t in spec.runs_as if choice == value), None)
+        if target is not None:
+            return target
+    return scheme
+
+
+def may_run_as(schemes: tuple[str, ...], options: dict[str, dict[str, Any]], searched: tuple[str, ...]) -> set[str]:
+    """Every scheme a campaign's trials may train as: its schemes with the campaign's
+    knobs, and every target of a knob the space searches (``allreduce.backend``)."""
+    found = {runs_as(s, options.get(s, {})) for s in schemes}
+    for s in schemes:
+        for knob, spec in KNOBS.get(s, {}).items():
+            if f"{s}.{knob}" in searched:
+                found.update(target for _, target in spec.runs_as)
+    return found
 
 
 @dataclass(frozen=True)
@@ -363,17 +425,17 @@ def check_layout(scheme: str, knobs: dict[str, Any], ranks: int | None) -> None:
     planner has not chosen yet, and takes only ranks per fold that fit)."""
     if ranks is None:
         return
-    if scheme in PARAMETER_SERVER:
+    traits = TRAITS.get(scheme, Traits())
+    if traits.parameter_server:
         _check_ps_layout(scheme, knobs, ranks)
-    for knob in ("node_size", "stages"):
+    for knob in traits.divides:
         value = knobs.get(knob)
-        if scheme in ("daso", "pipeline") and value is not None and ranks % value:
+        if value is not None and ranks % value:
             raise KnobError(
                 f"training.options.{scheme}.{knob}",
                 f"{knob}={value} does not divide ranks_per_fold={ranks}; values that fit: {_divisors(ranks)}",
             )
-
-    if scheme == "pipeline" and knobs["schedule"] == "1f1b":
+    if knobs.get("schedule") == "1f1b":  # a pipeline's: one micro-batch per stage at least
         stages = knobs["stages"] or ranks
         if knobs["microbatches"] < stages:
             raise KnobError(
@@ -418,7 +480,7 @@ def _check_ps_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
             f"training.options.{scheme}.max_staleness",
             f"{bound} cannot be kept: a master serving {fan_in} workers sees each push at least {fan_in - 1} "
             f"updates late once all have pushed; use >= {fan_in - 1}"
-            + (", or synchronous: true" if scheme == "downpour" else ""),
+            + (", or synchronous: true" if "synchronous" in knobs else ""),
         )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from hpcopt.documents import DocumentError, parse_document
+from hpcopt.schemes import TRAITS, Traits
 from hpcopt.spec import CampaignSpec, SpecError, parse_spec
 from hpcopt.taskfile import own_method
 
@@ -69,12 +70,14 @@ def check_task_file(spec: CampaignSpec) -> None:
     schemes: list[str] = [training.scheme]
     if training.scheme == "search" and "scheme" in spec.space:
         schemes = [str(c) for c in getattr(spec.space["scheme"], "choices", [])]
-    if "pipeline" not in schemes:
+    staged = [s for s in schemes if TRAITS.get(s, Traits()).own_step]
+    if not staged:
         return
     found = own_method(training.task, "train_step")
     if found is not None:
         cls, line = found
-        how = "training.scheme is pipeline" if training.scheme == "pipeline" else "the scheme search includes pipeline"
+        searched = training.scheme not in staged
+        how = f"the scheme search includes {staged[0]}" if searched else f"training.scheme is {staged[0]}"
         raise SpecError(
             [
                 (

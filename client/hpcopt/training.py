@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hpcopt.schemes import KnobError, split_options
+from hpcopt.schemes import TRAITS, KnobError, Traits, split_options
 
 #: The options and their defaults.
 OPTIONS: dict[str, Any] = {
@@ -82,10 +82,11 @@ def check_options(options: dict[str, Any], schemes: Sequence[str] = ()) -> dict[
     _bool(at + "cudnn_benchmark", merged["cudnn_benchmark"])
     _choice(at + "folds_by", merged["folds_by"], FOLDS_BY)
     _choice(at + "precision", merged["precision"], PRECISIONS)
-    if merged["precision"] == "fp16" and "pipeline" in schemes:
+    staged = [s for s in schemes if TRAITS.get(s, Traits()).own_step]
+    if merged["precision"] == "fp16" and staged:
         raise KnobError(
             at + "precision",
-            "fp16 is not available with scheme pipeline (its stages would skip overflowing steps "
+            f"fp16 is not available with scheme {staged[0]} (its stages would skip overflowing steps "
             "independently); use bf16, which needs no loss scaling",
         )
     loader = merged["loader"]

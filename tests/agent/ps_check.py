@@ -33,7 +33,9 @@ from hpcopt.schemes import resolve
 from hpcopt_agent.checkpoint import save
 from hpcopt_agent.comm import Comms, limit_threads, split
 from hpcopt_agent.data import Data
+from hpcopt_agent.epoch import EpochDriver
 from hpcopt_agent.layout import plan
+from hpcopt_agent.precision import Precision
 from hpcopt_agent.schemes import StopVote, make_scheme
 from hpcopt_agent.task import Task, as_dict, as_user
 from tests.agent.tasks import Regression, TinyGan
@@ -101,7 +103,7 @@ class Result:
 
 
 class Run:
-    """One fold of training with a scheme, the way the fold loop drives it."""
+    """One fold of training with a scheme, through the fold loop's own epoch driver."""
 
     def __init__(
         self, comms: Comms, name: str, knobs: dict[str, Any], task: Task, params: dict[str, Any], epochs: int = 1
@@ -109,56 +111,55 @@ class Run:
         resolved = resolve(name, {name: knobs}, comms.fold.size)
         self.scheme = make_scheme(name, comms, resolved, epochs=epochs, timeout=60)
         torch.manual_seed(0)
-        self.models, self.single = self.scheme.build(task, params)
+        self.models, self.single = self.scheme.placement.build(task, params)
         self.optimizers = as_dict(task.optimizer(params, as_user(self.models, self.single)))
         sm, so = self.scheme.wrap(self.models, self.optimizers)
-        self.step_models, self.step_optimizers = as_user(sm, self.single), as_user(so, self.single)
+        precision = Precision("fp32", comms.device)
+        self.driver = EpochDriver(
+            self.scheme,
+            task,
+            Data(task.dataset, comms.device),
+            params,
+            precision,
+            as_user(sm, self.single),
+            as_user(so, self.single),
+        )
         self.task, self.params, self.comms = task, params, comms
         self.epoch, self.batch = 0, 0
         self.steps = 0  # training steps this rank took
-        self.resumed = False
 
     def train(
         self, data: Data, train: np.ndarray, epochs: int, batch: int, stop: Stop | None = None, sleep: float = 0.0
     ) -> bool:
         """Trains to ``epochs``; returns False when the stop cut it short."""
         s, stop = self.scheme, stop or Stop()
+        self.driver.data = data
+
+        def each_step(b: int) -> None:
+            if sleep:
+                time.sleep(sleep)
+            self.steps += 1
+            here = stop.rank is None or world.rank == stop.rank
+            stop.requested = stop.requested or (here and b >= stop.at and self.epoch == 1)
+
         while self.epoch < epochs:
-            size = s.rank_batch(batch)  # before shard, as in the fold loop (a pipeline pads to it)
-            chunks = data.batches(s.shard(train, seed=self.epoch), size)
-            s.begin_epoch(self.epoch, self.batch, len(chunks), stop)
-            stopped, losses = False, []
-            if s.trains:
-                vote = s.vote() if stop.rank is not None else StopVote(None)
-                for b in (i for block in s.blocks(len(chunks), self.batch) for i in block):
-                    if sleep:
-                        time.sleep(sleep)
-                    batch_data = data.batch(chunks[b])
-                    if self.resumed:  # as the fold loop does
-                        s.prime(self.task, batch_data)
-                        self.resumed = False
-                    loss = s.step(self.task, self.step_models, self.step_optimizers, batch_data, {})
-                    self.steps += 1
-                    losses += [] if loss is None else [float(loss)]
-                    s.after_step(b, float("nan") if loss is None else float(loss))
-                    here = stop.rank is None or world.rank == stop.rank
-                    stop.requested = stop.requested or (here and b >= stop.at and self.epoch == 1)
-                    if vote.step(stop.requested):
-                        self.batch, stopped = b + 1, True
-                        break
-                else:
-                    if vote.finish():
-                        self.batch, stopped = len(chunks), True
-                stopped = s.end_batches(stopped) or stopped
-            else:
-                stopped = s.serve(stop)
-            stopped = bool(self.comms.fold.allreduce(stopped, op=MPI.LOR))
+            size = s.roles.rank_batch(batch)  # before shard, as in the fold loop (a pipeline pads to it)
+            vote = None if stop.rank is not None else StopVote(None)
+            done = self.driver.batches(
+                self.epoch, self.batch, train, self.epoch, size, stop, vote=vote, each_step=each_step
+            )
+            if done.stop_at is not None:
+                self.batch = done.stop_at
+            stopped = bool(self.comms.fold.allreduce(done.stop_at is not None, op=MPI.LOR))
             if stopped:
                 return False
-            s.consensus(self.models)
-            self.metrics = s.epoch_metrics()
-            total, count = self.comms.fold.allreduce(np.array([sum(losses), len(losses)]), op=MPI.SUM)
-            s.end_epoch(self.epoch, total / count if count else float("nan"))
+            losses = done.losses
+
+            def mean_loss(losses: list[float] = losses) -> tuple[dict[str, float], float]:
+                total, count = self.comms.fold.allreduce(np.array([sum(losses), len(losses)]), op=MPI.SUM)
+                return {}, total / count if count else float("nan")
+
+            self.metrics = self.driver.end(self.epoch, self.models, mean_loss)
             self.epoch, self.batch = self.epoch + 1, 0
         return True
 
@@ -167,7 +168,7 @@ class Run:
         weights_only=True), into a fresh directory shared by the ranks."""
         where = self.comms.fold.bcast(tempfile.mkdtemp(dir=_scratch()) if self.comms.fold.rank == 0 else None)
         path = Path(where) / "fold0.pt"
-        held = self.scheme.save_models(path, self.models, self.optimizers)
+        held = self.scheme.placement.save_models(path, self.models, self.optimizers)
         parts = self.comms.fold.gather((self.batch, self.scheme.state(), torch.get_rng_state()), root=0)
         if parts is not None:
             save(path, {**held, "epoch": self.epoch, "ranks": parts})
@@ -176,12 +177,12 @@ class Run:
 
     def resume(self, path: Path) -> None:
         state = torch.load(path, weights_only=True)
-        self.scheme.load_models(path, state, self.models, self.optimizers)
+        self.scheme.placement.load_models(path, state, self.models, self.optimizers)
         self.epoch = state["epoch"]
         self.batch, scheme_state, rng = state["ranks"][self.comms.fold.rank]
         self.scheme.load_state(scheme_state)
         torch.set_rng_state(rng)
-        self.resumed = True
+        self.driver.resumed = True
 
     def result(self) -> Result:
         central = self.comms.fold.bcast(self.scheme.flat.get() if self.comms.fold.rank == 0 else None, root=0)
@@ -235,7 +236,7 @@ def degenerate(comms: Comms) -> None:
     train = np.arange(200)
     params = {"lr": 0.05}
 
-    def sequential(rule: str, momentum: float = 0.0) -> torch.Tensor:
+    def sequential(elastic: bool, momentum: float = 0.0) -> torch.Tensor:
         torch.manual_seed(0)
         model = task.build(params)
         opt = task.optimizer(params, model)
@@ -246,25 +247,25 @@ def degenerate(comms: Comms) -> None:
             order = np.random.default_rng(epoch).permutation(train)
             for chunk in data.batches(order, 16):
                 task.train_step(model, opt, data.batch(chunk), params)
-                if rule == "easgd":  # alpha = beta / 1 worker = 0.5, both from pre-exchange values
+                if elastic:  # EASGD's alpha = beta / 1 worker = 0.5, both from pre-exchange values
                     x = flat({"m": model}).clone()
                     new_x, centre = x - 0.5 * (x - centre), centre + 0.5 * (x - centre)
                     torch.nn.utils.vector_to_parameters(new_x, model.parameters())
-        return centre if rule == "easgd" else flat({"m": model})
+        return centre if elastic else flat({"m": model})
 
+    # name: (scheme, knobs, whether the closed form is elastic, the worker's momentum)
     cases = {
-        "downpour": {"sync_every": 1},
-        "easgd": {"tau": 1, "beta": 0.5},
-        "eamsgd": {"tau": 1, "beta": 0.5, "momentum": 0.9},
-        "gem": {"sync_every": 1, "momentum": 0.0, "kappa": 1.0},
+        "downpour": ("downpour", {"sync_every": 1}, False, 0.0),
+        "easgd": ("easgd", {"tau": 1, "beta": 0.5}, True, 0.0),
+        "eamsgd": ("easgd", {"tau": 1, "beta": 0.5, "momentum": 0.9}, True, 0.9),
+        "gem": ("gem", {"sync_every": 1, "momentum": 0.0, "kappa": 1.0}, False, 0.0),
     }
     g = world.size - 1
-    for name, knobs in cases.items():
-        scheme = "easgd" if name == "eamsgd" else name
+    for name, (scheme, knobs, elastic, momentum) in cases.items():
         run = Run(comms, scheme, {**knobs, "worker_ranks": g}, task, params)
         assert run.train(data, train, epochs=2, batch=16)
         got = run.result().central
-        want = sequential("easgd" if scheme == "easgd" else "sgd", 0.9 if name == "eamsgd" else 0.0)
+        want = sequential(elastic, momentum)
         err = float((got - want).abs().max())
         assert err <= 1e-6, f"{name}: max |delta| {err:.3g} from the sequential rule"
         say(f"OK degenerate {name}{f' (one worker of {g} ranks)' if g > 1 else ''}: max |delta| = {err:.2g}")
@@ -413,7 +414,7 @@ def hybrid(comms: Comms) -> None:
         run.train(ddata, dtrain, epochs=4, batch=64)
         with torch.no_grad():
             acc[name] = digits.evaluate(run.models["model"], [ddata.batch(dval)], {})["accuracy"]
-        if name != "allreduce":
+        if run.scheme.traits.parameter_server:
             # The weights each rank trains on (consensus stashed them): equal within a worker.
             local = run.scheme.stash if run.scheme.stash is not None else run.scheme.flat.get()
             views = comms.fold.allgather(local)

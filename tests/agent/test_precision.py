@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 import torch
 
+from hpcopt.schemes import TRAITS
 from hpcopt_agent.checkpoint import stage_path
 from tests.agent.conftest import AgentServer, agent_spec, dump, trial_json
+
+pytestmark = pytest.mark.mpi
 
 
 def _spec(task: str, scheme: str, precision: str, **knobs: Any) -> dict[str, Any]:
@@ -53,7 +56,7 @@ def test_a_campaign_trains_in_reduced_precision(
     path = Path(uri.removeprefix("file://"))
     saved = torch.load(path, weights_only=True)
     tensors = list(saved["models"].get("model", {}).values())
-    if scheme == "pipeline":  # each stage in its own file, written by the stage's rank
+    if TRAITS[scheme].splits_model:  # each stage in its own file, written by the stage's rank
         assert saved["models"] == {} and saved["pipeline_stages"] == 2, saved
         tensors = [
             t for s in range(2) for t in torch.load(stage_path(path, s, 2), weights_only=True)["tensors"].values()

@@ -67,8 +67,18 @@ def test_inactive_parameters_never_leave_the_optimizer(name: str) -> None:
             check_active(space, p)
             seen.add(tuple(sorted(p.items())))
             branches.add(p["optimizer"])
-            trials.append(d.Trial(id=number, campaign_id=1, number=number, state=d.TrialState.COMPLETED,
-                                  attempt=1, params=p, created_at=NOW, value=loss(p)))  # fmt: skip
+            trials.append(
+                d.Trial(
+                    id=number,
+                    campaign_id=1,
+                    number=number,
+                    state=d.TrialState.COMPLETED,
+                    attempt=1,
+                    params=p,
+                    created_at=NOW,
+                    value=loss(p),
+                )
+            )
             number += 1
         opt.observe(trials)
     assert branches == {"sgd", "adam", "lbfgs"}
@@ -108,8 +118,20 @@ def test_bo_finds_the_best_branch_and_its_setting() -> None:
         for i in range(30):
             [p] = opt.suggest(1, pending=[])
             best = min(best, loss(p))
-            opt.observe([d.Trial(id=i, campaign_id=1, number=i, state=d.TrialState.COMPLETED, attempt=1,
-                                 params=p, created_at=NOW, value=loss(p))])  # fmt: skip
+            opt.observe(
+                [
+                    d.Trial(
+                        id=i,
+                        campaign_id=1,
+                        number=i,
+                        state=d.TrialState.COMPLETED,
+                        attempt=1,
+                        params=p,
+                        created_at=NOW,
+                        value=loss(p),
+                    )
+                ]
+            )
         return best - 0.02  # the optimum: sgd, lr 0.01, momentum 0.9, nesterov, history 2
 
     bo = [run("bo", s) for s in range(5)]
@@ -129,13 +151,22 @@ def test_a_scheme_search_reaches_agents_with_only_its_schemes_knobs(service: Ser
         algorithm={"name": algorithm, "seed": 1, "options": options},
         budget={"max_trials": 12, "max_parallel": 4},
         folds=1,
-        training={"task": "tests:task", "epochs": 2, "ranks_per_fold": 4, "scheme": {"search": {
-            "allreduce": {},
-            "easgd": {"beta": {"type": "real", "low": 0.3, "high": 0.99},
-                      "tau": {"type": "int", "low": 1, "high": 16, "scale": "log"}},
-            "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
-        }}},
-    )  # fmt: skip
+        training={
+            "task": "tests:task",
+            "epochs": 2,
+            "ranks_per_fold": 4,
+            "scheme": {
+                "search": {
+                    "allreduce": {},
+                    "easgd": {
+                        "beta": {"type": "real", "low": 0.3, "high": 0.99},
+                        "tau": {"type": "int", "low": 1, "high": 16, "scale": "log"},
+                    },
+                    "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
+                }
+            },
+        },
+    )
     campaign = service.campaigns.create(spec)
     stored = service.campaigns.get(campaign.id).campaign.spec
     assert stored["training"]["scheme"] == "search"
@@ -151,6 +182,6 @@ def test_a_scheme_search_reaches_agents_with_only_its_schemes_knobs(service: Ser
         assert set(p) == {"lr", "scheme"} | knobs[str(p["scheme"])], p
         assert list(p)[:2] == ["lr", "scheme"]  # the spec's order
         lease = Lease(agent, got.trial.id, got.lease_id)
-        service.agents.report_fold(lease, 0, float(p["lr"]) + (0.1 if p["scheme"] == "easgd" else 0.0))
+        service.agents.report_fold(lease, 0, float(p["lr"]) + {"easgd": 0.1}.get(str(p["scheme"]), 0.0))
         service.agents.complete(lease)
     assert schemes == {"allreduce", "easgd", "daso"}

@@ -18,9 +18,11 @@ from tests.conftest import ROOT, make_spec
 
 def _when(when: dict[str, Any], parent: dict[str, Any] | None = None, missing: bool = False) -> dict[str, Any]:
     """A space whose ``m`` has ``when``, beside a categorical ``opt`` (``parent`` replaces it)."""
-    space: dict[str, Any] = {"lr": {"type": "real", "low": 0.01, "high": 1},
-                             "act": {"type": "categorical", "choices": ["relu"]},
-                             "opt": parent or {"type": "categorical", "choices": ["sgd", "adam"]}}  # fmt: skip
+    space: dict[str, Any] = {
+        "lr": {"type": "real", "low": 0.01, "high": 1},
+        "act": {"type": "categorical", "choices": ["relu"]},
+        "opt": parent or {"type": "categorical", "choices": ["sgd", "adam"]},
+    }
     if missing:
         del space["opt"]
     space["m"] = {"type": "real", "low": 0, "high": 1, "when": when}
@@ -41,7 +43,7 @@ def test_a_full_spec_gets_its_defaults() -> None:
     spec = parse_spec({**make_spec(), "algorithm": "random"})
     assert spec.algorithm.name == "random" and spec.algorithm.seed is None
     # ranks_per_fold unset: the agent's planner chooses it (issue 61).
-    assert spec.training.scheme == "allreduce" and spec.training.ranks_per_fold is None
+    assert (spec.training.scheme, spec.training.ranks_per_fold) == ("allreduce", None)
     assert spec.space["lr"].scale == "log"  # type: ignore[union-attr]
 
 
@@ -226,11 +228,22 @@ def test_errors_name_the_field_and_what_is_allowed(change: dict[str, Any], field
 
 
 def test_a_scheme_search_is_normalized_into_a_conditional_space() -> None:
-    spec = make_spec(training={"task": "t:T", "ranks_per_fold": 4, "scheme": {"search": {
-        "allreduce": {},
-        "easgd": {"beta": {"type": "real", "low": 0.3, "high": 0.99}, "tau": {"type": "int", "low": 1, "high": 16}},
-        "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
-    }}})  # fmt: skip
+    spec = make_spec(
+        training={
+            "task": "t:T",
+            "ranks_per_fold": 4,
+            "scheme": {
+                "search": {
+                    "allreduce": {},
+                    "easgd": {
+                        "beta": {"type": "real", "low": 0.3, "high": 0.99},
+                        "tau": {"type": "int", "low": 1, "high": 16},
+                    },
+                    "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
+                }
+            },
+        }
+    )
     canonical = spec_to_json_dict(parse_spec(spec))
     assert canonical["training"]["scheme"] == "search"
     space = canonical["space"]
@@ -293,10 +306,11 @@ def test_a_spec_file_with_an_alias_is_refused(tmp_path: Path) -> None:
         load_spec_file(path)
 
 
-def _pipeline_spec(tmp_path: Path, task: str, scheme: str = "pipeline", name: str = "spec.yaml") -> Path:
-    training = f"{{task: {json.dumps(task)}, scheme: {scheme}, ranks_per_fold: 2}}"
+def _pipeline_spec(tmp_path: Path, task: str, searched: bool = False, name: str = "spec.yaml") -> Path:
+    """A campaign training with scheme pipeline, or (``searched``) searching it against allreduce."""
+    training = f"{{task: {json.dumps(task)}, scheme: pipeline, ranks_per_fold: 2}}"
     space = "{lr: {type: real, low: 0.01, high: 0.05}}"
-    if scheme != "pipeline":
+    if searched:
         training = (
             f"{{task: {json.dumps(task)}, ranks_per_fold: 2, scheme: {{search: {{allreduce: {{}}, pipeline: {{}}}}}}}}"
         )
@@ -318,27 +332,37 @@ def test_a_pipeline_over_a_task_with_its_own_train_step_is_refused_at_submission
         "tests/agent/tasks.py:TinyGan": "TinyGan (line",
     }
     for task, named in cases.items():
-        for scheme in ("pipeline", "search"):
+        for searched in (False, True):
             with pytest.raises(SpecError) as err:
-                load_spec_file(_pipeline_spec(tmp_path, task, scheme))
+                load_spec_file(_pipeline_spec(tmp_path, task, searched))
             [(field, message)] = err.value.errors
             assert field == "training.task" and f"cannot use the custom train_step of {named}" in message, message
-            assert ("the scheme search includes pipeline" in message) == (scheme == "search"), message
+            assert ("the scheme search includes pipeline" in message) == searched, message
     # An instance of a class with the default step, and a file this machine cannot read, pass.
     (tmp_path / "mine").mkdir()
     monkeypatch.chdir(tmp_path)  # a task file is relative (to the agent's task root): an absolute one is refused
     fine = tmp_path / "mine" / "task_ok.py"
-    fine.write_text("from hpcopt_agent import Task\n\nclass Net(Task):\n    def loss(self, o, b):\n        return o\n\n"
-                    "class Mine(Net):\n    pass\n\ntask = Mine()\n")  # fmt: skip
+    fine.write_text(
+        "from hpcopt_agent import Task\n\nclass Net(Task):\n    def loss(self, o, b):\n        return o\n\n"
+        "class Mine(Net):\n    pass\n\ntask = Mine()\n"
+    )
     load_spec_file(_pipeline_spec(tmp_path, "mine/task_ok.py:task"))
     load_spec_file(_pipeline_spec(tmp_path, "elsewhere/task.py:Task"))
     # A base class in the same file that overrides it is found through the instance.
-    fine.write_text(fine.read_text().replace("        return o\n", "        return o\n\n    def train_step(self):\n"
-                                             "        return 0.0\n"))  # fmt: skip
+    fine.write_text(
+        fine.read_text().replace(
+            "        return o\n", "        return o\n\n    def train_step(self):\n        return 0.0\n"
+        )
+    )
     with pytest.raises(SpecError, match="custom train_step of Net"):
         load_spec_file(_pipeline_spec(tmp_path, "mine/task_ok.py:task"))
     # As a user meets it: hpcopt submit refuses before anything reaches a server.
     cli = [str(Path(sys.executable).parent / "hpcopt"), "submit", "--dry-run"]
-    out = subprocess.run([*cli, str(_pipeline_spec(tmp_path, "tests/agent/tasks.py:PlainBackward"))],
-                         capture_output=True, text=True, cwd=ROOT, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [*cli, str(_pipeline_spec(tmp_path, "tests/agent/tasks.py:PlainBackward"))],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert out.returncode == 2 and "custom train_step of PlainBackward" in out.stderr, out.stderr

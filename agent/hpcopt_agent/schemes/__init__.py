@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from hpcopt.schemes import may_run_as, runs_as
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.allreduce import AllReduce
-from hpcopt_agent.schemes.base import Scheme, StopVote
+from hpcopt_agent.schemes.base import Placement, Roles, Scheme, Stop, StopVote
 from hpcopt_agent.schemes.daso import DASO
 from hpcopt_agent.schemes.horovod import HorovodAllReduce
 from hpcopt_agent.schemes.pipeline import Pipeline
@@ -30,31 +31,36 @@ def check_scheme(name: str) -> type[Scheme]:
 
 def check_task(name: str, task: Task) -> None:
     """What a scheme cannot train, refused when the agent starts."""
-    if name == "pipeline" and type(task).train_step is not Task.train_step:
+    if not check_scheme(name).accepts(task):
         raise SettingsError(
-            f"training.scheme: pipeline runs the task's loss through its schedule, so it cannot use the custom "
+            f"training.scheme: {name} runs the task's loss through its schedule, so it cannot use the custom "
             f"train_step of {type(task).__name__}; drop the override (the default step is forward, loss, "
             "backward, step) or use another scheme"
         )
 
 
 def make_scheme(name: str, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> Scheme:
-    """A scheme for one fold of one trial (collective over the fold group)."""
-    if name == "allreduce" and knobs.get("backend") == "horovod":
-        name = "horovod"
-    return check_scheme(name)(comms, knobs, epochs, timeout)
+    """A scheme for one fold of one trial (collective over the fold group); a knob may
+    hand ``name`` to another scheme (``hpcopt.schemes.runs_as``)."""
+    return check_scheme(runs_as(name, knobs))(comms, knobs, epochs, timeout)
 
 
 def uses_horovod(settings: TrainingSettings) -> bool:
     """Whether a trial of the campaign may train with Horovod (then the agent
     initializes it at start)."""
-    return (
-        "horovod" in settings.schemes
-        or (
-            "allreduce" in settings.schemes and settings.scheme_options.get("allreduce", {}).get("backend") == "horovod"
-        )
-        or "allreduce.backend" in settings.param_names
-    )
+    found = may_run_as(settings.schemes, settings.scheme_options, settings.param_names)
+    return any(SCHEMES[s].traits.horovod for s in found if s in SCHEMES)
 
 
-__all__ = ["SCHEMES", "Scheme", "StopVote", "check_scheme", "check_task", "make_scheme", "uses_horovod"]
+__all__ = [
+    "SCHEMES",
+    "Placement",
+    "Roles",
+    "Scheme",
+    "Stop",
+    "StopVote",
+    "check_scheme",
+    "check_task",
+    "make_scheme",
+    "uses_horovod",
+]

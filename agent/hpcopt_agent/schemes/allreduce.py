@@ -5,13 +5,15 @@ consensus, checkpoint and stop vote are right as they are)."""
 
 from __future__ import annotations
 
+from hpcopt.schemes import TRAITS
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
 
 
 class AllReduce(Scheme):
     name = "allreduce"
+    traits = TRAITS[name]
 
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         if self.comms.pg is None:  # one rank per fold: nothing to synchronize
             return models, optimizers
-        return self.ddp(models, self.comms.pg), optimizers
+        return self.placement.ddp(models, self.comms.pg), optimizers

@@ -1,31 +1,29 @@
-"""The parallelism-scheme interface: how the ranks of one fold group train together.
+"""The parallelism-scheme contract: how the ranks of one fold group train together.
 
-A scheme is built per trial and fold (its knobs may come from the trial's params) and
-owns everything that differs between synchronous, asynchronous and hierarchical
-training, so the fold loop (``fold.py``) has no special cases:
+A scheme is built per trial and fold (its knobs may come from the trial's params). The
+epoch driver (:mod:`hpcopt_agent.epoch`) is the only code that calls its hooks, and it
+fixes their order; the fold trainer and the conformance harness both run it. A scheme
+is a small core of epoch hooks and two facets with default objects:
 
-- **roles**: ranks that train (``trains``) run the batch loop; the others (a parameter
-  server's master and sub-masters) run :meth:`serve` for the epoch instead;
-- **data**: :meth:`shard` deals an epoch's samples over the training ranks;
-  :meth:`rank_batch` is one rank's share of the global batch; :attr:`reads` says
-  whether this rank reads samples at all (a parameter server's master, a pipeline's
-  later stages do not), :meth:`reader` its share of the validation samples;
-- **wrapping**: :meth:`wrap` returns the models *and optimizers* the task's
-  ``train_step`` uses (DDP models, gradient-collecting optimizers), so the step stays
-  plain PyTorch;
-- **steps and stops**: :meth:`blocks` yields the batches a rank trains, in runs that
-  the input pipeline reads ahead (a parameter server hands out blocks as workers
-  ask); :meth:`after_step` sees every step
-  and its loss; :meth:`vote` combines the stop signal over the ranks that train, so they
-  stop after the same batch; :meth:`end_batches` closes a rank's part of the epoch;
-- **epoch boundaries** stay synchronous: :meth:`consensus` gives every rank the weights
-  to evaluate, :meth:`epoch_metrics` adds the scheme's own figures (staleness),
-  :meth:`end_epoch` gets the epoch's training loss;
-- **checkpoints**: :meth:`state`/:meth:`load_state` carry each rank's scheme state
-  (master optimizer, local weights, moments, clocks) next to the fold's weights.
+- :class:`Roles` (``scheme.roles``): who trains, who reads samples and which, how an
+  epoch's samples are dealt, who serves instead of training (a parameter server's
+  master and sub-masters) and how the ranks that train agree on a stop (the vote);
+- :class:`Placement` (``scheme.placement``): where the models live and how they are
+  built, stepped, evaluated, saved and loaded (a pipeline holds one stage per rank);
+- the core, in the driver's order: :meth:`Scheme.wrap` (the models and optimizers the
+  task's step uses), then per epoch :meth:`~Scheme.begin_epoch`,
+  :meth:`~Scheme.blocks` and :meth:`~Scheme.after_step` around every step,
+  :meth:`~Scheme.end_batches`, then :meth:`~Scheme.consensus` (the weights to
+  evaluate) and :meth:`~Scheme.end_epoch` (the epoch's loss in, the scheme's figures
+  out); :meth:`~Scheme.state`/:meth:`~Scheme.load_state` at checkpoints and
+  :meth:`~Scheme.close` at the fold's end.
 
-Register a new scheme in ``hpcopt_agent.schemes.SCHEMES``; its knobs (defaults and
-checks) go in ``hpcopt.schemes.KNOBS`` so the server validates them at submission.
+What a scheme is (a parameter server, a model split into stages, trained through
+Horovod) is its :attr:`Scheme.traits`, the same object the spec's checks read
+(``hpcopt.schemes.TRAITS``); nothing compares scheme names. Register a new scheme in
+``hpcopt_agent.schemes.SCHEMES``; its knobs and traits go in ``hpcopt.schemes`` so the
+server checks them at submission. ``docs/development.md`` says how to add one and
+which conformance checks it must pass.
 """
 
 from __future__ import annotations
@@ -33,7 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -41,11 +39,20 @@ from mpi4py import MPI
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from hpcopt.schemes import Traits
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.task import Task, as_dict, as_user
 
 Models = dict[str, nn.Module]
 Optimizers = dict[str, torch.optim.Optimizer]
+
+
+class Stop(Protocol):
+    """A rank's stop signal (SIGTERM/SIGUSR1 on an agent; a planned step in the
+    conformance harness): the epoch stops after the batch at which it is requested."""
+
+    @property
+    def requested(self) -> bool: ...
 
 
 class StopVote:
@@ -102,25 +109,19 @@ class StopVote:
         return bool(self.recv[0])
 
 
-class Scheme:
-    name: ClassVar[str]
+class Roles:
+    """Who trains, reads, serves and votes. The default: every rank of the fold group
+    trains data-parallel on its share of every batch and reads its own samples."""
 
-    def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
-        self.comms = comms
-        self.timeout = timeout  # seconds a rank may wait for another (the collective timeout)
-        self.fold = comms.fold
-        self.rank = comms.fold.rank
-        self.size = comms.fold.size
-        self.knobs = knobs
-        self.epochs = epochs
+    def __init__(self, fold: MPI.Comm, train_rank: int | None = None, train_size: int | None = None) -> None:
+        self.fold = fold
         #: This rank's place among the ranks that train, and how many there are.
-        self.train_rank, self.train_size = self.rank, self.size
-        self.ddps: list[DistributedDataParallel] = []  # what :meth:`ddp` wrapped
-
-    # -- roles and data ------------------------------------------------------------------
+        self.train_rank = fold.rank if train_rank is None else train_rank
+        self.train_size = fold.size if train_size is None else train_size
 
     @property
     def trains(self) -> bool:
+        """Whether this rank runs the batch loop (else it serves the epoch)."""
         return True
 
     @property
@@ -149,22 +150,34 @@ class Scheme:
         """Samples per training rank and step for a fold's global batch size."""
         return max(1, batch_size // self.train_size)
 
+    def vote(self) -> StopVote:
+        """The stop vote of the ranks that train."""
+        return StopVote(self.fold)
+
+    def serve(self, stop: Stop) -> bool:
+        """The epoch on a rank that does not train; returns whether it ended in a stop."""
+        raise NotImplementedError("every rank trains")
+
+
+class Placement:
+    """Where the models live and how they are built, stepped, evaluated, saved and
+    loaded. The default: every rank holds the whole of every model on its device."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.ddps: list[DistributedDataParallel] = []  # what :meth:`ddp` wrapped
+
     def build(self, task: Task, params: dict[str, Any]) -> tuple[Models, bool]:
         """The task's models on this rank's device, and whether ``build`` returned one
-        model (not a dict). A scheme that shards the model materializes only this
+        model (not a dict). A placement that shards the model materializes only this
         rank's part of it."""
         built = task.build(params)
-        return {k: m.to(self.comms.device) for k, m in as_dict(built).items()}, isinstance(built, nn.Module)
-
-    def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
-        """The models and optimizers the task's training step uses; the originals in
-        ``models`` keep the weights that are evaluated and checkpointed."""
-        return models, optimizers
+        return {k: m.to(self.device) for k, m in as_dict(built).items()}, isinstance(built, nn.Module)
 
     def ddp(self, models: Models, pg: Any) -> Models:
         """Each trainable model in DistributedDataParallel over the torch process group
         ``pg`` (gradients averaged over its ranks in every backward pass)."""
-        device_ids = [self.comms.device.index] if self.comms.device.type == "cuda" else None
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
         wrapped = {
             name: DistributedDataParallel(model, device_ids=device_ids, process_group=pg)
             if any(p.requires_grad for p in model.parameters())
@@ -187,7 +200,7 @@ class Scheme:
             return
         [ddp] = self.ddps
         buffers = [b.clone() for b in ddp.module.buffers()]
-        devices = [self.comms.device] if self.comms.device.type == "cuda" else []
+        devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.autograd.backward(task.loss(ddp(batch[0]), batch))
         with torch.no_grad():
@@ -195,46 +208,15 @@ class Scheme:
                 b.copy_(saved)
         ddp.module.zero_grad(set_to_none=True)
 
-    # -- one epoch -----------------------------------------------------------------------
-
-    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
-        """Before the epoch's batches (``start`` > 0 when resuming mid-epoch; ``stop``
-        is this rank's stop signal, with ``.requested``)."""
-
-    def blocks(self, n_batches: int, start: int) -> Iterator[range]:
-        """The batches (indices into the epoch's ``n_batches``) this rank trains, in
-        order, as runs known in advance (the next run may depend on the last step)."""
-        if start < n_batches:
-            yield range(start, n_batches)
-
     def step(self, task: Task, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float | None:
         """One training step of this rank (the task's ``train_step``; a pipeline runs its
         schedule instead); returns the batch's loss, or None where this rank has none."""
         return task.train_step(models, optimizers, batch, params)
 
-    def after_step(self, step: int, loss: float) -> None:
-        """After every training step of this rank."""
-
-    def vote(self) -> StopVote:
-        """The stop vote of the ranks that train."""
-        return StopVote(self.fold)
-
-    def serve(self, stop: Any) -> bool:
-        """The epoch on a rank that does not train; returns whether it ended in a stop."""
-        raise NotImplementedError(f"{self.name}: every rank trains")
-
-    def end_batches(self, stopped: bool) -> bool:
-        """After this rank's last batch of the epoch, after the agreed stop
-        (``stopped``), or after an error; returns whether the epoch stops here."""
-        return stopped
-
-    def abort(self) -> None:
-        """This rank failed in the epoch's batches: tell peers that wait for it (without
-        a collective: the others may be anywhere)."""
-        self.end_batches(stopped=True)
-
-    def consensus(self, models: Models) -> None:
-        """Collective: leaves in ``models`` on every rank the weights to evaluate."""
+    def takes_part(self, share: int, read: int) -> bool:
+        """Whether this rank takes part in evaluating its share (``share`` samples, of
+        which it reads ``read``)."""
+        return read > 0
 
     def evaluate(
         self, task: Task, models: Models, single: bool, batches: Iterator[Any], params: dict[str, Any]
@@ -244,39 +226,91 @@ class Scheme:
         found = task.evaluate(as_user(models, single), batches, params)
         return {k: float(v) for k, v in found.items()}
 
-    def takes_part(self, share: int, read: int) -> bool:
-        """Whether this rank takes part in evaluating its share (``share`` samples, of
-        which it reads ``read``)."""
-        return read > 0
-
     def evaluated(self, read: int) -> int:
         """How many validation samples this rank's metrics stand for, having read ``read``."""
         return read
 
-    def epoch_metrics(self) -> dict[str, float]:
-        """Collective: the scheme's figures for the epoch (on fold rank 0; {} elsewhere)."""
-        return {}
-
-    def end_epoch(self, epoch: int, train_loss: float) -> None:
-        """After evaluation, with this rank's mean training loss of the epoch."""
-
-    # -- checkpoints ---------------------------------------------------------------------
-
     def save_models(self, path: Path, models: Models, optimizers: Optimizers) -> dict[str, Any]:
         """Collective, at a checkpoint to ``path``: what the fold leader's file holds of
-        the models and optimizers (``models`` and ``optimizers`` state dicts). A scheme
-        that shards the model writes each shard beside ``path`` itself."""
+        the models and optimizers (``models`` and ``optimizers`` state dicts). A
+        placement that shards the model writes each shard beside ``path`` itself."""
         return {
             "models": {k: m.state_dict() for k, m in models.items()},
             "optimizers": {k: o.state_dict() for k, o in optimizers.items()},
         }
 
     def load_models(self, path: Path, state: dict[str, Any], models: Models, optimizers: Optimizers) -> None:
-        """Restores what :meth:`save_models` wrote (before :meth:`wrap`)."""
+        """Restores what :meth:`save_models` wrote (before the scheme's wrap)."""
         for name, model in models.items():
             model.load_state_dict(state["models"][name])
         for name, opt in optimizers.items():
             opt.load_state_dict(state["optimizers"][name])
+
+
+class Scheme:
+    """The core of a scheme: its name and traits, and the epoch hooks the driver calls
+    (:mod:`hpcopt_agent.epoch`), with the :class:`Roles` and :class:`Placement` facets.
+    A subclass overrides the hooks it needs and replaces a facet where its ranks differ
+    from plain data parallelism."""
+
+    name: ClassVar[str]
+    #: What the scheme is: ``hpcopt.schemes.TRAITS[name]``, the table the spec checks read.
+    traits: ClassVar[Traits] = Traits()
+
+    def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
+        self.comms = comms
+        self.timeout = timeout  # seconds a rank may wait for another (the collective timeout)
+        self.fold = comms.fold
+        self.rank = comms.fold.rank
+        self.size = comms.fold.size
+        self.knobs = knobs
+        self.epochs = epochs
+        self.roles = Roles(comms.fold)
+        self.placement = Placement(comms.device)
+
+    @classmethod
+    def accepts(cls, task: Task) -> bool:
+        """Whether this scheme can train ``task`` (refused when the agent starts): a
+        scheme that runs the loss through its own step cannot use a custom
+        ``train_step``."""
+        return not cls.traits.own_step or type(task).train_step is Task.train_step
+
+    def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
+        """The models and optimizers the task's training step uses; the originals in
+        ``models`` keep the weights that are evaluated and checkpointed."""
+        return models, optimizers
+
+    # -- one epoch, in the driver's order ----------------------------------------------
+
+    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Stop) -> None:
+        """Before the epoch's batches (``start`` > 0 when resuming mid-epoch; ``stop``
+        is this rank's stop signal)."""
+
+    def blocks(self, n_batches: int, start: int) -> Iterator[range]:
+        """The batches (indices into the epoch's ``n_batches``) this rank trains, in
+        order, as runs known in advance (the next run may depend on the last step)."""
+        if start < n_batches:
+            yield range(start, n_batches)
+
+    def after_step(self, step: int, loss: float) -> None:
+        """After every training step of this rank."""
+
+    def end_batches(self, stopped: bool, failed: bool = False) -> bool:
+        """After this rank's last batch of the epoch or the agreed stop (``stopped``);
+        returns whether the epoch stops here. ``failed``: this rank failed in the
+        batches; tell peers that wait for it without a collective (the others may be
+        anywhere)."""
+        return stopped
+
+    def consensus(self, models: Models) -> None:
+        """Collective: leaves in ``models`` on every rank the weights to evaluate."""
+
+    def end_epoch(self, epoch: int, train_loss: float) -> dict[str, float]:
+        """Collective, after evaluation, with the fold group's mean training loss of the
+        epoch: the scheme's own figures for the epoch (on fold rank 0; {} elsewhere)."""
+        return {}
+
+    # -- checkpoints and the end -------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
         """This rank's scheme state for a checkpoint (gathered to the fold leader)."""

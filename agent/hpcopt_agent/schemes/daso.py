@@ -44,8 +44,9 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
+from hpcopt.schemes import TRAITS
 from hpcopt_agent.comm import Comms
-from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
+from hpcopt_agent.schemes.base import Models, Optimizers, Scheme, Stop
 from hpcopt_agent.schemes.flat import Flat
 
 log = logging.getLogger("hpcopt_agent")
@@ -155,6 +156,7 @@ class _Pending:
 
 class DASO(Scheme):
     name = "daso"
+    traits = TRAITS[name]
 
     def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
         super().__init__(comms, knobs, epochs, timeout)
@@ -205,11 +207,11 @@ class DASO(Scheme):
         self.flat = Flat(models, optimizers)
         if self.pg is None:
             return models, optimizers
-        return self.ddp(models, self.pg), optimizers
+        return self.placement.ddp(models, self.pg), optimizers
 
     # -- the epoch -----------------------------------------------------------------------
 
-    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
+    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Stop) -> None:
         self.n_batches = n_batches
         self.exchanges = 0
         self.local_syncs = 0
@@ -219,7 +221,7 @@ class DASO(Scheme):
         """Sets whether DDP syncs batch ``batch``'s gradients inside the node."""
         if self.local_skips and self.nodes > 1 and batch < self.n_batches:
             sync = self.schedule.syncs_locally(batch, self.n_batches)
-            for model in self.ddps:
+            for model in self.placement.ddps:
                 model.require_backward_grad_sync = sync
             self.local_syncs += int(sync)
 
@@ -242,11 +244,14 @@ class DASO(Scheme):
         elif (step + 1) % gs == 0 and self.pending is None:
             self._send(step, self.schedule.batches_to_wait)
 
-    def end_batches(self, stopped: bool) -> bool:
+    def end_batches(self, stopped: bool, failed: bool = False) -> bool:
         """Every rank gets here after the same batch (the last one, or the agreed stop):
         the exchange in flight is merged, then a blocking average leaves the same weights
-        on every rank of the fold group."""
-        if self.nodes > 1:
+        on every rank of the fold group. After an error on this rank (``failed``), no
+        collective: its peers stop on the timeout."""
+        if failed:
+            self.pending = None
+        elif self.nodes > 1:
             if self.pending is not None:
                 self._receive()
             self._blocking()
@@ -261,20 +266,15 @@ class DASO(Scheme):
         self.window[:] = 0
         return float(total[0] / total[1]) if total[1] else math.nan
 
-    def abort(self) -> None:
-        """An error on this rank: no collective (its peers stop on the timeout)."""
-        self.pending = None
-
-    def epoch_metrics(self) -> dict[str, float]:
-        if self.rank != 0:
-            return {}
-        out = {"daso_global_skip": float(self.schedule.global_skip), "daso_exchanges": float(self.exchanges)}
-        if self.local_skips:
-            out["daso_local_skip"] = float(self.schedule.local_skip)
-        return out
-
-    def end_epoch(self, epoch: int, train_loss: float) -> None:
+    def end_epoch(self, epoch: int, train_loss: float) -> dict[str, float]:
+        """The epoch's skips and exchanges (as trained), then the schedule moves on."""
+        out: dict[str, float] = {}
+        if self.rank == 0:
+            out = {"daso_global_skip": float(self.schedule.global_skip), "daso_exchanges": float(self.exchanges)}
+            if self.local_skips:
+                out["daso_local_skip"] = float(self.schedule.local_skip)
         self.schedule.end_epoch(epoch, self.window_loss if self.checks > 1 else train_loss)
+        return out
 
     # -- exchanges -----------------------------------------------------------------------
 

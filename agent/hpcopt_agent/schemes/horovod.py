@@ -26,11 +26,13 @@ from typing import Any
 
 import torch
 
+from hpcopt.schemes import TRAITS
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
 
 
 class HorovodAllReduce(Scheme):
     name = "horovod"
+    traits = TRAITS[name]
 
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         if self.comms.horovod is None:

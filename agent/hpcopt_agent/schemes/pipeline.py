@@ -48,9 +48,10 @@ from mpi4py import MPI
 from torch import nn
 from torch.utils.checkpoint import checkpoint as recompute
 
+from hpcopt.schemes import TRAITS
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import Comms
-from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
+from hpcopt_agent.schemes.base import Models, Optimizers, Placement, Roles, Scheme
 from hpcopt_agent.task import Task
 
 EVAL_TAG = 7302
@@ -102,32 +103,63 @@ def _device(value: Any, device: torch.device) -> Any:
     return value.to(device) if isinstance(value, torch.Tensor) else value
 
 
-class Pipeline(Scheme):
-    name = "pipeline"
+class _Replicas(Roles):
+    """R / S replicas split the data as data-parallel ranks do; only a replica's first
+    stage reads samples, and every batch is whole."""
 
-    def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
-        super().__init__(comms, knobs, epochs, timeout)
-        self.stages = int(knobs.get("stages") or self.size)
-        if self.size % self.stages:
-            raise ValueError(f"pipeline.stages={self.stages} does not divide the fold group's {self.size} ranks")
+    def __init__(self, fold: MPI.Comm, stages: int, microbatches: int) -> None:
+        super().__init__(fold, fold.rank // stages, fold.size // stages)
+        self.stage, self.microbatches = fold.rank % stages, microbatches
+        self.batch = 0
+
+    @property
+    def reads(self) -> bool:
+        return self.stage == 0
+
+    def rank_batch(self, batch_size: int) -> int:
+        self.batch = max(1, batch_size // self.train_size)
+        if self.batch % self.microbatches:
+            raise ValueError(
+                f"pipeline.microbatches={self.microbatches} must divide each pipeline's batch of {self.batch} "
+                f"(the batch size {batch_size} over {self.train_size} replica(s)); pick a divisor of {self.batch}"
+            )
+        return self.batch
+
+    def shard(self, indices: np.ndarray, seed: int) -> np.ndarray:
+        """The replica's samples, padded by wrapping so every batch is whole (the
+        stages of a replica see the same batches)."""
+        order = np.random.default_rng(seed).permutation(indices)
+        whole = self.batch * self.train_size
+        pad = (-len(order)) % whole if len(order) else 0
+        while pad > len(order):  # fewer samples than one batch of every replica
+            order, pad = np.concatenate([order, order]), pad - len(order)
+        if pad:
+            order = np.concatenate([order, order[:pad]])
+        return order[self.train_rank :: self.train_size]
+
+
+class _Stages(Placement):
+    """One stage of the model per rank: built, stepped through the schedule, evaluated
+    through the stages and saved per stage."""
+
+    def __init__(self, comms: Comms, knobs: dict[str, Any], roles: _Replicas) -> None:
+        super().__init__(comms.device)
+        self.comms, self.fold, self.rank = comms, comms.fold, comms.fold.rank
+        self.stages = int(knobs.get("stages") or self.fold.size)
         self.microbatches = int(knobs["microbatches"])
         self.schedule_name = str(knobs["schedule"])
         self.recompute = bool(knobs.get("recompute", False))
-        self.stage, replica = self.rank % self.stages, self.rank // self.stages
-        self.train_rank, self.train_size = replica, self.size // self.stages
+        self.stage, self.replica, self.replica_count = roles.stage, roles.train_rank, roles.train_size
         # The ranks of this stage index in every replica (gradient averaging).
-        self.replicas = self.fold.Split(color=self.stage, key=replica)
+        self.replicas = self.fold.Split(color=self.stage, key=self.replica)
         world_ranks = self.fold.allgather(comms.world.rank)
-        mine = sorted(world_ranks[replica * self.stages + s] for s in range(self.stages))
-        self.pg = comms.pg if self.train_size == 1 else comms.subgroup(mine) if self.stages > 1 else None
-        self.batch = 0
+        mine = sorted(world_ranks[self.replica * self.stages + s] for s in range(self.stages))
+        self.pg = comms.pg if self.replica_count == 1 else comms.subgroup(mine) if self.stages > 1 else None
         self.model: nn.Module | None = None
         self.optimizers: Optimizers = {}
         self.parts: list[nn.Module] = []
         self.runner: Any = None
         self.seen = 0  # validation samples the last stage evaluated
-
-    # -- the model, built by stage --------------------------------------------------------
 
     def build(self, task: Task, params: dict[str, Any]) -> tuple[Models, bool]:
         with torch.device("meta"):
@@ -158,39 +190,6 @@ class Pipeline(Scheme):
             held += [v for st in opt.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
         return sum(t.numel() * t.element_size() for t in held)
 
-    # -- data ----------------------------------------------------------------------------
-
-    @property
-    def reads(self) -> bool:
-        return self.stage == 0
-
-    def rank_batch(self, batch_size: int) -> int:
-        self.batch = max(1, batch_size // self.train_size)
-        if self.batch % self.microbatches:
-            raise ValueError(
-                f"pipeline.microbatches={self.microbatches} must divide each pipeline's batch of {self.batch} "
-                f"(the batch size {batch_size} over {self.train_size} replica(s)); pick a divisor of {self.batch}"
-            )
-        return self.batch
-
-    def shard(self, indices: np.ndarray, seed: int) -> np.ndarray:
-        """The replica's samples, padded by wrapping so every batch is whole (the
-        stages of a replica see the same batches)."""
-        order = np.random.default_rng(seed).permutation(indices)
-        whole = self.batch * self.train_size
-        pad = (-len(order)) % whole if len(order) else 0
-        while pad > len(order):  # fewer samples than one batch of every replica
-            order, pad = np.concatenate([order, order]), pad - len(order)
-        if pad:
-            order = np.concatenate([order, order[:pad]])
-        return order[self.train_rank :: self.train_size]
-
-    # -- wrapping and the step -----------------------------------------------------------
-
-    def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
-        self.optimizers = optimizers
-        return models, optimizers
-
     def step(self, task: Task, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float | None:
         if self.runner is None:
             self._build(task, params)
@@ -217,7 +216,7 @@ class Pipeline(Scheme):
             self.runner.step()
         if sent is not None:
             sent.wait()
-        if self.train_size > 1:
+        if self.replica_count > 1:
             self._average_gradients()
         for opt in self.optimizers.values():
             opt.step()
@@ -248,15 +247,13 @@ class Pipeline(Scheme):
                 p.grad = torch.zeros_like(p)
         flat = torch.cat([p.grad.detach().reshape(-1).cpu() for p in params]).numpy()  # type: ignore[union-attr]
         self.replicas.Allreduce(MPI.IN_PLACE, flat, op=MPI.SUM)
-        flat /= self.train_size
+        flat /= self.replica_count
         at = 0
         with torch.no_grad():
             for p in params:
                 n = p.numel()
                 p.grad.copy_(torch.from_numpy(flat[at : at + n]).view_as(p))  # type: ignore[union-attr]
                 at += n
-
-    # -- evaluation, through the stages ---------------------------------------------------
 
     def takes_part(self, share: int, read: int) -> bool:
         self.seen = 0
@@ -304,19 +301,11 @@ class Pipeline(Scheme):
     def evaluated(self, read: int) -> int:
         return read if self.stages == 1 else self.seen
 
-    def epoch_metrics(self) -> dict[str, float]:
-        """``pipeline_stage_mb``: the most memory a rank holds of the model (parameters,
-        buffers, gradients and optimizer state of its stage)."""
-        most = self.fold.allreduce(self.stage_bytes(), op=MPI.MAX)
-        return {"pipeline_stage_mb": most / 2**20} if self.rank == 0 else {}
-
-    # -- checkpoints, per stage ---------------------------------------------------------
-
     def save_models(self, path: Path, models: Models, optimizers: Optimizers) -> dict[str, Any]:
         """Replica 0's rank of each stage writes the stage's tensors (named as in the
         whole model) and optimizer state to its own file beside ``path``."""
         assert self.model is not None
-        if self.train_rank == 0:
+        if self.replica == 0:
             tensors = {k: v for k, v in self.model.state_dict().items() if not v.is_meta}
             shard = {
                 "tensors": tensors,
@@ -350,5 +339,28 @@ class Pipeline(Scheme):
             for k, v in wanted.items():
                 v.copy_(found[k])
 
+
+class Pipeline(Scheme):
+    name = "pipeline"
+    traits = TRAITS[name]
+
+    def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:
+        super().__init__(comms, knobs, epochs, timeout)
+        stages = int(knobs.get("stages") or self.size)
+        if self.size % stages:
+            raise ValueError(f"pipeline.stages={stages} does not divide the fold group's {self.size} ranks")
+        self.roles = _Replicas(self.fold, stages, int(knobs["microbatches"]))
+        self.placement = self.staged = _Stages(comms, knobs, self.roles)
+
+    def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
+        self.staged.optimizers = optimizers
+        return models, optimizers
+
+    def end_epoch(self, epoch: int, train_loss: float) -> dict[str, float]:
+        """``pipeline_stage_mb``: the most memory a rank holds of the model (parameters,
+        buffers, gradients and optimizer state of its stage)."""
+        most = self.fold.allreduce(self.staged.stage_bytes(), op=MPI.MAX)
+        return {"pipeline_stage_mb": most / 2**20} if self.rank == 0 else {}
+
     def close(self) -> None:
-        self.replicas.Free()
+        self.staged.replicas.Free()

@@ -55,7 +55,7 @@ from mpi4py import MPI
 
 from hpcopt.schemes import PsLayout
 from hpcopt_agent.comm import Comms
-from hpcopt_agent.schemes.base import Models, Optimizers, Scheme, StopVote
+from hpcopt_agent.schemes.base import Models, Optimizers, Roles, Scheme, Stop, StopVote
 from hpcopt_agent.schemes.flat import Collect, Flat
 
 HDR, DATA, RHDR, RDATA = 7201, 7202, 7203, 7204
@@ -80,6 +80,39 @@ class Halted(RuntimeError):
     """A peer went silent past the collective timeout."""
 
 
+class _PsRoles(Roles):
+    """Workers train and read; the master and sub-masters serve the epoch instead."""
+
+    def __init__(self, ps: ParameterServer, train_rank: int, train_size: int) -> None:
+        super().__init__(ps.fold, train_rank, train_size)
+        self.ps = ps
+
+    @property
+    def trains(self) -> bool:
+        return self.ps.is_worker
+
+    def shard(self, indices: np.ndarray, seed: int) -> np.ndarray:
+        """Every rank sees the epoch's whole order: workers take blocks of its batches
+        from their parent as they go, so a fast worker trains more of the epoch than a
+        slow one instead of waiting for it. In a worker of several ranks, each takes
+        every ``worker_ranks``-th sample (the order padded by wrapping, so all ranks
+        count the same batches): its share of each batch the worker trains."""
+        order = np.random.default_rng(seed).permutation(indices)
+        g, leader = self.ps.layout.worker_ranks, self.ps.leader
+        if g == 1:
+            return order
+        pad = (-len(order)) % g
+        if pad:
+            order = np.concatenate([order, order[:pad]])
+        return order[(self.fold.rank - leader) if leader is not None else 0 :: g]
+
+    def vote(self) -> StopVote:
+        return _NoVote(None)  # stops travel in the headers: the parent answers "no more blocks"
+
+    def serve(self, stop: Stop) -> bool:
+        return self.ps.serve(stop)
+
+
 class ParameterServer(Scheme):
     #: The worker pulls the central weights before computing its push (GEM).
     pulls_first = False
@@ -95,7 +128,8 @@ class ParameterServer(Scheme):
         self.children = self.layout.children(self.rank)
         self.leader = self.layout.leader(self.rank)
         self.is_worker = self.leader is not None  # every rank of every worker trains
-        self.train_size = len(self.layout.training_ranks)
+        training = self.layout.training_ranks
+        self.roles = _PsRoles(self, training.index(self.rank) if self.is_worker else 0, len(training))
         # A worker of several ranks: an MPI communicator (the leader passes replies on)
         # and a torch process group (DDP) of its ranks; collective over the fold group.
         self.team: MPI.Comm | None = None
@@ -139,21 +173,12 @@ class ParameterServer(Scheme):
         self.staleness: list[int] = []
         self.messages = 0
 
-    # -- roles and wrapping ------------------------------------------------------------
-
-    @property
-    def trains(self) -> bool:
-        return self.is_worker
-
-    def reader(self) -> tuple[int, int]:
-        """Workers read (and evaluate); the master and sub-masters never load data."""
-        ranks = self.layout.training_ranks
-        return (ranks.index(self.rank) if self.is_worker else 0), len(ranks)
+    # -- wrapping ----------------------------------------------------------------------
 
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         self.models, self.optimizers = models, optimizers
         self.flat = Flat(models, optimizers)
-        step_models = self.ddp(models, self.team_pg) if self.team_pg is not None else models
+        step_models = self.placement.ddp(models, self.team_pg) if self.team_pg is not None else models
         if not (self.is_worker and self.collects):
             return step_models, optimizers
         self.acc = self.flat.zeros(grads=True)
@@ -189,32 +214,9 @@ class ParameterServer(Scheme):
     def up_adopt(self, reply: torch.Tensor) -> None:
         raise NotImplementedError
 
-    # -- data ----------------------------------------------------------------------------
-
-    def shard(self, indices: np.ndarray, seed: int) -> np.ndarray:
-        """Every rank sees the epoch's whole order: workers take blocks of its batches
-        from their parent as they go, so a fast worker trains more of the epoch than a
-        slow one instead of waiting for it. In a worker of several ranks, each takes
-        every ``worker_ranks``-th sample (the order padded by wrapping, so all ranks
-        count the same batches): its share of each batch the worker trains."""
-        order = np.random.default_rng(seed).permutation(indices)
-        g = self.layout.worker_ranks
-        if g == 1:
-            return order
-        pad = (-len(order)) % g
-        if pad:
-            order = np.concatenate([order, order[:pad]])
-        return order[(self.rank - self.leader) if self.leader is not None else 0 :: g]
-
-    def rank_batch(self, batch_size: int) -> int:
-        return max(1, batch_size // self.train_size)
-
     # -- workers -------------------------------------------------------------------------
 
-    def vote(self) -> StopVote:
-        return _NoVote(None)  # stops travel in the headers: the parent answers "no more blocks"
-
-    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
+    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Stop) -> None:
         assert self.flat is not None
         if self.stash is not None:
             self.flat.set(self.stash)
@@ -287,7 +289,7 @@ class ParameterServer(Scheme):
         else:
             self._follow(True)
 
-    def end_batches(self, stopped: bool) -> bool:
+    def end_batches(self, stopped: bool, failed: bool = False) -> bool:
         if self.is_worker and self.parent is not None and not self.released:  # left early (an error)
             self._end(True)
             self.released = True
@@ -411,7 +413,7 @@ class ParameterServer(Scheme):
 
     # -- serving ranks -------------------------------------------------------------------
 
-    def serve(self, stop: Any) -> bool:
+    def serve(self, stop: Stop) -> bool:
         """Serves the children until each is done with the epoch; returns whether the
         epoch ended in a stop (this rank, its parent or a child was signalled)."""
         assert self.flat is not None
@@ -540,12 +542,14 @@ class ParameterServer(Scheme):
             mine = bufs * (1.0 if self.is_worker else 0.0)
             total = np.zeros_like(mine.numpy())
             self.fold.Allreduce(mine.numpy(), total, op=MPI.SUM)
-            self.flat.set_buffers(torch.from_numpy(total / self.train_size))
+            self.flat.set_buffers(torch.from_numpy(total / self.roles.train_size))
 
     def on_consensus(self, central: torch.Tensor) -> None:
         """After the central weights arrived (GEM resets its view of them)."""
 
-    def epoch_metrics(self) -> dict[str, float]:
+    def end_epoch(self, epoch: int, train_loss: float) -> dict[str, float]:
+        """``staleness_mean``/``staleness_max``: master updates between a child's pull
+        and its push, over the epoch's pushes."""
         mine = (sum(self.staleness), len(self.staleness), max(self.staleness, default=0), self.messages)
         parts = self.fold.gather(mine, root=0)
         if parts is None:

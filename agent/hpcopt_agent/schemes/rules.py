@@ -29,7 +29,8 @@ from typing import Any
 
 import torch
 
-from hpcopt_agent.schemes.base import Models, Optimizers
+from hpcopt.schemes import TRAITS
+from hpcopt_agent.schemes.base import Models, Optimizers, Stop
 from hpcopt_agent.schemes.ps import ParameterServer
 
 EPS = 1e-12
@@ -83,6 +84,7 @@ class _GradientPush(ParameterServer):
 
 class Downpour(_GradientPush):
     name = "downpour"
+    traits = TRAITS[name]
 
     def payload(self, pulled: torch.Tensor | None) -> torch.Tensor:
         return self.mean_gradient()
@@ -104,6 +106,7 @@ class Downpour(_GradientPush):
 
 class EASGD(ParameterServer):
     name = "easgd"
+    traits = TRAITS[name]
     collects = False  # workers keep the task's optimizer
     grad_payload = False  # and push their weights
 
@@ -148,6 +151,7 @@ class EASGD(ParameterServer):
 
 class GEM(_GradientPush):
     name = "gem"
+    traits = TRAITS[name]
     pulls_first = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -176,7 +180,7 @@ class GEM(_GradientPush):
             return -self.eta * self.mean_gradient()
         return (self.flat.get() - self.base)[self.flat.index] * self.share
 
-    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Any) -> None:
+    def begin_epoch(self, epoch: int, start: int, n_batches: int, stop: Stop) -> None:
         super().begin_epoch(epoch, start, n_batches, stop)
         if self.is_worker:
             assert self.flat is not None
