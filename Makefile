@@ -1,4 +1,4 @@
-.PHONY: demo test setup protos lint bench dashboard-vendor horovod docs wheels
+.PHONY: demo test check setup protos lint bench dashboard-vendor horovod docs wheels
 
 # Runs the demo campaign end to end (server, digits campaign, a 4-rank MPI agent, leaderboard).
 # `make demo ARGS=--keep` keeps the server (and its dashboard) up until Ctrl-C.
@@ -9,6 +9,14 @@ demo:
 # Runs every test: ruff, mypy, the docs build, generated-code drift, SQLite, PostgreSQL, mpiexec, Slurm, browser, wheels.
 test:
 	bash scripts/test.sh
+
+# The fast tier (about 3 minutes): ruff, mypy and every test that needs no real part
+# (no mpiexec, Slurm, browser, PostgreSQL or slow server test). CI runs everything.
+FAST = not mpi and not slurm and not browser and not postgres and not slow
+check:
+	bash scripts/setup.sh --dev
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+	.venv/bin/pytest -n 2 --dist loadfile -m "$(FAST)"
 
 setup:
 	bash scripts/setup.sh --services

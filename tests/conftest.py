@@ -62,8 +62,24 @@ def timeout_scale() -> float:
     return min(10.0, max(1.0, asked, load))
 
 
+#: Markers of the tests that need a real part the fast tier (``make check``) leaves
+#: out; the part's fixture or helper fails a test that uses it unmarked.
+PARTS = {
+    "mpi": "runs mpiexec",
+    "slurm": "submits to the Slurm cluster",
+    "browser": "drives chromium",
+    "postgres": "needs the real PostgreSQL",
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test's timeout (its marker's, else the ini's 300 s) times :func:`timeout_scale`."""
+    """Marks what a test's fixtures show it needs (the ``browser`` and ``slurm``
+    fixtures), then stretches every test's timeout (its marker's, else the ini's 300 s)
+    by :func:`timeout_scale`."""
+    for item in items:
+        for part in ("browser", "slurm"):
+            if part in getattr(item, "fixturenames", ()):
+                item.add_marker(part)
     scale = timeout_scale()
     if scale == 1.0:
         return
@@ -75,6 +91,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             seconds = float(marker.args[0] if marker.args else marker.kwargs.get("timeout", default))
         if seconds > 0:
             item.add_marker(pytest.mark.timeout(seconds * scale), append=False)
+
+
+_running: list[pytest.Item] = []
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    _running[:] = [item]
+
+
+def require_marker(part: str) -> None:
+    """Fails the running test unless it carries the marker of ``part`` (``PARTS``): the
+    fast tier selects tests by these markers, so one that uses a part unmarked would
+    slip into it."""
+    item = _running[0] if _running else None
+    if item is not None and item.get_closest_marker(part) is None:
+        fast = "the fast tier, make check, leaves such tests out"
+        pytest.fail(f"{item.nodeid} {PARTS[part]}: mark it @pytest.mark.{part} ({fast})")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

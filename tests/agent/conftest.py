@@ -20,12 +20,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI, ROOT, free_port, make_spec
+from tests.conftest import IN_CI, ROOT, free_port, make_spec, require_marker
 
 BIN = Path(sys.executable).parent
 
 
 def mpiexec_path() -> str:
+    require_marker("mpi")
     found = shutil.which("mpiexec", path=str(BIN)) or shutil.which("mpiexec")
     if found is None:
         message = "mpiexec is not installed (pip install mpich, or the system's MPI)"

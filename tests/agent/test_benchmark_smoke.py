@@ -12,6 +12,8 @@ import pytest
 from tests.agent.conftest import mpi_env, mpiexec_path
 from tests.conftest import ROOT
 
+pytestmark = pytest.mark.mpi
+
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)

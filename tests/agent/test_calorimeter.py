@@ -16,6 +16,8 @@ import yaml
 
 from tests.agent.conftest import ROOT, AgentServer, dump, mpi_env, mpiexec_path, trial_json
 
+pytestmark = pytest.mark.mpi
+
 
 def test_the_calorimeter_campaign_completes_at_four_ranks(agent_server: AgentServer, tmp_path: Path) -> None:
     data = tmp_path / "showers"

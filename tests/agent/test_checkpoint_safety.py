@@ -24,6 +24,9 @@ from hpcopt.checkpoints import CheckpointRefused, check_reported, local_path
 from hpcopt_agent import checkpoint
 from tests.agent.conftest import AgentServer, agent_spec, dump, trial_json
 
+pytestmark = pytest.mark.mpi
+
+
 SID = "0123456789abcdef0123456789abcdef"
 
 

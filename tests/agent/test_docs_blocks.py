@@ -16,7 +16,7 @@ import yaml
 from tests.agent.conftest import mpi_env, mpiexec_path
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 MARK = re.compile(r"<!-- docs-test: ([\w-]+) -->\n```(\w+)\n(.*?)```", re.S)
 
 

@@ -12,6 +12,9 @@ import pytest
 
 from tests.agent.conftest import AgentServer, agent_spec, dump, final_state, preempt_after_first_epoch, trial_json
 
+pytestmark = pytest.mark.mpi
+
+
 TASK = "tests/agent/tasks.py:FileRegression"
 
 

@@ -18,7 +18,7 @@ from tests.agent.conftest import (
     wait_for,
 )
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,11 @@ the trial with its name."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.agent.conftest import AgentServer, agent_spec, dump
+
+pytestmark = pytest.mark.mpi
 
 
 def test_a_real_agent_reports_every_objective_and_names_a_missing_one(agent_server: AgentServer) -> None:

@@ -13,7 +13,7 @@ import pytest
 from hpcopt.planner import Allocation, Layout, Point, Work, fit, simulate
 from tests.agent.conftest import AgentServer, agent_spec, dump
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
 # Measured fold throughput of an earlier run of this campaign (samples/s per fold group):
 # a collective cost makes wide fold groups pay, so many narrow groups win while work is

@@ -3,7 +3,11 @@ result, the agent hears it right after that fold and trains no further fold."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.agent.conftest import AgentServer, agent_spec, dump
+
+pytestmark = pytest.mark.mpi
 
 
 def test_the_fold_pruner_stops_a_hopeless_trial_after_its_first_fold_under_a_real_agent(

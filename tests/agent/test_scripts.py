@@ -13,7 +13,7 @@ import hpcopt
 from tests.agent.conftest import AgentServer, dump, mpi_env, trial_json, wait_for
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(180)]
 
 SPACE = {  # deliberately not in alphabetical order: every view keeps this order
     "zeta": {"type": "real", "low": -2.0, "high": 2.0},

@@ -20,7 +20,7 @@ from tests.conftest import IN_CI, ROOT
 sys.path.insert(0, str(ROOT / "benchmarks/training"))
 from netns import SlowLink, cleanup
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
 
 def _require_root() -> None:

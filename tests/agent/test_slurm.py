@@ -16,7 +16,7 @@ import pytest
 from tests.agent.conftest import AgentServer, agent_spec, mpi_env, trial_json, wait_for
 from tests.conftest import IN_CI, ROOT, timeout_scale
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")

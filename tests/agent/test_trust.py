@@ -20,7 +20,7 @@ from hpcopt_agent.trust import TaskPolicy, TaskRefused
 from tests.agent.conftest import AgentServer, agent_spec, dump
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
 
 REFUSED_MODULES = ["os:abort", "sys:exit", "this:s", "json:loads", "torch:Tensor", "grpc:server"]

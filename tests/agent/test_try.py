@@ -15,7 +15,7 @@ from tests.agent.conftest import mpi_env
 from tests.agent.test_docs_blocks import docs_blocks
 from tests.conftest import ROOT
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
 BROKEN = """
 import torch
