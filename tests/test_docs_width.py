@@ -14,7 +14,7 @@ COMMENT = re.compile(r"(^|\s)#\s")  # a shell, YAML or Python comment, not "#{n}
 
 def _pages() -> list[Path]:
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-    return [p for p in pages if "reference" not in p.parts and p.name not in ("benchmarks.md", "changelog.md")]
+    return [p for p in pages if not {"reference", "benchmarks"} & set(p.parts) and p.name != "changelog.md"]
 
 
 def test_no_commented_code_line_runs_off_the_page() -> None:

@@ -173,7 +173,7 @@ def _more_likely(
     large amplitude that extrapolate it like a polynomial, as scikit-optimize's
     unregularized fit does. The choice is made afresh at each refit (on Ackley-10 and
     Levy-8 the plain model wins often early on, on Hartmann6 seldom; the measured effect
-    per function is in docs/benchmarks.md). The plain fit starts from the warped one's
+    per function is in benchmarks/NOTEBOOK.md). The plain fit starts from the warped one's
     hyper-parameters and the prior's centre and draws no random numbers, so the
     warped fit's generator stream is what it was."""
 
@@ -216,7 +216,7 @@ ROTATION_MARGIN = 1.0
 #: the frame's best axis was within a cosine of 0.93 to 0.96 of the steep one at 30 to
 #: 60 evaluations, and the runs ended at regret 0.234 (0.00059 now); the suite's
 #: ellipsoid (seeds 0-39) at 0.098 one at a time and 0.059 with 4 pending (0.021 and
-#: 0.030 now; docs/benchmarks.md). Where the first frame is not taken, no other is tried.
+#: 0.030 now; benchmarks/NOTEBOOK.md). Where the first frame is not taken, no other is tried.
 FRAME_ESTIMATES = 8
 
 
@@ -236,7 +236,7 @@ def _rotated(
     (``gp.mean_gradient_frame``) if it makes the outputs y [n] (one transform: no
     Jacobian) at X [n,D] more likely than theta by ``ROTATION_MARGIN`` nats per angle,
     else (theta, None). ARD lengthscales then follow a valley that is not aligned with
-    the axes (docs/benchmarks.md, "A frame that follows a rotated valley"). The frame is
+    the axes (benchmarks/NOTEBOOK.md, "A frame that follows a rotated valley"). The frame is
     estimated again from the model fitted in it (``FRAME_ESTIMATES``). The rotated fits
     start from the prior's centre and draw no random numbers."""
     k = int(mask.sum())
