@@ -61,10 +61,17 @@ class Recorder:
         self.cycles += other["cycles"]
 
     def dump(self) -> dict[str, Any]:
-        return {"latency": dict(self.latency), "errors": dict(self.errors), "first_error": self.first_error,
-                "granted": self.granted, "cycles": self.cycles, "counters": dict(self.counters),
-                "steady": dict(self.steady),
-                "phases": self.phases, "by_phase": {i: dict(m) for i, m in self.by_phase.items()}}  # fmt: skip
+        return {
+            "latency": dict(self.latency),
+            "errors": dict(self.errors),
+            "first_error": self.first_error,
+            "granted": self.granted,
+            "cycles": self.cycles,
+            "counters": dict(self.counters),
+            "steady": dict(self.steady),
+            "phases": self.phases,
+            "by_phase": {i: dict(m) for i, m in self.by_phase.items()},
+        }
 
     def calls(self) -> int:
         return sum(len(v) for v in self.latency.values())
@@ -180,9 +187,12 @@ def database_cpu(db: str) -> tuple[dict[int, float], float]:
     import psycopg
 
     with psycopg.connect(db, autocommit=True) as conn:
-        pids = [int(r[0]) for r in conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        )]  # fmt: skip
+        pids = [
+            int(r[0])
+            for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        ]
         me = int(conn.execute("SELECT pg_backend_pid()").fetchone()[0])  # type: ignore[index]
     live = {pid: cpu_seconds(pid) for pid in pids}
     try:  # the postmaster accumulates the CPU of the backends it reaped (cutime + cstime)

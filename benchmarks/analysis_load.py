@@ -57,8 +57,13 @@ def seed(db: str, campaigns: int, params: int, trials: int) -> list[int]:
     rng = random.Random(1)
     t0 = datetime.now(UTC) - timedelta(days=1)
     for c in range(campaigns):
-        spec = make_spec(name=f"load{c}", space=space, folds=1, algorithm={"name": "random", "seed": c},
-                         budget={"max_trials": trials + 10_000, "max_parallel": 64})  # fmt: skip
+        spec = make_spec(
+            name=f"load{c}",
+            space=space,
+            folds=1,
+            algorithm={"name": "random", "seed": c},
+            budget={"max_trials": trials + 10_000, "max_parallel": 64},
+        )
         cid = int(service.campaigns.create(spec).id)
         with storage.write() as tx:
             for number in range(trials):
@@ -152,11 +157,15 @@ def main() -> None:
     health.sort()
     failed = sum(x == float("inf") for x in health)
     p99 = health[min(len(health) - 1, int(0.99 * len(health)))]
-    print(f"\n{args.readers} readers x {args.campaigns} campaigns of {args.params} parameters x {args.trials} trials, "
-          f"{args.seconds:.0f} s\n")  # fmt: skip
+    print(
+        f"\n{args.readers} readers x {args.campaigns} campaigns of {args.params} parameters x {args.trials} trials, "
+        f"{args.seconds:.0f} s\n"
+    )
     print(f"server alive at the end: {alive}; peak RSS {peak:.0f} MB, {peak - idle:.0f} MB above its idle {idle:.0f}")
-    print(f"/healthz: {len(health)} probes, p50 {statistics.median(health):.3f} s, p99 {p99:.3f} s, "
-          f"worst {health[-1]:.3f} s, failed {failed}")  # fmt: skip
+    print(
+        f"/healthz: {len(health)} probes, p50 {statistics.median(health):.3f} s, p99 {p99:.3f} s, "
+        f"worst {health[-1]:.3f} s, failed {failed}"
+    )
     print(f"  {'request and status':<40} {'count':>5} {'slowest s':>9}")
     for key in sorted(answers):
         worst = f"{slowest[key]:.1f}" if key in slowest else ""

@@ -80,9 +80,15 @@ def _measure(svc: Service, storage: Storage) -> dict[str, list[tuple[float, floa
     def _commit(_conn: Any) -> None:
         marks["commit"] = time.perf_counter()
 
-    spec = {"name": "cost", "objective": {"metric": "loss"}, "space": {"x": {"type": "real", "low": 0, "high": 1}},
-            "algorithm": {"name": "random", "seed": 0}, "budget": {"max_trials": 100_000, "max_parallel": 1000},
-            "folds": 3, "training": {"task": "cost:Task"}}  # fmt: skip
+    spec = {
+        "name": "cost",
+        "objective": {"metric": "loss"},
+        "space": {"x": {"type": "real", "low": 0, "high": 1}},
+        "algorithm": {"name": "random", "seed": 0},
+        "budget": {"max_trials": 100_000, "max_parallel": 1000},
+        "folds": 3,
+        "training": {"task": "cost:Task"},
+    }
     cid = svc.campaigns.create(spec).id
     agent = svc.agents.register(host="cost", ranks=1, gpus=0, campaign_id=cid).agent_id
     out: dict[str, list[tuple[float, float, float, int]]] = {}

@@ -101,8 +101,10 @@ def main() -> None:
                     print(f"round {r + 1}/{args.rounds}: {scenario}, auth {mode}, {name} ...", file=sys.stderr)
                     rows.setdefault((scenario, mode, name), []).append(run(path, scenario, auth, args.seconds))
     print(f"\nhalf-open gRPC calls held for {args.seconds:.0f} s; lease 6 s; {args.rounds} round(s)\n")
-    print(f"{'scenario':<10} {'auth':<4} {'checkout':<9} {'health ok':>9} {'p50 s':>6} {'p99 s':>6} "
-          f"{'worst s':>7} {'beats ok':>9} {'lease kept':>10} {'closed':>6}")  # fmt: skip
+    print(
+        f"{'scenario':<10} {'auth':<4} {'checkout':<9} {'health ok':>9} {'p50 s':>6} {'p99 s':>6} "
+        f"{'worst s':>7} {'beats ok':>9} {'lease kept':>10} {'closed':>6}"
+    )
     for (scenario, mode, name), results in rows.items():
         lat = sorted(x for res in results for x in res["health"])
         ok = sum(x != float("inf") for x in lat)
@@ -111,9 +113,11 @@ def main() -> None:
         beats = beats_ok + sum(res["beats"].failed for res in results)
         kept = sum(res["lease_kept"] for res in results)
         closed = ",".join(str(res["closed"]) for res in results)
-        print(f"{scenario:<10} {mode:<4} {name:<9} {f'{ok}/{len(lat)}':>9} {fmt(statistics.median(lat)):>6} "
-              f"{fmt(p99):>6} {fmt(lat[-1]):>7} {f'{beats_ok}/{beats}':>9} {f'{kept}/{len(results)}':>10} "
-              f"{closed:>6}")  # fmt: skip
+        print(
+            f"{scenario:<10} {mode:<4} {name:<9} {f'{ok}/{len(lat)}':>9} {fmt(statistics.median(lat)):>6} "
+            f"{fmt(p99):>6} {fmt(lat[-1]):>7} {f'{beats_ok}/{beats}':>9} {f'{kept}/{len(results)}':>10} "
+            f"{closed:>6}"
+        )
 
 
 if __name__ == "__main__":

@@ -101,16 +101,20 @@ def main() -> None:
                 print(f"round {r + 1}/{args.rounds}: {scenario}, {name} ...", file=sys.stderr, flush=True)
                 rows.setdefault((scenario, name), []).append(run(path, scenario, args.clients))
     print(f"\n{args.clients} hostile clients, server under ulimit -n 1024; {args.rounds} round(s)\n")
-    print(f"{'scenario':<15} {'checkout':<9} {'healthz <1 s':>12} {'median s':>9} {'worst s':>8} "
-          f"{'old agent':>9} {'new agent':>9} {'swarm closed':>12}")  # fmt: skip
+    print(
+        f"{'scenario':<15} {'checkout':<9} {'healthz <1 s':>12} {'median s':>9} {'worst s':>8} "
+        f"{'old agent':>9} {'new agent':>9} {'swarm closed':>12}"
+    )
     for (scenario, name), results in rows.items():
         lat = [x for res in results for x in res["latencies"]]
         within = sum(x < 1.0 for x in lat)
         old = sum(res["old"] for res in results)
         new = sum(res["new"] for res in results)
         closed = ",".join(str(res["closed"]) for res in results)
-        print(f"{scenario:<15} {name:<9} {f'{within}/{len(lat)}':>12} {fmt(statistics.median(lat)):>9} "
-              f"{fmt(max(lat)):>8} {f'{old}/{len(results)}':>9} {f'{new}/{len(results)}':>9} {closed:>12}")  # fmt: skip
+        print(
+            f"{scenario:<15} {name:<9} {f'{within}/{len(lat)}':>12} {fmt(statistics.median(lat)):>9} "
+            f"{fmt(max(lat)):>8} {f'{old}/{len(results)}':>9} {f'{new}/{len(results)}':>9} {closed:>12}"
+        )
 
 
 if __name__ == "__main__":

@@ -70,10 +70,24 @@ class Server:
             env["PYTHONPATH"] = f"{src / 'client'}:{src / 'server'}"
         db = f"sqlite:///{workdir / f'{self.port}.db'}"
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", db, "--port", str(self.port),
-             "--grpc-port", str(self.grpc_port), "--log-level", "error"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "hpcopt_server.cli",
+                "serve",
+                "--db",
+                db,
+                "--port",
+                str(self.port),
+                "--grpc-port",
+                str(self.grpc_port),
+                "--log-level",
+                "error",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.url = f"http://127.0.0.1:{self.port}"
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

@@ -118,8 +118,9 @@ def _spec(n: int, folds: int = FOLDS) -> dict[str, Any]:
 # -- hpcopt agents: asyncio coroutines in loader processes ---------------------------
 
 
-def _loader(targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], ready: Any, go: Any,
-            deadline_box: Any, out: Any) -> None:  # fmt: skip
+def _loader(
+    targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], ready: Any, go: Any, deadline_box: Any, out: Any
+) -> None:
     import asyncio
 
     import grpc
@@ -200,8 +201,20 @@ def start_servers(
     out = []
     for _ in range(replicas):
         port, gport = _free_port(), _free_port()
-        cmd = [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", db, "--port", str(port),
-               "--grpc-port", str(gport), "--log-level", "warning"]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "hpcopt_server.cli",
+            "serve",
+            "--db",
+            db,
+            "--port",
+            str(port),
+            "--grpc-port",
+            str(gport),
+            "--log-level",
+            "warning",
+        ]
         if workers:
             cmd += ["--grpc-workers", str(workers)]
         cmd += extra or []
@@ -212,9 +225,22 @@ def start_servers(
     return out
 
 
-def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int = 1, rate: float = 0.0,
-               epochs: int = 0, loaders: int = 1, src: str = "", workers: int = 0,
-               folds: int = FOLDS, extra: list[str] | None = None, processes: int = 1) -> Result:  # fmt: skip
+def run_hpcopt(
+    db: str,
+    backend: str,
+    n: int,
+    seconds: float,
+    *,
+    replicas: int = 1,
+    rate: float = 0.0,
+    epochs: int = 0,
+    loaders: int = 1,
+    src: str = "",
+    workers: int = 0,
+    folds: int = FOLDS,
+    extra: list[str] | None = None,
+    processes: int = 1,
+) -> Result:
     from aio_agents import database_cpu, database_cpu_used
     from aio_agents import tree_cpu_seconds as cpu_seconds
 
@@ -227,8 +253,12 @@ def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int =
         deadline_box = ctx.Value("d", 0.0)
         plan = {"rate": rate, "agents": n, "epochs": epochs, "folds": folds}
         targets = [t for _, _, t in servers]
-        procs = [ctx.Process(target=_loader, args=(targets, cid, list(range(n))[k::loaders], plan, ready, go,
-                                                   deadline_box, out)) for k in range(min(loaders, n))]  # fmt: skip
+        procs = [
+            ctx.Process(
+                target=_loader, args=(targets, cid, list(range(n))[k::loaders], plan, ready, go, deadline_box, out)
+            )
+            for k in range(min(loaders, n))
+        ]
         for p in procs:
             p.start()
         for _ in procs:
@@ -255,9 +285,23 @@ def run_hpcopt(db: str, backend: str, n: int, seconds: float, *, replicas: int =
     ids = Counter(tuple(g) for g in rec.granted)
     lat = [x for v in rec.latency.values() for x in v]
     label = "hpcopt" if not src else "hpcopt@" + Path(src).name
-    return Result(label, backend, n, rec.cycles, seconds, lat, sum(rec.errors.values()),
-                  sum(1 for c in ids.values() if c > 1), rec.first_error, replicas, processes, dict(rec.latency),
-                  cpu1[0] - cpu0[0], cpu1[1] - cpu0[1], rec.calls())  # fmt: skip
+    return Result(
+        label,
+        backend,
+        n,
+        rec.cycles,
+        seconds,
+        lat,
+        sum(rec.errors.values()),
+        sum(1 for c in ids.values() if c > 1),
+        rec.first_error,
+        replicas,
+        processes,
+        dict(rec.latency),
+        cpu1[0] - cpu0[0],
+        cpu1[1] - cpu0[1],
+        rec.calls(),
+    )
 
 
 # -- the peer: Optuna workers through its gRPC storage proxy ---------------------------
@@ -387,8 +431,9 @@ def _drive(system: str, backend: str, n: int, seconds: float, target: Any, args:
     errors = sum(r[2] for r in results)
     ids = Counter(i for r in results for i in r[3])
     first = next((r[4] for r in results if r[4]), "")
-    return Result(system, backend, n, cycles, min(elapsed, seconds), lat, errors,
-                  sum(1 for c in ids.values() if c > 1), first)  # fmt: skip
+    return Result(
+        system, backend, n, cycles, min(elapsed, seconds), lat, errors, sum(1 for c in ids.values() if c > 1), first
+    )
 
 
 def _fresh_db(backend: str, tmp: Path) -> tuple[str, Any]:
@@ -413,10 +458,15 @@ def main() -> int:
     ap.add_argument("--agents", default="1,16,64,256", help="comma-separated agent counts")
     ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per row")
     ap.add_argument("--backends", default="sqlite,postgresql")
-    ap.add_argument("--replicas", default="1", help="comma-separated server counts, each on its own port "
-                    "(PostgreSQL only)")  # fmt: skip
-    ap.add_argument("--processes", default="1", help="comma-separated serve --processes counts: gRPC processes "
-                    "sharing one server's port (PostgreSQL only; not the --baseline-src server)")  # fmt: skip
+    ap.add_argument(
+        "--replicas", default="1", help="comma-separated server counts, each on its own port (PostgreSQL only)"
+    )
+    ap.add_argument(
+        "--processes",
+        default="1",
+        help="comma-separated serve --processes counts: gRPC processes "
+        "sharing one server's port (PostgreSQL only; not the --baseline-src server)",
+    )
     ap.add_argument("--rate", type=float, default=0.0, help="offered cycles/s in all (0: as fast as answered)")
     ap.add_argument("--epochs", type=int, default=0, help="intermediate reports per fold")
     ap.add_argument("--folds", type=int, default=FOLDS, help="folds per trial (hpcopt rows)")
@@ -430,8 +480,11 @@ def main() -> int:
     args = ap.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="hpcopt-bench-"))
-    print(f"{os.cpu_count()} cores; {args.seconds:g} s per row; rate {args.rate or 'closed loop'}; "
-          f"{args.folds} folds x {args.epochs} epochs; loaders {args.loaders}", flush=True)  # fmt: skip
+    print(
+        f"{os.cpu_count()} cores; {args.seconds:g} s per row; rate {args.rate or 'closed loop'}; "
+        f"{args.folds} folds x {args.epochs} epochs; loaders {args.loaders}",
+        flush=True,
+    )
     rows: list[tuple[list[Result], list[Result]]] = []
     srcs = [""] + ([args.baseline_src] if args.baseline_src else [])
     pool = ["--db-pool", str(args.db_pool)] if args.db_pool else []
@@ -448,18 +501,33 @@ def main() -> int:
                     for r, p, src in configs:
                         db, drop = _fresh_db(backend, tmp)
                         try:
-                            runs[(r, p, src)].append(run_hpcopt(db, backend, n, args.seconds, replicas=r,
-                                                                rate=args.rate, epochs=args.epochs,
-                                                                loaders=args.loaders, src=src,
-                                                                workers=args.grpc_workers, folds=args.folds,
-                                                                extra=None if src else pool, processes=p))  # fmt: skip
+                            runs[(r, p, src)].append(
+                                run_hpcopt(
+                                    db,
+                                    backend,
+                                    n,
+                                    args.seconds,
+                                    replicas=r,
+                                    rate=args.rate,
+                                    epochs=args.epochs,
+                                    loaders=args.loaders,
+                                    src=src,
+                                    workers=args.grpc_workers,
+                                    folds=args.folds,
+                                    extra=None if src else pool,
+                                    processes=p,
+                                )
+                            )
                         finally:
                             drop()
                     if not args.no_peer:
                         db, drop = _fresh_db(backend, tmp)
                         try:
-                            peers.append(run_optuna(db.replace("postgresql+psycopg://", "postgresql://"), backend, n,
-                                                    args.seconds))  # fmt: skip
+                            peers.append(
+                                run_optuna(
+                                    db.replace("postgresql+psycopg://", "postgresql://"), backend, n, args.seconds
+                                )
+                            )
                         finally:
                             drop()
                 for c in configs:
@@ -468,8 +536,11 @@ def main() -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if args.json:
-        args.json.write_text(json.dumps([[vars(r) | {"latencies": None, "by_rpc": None} for r in ours + peer]
-                                         for ours, peer in rows], indent=1))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                [[vars(r) | {"latencies": None, "by_rpc": None} for r in ours + peer] for ours, peer in rows], indent=1
+            )
+        )
     for ours, peer in rows:
         for res in ours + peer:
             if res.first_error:
@@ -506,7 +577,7 @@ def _print_row(ours: list[Result], peers: list[Result], header: bool) -> None:
         f"{_med([r.cpu_per_call(r.server_cpu) for r in ours], '.2f', False):>10} "
         f"{_med([r.cpu_per_call(r.pg_cpu) for r in ours], '.2f', False):>9} | "
         f"{sum(r.errors for r in ours):>6} {sum(r.duplicates for r in ours):>5} | "
-    )  # fmt: skip
+    )
     if not peers:
         line += f"{'-':>12} {'-':>6}"
     else:

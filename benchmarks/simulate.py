@@ -52,8 +52,9 @@ from server_throughput import PG_ADMIN, _post, start_servers
 # -- the simulated agents (in loader processes) --------------------------------------
 
 
-def _loader(targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], ready: Any, go: Any,
-            stop_box: Any, out: Any) -> None:  # fmt: skip
+def _loader(
+    targets: list[str], cid: int, ids: list[int], plan: dict[str, Any], ready: Any, go: Any, stop_box: Any, out: Any
+) -> None:
     import asyncio
 
     import grpc
@@ -226,8 +227,25 @@ def prefill(db: str, cid: int, n: int, folds: int, epochs: int) -> None:
         ) as cp:
             for j in range(n):
                 params = json.dumps({"x": rng.random(), "k": rng.randint(1, 9)})
-                cp.write_row((first + j, cid, j, "COMPLETED", 1, params, rng.random(), 0.01, "prefill", "", "",
-                              j + 1, now, now, now))  # fmt: skip
+                cp.write_row(
+                    (
+                        first + j,
+                        cid,
+                        j,
+                        "COMPLETED",
+                        1,
+                        params,
+                        rng.random(),
+                        0.01,
+                        "prefill",
+                        "",
+                        "",
+                        j + 1,
+                        now,
+                        now,
+                        now,
+                    )
+                )
         with conn.cursor().copy(
             "COPY folds (trial_id, fold, finished, value, metrics, checkpoint_uri, attempt, updated_at) FROM STDIN"
         ) as cp:
@@ -286,9 +304,12 @@ def main() -> int:
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     db = PG_ADMIN.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://") + "/" + name
-    print(f"{os.cpu_count()} cores; {args.agents} agents; {args.replicas} server process(es); speedup {A:g}; "
-          f"trials {args.trials:,} (prefill {args.prefill:,}); median trial {args.median_minutes:g} min; "
-          f"{args.folds} folds x {args.epochs} epochs; lease {args.lease:g} s", flush=True)  # fmt: skip
+    print(
+        f"{os.cpu_count()} cores; {args.agents} agents; {args.replicas} server process(es); speedup {A:g}; "
+        f"trials {args.trials:,} (prefill {args.prefill:,}); median trial {args.median_minutes:g} min; "
+        f"{args.folds} folds x {args.epochs} epochs; lease {args.lease:g} s",
+        flush=True,
+    )
     extra = ["--lease-seconds", str(args.lease / A), "--reap-interval", str(max(0.05, 5.0 / A))]
     if args.db_pool:
         extra += ["--db-pool", str(args.db_pool)]
@@ -309,15 +330,29 @@ def main() -> int:
         servers += start_servers(db, args.replicas - 1, extra=extra)
         size0 = _db_size(db)
 
-        plan = {"speedup": A, "folds": args.folds, "epochs": args.epochs, "median_s": args.median_minutes * 60,
-                "sigma": args.sigma, "crash": args.crash, "preempt": args.preempt,
-                "restart_s": args.restart_minutes * 60, "seed": args.seed, "warmup_s": 60.0}  # fmt: skip
+        plan = {
+            "speedup": A,
+            "folds": args.folds,
+            "epochs": args.epochs,
+            "median_s": args.median_minutes * 60,
+            "sigma": args.sigma,
+            "crash": args.crash,
+            "preempt": args.preempt,
+            "restart_s": args.restart_minutes * 60,
+            "seed": args.seed,
+            "warmup_s": 60.0,
+        }
         ctx = mp.get_context("fork")
         ready, go, out = ctx.Queue(), ctx.Event(), ctx.Queue()
         stop_box = ctx.Value("d", time.time() + 10**6)
         targets = [t for _, _, t in servers]
-        procs = [ctx.Process(target=_loader, args=(targets, cid, list(range(args.agents))[k::args.loaders], plan,
-                                                   ready, go, stop_box, out)) for k in range(args.loaders)]  # fmt: skip
+        procs = [
+            ctx.Process(
+                target=_loader,
+                args=(targets, cid, list(range(args.agents))[k :: args.loaders], plan, ready, go, stop_box, out),
+            )
+            for k in range(args.loaders)
+        ]
         for p in procs:
             p.start()
         for _ in procs:
@@ -332,8 +367,11 @@ def main() -> int:
         while time.time() < stop_box.value:
             time.sleep(min(30.0, max(0.0, stop_box.value - time.time())))
             done = _finished(db, cid)
-            print(f"  {time.time() - t0:6.0f} s: {done - finished0:,} trials finished in the run "
-                  f"({done:,} of {args.trials:,})", flush=True)  # fmt: skip
+            print(
+                f"  {time.time() - t0:6.0f} s: {done - finished0:,} trials finished in the run "
+                f"({done:,} of {args.trials:,})",
+                flush=True,
+            )
             if done >= args.trials:
                 stop_box.value = time.time()
         elapsed = time.time() - t0
@@ -359,8 +397,20 @@ def main() -> int:
             proc.terminate()
         for proc, _, _ in servers:
             proc.wait(timeout=60)
-    _report(args, rec, elapsed, cpu1 - cpu0, pg_cpu, crashed, refused, expiries, finished1 - finished0, finished1,
-            size0, size1)  # fmt: skip
+    _report(
+        args,
+        rec,
+        elapsed,
+        cpu1 - cpu0,
+        pg_cpu,
+        crashed,
+        refused,
+        expiries,
+        finished1 - finished0,
+        finished1,
+        size0,
+        size1,
+    )
     with psycopg.connect(PG_ADMIN, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     return 0
@@ -419,23 +469,41 @@ def _phases(args: Any, rec: Any) -> None:
         print(f"{name:<14} " + " ".join(f"{c:>19}" for c in cells))
 
 
-def _report(args: Any, rec: Any, elapsed: float, server_cpu: float, pg_cpu: float, crashed: set[tuple[int, int]],
-            refused: int, expiries: list[tuple[int, int, str]], run_trials: int, total: int, size0: int,
-            size1: int) -> None:  # fmt: skip
+def _report(
+    args: Any,
+    rec: Any,
+    elapsed: float,
+    server_cpu: float,
+    pg_cpu: float,
+    crashed: set[tuple[int, int]],
+    refused: int,
+    expiries: list[tuple[int, int, str]],
+    run_trials: int,
+    total: int,
+    size0: int,
+    size1: int,
+) -> None:
     from aio_agents import pct
 
     calls = rec.calls()
     print()
     print(f"{'':<20} {'':>9} {'':>8} {'whole run':^35} | {'steady (after 60 s, before the end)':^35}")
-    print(f"{'rpc':<20} {'calls':>9} {'per s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} | "
-          f"{'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}")  # fmt: skip
+    print(
+        f"{'rpc':<20} {'calls':>9} {'per s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8} | "
+        f"{'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'max ms':>8}"
+    )
     print("-" * 123)
     for method in sorted(rec.latency, key=lambda m: -len(rec.latency[m])):
         xs, ys = rec.latency[method], rec.steady.get(method, [])
-        steady = (f"{pct(ys, 0.5):>8.1f} {pct(ys, 0.95):>8.1f} {pct(ys, 0.99):>8.1f} {max(ys) * 1000:>8.1f}"
-                  if ys else f"{'-':>8} {'-':>8} {'-':>8} {'-':>8}")  # fmt: skip
-        print(f"{method:<20} {len(xs):>9,} {len(xs) / elapsed:>8.1f} {pct(xs, 0.5):>8.1f} {pct(xs, 0.95):>8.1f} "
-              f"{pct(xs, 0.99):>8.1f} {max(xs) * 1000:>8.1f} | {steady}")  # fmt: skip
+        steady = (
+            f"{pct(ys, 0.5):>8.1f} {pct(ys, 0.95):>8.1f} {pct(ys, 0.99):>8.1f} {max(ys) * 1000:>8.1f}"
+            if ys
+            else f"{'-':>8} {'-':>8} {'-':>8} {'-':>8}"
+        )
+        print(
+            f"{method:<20} {len(xs):>9,} {len(xs) / elapsed:>8.1f} {pct(xs, 0.5):>8.1f} {pct(xs, 0.95):>8.1f} "
+            f"{pct(xs, 0.99):>8.1f} {max(xs) * 1000:>8.1f} | {steady}"
+        )
     print("-" * 123)
     print(f"{'all':<20} {calls:>9,} {calls / elapsed:>8.1f}")
     _phases(args, rec)
@@ -446,26 +514,36 @@ def _report(args: Any, rec: Any, elapsed: float, server_cpu: float, pg_cpu: floa
     dupes = sum(1 for c in grants.values() if c > 1)
     sim_hours = elapsed * args.speedup / 3600
     print()
-    print(f"run: {elapsed:.0f} s real = {sim_hours:.1f} h simulated; {run_trials:,} trials finished in the run "
-          f"({run_trials / elapsed:.1f}/s), the campaign at {total:,} of {args.trials:,}")  # fmt: skip
+    print(
+        f"run: {elapsed:.0f} s real = {sim_hours:.1f} h simulated; {run_trials:,} trials finished in the run "
+        f"({run_trials / elapsed:.1f}/s), the campaign at {total:,} of {args.trials:,}"
+    )
     print(f"injected: {rec.counters.get('crashes', 0)} crashes, {rec.counters.get('preemptions', 0)} preemptions")
-    print(f"lease expiries: {len(lost)} (crashed agents' {len(lost) - len(unwarranted)}, "
-          f"unwarranted {len(unwarranted)}); {len(exited)} requeued as their agent exited at the end")  # fmt: skip
-    print(f"calls refused to live agents (lost lease): {refused}; duplicate grants: {dupes}; "
-          f"errors: {dict(rec.errors) or 0}")  # fmt: skip
+    print(
+        f"lease expiries: {len(lost)} (crashed agents' {len(lost) - len(unwarranted)}, "
+        f"unwarranted {len(unwarranted)}); {len(exited)} requeued as their agent exited at the end"
+    )
+    print(
+        f"calls refused to live agents (lost lease): {refused}; duplicate grants: {dupes}; "
+        f"errors: {dict(rec.errors) or 0}"
+    )
     per_call = 1000 * server_cpu / calls if calls else float("nan")
     pg_per_call = 1000 * pg_cpu / calls if calls else float("nan")
     busy = f"server processes busy {100 * server_cpu / elapsed:.0f}% of a core"
     busy += f", PostgreSQL {100 * pg_cpu / elapsed:.0f}%"
     print(f"CPU per call: server {per_call:.2f} ms, PostgreSQL {pg_per_call:.2f} ms ({busy})")
-    print(f"database: {size0 / 2**20:.0f} MiB before the run, {size1 / 2**20:.0f} MiB after "
-          f"({(size1 - size0) / max(run_trials, 1) / 1024:.1f} KiB per trial finished in the run)")  # fmt: skip
+    print(
+        f"database: {size0 / 2**20:.0f} MiB before the run, {size1 / 2**20:.0f} MiB after "
+        f"({(size1 - size0) / max(run_trials, 1) / 1024:.1f} KiB per trial finished in the run)"
+    )
     # The real site's rates: the simulated ones divided by the speedup.
     real_rate = calls / elapsed / args.speedup / args.agents
     if per_call == per_call and real_rate:
         carried = 1000 / (per_call * real_rate), 1000 / (pg_per_call * real_rate)
-        print(f"at real (unaccelerated) rates each agent makes {real_rate:.3f} calls/s: one server core carries "
-              f"~{carried[0]:,.0f} agents, one PostgreSQL core ~{carried[1]:,.0f}")  # fmt: skip
+        print(
+            f"at real (unaccelerated) rates each agent makes {real_rate:.3f} calls/s: one server core carries "
+            f"~{carried[0]:,.0f} agents, one PostgreSQL core ~{carried[1]:,.0f}"
+        )
 
 
 if __name__ == "__main__":

@@ -90,9 +90,13 @@ def seed_campaign(
                 tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
                 tx.add_event(trial.id, 1, "pruned", started + timedelta(seconds=8), agent_id=agent_id, reason=why)
                 tx.finish_trial(
-                    trial.id, d.TrialState.PRUNED, started + timedelta(seconds=8), value=reached,
-                    error=why, agent_id=agent_id,
-                )  # fmt: skip
+                    trial.id,
+                    d.TrialState.PRUNED,
+                    started + timedelta(seconds=8),
+                    value=reached,
+                    error=why,
+                    agent_id=agent_id,
+                )
             elif number < completed + pruned + failed:
                 trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
                 error = "fold 0, epoch 1: rank 0: Traceback (most recent call last):\nRuntimeError: boom"

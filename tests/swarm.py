@@ -51,10 +51,14 @@ def half_open_calls(m: int, method: bytes = b"/hpcopt.v1.AgentService/Heartbeat"
     block = b"".join(
         _literal(n, v)
         for n, v in (
-            (b":method", b"POST"), (b":scheme", b"http"), (b":path", method), (b":authority", b"x"),
-            (b"content-type", b"application/grpc"), (b"te", b"trailers"),
+            (b":method", b"POST"),
+            (b":scheme", b"http"),
+            (b":path", method),
+            (b":authority", b"x"),
+            (b"content-type", b"application/grpc"),
+            (b"te", b"trailers"),
         )
-    )  # fmt: skip
+    )
     end_headers = 0x4
     return b"".join(
         len(block).to_bytes(3, "big") + bytes([1, end_headers]) + (2 * i + 1).to_bytes(4, "big") + block
@@ -192,8 +196,11 @@ def swarming(kind: str, port: int, n: int, *extra: str, ready_timeout: float = 1
     it is ready; the outcome holds how many connections the server closed."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.swarm", kind, str(port), str(n), *extra],
-        cwd=Path(__file__).resolve().parents[1], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        cwd=Path(__file__).resolve().parents[1],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     outcome = Outcome()
     try:
         assert proc.stdout is not None

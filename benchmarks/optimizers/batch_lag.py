@@ -109,8 +109,13 @@ def main() -> int:
     def key(fn: str, workers: int, seed: int) -> str:
         return f"{args.only}/{fn}/{workers}/{seed}"
 
-    tasks = [(args.only, fn, w, s) for fn in fns for w in (1, args.pending) for s in range(args.seeds)
-             if key(fn, w, s) not in traces]  # fmt: skip
+    tasks = [
+        (args.only, fn, w, s)
+        for fn in fns
+        for w in (1, args.pending)
+        for s in range(args.seeds)
+        if key(fn, w, s) not in traces
+    ]
     os.environ.setdefault("OMP_NUM_THREADS", "1")  # as quality.py: a seed's regret should not depend on the cores
     t0 = time.time()
     with mp.get_context("spawn").Pool(args.procs) as pool:
@@ -123,9 +128,11 @@ def main() -> int:
             print(f"\r{i}/{len(tasks)} runs, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     p = args.pending
-    print(f"\n{args.only}, seeds 0-{args.seeds - 1}: median final regret one at a time and with {p} pending; "
-          f"the ratio a sequential run 1 or {p - 1} evaluations shorter would have; the batch's lag in "
-          f"evaluations; a paired bootstrap of the ratio (5-95%) and the share of resamples <= {TARGET}\n")  # fmt: skip
+    print(
+        f"\n{args.only}, seeds 0-{args.seeds - 1}: median final regret one at a time and with {p} pending; "
+        f"the ratio a sequential run 1 or {p - 1} evaluations shorter would have; the batch's lag in "
+        f"evaluations; a paired bootstrap of the ratio (5-95%) and the share of resamples <= {TARGET}\n"
+    )
     head = (
         "function",
         "one at a time",
@@ -143,9 +150,16 @@ def main() -> int:
         seq = np.array([traces[key(fn, 1, s)] for s in range(args.seeds)])
         bat = np.array([traces[key(fn, p, s)] for s in range(args.seeds)])
         r = lag(seq, bat)
-        cells = (f"{r['sequential']:.3g}", f"{r['batch']:.3g}", f"{r['ratio']:.2f}", f"{shorter(seq, 1):.2f}",
-                 f"{shorter(seq, p - 1):.2f}", f"{r['lag']:.0f}", f"{r['p5']:.2f}-{r['p95']:.2f}",
-                 f"{r['within']:.0%}")  # fmt: skip
+        cells = (
+            f"{r['sequential']:.3g}",
+            f"{r['batch']:.3g}",
+            f"{r['ratio']:.2f}",
+            f"{shorter(seq, 1):.2f}",
+            f"{shorter(seq, p - 1):.2f}",
+            f"{r['lag']:.0f}",
+            f"{r['p5']:.2f}-{r['p95']:.2f}",
+            f"{r['within']:.0%}",
+        )
         print(f"{fn:<14}" + "".join(f"{c:>14}" for c in cells))
     return 0
 

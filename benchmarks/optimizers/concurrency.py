@@ -117,11 +117,16 @@ def main() -> int:
         summary = ", ".join(f"{o} {n}/{len(fns)}" for o, n in wins.items())
         print(f"\nno worse than random after the last round: {summary}")
         if "bo" in opts and "ea" in opts:
-            ea_wins = [f for f in fns if np.median([r[-1] for r in results[("ea", f, w)]])
-                       < np.median([r[-1] for r in results[("bo", f, w)]])]  # fmt: skip
+            ea_wins = [
+                f
+                for f in fns
+                if np.median([r[-1] for r in results[("ea", f, w)]]) < np.median([r[-1] for r in results[("bo", f, w)]])
+            ]
             print(f"ea below bo after the last round on: {', '.join(ea_wins) or 'none'}")
-        print("suggestion seconds per run (mean): " + ", ".join(
-            f"{o} {seconds[(o, w)] / (len(fns) * args.seeds):.2f}" for o in opts))  # fmt: skip
+        print(
+            "suggestion seconds per run (mean): "
+            + ", ".join(f"{o} {seconds[(o, w)] / (len(fns) * args.seeds):.2f}" for o in opts)
+        )
     return 0
 
 

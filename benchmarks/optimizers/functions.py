@@ -39,8 +39,14 @@ def branin(x: np.ndarray) -> float:
 _H6_A = np.array(
     [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14], [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]]
 )
-_H6_P = 1e-4 * np.array([[1312, 1696, 5569, 124, 8283, 5886], [2329, 4135, 8307, 3736, 1004, 9991],
-                         [2348, 1451, 3522, 2883, 3047, 6650], [4047, 8828, 8732, 5743, 1091, 381]])  # fmt: skip
+_H6_P = 1e-4 * np.array(
+    [
+        [1312, 1696, 5569, 124, 8283, 5886],
+        [2329, 4135, 8307, 3736, 1004, 9991],
+        [2348, 1451, 3522, 2883, 3047, 6650],
+        [4047, 8828, 8732, 5743, 1091, 381],
+    ]
+)
 _H6_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
 
 
@@ -54,8 +60,12 @@ def rosenbrock(x: np.ndarray) -> float:
 
 def ackley(x: np.ndarray) -> float:
     d = len(x)
-    return float(-20 * math.exp(-0.2 * math.sqrt(np.sum(x * x) / d)) - math.exp(np.sum(np.cos(2 * math.pi * x)) / d)
-                 + 20 + math.e)  # fmt: skip
+    return float(
+        -20 * math.exp(-0.2 * math.sqrt(np.sum(x * x) / d))
+        - math.exp(np.sum(np.cos(2 * math.pi * x)) / d)
+        + 20
+        + math.e
+    )
 
 
 def levy(x: np.ndarray) -> float:
@@ -108,8 +118,21 @@ def michalewicz(x: np.ndarray) -> float:
     return float(-np.sum(np.sin(x) * np.sin(i * x * x / math.pi) ** 20))
 
 
-_SHEKEL_A = np.array([[4, 4, 4, 4], [1, 1, 1, 1], [8, 8, 8, 8], [6, 6, 6, 6], [3, 7, 3, 7], [2, 9, 2, 9],
-                      [5, 5, 3, 3], [8, 1, 8, 1], [6, 2, 6, 2], [7, 3.6, 7, 3.6]], dtype=float)  # fmt: skip
+_SHEKEL_A = np.array(
+    [
+        [4, 4, 4, 4],
+        [1, 1, 1, 1],
+        [8, 8, 8, 8],
+        [6, 6, 6, 6],
+        [3, 7, 3, 7],
+        [2, 9, 2, 9],
+        [5, 5, 3, 3],
+        [8, 1, 8, 1],
+        [6, 2, 6, 2],
+        [7, 3.6, 7, 3.6],
+    ],
+    dtype=float,
+)
 _SHEKEL_C = np.array([1, 2, 2, 4, 4, 6, 3, 7, 5, 5], dtype=float) / 10
 
 

@@ -121,8 +121,10 @@ def main() -> int:
     ap.add_argument("--cap", type=float, default=15.0, help="seconds per step beyond which a peer stops")
     args = ap.parse_args()
     names = split_names(args.only)
-    print(f"{'d':>3} {'n':>5} | {'optimizer':<11} {'p50 ms':>10} {'mean ms':>10} {'refit s':>8} {'amort ms':>9} | "
-          f"{'p50 vs bo':>9} {'MB':>6} {'max ms during refit':>19}")  # fmt: skip
+    print(
+        f"{'d':>3} {'n':>5} | {'optimizer':<11} {'p50 ms':>10} {'mean ms':>10} {'refit s':>8} {'amort ms':>9} | "
+        f"{'p50 vs bo':>9} {'MB':>6} {'max ms during refit':>19}"
+    )
     print("-" * 78)
     for d in (int(x) for x in args.dims.split(",")):
         stopped: set[str] = set()
@@ -139,8 +141,11 @@ def main() -> int:
                 ratio = f"{r['p50'] / ours_p50:>8.1f}x" if ours_p50 and name != "bo" else ""
                 refit = f"{r['refit']:>8.2f}" if r["refit"] == r["refit"] else f"{'':>8}"
                 mb = f"{r['mb']:>6.0f} {r['during'] * 1e3:>19.0f}" if r["mb"] == r["mb"] else ""
-                print(f"{d:>3} {n:>5} | {name:<11} {r['p50'] * 1e3:>10.1f} {r['mean'] * 1e3:>10.1f} {refit} "
-                      f"{r['amortized'] * 1e3:>9.1f} | {ratio:>9} {mb}", flush=True)  # fmt: skip
+                print(
+                    f"{d:>3} {n:>5} | {name:<11} {r['p50'] * 1e3:>10.1f} {r['mean'] * 1e3:>10.1f} {refit} "
+                    f"{r['amortized'] * 1e3:>9.1f} | {ratio:>9} {mb}",
+                    flush=True,
+                )
                 if r["p50"] > args.cap and name not in ("bo",):
                     stopped.add(name)
     print("\nratio: the peer's p50 step time over ours (bo); > 1 means bo is faster")

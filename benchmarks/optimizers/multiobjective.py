@@ -86,9 +86,18 @@ class Ours:
         return dict(self.opt.suggest(1, pending)[0])
 
     def tell(self, params: dict[str, Any], values: list[float], handle: Any) -> None:
-        trial = d.Trial(id=self.n, campaign_id=1, number=self.n, state=d.TrialState.COMPLETED, attempt=1,
-                        params=params, created_at=NOW, value=values[0], values=tuple(values),
-                        finished_at=NOW)  # fmt: skip
+        trial = d.Trial(
+            id=self.n,
+            campaign_id=1,
+            number=self.n,
+            state=d.TrialState.COMPLETED,
+            attempt=1,
+            params=params,
+            created_at=NOW,
+            value=values[0],
+            values=tuple(values),
+            finished_at=NOW,
+        )
         self.n += 1
         self.opt.observe([trial])
 
@@ -175,8 +184,9 @@ def main() -> int:
     methods = [x for x in args.only.split(",") if x]
     problems = [x for x in args.problems.split(",") if x]
     jobs = [(m, p, s, args.pending, args.budget) for p in problems for s in range(args.seeds) for m in methods]
-    print(f"# {len(jobs)} runs on {os.cpu_count()} cores, {args.procs} at once; {args.pending} in flight",
-          file=sys.stderr)  # fmt: skip
+    print(
+        f"# {len(jobs)} runs on {os.cpu_count()} cores, {args.procs} at once; {args.pending} in flight", file=sys.stderr
+    )
     results: dict[tuple[str, str], list[float]] = {}
     seconds: dict[str, float] = {}
     started = time.time()
@@ -186,8 +196,10 @@ def main() -> int:
             seconds[m] = seconds.get(m, 0.0) + spent
             if i % 10 == 0 or i == len(jobs):
                 print(f"# {i}/{len(jobs)} runs, {time.time() - started:.0f} s", file=sys.stderr)
-    print(f"\nHypervolume gap (true front - found), median [IQR] over {args.seeds} seeds, {args.budget} "
-          f"evaluations, {args.pending} in flight; after it: median / optuna-nsga2's median\n")  # fmt: skip
+    print(
+        f"\nHypervolume gap (true front - found), median [IQR] over {args.seeds} seeds, {args.budget} "
+        f"evaluations, {args.pending} in flight; after it: median / optuna-nsga2's median\n"
+    )
     print("| problem | " + " | ".join(methods) + " |")
     print("|---" * (len(methods) + 1) + "|")
     for p in problems:

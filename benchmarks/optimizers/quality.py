@@ -78,10 +78,13 @@ def main() -> int:
         "--json", type=Path, help="write every run's regret here; runs already in the file are not run again"
     )
     ap.add_argument(
-        "--at", type=_fraction, default=1.0, metavar="FRACTION",
+        "--at",
+        type=_fraction,
+        default=1.0,
+        metavar="FRACTION",
         help="the regret after this fraction of each function's budget (default 1: the final regret); the "
         "optimizers are still told the whole budget",
-    )  # fmt: skip
+    )
     args = ap.parse_args()
     opts = split_names(args.only)
     fns = functions_named(ap, args.functions)
@@ -117,8 +120,13 @@ def main() -> int:
             print(f"\r{i}/{len(tasks)} runs, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     if args.at < 1:
-        print("\nregret after " + ", ".join(f"{fn} {evaluations_at(args.at, ALL_FUNCTIONS[fn].budget)} of "
-              f"{ALL_FUNCTIONS[fn].budget}" for fn in fns) + " evaluations (--at)")  # fmt: skip
+        print(
+            "\nregret after "
+            + ", ".join(
+                f"{fn} {evaluations_at(args.at, ALL_FUNCTIONS[fn].budget)} of {ALL_FUNCTIONS[fn].budget}" for fn in fns
+            )
+            + " evaluations (--at)"
+        )
     _table({k: {s: r for s, r in v.items() if s < args.seeds} for k, v in results.items()}, opts)
     print("\nCPU seconds per optimizer (runs made now): " + ", ".join(f"{o} {seconds.get(o, 0):.0f}" for o in opts))
     return 0
@@ -224,8 +232,10 @@ def _table(results: Results, opts: list[str]) -> None:
                     print(f"{pending} pending: {ours} no worse than {peer} on {wins} of {len(fns)} functions")
         for ours in [o for o in opts if o.split("[")[0] == "bo"] if pending > 1 else []:
             ratios = [medians[(ours, f, pending)] / max(medians[(ours, f, 1)], 1e-12) for f in fns]
-            print(f"{pending} pending: {ours}'s regret over its sequential regret: "
-                  + ", ".join(f"{f} {r:.2f}" for f, r in zip(fns, ratios, strict=True)))  # fmt: skip
+            print(
+                f"{pending} pending: {ours}'s regret over its sequential regret: "
+                + ", ".join(f"{f} {r:.2f}" for f, r in zip(fns, ratios, strict=True))
+            )
     if len(opts) > 1:
         _paired(results, opts)
 

@@ -37,8 +37,19 @@ class Ours:
     def tell(self, results: list[tuple[dict[str, Any], float]]) -> None:
         trials = []
         for params, value in results:
-            trials.append(d.Trial(id=self.n, campaign_id=1, number=self.n, state=d.TrialState.COMPLETED, attempt=1,
-                                  params=params, created_at=NOW, value=value, finished_at=NOW))  # fmt: skip
+            trials.append(
+                d.Trial(
+                    id=self.n,
+                    campaign_id=1,
+                    number=self.n,
+                    state=d.TrialState.COMPLETED,
+                    attempt=1,
+                    params=params,
+                    created_at=NOW,
+                    value=value,
+                    finished_at=NOW,
+                )
+            )
             self.n += 1
         self.opt.observe(trials)
 

@@ -50,8 +50,9 @@ def load(name: str) -> tuple[Any, dict[str, Any]]:
     return DiabetesTask(), SPACE
 
 
-def train(task: Any, params: dict[str, Any], train_idx: np.ndarray, val_idx: np.ndarray, epochs: int, metric: str,
-          seed: int) -> list[float]:  # fmt: skip
+def train(
+    task: Any, params: dict[str, Any], train_idx: np.ndarray, val_idx: np.ndarray, epochs: int, metric: str, seed: int
+) -> list[float]:
     torch.manual_seed(seed)
     data = task.dataset()
     x, y = data.tensors
@@ -91,15 +92,30 @@ def main() -> None:
     curves = []
     t0 = time.perf_counter()
     for c, params in enumerate(configs):
-        curves.append([train(task, params, train_indices(n, v), v, cfg["epochs"], cfg["metric"], args.seed * 1000 + c)
-                       for v in folds])  # fmt: skip
+        curves.append(
+            [
+                train(task, params, train_indices(n, v), v, cfg["epochs"], cfg["metric"], args.seed * 1000 + c)
+                for v in folds
+            ]
+        )
         final = np.mean([f[-1] for f in curves[-1]])
-        print(f"{args.task}: config {c + 1}/{len(configs)}: mean final {cfg['metric']} {final:.4g} "
-              f"({time.perf_counter() - t0:.0f} s)", flush=True)  # fmt: skip
+        print(
+            f"{args.task}: config {c + 1}/{len(configs)}: mean final {cfg['metric']} {final:.4g} "
+            f"({time.perf_counter() - t0:.0f} s)",
+            flush=True,
+        )
     out = HERE / "data" / f"{args.task}.json.gz"
     out.parent.mkdir(exist_ok=True)
-    doc = {"task": args.task, "metric": cfg["metric"], "direction": "minimize", "folds": args.folds,
-           "epochs": cfg["epochs"], "space": space, "configs": configs, "curves": curves}  # fmt: skip
+    doc = {
+        "task": args.task,
+        "metric": cfg["metric"],
+        "direction": "minimize",
+        "folds": args.folds,
+        "epochs": cfg["epochs"],
+        "space": space,
+        "configs": configs,
+        "curves": curves,
+    }
     with gzip.open(out, "wt") as f:
         json.dump(doc, f)
     print(f"wrote {out} ({out.stat().st_size} bytes)")

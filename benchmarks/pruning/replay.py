@@ -65,8 +65,14 @@ class Memory:
 
 class Hpcopt:
     def __init__(self, spec: dict[str, Any], folds: int, epochs: int):
-        self.pruner = make_pruner({"objective": {"direction": "minimize", "metric": "loss"}, "folds": folds,
-                                   "training": {"epochs": epochs}, "pruner": spec})  # fmt: skip
+        self.pruner = make_pruner(
+            {
+                "objective": {"direction": "minimize", "metric": "loss"},
+                "folds": folds,
+                "training": {"epochs": epochs},
+                "pruner": spec,
+            }
+        )
         self.mem = Memory()
         self.folds: dict[int, dict[int, float]] = {}
 
@@ -192,11 +198,15 @@ def main() -> None:
         finals = curves[:, :, -1].mean(1)
         optimum = float(finals.min())
         se = float(curves[int(finals.argmin()), :, -1].std(ddof=1) / np.sqrt(K))
-        print(f"\n## {task}: {n} configurations x {K} folds x {E} epochs ({doc['metric']}), "
-              f"{args.workers} workers, {args.seeds} seeds; best of all {optimum:.4f} "
-              f"(its standard error over folds: {se:.4f})\n")  # fmt: skip
-        print("| pruner | epochs (median of seeds) | of no pruning | best found: median | worst | "
-              "seeds that found the overall best | s per replay |")  # fmt: skip
+        print(
+            f"\n## {task}: {n} configurations x {K} folds x {E} epochs ({doc['metric']}), "
+            f"{args.workers} workers, {args.seeds} seeds; best of all {optimum:.4f} "
+            f"(its standard error over folds: {se:.4f})\n"
+        )
+        print(
+            "| pruner | epochs (median of seeds) | of no pruning | best found: median | worst | "
+            "seeds that found the overall best | s per replay |"
+        )
         print("|---|---|---|---|---|---|---|")
         full = n * K * E
         for name, make in methods(K, E).items():
@@ -209,9 +219,12 @@ def main() -> None:
                 spent.append(s)
                 found.append(b)
             hits = sum(abs(b - optimum) < 1e-12 for b in found)
-            print(f"| {name} | {statistics.median(spent):.0f} | {statistics.median(spent) / full:.2f} | "
-                  f"{statistics.median(found):.4f} | {max(found):.4f} | {hits}/{args.seeds} | "
-                  f"{statistics.median(secs):.2f} |", flush=True)  # fmt: skip
+            print(
+                f"| {name} | {statistics.median(spent):.0f} | {statistics.median(spent) / full:.2f} | "
+                f"{statistics.median(found):.4f} | {max(found):.4f} | {hits}/{args.seeds} | "
+                f"{statistics.median(secs):.2f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

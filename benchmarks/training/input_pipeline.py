@@ -55,8 +55,16 @@ def generate(store: Path, shards: int, per_shard: int) -> Path:
         return folder
     shutil.rmtree(folder, ignore_errors=True)
     print(f"generating {shards} x {per_shard} showers into {folder} ...", file=sys.stderr, flush=True)
-    cmd = [sys.executable, str(ROOT / "examples/calorimeter/generate.py"), "--out", str(folder),
-           "--shards", str(shards), "--per-shard", str(per_shard)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "examples/calorimeter/generate.py"),
+        "--out",
+        str(folder),
+        "--shards",
+        str(shards),
+        "--per-shard",
+        str(per_shard),
+    ]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
     (folder / "complete").touch()
     return folder
@@ -137,8 +145,20 @@ def hpcopt_run(
     }
     with Client(server.target) as c:
         cid = int(c.create_campaign(spec).id)
-    cmd = [*mpi_cmd(args.ranks), sys.executable, "-m", "mpi4py", "-m", "hpcopt_agent", "--server", server.target,
-           "--campaign", str(cid), "--checkpoint-dir", str(workdir / "ckpt")]  # fmt: skip
+    cmd = [
+        *mpi_cmd(args.ranks),
+        sys.executable,
+        "-m",
+        "mpi4py",
+        "-m",
+        "hpcopt_agent",
+        "--server",
+        server.target,
+        "--campaign",
+        str(cid),
+        "--checkpoint-dir",
+        str(workdir / "ckpt"),
+    ]
     run_env = dict(env(), CALO_DATA=str(data), HPCOPT_BENCH_READ_MS=str(args.read_ms), HPCOPT_BENCH_STEP=step)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env, cwd=ROOT)
     memory = TreeMemory(proc.pid)
@@ -159,10 +179,27 @@ def hpcopt_run(
 
 def plain_run(args: argparse.Namespace, data: Path, step: str, epochs: int) -> list[float]:
     workers = args.workers
-    cmd = [*mpi_cmd(args.ranks), sys.executable, str(HERE / "plain_loader.py"), "--epochs", str(epochs),
-           "--folds", str(args.folds), "--workers", str(workers), "--prefetch", str(args.prefetch),
-           "--batch", str(args.batch), "--width", str(args.width), "--precision", args.precision,
-           "--device", "cuda" if cuda() else "cpu"]  # fmt: skip
+    cmd = [
+        *mpi_cmd(args.ranks),
+        sys.executable,
+        str(HERE / "plain_loader.py"),
+        "--epochs",
+        str(epochs),
+        "--folds",
+        str(args.folds),
+        "--workers",
+        str(workers),
+        "--prefetch",
+        str(args.prefetch),
+        "--batch",
+        str(args.batch),
+        "--width",
+        str(args.width),
+        "--precision",
+        args.precision,
+        "--device",
+        "cuda" if cuda() else "cpu",
+    ]
     run_env = dict(env(), CALO_DATA=str(data), HPCOPT_BENCH_READ_MS=str(args.read_ms), HPCOPT_BENCH_STEP=step)
     out = subprocess.run(cmd, capture_output=True, text=True, env=run_env, cwd=ROOT, timeout=1800)
     if out.returncode != 0:
@@ -240,8 +277,11 @@ def main() -> int:
                 ratio["plain"].append(per["hpcopt"] / per["plain DDP + DataLoader"])
                 if "item by item" in per:
                     ratio["item"].append(per["hpcopt"] / per["item by item"])
-                print(f"{step} rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {v:.0f}/s" for n, v in per.items()),
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"{step} rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {v:.0f}/s" for n, v in per.items()),
+                    file=sys.stderr,
+                    flush=True,
+                )
         for scale in () if args.no_memory else (1, 4, 16):
             folder = generate(store, RSS_SHARDS, args.rss_base * scale // RSS_SHARDS)
             _, mem = hpcopt_run(server, args, folder, "feed", False, 1, workdir, measure_memory=True)
@@ -253,21 +293,27 @@ def main() -> int:
         if args.data is not None:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"\ninput pipeline: {args.ranks} ranks, {args.showers} showers in shards of {PER_SHARD}, "
-          f"{args.read_ms:g} ms per read request, {args.reps} interleaved reps, epochs 2..{args.epochs} of "
-          f"fold runs; loader workers {args.workers} per rank, prefetch {args.prefetch}; width {args.width}, "
-          f"batch {args.batch}, {args.precision} on {'CUDA' if cuda() else 'CPUs'}")  # fmt: skip
+    print(
+        f"\ninput pipeline: {args.ranks} ranks, {args.showers} showers in shards of {PER_SHARD}, "
+        f"{args.read_ms:g} ms per read request, {args.reps} interleaved reps, epochs 2..{args.epochs} of "
+        f"fold runs; loader workers {args.workers} per rank, prefetch {args.prefetch}; width {args.width}, "
+        f"batch {args.batch}, {args.precision} on {'CUDA' if cuda() else 'CPUs'}"
+    )
     for step in rates:
         print(f"\nstep: {step} — samples/s of the batch loop")
         print(f"{'':26} {'median':>9} {'min':>9} {'max':>9}")
         for name in names:
             print(f"{name:26} {spread(rates[step][name])}")
         p, i = ratios[step]["plain"], ratios[step]["item"]
-        print(f"ratio hpcopt / plain DDP ({step}): {statistics.median(p):.3f} "
-              f"(min {min(p):.3f}, max {max(p):.3f}; target >= 0.95)")  # fmt: skip
+        print(
+            f"ratio hpcopt / plain DDP ({step}): {statistics.median(p):.3f} "
+            f"(min {min(p):.3f}, max {max(p):.3f}; target >= 0.95)"
+        )
         if i:
-            print(f"ratio hpcopt / item by item ({step}): {statistics.median(i):.2f}x "
-                  f"(min {min(i):.2f}, max {max(i):.2f})")  # fmt: skip
+            print(
+                f"ratio hpcopt / item by item ({step}): {statistics.median(i):.2f}x "
+                f"(min {min(i):.2f}, max {max(i):.2f})"
+            )
         print("  per rep vs plain: " + " ".join(f"{r:.3f}" for r in p))
     if not memory:
         return 0

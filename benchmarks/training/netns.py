@@ -84,8 +84,22 @@ class SlowLink:
                 _ip("ip", "link", "set", "hpv", "up", ns=ns)
                 _ip("ip", "link", "set", "lo", "up", ns=ns)
                 _ip("ip", "link", "set", outer, "master", BRIDGE, "up")
-                _ip("tc", "qdisc", "add", "dev", "hpv", "root", "tbf", "rate", self.rate, "burst", self.burst,
-                    "latency", "200ms", ns=ns)  # fmt: skip
+                _ip(
+                    "tc",
+                    "qdisc",
+                    "add",
+                    "dev",
+                    "hpv",
+                    "root",
+                    "tbf",
+                    "rate",
+                    self.rate,
+                    "burst",
+                    self.burst,
+                    "latency",
+                    "200ms",
+                    ns=ns,
+                )
         except BaseException:
             cleanup()
             raise

@@ -42,9 +42,12 @@ def join_gloo(world: MPI.Comm) -> None:
     port = world.bcast(port)
     host = os.environ.get("MASTER_ADDR", "127.0.0.1")
     dist.init_process_group(
-        "gloo", init_method=f"tcp://{host}:{port}", rank=world.rank, world_size=world.size,
+        "gloo",
+        init_method=f"tcp://{host}:{port}",
+        rank=world.rank,
+        world_size=world.size,
         timeout=timedelta(seconds=300),
-    )  # fmt: skip
+    )
 
 
 def main() -> int:

@@ -85,9 +85,13 @@ def main() -> int:
     )
     extra = {"prefetch_factor": args.prefetch, "persistent_workers": True} if args.workers else {}
     loader = DataLoader(
-        subset, batch_size=args.batch // world.size, sampler=sampler, num_workers=args.workers,
-        pin_memory=device.type == "cuda", **extra,
-    )  # fmt: skip
+        subset,
+        batch_size=args.batch // world.size,
+        sampler=sampler,
+        num_workers=args.workers,
+        pin_memory=device.type == "cuda",
+        **extra,
+    )
     params = {"lr_g": 1e-3, "lr_d": 1e-3, "width": args.width, "latent": 16, "aux_weight": 0.5}
     torch.manual_seed(0)
     models = {k: m.to(device) for k, m in task.build(params).items()}

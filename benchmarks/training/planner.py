@@ -81,8 +81,21 @@ def run_one(server: Server, args: argparse.Namespace, workdir: Path, rep: int, n
         rpf, extra = r, ["--groups", str(g)]
     with Client(server.target) as c:
         cid = int(c.create_campaign(spec(args, rep, rpf)).id)
-    cmd = [*mpi_cmd(args.ranks), sys.executable, "-m", "mpi4py", "-m", "hpcopt_agent", "--server", server.target,
-           "--campaign", str(cid), "--checkpoint-dir", str(workdir / "ckpt"), *extra]  # fmt: skip
+    cmd = [
+        *mpi_cmd(args.ranks),
+        sys.executable,
+        "-m",
+        "mpi4py",
+        "-m",
+        "hpcopt_agent",
+        "--server",
+        server.target,
+        "--campaign",
+        str(cid),
+        "--checkpoint-dir",
+        str(workdir / "ckpt"),
+        *extra,
+    ]
     t0 = time.time()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=3600)
     seconds = time.time() - t0
@@ -129,10 +142,16 @@ def merged(docs: list[dict[str, Any]]) -> dict[str, Any]:
         for p in doc["points"]:
             by.setdefault((p["scheme"], p["ranks"], p["nodes"]), []).append(p)
     points = [
-        {"scheme": s, "ranks": r, "nodes": n, "source": "fold", "count": sum(p["count"] for p in ps),
-         "samples_per_second": statistics.median(p["samples_per_second"] for p in ps)}
+        {
+            "scheme": s,
+            "ranks": r,
+            "nodes": n,
+            "source": "fold",
+            "count": sum(p["count"] for p in ps),
+            "samples_per_second": statistics.median(p["samples_per_second"] for p in ps),
+        }
         for (s, r, n), ps in sorted(by.items())
-    ]  # fmt: skip
+    ]
     samples = [d["train_samples"] for d in docs if d.get("train_samples")]
     return {"points": points, "train_samples": int(statistics.median(samples)) if samples else None}
 
@@ -173,9 +192,12 @@ def main() -> int:
                 name = configs[(rep + k) % len(configs)]
                 r = run_one(server, args, workdir, rep, name)
                 runs[name].append(r)
-                print(f"rep {rep + 1}/{args.reps} {name}: {r['seconds']:.1f} s, {r['by_walltime']} trials by "
-                      f"{args.walltime:g} s, idle tail {r['idle_tail']:.0f} rank-s; {' / '.join(r['phases'])}",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"rep {rep + 1}/{args.reps} {name}: {r['seconds']:.1f} s, {r['by_walltime']} trials by "
+                    f"{args.walltime:g} s, idle tail {r['idle_tail']:.0f} rank-s; {' / '.join(r['phases'])}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         # The measured curve: every run's folds (each fixed layout measured its own width).
         docs = [server.get(f"/campaigns/{r['campaign']}/throughput") for rs in runs.values() for r in rs]
         points = merged(docs)
@@ -186,12 +208,17 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "throughput": points}, indent=1))
-    print(f"\nplanner: {args.trials} trials x {args.folds} folds x {args.epochs} epochs (digits MLP) on {args.ranks} "
-          f"ranks, {args.reps} interleaved reps; median (min-max)")  # fmt: skip
+    print(
+        f"\nplanner: {args.trials} trials x {args.folds} folds x {args.epochs} epochs (digits MLP) on {args.ranks} "
+        f"ranks, {args.reps} interleaved reps; median (min-max)"
+    )
     print(f"{'layout':>10} {'finish s':>22} {f'trials by {args.walltime:g} s':>16} {'idle tail rank-s':>22}")
     for name, rs in runs.items():
-        by, secs, idle = (statistics.median([r["by_walltime"] for r in rs]), [r["seconds"] for r in rs],
-                          [r["idle_tail"] for r in rs])  # fmt: skip
+        by, secs, idle = (
+            statistics.median([r["by_walltime"] for r in rs]),
+            [r["seconds"] for r in rs],
+            [r["idle_tail"] for r in rs],
+        )
         print(f"{name:>10} {spread(secs):>22} {by:>16.1f} {spread(idle):>22}")
     fixed = {n: statistics.median(r["seconds"] for r in rs) for n, rs in runs.items() if "x" in n}
     if "auto" in runs and fixed:
@@ -199,16 +226,21 @@ def main() -> int:
         auto = [r["seconds"] for r in runs["auto"]]
         per_rep = [b["seconds"] / a["seconds"] for a, b in zip(runs["auto"], runs[best], strict=True)]
         mid, lo, hi = statistics.median(per_rep), min(per_rep), max(per_rep)
-        print(f"\nbest fixed layout {best}: {fixed[best]:.1f} s; auto / best fixed speed: "
-              f"{mid:.3f} (min {lo:.3f}, max {hi:.3f}; target >= 0.9)")  # fmt: skip
+        print(
+            f"\nbest fixed layout {best}: {fixed[best]:.1f} s; auto / best fixed speed: "
+            f"{mid:.3f} (min {lo:.3f}, max {hi:.3f}; target >= 0.9)"
+        )
         if "default" in runs:
             d = [b["seconds"] / a["seconds"] for a, b in zip(runs["auto"], runs["default"], strict=True)]
-            print(f"auto / today's default (--groups 1, ranks_per_fold {args.default_rpf}) speed: "
-                  f"{statistics.median(d):.2f}x (min {min(d):.2f}, max {max(d):.2f}; target >= 1.3)")  # fmt: skip
+            print(
+                f"auto / today's default (--groups 1, ranks_per_fold {args.default_rpf}) speed: "
+                f"{statistics.median(d):.2f}x (min {min(d):.2f}, max {max(d):.2f}; target >= 1.3)"
+            )
         tails = [r["idle_tail"] for r in runs["auto"]]
         best_tail = statistics.median(r["idle_tail"] for r in runs[best])
-        print(f"idle tail: auto {statistics.median(tails):.0f} rank-s against {best_tail:.0f} for {best} "
-              f"(target <= half)")  # fmt: skip
+        print(
+            f"idle tail: auto {statistics.median(tails):.0f} rank-s against {best_tail:.0f} for {best} (target <= half)"
+        )
         print(f"auto's phases: {' / '.join(runs['auto'][0]['phases'])}; median {statistics.median(auto):.1f} s")
     if args.simulate and points:
         simulate_scale(points, runs, args)
@@ -219,10 +251,14 @@ def simulate_scale(doc: dict[str, Any], runs: dict[str, list[dict[str, Any]]], a
     pts = [Point.from_dict(p) for p in doc["points"]]
     model = fit(pts)
     samples = int(doc.get("train_samples") or 1348)
-    print("\nmeasured points (all runs' folds): " + ", ".join(
-        f"{p.ranks} rank(s) {p.samples_per_second:.4g}/s" for p in pts))  # fmt: skip
-    print(f"\nmeasured curve ({len(pts)} widths, {samples} samples per fold-epoch): compute {model.compute:.3g} s, "
-          f"comm {model.comm:.3g} s, link {model.link:.3g} s per sample; fit error {model.error():.1%}")  # fmt: skip
+    print(
+        "\nmeasured points (all runs' folds): "
+        + ", ".join(f"{p.ranks} rank(s) {p.samples_per_second:.4g}/s" for p in pts)
+    )
+    print(
+        f"\nmeasured curve ({len(pts)} widths, {samples} samples per fold-epoch): compute {model.compute:.3g} s, "
+        f"comm {model.comm:.3g} s, link {model.link:.3g} s per sample; fit error {model.error():.1%}"
+    )
     for a in model.assumptions:
         print(f"  assumed: {a}")
     # How far predictions were from what each layout measured (one node, this machine).
@@ -242,14 +278,20 @@ def simulate_scale(doc: dict[str, Any], runs: dict[str, list[dict[str, Any]]], a
     sim = simulate(big, w, model)
     statics = sorted((simulate(big, w, model, fixed=x.layout) for x in p.table), key=lambda s: s.makespan)
     b = statics[0]
-    print(f"\nat scale: 1,000 ranks (250 nodes x 4), 500 trials x 5 folds x {args.scale_epochs} epochs of "
-          f"{args.scale_samples:,} samples, 24 h deadline, the measured curve")  # fmt: skip
+    print(
+        f"\nat scale: 1,000 ranks (250 nodes x 4), 500 trials x 5 folds x {args.scale_epochs} epochs of "
+        f"{args.scale_samples:,} samples, 24 h deadline, the measured curve"
+    )
     print(f"  plan: {p.describe(big)}")
-    print(f"  re-planned: {' -> '.join(x.describe() for x in sim.layouts)}; finishes in {sim.makespan / 3600:.2f} h, "
-          f"{sim.completed_by_deadline} trials by 24 h, {sim.utilisation(1000):.0%} busy, idle tail "
-          f"{sim.idle_tail / 3600:.1f} rank-h")  # fmt: skip
-    print(f"  best static: {b.layouts[0].describe()}; {b.makespan / 3600:.2f} h, {b.completed_by_deadline} trials, "
-          f"{b.utilisation(1000):.0%} busy, idle tail {b.idle_tail / 3600:.1f} rank-h")  # fmt: skip
+    print(
+        f"  re-planned: {' -> '.join(x.describe() for x in sim.layouts)}; finishes in {sim.makespan / 3600:.2f} h, "
+        f"{sim.completed_by_deadline} trials by 24 h, {sim.utilisation(1000):.0%} busy, idle tail "
+        f"{sim.idle_tail / 3600:.1f} rank-h"
+    )
+    print(
+        f"  best static: {b.layouts[0].describe()}; {b.makespan / 3600:.2f} h, {b.completed_by_deadline} trials, "
+        f"{b.utilisation(1000):.0%} busy, idle tail {b.idle_tail / 3600:.1f} rank-h"
+    )
 
 
 if __name__ == "__main__":

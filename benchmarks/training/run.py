@@ -66,10 +66,24 @@ class Server:
         if self.token:
             os.environ["HPCOPT_TOKEN"] = server_env["HPCOPT_ADMIN_TOKEN"] = self.token
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", f"sqlite:///{workdir / 'bench.db'}",
-             "--host", host, "--port", str(self.rest), "--grpc-port", str(grpc), "--log-level", "warning"],
+            [
+                sys.executable,
+                "-m",
+                "hpcopt_server.cli",
+                "serve",
+                "--db",
+                f"sqlite:///{workdir / 'bench.db'}",
+                "--host",
+                host,
+                "--port",
+                str(self.rest),
+                "--grpc-port",
+                str(grpc),
+                "--log-level",
+                "warning",
+            ],
             env=server_env,
-        )  # fmt: skip
+        )
         self.host = host
         deadline = time.monotonic() + 60
         while True:
@@ -113,8 +127,20 @@ def run_trial(
 ) -> tuple[float, list[float]]:
     """(trial wall seconds from the server, samples/s of fold 0's epochs after the first)."""
     cid = campaign(server, folds, rpf, epochs)
-    cmd = [*mpi_cmd(ranks), sys.executable, "-m", "mpi4py", "-m", "hpcopt_agent", "--server", server.target,
-           "--campaign", str(cid), "--checkpoint-dir", str(workdir / "ckpt")]  # fmt: skip
+    cmd = [
+        *mpi_cmd(ranks),
+        sys.executable,
+        "-m",
+        "mpi4py",
+        "-m",
+        "hpcopt_agent",
+        "--server",
+        server.target,
+        "--campaign",
+        str(cid),
+        "--checkpoint-dir",
+        str(workdir / "ckpt"),
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=900)
     if out.returncode != 0:
         raise SystemExit(f"agent failed ({out.returncode}):\n{out.stderr[-4000:]}")
@@ -174,8 +200,10 @@ def main() -> int:
         shutil.rmtree(workdir, ignore_errors=True)
 
     p, o = statistics.median(plain), statistics.median(ours)
-    print(f"\nthroughput: {args.ranks} ranks, one fold, DDP (allreduce), {args.epochs} epochs x {args.reps} runs; "
-          "median samples/s of epochs 2.. (train + evaluate + checkpoint)")  # fmt: skip
+    print(
+        f"\nthroughput: {args.ranks} ranks, one fold, DDP (allreduce), {args.epochs} epochs x {args.reps} runs; "
+        "median samples/s of epochs 2.. (train + evaluate + checkpoint)"
+    )
     print(f"{'':24} {'samples/s':>10} {'min':>10} {'max':>10}")
     print(f"{'plain torch DDP':24} {p:>10.0f} {min(plain):>10.0f} {max(plain):>10.0f}")
     print(f"{'hpcopt trial (allreduce)':24} {o:>10.0f} {min(ours):>10.0f} {max(ours):>10.0f}")

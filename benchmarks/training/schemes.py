@@ -82,9 +82,23 @@ def run(
     }
     with Client(server.target) as c:
         cid = int(c.create_campaign(spec).id)
-    cmd = [*mpi_cmd(ranks), *launcher, sys.executable, "-m", "mpi4py", "-m", "hpcopt_agent", "--server",
-           server.target, "--campaign", str(cid), "--checkpoint-dir", str(workdir / "ckpt"),
-           "--threads", "1"]  # fmt: skip
+    cmd = [
+        *mpi_cmd(ranks),
+        *launcher,
+        sys.executable,
+        "-m",
+        "mpi4py",
+        "-m",
+        "hpcopt_agent",
+        "--server",
+        server.target,
+        "--campaign",
+        str(cid),
+        "--checkpoint-dir",
+        str(workdir / "ckpt"),
+        "--threads",
+        "1",
+    ]
     slowed = str(ranks - 1) if slow_ranks is None else slow_ranks
     e = dict(env(), HPCOPT_BENCH_SLOW_S=str(slow), HPCOPT_BENCH_SLOW_RANK=slowed, **(extra_env or {}))
     out = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=ROOT, timeout=1800)
@@ -123,14 +137,19 @@ def main() -> int:
                 rate, acc, slow_rate, slow_acc = normal.rate, normal.acc, slowed.rate, slowed.acc
                 for key, value in (("rate", rate), ("acc", acc), ("slow", slow_rate), ("slow_acc", slow_acc)):
                     rows[name][key].append(value)
-                print(f"rep {rep + 1}/{args.reps} {name}: {rate:.0f} samples/s, slowed {slow_rate:.0f}",
-                      file=sys.stderr, flush=True)  # fmt: skip
+                print(
+                    f"rep {rep + 1}/{args.reps} {name}: {rate:.0f} samples/s, slowed {slow_rate:.0f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     finally:
         server.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"\nschemes: {args.ranks} ranks in one fold group, {args.epochs} epochs, {args.reps} run(s) each; "
-          f"slowed: +{args.slow:g} s per step on rank {args.ranks - 1}")  # fmt: skip
+    print(
+        f"\nschemes: {args.ranks} ranks in one fold group, {args.epochs} epochs, {args.reps} run(s) each; "
+        f"slowed: +{args.slow:g} s per step on rank {args.ranks - 1}"
+    )
     print(
         f"{'scheme':10} {'samples/s':>10} {'val_acc':>8} {'slowed':>10} {'val_acc':>8} {'kept':>6} {'vs allreduce':>13}"
     )
@@ -139,8 +158,10 @@ def main() -> int:
         r = rows[name]
         rate, slow = statistics.median(r["rate"]), statistics.median(r["slow"])
         versus = f"{rate / statistics.median(base):.2f}x" if base else "-"
-        print(f"{name:10} {rate:>10.0f} {statistics.median(r['acc']):>8.3f} {slow:>10.0f} "
-              f"{statistics.median(r['slow_acc']):>8.3f} {slow / rate:>6.2f} {versus:>13}")  # fmt: skip
+        print(
+            f"{name:10} {rate:>10.0f} {statistics.median(r['acc']):>8.3f} {slow:>10.0f} "
+            f"{statistics.median(r['slow_acc']):>8.3f} {slow / rate:>6.2f} {versus:>13}"
+        )
     print("kept: slowed samples/s over normal samples/s (1.00: the slow rank costs nothing)")
     return 0
 

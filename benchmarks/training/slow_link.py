@@ -51,8 +51,16 @@ def spread(values: list[float], fmt: str = ".1f") -> str:
 
 def plain(link: SlowLink, epochs: int) -> float:
     """Plain DDP's whole run (seconds), fold 0 of 5 as hpcopt's one fold is."""
-    cmd = [*mpi_cmd(RANKS), *link.launcher(PER_NODE), sys.executable, str(HERE / "plain_ddp.py"),
-           "--epochs", str(epochs), "--folds", "5"]  # fmt: skip
+    cmd = [
+        *mpi_cmd(RANKS),
+        *link.launcher(PER_NODE),
+        sys.executable,
+        str(HERE / "plain_ddp.py"),
+        "--epochs",
+        str(epochs),
+        "--folds",
+        "5",
+    ]
     out = subprocess.run(cmd, capture_output=True, text=True, env=link.rank_env(env()), cwd=ROOT, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"plain DDP failed ({out.returncode}):\n{out.stderr[-4000:]}")
@@ -132,9 +140,11 @@ def main() -> int:
             server.close()
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"\nslow link: {RANKS} ranks as {RANKS // PER_NODE} nodes x {PER_NODE} (network namespaces), each node's "
-          f"egress at {args.rate} (tbf); {args.epochs} epochs of {args.samples} samples x 4/5, batch 256, "
-          f"{args.reps} interleaved reps; {sum(sent) / 1e9:.1f} GB crossed the link")  # fmt: skip
+    print(
+        f"\nslow link: {RANKS} ranks as {RANKS // PER_NODE} nodes x {PER_NODE} (network namespaces), each node's "
+        f"egress at {args.rate} (tbf); {args.epochs} epochs of {args.samples} samples x 4/5, batch 256, "
+        f"{args.reps} interleaved reps; {sum(sent) / 1e9:.1f} GB crossed the link"
+    )
     if "ddp" in results:
         got = results["ddp"]
         table("allreduce (hpcopt trial) vs plain torch DDP", got, "plain DDP", accuracy=False)
@@ -143,8 +153,11 @@ def main() -> int:
     if "daso" in results:
         table("DASO vs allreduce (target >= 1.3x at equal accuracy)", results["daso"], "allreduce")
     if "async" in results:
-        table(f"one node slowed by {args.slow:g} s per step: the asynchronous schemes vs allreduce",
-              results["async"], "allreduce")  # fmt: skip
+        table(
+            f"one node slowed by {args.slow:g} s per step: the asynchronous schemes vs allreduce",
+            results["async"],
+            "allreduce",
+        )
     return 0
 
 

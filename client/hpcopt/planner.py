@@ -72,8 +72,8 @@ class Point:
             raise PlanError(f"a throughput point needs ranks, nodes and samples_per_second: {exc}") from None
         if ranks < 1 or nodes < 1 or not (rate > 0 and math.isfinite(rate)):
             raise PlanError(f"a throughput point has ranks {ranks}, nodes {nodes}, samples_per_second {rate}")
-        return cls(ranks, nodes, rate, str(doc.get("scheme", "allreduce")), str(doc.get("source", "fold")),
-                   int(doc.get("count", 1)))  # type: ignore[call-overload]  # fmt: skip
+        count = int(doc.get("count", 1))  # type: ignore[call-overload]
+        return cls(ranks, nodes, rate, str(doc.get("scheme", "allreduce")), str(doc.get("source", "fold")), count)
 
 
 def points_from_folds(rows: Iterable[tuple[dict[str, Any], dict[str, Any]]], spec: dict[str, Any]) -> list[Point]:

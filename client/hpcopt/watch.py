@@ -153,15 +153,21 @@ def _follow(c: Client, campaign_id: int, interval: float) -> int:
     seen: set[int] = set()
     best: int | None = None
     s = snapshot(c, campaign_id)
-    print(f"campaign {s.campaign.id} {s.campaign.name!r}: {s.campaign.state}, "
-          f"{s.campaign.finished}/{s.campaign.max_trials} finished", flush=True)  # fmt: skip
+    print(
+        f"campaign {s.campaign.id} {s.campaign.name!r}: {s.campaign.state}, "
+        f"{s.campaign.finished}/{s.campaign.max_trials} finished",
+        flush=True,
+    )
     while True:
         for t in reversed(s.recent):  # oldest first
             if t.number not in seen:
                 seen.add(t.number)
                 note = f"  {t.error.splitlines()[0][:80]}" if t.error else ""
-                print(f"trial #{t.number} {t.state} {num(t.value)} ± {num(t.value_std)}  {_params(t)}{note}  "
-                      f"({s.campaign.finished}/{s.campaign.max_trials})", flush=True)  # fmt: skip
+                print(
+                    f"trial #{t.number} {t.state} {num(t.value)} ± {num(t.value_std)}  {_params(t)}{note}  "
+                    f"({s.campaign.finished}/{s.campaign.max_trials})",
+                    flush=True,
+                )
         if s.best is not None and s.best.number != best:
             best = s.best.number
             print(f"best: trial #{s.best.number} {num(s.best.value)} ± {num(s.best.value_std)}", flush=True)

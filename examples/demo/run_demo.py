@@ -55,10 +55,23 @@ def mpiexec() -> str:
 def agent_command(target: str, campaign: int, ranks: int, groups: int, workdir: Path) -> list[str]:
     # MPICH's hydra (the mpich wheel) runs more ranks than cores, and as root, without flags.
     return [
-        mpiexec(), "-n", str(ranks), sys.executable, "-m", "mpi4py", "-m", "hpcopt_agent", "--server", target,
-        "--campaign", str(campaign),
-        "--groups", str(groups), "--checkpoint-dir", str(workdir / "checkpoints"),
-    ]  # fmt: skip
+        mpiexec(),
+        "-n",
+        str(ranks),
+        sys.executable,
+        "-m",
+        "mpi4py",
+        "-m",
+        "hpcopt_agent",
+        "--server",
+        target,
+        "--campaign",
+        str(campaign),
+        "--groups",
+        str(groups),
+        "--checkpoint-dir",
+        str(workdir / "checkpoints"),
+    ]
 
 
 def progress(c: Campaign, t0: float, metric: str) -> str:
@@ -105,11 +118,21 @@ def main() -> int:
     print(f"starting the server: SQLite {args.workdir / 'hpcopt.db'}, REST :{rest}, gRPC :{grpc_port}", flush=True)
     server = subprocess.Popen(
         [
-            sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", f"sqlite:///{args.workdir / 'hpcopt.db'}",
-            "--port", str(rest), "--grpc-port", str(grpc_port), "--log-level", "warning",
+            sys.executable,
+            "-m",
+            "hpcopt_server.cli",
+            "serve",
+            "--db",
+            f"sqlite:///{args.workdir / 'hpcopt.db'}",
+            "--port",
+            str(rest),
+            "--grpc-port",
+            str(grpc_port),
+            "--log-level",
+            "warning",
         ],
         start_new_session=True,  # Ctrl-C reaches the demo only, which then stops the server in order
-    )  # fmt: skip
+    )
     agent: subprocess.Popen[bytes] | None = None
     try:
         wait_healthy(url, server)
@@ -127,8 +150,11 @@ def main() -> int:
             with open(log_path, "wb") as log:
                 agent = subprocess.Popen(
                     agent_command(target, campaign.id, args.ranks, args.groups, args.workdir),
-                    stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True,
-                )  # fmt: skip
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=ROOT,
+                    start_new_session=True,
+                )
                 t0 = time.monotonic()
                 tty, last = sys.stdout.isatty(), ""
                 while agent.poll() is None:

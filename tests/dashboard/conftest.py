@@ -118,8 +118,14 @@ def make_page(browser: Any, base: str, request: pytest.FixtureRequest, *, poll_m
     wrapped = Page(page, base)
     # A refresh that throws is logged as a warning by the page (core.js live()): here it is
     # an error too, as is every page error.
-    page.on("console", lambda m: wrapped.errors.append(m.text) if m.type == "error" or (
-        m.type == "warning" and m.text.startswith("refresh failed")) else None)  # fmt: skip
+    page.on(
+        "console",
+        lambda m: (
+            wrapped.errors.append(m.text)
+            if m.type == "error" or (m.type == "warning" and m.text.startswith("refresh failed"))
+            else None
+        ),
+    )
     page.on("pageerror", lambda e: wrapped.errors.append(f"page error: {e}"))
     yield wrapped
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", request.node.name)

@@ -288,12 +288,19 @@ def test_a_scheme_search_is_coloured_by_scheme_and_the_trial_page_names_its_knob
         algorithm={"name": "grid", "options": {"points": 2}},
         budget={"max_trials": 6, "max_parallel": 1},
         folds=1,
-        training={"task": "t.py:task", "ranks_per_fold": 4, "scheme": {"search": {
-            "allreduce": {},
-            "easgd": {"tau": {"type": "int", "low": 1, "high": 8}},
-            "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
-        }}, "options": {"daso": {"node_size": 2}}},
-    )  # fmt: skip
+        training={
+            "task": "t.py:task",
+            "ranks_per_fold": 4,
+            "scheme": {
+                "search": {
+                    "allreduce": {},
+                    "easgd": {"tau": {"type": "int", "low": 1, "high": 8}},
+                    "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
+                }
+            },
+            "options": {"daso": {"node_size": 2}},
+        },
+    )
     cid = service.campaigns.create(spec).id
     agent = service.agents.register(host="h", ranks=4, gpus=0).agent_id
     by_scheme: dict[str, int] = {}

@@ -362,15 +362,17 @@ FITS = "(sel) => { const t = document.querySelector(sel); return [t.scrollWidth,
 
 
 @pytest.mark.parametrize("width", [800, 1440])
-def test_tables_fit_their_cards_at_800_and_1440_px(browser: Any, seeded: Seeded, request: pytest.FixtureRequest,
-                                                   width: int) -> None:  # fmt: skip
+def test_tables_fit_their_cards_at_800_and_1440_px(
+    browser: Any, seeded: Seeded, request: pytest.FixtureRequest, width: int
+) -> None:
     """At 800 px the campaign list hid Best, Trials by state and Live agents, and "Running
     now" clipped "Running for" (issue 31, item 8). At 1440 px the trials table with a long
     agent name must fit too (the issue saw Agent cut off there; this 3-parameter campaign
     did not reproduce it, so that case guards rather than pins the defect)."""
     service = seeded.service
-    reg = service.agents.register(host="gpu-node-0042.cluster.example.org", ranks=8, gpus=8, slurm_job_id="123456789",
-                                  campaign_id=seeded.small)  # fmt: skip
+    reg = service.agents.register(
+        host="gpu-node-0042.cluster.example.org", ranks=8, gpus=8, slurm_job_id="123456789", campaign_id=seeded.small
+    )
     got = service.agents.acquire(reg.agent_id, seeded.small)
     lease = Lease(reg.agent_id, got.trial.id, got.lease_id)
     service.agents.report_intermediate(lease, 0, 1, 0.123456)
@@ -540,11 +542,13 @@ def test_names_and_choices_with_markup_are_drawn_as_typed_in_every_plot(page: Pa
     spec = make_spec(
         name="markup",
         objective={"metric": "<u>loss</u>", "direction": "minimize"},
-        space={"lr": {"type": "real", "low": 1e-3, "high": 1.0, "scale": "log"},
-               "act": {"type": "categorical", "choices": ["<b>x</b>", "y&amp;z"]}},
+        space={
+            "lr": {"type": "real", "low": 1e-3, "high": 1.0, "scale": "log"},
+            "act": {"type": "categorical", "choices": ["<b>x</b>", "y&amp;z"]},
+        },
         budget={"max_trials": 12, "max_parallel": 1},
         folds=1,
-    )  # fmt: skip
+    )
     cid = service.campaigns.create(spec).id
     for k in range(12):
         finish_one(service, cid, 1.0 + k, folds=1)

@@ -98,7 +98,8 @@ def test_cancel_confirmed_then_leaving_before_the_answer_cancels_and_raises_no_e
     _list_drawn(page)
     state = f"#campaigns tbody tr[data-id='{seeded.spare}'] td:nth-child(3) .badge"
     row = page.page.locator(state)
-    page.page.wait_for_function("(sel) => document.querySelector(sel)?.textContent === 'CANCELLED'", arg=state,
-                                timeout=30_000)  # fmt: skip
+    page.page.wait_for_function(
+        "(sel) => document.querySelector(sel)?.textContent === 'CANCELLED'", arg=state, timeout=30_000
+    )
     assert row.inner_text() == "CANCELLED"
     assert seeded.service.campaigns.get(seeded.spare).campaign.state == d.CampaignState.CANCELLED

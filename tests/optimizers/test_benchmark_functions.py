@@ -60,13 +60,31 @@ def test_the_stated_minimum_is_reached_at_the_minimizer_and_nothing_sampled_is_b
 
 def test_quality_runs_the_held_out_functions_and_names_an_unknown_one() -> None:
     script = str(ROOT / "benchmarks/optimizers/quality.py")
-    out = subprocess.run([sys.executable, script, "--functions", "held-out", "--only", "random", "--seeds", "2",
-                          "--pending", "", "--procs", "1"], capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            script,
+            "--functions",
+            "held-out",
+            "--only",
+            "random",
+            "--seeds",
+            "2",
+            "--pending",
+            "",
+            "--procs",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split()[0] for line in out.stdout.splitlines() if line.split()[:1] and line.split()[0] in HELD_OUT]
     assert rows == list(HELD_OUT), out.stdout
-    bad = subprocess.run([sys.executable, script, "--functions", "branin,nope"], capture_output=True, text=True,
-                         timeout=60)  # fmt: skip
+    bad = subprocess.run(
+        [sys.executable, script, "--functions", "branin,nope"], capture_output=True, text=True, timeout=60
+    )
     assert bad.returncode == 2 and "--functions: unknown nope" in bad.stderr, bad.stderr
 
 
@@ -75,7 +93,7 @@ def test_the_sign_test_counts_runs_paired_by_seed_and_leaves_ties_out() -> None:
 
     first = {s: 1.0 for s in range(20)}
     # 14 of 20 lower is within chance (p 0.12), 17 of 20 is not (p 0.0026): the figures
-    # docs/benchmarks.md reads splits by.
+    # docs/benchmarks/optimizers.md reads splits by.
     lower, higher, same, p = sign_test(first, {s: 0.5 if s < 14 else 2.0 for s in range(20)})
     assert (lower, higher, same) == (14, 6, 0) and p == pytest.approx(0.1153, abs=1e-4)
     assert sign_test(first, {s: 0.5 if s < 17 else 2.0 for s in range(20)})[3] == pytest.approx(0.0026, abs=1e-4)
@@ -91,8 +109,22 @@ def test_quality_pairs_each_optimizer_with_the_first_by_seed(tmp_path: Path) -> 
     from quality import sign_test
 
     runs = tmp_path / "runs.json"
-    command = [sys.executable, str(ROOT / "benchmarks/optimizers/quality.py"), "--functions", "branin", "--only",
-               "random,ea", "--seeds", "5", "--pending", "", "--procs", "1", "--json", str(runs)]  # fmt: skip
+    command = [
+        sys.executable,
+        str(ROOT / "benchmarks/optimizers/quality.py"),
+        "--functions",
+        "branin",
+        "--only",
+        "random,ea",
+        "--seeds",
+        "5",
+        "--pending",
+        "",
+        "--procs",
+        "1",
+        "--json",
+        str(runs),
+    ]
     out = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(runs.read_text())
@@ -119,11 +151,25 @@ def test_quality_at_reads_the_best_regret_after_that_share_of_the_budget(tmp_pat
     from runners import make
 
     script = str(ROOT / "benchmarks/optimizers/quality.py")
-    base = [sys.executable, script, "--functions", "branin", "--only", "random", "--seeds", "3", "--pending", "4",
-            "--procs", "1"]  # fmt: skip
+    base = [
+        sys.executable,
+        script,
+        "--functions",
+        "branin",
+        "--only",
+        "random",
+        "--seeds",
+        "3",
+        "--pending",
+        "4",
+        "--procs",
+        "1",
+    ]
     half, final = tmp_path / "half.json", tmp_path / "final.json"
-    outs = [subprocess.run(command, capture_output=True, text=True, timeout=300)
-            for command in ([*base, "--at", "0.5", "--json", str(half)], [*base, "--json", str(final)])]  # fmt: skip
+    outs = [
+        subprocess.run(command, capture_output=True, text=True, timeout=300)
+        for command in ([*base, "--at", "0.5", "--json", str(half)], [*base, "--json", str(final)])
+    ]
     assert [out.returncode for out in outs] == [0, 0], outs[0].stderr[-3000:] + outs[1].stderr[-3000:]
     assert "regret after branin 25 of 50 evaluations (--at)" in outs[0].stdout, outs[0].stdout
     assert "(--at)" not in outs[1].stdout, outs[1].stdout
@@ -196,7 +242,10 @@ def test_batch_lag_keeps_each_runs_trace_and_names_bad_arguments(tmp_path: Path)
     traces.write_text(json.dumps({**stored, "_machine": {**stored["_machine"], "cpu": "another CPU"}}))
     again = subprocess.run([*base, "--json", str(traces)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "were made on cpu another CPU" in again.stderr, again.stderr[-2000:]
-    for bad, says in ((["--pending", "1"], "--pending: 1"), (["--functions", "nope"], "--functions: unknown nope"),
-                      (["--only", "bo,random"], "--only: 'bo,random'")):  # fmt: skip
+    for bad, says in (
+        (["--pending", "1"], "--pending: 1"),
+        (["--functions", "nope"], "--functions: unknown nope"),
+        (["--only", "bo,random"], "--only: 'bo,random'"),
+    ):
         err = subprocess.run([*base, *bad], capture_output=True, text=True, timeout=60)
         assert err.returncode == 2 and says in err.stderr, err.stderr[-2000:]

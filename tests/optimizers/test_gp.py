@@ -396,8 +396,9 @@ def test_the_frame_is_estimated_again_from_the_model_fitted_in_it(monkeypatch: p
             assert refit.rotation is not None
             cosines[estimates].append(float(np.abs(Q[-1] @ refit.rotation).max()))
             yy = standardize(y, refit.stats)
-            likelihood[estimates] = -gp.neg_log_posterior(refit.theta, X @ refit.rotation, yy - yy.mean(),
-                                                          np.zeros(n), prior=None)[0]  # fmt: skip
+            likelihood[estimates] = -gp.neg_log_posterior(
+                refit.theta, X @ refit.rotation, yy - yy.mean(), np.zeros(n), prior=None
+            )[0]
         assert likelihood[max(cosines)] >= likelihood[1], likelihood
     assert min(cosines[max(cosines)]) > 0.999, cosines
     assert min(cosines[1]) < 0.99, cosines  # the case the further estimates are for

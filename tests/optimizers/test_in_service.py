@@ -15,8 +15,11 @@ from tests.conftest import make_spec
 @pytest.mark.parametrize("algorithm", ["bo", "ea", "sobol", "grid", "skopt"])
 def test_every_algorithm_serves_a_campaign_to_the_end(service: Service, algorithm: str) -> None:
     options = {"n_initial": 3, "background_refit": False} if algorithm == "bo" else {}
-    spec = make_spec(algorithm={"name": algorithm, "seed": 7, "options": options}, folds=2,
-                     budget={"max_trials": 8, "max_parallel": 3})  # fmt: skip
+    spec = make_spec(
+        algorithm={"name": algorithm, "seed": 7, "options": options},
+        folds=2,
+        budget={"max_trials": 8, "max_parallel": 3},
+    )
     campaign = service.campaigns.create(spec)
     agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
     seen = set()
@@ -38,8 +41,11 @@ def test_every_algorithm_serves_a_campaign_to_the_end(service: Service, algorith
 
 
 def test_bo_suggestions_for_concurrent_agents_are_distinct(service: Service) -> None:
-    spec = make_spec(algorithm={"name": "bo", "options": {"n_initial": 4, "background_refit": False}}, folds=1,
-                     budget={"max_trials": 30, "max_parallel": 8})  # fmt: skip
+    spec = make_spec(
+        algorithm={"name": "bo", "options": {"n_initial": 4, "background_refit": False}},
+        folds=1,
+        budget={"max_trials": 30, "max_parallel": 8},
+    )
     campaign = service.campaigns.create(spec)
     agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
     for _ in range(6):
@@ -73,8 +79,11 @@ def test_bad_algorithm_options_are_refused_at_creation(
 def test_a_restarted_server_rebuilds_running_optimizers_before_the_first_acquisition(service: Service) -> None:
     """The rebuild at start feeds each running campaign's optimizer its whole history off
     the request path: the first acquisition after it then reads only what finished since."""
-    spec = make_spec(algorithm={"name": "bo", "seed": 3, "options": {"n_initial": 3, "background_refit": False}},
-                     folds=1, budget={"max_trials": 20, "max_parallel": 2})  # fmt: skip
+    spec = make_spec(
+        algorithm={"name": "bo", "seed": 3, "options": {"n_initial": 3, "background_refit": False}},
+        folds=1,
+        budget={"max_trials": 20, "max_parallel": 2},
+    )
     running = service.campaigns.create(spec)
     done = service.campaigns.create(make_spec(budget={"max_trials": 1, "max_parallel": 1}))
     agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id

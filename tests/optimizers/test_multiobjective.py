@@ -86,8 +86,21 @@ def _run(name: str, seed: int, budget: int = 50, pending: int = 1) -> tuple[floa
             asked.append(p)
         p = in_flight.pop(0)
         values = zdt1(np.array([p[f"x{i}"] for i in range(DIM)]))
-        opt.observe([d.Trial(id=len(found), campaign_id=1, number=len(found), state=d.TrialState.COMPLETED,
-                             attempt=1, params=p, created_at=NOW, value=values[0], values=tuple(values))])  # fmt: skip
+        opt.observe(
+            [
+                d.Trial(
+                    id=len(found),
+                    campaign_id=1,
+                    number=len(found),
+                    state=d.TrialState.COMPLETED,
+                    attempt=1,
+                    params=p,
+                    created_at=NOW,
+                    value=values[0],
+                    values=tuple(values),
+                )
+            ]
+        )
         found.append(values)
     return hypervolume(np.array(found), [1.1, 11.0]), asked
 

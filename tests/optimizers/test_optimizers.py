@@ -131,8 +131,9 @@ def test_each_optimizer_finds_the_optimum_region_where_random_search_does_not(
     ("name", "options", "budget", "tolerance"),
     [("bo", {"background_refit": False}, 40, 0.1), ("ea", {"population": 10}, 100, 0.1)],
 )
-def test_maximizing_a_negative_figure_of_merit(name: str, options: dict[str, Any], budget: int,
-                                               tolerance: float) -> None:  # fmt: skip
+def test_maximizing_a_negative_figure_of_merit(
+    name: str, options: dict[str, Any], budget: int, tolerance: float
+) -> None:
     def fom(p: d.Params) -> float:  # to maximize; always below -100
         return -branin(p) - 100.0
 
@@ -301,9 +302,16 @@ def test_bo_refits_at_every_observation_while_the_history_is_small_then_geometri
 
 
 def test_grid_and_sobol_walk_their_sequences() -> None:
-    grid = REGISTRY["grid"](Problem(SearchSpace({"a": {"type": "int", "low": 1, "high": 3},
-                                                 "c": {"type": "categorical", "choices": ["x", "y"]}}),
-                                    "minimize", 0, {"points": 5}))  # fmt: skip
+    grid = REGISTRY["grid"](
+        Problem(
+            SearchSpace(
+                {"a": {"type": "int", "low": 1, "high": 3}, "c": {"type": "categorical", "choices": ["x", "y"]}}
+            ),
+            "minimize",
+            0,
+            {"points": 5},
+        )
+    )
     seen = [tuple(p.values()) for p in grid.suggest(6, [])]
     assert sorted(seen) == sorted((a, c) for a in (1, 2, 3) for c in ("x", "y"))
     sobol = REGISTRY["sobol"](Problem(SearchSpace(BRANIN), "minimize", 0, {}))

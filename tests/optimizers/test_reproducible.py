@@ -29,8 +29,9 @@ def _campaign(delays: list[float], steps: int, refit_growth: float = 0.1) -> lis
     for i in range(steps):
         [p] = opt.suggest(1, [])
         out.append(p)
-        opt.observe([_trial(i, p, _f(p) if i % 9 != 4 else None, d.TrialState.COMPLETED if i % 9 != 4 else
-                            d.TrialState.FAILED)])  # fmt: skip
+        opt.observe(
+            [_trial(i, p, _f(p) if i % 9 != 4 else None, d.TrialState.COMPLETED if i % 9 != 4 else d.TrialState.FAILED)]
+        )
         time.sleep(delays[i])
     return out
 

@@ -52,9 +52,22 @@ class ServerProcess:
 
     def start(self) -> ServerProcess:
         cmd: Sequence[str] = [
-            sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", self.db, "--host", self.host,
-            "--port", str(self.port), "--grpc-port", str(self.grpc_port), "--log-level", "warning", *self.args,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "hpcopt_server.cli",
+            "serve",
+            "--db",
+            self.db,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--log-level",
+            "warning",
+            *self.args,
+        ]
         out = open(self.log, "a") if self.log else subprocess.PIPE  # noqa: SIM115 - the child keeps it
         env = {**os.environ, **self.env}
         self.proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)

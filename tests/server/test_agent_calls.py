@@ -113,8 +113,11 @@ def test_acquire_grants_up_to_max_parallel_with_dense_numbers_and_the_rest_wait(
     for g, agent in zip(granted, agents, strict=False):
         stored = _row(svc, g.id)
         assert (stored.state, stored.agent_id, stored.lease_id, stored.params) == (
-            d.TrialState.RUNNING, agent, g.lease_id, g.params,
-        )  # fmt: skip
+            d.TrialState.RUNNING,
+            agent,
+            g.lease_id,
+            g.params,
+        )
         assert stored.lease_expires_at == NOW + timedelta(seconds=30)
         assert [e.kind for e in stored.events] == ["acquired"]
     with svc.ctx.storage.read() as tx:
@@ -201,8 +204,9 @@ def test_a_fold_outside_the_campaign_is_refused(svc: Service, fold: int) -> None
 
 
 def test_a_multi_objective_fold_needs_every_objective_metric(svc: Service) -> None:
-    spec = make_spec(objectives=[{"metric": "loss", "direction": "minimize"},
-                                 {"metric": "latency", "direction": "minimize"}])  # fmt: skip
+    spec = make_spec(
+        objectives=[{"metric": "loss", "direction": "minimize"}, {"metric": "latency", "direction": "minimize"}]
+    )
     spec.pop("objective")
     c = svc.campaigns.create(spec)
     [agent] = _agents(svc, 1)
@@ -348,8 +352,14 @@ def _every_call(svc: Service, lease: L, now: datetime) -> dict[str, Any]:
     }
 
 
-STATES = [d.TrialState.RUNNING, d.TrialState.QUEUED, d.TrialState.COMPLETED, d.TrialState.CANCELLED,
-          d.TrialState.PRUNED, d.TrialState.FAILED]  # fmt: skip
+STATES = [
+    d.TrialState.RUNNING,
+    d.TrialState.QUEUED,
+    d.TrialState.COMPLETED,
+    d.TrialState.CANCELLED,
+    d.TrialState.PRUNED,
+    d.TrialState.FAILED,
+]
 
 
 def test_the_guards_agree_with_the_lease_rule_and_a_refusal_changes_nothing(svc: Service) -> None:
@@ -424,8 +434,9 @@ def test_a_completion_that_loses_its_trial_under_the_lock_takes_no_count(pg_url:
             assert isinstance(_calls(svc).finish_fold(lease, k, 1.0, {}, "", NOW, LATER), FoldDone)
         other = psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://"))
         other.execute("SELECT 1 FROM campaigns WHERE id = %s FOR UPDATE", (c.id,))  # as the reaper: campaign first
-        other.execute("UPDATE trials SET state = 'QUEUED', lease_id = '', agent_id = '' WHERE id = %s",
-                      (lease.trial_id,))  # fmt: skip
+        other.execute(
+            "UPDATE trials SET state = 'QUEUED', lease_id = '', agent_id = '' WHERE id = %s", (lease.trial_id,)
+        )
         got: list[Any] = []
         t = threading.Thread(target=lambda: got.append(_calls(svc).complete(lease, NOW)))
         t.start()

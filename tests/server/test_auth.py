@@ -187,13 +187,25 @@ def test_admin_token_from_the_environment_turns_auth_on(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'env.db'}"
     port, grpc_port = free_port(), free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", db, "--host", "0.0.0.0",
-         "--port", str(port), "--grpc-port", str(grpc_port)],
+        [
+            sys.executable,
+            "-m",
+            "hpcopt_server.cli",
+            "serve",
+            "--db",
+            db,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+            "--grpc-port",
+            str(grpc_port),
+        ],
         env={**os.environ, "HPCOPT_ADMIN_TOKEN": "hpc_from_env"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-    )  # fmt: skip
+    )
     try:
         from tests.server.process import wait_healthy
 

@@ -335,11 +335,13 @@ def _deep_json(levels: int) -> str:
         (_deep_json(100_000), "application/json"),
         ("a:\n" + "".join(" " * i + "- \n" for i in range(1, 200)), "application/yaml"),
         ("x: " + "[" * 50_000 + "]" * 50_000, "application/yaml"),
-        (json.dumps(make_spec(training={"task": "t:T", "options": json.loads("{\"a\":" * 500 + "1" + "}" * 500)})),
-         "application/json"),
+        (
+            json.dumps(make_spec(training={"task": "t:T", "options": json.loads('{"a":' * 500 + "1" + "}" * 500)})),
+            "application/json",
+        ),
     ],
     ids=["json-100k-deep", "yaml-200-deep-block", "yaml-50k-deep-flow", "options-500-deep"],
-)  # fmt: skip
+)
 def test_deep_nesting_is_refused(target: Target, unchanged: None, body: str, content_type: str) -> None:
     r = target.rest("POST", "/api/v1/campaigns", "submit", content=body, headers={"content-type": content_type})
     assert r.status_code == 422 and "levels" in r.json()["detail"], r.text[:300]
@@ -355,13 +357,20 @@ def test_deep_nesting_is_refused(target: Target, unchanged: None, body: str, con
     ("body", "content_type", "field"),
     [
         (json.dumps(make_spec()).replace('"relu"', "NaN"), "application/json", "space.act.choices.0"),
-        (json.dumps(make_spec(training={"task": "t:T", "options": {"x": 1.0}})).replace("1.0", "Infinity"),
-         "application/json", "training.options.x"),
-        ("name: n\nobjective: {metric: m}\nspace: {x: {type: real, low: .nan, high: 1}}\n"
-         "budget: {max_trials: 1}\ntraining: {task: 't:T'}\n", "application/yaml", "space.x.low"),
+        (
+            json.dumps(make_spec(training={"task": "t:T", "options": {"x": 1.0}})).replace("1.0", "Infinity"),
+            "application/json",
+            "training.options.x",
+        ),
+        (
+            "name: n\nobjective: {metric: m}\nspace: {x: {type: real, low: .nan, high: 1}}\n"
+            "budget: {max_trials: 1}\ntraining: {task: 't:T'}\n",
+            "application/yaml",
+            "space.x.low",
+        ),
     ],
     ids=["nan-choice", "infinity-in-options", "yaml-nan-bound"],
-)  # fmt: skip
+)
 def test_non_finite_numbers_in_specs_are_refused(
     target: Target, unchanged: None, body: str, content_type: str, field: str
 ) -> None:

@@ -13,12 +13,20 @@ from tests.conftest import ROOT
 @pytest.mark.slow
 def test_server_throughput_benchmark_runs_and_reports_no_errors() -> None:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks/server_throughput.py"), "--agents", "2", "--seconds", "1",
-         "--backends", "sqlite"],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks/server_throughput.py"),
+            "--agents",
+            "2",
+            "--seconds",
+            "1",
+            "--backends",
+            "sqlite",
+        ],
         capture_output=True,
         text=True,
         timeout=240,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     [row] = [line for line in out.stdout.splitlines() if line.startswith("hpcopt ")]
     cells = row.split("|")

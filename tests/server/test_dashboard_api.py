@@ -159,8 +159,12 @@ def test_running_now_lists_each_running_trial_with_its_progress(live_server: Liv
     [row] = _get(live_server, f"/campaigns/{cid}/running").json()
     assert row["trial_id"] == got.trial.id and row["number"] == 0
     assert (row["agent_host"], row["agent_job"], row["folds"], row["folds_finished"], row["epochs"]) == (
-        "gpu07", "4242", 3, 1, 4,
-    )  # fmt: skip
+        "gpu07",
+        "4242",
+        3,
+        1,
+        4,
+    )
     assert row["steps"] == {"0": 4, "1": 1} and row["latest"] == {"fold": 1, "step": 1, "value": 0.9}
     assert row["ran_seconds"] is not None and row["ran_seconds"] >= 0
     service.agents.release(lease, d.TrialState.FAILED, "boom")
@@ -209,8 +213,13 @@ def test_permutation_importance_sees_an_interaction_that_first_order_shares_miss
         "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
         "act": {"type": "categorical", "choices": ["a", "b", "c"]},
     }
-    spec = make_spec(name="interaction", space=space, folds=1, algorithm={"name": "random", "seed": 5},
-                     budget={"max_trials": 300, "max_parallel": 1})  # fmt: skip
+    spec = make_spec(
+        name="interaction",
+        space=space,
+        folds=1,
+        algorithm={"name": "random", "seed": 5},
+        budget={"max_trials": 300, "max_parallel": 1},
+    )
     cid = service.campaigns.create(spec).id
     agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
     noise = random.Random(1)
@@ -242,8 +251,13 @@ def test_importance_finds_the_parameter_that_dominates(live_server: LiveServer) 
         "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
         "act": {"type": "categorical", "choices": ["a", "b", "c"]},
     }
-    spec = make_spec(name="importance", space=space, folds=1, algorithm={"name": "random", "seed": 3},
-                     budget={"max_trials": 200, "max_parallel": 1})  # fmt: skip
+    spec = make_spec(
+        name="importance",
+        space=space,
+        folds=1,
+        algorithm={"name": "random", "seed": 3},
+        budget={"max_trials": 200, "max_parallel": 1},
+    )
     cid = service.campaigns.create(spec).id
     agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
     assert _get(live_server, f"/campaigns/{cid}/importance").json()["params"] == []

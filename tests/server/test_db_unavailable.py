@@ -91,8 +91,10 @@ def test_serve_gives_up_after_the_documented_deadline_with_a_clear_error(role: R
     role.limit(0)
     out = subprocess.run(
         [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", role.url, "--db-wait", "2", "--port", "0"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode != 0
     assert "still refuses connections after 2 s" in out.stderr and "--db-wait SECONDS" in out.stderr, out.stderr
     assert "Traceback" not in out.stderr

@@ -124,8 +124,12 @@ def test_a_multi_objective_campaign_keeps_each_trials_values_and_serves_its_pare
             assert sorted(o["edf"]) == pytest.approx(sorted(t["values"][k] for t in trials))
         assert all(p["values"] == values[p["trial_id"]] for p in plot["points"])
 
-        cli = subprocess.run([sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, "--json",
-                              "best", str(cid)], capture_output=True, text=True, timeout=60)  # fmt: skip
+        cli = subprocess.run(
+            [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, "--json", "best", str(cid)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert cli.returncode == 0, cli.stderr
         assert [t["id"] for t in json.loads(cli.stdout)] == [t["id"] for t in front]
 

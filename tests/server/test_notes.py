@@ -35,8 +35,13 @@ def test_a_note_is_saved_versioned_and_read_back_by_campaign_and_trial(live_serv
     api = _api(live_server)
     empty = api.get(f"/campaigns/{cid}/note").json()
     assert empty == {
-        "campaign_id": cid, "trial_number": None, "body": "", "version": 0, "updated_at": None, "updated_by": ""
-    }  # fmt: skip
+        "campaign_id": cid,
+        "trial_number": None,
+        "body": "",
+        "version": 0,
+        "updated_at": None,
+        "updated_by": "",
+    }
     text = "lr > 1e-2 diverges on this data.\n<b>not bold</b> & kept as typed\n"
     saved = api.put(f"/campaigns/{cid}/note", json={"body": text, "base_version": 0})
     assert saved.status_code == 200, saved.text
@@ -65,8 +70,13 @@ def test_a_save_over_a_stale_version_is_refused_and_the_stored_note_survives(liv
     late = api.put(f"/campaigns/{cid}/note", json={"body": "bob", "base_version": 1})
     assert late.status_code == 409 and "version 2" in late.json()["detail"], late.text
     assert api.get(f"/campaigns/{cid}/note").json() | {"updated_at": None} == {
-        "campaign_id": cid, "trial_number": None, "body": "alice", "version": 2, "updated_at": None, "updated_by": ""
-    }  # fmt: skip
+        "campaign_id": cid,
+        "trial_number": None,
+        "body": "alice",
+        "version": 2,
+        "updated_at": None,
+        "updated_by": "",
+    }
     # A version from the future is stale too.
     assert api.put(f"/campaigns/{cid}/note", json={"body": "x", "base_version": 7}).status_code == 409
 

@@ -205,7 +205,9 @@ def test_a_stopped_server_stops_its_children(three: ServerProcess) -> None:
 def test_processes_that_cannot_work_are_refused_at_start(tmp_path: Path, db: str, value: str, says: str) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", db.format(tmp=tmp_path), "--processes", value],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and says in out.stderr, out.stderr
     assert not (tmp_path / "one.db").exists(), "a refused start must not create the database"

@@ -23,8 +23,9 @@ def _completed(service: Service, campaign: d.Campaign, agent: str, folds: list[f
 
 
 def _fold_campaign(service: Service, **options: Any) -> tuple[d.Campaign, str]:
-    campaign, agent = _start(service, folds=5, pruner={"name": "fold", "options": options},
-                             budget={"max_trials": 20, "max_parallel": 4})  # fmt: skip
+    campaign, agent = _start(
+        service, folds=5, pruner={"name": "fold", "options": options}, budget={"max_trials": 20, "max_parallel": 4}
+    )
     _completed(service, campaign, agent, FOLDS)
     _completed(service, campaign, agent, [v + 0.5 + 0.05 * (-1) ** k for k, v in enumerate(FOLDS)])
     _completed(service, campaign, agent, [v + 1.0 - 0.05 * (-1) ** k for k, v in enumerate(FOLDS)])
@@ -103,8 +104,12 @@ def test_the_median_pruner_compares_with_completed_trials_at_the_same_fold_and_e
 
 
 def test_asha_keeps_the_best_third_of_each_rung_without_waiting(service: Service) -> None:
-    campaign, agent = _start(service, folds=1, pruner={"name": "asha", "options": {"reduction_factor": 2}},
-                             budget={"max_trials": 20, "max_parallel": 10})  # fmt: skip
+    campaign, agent = _start(
+        service,
+        folds=1,
+        pruner={"name": "asha", "options": {"reduction_factor": 2}},
+        budget={"max_trials": 20, "max_parallel": 10},
+    )
     first = _curves(service, campaign, agent, [1.0])  # alone in rung 0: the best, goes on
     assert service.agents.heartbeat(first).action == Action.CONTINUE
     _, worse = _acquire(service, agent, campaign)
@@ -132,11 +137,13 @@ def test_the_fold_pruner_runs_a_pruner_within_folds(service: Service) -> None:
         ({"name": "median", "options": {"n_startup": 3}}, "pruner.options.n_startup"),
         ({"name": "fold", "options": {"confidence": 1.5}}, "pruner.options.confidence"),
         ({"name": "fold", "options": {"within": {"name": "fold"}}}, "pruner.options.within.name"),
-        ({"name": "fold", "options": {"within": {"name": "asha", "options": {"min_epochs": 0}}}},
-         "pruner.options.within.options.min_epochs"),
+        (
+            {"name": "fold", "options": {"within": {"name": "asha", "options": {"min_epochs": 0}}}},
+            "pruner.options.within.options.min_epochs",
+        ),
         ({"name": "hyperband"}, "pruner.name"),
     ],
-)  # fmt: skip
+)
 def test_bad_pruner_options_are_refused_by_name(service: Service, pruner: dict[str, Any], field: str) -> None:
     from tests.conftest import make_spec
 
@@ -148,8 +155,9 @@ def test_bad_pruner_options_are_refused_by_name(service: Service, pruner: dict[s
 def test_asha_rungs_count_epochs_over_all_folds_so_later_folds_are_not_cut_again(service: Service) -> None:
     # 3 epochs per fold, min_epochs 1, eta 3: rungs at resources 1, 3 and 9 (fold 2, epoch 3).
     options = {"min_epochs": 1}
-    campaign, agent = _start(service, folds=3, pruner={"name": "asha", "options": options},
-                             training={"task": "t.py:task", "epochs": 3})  # fmt: skip
+    campaign, agent = _start(
+        service, folds=3, pruner={"name": "asha", "options": options}, training={"task": "t.py:task", "epochs": 3}
+    )
     good = _curves(service, campaign, agent, [1.0, 0.9, 0.8])
     assert service.agents.report_intermediate(good, 1, 1, 0.8).action == Action.CONTINUE
     _, lease = _acquire(service, agent, campaign)

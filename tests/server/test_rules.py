@@ -14,8 +14,18 @@ NOW = datetime(2026, 5, 6, 7, 8, 9, tzinfo=UTC)
 
 
 def _trial(state: d.TrialState = d.TrialState.RUNNING, expires: datetime | None = NOW, **kw: object) -> d.Trial:
-    base: dict[str, object] = dict(id=1, campaign_id=1, number=0, state=state, attempt=1, params={}, created_at=NOW,
-                                   agent_id="a", lease_id="l", lease_expires_at=expires)  # fmt: skip
+    base: dict[str, object] = dict(
+        id=1,
+        campaign_id=1,
+        number=0,
+        state=state,
+        attempt=1,
+        params={},
+        created_at=NOW,
+        agent_id="a",
+        lease_id="l",
+        lease_expires_at=expires,
+    )
     base.update(kw)
     return d.Trial(**base)  # type: ignore[arg-type]
 
@@ -44,8 +54,9 @@ def test_a_lease_holds_until_its_expiry_inclusive() -> None:
         (_trial(d.TrialState.PRUNED), "b", "l", Refusal.NOT_HOLDER),
     ],
 )
-def test_the_first_reason_a_lease_does_not_hold_is_named(trial: d.Trial | None, agent: str, lease: str,
-                                                         why: Refusal) -> None:  # fmt: skip
+def test_the_first_reason_a_lease_does_not_hold_is_named(
+    trial: d.Trial | None, agent: str, lease: str, why: Refusal
+) -> None:
     assert rules.lease_refusal(trial, agent, lease, NOW) == why
 
 
@@ -95,8 +106,9 @@ def test_a_multi_objective_summary_averages_each_objective() -> None:
     ],
 )
 def test_room_to_acquire(asking: int, running: int, queued: int, created: int, resume: int, new: int) -> None:
-    room = rules.room_to_acquire(asking=asking, running=running, queued=queued, created=created, max_parallel=3,
-                                 max_trials=10)  # fmt: skip
+    room = rules.room_to_acquire(
+        asking=asking, running=running, queued=queued, created=created, max_parallel=3, max_trials=10
+    )
     assert (room.resume, room.new) == (resume, new)
 
 

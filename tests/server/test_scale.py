@@ -146,9 +146,13 @@ def test_each_agent_call_is_a_handful_of_statements(service: Service) -> None:
     # SQLite's intermediate report counts the fold's curve points in a statement of its own
     # (the cap of issue 25: budget.curve_points_per_fold); PostgreSQL's counts inside its one.
     one = service.ctx.storage.dialect == "postgresql"
-    expected = {"acquire": 6, "heartbeat": 1 if one else 2, "report_intermediate": 1 if one else 4,
-                "report_fold": 1 if one else 2,
-                "complete": 2 if one else 4}  # fmt: skip
+    expected = {
+        "acquire": 6,
+        "heartbeat": 1 if one else 2,
+        "report_intermediate": 1 if one else 4,
+        "report_fold": 1 if one else 2,
+        "complete": 2 if one else 4,
+    }
     assert used == expected, used
 
 

@@ -55,13 +55,21 @@ def test_schemathesis_finds_nothing_on_postgresql_with_auth(pg_url: str, tmp_pat
             a.complete(lease)
         out = subprocess.run(
             [
-                tool, "run", f"{server.http_url}/openapi.json",
-                "--header", f"Authorization: Bearer {admin}",
-                "--checks", CHECKS,
-                "--seed", str(SEED),
-                "--max-examples", str(MAX_EXAMPLES),
-                "--request-timeout", "20",
-                "--workers", "1",
+                tool,
+                "run",
+                f"{server.http_url}/openapi.json",
+                "--header",
+                f"Authorization: Bearer {admin}",
+                "--checks",
+                CHECKS,
+                "--seed",
+                str(SEED),
+                "--max-examples",
+                str(MAX_EXAMPLES),
+                "--request-timeout",
+                "20",
+                "--workers",
+                "1",
                 "--no-color",
             ],
             capture_output=True,
@@ -69,7 +77,7 @@ def test_schemathesis_finds_nothing_on_postgresql_with_auth(pg_url: str, tmp_pat
             timeout=TIMEOUT_SECONDS,
             cwd=tmp_path,  # its .schemathesis/ cache stays out of the tree
             env={**os.environ, "SCHEMATHESIS_HOOKS": ""},
-        )  # fmt: skip
+        )
     report = out.stdout[-6000:] + out.stderr[-2000:]
     assert out.returncode == 0, report
     summary = out.stdout.split("SUMMARY")[-1]

@@ -296,9 +296,12 @@ def test_a_span_that_overflows_is_refused_and_the_widest_allowed_one_gives_finit
     widest = {"x": {"type": "real", "low": -8e307, "high": 8e307}, "k": {"type": "categorical", "choices": [1, 2]}}
     for algorithm in ("grid", "ea", "random", "sobol"):
         campaign, agent = _start(
-            service, space=widest, algorithm={"name": algorithm, "seed": 3}, folds=1,
+            service,
+            space=widest,
+            algorithm={"name": algorithm, "seed": 3},
+            folds=1,
             budget={"max_trials": 12, "max_parallel": 2},
-        )  # fmt: skip
+        )
         for i in range(12):
             trial, lease = _acquire(service, agent, campaign)
             assert math.isfinite(trial.params["x"]), (algorithm, trial.params)

@@ -159,8 +159,11 @@ def test_unfinished_ids_are_the_queued_and_running_trials(storage: Storage) -> N
 def test_finishing_hands_out_a_dense_sequence_read_incrementally(storage: Storage) -> None:
     c = _campaign(storage)
     trials = [_trial(storage, c.id, i, d.TrialState.RUNNING) for i in range(4)]
-    for t, state in zip([trials[2], trials[0], trials[3]], [d.TrialState.COMPLETED, d.TrialState.FAILED,
-                                                           d.TrialState.PRUNED], strict=True):  # fmt: skip
+    for t, state in zip(
+        [trials[2], trials[0], trials[3]],
+        [d.TrialState.COMPLETED, d.TrialState.FAILED, d.TrialState.PRUNED],
+        strict=True,
+    ):
         with storage.write() as tx:
             tx.lock_campaign(c.id)
             tx.finish_trial(t.id, state, NOW, value=1.0)

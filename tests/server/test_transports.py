@@ -193,8 +193,11 @@ def _cli_after(server: LiveServer, *args: str) -> subprocess.CompletedProcess[st
     """The options after the command, as users type them."""
     return subprocess.run(
         [sys.executable, "-m", "hpcopt.cli", *args, "--server", server.grpc_target, "--json"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 @SQLITE_ONLY
