@@ -116,10 +116,18 @@ def choose(
         nodes_of = {r: nodes_spanned(r, per_node, world.size) for r in widths}
         scheme = settings.schemes[0] if settings.schemes else settings.scheme
         points = probe(
-            world, task, data, train, middle_params(space), widths,
-            nodes_of=nodes_of, scheme=scheme, precision=settings.precision,
-            timeout=timeout, master_addr=master_addr,
-        )  # fmt: skip
+            world,
+            task,
+            data,
+            train,
+            middle_params(space),
+            widths,
+            nodes_of=nodes_of,
+            scheme=scheme,
+            precision=settings.precision,
+            timeout=timeout,
+            master_addr=master_addr,
+        )
     model = fit(points)
     chosen = plan(alloc, work, model, pinned_ranks=settings.ranks_per_fold, groups=groups, valid_ranks=fits)
     chosen = world.bcast(chosen if world.rank == 0 else None, root=0)

@@ -252,10 +252,13 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
     else:  # that some layout fits what is pinned: before the task loads or a probe runs
         space = spec.get("space") or {}
         plan_layouts(
-            Allocation(world, 1), Work(trials=1, folds=settings.folds, epochs=1, train_samples=1), Scaling(1.0),
-            pinned_ranks=settings.ranks_per_fold, groups=args.groups if isinstance(args.groups, int) else None,
+            Allocation(world, 1),
+            Work(trials=1, folds=settings.folds, epochs=1, train_samples=1),
+            Scaling(1.0),
+            pinned_ranks=settings.ranks_per_fold,
+            groups=args.groups if isinstance(args.groups, int) else None,
             valid_ranks=lambda r: settings.fits(r, space),
-        )  # fmt: skip
+        )
     for name in settings.schemes:
         check_scheme(name)
     task = load_task(settings.task, None if args.task else policy)

@@ -419,8 +419,10 @@ class FoldTrainer:
         missing = [m for m in self.s.objectives[1:] if not math.isfinite(run.metrics.get(m, math.nan))]
         if not missing:
             return ""
-        return (f"Task.evaluate returned {sorted(run.metrics)}; the campaign's objective {missing[0]!r} "
-                "is not among them (or not finite)")  # fmt: skip
+        return (
+            f"Task.evaluate returned {sorted(run.metrics)}; the campaign's objective {missing[0]!r} "
+            "is not among them (or not finite)"
+        )
 
     def _report_fold(self, link: TrialLink, fold: int, run: _Run) -> tuple[str, str]:
         value = run.metrics.get(self.s.metric)

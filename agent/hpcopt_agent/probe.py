@@ -230,9 +230,17 @@ def main(argv: list[str] | None = None) -> int:
     data = Data(task.dataset, pick_device(local_rank(world)), LoaderOptions.from_options(settings.loader), 1)
     train = splits(len(data), settings.folds, settings.fold_seed, None, None)[0][0]
     points = probe(
-        world, task, data, train, middle_params(spec.get("space") or {}), [1], nodes_of={1: 1},
-        scheme=settings.schemes[0], precision=settings.precision, timeout=300.0,
-    )  # fmt: skip
+        world,
+        task,
+        data,
+        train,
+        middle_params(spec.get("space") or {}),
+        [1],
+        nodes_of={1: 1},
+        scheme=settings.schemes[0],
+        precision=settings.precision,
+        timeout=300.0,
+    )
     print(json.dumps({"points": [p.as_dict() for p in points], "train_samples": len(train)}))
     return 0
 

@@ -152,9 +152,12 @@ class Session:
         work = replace(old.work, trials=q.unstarted, deadline=None if left is None else max(left, 1.0))
         space = (self.reg.campaign_spec or {}).get("space") or {}
         chosen = plan(
-            old.allocation, work, model, pinned_ranks=self.pinned,
+            old.allocation,
+            work,
+            model,
+            pinned_ranks=self.pinned,
             valid_ranks=lambda r: self.settings.fits(r, space),
-        )  # fmt: skip
+        )
         self.planned = replace(old, plan=chosen, model=model, work=work)
         best = chosen.best.layout
         layout = Layout(self.world.size, best.groups, best.ranks_per_fold, self.settings.folds)

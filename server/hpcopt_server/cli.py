@@ -136,12 +136,20 @@ def parser() -> argparse.ArgumentParser:
     )
     for flag, name, field, what in (
         ("--max-import-trials", "MAX_IMPORT_TRIALS", "import_trials", "trials one import may hold"),
-        ("--max-import-curve-points", "MAX_IMPORT_CURVE_POINTS", "import_curve_points",
-         "curve points one import may hold"),
+        (
+            "--max-import-curve-points",
+            "MAX_IMPORT_CURVE_POINTS",
+            "import_curve_points",
+            "curve points one import may hold",
+        ),
         ("--max-import-events", "MAX_IMPORT_EVENTS", "import_events", "events one import may hold"),
-        ("--max-campaigns-per-hour", "MAX_CAMPAIGNS_PER_HOUR", "campaigns_per_hour",
-         "campaigns one token may create or import an hour; 0: no quota (admin tokens have none)"),
-    ):  # fmt: skip
+        (
+            "--max-campaigns-per-hour",
+            "MAX_CAMPAIGNS_PER_HOUR",
+            "campaigns_per_hour",
+            "campaigns one token may create or import an hour; 0: no quota (admin tokens have none)",
+        ),
+    ):
         default = getattr(RequestLimits, field)
         s.add_argument(flag, type=int, default=int(env(name, str(default))), help=f"{what} (env HPCOPT_{name})")
     s.add_argument(
@@ -319,8 +327,10 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"hpcopt-server: {flag} must be at least 1, got {value}", file=sys.stderr)
             return 2
     if args.max_campaigns_per_hour < 0:
-        print(f"hpcopt-server: --max-campaigns-per-hour must be 0 (off) or more, got {args.max_campaigns_per_hour}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"hpcopt-server: --max-campaigns-per-hour must be 0 (off) or more, got {args.max_campaigns_per_hour}",
+            file=sys.stderr,
+        )
         return 2
     for flag, seconds in (("--request-timeout", args.request_timeout), ("--header-timeout", args.header_timeout)):
         if not seconds > 0 or seconds == float("inf"):
@@ -373,9 +383,14 @@ def _serve(args: argparse.Namespace) -> int:
     caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
     try:
         grpc = serve_grpc(
-            service, metrics, settings.host, settings.grpc_port, max_workers=settings.grpc_workers,
-            max_connections=caps.grpc, request_timeout=settings.request_timeout,
-        )  # fmt: skip
+            service,
+            metrics,
+            settings.host,
+            settings.grpc_port,
+            max_workers=settings.grpc_workers,
+            max_connections=caps.grpc,
+            request_timeout=settings.request_timeout,
+        )
     except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError("Failed to bind ...")
         http_socket.close()
         return _cannot_listen("gRPC", settings.host, settings.grpc_port, "--grpc-port", "HPCOPT_GRPC_PORT", exc)
@@ -469,9 +484,15 @@ def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings) -> int
     _auth_at_start(service, settings)
     caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
     grpc = serve_grpc(
-        service, Metrics(service), settings.host, 0, max_workers=settings.grpc_workers, max_connections=caps.grpc,
-        request_timeout=settings.request_timeout, sock=sock,
-    )  # fmt: skip
+        service,
+        Metrics(service),
+        settings.host,
+        0,
+        max_workers=settings.grpc_workers,
+        max_connections=caps.grpc,
+        request_timeout=settings.request_timeout,
+        sock=sock,
+    )
     service.warm_optimizers()
     grpc.start()
     try:

@@ -55,8 +55,16 @@ class GrpcProcesses:
     def _spawn(self) -> subprocess.Popen[bytes]:
         fd = self.sock.fileno()
         os.set_inheritable(fd, True)
-        cmd = [sys.executable, "-m", "hpcopt_server.cli", *self.argv, CHILD_SOCKET, str(fd), CHILD_PIPE,
-               str(self.read_end)]  # fmt: skip
+        cmd = [
+            sys.executable,
+            "-m",
+            "hpcopt_server.cli",
+            *self.argv,
+            CHILD_SOCKET,
+            str(fd),
+            CHILD_PIPE,
+            str(self.read_end),
+        ]
         proc = subprocess.Popen(cmd, pass_fds=(fd, self.read_end))
         log.info("gRPC process %d started", proc.pid)
         return proc
@@ -73,8 +81,11 @@ class GrpcProcesses:
                     pause = min(30.0, pause * 2) if lived < 60 else 1.0
                     log.warning(
                         "gRPC process %d exited with status %s after %.0f s; starting another in %.0f s",
-                        proc.pid, code, lived, pause,
-                    )  # fmt: skip
+                        proc.pid,
+                        code,
+                        lived,
+                        pause,
+                    )
                     if self._stopping.wait(pause):
                         return
                     self.children[i] = new = self._spawn()

@@ -79,16 +79,22 @@ class ShedLog:
         if now - self._last_shed > self.QUIET:
             self.log.warning(
                 "%s connections reached the cap of %d (%d open): shedding started, closing the idlest first (%s)",
-                self.what, cap, open_now, idle,
-            )  # fmt: skip
+                self.what,
+                cap,
+                open_now,
+                idle,
+            )
             self._since, self._last_line = 0, now
         else:
             self._since += 1
             if now - self._last_line > self.QUIET:
                 self.log.warning(
-                    "%s connections at the cap of %d: %d shed in the last %.0f s", self.what, cap, self._since,
+                    "%s connections at the cap of %d: %d shed in the last %.0f s",
+                    self.what,
+                    cap,
+                    self._since,
                     now - self._last_line,
-                )  # fmt: skip
+                )
                 self._since, self._last_line = 0, now
         self._last_shed = now
 
@@ -110,8 +116,10 @@ class StallLog:
         if now - self._last_line > self.QUIET:
             self.log.warning(
                 "gRPC: closed %d connection(s) holding calls whose request did not arrive (last: %d call(s), %s)",
-                self._since, calls, why,
-            )  # fmt: skip
+                self._since,
+                calls,
+                why,
+            )
             self._since, self._last_line = 0, now
 
 

@@ -109,9 +109,11 @@ def pipeline(comms: Comms) -> None:
     task = Mlp()
     data = Data(task.dataset, torch.device("cpu"))
     train = np.arange(240)  # 7.5 batches of 32
-    for knobs, replicas in (({"stages": 4, "schedule": "gpipe", "microbatches": 8}, 1),
-                            ({"stages": 2, "schedule": "1f1b", "microbatches": 4}, 2),
-                            ({"stages": 2, "schedule": "1f1b", "microbatches": 4, "recompute": True}, 2)):  # fmt: skip
+    for knobs, replicas in (
+        ({"stages": 4, "schedule": "gpipe", "microbatches": 8}, 1),
+        ({"stages": 2, "schedule": "1f1b", "microbatches": 4}, 2),
+        ({"stages": 2, "schedule": "1f1b", "microbatches": 4, "recompute": True}, 2),
+    ):
         run = Run(comms, "pipeline", knobs, task, {}, epochs=2)
         run.train(data, train, epochs=2, batch=32)
         run.scheme.close()
@@ -149,8 +151,10 @@ def pipeline(comms: Comms) -> None:
         run.train(ddata, train, epochs=1, batch=32)
         held[stages] = comms.fold.bcast(run.metrics, root=0)["pipeline_stage_mb"]
         run.scheme.close()
-    say("pipeline memory per rank (params, grads, Adam state; the largest stage): "
-        + ", ".join(f"{k} stage(s) {v:.3f} MB" for k, v in held.items()))  # fmt: skip
+    say(
+        "pipeline memory per rank (params, grads, Adam state; the largest stage): "
+        + ", ".join(f"{k} stage(s) {v:.3f} MB" for k, v in held.items())
+    )
     for stages in (2, 4):
         assert held[stages] <= held[1] / stages * 1.35, held
     say("OK pipeline memory falls as 1/stages")

@@ -23,8 +23,12 @@ def test_the_calorimeter_campaign_completes_at_four_ranks(agent_server: AgentSer
     data = tmp_path / "showers"
     gen = subprocess.run(
         [sys.executable, "examples/calorimeter/generate.py", "--out", str(data), "--shards", "8", "--per-shard", "16"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, env=mpi_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=mpi_env(),
+    )
     assert gen.returncode == 0, gen.stderr
     assert len(list(data.glob("showers_*.h5"))) == 8
     spec = yaml.safe_load((ROOT / "examples/calorimeter/campaign.yaml").read_text())
@@ -52,8 +56,12 @@ def test_the_gpu_check_rehearses_on_cpus(tmp_path: Path) -> None:
     mpiexec_path()
     out = subprocess.run(
         ["bash", "scripts/gpu_check.sh", "--cpu", str(tmp_path)],
-        capture_output=True, text=True, timeout=600, cwd=ROOT, env=mpi_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=mpi_env(),
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "GPU CHECK OK" in out.stdout
     for precision in ("bf16", "fp16"):

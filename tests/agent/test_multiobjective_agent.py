@@ -17,8 +17,12 @@ def test_a_real_agent_reports_every_objective_and_names_a_missing_one(agent_serv
     spec = agent_spec(objectives=objectives, budget={"max_trials": 2, "max_parallel": 2})
     del spec["objective"]
     campaign = agent_server.submit(spec)
-    missing = agent_spec(name="missing", budget={"max_trials": 1, "max_parallel": 1}, max_attempts=1,
-                         objectives=[objectives[0], {"metric": "gpu_hours", "direction": "minimize"}])  # fmt: skip
+    missing = agent_spec(
+        name="missing",
+        budget={"max_trials": 1, "max_parallel": 1},
+        max_attempts=1,
+        objectives=[objectives[0], {"metric": "gpu_hours", "direction": "minimize"}],
+    )
     del missing["objective"]
     missing_id = agent_server.submit(missing)
     result = agent_server.run_agent(2, campaign, "--groups", "2")

@@ -206,15 +206,21 @@ def test_the_daso_schedule_follows_heat_for_a_scripted_loss() -> None:
     # HeAT's local skip: 1 once cycling, max_global_skips // local_skip_factor at a reset.
     assert local == [0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 0, 0], local
     assert seen == [
-        (0, 0), (0, 0),  # warm-up: a blocking average after every batch
-        (4, 1), (4, 1), (4, 1),  # cycling starts at skip 4, S 1; 3.0 and 2.0 improve
+        (0, 0),
+        (0, 0),  # warm-up: a blocking average after every batch
+        (4, 1),
+        (4, 1),
+        (4, 1),  # cycling starts at skip 4, S 1; 3.0 and 2.0 improve
         (4, 1),  # 1.99: no 5% gain, 1 bad epoch
         (2, 1),  # 1.98: a plateau, the skip halves (S stays >= 1)
-        (2, 1), (1, 1),  # 1.97, 1.96: the next plateau, skip 1
-        (1, 1), (8, 2),  # 1.95, 1.94: a plateau at skip 1: the cycle resets to 8, S = 8 // 4
+        (2, 1),
+        (1, 1),  # 1.97, 1.96: the next plateau, skip 1
+        (1, 1),
+        (8, 2),  # 1.95, 1.94: a plateau at skip 1: the cycle resets to 8, S = 8 // 4
         (8, 2),  # 1.5 improves on the reset tracker
-        (0, 0), (0, 0),  # cool-down
-    ]  # fmt: skip
+        (0, 0),
+        (0, 0),  # cool-down
+    ]
     assert Schedule(epochs=10).warmup == 2 and Schedule(epochs=10).cooldown == 2  # min(4, epochs // 4)
     assert Schedule(epochs=3, warmup_epochs=0, cooldown_epochs=0).global_skip == 4
 
@@ -263,15 +269,19 @@ def test_a_campaign_searching_the_scheme_trains_each_trial_with_its_scheme_and_o
             "task": "tests/agent/tasks.py:Regression",
             "ranks_per_fold": 4,
             "epochs": 2,
-            "scheme": {"search": {
-                "allreduce": {},
-                "easgd": {"beta": {"type": "real", "low": 0.5, "high": 0.9},
-                          "tau": {"type": "int", "low": 1, "high": 4}},
-                "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
-            }},
+            "scheme": {
+                "search": {
+                    "allreduce": {},
+                    "easgd": {
+                        "beta": {"type": "real", "low": 0.5, "high": 0.9},
+                        "tau": {"type": "int", "low": 1, "high": 4},
+                    },
+                    "daso": {"max_global_skips": {"type": "categorical", "choices": [4, 8]}},
+                }
+            },
             "options": {"daso": {"node_size": 2, "warmup_epochs": 0, "cooldown_epochs": 0}},
         },
-    )  # fmt: skip
+    )
     campaign = agent_server.submit(spec)
     result = agent_server.run_agent(4, campaign)
     assert result.returncode == 0, dump(result)

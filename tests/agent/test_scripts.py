@@ -121,7 +121,11 @@ def test_the_agent_refuses_quietly_at_four_ranks(
 def test_the_example_script_runs(agent_server: AgentServer) -> None:
     out = subprocess.run(
         [sys.executable, "examples/scripts/tune_function.py", "--server", agent_server.target, "--trials", "6"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT, env=mpi_env(),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env=mpi_env(),
+    )
     assert out.returncode == 0, dump(out)
     assert "best: trial" in out.stdout and "6 trials" in out.stdout, out.stdout

@@ -48,8 +48,12 @@ def test_ranks_on_two_emulated_nodes_talk_mpi_and_gloo_across_the_rate_limited_l
         before = link.sent_bytes()
         out = subprocess.run(
             [mpiexec, "-n", "4", *link.launcher(per_node=2), sys.executable, "tests/agent/link_check.py"],
-            capture_output=True, text=True, timeout=240, cwd=ROOT, env=link.rank_env(mpi_env()),
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=240,
+            cwd=ROOT,
+            env=link.rank_env(mpi_env()),
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         rows = json.loads(out.stdout.strip().splitlines()[-1])
         sent = [a - b for a, b in zip(link.sent_bytes(), before, strict=True)]

@@ -42,13 +42,27 @@ def sbatch(
     shape = ["-N", "1", "-n", str(ntasks), f"--ntasks-per-node={ntasks}"] if ntasks else []
     out = subprocess.run(
         [
-            "sbatch", "--parsable", "--export=ALL", *shape, f"--time={time}",
-            "-o", str(server.workdir / "slurm-%j.out"), f"examples/slurm/{script}", str(campaign), *args,
+            "sbatch",
+            "--parsable",
+            "--export=ALL",
+            *shape,
+            f"--time={time}",
+            "-o",
+            str(server.workdir / "slurm-%j.out"),
+            f"examples/slurm/{script}",
+            str(campaign),
+            *args,
         ],
-        capture_output=True, text=True, cwd=ROOT,
-        env=mpi_env(HPCOPT_SERVER=server.target, HPCOPT_PYTHON=sys.executable,
-                    HPCOPT_CHECKPOINT_DIR=str(server.workdir / "ckpt"), **env),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=mpi_env(
+            HPCOPT_SERVER=server.target,
+            HPCOPT_PYTHON=sys.executable,
+            HPCOPT_CHECKPOINT_DIR=str(server.workdir / "ckpt"),
+            **env,
+        ),
+    )
     assert out.returncode == 0, f"sbatch failed: {out.stderr}"
     return int(out.stdout.strip().split(";")[0])
 
@@ -119,8 +133,12 @@ def test_a_request_the_cluster_can_never_run_is_refused_at_submission(slurm: Non
     # would stay PENDING (reason PartitionConfig) forever, saying nothing.
     out = subprocess.run(
         ["sbatch", "-n", "64", "-o", str(tmp_path / "x-%j.out"), "examples/slurm/agent.sbatch", "1"],
-        capture_output=True, text=True, cwd=ROOT, timeout=30, env=mpi_env(HPCOPT_SERVER="127.0.0.1:1"),
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=30,
+        env=mpi_env(HPCOPT_SERVER="127.0.0.1:1"),
+    )
     assert out.returncode != 0 and "More processors requested than permitted" in out.stderr, out
 
 

@@ -11,7 +11,7 @@ from hpcopt_agent.schemes.base import Placement, Roles, Scheme, Stop, StopVote
 from hpcopt_agent.schemes.daso import DASO
 from hpcopt_agent.schemes.horovod import HorovodAllReduce
 from hpcopt_agent.schemes.pipeline import Pipeline
-from hpcopt_agent.schemes.rules import EASGD, GEM, Downpour
+from hpcopt_agent.schemes.ps import EASGD, GEM, Downpour
 from hpcopt_agent.settings import SettingsError, TrainingSettings
 from hpcopt_agent.task import Task
 

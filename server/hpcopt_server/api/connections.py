@@ -175,8 +175,16 @@ def guarded_protocol(max_connections: int, header_timeout: float) -> type[Guarde
     return type("HttpProtocol", (GuardedHttpProtocol,), attrs)
 
 
-def uvicorn_config(app: Any, host: str, port: int, *, max_connections: int = 1000, header_timeout: float = 10.0,
-                   idle_timeout: int = 5, log_level: str = "info") -> uvicorn.Config:  # fmt: skip
+def uvicorn_config(
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    max_connections: int = 1000,
+    header_timeout: float = 10.0,
+    idle_timeout: int = 5,
+    log_level: str = "info",
+) -> uvicorn.Config:
     """The uvicorn configuration every hpcopt HTTP server runs with."""
     return uvicorn.Config(
         app,

@@ -218,14 +218,22 @@ def running_trials(campaign_id: int, service: ServiceDep, _: CanRead) -> list[Ru
         host, job = page.agents.get(t.agent_id, ("", ""))
         out.append(
             RunningTrial(
-                trial_id=t.id, number=t.number, attempt=t.attempt, params=t.params, agent_id=t.agent_id,
-                agent_host=host, agent_job=job, started_at=t.started_at,
+                trial_id=t.id,
+                number=t.number,
+                attempt=t.attempt,
+                params=t.params,
+                agent_id=t.agent_id,
+                agent_host=host,
+                agent_job=job,
+                started_at=t.started_at,
                 ran_seconds=page.ran.get(t.id),
-                folds=page.folds, folds_finished=r.folds_finished, epochs=page.epochs,
+                folds=page.folds,
+                folds_finished=r.folds_finished,
+                epochs=page.epochs,
                 steps={str(k): v for k, v in r.steps.items()},
                 latest=CurvePointOut(**vars(r.latest)) if r.latest else None,
             )
-        )  # fmt: skip
+        )
     return out
 
 

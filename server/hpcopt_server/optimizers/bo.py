@@ -89,8 +89,20 @@ DENSE_REFITS = 150
 #: Since the prior mean is the likelihood's constant (``gp.gls_mean``) no Branin seed of
 #: 0-79 stays pinned without the rule; it is kept, not measured again.
 INFORMATIVE = 4
-OPTIONS = ("n_initial", "acquisition", "ucb_beta", "candidates", "polish", "refit_growth", "fit_subsample",
-           "background_refit", "fold_noise", "max_points", "batch", "informative_every")  # fmt: skip
+OPTIONS = (
+    "n_initial",
+    "acquisition",
+    "ucb_beta",
+    "candidates",
+    "polish",
+    "refit_growth",
+    "fit_subsample",
+    "background_refit",
+    "fold_noise",
+    "max_points",
+    "batch",
+    "informative_every",
+)
 
 
 def blas_threads(n: int) -> threadpool_limits:
@@ -245,8 +257,12 @@ class BayesianOptimization(Optimizer):
                         self._model_rows = np.r_[self._model_rows, np.arange(target, n)]
                 installed = True
                 if target > self.max_points >= self._fit_at:
-                    log.info("bo: %d observations; the GP now factors a subset of %d (max_points %d)", target,
-                             len(result[1][0]), self.max_points)  # fmt: skip
+                    log.info(
+                        "bo: %d observations; the GP now factors a subset of %d (max_points %d)",
+                        target,
+                        len(result[1][0]),
+                        self.max_points,
+                    )
             self._fit_at = target
             points = [p for p in points if p > target]
         if points and self._job is None:
@@ -274,10 +290,15 @@ class BayesianOptimization(Optimizer):
             X, y, extra, censored = X[idx], y[idx], extra[idx], censored[idx]
         with blas_threads(len(X)):
             refit = self.model.compute_refit(
-                X, y, extra, censored, rng, subsample=self.fit_subsample,
+                X,
+                y,
+                extra,
+                censored,
+                rng,
+                subsample=self.fit_subsample,
                 # ParEGO's other scalarizations are warped (GPModel.outputs): its fit is too.
                 select_output=not self.problem.multi_objective,
-            )  # fmt: skip
+            )
         return refit, (X, y, extra, censored), idx
 
     def memory_bytes(self) -> int:
@@ -452,8 +473,14 @@ class BayesianOptimization(Optimizer):
 
         # Each step reads the whole factor (two triangular solves): fewer steps at large n.
         steps = 15 if self.model.n < 2000 else 5
-        res = minimize(negative, x0[mask], jac=True, method="L-BFGS-B", bounds=[(0.0, 1.0)] * int(mask.sum()),
-                       options={"maxiter": steps})  # fmt: skip
+        res = minimize(
+            negative,
+            x0[mask],
+            jac=True,
+            method="L-BFGS-B",
+            bounds=[(0.0, 1.0)] * int(mask.sum()),
+            options={"maxiter": steps},
+        )
         x = x0.copy()
         x[mask] = res.x
         return x
@@ -479,8 +506,9 @@ class _Balls:
         return cls(np.zeros((0, dim)), np.zeros(0), np.zeros(0), best)
 
     def plus(self, X: np.ndarray, mu: np.ndarray, sigma: np.ndarray) -> _Balls:
-        return _Balls(np.vstack([self.centres, X]), np.r_[self.mu, mu], np.r_[self.sigma, sigma], self.best,
-                      self.lipschitz)  # fmt: skip
+        return _Balls(
+            np.vstack([self.centres, X]), np.r_[self.mu, mu], np.r_[self.sigma, sigma], self.best, self.lipschitz
+        )
 
     def __len__(self) -> int:
         return len(self.centres)

@@ -262,8 +262,11 @@ def neg_log_posterior(
         return float(nll), grad
     mu_l = lengthscale_prior(D)[0]
     penalty = 0.0
-    for sl, mu, sd in ((slice(0, -2), mu_l, prior.ell_sd), (slice(-2, -1), AMP_PRIOR[0], prior.amp_sd),
-                       (slice(-1, None), *NOISE_PRIOR)):  # fmt: skip
+    for sl, mu, sd in (
+        (slice(0, -2), mu_l, prior.ell_sd),
+        (slice(-2, -1), AMP_PRIOR[0], prior.amp_sd),
+        (slice(-1, None), *NOISE_PRIOR),
+    ):
         penalty += 0.5 * float(np.sum(((theta[sl] - mu) / sd) ** 2))
         grad[sl] += (theta[sl] - mu) / sd**2
     return float(nll + penalty), grad
@@ -294,8 +297,15 @@ def fit_hyperparameters(
         starts.append(np.clip(draw, lo, hi))
     best, best_f = starts[0], math.inf
     for s in starts:
-        res = minimize(neg_log_posterior, s, args=(X, y, extra, prior), jac=True, method="L-BFGS-B", bounds=bounds,
-                       options={"maxiter": 60})  # fmt: skip
+        res = minimize(
+            neg_log_posterior,
+            s,
+            args=(X, y, extra, prior),
+            jac=True,
+            method="L-BFGS-B",
+            bounds=bounds,
+            options={"maxiter": 60},
+        )
         if res.fun < best_f:
             best, best_f = res.x, float(res.fun)
     return np.asarray(best)

@@ -187,8 +187,9 @@ def _more_likely(
             return warped
         extra = extra_raw * noise_scale(y_raw, plain)
         unused = np.random.default_rng(0)  # restarts=0: no draws
-        theta = gp.fit_hyperparameters(X, centred(plain), extra[idx], unused, warm_start=warped[0], restarts=0,
-                                       prior=gp.WIDE)  # fmt: skip
+        theta = gp.fit_hyperparameters(
+            X, centred(plain), extra[idx], unused, warm_start=warped[0], restarts=0, prior=gp.WIDE
+        )
         fits = [warped, (theta, plain, extra)]
         scores = [
             gp.neg_log_posterior(t, X, centred(st_), e[idx], prior=None)[0] - float(log_slope(y_raw[idx], st_).sum())

@@ -18,10 +18,24 @@ def make_pruner(spec: dict[str, Any]) -> Pruner:
     ValueError("options.x ...") for a bad option."""
     p = spec.get("pruner") or {"name": "none", "options": {}}
     epochs = int((spec.get("training") or {}).get("epochs") or 0)
-    problem = PrunerProblem(spec["objective"]["direction"], int(spec["folds"]), dict(p.get("options") or {}),
-                            spec["objective"]["metric"], epochs)  # fmt: skip
+    problem = PrunerProblem(
+        spec["objective"]["direction"],
+        int(spec["folds"]),
+        dict(p.get("options") or {}),
+        spec["objective"]["metric"],
+        epochs,
+    )
     return REGISTRY[p["name"]](problem)
 
 
-__all__ = ["REGISTRY", "AshaPruner", "FoldPruner", "History", "MedianPruner", "NoPruner", "Pruner", "Verdict",
-           "make_pruner"]  # fmt: skip
+__all__ = [
+    "REGISTRY",
+    "AshaPruner",
+    "FoldPruner",
+    "History",
+    "MedianPruner",
+    "NoPruner",
+    "Pruner",
+    "Verdict",
+    "make_pruner",
+]

@@ -15,8 +15,13 @@ from hpcopt_server.pruners.base import History, Pruner, PrunerProblem, Verdict, 
 
 #: Trials whose reports count as competitors for a rung (ASHA counts every trial that
 #: reached it, pruned ones included: they were compared there too).
-RUNG_STATES = (d.TrialState.RUNNING, d.TrialState.COMPLETED, d.TrialState.PRUNED, d.TrialState.QUEUED,
-               d.TrialState.PREEMPTED)  # fmt: skip
+RUNG_STATES = (
+    d.TrialState.RUNNING,
+    d.TrialState.COMPLETED,
+    d.TrialState.PRUNED,
+    d.TrialState.QUEUED,
+    d.TrialState.PREEMPTED,
+)
 
 
 class MedianPruner(Pruner):

@@ -122,9 +122,11 @@ def serve_grpc(
     threads, server-wide, and for at most ``request_timeout`` seconds (``front.py``): the
     other half stays free for calls that are ready to run."""
     front = GrpcFront(
-        sock if sock is not None else listen(host, port), max_connections,
-        request_timeout=request_timeout, max_waiting=max(1, max_workers // 2),
-    )  # fmt: skip
+        sock if sock is not None else listen(host, port),
+        max_connections,
+        request_timeout=request_timeout,
+        max_waiting=max(1, max_workers // 2),
+    )
     try:
         server = _build(service, metrics, front.backend_address, max_workers)
     except BaseException:

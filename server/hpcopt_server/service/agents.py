@@ -375,9 +375,14 @@ class AgentService:
         return self.calls.prune(lease, verdict.value, verdict.reason, self.ctx.clock())
 
     def _error(
-        self, refused: Refused, lease: Lease, *, fold: int | None = None, metrics: dict[str, float] | None = None,
+        self,
+        refused: Refused,
+        lease: Lease,
+        *,
+        fold: int | None = None,
+        metrics: dict[str, float] | None = None,
         kind: str = "",
-    ) -> ServiceError:  # fmt: skip
+    ) -> ServiceError:
         """The error that names why a call changed nothing."""
         t, why = refused.trial, refused.why
         if t is None:

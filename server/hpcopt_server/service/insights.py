@@ -353,17 +353,39 @@ class InsightService:
         out = io.StringIO()
         writer = csv.writer(out)
         writer.writerow(
-            ["trial_id", "number", "state", "attempt", campaign.metric, f"{campaign.metric}_std", *others,
-             *[f"param_{n}" for n in names], "started_at", "finished_at", "agent_id", "error"]
-        )  # fmt: skip
+            [
+                "trial_id",
+                "number",
+                "state",
+                "attempt",
+                campaign.metric,
+                f"{campaign.metric}_std",
+                *others,
+                *[f"param_{n}" for n in names],
+                "started_at",
+                "finished_at",
+                "agent_id",
+                "error",
+            ]
+        )
         for t in trials:
             values = [_num(v) for v in t.values[1:]] if t.values else [""] * len(others)
             writer.writerow(
-                [t.id, t.number, t.state.value, t.attempt, _num(t.value), _num(t.value_std), *values,
-                 *[t.params.get(n, "") for n in names],
-                 t.started_at.isoformat() if t.started_at else "", t.finished_at.isoformat() if t.finished_at else "",
-                 t.agent_id, t.error.splitlines()[0] if t.error else ""]
-            )  # fmt: skip
+                [
+                    t.id,
+                    t.number,
+                    t.state.value,
+                    t.attempt,
+                    _num(t.value),
+                    _num(t.value_std),
+                    *values,
+                    *[t.params.get(n, "") for n in names],
+                    t.started_at.isoformat() if t.started_at else "",
+                    t.finished_at.isoformat() if t.finished_at else "",
+                    t.agent_id,
+                    t.error.splitlines()[0] if t.error else "",
+                ]
+            )
         return out.getvalue()
 
 

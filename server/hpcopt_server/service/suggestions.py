@@ -139,8 +139,15 @@ def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
         seed = zlib.crc32(f"{campaign_id}:{spec['name']}".encode())
     objectives = d.objectives_of(spec)
     directions = tuple(direction for _, direction in objectives) if len(objectives) > 1 else ()
-    problem = Problem(SearchSpace(spec["space"]), spec["objective"]["direction"], int(seed), dict(algo["options"]),
-                      int(spec["folds"]), int(spec["budget"]["max_trials"]), directions)  # fmt: skip
+    problem = Problem(
+        SearchSpace(spec["space"]),
+        spec["objective"]["direction"],
+        int(seed),
+        dict(algo["options"]),
+        int(spec["folds"]),
+        int(spec["budget"]["max_trials"]),
+        directions,
+    )
     try:
         return factory(problem)
     except (ValueError, ImportError) as exc:

@@ -53,8 +53,9 @@ def warm_trials(tx: Tx, campaign: d.Campaign) -> list[d.Trial]:
     space = SearchSpace(campaign.spec["space"])
     out: list[d.Trial] = []
     for cid in sources(campaign.spec):
-        trials, _ = tx.list_trials(cid, states=[d.TrialState.COMPLETED], with_folds=False,
-                                   limit=MAX_WARM_TRIALS - len(out))  # fmt: skip
+        trials, _ = tx.list_trials(
+            cid, states=[d.TrialState.COMPLETED], with_folds=False, limit=MAX_WARM_TRIALS - len(out)
+        )
         for t in trials:
             params = fit(space, t.params)
             if params is not None:

@@ -113,9 +113,15 @@ class AgentCalls:
         return None if held else self._diagnose(lease, now)
 
     def report(
-        self, lease: HeldLease, fold: int, step: int, value: float, checkpoint_uri: str, now: datetime,
+        self,
+        lease: HeldLease,
+        fold: int,
+        step: int,
+        value: float,
+        checkpoint_uri: str,
+        now: datetime,
         expires: datetime,
-    ) -> Reported | Refused:  # fmt: skip
+    ) -> Reported | Refused:
         """Stores one learning-curve point of an open fold (a repeated step replaces its
         value), opens the fold under this attempt, extends the lease."""
         p = {**_lease_params(lease, now, expires), "fold": fold, "step": step, "value": value, "ck": checkpoint_uri}
@@ -137,14 +143,25 @@ class AgentCalls:
             return self._diagnose(lease, now, fold=fold)
 
     def finish_fold(
-        self, lease: HeldLease, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str,
-        now: datetime, expires: datetime,
-    ) -> FoldDone | Refused:  # fmt: skip
+        self,
+        lease: HeldLease,
+        fold: int,
+        value: float,
+        metrics: dict[str, float],
+        checkpoint_uri: str,
+        now: datetime,
+        expires: datetime,
+    ) -> FoldDone | Refused:
         """Marks an open fold finished with its value and metrics (which must hold every
         objective after the first), extends the lease. A retry with the same content
         answers as the first call did."""
-        p = {**_lease_params(lease, now, expires), "fold": fold, "value": value, "metrics": metrics,
-             "ck": checkpoint_uri}  # fmt: skip
+        p = {
+            **_lease_params(lease, now, expires),
+            "fold": fold,
+            "value": value,
+            "metrics": metrics,
+            "ck": checkpoint_uri,
+        }
         if self.one_statement:
             with self.storage.db.autocommit() as c:
                 row = c.execute(S.PG_FOLD, p).first() if fold >= 0 else None
@@ -199,9 +216,13 @@ class AgentCalls:
                 c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first})
                 return [DONE] * asking
             room = rules.room_to_acquire(
-                asking=asking, running=running, queued=queued, created=first, max_parallel=campaign.max_parallel,
+                asking=asking,
+                running=running,
+                queued=queued,
+                created=first,
+                max_parallel=campaign.max_parallel,
                 max_trials=campaign.max_trials,
-            )  # fmt: skip
+            )
             if room.new < asking:
                 c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first + room.new})
             queued_ids = self._queued(c, campaign_id, room.resume)
@@ -254,8 +275,13 @@ class AgentCalls:
             campaign = None if trial is None else self.campaign(trial.campaign_id, c)
             summary = self._summary(trial, campaign, lease, now)
             assert trial is not None and campaign is not None
-            p = {**_lease_params(lease, now, now), "cid": campaign.id, "value": summary.value, "std": summary.std,
-                 "values": summary.values}  # fmt: skip
+            p = {
+                **_lease_params(lease, now, now),
+                "cid": campaign.id,
+                "value": summary.value,
+                "std": summary.std,
+                "values": summary.values,
+            }
             try:
                 row = c.execute(S.PG_COMPLETE, p).first()
             except DataError:  # the trial's guard failed under its lock: nothing was changed
@@ -466,17 +492,43 @@ class AgentCalls:
         return trial
 
     def _insert_running(
-        self, c: Connection, campaign: d.Campaign, first: int, params: list[d.Params], agents: list[str],
-        now: datetime, expires: datetime,
-    ) -> list[d.Trial]:  # fmt: skip
+        self,
+        c: Connection,
+        campaign: d.Campaign,
+        first: int,
+        params: list[d.Params],
+        agents: list[str],
+        now: datetime,
+        expires: datetime,
+    ) -> list[d.Trial]:
         new = [
-            d.Trial(id=0, campaign_id=campaign.id, number=first + i, state=d.TrialState.RUNNING, attempt=1,
-                    params=campaign.in_space_order(p), created_at=now, agent_id=a, lease_id=uuid.uuid4().hex,
-                    lease_expires_at=expires, started_at=now)
+            d.Trial(
+                id=0,
+                campaign_id=campaign.id,
+                number=first + i,
+                state=d.TrialState.RUNNING,
+                attempt=1,
+                params=campaign.in_space_order(p),
+                created_at=now,
+                agent_id=a,
+                lease_id=uuid.uuid4().hex,
+                lease_expires_at=expires,
+                started_at=now,
+            )
             for i, (p, a) in enumerate(zip(params, agents, strict=True))
-        ]  # fmt: skip
-        rows = [{"cid": campaign.id, "number": t.number, "params": t.params, "aid": t.agent_id, "lid": t.lease_id,
-                 "exp": expires, "now": now} for t in new]  # fmt: skip
+        ]
+        rows = [
+            {
+                "cid": campaign.id,
+                "number": t.number,
+                "params": t.params,
+                "aid": t.agent_id,
+                "lid": t.lease_id,
+                "exp": expires,
+                "now": now,
+            }
+            for t in new
+        ]
         if self.returning:
             ids = [int(r[0]) for r in c.execute(S.NEW_TRIALS, rows)]
         else:
@@ -553,8 +605,15 @@ def _event(trial_id: int, attempt: int, kind: str, agent_id: str, now: datetime,
 
 def _completed(trial: d.Trial, summary: rules.FoldSummary, now: datetime, seq: int) -> d.Trial:
     values = None if summary.values is None else tuple(summary.values)
-    return replace(trial, state=d.TrialState.COMPLETED, value=summary.value, value_std=summary.std, values=values,
-                   finished_at=now, finish_seq=seq)  # fmt: skip
+    return replace(
+        trial,
+        state=d.TrialState.COMPLETED,
+        value=summary.value,
+        value_std=summary.std,
+        values=values,
+        finished_at=now,
+        finish_seq=seq,
+    )
 
 
 def _holds(trial: d.Trial, lease: HeldLease) -> bool:

@@ -37,22 +37,39 @@ def _p(name: str, column: Any = None) -> Any:
 
 # rules.lease_refusal(...) is None, as a WHERE clause.
 LEASE_HELD = (
-    (T.c.id == _p("tid")) & (T.c.lease_id == _p("lid")) & (T.c.agent_id == _p("aid"))
-    & (T.c.state == RUNNING) & (T.c.lease_expires_at >= _p("now", T.c.lease_expires_at))
-)  # fmt: skip
+    (T.c.id == _p("tid"))
+    & (T.c.lease_id == _p("lid"))
+    & (T.c.agent_id == _p("aid"))
+    & (T.c.state == RUNNING)
+    & (T.c.lease_expires_at >= _p("now", T.c.lease_expires_at))
+)
 RENEW_PLAIN = update(T).where(LEASE_HELD).values(lease_expires_at=_p("exp", T.c.lease_expires_at))
 RENEW = RENEW_PLAIN.returning(T.c.campaign_id, T.c.attempt)
 OF_TRIAL = select(T.c.campaign_id, T.c.attempt).where(T.c.id == _p("tid"))
-COMPLETE = update(T).where(LEASE_HELD).values(
-    state=d.TrialState.COMPLETED.value, finished_at=_p("now2", T.c.finished_at), finish_seq=_p("seq"),
-    value=_p("value"), value_std=_p("std"), values=_p("values", T.c["values"]),
-)  # fmt: skip
+COMPLETE = (
+    update(T)
+    .where(LEASE_HELD)
+    .values(
+        state=d.TrialState.COMPLETED.value,
+        finished_at=_p("now2", T.c.finished_at),
+        finish_seq=_p("seq"),
+        value=_p("value"),
+        value_std=_p("std"),
+        values=_p("values", T.c["values"]),
+    )
+)
 RESUME = (
     update(T)
     .where(T.c.id == _p("tid"), T.c.state == QUEUED)
-    .values(state=RUNNING, agent_id=_p("aid"), lease_id=_p("lid"), lease_expires_at=_p("exp", T.c.lease_expires_at),
-            started_at=func.coalesce(T.c.started_at, _p("now", T.c.started_at)), error="")
-)  # fmt: skip
+    .values(
+        state=RUNNING,
+        agent_id=_p("aid"),
+        lease_id=_p("lid"),
+        lease_expires_at=_p("exp", T.c.lease_expires_at),
+        started_at=func.coalesce(T.c.started_at, _p("now", T.c.started_at)),
+        error="",
+    )
+)
 QUEUED_IDS = select(T.c.id).where(T.c.campaign_id == _p("cid"), T.c.state == QUEUED).order_by(T.c.id).limit(_p("k"))
 
 TAKE_NUMBERS_PLAIN = update(C).where(C.c.id == _p("cid")).values(next_number=C.c.next_number + _p("k"))
@@ -68,15 +85,27 @@ ACTIVE = select(func.count().filter(T.c.state == RUNNING), func.count().filter(T
     T.c.campaign_id == _p("cid"), T.c.state.in_([RUNNING, QUEUED])
 )
 NEW_TRIAL = T.insert().values(
-    campaign_id=_p("cid"), number=_p("number"), state=RUNNING, attempt=1, params=_p("params", T.c.params),
-    agent_id=_p("aid"), lease_id=_p("lid"), lease_expires_at=_p("exp", T.c.lease_expires_at), error="",
-    created_at=_p("now", T.c.created_at), started_at=_p("now", T.c.started_at),
-)  # fmt: skip
+    campaign_id=_p("cid"),
+    number=_p("number"),
+    state=RUNNING,
+    attempt=1,
+    params=_p("params", T.c.params),
+    agent_id=_p("aid"),
+    lease_id=_p("lid"),
+    lease_expires_at=_p("exp", T.c.lease_expires_at),
+    error="",
+    created_at=_p("now", T.c.created_at),
+    started_at=_p("now", T.c.started_at),
+)
 NEW_TRIALS = NEW_TRIAL.returning(T.c.id, sort_by_parameter_order=True)
 EVENT = EVENTS.insert().values(
-    trial_id=_p("tid"), attempt=_p("attempt"), kind=_p("kind"), agent_id=_p("aid"), reason=_p("reason"),
+    trial_id=_p("tid"),
+    attempt=_p("attempt"),
+    kind=_p("kind"),
+    agent_id=_p("aid"),
+    reason=_p("reason"),
     at=_p("now", EVENTS.c.at),
-)  # fmt: skip
+)
 COUNT_EVENTS = select(func.count()).where(
     EVENTS.c.trial_id == _p("tid"), EVENTS.c.attempt == _p("attempt"), EVENTS.c.kind == _p("kind")
 )
@@ -88,8 +117,14 @@ SEEN_MANY = (
 )
 AGENT_TOKEN = select(AGENTS.c.token_id).where(AGENTS.c.id == _p("aid"))
 
-FOLD_COLUMNS = [F.c.fold, F.c.finished, F.c.value.label("fold_value"), F.c.metrics, F.c.checkpoint_uri,
-                F.c.attempt.label("fold_attempt")]  # fmt: skip
+FOLD_COLUMNS = [
+    F.c.fold,
+    F.c.finished,
+    F.c.value.label("fold_value"),
+    F.c.metrics,
+    F.c.checkpoint_uri,
+    F.c.attempt.label("fold_attempt"),
+]
 TRIAL_WITH_FOLDS = (
     select(T, *FOLD_COLUMNS).select_from(T.outerjoin(F, F.c.trial_id == T.c.id)).where(T.c.id == _p("tid"))
 )
@@ -105,22 +140,41 @@ def _fold_upserts(insert: Any) -> tuple[Any, Any]:
     key = [F.c.trial_id, F.c.fold]
     unfinished = F.c.finished.is_(False)
     opened = insert(F).values(
-        trial_id=_p("tid"), fold=_p("fold"), finished=False, metrics=_p("metrics", F.c.metrics),
-        checkpoint_uri=_p("ck"), attempt=_p("attempt"), updated_at=_p("now", F.c.updated_at),
-    )  # fmt: skip
+        trial_id=_p("tid"),
+        fold=_p("fold"),
+        finished=False,
+        metrics=_p("metrics", F.c.metrics),
+        checkpoint_uri=_p("ck"),
+        attempt=_p("attempt"),
+        updated_at=_p("now", F.c.updated_at),
+    )
     opened = opened.on_conflict_do_update(
-        index_elements=key, where=unfinished,
+        index_elements=key,
+        where=unfinished,
         set_={"attempt": _p("attempt"), "updated_at": _p("now", F.c.updated_at), "checkpoint_uri": _KEEP_CHECKPOINT},
-    )  # fmt: skip
+    )
     closed = insert(F).values(
-        trial_id=_p("tid"), fold=_p("fold"), finished=True, value=_p("value"), metrics=_p("metrics", F.c.metrics),
-        checkpoint_uri=_p("ck"), attempt=_p("attempt"), updated_at=_p("now", F.c.updated_at),
-    )  # fmt: skip
+        trial_id=_p("tid"),
+        fold=_p("fold"),
+        finished=True,
+        value=_p("value"),
+        metrics=_p("metrics", F.c.metrics),
+        checkpoint_uri=_p("ck"),
+        attempt=_p("attempt"),
+        updated_at=_p("now", F.c.updated_at),
+    )
     closed = closed.on_conflict_do_update(
-        index_elements=key, where=unfinished,
-        set_={"finished": True, "value": _p("value"), "metrics": _p("metrics", F.c.metrics), "attempt": _p("attempt"),
-              "updated_at": _p("now", F.c.updated_at), "checkpoint_uri": _KEEP_CHECKPOINT},
-    )  # fmt: skip
+        index_elements=key,
+        where=unfinished,
+        set_={
+            "finished": True,
+            "value": _p("value"),
+            "metrics": _p("metrics", F.c.metrics),
+            "attempt": _p("attempt"),
+            "updated_at": _p("now", F.c.updated_at),
+            "checkpoint_uri": _KEEP_CHECKPOINT,
+        },
+    )
     return opened, closed
 
 

@@ -37,10 +37,16 @@ CONNECT_PATIENCE = 10.0
 _TRANSIENT_SQLSTATES = {"53300", "57P03", "08001", "08004", "08006"}
 # (libpq's connection failures carry no SQLSTATE: psycopg gives only the text.)
 _TRANSIENT_TEXT = (
-    "connection refused", "could not connect", "no such file or directory", "server closed the",
-    "too many connections", "remaining connection slots are reserved", "the database system is starting up",
-    "the database system is shutting down", "the database system is in recovery mode",
-)  # fmt: skip
+    "connection refused",
+    "could not connect",
+    "no such file or directory",
+    "server closed the",
+    "too many connections",
+    "remaining connection slots are reserved",
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+)
 # A database that cannot write now but may once space is freed: SQLite's SQLITE_FULL and
 # SQLITE_IOERR (a full disk surfaces as either, WAL or not), PostgreSQL's disk_full and
 # io_error. A call gets UNAVAILABLE / 503 with Retry-After, which agents ride out, not a

@@ -105,13 +105,22 @@ class Tx(ViewQueries, NoteQueries):
     # -- campaigns -------------------------------------------------------------------
 
     def insert_campaign(
-        self, name: str, spec: dict[str, Any], created_at: datetime, *, submitted_at: datetime,
+        self,
+        name: str,
+        spec: dict[str, Any],
+        created_at: datetime,
+        *,
+        submitted_at: datetime,
         created_by: int | None = None,
-    ) -> d.Campaign:  # fmt: skip
+    ) -> d.Campaign:
         row = m.CampaignRow(
-            name=name, state=d.CampaignState.RUNNING, spec=spec, created_at=created_at, submitted_at=submitted_at,
+            name=name,
+            state=d.CampaignState.RUNNING,
+            spec=spec,
+            created_at=created_at,
+            submitted_at=submitted_at,
             created_by=created_by,
-        )  # fmt: skip
+        )
         self.s.add(row)
         self.s.flush()
         return mapping.campaign(row)
@@ -339,10 +348,17 @@ class Tx(ViewQueries, NoteQueries):
         return list(self.s.scalars(q.order_by(m.TrialRow.id)))
 
     def finish_trial(
-        self, trial_id: int, state: d.TrialState, now: datetime, *, value: float | None = None,
-        value_std: float | None = None, error: str | None = None, agent_id: str | None = None,
+        self,
+        trial_id: int,
+        state: d.TrialState,
+        now: datetime,
+        *,
+        value: float | None = None,
+        value_std: float | None = None,
+        error: str | None = None,
+        agent_id: str | None = None,
         lease_id: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Moves a trial to a final state and gives it the campaign's next ``finish_seq``;
         the columns given are set, the others kept.
 

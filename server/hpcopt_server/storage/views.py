@@ -85,9 +85,18 @@ class ViewQueries:
         as_float = set(numeric)
         extra = [t.params[n].as_float() if n in as_float else t.params[n] for n in wanted_params]
         q = select(
-            t.id, t.number, t.state, t.value, t.agent_id, t.value_std, t.attempt, t.started_at, t.finished_at,
-            t.values if with_values else literal(None), *extra,
-        ).where(t.campaign_id == campaign_id)  # fmt: skip
+            t.id,
+            t.number,
+            t.state,
+            t.value,
+            t.agent_id,
+            t.value_std,
+            t.attempt,
+            t.started_at,
+            t.finished_at,
+            t.values if with_values else literal(None),
+            *extra,
+        ).where(t.campaign_id == campaign_id)
         wanted = [str(s) for s in states]
         if wanted:
             q = q.where(t.state.in_(wanted))
