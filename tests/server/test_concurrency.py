@@ -13,7 +13,7 @@ import pytest
 from hpcopt import AgentClient, Client
 from hpcopt_server.service import Service, ServiceSettings
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import LiveServer, _fresh_pg_database, make_spec, run_live_server
+from tests.conftest import LiveServer, _fresh_pg_database, make_spec, run_live_server, timeout_scale
 from tests.seed import checkpoint_uri
 from tests.server.process import ServerProcess
 
@@ -51,8 +51,12 @@ def _swarm(targets: list[str], campaign_id: int, agents: int) -> list[int]:
     threads = [threading.Thread(target=work, args=(i,)) for i in range(agents)]
     for t in threads:
         t.start()
+    # A bound on a hang, not a speed check: 64 agents on SQLite took over 300 s on a
+    # machine loaded 5 deep per core.
+    deadline = time.monotonic() + 600 * timeout_scale()
     for t in threads:
-        t.join(timeout=240)
+        t.join(timeout=max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "agents still working after the deadline (a hang?)"
     assert not errors, errors[:3]
     return granted
 
@@ -71,6 +75,7 @@ def _check_exactly_once(target: str, campaign_id: int, granted: list[int], max_t
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)
 def test_64_agents_acquire_every_trial_exactly_once(live_server: LiveServer) -> None:
     with Client(live_server.grpc_target) as c:
         cid = c.create_campaign(make_spec(folds=1, budget={"max_trials": 192, "max_parallel": 64})).id
