@@ -10,7 +10,7 @@ demo:
 test:
 	bash scripts/test.sh
 
-# The fast tier (about 3 minutes): ruff, mypy and every test that needs no real part
+# The fast tier (about 2 minutes): ruff, mypy and every test that needs no real part
 # (no mpiexec, Slurm, browser, PostgreSQL or slow server test). CI runs everything.
 FAST = not mpi and not slurm and not browser and not postgres and not slow
 check:

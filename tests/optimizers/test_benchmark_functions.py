@@ -145,6 +145,7 @@ def test_quality_pairs_each_optimizer_with_the_first_by_seed(tmp_path: Path) -> 
     assert json.loads(runs.read_text())["_machine"]["cpu"] == "another CPU"  # the runs' machine, kept
 
 
+@pytest.mark.slow
 def test_quality_at_reads_the_best_regret_after_that_share_of_the_budget(tmp_path: Path) -> None:
     import json
 
@@ -216,6 +217,7 @@ def test_batch_lag_reads_the_lag_in_evaluations_from_the_traces() -> None:
     assert level["lag"] == 0 and level["ratio"] == 1.0 and level["within"] == 1.0
 
 
+@pytest.mark.slow
 def test_batch_lag_keeps_each_runs_trace_and_names_bad_arguments(tmp_path: Path) -> None:
     import json
 

@@ -110,6 +110,7 @@ def test_bo_imputes_inactive_coordinates_so_stored_and_scored_points_agree() -> 
         np.testing.assert_allclose(enc.encode(enc.decode(x)), x, atol=1e-12)
 
 
+@pytest.mark.slow
 def test_bo_finds_the_best_branch_and_its_setting() -> None:
     # Over five seeds BO's median regret on the conditional objective beats random search's.
     def run(name: str, seed: int) -> float:

@@ -378,6 +378,7 @@ def test_a_rotated_valley_is_modelled_in_the_frame_of_its_principal_axes() -> No
     assert again.rotation is not None and np.array_equal(again.rotation, V)
 
 
+@pytest.mark.slow
 def test_the_frame_is_estimated_again_from_the_model_fitted_in_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The first frame comes from a model that sees the valley across the axes and is
     off; estimated again from the model fitted in it (``FRAME_ESTIMATES``), a rotated

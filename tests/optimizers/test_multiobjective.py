@@ -106,6 +106,7 @@ def _run(name: str, seed: int, budget: int = 50, pending: int = 1) -> tuple[floa
 
 
 @pytest.mark.parametrize("name", ["bo", "ea"])
+@pytest.mark.slow
 def test_bo_and_ea_find_more_of_the_front_than_random_search(name: str) -> None:
     seeds = range(8)  # ea is noisy at 50 evaluations: 3 seeds were not enough to tell
     ours = np.median([_run(name, s)[0] for s in seeds])

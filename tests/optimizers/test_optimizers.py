@@ -115,6 +115,7 @@ def _make(name: str, seed: int, direction: str = "minimize", **options: Any) -> 
         ("ea", 150, {"population": 10, "generations": 15}, 0.05),
     ],
 )
+@pytest.mark.slow
 def test_each_optimizer_finds_the_optimum_region_where_random_search_does_not(
     name: str, budget: int, options: dict[str, Any], tolerance: float
 ) -> None:
@@ -131,6 +132,7 @@ def test_each_optimizer_finds_the_optimum_region_where_random_search_does_not(
     ("name", "options", "budget", "tolerance"),
     [("bo", {"background_refit": False}, 40, 0.1), ("ea", {"population": 10}, 100, 0.1)],
 )
+@pytest.mark.slow
 def test_maximizing_a_negative_figure_of_merit(
     name: str, options: dict[str, Any], budget: int, tolerance: float
 ) -> None:
@@ -150,6 +152,7 @@ def test_maximizing_a_negative_figure_of_merit(
 
 
 @pytest.mark.parametrize("damage", ["failed", "outlier"])
+@pytest.mark.slow
 def test_bo_still_converges_after_failed_trials_or_huge_losses(damage: str) -> None:
     """Failures at random places; or two bad trials (a diverged training, say) whose
     losses came back as 1e12 and 1e9: the huge numbers must not squash the scale."""
@@ -255,6 +258,7 @@ def _pinned_run(seed: int, every: int | None = None) -> tuple[float, list[float]
     return best - BRANIN_MIN, ratios
 
 
+@pytest.mark.slow
 def test_every_fourth_suggestion_is_worth_measuring_where_log_ei_alone_would_not_be() -> None:
     # Seeds 33 and 37 (of 40) once found (10, 3.00) on the boundary, 1.55 above the
     # minimum at (9.42, 2.47), and log EI alone stayed there, positive only through the
@@ -350,6 +354,7 @@ def test_ea_population_starts_random_then_breeds_from_the_elite() -> None:
     assert all(-5 <= k["x1"] <= 10 and 0 <= k["x2"] <= 15 for k in kids)
 
 
+@pytest.mark.slow
 def test_bo_follows_a_rotated_valley_in_a_frame_that_leaves_the_category_alone() -> None:
     """A rotated ill-conditioned quadratic over three real parameters, plus a category
     that shifts it: after 40 evaluations bo's GP sees the real coordinates in a frame

@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 CHILD = textwrap.dedent(
     """
     import time
@@ -58,6 +60,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_process_that_ends_during_a_background_refit_exits_cleanly() -> None:
     for _ in range(6):  # each run aborted with odds of 1/2 to 2/3 before the fix
         out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import BayesianOptimization, Problem, SearchSpace
@@ -36,6 +37,7 @@ def _campaign(delays: list[float], steps: int, refit_growth: float = 0.1) -> lis
     return out
 
 
+@pytest.mark.slow
 def test_the_same_seed_and_history_give_the_same_suggestions_whatever_the_refit_timing() -> None:
     steps = 45
     quick = _campaign([0.0] * steps, steps)
@@ -44,6 +46,7 @@ def test_the_same_seed_and_history_give_the_same_suggestions_whatever_the_refit_
     assert quick == slow
 
 
+@pytest.mark.slow
 def test_a_rebuilt_optimizer_suggests_what_the_live_one_does() -> None:
     live = BayesianOptimization(Problem(SearchSpace(MIXED), "minimize", 3, {"n_initial": 6}))
     history = []

@@ -64,6 +64,7 @@ def secured(tmp_path: Path) -> Iterator[tuple[LiveServer, dict[str, str], int]]:
     storage.close()
 
 
+@pytest.mark.slow
 def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[str, str], int]) -> None:
     server, tokens, cid = secured
     export = httpx.get(
@@ -162,6 +163,7 @@ def _server_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 
     )
 
 
+@pytest.mark.slow
 def test_token_cli_creates_lists_and_revokes(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 't.db'}"
     created = _server_cli("token", "create", "--db", db, "--name", "ci", "--scope", "read", "--scope", "agent")

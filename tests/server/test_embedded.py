@@ -239,6 +239,7 @@ def test_the_same_seed_gives_the_same_trials(tmp_path: Path) -> None:
     assert runs[0] == runs[1]
 
 
+@pytest.mark.slow
 def test_the_pages_quick_start_runs_as_written_in_ten_lines_and_its_file_can_be_served(tmp_path: Path) -> None:
     import json
     import os

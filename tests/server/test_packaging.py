@@ -58,6 +58,7 @@ def test_migrations_create_exactly_the_models(db_url: str) -> None:
     assert diff == [], "models changed without a migration: add one under storage/migrations/versions"
 
 
+@pytest.mark.slow
 def test_db_upgrade_command_migrates_an_empty_database(tmp_path: Path) -> None:
     db = f"sqlite:///{tmp_path / 'm.db'}"
     cli = [sys.executable, "-m", "hpcopt_server.cli", "db"]

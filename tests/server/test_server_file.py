@@ -53,6 +53,7 @@ def stop(proc: subprocess.Popen[str]) -> None:
         proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_two_servers_on_free_ports_each_found_through_its_own_file(tmp_path: Path) -> None:
     spec = Path(__file__).resolve().parents[2] / "examples/digits/campaign.yaml"
     a_file, b_file = tmp_path / "a" / "server.json", tmp_path / "b" / "server.json"
@@ -82,6 +83,7 @@ def test_two_servers_on_free_ports_each_found_through_its_own_file(tmp_path: Pat
     assert not a_file.exists() and not b_file.exists()  # a clean exit withdraws the file
 
 
+@pytest.mark.slow
 def test_the_default_file_is_found_and_a_stale_one_is_replaced(tmp_path: Path) -> None:
     home = tmp_path / "home"
     default = home / "server.json"
@@ -143,6 +145,7 @@ def test_a_damaged_file_is_named_and_the_agent_reads_the_file_too(tmp_path: Path
     assert agent.returncode == 2 and "none.json" in agent.stderr, agent.stderr
 
 
+@pytest.mark.slow
 def test_with_auth_on_the_file_names_the_token_file_and_clients_use_it(tmp_path: Path) -> None:
     db = tmp_path / "auth.db"
     made = subprocess.run(

@@ -310,6 +310,7 @@ def test_a_span_that_overflows_is_refused_and_the_widest_allowed_one_gives_finit
         assert len(doc["trials"]) == 12
 
 
+@pytest.mark.slow
 def test_permutation_importance_is_bounded_in_work_and_memory() -> None:
     """100 parameters x 2,000 trials took 404 s and 3.4 GB (every parameter's n x n
     distance matrix kept at once). The surrogate now judges a sample sized to a work
@@ -335,6 +336,7 @@ def test_permutation_importance_is_bounded_in_work_and_memory() -> None:
     assert _permutation(space, params, _ranks(y), 7) == (raw, judged)  # the same trials, the same answer
 
 
+@pytest.mark.slow
 def test_costly_reads_beyond_the_server_wide_slots_get_retry_after_and_agent_calls_do_not_wait(
     service: Service,
 ) -> None:

@@ -201,6 +201,7 @@ def _cli_after(server: LiveServer, *args: str) -> subprocess.CompletedProcess[st
 
 
 @SQLITE_ONLY
+@pytest.mark.slow
 def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_server: LiveServer) -> None:
     with Client(live_server.grpc_target) as c:
         c.create_campaign(make_spec(folds=2, name="typed"))
