@@ -147,9 +147,7 @@ class EpochDriver:
         self.precision.end_step()
         return loss
 
-    def end(
-        self, epoch: int, models: Models, evaluate: Callable[[], tuple[dict[str, float], float]]
-    ) -> dict[str, float]:
+    def end(self, epoch: int, models: Models, evaluate: Evaluation) -> dict[str, float]:
         """After the fold group agreed to go on: the scheme's consensus leaves the
         weights to evaluate in ``models``, ``evaluate`` returns the metrics and the fold
         group's mean training loss, and ``end_epoch`` adds the scheme's figures."""
