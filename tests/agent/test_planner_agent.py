@@ -69,11 +69,21 @@ def test_the_drain_re_splits_the_world_and_every_fold_trains_once(agent_server: 
     expected = simulate(Allocation(8, 8), Work(trials=trials, folds=4, epochs=2, train_samples=180), model).layouts
     assert expected == (Layout(2, 4, 1), Layout(1, 4, 2))
 
-    result = agent_server.run_agent(8, campaign, timeout=280)
-    assert result.returncode == 0, dump(result)
-    log = result.stderr
-    assert "8 ranks = 2 trial group(s) x 4 fold group(s) x 1 rank(s) per fold; predicted" in log, dump(result)
-    assert "probing" not in log  # the campaign's measurements were enough
+    # The groups take trials as they finish theirs. When both leaders read "2 left"
+    # before either acquires, the last two trials start together and no wave is
+    # partial: nothing to re-plan, rightly. That race is rare; a second campaign with
+    # the same history must then show the drain.
+    for attempt in range(2):
+        result = agent_server.run_agent(8, campaign, timeout=280)
+        assert result.returncode == 0, dump(result)
+        log = result.stderr
+        assert "8 ranks = 2 trial group(s) x 4 fold group(s) x 1 rank(s) per fold; predicted" in log, dump(result)
+        assert "probing" not in log  # the campaign's measurements were enough
+        if attempt == 0 and "re-plan for" not in log:
+            assert "stopping after 4 trial(s)" in log and "stopping after 5 trial(s)" in log, log
+            campaign = _with_history(agent_server, spec)
+            continue
+        break
     assert re.search(r"re-plan for 1 trial\(s\): 8 ranks = 1 trial group\(s\) x 4 fold group\(s\) x 2 rank", log), log
     assert f"campaign {campaign}: 8 ranks = 1 trial group(s) x 4 fold group(s) x 2 rank(s) per fold" in log, log
     with agent_server.client() as c:
