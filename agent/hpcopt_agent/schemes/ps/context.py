@@ -56,6 +56,11 @@ class Context(Protocol):
     def parent(self) -> int | None: ...
 
     @property
+    def every(self) -> int:
+        """Batches per block (``sync_every`` or ``tau``)."""
+        ...
+
+    @property
     def is_worker(self) -> bool: ...
 
     @property

@@ -56,14 +56,12 @@ class Link:
     def __init__(self, fold: MPI.Comm, parent: int | None, timeout: float) -> None:
         self.fold, self.parent, self.timeout = fold, parent, timeout
         self.messages = 0  # sent this epoch
-        self.clock = 0  # the parent's, in its last reply
         self.stop = False  # a reply said stop
         self.block = -1  # the block the last reply assigned (a worker's)
 
     def call(self, kind: int, data: torch.Tensor | None, reply: torch.Tensor, flags: int = 0) -> None:
         """Sends a header (and ``data``) to the parent and waits for its reply: the
-        weights into ``reply`` (nothing for a request for work), the clock, a stop and a
-        block."""
+        weights into ``reply`` (nothing for a request for work), a stop and a block."""
         assert self.parent is not None
         rhdr = np.zeros(3, np.int64)
         reqs = [self.fold.Irecv(rhdr, source=self.parent, tag=RHDR)]
@@ -73,7 +71,7 @@ class Link:
         if data is not None:
             self.fold.Send(np.ascontiguousarray(data.numpy()), dest=self.parent, tag=DATA)
         wait(reqs, self.timeout, f"a reply from fold rank {self.parent}", self.fold.rank)
-        self.clock, self.stop = int(rhdr[0]), self.stop or bool(rhdr[1])
+        self.stop = self.stop or bool(rhdr[1])
         if kind != PULL:
             self.block = int(rhdr[2])
         self.messages += 1

@@ -86,7 +86,7 @@ class ParameterServer(Scheme):
             if self.team is not None and self.leader is not None:
                 fold_world = comms.layout.fold_ranks(comms.group_index, comms.fold_index)
                 self.team_pg = comms.subgroup([fold_world[r] for r in self.layout.members(self.leader)])
-        self.every = int(knobs.get("sync_every", knobs.get("tau", 1)))
+        self.every = int(knobs.get("sync_every", knobs.get("tau", 1)))  # batches per block
         self.link = Link(self.fold, self.parent, timeout) if self.parent is not None else None
         self.worker = Worker(self, self.link) if self.is_worker else None
         self.server = None if self.is_worker else Server(self, self.link)

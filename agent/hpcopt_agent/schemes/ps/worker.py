@@ -43,7 +43,6 @@ class Worker:
     def __init__(self, ps: Context, link: Link | None) -> None:
         self.ps = ps
         self.link = link  # to the parent: on the worker's leader only
-        self.every = int(ps.knobs.get("sync_every", ps.knobs.get("tau", 1)))
         self.overlap = Overlap() if ps.knobs.get("overlap", False) else None
         self.block, self.block_end, self.released = -1, 0, False
         self.stopped = False  # the leader passed on a stop
@@ -70,8 +69,8 @@ class Worker:
             block = self.block  # the reply to the exchange at the block's end
 
     def _block(self, block: int, n_batches: int) -> range:
-        lo = block * self.every
-        self.block_end = min(lo + self.every, n_batches)
+        lo = block * self.ps.every
+        self.block_end = min(lo + self.ps.every, n_batches)
         return range(lo, self.block_end)
 
     def _blocks_ahead(self, n_batches: int, o: Overlap) -> Iterator[range]:
