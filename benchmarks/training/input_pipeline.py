@@ -41,7 +41,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from run import HERE, ROOT, Server, env, mpi_cmd
+from run import HERE, ROOT, Server, agent_cmd, env, mpi_cmd
 
 PER_SHARD = 128
 RSS_SHARDS = 8  # the memory runs grow the shards, not their number (see the docs: ~1 MB per open shard)
@@ -145,20 +145,7 @@ def hpcopt_run(
     }
     with Client(server.target) as c:
         cid = int(c.create_campaign(spec).id)
-    cmd = [
-        *mpi_cmd(args.ranks),
-        sys.executable,
-        "-m",
-        "mpi4py",
-        "-m",
-        "hpcopt_agent",
-        "--server",
-        server.target,
-        "--campaign",
-        str(cid),
-        "--checkpoint-dir",
-        str(workdir / "ckpt"),
-    ]
+    cmd = [*mpi_cmd(args.ranks), *agent_cmd(server.target, cid, workdir / "ckpt")]
     run_env = dict(env(), CALO_DATA=str(data), HPCOPT_BENCH_READ_MS=str(args.read_ms), HPCOPT_BENCH_STEP=step)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env, cwd=ROOT)
     memory = TreeMemory(proc.pid)

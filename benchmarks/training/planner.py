@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from run import ROOT, Server, env, mpi_cmd
+from run import ROOT, Server, agent_cmd, env, mpi_cmd
 
 from hpcopt.planner import (
     Allocation,
@@ -81,21 +81,7 @@ def run_one(server: Server, args: argparse.Namespace, workdir: Path, rep: int, n
         rpf, extra = r, ["--groups", str(g)]
     with Client(server.target) as c:
         cid = int(c.create_campaign(spec(args, rep, rpf)).id)
-    cmd = [
-        *mpi_cmd(args.ranks),
-        sys.executable,
-        "-m",
-        "mpi4py",
-        "-m",
-        "hpcopt_agent",
-        "--server",
-        server.target,
-        "--campaign",
-        str(cid),
-        "--checkpoint-dir",
-        str(workdir / "ckpt"),
-        *extra,
-    ]
+    cmd = [*mpi_cmd(args.ranks), *agent_cmd(server.target, cid, workdir / "ckpt"), *extra]
     t0 = time.time()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=3600)
     seconds = time.time() - t0

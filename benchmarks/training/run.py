@@ -49,6 +49,23 @@ def mpi_cmd(ranks: int) -> list[str]:
     return [mpiexec, "-n", str(ranks)]
 
 
+def agent_cmd(target: str, campaign: int, checkpoints: Path) -> list[str]:
+    """The agent's command line after the launcher (``mpiexec -n N`` and its options)."""
+    return [
+        sys.executable,
+        "-m",
+        "mpi4py",
+        "-m",
+        "hpcopt_agent",
+        "--server",
+        target,
+        "--campaign",
+        str(campaign),
+        "--checkpoint-dir",
+        str(checkpoints),
+    ]
+
+
 def env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
 
@@ -127,20 +144,7 @@ def run_trial(
 ) -> tuple[float, list[float]]:
     """(trial wall seconds from the server, samples/s of fold 0's epochs after the first)."""
     cid = campaign(server, folds, rpf, epochs)
-    cmd = [
-        *mpi_cmd(ranks),
-        sys.executable,
-        "-m",
-        "mpi4py",
-        "-m",
-        "hpcopt_agent",
-        "--server",
-        server.target,
-        "--campaign",
-        str(cid),
-        "--checkpoint-dir",
-        str(workdir / "ckpt"),
-    ]
+    cmd = [*mpi_cmd(ranks), *agent_cmd(server.target, cid, workdir / "ckpt")]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=900)
     if out.returncode != 0:
         raise SystemExit(f"agent failed ({out.returncode}):\n{out.stderr[-4000:]}")

@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from run import ROOT, TASK, Server, env, mpi_cmd
+from run import ROOT, TASK, Server, agent_cmd, env, mpi_cmd
 
 SCHEMES: dict[str, dict[str, Any]] = {
     "allreduce": {},
@@ -82,23 +82,7 @@ def run(
     }
     with Client(server.target) as c:
         cid = int(c.create_campaign(spec).id)
-    cmd = [
-        *mpi_cmd(ranks),
-        *launcher,
-        sys.executable,
-        "-m",
-        "mpi4py",
-        "-m",
-        "hpcopt_agent",
-        "--server",
-        server.target,
-        "--campaign",
-        str(cid),
-        "--checkpoint-dir",
-        str(workdir / "ckpt"),
-        "--threads",
-        "1",
-    ]
+    cmd = [*mpi_cmd(ranks), *launcher, *agent_cmd(server.target, cid, workdir / "ckpt"), "--threads", "1"]
     slowed = str(ranks - 1) if slow_ranks is None else slow_ranks
     e = dict(env(), HPCOPT_BENCH_SLOW_S=str(slow), HPCOPT_BENCH_SLOW_RANK=slowed, **(extra_env or {}))
     out = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=ROOT, timeout=1800)
