@@ -33,6 +33,12 @@ from tests.conftest import IN_CI, ROOT, timeout_scale
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
 
+def _launch(ranks: int, script: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``script`` under the real mpiexec at ``ranks`` ranks."""
+    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", script, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=mpi_env(), cwd=ROOT)
+
+
 @pytest.mark.parametrize(
     "ranks,check,expected",
     [
@@ -98,8 +104,7 @@ def test_schemes_under_mpiexec(ranks: int, check: str, expected: list[str]) -> N
     script = {"hier": "hier_check", "horovod": "hvd_check"}.get(check, "ps_check")
     if script == "hvd_check":
         require_horovod()
-    cmd = [mpiexec_path(), "-n", str(ranks), sys.executable, "-m", "mpi4py", f"tests/agent/{script}.py", check, *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=mpi_env(), cwd=ROOT)
+    out = _launch(ranks, f"tests/agent/{script}.py", check, *args, timeout=240)
     text = out.stdout + out.stderr
     assert out.returncode == 0 and f"ALL OK {check}" in out.stdout, text
     for line in expected:
@@ -118,18 +123,8 @@ def conformance_run(ranks: int) -> tuple[str, bool]:
     with_horovod = IN_CI or importlib.util.find_spec("horovod") is not None
     if with_horovod:
         require_horovod()
-    script = "tests/agent/scheme_conformance.py"
-    cmd = [
-        mpiexec_path(),
-        "-n",
-        str(ranks),
-        sys.executable,
-        "-m",
-        "mpi4py",
-        script,
-        *(["horovod"] if with_horovod else []),
-    ]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=420 * timeout_scale(), env=mpi_env(), cwd=ROOT)
+    extra = ["horovod"] if with_horovod else []
+    out = _launch(ranks, "tests/agent/scheme_conformance.py", *extra, timeout=420 * timeout_scale())
     return out.stdout + out.stderr + f"\n(exit status {out.returncode})", with_horovod
 
 
