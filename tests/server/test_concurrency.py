@@ -27,13 +27,18 @@ def _swarm(targets: list[str], campaign_id: int, agents: int) -> list[int]:
     errors: list[BaseException] = []
     lock = threading.Lock()
     start = threading.Barrier(agents)
+    # A bound on a hang, not a speed check: 64 agents on SQLite took over 300 s on a
+    # machine loaded 5 deep per core.
+    deadline = time.monotonic() + 600 * timeout_scale()
+    failed = threading.Event()  # one agent's error ends the swarm: the others would wait
+    # for ever on the trial it held (no reaper runs here)
 
     def work(i: int) -> None:
         try:
             with AgentClient(targets[i % len(targets)]) as api:
                 reg = api.register(host=f"agent-{i}", campaign_id=campaign_id)
                 start.wait(timeout=60)
-                while True:
+                while not failed.is_set() and time.monotonic() < deadline:
                     resp = api.acquire(reg.agent_id, campaign_id)
                     if resp.status == WAIT:
                         time.sleep(0.01)
@@ -47,17 +52,15 @@ def _swarm(targets: list[str], campaign_id: int, agents: int) -> list[int]:
                     api.complete(lease)
         except BaseException as exc:
             errors.append(exc)
+            failed.set()
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(agents)]
     for t in threads:
         t.start()
-    # A bound on a hang, not a speed check: 64 agents on SQLite took over 300 s on a
-    # machine loaded 5 deep per core.
-    deadline = time.monotonic() + 600 * timeout_scale()
     for t in threads:
-        t.join(timeout=max(0.0, deadline - time.monotonic()))
-    assert not any(t.is_alive() for t in threads), "agents still working after the deadline (a hang?)"
+        t.join(timeout=max(0.0, deadline + 60 - time.monotonic()))
     assert not errors, errors[:3]
+    assert not any(t.is_alive() for t in threads), "agents still working after the deadline (a hang?)"
     return granted
 
 
