@@ -67,7 +67,7 @@ def seed_campaign(
     with service.ctx.storage.write() as tx:
         for k, agent_id in enumerate(agents):
             seen = t0 + timedelta(seconds=35 * rounds)
-            tx.insert_agent(
+            tx.agents.insert(
                 d.Agent(agent_id, f"node{k + 1:02d}", 4, 0, "1001", cid, 0, "seed", t0, seen, exited_at=seen)
             )
         for number in range(total):
@@ -81,15 +81,17 @@ def seed_campaign(
                     tx, cid, number, params, base, agent_id, started, folds, epochs if number < curves_for else 0, rng
                 )
             elif number < completed + pruned:
-                trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
+                trial = tx.trials.insert(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
                 base = objective(params) + 1.0
                 for e in (1, 2):
-                    tx.put_curve_point(trial.id, 0, e, base + (epochs - e) * 0.3)
+                    tx.trials.put_curve_point(trial.id, 0, e, base + (epochs - e) * 0.3)
                 reached = base + (epochs - 2) * 0.3
                 why = f"median: its best loss in fold 0 up to epoch 2 ({reached:.4g}) is worse than the median"
-                tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
-                tx.add_event(trial.id, 1, "pruned", started + timedelta(seconds=8), agent_id=agent_id, reason=why)
-                tx.finish_trial(
+                tx.trials.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
+                tx.trials.add_event(
+                    trial.id, 1, "pruned", started + timedelta(seconds=8), agent_id=agent_id, reason=why
+                )
+                tx.trials.finish(
                     trial.id,
                     d.TrialState.PRUNED,
                     started + timedelta(seconds=8),
@@ -98,16 +100,18 @@ def seed_campaign(
                     agent_id=agent_id,
                 )
             elif number < completed + pruned + failed:
-                trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
+                trial = tx.trials.insert(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
                 error = "fold 0, epoch 1: rank 0: Traceback (most recent call last):\nRuntimeError: boom"
-                tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
-                tx.add_event(trial.id, 1, "failed", started + timedelta(seconds=5), agent_id=agent_id, reason=error)
-                tx.finish_trial(
+                tx.trials.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
+                tx.trials.add_event(
+                    trial.id, 1, "failed", started + timedelta(seconds=5), agent_id=agent_id, reason=error
+                )
+                tx.trials.finish(
                     trial.id, d.TrialState.FAILED, started + timedelta(seconds=5), error=error, agent_id=agent_id
                 )
             else:
-                tx.insert_trial(cid, number, params, d.TrialState.QUEUED, started)
-        tx.set_next_trial_number(cid, total)
+                tx.trials.insert(cid, number, params, d.TrialState.QUEUED, started)
+        tx.campaigns.set_next_number(cid, total)
     return cid
 
 
@@ -132,26 +136,26 @@ def write_completed(
     values = [base + rng.gauss(0, 0.05) for _ in range(folds)]
     mean = sum(values) / folds
     std = (sum((v - mean) ** 2 for v in values) / max(1, folds - 1)) ** 0.5
-    trial = tx.insert_trial(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
+    trial = tx.trials.insert(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
     for k, v in enumerate(values):
         uri = f"file:///ckpt/{cid}/{trial.id}/fold{k}.pt"
-        tx.put_fold(trial.id, d.Fold(k, True, v, {"loss": v, "acc": 1 / (1 + v)}, uri, 1), started)
+        tx.trials.put_fold(trial.id, d.Fold(k, True, v, {"loss": v, "acc": 1 / (1 + v)}, uri, 1), started)
         for e in range(1, epochs + 1):
-            tx.put_curve_point(trial.id, k, e, v + (epochs - e) * 0.3 * (1 + k * 0.1))
-    tx.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
+            tx.trials.put_curve_point(trial.id, k, e, v + (epochs - e) * 0.3 * (1 + k * 0.1))
+    tx.trials.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
     done = started + timedelta(seconds=30)
-    tx.finish_trial(trial.id, d.TrialState.COMPLETED, done, value=mean, value_std=std, agent_id=agent_id)
-    tx.add_event(trial.id, 1, "completed", done, agent_id=agent_id)
+    tx.trials.finish(trial.id, d.TrialState.COMPLETED, done, value=mean, value_std=std, agent_id=agent_id)
+    tx.trials.add_event(trial.id, 1, "completed", done, agent_id=agent_id)
 
 
 def add_completed(service: Any, cid: int, rng: random.Random, folds: int = 3, epochs: int = 4) -> None:
     """One more COMPLETED trial in campaign ``cid`` now (a live campaign's progress)."""
     with service.ctx.storage.write() as tx:
-        number = tx.get_campaign(cid).trials_created
+        number = tx.campaigns.get(cid).trials_created
         params = draw_params(rng)
         started = datetime.now(UTC) - timedelta(seconds=30)
         write_completed(tx, cid, number, params, objective(params), "", started, folds, epochs, rng)
-        tx.set_next_trial_number(cid, number + 1)
+        tx.campaigns.set_next_number(cid, number + 1)
 
 
 def checkpoint_uri(server_id: str, campaign_id: int, trial_id: int, fold: int, root: str = "/ck") -> str:

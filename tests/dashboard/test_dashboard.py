@@ -62,7 +62,7 @@ def test_the_trials_table_sorts_and_filters_on_the_server(page: Page, seeded: Se
     values = _values(page)
     assert values == sorted(values) and len(values) == 25
     with seeded.service.ctx.storage.read() as tx:
-        all_values = sorted(v for _, _, v, _, _ in tx.completed_points(seeded.small))
+        all_values = sorted(v for _, _, v, _, _ in tx.results.completed_points(seeded.small))
     assert values[0] == pytest.approx(all_values[0], rel=1e-3), "sorted over all pages, not just this one"
     page.page.click("#trials th[data-sort=value]")
     _wait_sorted(page, "descending")
@@ -180,8 +180,8 @@ def test_exports_download_json_and_csv(page: Page, seeded: Seeded) -> None:
 
 def test_a_trial_page_shows_folds_curves_and_the_attempt_history(page: Page, seeded: Seeded) -> None:
     with seeded.service.ctx.storage.read() as tx:
-        trials, _ = tx.list_trials(seeded.small, states=[d.TrialState.FAILED], limit=1)
-        ok, _ = tx.list_trials(seeded.small, states=[d.TrialState.COMPLETED], limit=1)
+        trials, _ = tx.trials.page(seeded.small, states=[d.TrialState.FAILED], limit=1)
+        ok, _ = tx.trials.page(seeded.small, states=[d.TrialState.COMPLETED], limit=1)
     page.open(f"/campaign/{seeded.small}/trial/{ok[0].number}")
     curves = page.wait_plot("plot-trial-curves")
     assert len(curves) == 3 and all(len(t["x"]) == 4 for t in curves)
@@ -205,7 +205,7 @@ def test_a_campaign_with_10000_trials_gets_downsampled_plots_and_a_server_side_t
     assert "Drawn: 1000 of 10000 completed trials" in page.page.inner_text("#history-note")
     best = page.plot("plot-history")[1]
     with seeded.service.ctx.storage.read() as tx:
-        overall = min(v for _, _, v, _, _ in tx.completed_points(seeded.big))
+        overall = min(v for _, _, v, _, _ in tx.results.completed_points(seeded.big))
     assert min(best["y"]) == pytest.approx(overall), "the best line covers all trials, not the sample"
     slices = page.wait_plot("slice-act")
     assert len(slices[0]["x"]) == len(history[0]["x"])

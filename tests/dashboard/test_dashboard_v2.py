@@ -275,7 +275,7 @@ def test_agents_that_exit_or_go_silent_show_as_gone(page: Page, seeded: Seeded) 
         silent = client.register(host="silent-node", slurm_job_id="33", campaign_id=cid).agent_id
         client.deregister(leaving)
     with service.ctx.storage.write() as tx:
-        tx.seen_agent(silent, service.ctx.clock() - timedelta(minutes=10))
+        tx.agents.seen(silent, service.ctx.clock() - timedelta(minutes=10))
     page.open(f"/campaign/{cid}")
     row = page.page.locator(f"#agents tr[data-agent='{leaving}']")
     row.wait_for()
@@ -303,7 +303,7 @@ def test_a_requeued_trial_shows_the_time_it_ran_not_a_growing_clock(page: Page, 
 
 def test_a_trial_page_names_its_campaign_steps_through_trials_and_has_whole_epochs(page: Page, seeded: Seeded) -> None:
     with seeded.service.ctx.storage.read() as tx:
-        failed, _ = tx.list_trials(seeded.small, states=[d.TrialState.FAILED], limit=1)
+        failed, _ = tx.trials.page(seeded.small, states=[d.TrialState.FAILED], limit=1)
     page.open(f"/campaign/{seeded.small}/trial/5")
     page.wait_plot("plot-trial-curves")
     assert page.page.inner_text("#trial-campaign") == "mlp-small"

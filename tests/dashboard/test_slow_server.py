@@ -68,7 +68,7 @@ def test_a_sort_or_a_curve_choice_then_leaving_raises_no_error(page: Page, seede
 
 def test_a_trial_page_left_before_it_loads_and_the_campaign_page_after_it_draw(page: Page, seeded: Seeded) -> None:
     with seeded.service.ctx.storage.read() as tx:
-        trials, _ = tx.list_trials(seeded.small, states=[d.TrialState.COMPLETED], limit=1)
+        trials, _ = tx.trials.page(seeded.small, states=[d.TrialState.COMPLETED], limit=1)
     number = trials[0].number
     trial_page = f"/campaign/{seeded.small}/trial/{number}"
     _leave_while(
@@ -81,7 +81,7 @@ def test_a_trial_page_left_before_it_loads_and_the_campaign_page_after_it_draw(p
 
 def test_a_global_trial_link_left_before_it_resolves_does_not_pull_the_reader_back(page: Page, seeded: Seeded) -> None:
     with seeded.service.ctx.storage.read() as tx:
-        trials, _ = tx.list_trials(seeded.small, states=[d.TrialState.COMPLETED], limit=1)
+        trials, _ = tx.trials.page(seeded.small, states=[d.TrialState.COMPLETED], limit=1)
     _leave_while(page, lambda r: r.url.endswith(f"/trials/{trials[0].id}"), lambda: page.open(f"/trial/{trials[0].id}"))
     _list_drawn(page)
     assert page.page.evaluate("() => location.hash") == "#/"

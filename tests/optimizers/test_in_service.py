@@ -9,6 +9,7 @@ from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import Lease
 from hpcopt_server.service.suggestions import OptimizerCache
+from hpcopt_server.storage.results import ResultStore
 from tests.conftest import make_spec
 
 
@@ -102,12 +103,11 @@ def test_a_restarted_server_rebuilds_running_optimizers_before_the_first_acquisi
     entries = service.ctx.optimizers._entries
     assert set(entries) == {running.id} and entries[running.id].seen_seq == 6  # the finished campaign is left cold
     reads: list[int] = []
-    with service.ctx.storage.read() as tx:
-        original = type(tx).finished_after
-    type(tx).finished_after = lambda self, cid, seq: reads.append(seq) or original(self, cid, seq)  # type: ignore[method-assign]
+    original = ResultStore.finished_after
+    ResultStore.finished_after = lambda self, cid, seq: reads.append(seq) or original(self, cid, seq)  # type: ignore[method-assign]
     try:
         got = service.agents.acquire(agent, running.id)
     finally:
-        type(tx).finished_after = original  # type: ignore[method-assign]
+        ResultStore.finished_after = original  # type: ignore[method-assign]
     assert reads == [6]  # caught up from the rebuild, not from 0
     assert got.trial is not None and got.trial.number == 6

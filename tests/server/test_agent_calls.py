@@ -91,7 +91,7 @@ def _leased(svc: Service, **budget: Any) -> tuple[d.Campaign, L]:
 
 def _row(svc: Service, trial_id: int) -> d.Trial:
     with svc.ctx.storage.read() as tx:
-        t = tx.get_trial(trial_id, full=True)
+        t = tx.trials.get(trial_id, full=True)
     assert t is not None
     return t
 
@@ -121,8 +121,8 @@ def test_acquire_grants_up_to_max_parallel_with_dense_numbers_and_the_rest_wait(
         assert stored.lease_expires_at == NOW + timedelta(seconds=30)
         assert [e.kind for e in stored.events] == ["acquired"]
     with svc.ctx.storage.read() as tx:
-        campaign = tx.get_campaign(c.id)
-        seen = {a.id: a.last_seen_at for a in tx.list_agents()}
+        campaign = tx.campaigns.get(c.id)
+        seen = {a.id: a.last_seen_at for a in tx.agents.registered()}
     assert campaign is not None and campaign.trials_created == 3
     assert all(seen[a] == NOW for a in agents)
 
@@ -135,7 +135,7 @@ def test_acquire_stops_at_the_budget_and_says_done_when_the_campaign_is_over(svc
     svc.campaigns.cancel(c.id)
     assert _acquire(svc, c.id, agents) == [DONE] * 3
     with svc.ctx.storage.read() as tx:
-        assert tx.list_trials(c.id)[1] == 2  # nothing created by the refused ones
+        assert tx.trials.page(c.id)[1] == 2  # nothing created by the refused ones
     assert _calls(svc).acquire(999_999, agents, NOW, LATER, _suggest(svc)) is None
 
 
@@ -161,7 +161,7 @@ def test_a_heartbeat_extends_the_lease_and_marks_the_agent_seen(svc: Service) ->
     assert _calls(svc).heartbeat(lease, later, later + timedelta(seconds=99)) is None
     assert _row(svc, lease.trial_id).lease_expires_at == later + timedelta(seconds=99)
     with svc.ctx.storage.read() as tx:
-        agent = tx.get_agent(lease.agent_id)
+        agent = tx.agents.get(lease.agent_id)
     assert agent is not None and agent.last_seen_at == later
 
 
@@ -236,7 +236,7 @@ def test_complete_needs_every_fold_then_stores_mean_and_spread_once(svc: Service
     again = calls.complete(lease, NOW)
     assert isinstance(again, d.Trial) and again.finish_seq == 1 and again.value == 2.0
     with svc.ctx.storage.read() as tx:
-        campaign = tx.get_campaign(c.id)
+        campaign = tx.campaigns.get(c.id)
     assert campaign is not None and campaign.state == d.CampaignState.COMPLETED and campaign.trials_finished == 1
 
 
@@ -375,7 +375,7 @@ def test_the_guards_agree_with_the_lease_rule_and_a_refusal_changes_nothing(svc:
         lease = L(agents[0] if who != "other agent" else "someone", t.id, t.lease_id if who != "other lease" else "x")
         expected = rules.lease_refusal(_row(svc, t.id), lease.agent_id, lease.lease_id, now)
         with svc.ctx.storage.read() as tx:
-            before = (_row(svc, t.id), tx.get_campaign(c.id))
+            before = (_row(svc, t.id), tx.campaigns.get(c.id))
         got = _every_call(svc, lease, now)
         for call, answer in got.items():
             if expected is None:
@@ -387,7 +387,7 @@ def test_the_guards_agree_with_the_lease_rule_and_a_refusal_changes_nothing(svc:
             assert isinstance(answer, Refused) and answer.why == expected, (state, who, now, call, answer)
         if expected is not None:
             with svc.ctx.storage.read() as tx:
-                assert (_row(svc, t.id), tx.get_campaign(c.id)) == before, (state, who, now)
+                assert (_row(svc, t.id), tx.campaigns.get(c.id)) == before, (state, who, now)
 
 
 def test_a_missing_trial_is_named(svc: Service) -> None:
@@ -456,7 +456,7 @@ def test_a_completion_that_loses_its_trial_under_the_lock_takes_no_count(pg_url:
         assert len(got) == 1 and isinstance(got[0], Refused) and got[0].why == Refusal.NOT_HOLDER
         trial = _row(svc, lease.trial_id)
         with svc.ctx.storage.read() as tx:
-            campaign = tx.get_campaign(c.id)
+            campaign = tx.campaigns.get(c.id)
         assert campaign is not None and campaign.trials_finished == 0
         assert (trial.state, trial.finish_seq) == (d.TrialState.QUEUED, None)
         assert "completed" not in [e.kind for e in trial.events]

@@ -72,7 +72,7 @@ def test_unchanged_data_answers_304_and_plot_data_changes_only_when_a_trial_fini
 def test_a_trial_is_found_by_its_campaign_local_number(live_server: LiveServer) -> None:
     cid = seed_campaign(live_server.service, name="numbers", completed=5, failed=1)
     with live_server.service.ctx.storage.read() as tx:
-        trials, _ = tx.list_trials(cid)
+        trials, _ = tx.trials.page(cid)
     for t in trials:
         got = _get(live_server, f"/campaigns/{cid}/trials/{t.number}").json()
         assert got["id"] == t.id and got["number"] == t.number and got["events"] and got["folds"] is not None

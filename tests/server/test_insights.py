@@ -30,7 +30,7 @@ def test_plot_data_keeps_every_point_when_small_and_downsamples_big_campaigns(se
     kept = {p["trial_id"] for p in data["points"]}
     assert {b["trial_id"] for b in data["best"]} <= kept, "every improvement is drawn"
     with service.ctx.storage.read() as tx:
-        values = sorted(v for _, _, v, _, _ in tx.completed_points(big))
+        values = sorted(v for _, _, v, _, _ in tx.results.completed_points(big))
     drawn = sorted(p["value"] for p in data["points"])
     assert drawn[:20] == values[:20], "the best trials are all drawn"
     assert service.insights.plot_data(big, max_points=200) == data, "the sample is stable between polls"
@@ -57,7 +57,7 @@ def test_plot_data_gives_each_objective_its_limit_and_lists_pruned_and_failed_tr
     data = service.insights.plot_data(cid, max_points=100)
     (objective,) = data["objectives"]
     with service.ctx.storage.read() as tx:
-        values = [v for _, _, v, _, _ in tx.completed_points(cid)]
+        values = [v for _, _, v, _, _ in tx.results.completed_points(cid)]
     assert objective["limit"] is not None and objective["off_scale"] == sum(v > objective["limit"] for v in values)
     assert objective["off_scale"] >= 1 and all(v >= 8 for v in values if v > objective["limit"]), "the diverged"
     assert objective["best"] == data["best"] and objective["edf"] == data["edf"]
@@ -97,7 +97,7 @@ def test_trials_sort_on_the_server_and_refuse_an_unknown_key(live_server: LiveSe
     values = [t["value"] for t in page["trials"]]
     assert page["total"] == 45 and values == sorted(values)
     with service.ctx.storage.read() as tx:
-        assert values[0] == min(v for _, _, v, _, _ in tx.completed_points(cid))
+        assert values[0] == min(v for _, _, v, _, _ in tx.results.completed_points(cid))
     last = httpx.get(url, params={"sort": "value", "order": "asc", "offset": 40, "limit": 10}).json()["trials"]
     assert [t["value"] for t in last] == [None] * 5, "trials without a value sort last"
     desc = httpx.get(url, params={"sort": "value", "order": "desc", "limit": 5}).json()["trials"]

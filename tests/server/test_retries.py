@@ -35,13 +35,13 @@ def test_complete_retried_under_the_same_lease_returns_the_same_trial(service: A
     assert again.finish_seq == first.finish_seq
     assert _events(service, lease.trial_id).count("completed") == 1
     with service.ctx.storage.read() as tx:
-        assert tx.get_campaign(first.campaign_id).trials_finished == 1  # counted once
+        assert tx.campaigns.get(first.campaign_id).trials_finished == 1  # counted once
 
 
 def test_report_fold_retried_with_the_same_content_is_a_no_op(service: Any) -> None:
     lease = _running(service)
     with service.ctx.storage.read() as tx:
-        cid = tx.get_trial(lease.trial_id).campaign_id
+        cid = tx.trials.get(lease.trial_id).campaign_id
     uri = checkpoint_uri(service.agents.server_id(), cid, lease.trial_id, 0)
     first = service.agents.report_fold(lease, 0, 0.25, {"acc": 0.9}, uri)
     assert service.agents.report_fold(lease, 0, 0.25, {"acc": 0.9}, uri) == first

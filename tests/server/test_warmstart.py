@@ -66,7 +66,7 @@ def test_only_compatible_trials_carry_over(service: Service) -> None:
     narrower = {**SPACE, "x1": {"type": "real", "low": 0.0, "high": 10.0}, "x3": {"type": "int", "low": 0, "high": 3}}
     new = service.campaigns.create(_spec(name="narrow", space=narrower, warm_start={"campaigns": [old]}))
     with service.ctx.storage.read() as tx:
-        olds, _ = tx.list_trials(old, states=[d.TrialState.COMPLETED])
+        olds, _ = tx.trials.page(old, states=[d.TrialState.COMPLETED])
         carried = warm_trials(tx, new)
     inside = [t for t in olds if float(t.params["x1"]) >= 0.0]
     assert carried == []  # x3 is needed and none of them has it

@@ -56,7 +56,7 @@ class Service:
         with self.ctx.storage.read() as tx:
             offset = 0
             while True:
-                page, total = tx.list_campaigns(offset, 500)
+                page, total = tx.campaigns.page(offset, 500)
                 running += [c for c in page if c.state == d.CampaignState.RUNNING]
                 offset += len(page)
                 if not page or offset >= total:
@@ -95,7 +95,7 @@ class Service:
         """Trial counts by state over all campaigns (for /metrics)."""
         with self.ctx.storage.read() as tx:
             totals: dict[str, int] = {}
-            for counts in tx.trial_counts().values():
+            for counts in tx.campaigns.trial_counts().values():
                 for state, n in counts.items():
                     totals[state] = totals.get(state, 0) + n
             return totals

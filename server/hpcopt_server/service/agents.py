@@ -86,7 +86,7 @@ class AgentService:
         """This database's identity (stored on first use; replicas share it)."""
         if not self._server_id:
             with self.ctx.storage.write() as tx:
-                self._server_id = tx.ensure_flag("server_id", uuid.uuid4().hex, self.ctx.clock())
+                self._server_id = tx.flags.ensure("server_id", uuid.uuid4().hex, self.ctx.clock())
         return self._server_id
 
     def _check_checkpoint(self, uri: str, lease: Lease, fold: int) -> None:
@@ -137,8 +137,8 @@ class AgentService:
         with self.ctx.storage.write() as tx:
             if campaign_id:
                 spec = campaign_or_404(tx, campaign_id).spec
-                rows = tx.fold_metrics(campaign_id, RECENT_FOLDS)
-            tx.insert_agent(agent)
+                rows = tx.results.fold_metrics(campaign_id, RECENT_FOLDS)
+            tx.agents.insert(agent)
         self._remember(agent.id, caller)
         s = self.ctx.settings
         points = tuple(p.as_dict() for p in points_from_folds(rows, spec or {}))
@@ -199,9 +199,9 @@ class AgentService:
         rows: list[Any] = []
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            counts = tx.trial_counts([campaign_id]).get(campaign_id, {})
+            counts = tx.campaigns.trial_counts([campaign_id]).get(campaign_id, {})
             if with_throughput:
-                rows = tx.fold_metrics(campaign_id, RECENT_FOLDS)
+                rows = tx.results.fold_metrics(campaign_id, RECENT_FOLDS)
         finished = sum(n for state, n in counts.items() if d.TrialState(state).finished)
         running = counts.get(d.TrialState.RUNNING, 0)
         done = campaign.state != d.CampaignState.RUNNING or finished >= campaign.max_trials
@@ -366,7 +366,7 @@ class AgentService:
         """Asks the pruner on committed data; a trial it stops is pruned if this lease
         still holds it then."""
         with self.ctx.storage.read() as tx:
-            trial = tx.get_trial(lease.trial_id)
+            trial = tx.trials.get(lease.trial_id)
             if trial is None or trial.state != d.TrialState.RUNNING:
                 return False
             verdict = decide(SqlHistory(tx, campaign.id), trial)

@@ -47,8 +47,8 @@ class AnalysisService:
                     f"objective {objective}: campaign {campaign_id} has {n} objective(s), numbered 0..{n - 1}",
                     [("objective", f"must be in 0..{n - 1}")],
                 )
-            rows = tx.completed_points(campaign_id)
-            vectors = dict(tx.completed_values(campaign_id)) if objective else {}
+            rows = tx.results.completed_points(campaign_id)
+            vectors = dict(tx.results.completed_values(campaign_id)) if objective else {}
         space: dict[str, Any] = campaign.spec.get("space", {})
         if objective:  # the trials that reported every objective
             rows = [(*r[:2], vectors[r[0]][objective], *r[3:]) for r in rows if r[0] in vectors]

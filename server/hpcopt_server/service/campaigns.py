@@ -59,7 +59,7 @@ def admit_submission(tx: Any, ctx: Context, token: d.ApiToken | None, per_hour: 
         return None
     if per_hour > 0 and "admin" not in token.scopes:
         now = ctx.clock()
-        recent = tx.submissions_by(token.id, now - QUOTA_WINDOW)
+        recent = tx.campaigns.submissions_by(token.id, now - QUOTA_WINDOW)
         if len(recent) >= per_hour:
             frees = recent[len(recent) - per_hour] + QUOTA_WINDOW
             wait = max(1, math.ceil((frees - now).total_seconds()))
@@ -88,7 +88,7 @@ class CampaignService:
             creator = admit_submission(tx, self.ctx, token, self.limits.campaigns_per_hour)
             check_sources(tx, spec)
             now = self.ctx.clock()
-            return tx.insert_campaign(spec["name"], spec, now, submitted_at=now, created_by=creator)
+            return tx.campaigns.insert(spec["name"], spec, now, submitted_at=now, created_by=creator)
 
     def get(self, campaign_id: int) -> d.CampaignSummary:
         with self.ctx.storage.read() as tx:
@@ -98,7 +98,7 @@ class CampaignService:
         """A page of campaigns, newest first, and how many there are."""
         require_page(offset, limit, MAX_CAMPAIGN_PAGE)
         with self.ctx.storage.read() as tx:
-            campaigns, total = tx.list_campaigns(offset, limit)
+            campaigns, total = tx.campaigns.page(offset, limit)
             return self._summaries(tx, campaigns), total
 
     def trials(
@@ -116,14 +116,14 @@ class CampaignService:
         require_page(offset, limit)
         with self.ctx.storage.read() as tx:
             campaign_or_404(tx, campaign_id)
-            return tx.list_trials(
+            return tx.trials.page(
                 campaign_id, states=states, offset=offset, limit=limit, sort=sort, descending=descending
             )
 
     def trial(self, trial_id: int) -> d.Trial:
         require_id("trial_id", trial_id)
         with self.ctx.storage.read() as tx:
-            trial = tx.get_trial(trial_id, full=True)
+            trial = tx.trials.get(trial_id, full=True)
         if trial is None:
             raise NotFound(f"trial {trial_id} does not exist")
         return trial
@@ -131,10 +131,10 @@ class CampaignService:
     def best(self, campaign_id: int) -> d.Trial:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            best = tx.best_trials([campaign]).get(campaign_id)
+            best = tx.results.best_trials([campaign]).get(campaign_id)
             if best is None:
                 raise NotFound(f"campaign {campaign_id} has no completed trial yet")
-            full = tx.get_trial(best.id, full=True)
+            full = tx.trials.get(best.id, full=True)
         assert full is not None
         return full
 
@@ -145,13 +145,13 @@ class CampaignService:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
             if len(campaign.objectives) == 1:
-                best = tx.best_trials([campaign]).get(campaign_id)
+                best = tx.results.best_trials([campaign]).get(campaign_id)
                 return [] if best is None else [best]
-            return tx.trials_by_id(front_ids(campaign, tx.completed_values(campaign_id)))
+            return tx.trials.by_ids(front_ids(campaign, tx.results.completed_values(campaign_id)))
 
     def agents(self, campaign_id: int | None = None) -> list[d.Agent]:
         with self.ctx.storage.read() as tx:
-            return tx.list_agents(campaign_id)
+            return tx.agents.registered(campaign_id)
 
     def cancel(self, campaign_id: int) -> d.CampaignSummary:
         """Cancels a RUNNING campaign: its queued and running trials become CANCELLED
@@ -163,22 +163,22 @@ class CampaignService:
                 raise FailedPrecondition(
                     f"campaign {campaign_id} is {campaign.state.value}; only a RUNNING campaign can be cancelled"
                 )
-            for trial_id in tx.unfinished_trial_ids(campaign_id):
+            for trial_id in tx.trials.unfinished_ids(campaign_id):
                 # The lease stays, so a holder's next heartbeat learns of the cancel.
-                trial = tx.get_trial(trial_id)
+                trial = tx.trials.get(trial_id)
                 assert trial is not None
-                tx.finish_trial(trial_id, d.TrialState.CANCELLED, now)
-                tx.add_event(trial_id, trial.attempt, "cancelled", now, reason="campaign cancelled")
-            tx.set_campaign_state(campaign_id, d.CampaignState.CANCELLED, now)
+                tx.trials.finish(trial_id, d.TrialState.CANCELLED, now)
+                tx.trials.add_event(trial_id, trial.attempt, "cancelled", now, reason="campaign cancelled")
+            tx.campaigns.set_state(campaign_id, d.CampaignState.CANCELLED, now)
             updated = campaign_or_404(tx, campaign_id)
             summary = self._summaries(tx, [updated])[0]
         self.ctx.optimizers.forget(campaign_id)
         return summary
 
     def _summaries(self, tx: Any, campaigns: list[d.Campaign]) -> list[d.CampaignSummary]:
-        counts = tx.trial_counts([c.id for c in campaigns])
-        best = tx.best_trials(campaigns)
-        live = tx.live_agent_counts(self.ctx.clock() - timedelta(seconds=self.ctx.settings.lease_seconds))
+        counts = tx.campaigns.trial_counts([c.id for c in campaigns])
+        best = tx.results.best_trials(campaigns)
+        live = tx.agents.live_counts(self.ctx.clock() - timedelta(seconds=self.ctx.settings.lease_seconds))
         return [
             d.CampaignSummary(
                 campaign=c,
@@ -199,5 +199,5 @@ class CampaignService:
             return None
         revision = revisions_in(tx, c.id)[0]
         return self.ctx.shared.get(
-            ("front_size", c.id), revision, lambda: len(front_ids(c, tx.completed_values(c.id)))
+            ("front_size", c.id), revision, lambda: len(front_ids(c, tx.results.completed_values(c.id)))
         )[1]

@@ -56,7 +56,7 @@ class Context:
 
 def campaign_or_404(tx: Tx, campaign_id: int, *, lock: bool = False) -> d.Campaign:
     require_id("campaign_id", campaign_id)
-    c = tx.lock_campaign(campaign_id) if lock else tx.get_campaign(campaign_id)
+    c = tx.campaigns.lock(campaign_id) if lock else tx.campaigns.get(campaign_id)
     if c is None:
         raise NotFound(f"campaign {campaign_id} does not exist")
     return c
@@ -74,7 +74,7 @@ def revisions(ctx: Context, campaign_id: int) -> tuple[str, str]:
 
 def revisions_in(tx: Tx, campaign_id: int) -> tuple[str, str]:
     """:func:`revisions` inside an open transaction."""
-    row = tx.plot_revision(campaign_id)
+    row = tx.views.plot_revision(campaign_id)
     if row is None:
         raise NotFound(f"campaign {campaign_id} does not exist")
     finished, created_at, created = row
@@ -88,4 +88,4 @@ def bound_curve(ctx: Context, campaign: d.Campaign, trial_id: int, fold: int, po
     transaction of its own (once per half a cap of reports)."""
     if points > campaign.curve_points:
         with ctx.storage.write() as tx:
-            tx.thin_curve(trial_id, fold, campaign.curve_points // 2)
+            tx.trials.thin_curve(trial_id, fold, campaign.curve_points // 2)

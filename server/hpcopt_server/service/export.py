@@ -138,10 +138,10 @@ class ExportDoc(_Doc):
 def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
     with ctx.storage.read() as tx:
         c = campaign_or_404(tx, campaign_id)
-        ids = [t.id for t in tx.list_trials(campaign_id, with_folds=False)[0]]
-        trials = [tx.get_trial(i, full=True, curve_points=None) for i in ids]
-        on_front = set(front_ids(c, tx.completed_values(campaign_id))) if len(c.objectives) > 1 else set()
-        notes = tx.notes_of(campaign_id)
+        ids = [t.id for t in tx.trials.page(campaign_id, with_folds=False)[0]]
+        trials = [tx.trials.get(i, full=True, curve_points=None) for i in ids]
+        on_front = set(front_ids(c, tx.results.completed_values(campaign_id))) if len(c.objectives) > 1 else set()
+        notes = tx.notes.of_campaign(campaign_id)
     # Built without the document's own checks: an export returns what is stored, even
     # times out of order (a clock stepped back between a trial's start and finish used
     # to make every export of its campaign fail). Import still checks them.
@@ -240,11 +240,11 @@ def import_campaign(
     creator_name = token.name if token else ""
     with ctx.storage.write() as tx:
         creator = admit_submission(tx, ctx, token, limits.campaigns_per_hour)
-        c = tx.insert_campaign(doc.campaign.name, spec, doc.campaign.created_at, submitted_at=now, created_by=creator)
+        c = tx.campaigns.insert(doc.campaign.name, spec, doc.campaign.created_at, submitted_at=now, created_by=creator)
         ids: dict[int, int] = {}
         for t in sorted(doc.trials, key=lambda t: t.number):
             # RUNNING (and the transient PREEMPTED) come back QUEUED: their lease is gone.
-            new = tx.insert_trial(
+            new = tx.trials.insert(
                 c.id,
                 t.number,
                 c.in_space_order(t.params),
@@ -261,30 +261,30 @@ def import_campaign(
                 # A checkpoint URI names a file of the exporting server's agents and
                 # trials: never offered to an agent here (an unfinished fold of an
                 # imported trial trains from its start).
-                tx.put_fold(new.id, d.Fold(f.index, f.finished, f.value, dict(f.metrics), "", f.attempt), now)
+                tx.trials.put_fold(new.id, d.Fold(f.index, f.finished, f.value, dict(f.metrics), "", f.attempt), now)
             # Held to the campaign's cap per fold, as reports are (hpcopt_server.curves).
             by_fold: dict[int, list[tuple[int, float]]] = {}
             for p in sorted(t.curves, key=lambda p: (p.fold, p.step)):
                 by_fold.setdefault(p.fold, []).append((p.step, p.value))
             for fold, points in by_fold.items():
                 for step, value in thin(points, c.curve_points):
-                    tx.put_curve_point(new.id, fold, step, value)
+                    tx.trials.put_curve_point(new.id, fold, step, value)
             for e in t.events:
-                tx.add_event(new.id, e.attempt, e.kind, e.at, agent_id=e.agent_id, reason=e.reason)
-            tx.add_event(new.id, t.attempt, "imported", now, reason=f"from campaign {doc.campaign.id}")
+                tx.trials.add_event(new.id, e.attempt, e.kind, e.at, agent_id=e.agent_id, reason=e.reason)
+            tx.trials.add_event(new.id, t.attempt, "imported", now, reason=f"from campaign {doc.campaign.id}")
             if t.note:
-                tx.save_note(c.id, t.number, t.note, 0, now, creator_name)
+                tx.notes.save(c.id, t.number, t.note, 0, now, creator_name)
             ids[t.number] = new.id
         # Finished trials take their finish_seq in the order they originally finished.
         for t in sorted(doc.trials, key=lambda t: (t.finished_at or now, t.number)):
             if t.state.finished:
-                tx.finish_trial(ids[t.number], t.state, t.finished_at or now)
-        tx.set_next_trial_number(c.id, max(numbers, default=-1) + 1)
+                tx.trials.finish(ids[t.number], t.state, t.finished_at or now)
+        tx.campaigns.set_next_number(c.id, max(numbers, default=-1) + 1)
         if doc.campaign.note:
-            tx.save_note(c.id, None, doc.campaign.note, 0, now, creator_name)
+            tx.notes.save(c.id, None, doc.campaign.note, 0, now, creator_name)
         if doc.campaign.state != d.CampaignState.RUNNING:
-            tx.set_campaign_state(c.id, doc.campaign.state, doc.campaign.finished_at or now)
-        out = tx.get_campaign(c.id)
+            tx.campaigns.set_state(c.id, doc.campaign.state, doc.campaign.finished_at or now)
+        out = tx.campaigns.get(c.id)
     assert out is not None
     return out
 

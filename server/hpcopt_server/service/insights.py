@@ -100,9 +100,9 @@ class InsightService:
             )
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            rows = tx.completed_points_at(campaign_id)
-            vectors = dict(tx.completed_values(campaign_id)) if len(campaign.objectives) > 1 else {}
-            ended = tx.listed_trials(campaign_id, (d.TrialState.PRUNED, d.TrialState.FAILED))
+            rows = tx.results.completed_points_at(campaign_id)
+            vectors = dict(tx.results.completed_values(campaign_id)) if len(campaign.objectives) > 1 else {}
+            ended = tx.views.listed_trials(campaign_id, (d.TrialState.PRUNED, d.TrialState.FAILED))
         ended_total = len(ended)
         sign = 1.0 if campaign.direction == "minimize" else -1.0
         objectives = []
@@ -196,13 +196,13 @@ class InsightService:
             require_range("number", n, 0)
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            by_number = (tx.trial_id_by_number(campaign_id, n) for n in numbers)
+            by_number = (tx.views.trial_id_by_number(campaign_id, n) for n in numbers)
             trial_ids = [*trial_ids, *(t for t in by_number if t is not None and t not in trial_ids)]
             if not trial_ids and not numbers:
-                trial_ids = tx.best_trial_ids(campaign_id, campaign.direction, limit)
-            found = (tx.get_trial(t, folds=False) for t in trial_ids)
+                trial_ids = tx.results.best_trial_ids(campaign_id, campaign.direction, limit)
+            found = (tx.trials.get(t, folds=False) for t in trial_ids)
             trials = {t.id: t for t in found if t is not None and t.campaign_id == campaign_id}
-            points = tx.curves_of(list(trials))
+            points = tx.results.curves_of(list(trials))
         return [
             {
                 "trial_id": tid,
@@ -219,8 +219,8 @@ class InsightService:
         at_risk = timedelta(seconds=2 * self.ctx.settings.heartbeat_seconds)
         with self.ctx.storage.read() as tx:
             campaign_or_404(tx, campaign_id)
-            agents = tx.list_agents(campaign_id)
-            running = tx.running_by_agent(campaign_id)
+            agents = tx.agents.registered(campaign_id)
+            running = tx.agents.running_in(campaign_id)
         out = []
         for a in agents:
             trial_id, expires = running.get(a.id, (None, None))
@@ -255,7 +255,7 @@ class InsightService:
             in_sql = sort in TRIAL_SORT_KEYS or (sort.startswith("param:") and sort[6:] in numeric)
             if in_sql and all(name in numeric for name, _, _ in ranges):
                 # Sorting and filtering by columns and numeric parameters: all in SQL.
-                trials, total = tx.list_trials(
+                trials, total = tx.trials.page(
                     campaign_id,
                     states=states,
                     offset=offset,
@@ -267,15 +267,15 @@ class InsightService:
             else:
                 names = [n for n, _, _ in ranges if n in space] + ([sort[6:]] if sort.startswith("param:") else [])
                 objectives = any(n.startswith("values.") for n, _, _ in ranges)
-                listed = tx.listed_trials(campaign_id, states, names, with_values=objectives, numeric=numeric)
+                listed = tx.views.listed_trials(campaign_id, states, names, with_values=objectives, numeric=numeric)
                 rows = [r for r in listed if all(t(r) for t in tests)]
                 ran_all = self._ran_of(tx, campaign_id, rows) if sort == "duration" else {}
-                hosts = tx.agents_by_id(r.agent_id for r in rows) if sort == "agent" else {}
+                hosts = tx.agents.hosts(r.agent_id for r in rows) if sort == "agent" else {}
                 ids = [r.id for r in _sorted(rows, sort, descending, space, ran_all, hosts)[offset : offset + limit]]
-                trials, total = tx.trials_by_id(ids, with_folds=True), len(rows)
+                trials, total = tx.trials.by_ids(ids, with_folds=True), len(rows)
             ids = [t.id for t in trials]
-            ran = _ran(tx.spans(campaign_id, ids), self.ctx.clock())
-            agents = tx.agents_by_id(t.agent_id for t in trials)
+            ran = _ran(tx.views.spans(campaign_id, ids), self.ctx.clock())
+            agents = tx.agents.hosts(t.agent_id for t in trials)
         return TablePage(trials, total, {t.id: ran.get(t.id) for t in trials}, agents)
 
     def _ran_of(self, tx: Tx, campaign_id: int, rows: list[Listed]) -> dict[int, float]:
@@ -289,7 +289,7 @@ class InsightService:
             if r.attempt == 1 and r.started_at is not None:
                 out[r.id] = max(0.0, ((r.finished_at or now) - r.started_at).total_seconds())
         for start in range(0, len(again), 500):
-            out.update(_ran(tx.spans(campaign_id, again[start : start + 500]), now))
+            out.update(_ran(tx.views.spans(campaign_id, again[start : start + 500]), now))
         return out
 
     def trial(self, trial_id: int | None = None, *, campaign_id: int = 0, number: int = -1) -> TrialDetail:
@@ -300,24 +300,24 @@ class InsightService:
             if trial_id is None:
                 require_range("number", number, 0)
                 campaign_or_404(tx, campaign_id)
-                trial_id = tx.trial_id_by_number(campaign_id, number)
+                trial_id = tx.views.trial_id_by_number(campaign_id, number)
                 if trial_id is None:
                     raise NotFound(f"campaign {campaign_id} has no trial #{number}")
             require_id("trial_id", trial_id)
-            trial = tx.get_trial(trial_id, full=True)
+            trial = tx.trials.get(trial_id, full=True)
             if trial is None:
                 raise NotFound(f"trial {trial_id} does not exist")
-            agents = tx.agents_by_id([trial.agent_id, *(e.agent_id for e in trial.events)])
-            ran = _ran(tx.spans(trial.campaign_id, [trial.id]), now).get(trial.id)
+            agents = tx.agents.hosts([trial.agent_id, *(e.agent_id for e in trial.events)])
+            ran = _ran(tx.views.spans(trial.campaign_id, [trial.id]), now).get(trial.id)
         return TrialDetail(trial, ran, agents)
 
     def running(self, campaign_id: int) -> RunningPage:
         """The RUNNING trials with their folds done and latest report, and their agents."""
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            rows = tx.running_detail(campaign_id)
-            agents = tx.agents_by_id(r.trial.agent_id for r in rows)
-            ran = _ran(tx.spans(campaign_id, [r.trial.id for r in rows]), self.ctx.clock())
+            rows = tx.views.running_detail(campaign_id)
+            agents = tx.agents.hosts(r.trial.agent_id for r in rows)
+            ran = _ran(tx.views.spans(campaign_id, [r.trial.id for r in rows]), self.ctx.clock())
         epochs = int((campaign.spec.get("training") or {}).get("epochs") or 0)
         return RunningPage(rows, agents, campaign.folds, epochs, ran)
 
@@ -333,9 +333,9 @@ class InsightService:
     def _timeline(self, campaign_id: int, limit: int) -> tuple[list[Span], int, dict[str, tuple[str, str]]]:
         with self.ctx.storage.read() as tx:
             campaign_or_404(tx, campaign_id)
-            spans = tx.spans(campaign_id)
+            spans = tx.views.spans(campaign_id)
             shown = spans[-limit:]
-            agents = tx.agents_by_id(s.agent_id for s in shown)
+            agents = tx.agents.hosts(s.agent_id for s in shown)
         return shown, len(spans), agents
 
     def trials_csv(self, campaign_id: int) -> str:
@@ -347,7 +347,7 @@ class InsightService:
     def _trials_csv(self, campaign_id: int) -> str:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            trials, _ = tx.list_trials(campaign_id, with_folds=False)
+            trials, _ = tx.trials.page(campaign_id, with_folds=False)
         names = list(campaign.spec.get("space", {}))
         others = [metric for metric, _ in campaign.objectives[1:]]  # a multi-objective campaign's
         out = io.StringIO()

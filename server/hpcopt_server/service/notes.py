@@ -22,13 +22,13 @@ class NoteService:
         when none was saved); NotFound for a campaign or trial that does not exist."""
         with self.ctx.storage.read() as tx:
             self._target(tx, campaign_id, trial_number)
-            return tx.get_note(campaign_id, trial_number)
+            return tx.notes.get(campaign_id, trial_number)
 
     def noted_trials(self, campaign_id: int) -> list[int]:
         """Numbers of the trials that have a note."""
         with self.ctx.storage.read() as tx:
             campaign_or_404(tx, campaign_id)
-            return tx.noted_trials(campaign_id)
+            return tx.notes.noted_trials(campaign_id)
 
     def save(
         self,
@@ -48,11 +48,11 @@ class NoteService:
             )
         with self.ctx.storage.write() as tx:
             self._target(tx, campaign_id, trial_number)
-            saved = tx.save_note(
+            saved = tx.notes.save(
                 campaign_id, trial_number, body, base_version, self.ctx.clock(), token.name if token else ""
             )
             if saved is None:
-                stored = tx.get_note(campaign_id, trial_number)
+                stored = tx.notes.get(campaign_id, trial_number)
                 raise FailedPrecondition(
                     f"the note is at version {stored.version} (saved by {stored.updated_by or 'someone'}), not the "
                     f"version {base_version} you edited; reload it, merge your text and save again"
@@ -63,6 +63,6 @@ class NoteService:
     def _target(tx: Tx, campaign_id: int, trial_number: int | None) -> None:
         campaign_or_404(tx, campaign_id)
         if trial_number is not None and (
-            not 0 <= trial_number <= lim.MAX_ID or tx.trial_id_by_number(campaign_id, trial_number) is None
+            not 0 <= trial_number <= lim.MAX_ID or tx.views.trial_id_by_number(campaign_id, trial_number) is None
         ):
             raise NotFound(f"campaign {campaign_id} has no trial #{trial_number}")

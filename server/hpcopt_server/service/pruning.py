@@ -21,13 +21,13 @@ class SqlHistory:
         self.tx, self.campaign_id = tx, campaign_id
 
     def values_at(self, fold: int, step: int, states: Sequence[d.TrialState]) -> dict[int, float]:
-        return self.tx.values_at(self.campaign_id, fold, step, states)
+        return self.tx.results.values_at(self.campaign_id, fold, step, states)
 
     def curve(self, trial_id: int, fold: int) -> list[tuple[int, float]]:
-        return [(p.step, p.value) for p in self.tx.curves_of([trial_id], None)[trial_id] if p.fold == fold]
+        return [(p.step, p.value) for p in self.tx.results.curves_of([trial_id], None)[trial_id] if p.fold == fold]
 
     def completed_folds(self) -> dict[int, tuple[int, list[float]]]:
-        return self.tx.completed_folds(self.campaign_id)
+        return self.tx.results.completed_folds(self.campaign_id)
 
 
 def pruner_of(campaign: d.Campaign) -> Pruner | None:

@@ -27,7 +27,7 @@ class LeaseReaper:
         """One pass; returns how many trials lost their lease."""
         now = self.ctx.clock()
         with self.ctx.storage.read() as tx:
-            candidates = tx.expired_trials(now)
+            candidates = tx.trials.expired(now)
         reaped = 0
         for cand in candidates:
             trial = self.ctx.agent_calls.expire(cand.id, now)

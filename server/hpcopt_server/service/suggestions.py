@@ -64,7 +64,7 @@ class OptimizerCache:
         try:
             if not built:
                 entry = self._new_entry(tx, campaign)
-                new = tx.finished_after(campaign.id, 0)
+                new = tx.results.finished_after(campaign.id, 0)
                 entry.optimizer.observe(new)
                 entry.seen_seq = (new[-1].finish_seq or 0) if new else 0
                 with self._lock:
@@ -84,16 +84,16 @@ class OptimizerCache:
         """``n`` suggestions for the campaign; call with the campaign row locked.
         ``active``: the campaign's QUEUED + RUNNING count, if the caller has just read it."""
         entry = self._entry(tx, campaign)
-        new = tx.finished_after(campaign.id, entry.seen_seq)
+        new = tx.results.finished_after(campaign.id, entry.seen_seq)
         entry.optimizer.observe(new)
         if new:
             entry.seen_seq = new[-1].finish_seq or entry.seen_seq
         pending: list[d.Params]
         if entry.optimizer.pending_params:
             states = (d.TrialState.QUEUED, d.TrialState.RUNNING)
-            pending = [t.params for t in tx.list_trials(campaign.id, states=states, with_folds=False)[0]]
+            pending = [t.params for t in tx.trials.page(campaign.id, states=states, with_folds=False)[0]]
         else:  # only how many are pending matters: no need to read a thousand rows
-            pending = [{}] * (tx.count_active(campaign.id) if active is None else active)
+            pending = [{}] * (tx.trials.count_active(campaign.id) if active is None else active)
         return [_finite(campaign.id, params) for params in entry.optimizer.suggest(n, pending)]
 
     def forget(self, campaign_id: int) -> None:

@@ -25,7 +25,7 @@ class ThroughputService:
         median relative error and assumptions)."""
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            rows = tx.fold_metrics(campaign_id, RECENT_FOLDS)
+            rows = tx.results.fold_metrics(campaign_id, RECENT_FOLDS)
         points = points_from_folds(rows, campaign.spec)
         models: dict[str, Any] = {}
         for scheme in sorted({p.scheme for p in points}):

@@ -73,24 +73,24 @@ class TokenService:
         lim.require_text("name", name, 200)
         secret = secret or PREFIX + secrets.token_urlsafe(32)
         with self.ctx.storage.write() as tx:
-            tx.set_flag(AUTH_FLAG, "on", self.ctx.clock())
-            existing = tx.token_by_hash(hash_token(secret))
+            tx.flags.set(AUTH_FLAG, "on", self.ctx.clock())
+            existing = tx.tokens.by_hash(hash_token(secret))
             if existing is not None:
                 return existing, secret
-            token = tx.insert_token(name, hash_token(secret), scopes, self.ctx.clock())
+            token = tx.tokens.insert(name, hash_token(secret), scopes, self.ctx.clock())
         self._invalidate()
         return token, secret
 
     def turn_on(self) -> None:
         """Turns auth on for good (until ``turn_off``); creating a token does it too."""
         with self.ctx.storage.write() as tx:
-            tx.set_flag(AUTH_FLAG, "on", self.ctx.clock())
+            tx.flags.set(AUTH_FLAG, "on", self.ctx.clock())
         self._invalidate()
 
     def turn_off(self) -> None:
         """Turns auth off: the explicit opening. Running servers keep auth on until restarted."""
         with self.ctx.storage.write() as tx:
-            tx.set_flag(AUTH_FLAG, "off", self.ctx.clock())
+            tx.flags.set(AUTH_FLAG, "off", self.ctx.clock())
         self._invalidate()
         with self._lock:
             self._latched = self.require_auth
@@ -98,18 +98,18 @@ class TokenService:
     def stored_state(self) -> tuple[bool, int]:
         """(the stored flag, how many active tokens exist)."""
         with self.ctx.storage.read() as tx:
-            return tx.get_flag(AUTH_FLAG) == "on", tx.count_active_tokens()
+            return tx.flags.get(AUTH_FLAG) == "on", tx.tokens.count_active()
 
     def list_all(self) -> list[d.ApiToken]:
         with self.ctx.storage.read() as tx:
-            return tx.list_tokens()
+            return tx.tokens.stored()
 
     def revoke(self, token_id: int) -> None:
         """Revokes a token. Auth stays on, whatever tokens remain."""
         lim.require_id("id", token_id)
         with self.ctx.storage.write() as tx:
             try:
-                tx.revoke_token(token_id, self.ctx.clock())
+                tx.tokens.revoke(token_id, self.ctx.clock())
             except KeyError:
                 raise NotFound(f"token {token_id} does not exist") from None
         self._invalidate()
@@ -123,7 +123,7 @@ class TokenService:
             if self._enabled and now - self._enabled[0] < self.cache_seconds:
                 return self._enabled[1]
         with self.ctx.storage.read() as tx:
-            on = tx.get_flag(AUTH_FLAG) == "on"
+            on = tx.flags.get(AUTH_FLAG) == "on"
         with self._lock:
             self._enabled = (now, on)
             self._latched = self._latched or on
@@ -160,7 +160,7 @@ class TokenService:
             if hit and now - hit[0] < self.cache_seconds:
                 return hit[1]
         with self.ctx.storage.read() as tx:
-            token = tx.token_by_hash(digest)
+            token = tx.tokens.by_hash(digest)
         with self._lock:
             if len(self._cache) > 10_000:
                 self._cache.clear()

@@ -32,7 +32,7 @@ def check_sources(tx: Tx, spec: dict[str, Any]) -> None:
     another objective."""
     for i, cid in enumerate(sources(spec)):
         field = f"warm_start.campaigns.{i}"
-        other = tx.get_campaign(cid)
+        other = tx.campaigns.get(cid)
         if other is None:
             raise InvalidArgument(
                 f"{field}: campaign {cid} does not exist", [(field, f"campaign {cid} does not exist")]
@@ -53,7 +53,7 @@ def warm_trials(tx: Tx, campaign: d.Campaign) -> list[d.Trial]:
     space = SearchSpace(campaign.spec["space"])
     out: list[d.Trial] = []
     for cid in sources(campaign.spec):
-        trials, _ = tx.list_trials(
+        trials, _ = tx.trials.page(
             cid, states=[d.TrialState.COMPLETED], with_folds=False, limit=MAX_WARM_TRIALS - len(out)
         )
         for t in trials:

@@ -33,7 +33,6 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DataError
 
 from hpcopt_server import domain as d
 from hpcopt_server import rules
@@ -185,14 +184,14 @@ class AgentCalls:
         """Adds an event to the leased trial's log (also once it was stopped), at most
         ``limit`` of one kind per attempt."""
         with self.storage.write() as tx:
-            trial = tx.get_trial(lease.trial_id, lock=True, folds=False)
+            trial = tx.trials.get(lease.trial_id, lock=True, folds=False)
             why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now)
             if trial is None or why not in (None, Refusal.STOPPED):
                 return Refused(why or Refusal.CHANGED, trial)
             p = {"tid": trial.id, "attempt": trial.attempt, "kind": kind}
-            if int(tx.s.connection().execute(S.COUNT_EVENTS, p).scalar() or 0) >= limit:
+            if int(tx.connection().execute(S.COUNT_EVENTS, p).scalar() or 0) >= limit:
                 return Refused(Refusal.TOO_MANY_EVENTS, trial)
-            tx.add_event(trial.id, trial.attempt, kind, now, agent_id=lease.agent_id, reason=reason)
+            tx.trials.add_event(trial.id, trial.attempt, kind, now, agent_id=lease.agent_id, reason=reason)
         return None
 
     # -- the ends of an attempt --------------------------------------------------------
@@ -205,7 +204,7 @@ class AgentCalls:
         queued trials resume first (rules.room_to_acquire). None if there is no such
         campaign."""
         with self.storage.write() as tx:
-            c = tx.s.connection()
+            c = tx.connection()
             campaign = self.campaign(campaign_id, c)
             if campaign is None:
                 return None
@@ -282,30 +281,34 @@ class AgentCalls:
                 "std": summary.std,
                 "values": summary.values,
             }
-            try:
-                row = c.execute(S.PG_COMPLETE, p).first()
-            except DataError:  # the trial's guard failed under its lock: nothing was changed
-                raise _Rollback from None
-        if row is None:
+            seq = self.storage.finishing.complete_alone(c, p)
+        if seq is None:
             raise _Rollback
-        return _completed(trial, summary, now, int(row[0]))
+        return _completed(trial, summary, now, seq)
 
     def _complete_tx(self, lease: HeldLease, now: datetime) -> d.Trial:
         p = _lease_params(lease, now, now)
         with self.storage.write() as tx:
-            c = tx.s.connection()
+            c = tx.connection()
             trial = self._trial_with_folds(c, lease.trial_id)
             campaign = None if trial is None else self.campaign(trial.campaign_id, c)
             summary = self._summary(trial, campaign, lease, now)
             assert trial is not None and campaign is not None
             # The campaign's lock is held from here to the commit.
-            seq, state = self._count_finished(c, campaign.id)
-            done = {"seq": seq, "now2": now, "value": summary.value, "std": summary.std, "values": summary.values}
-            if not c.execute(S.COMPLETE, {**p, **done}).rowcount:
+            done = {
+                "cid": campaign.id,
+                "now2": now,
+                "value": summary.value,
+                "std": summary.std,
+                "values": summary.values,
+            }
+            taken = self.storage.finishing.complete(c, {**p, **done})
+            if taken is None:
                 raise _Rollback
+            seq, state = taken
             c.execute(S.EVENT, _event(trial.id, trial.attempt, "completed", lease.agent_id, now))
             if rules.campaign_done(d.CampaignState(state), seq, campaign.max_trials):
-                tx.set_campaign_state(campaign.id, d.CampaignState.COMPLETED, now)
+                tx.campaigns.set_state(campaign.id, d.CampaignState.COMPLETED, now)
             return _completed(trial, summary, now, seq)
 
     def release(self, lease: HeldLease, state: d.TrialState, reason: str, now: datetime) -> d.Trial | Refused:
@@ -315,20 +318,24 @@ class AgentCalls:
             why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now)
             if trial is None or campaign is None or why is not None:
                 return Refused(why or Refusal.NO_CAMPAIGN, trial)
-            tx.add_event(trial.id, trial.attempt, state.value.lower(), now, agent_id=lease.agent_id, reason=reason)
+            tx.trials.add_event(
+                trial.id, trial.attempt, state.value.lower(), now, agent_id=lease.agent_id, reason=reason
+            )
             if state == d.TrialState.PREEMPTED:
                 self._requeue(tx, campaign, trial, now, f"preempted: {reason}" if reason else "preempted")
             elif state == d.TrialState.PRUNED:
                 # Pruned by its agent: the value it reached is its latest learning-curve
                 # point (as the server's pruners store theirs), and the reason is kept.
-                points = tx.curves_of([trial.id], None)[trial.id]
+                points = tx.results.curves_of([trial.id], None)[trial.id]
                 last = max(points, key=lambda p: (p.fold, p.step)) if points else None
                 said = reason or "pruned by its agent (no reason given)"
                 if last is not None:
                     # The reference a reader judges it by: the median pruner's, at that point.
                     done = (d.TrialState.COMPLETED,)
                     others = [
-                        v for i, v in tx.values_at(campaign.id, last.fold, last.step, done).items() if i != trial.id
+                        v
+                        for i, v in tx.results.values_at(campaign.id, last.fold, last.step, done).items()
+                        if i != trial.id
                     ]
                     median = ""
                     if others:
@@ -336,11 +343,11 @@ class AgentCalls:
                             f"; the median of the {len(others)} completed trials there: {statistics.median(others):.4g}"
                         )
                     said += f" (at fold {last.fold}, epoch {last.step}: {last.value:.4g}{median})"
-                tx.finish_trial(trial.id, state, now, value=last.value if last else None, error=said)
+                tx.trials.finish(trial.id, state, now, value=last.value if last else None, error=said)
             else:
-                tx.finish_trial(trial.id, state, now, error=reason)
+                tx.trials.finish(trial.id, state, now, error=reason)
             self._finish_campaign_if_done(tx, campaign.id, now)
-            out = tx.get_trial(trial.id)
+            out = tx.trials.get(trial.id)
         assert out is not None
         return out
 
@@ -350,8 +357,8 @@ class AgentCalls:
             campaign, trial = self._lock_trial(tx, lease.trial_id)
             if campaign is None or trial is None or trial.state != d.TrialState.RUNNING or not _holds(trial, lease):
                 return False
-            tx.finish_trial(trial.id, d.TrialState.PRUNED, now, value=value, error=reason)
-            tx.add_event(trial.id, trial.attempt, "pruned", now, agent_id=trial.agent_id, reason=reason)
+            tx.trials.finish(trial.id, d.TrialState.PRUNED, now, value=value, error=reason)
+            tx.trials.add_event(trial.id, trial.attempt, "pruned", now, agent_id=trial.agent_id, reason=reason)
             self._finish_campaign_if_done(tx, campaign.id, now)
         return True
 
@@ -365,7 +372,7 @@ class AgentCalls:
             if trial.lease_expires_at is None or trial.lease_expires_at >= now:
                 return None  # renewed meanwhile
             why = f"lease expired at {trial.lease_expires_at.isoformat()} (agent {trial.agent_id})"
-            tx.add_event(trial.id, trial.attempt, "lease_expired", now, agent_id=trial.agent_id, reason=why)
+            tx.trials.add_event(trial.id, trial.attempt, "lease_expired", now, agent_id=trial.agent_id, reason=why)
             self._requeue(tx, campaign, trial, now, "lease expired")
             self._finish_campaign_if_done(tx, campaign.id, now)
         return trial
@@ -375,16 +382,18 @@ class AgentCalls:
         held are requeued (ids)."""
         requeued = []
         with self.storage.write() as tx:
-            for tid in tx.running_of_agent(agent_id):
+            for tid in tx.agents.holding(agent_id):
                 campaign, trial = self._lock_trial(tx, tid)
                 if campaign is None or trial is None or trial.state != d.TrialState.RUNNING:
                     continue
                 if trial.agent_id != agent_id:
                     continue
-                tx.add_event(tid, trial.attempt, "lease_expired", now, agent_id=agent_id, reason="the agent exited")
+                tx.trials.add_event(
+                    tid, trial.attempt, "lease_expired", now, agent_id=agent_id, reason="the agent exited"
+                )
                 self._requeue(tx, campaign, trial, now, "its agent exited")
                 requeued.append(tid)
-            tx.end_agent(agent_id, now, reason)
+            tx.agents.end(agent_id, now, reason)
         return requeued
 
     # -- reads -------------------------------------------------------------------------
@@ -395,7 +404,7 @@ class AgentCalls:
         if found is None:
             if c is None:
                 with self.storage.read() as tx:
-                    row = tx.s.connection().execute(S.CAMPAIGN, {"cid": campaign_id}).first()
+                    row = tx.connection().execute(S.CAMPAIGN, {"cid": campaign_id}).first()
             else:
                 row = c.execute(S.CAMPAIGN, {"cid": campaign_id}).first()
             if row is None:
@@ -410,7 +419,7 @@ class AgentCalls:
     def agent_token(self, agent_id: str) -> tuple[bool, int | None]:
         """(registered?, the id of the token that registered it)."""
         with self.storage.read() as tx:
-            row = tx.s.connection().execute(S.AGENT_TOKEN, {"aid": agent_id}).first()
+            row = tx.connection().execute(S.AGENT_TOKEN, {"aid": agent_id}).first()
         return (False, None) if row is None else (True, row[0])
 
     # -- inside -------------------------------------------------------------------------
@@ -419,7 +428,7 @@ class AgentCalls:
     def _write(self) -> Iterator[Connection]:
         """A write transaction's connection, committed on success."""
         with self.storage.write() as tx:
-            yield tx.s.connection()
+            yield tx.connection()
 
     def _renew(self, c: Connection, p: dict[str, Any]) -> tuple[int, int] | None:
         if self.returning:
@@ -469,21 +478,11 @@ class AgentCalls:
             row = c.execute(S.NUMBERS, p).one()
         return str(row[0]), int(row[1]) - k, int(row[2])
 
-    def _count_finished(self, c: Connection, campaign_id: int) -> tuple[int, str]:
-        """Takes the campaign's row lock and its next ``finish_seq``: (seq, state)."""
-        p = {"cid": campaign_id}
-        if self.returning:
-            row = c.execute(S.COUNT_FINISHED, p).one()
-        else:
-            c.execute(S.COUNT_FINISHED_PLAIN, p)
-            row = c.execute(S.FINISHED_COUNT, p).one()
-        return int(row[0]), str(row[1])
-
     def _queued(self, c: Connection, campaign_id: int, k: int) -> list[int]:
         return [int(r[0]) for r in c.execute(S.QUEUED_IDS, {"cid": campaign_id, "k": k})] if k else []
 
     def _resume(self, tx: Tx, trial_id: int, agent_id: str, now: datetime, expires: datetime) -> d.Trial:
-        c = tx.s.connection()
+        c = tx.connection()
         lease_id = uuid.uuid4().hex
         c.execute(S.RESUME, {"tid": trial_id, "aid": agent_id, "lid": lease_id, "exp": expires, "now": now})
         trial = self._trial_with_folds(c, trial_id)
@@ -541,32 +540,32 @@ class AgentCalls:
 
     def _read(self, trial_id: int) -> tuple[d.Trial | None, d.Campaign | None]:
         with self.storage.read() as tx:
-            c = tx.s.connection()
+            c = tx.connection()
             trial = self._trial_with_folds(c, trial_id)
             return trial, None if trial is None else self.campaign(trial.campaign_id, c)
 
     def _lock_trial(self, tx: Tx, trial_id: int) -> tuple[d.Campaign | None, d.Trial | None]:
         """The trial's campaign and the trial, row-locked in that order (the lock order)."""
-        found = tx.get_trial(trial_id, folds=False)
+        found = tx.trials.get(trial_id, folds=False)
         if found is None:
             return None, None
-        return tx.lock_campaign(found.campaign_id), tx.get_trial(trial_id, lock=True, folds=False)
+        return tx.campaigns.lock(found.campaign_id), tx.trials.get(trial_id, lock=True, folds=False)
 
     def _requeue(self, tx: Tx, campaign: d.Campaign, trial: d.Trial, now: datetime, why: str) -> None:
         """A trial that lost its agent: QUEUED as attempt + 1 (folds, curves and
         checkpoint URIs kept), or FAILED after ``max_attempts``."""
         if rules.requeued_or_failed(trial.attempt, campaign.max_attempts) == d.TrialState.FAILED:
             error = f"{why} on attempt {trial.attempt} of {campaign.max_attempts}"
-            tx.finish_trial(trial.id, d.TrialState.FAILED, now, error=error, lease_id="")
-            tx.add_event(trial.id, trial.attempt, "failed", now, reason=f"max_attempts reached: {why}")
+            tx.trials.finish(trial.id, d.TrialState.FAILED, now, error=error, lease_id="")
+            tx.trials.add_event(trial.id, trial.attempt, "failed", now, reason=f"max_attempts reached: {why}")
         else:
-            tx.requeue_trial(trial.id, trial.attempt + 1)
+            tx.trials.requeue(trial.id, trial.attempt + 1)
 
     @staticmethod
     def _finish_campaign_if_done(tx: Tx, campaign_id: int, now: datetime) -> None:
-        current = tx.get_campaign(campaign_id)
+        current = tx.campaigns.get(campaign_id)
         if current is not None and rules.campaign_done(current.state, current.trials_finished, current.max_trials):
-            tx.set_campaign_state(campaign_id, d.CampaignState.COMPLETED, now)
+            tx.campaigns.set_state(campaign_id, d.CampaignState.COMPLETED, now)
 
     def _diagnose(self, lease: HeldLease, now: datetime, *, fold: int | None = None) -> Refused:
         """Why a guarded heartbeat or report matched nothing, from a read of the trial."""

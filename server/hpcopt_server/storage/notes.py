@@ -1,7 +1,7 @@
 """Notes on campaigns and trials, saved with optimistic concurrency: a save names the
 version it was edited from and succeeds only if that is still the stored one, so of two
-people editing the same note the second is told, not silently overwritten. Mixed into
-:class:`~hpcopt_server.storage.repository.Tx`."""
+people editing the same note the second is told, not silently overwritten. A repository
+of :class:`~hpcopt_server.storage.repository.Tx` (``tx.notes``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,10 @@ from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import Table, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.orm import Session
 
 from hpcopt_server import domain as d
 from hpcopt_server.storage import models as m
+from hpcopt_server.storage.store import Store
 
 #: ``notes.trial_number`` of a campaign's own note.
 CAMPAIGN = -1
@@ -26,16 +24,14 @@ def _note(row: m.NoteRow) -> d.Note:
     return d.Note(row.campaign_id, number, row.body, row.version, row.updated_at, row.updated_by)
 
 
-class NoteQueries:
-    s: Session
-
-    def get_note(self, campaign_id: int, trial_number: int | None) -> d.Note:
+class NoteStore(Store):
+    def get(self, campaign_id: int, trial_number: int | None) -> d.Note:
         """The note (version 0 and empty when none was ever saved)."""
         key = CAMPAIGN if trial_number is None else trial_number
         row = self.s.get(m.NoteRow, (campaign_id, key))
         return _note(row) if row is not None else d.Note(campaign_id, trial_number)
 
-    def notes_of(self, campaign_id: int) -> dict[int | None, str]:
+    def of_campaign(self, campaign_id: int) -> dict[int | None, str]:
         """Every non-empty note of the campaign by trial number (None: the campaign's)."""
         rows = self.s.execute(
             select(m.NoteRow.trial_number, m.NoteRow.body).where(
@@ -53,7 +49,7 @@ class NoteQueries:
         )
         return list(rows)
 
-    def save_note(
+    def save(
         self, campaign_id: int, trial_number: int | None, body: str, base_version: int, now: datetime, by: str
     ) -> d.Note | None:
         """Stores ``body`` as version ``base_version + 1`` if the stored version is still
@@ -62,8 +58,7 @@ class NoteQueries:
         values = {"body": body, "version": base_version + 1, "updated_at": now, "updated_by": by}
         dialect = self.s.get_bind().dialect
         if base_version == 0:  # the first save: an insert that a concurrent first save makes a no-op
-            insert = pg_insert if dialect.name == "postgresql" else sqlite_insert
-            stmt: Any = insert(NOTES).values(campaign_id=campaign_id, trial_number=key, **values)
+            stmt: Any = self._upsert()(NOTES).values(campaign_id=campaign_id, trial_number=key, **values)
             stmt = stmt.on_conflict_do_nothing(index_elements=["campaign_id", "trial_number"])
         else:
             where = (NOTES.c.campaign_id == campaign_id, NOTES.c.trial_number == key, NOTES.c.version == base_version)

@@ -1,8 +1,8 @@
 """Read-only queries behind the dashboard's views: the trials table sorted or filtered
 by what SQL cannot index portably (a parameter in the JSON ``params``, the time a trial
 ran, its agent), attempt spans from the event log (timeline, time ran), the running
-trials with their latest report, and agents' goodbyes. Mixed into
-:class:`~hpcopt_server.storage.repository.Tx`."""
+trials with their latest report, and whether a campaign's plots changed. A repository of
+:class:`~hpcopt_server.storage.repository.Tx` (``tx.views``); it never writes."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, literal, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import func, literal, select
 
 from hpcopt_server import domain as d
 from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
+from hpcopt_server.storage.store import Store
 
 
 @dataclass(frozen=True)
@@ -62,9 +62,7 @@ class Running:
     steps: dict[int, int]
 
 
-class ViewQueries:
-    s: Session
-
+class ViewStore(Store):
     def listed_trials(
         self,
         campaign_id: int,
@@ -107,6 +105,7 @@ class ViewQueries:
         return out
 
     def trial_id_by_number(self, campaign_id: int, number: int) -> int | None:
+        """The id of the campaign's trial with this number, None if there is none."""
         return self.s.scalar(
             select(m.TrialRow.id).where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.number == number)
         )
@@ -143,6 +142,8 @@ class ViewQueries:
         return out
 
     def running_detail(self, campaign_id: int) -> list[Running]:
+        """The campaign's RUNNING trials by number, each with its folds finished and its
+        latest learning-curve point."""
         rows = list(
             self.s.scalars(
                 select(m.TrialRow)
@@ -167,28 +168,6 @@ class ViewQueries:
                 per[c.fold] = per.get(c.fold, 0) + 1
                 latest[c.trial_id] = d.CurvePoint(c.fold, c.step, c.value)
         return [Running(mapping.trial(r), finished.get(r.id, 0), latest.get(r.id), steps.get(r.id, {})) for r in rows]
-
-    def agents_by_id(self, agent_ids: Iterable[str]) -> dict[str, tuple[str, str]]:
-        """{agent id: (host, Slurm job id)} of these agents."""
-        ids = sorted({a for a in agent_ids if a})
-        out: dict[str, tuple[str, str]] = {}
-        for start in range(0, len(ids), 500):
-            q = select(m.AgentRow.id, m.AgentRow.host, m.AgentRow.slurm_job_id).where(
-                m.AgentRow.id.in_(ids[start : start + 500])
-            )
-            out.update((a, (h, j)) for a, h, j in self.s.execute(q))
-        return out
-
-    def running_of_agent(self, agent_id: str) -> list[int]:
-        """Ids of the RUNNING trials an agent holds."""
-        q = select(m.TrialRow.id).where(m.TrialRow.agent_id == agent_id, m.TrialRow.state == d.TrialState.RUNNING)
-        return list(self.s.scalars(q.order_by(m.TrialRow.id)))
-
-    def end_agent(self, agent_id: str, now: datetime, reason: str = "") -> None:
-        values: dict[str, object] = {"exited_at": now, "last_seen_at": now}
-        if reason:  # a second goodbye without one keeps the first's
-            values["exit_reason"] = reason
-        self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(**values))
 
     def plot_revision(self, campaign_id: int) -> tuple[int, datetime, int] | None:
         """(trials that reached a final state, creation time, trials created) of the

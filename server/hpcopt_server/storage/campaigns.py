@@ -1,0 +1,91 @@
+"""Campaign rows: creation, lookups, the row lock that serializes a campaign's writers,
+state and the trial numbering. A repository of :class:`~hpcopt_server.storage.repository.Tx`
+(``tx.campaigns``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from hpcopt_server import domain as d
+from hpcopt_server.storage import mapping
+from hpcopt_server.storage import models as m
+from hpcopt_server.storage.store import Store, must
+
+
+class CampaignStore(Store):
+    def insert(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        created_at: datetime,
+        *,
+        submitted_at: datetime,
+        created_by: int | None = None,
+    ) -> d.Campaign:
+        """A new RUNNING campaign with this spec, submitted by token ``created_by``."""
+        row = m.CampaignRow(
+            name=name,
+            state=d.CampaignState.RUNNING,
+            spec=spec,
+            created_at=created_at,
+            submitted_at=submitted_at,
+            created_by=created_by,
+        )
+        self.s.add(row)
+        self.s.flush()
+        return mapping.campaign(row)
+
+    def get(self, campaign_id: int) -> d.Campaign | None:
+        """The campaign as stored now (counters and state fresh), None if there is none."""
+        row = self.s.get(m.CampaignRow, campaign_id, populate_existing=True)
+        return mapping.campaign(row) if row else None
+
+    def lock(self, campaign_id: int) -> d.Campaign | None:
+        """:meth:`get`, holding the campaign's row lock until the transaction ends."""
+        q = select(m.CampaignRow).where(m.CampaignRow.id == campaign_id).with_for_update()
+        row = self.s.scalars(q.execution_options(populate_existing=True)).one_or_none()
+        return mapping.campaign(row) if row else None
+
+    def page(self, offset: int, limit: int) -> tuple[list[d.Campaign], int]:
+        """A page of campaigns, newest first, and how many there are."""
+        rows = self.s.scalars(select(m.CampaignRow).order_by(m.CampaignRow.id.desc()).offset(offset).limit(limit))
+        page = [mapping.campaign(r) for r in rows]
+        return page, int(self.s.scalar(select(func.count()).select_from(m.CampaignRow)) or 0)
+
+    def submissions_by(self, token_id: int, since: datetime) -> list[datetime]:
+        """When the campaigns this token created or imported since ``since`` arrived,
+        oldest first (the token's row is locked first, so that concurrent creations count
+        each other)."""
+        self.s.execute(select(m.ApiTokenRow.id).where(m.ApiTokenRow.id == token_id).with_for_update())
+        q = (
+            select(m.CampaignRow.submitted_at)
+            .where(m.CampaignRow.created_by == token_id, m.CampaignRow.submitted_at >= since)
+            .order_by(m.CampaignRow.submitted_at)
+        )
+        return [t for t in self.s.scalars(q) if t is not None]
+
+    def set_state(self, campaign_id: int, state: d.CampaignState, finished_at: datetime | None) -> None:
+        """The campaign's state and when it ended; KeyError if there is no such campaign."""
+        q = update(m.CampaignRow).where(m.CampaignRow.id == campaign_id)
+        must(self.s.execute(q.values(state=state, finished_at=finished_at)).rowcount, f"campaign {campaign_id}")  # type: ignore[attr-defined]
+
+    def set_next_number(self, campaign_id: int, number: int) -> None:
+        """The number the campaign's next new trial gets; KeyError if there is no such campaign."""
+        q = update(m.CampaignRow).where(m.CampaignRow.id == campaign_id).values(next_number=number)
+        must(self.s.execute(q).rowcount, f"campaign {campaign_id}")  # type: ignore[attr-defined]
+
+    def trial_counts(self, campaign_ids: Iterable[int] | None = None) -> dict[int, dict[str, int]]:
+        """{campaign id: {state: count}} for the given campaigns (all when None)."""
+        q = select(m.TrialRow.campaign_id, m.TrialRow.state, func.count()).group_by(
+            m.TrialRow.campaign_id, m.TrialRow.state
+        )
+        if campaign_ids is not None:
+            q = q.where(m.TrialRow.campaign_id.in_(list(campaign_ids)))
+        out: dict[int, dict[str, int]] = {}
+        for cid, state, n in self.s.execute(q):
+            out.setdefault(cid, {})[state] = n
+        return out

@@ -1,0 +1,252 @@
+"""Trial rows and what hangs off them: folds, learning-curve points and the event log. A
+repository of :class:`~hpcopt_server.storage.repository.Tx` (``tx.trials``). The agents'
+own calls on a trial are :mod:`~hpcopt_server.storage.agent_calls`; every transition to a
+final state goes through :mod:`~hpcopt_server.storage.finishing`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.orm import Session
+
+from hpcopt_server import domain as d
+from hpcopt_server.curves import READ_POINTS_PER_FOLD, keep_steps
+from hpcopt_server.storage import mapping
+from hpcopt_server.storage import models as m
+from hpcopt_server.storage.finishing import Finishing
+from hpcopt_server.storage.results import curves_of
+from hpcopt_server.storage.store import Store, must
+
+#: The trial columns the listing can sort by.
+TRIAL_SORT_KEYS = ("number", "value", "value_std", "state", "attempt", "started_at", "finished_at")
+_ACTIVE = (d.TrialState.QUEUED, d.TrialState.RUNNING)
+
+
+def numeric(name: str) -> Any:
+    """The trial's value, or a numeric parameter out of its JSON ``params`` (SQLite's
+    json_extract, PostgreSQL's ->>), as a float: NULL where the trial has none."""
+    return m.TrialRow.value if name == "value" else m.TrialRow.params[name].as_float()
+
+
+class TrialStore(Store):
+    def __init__(self, session: Session, finishing: Finishing):
+        super().__init__(session)
+        self._finishing = finishing
+
+    def insert(
+        self,
+        campaign_id: int,
+        number: int,
+        params: d.Params,
+        state: d.TrialState,
+        now: datetime,
+        *,
+        attempt: int = 1,
+        value: float | None = None,
+        value_std: float | None = None,
+        values: list[float] | None = None,
+        error: str = "",
+        started_at: datetime | None = None,
+        finished_at: datetime | None = None,
+    ) -> d.Trial:
+        """A trial as given, held by no agent (an import, a fixture; agents' new trials are
+        ``AgentCalls.acquire``'s)."""
+        row = m.TrialRow(
+            campaign_id=campaign_id,
+            number=number,
+            state=state,
+            attempt=attempt,
+            params=dict(params),
+            value=value,
+            value_std=value_std,
+            values=values,
+            agent_id="",
+            lease_id="",
+            error=error,
+            created_at=now,
+            started_at=started_at,
+            finished_at=finished_at,
+        )
+        self.s.add(row)
+        self.s.flush()
+        return mapping.trial(row)
+
+    def get(
+        self,
+        trial_id: int,
+        *,
+        lock: bool = False,
+        full: bool = False,
+        folds: bool = True,
+        curve_points: int | None = READ_POINTS_PER_FOLD,
+    ) -> d.Trial | None:
+        """The trial with its folds (unless ``folds=False``); with ``full`` also its curves
+        (at most ``curve_points`` per fold, thinned by hpcopt_server.curves; None: all)
+        and events; with ``lock`` its row lock held to the end of the transaction."""
+        q = select(m.TrialRow).where(m.TrialRow.id == trial_id).execution_options(populate_existing=True)
+        row = self.s.scalars(q.with_for_update() if lock else q).one_or_none()
+        if row is None:
+            return None
+        if not folds:
+            return mapping.trial(row)
+        fold_rows = list(self.s.scalars(select(m.FoldRow).where(m.FoldRow.trial_id == trial_id)))
+        if not full:
+            return mapping.trial(row, fold_rows)
+        events = list(self.s.scalars(select(m.TrialEventRow).where(m.TrialEventRow.trial_id == trial_id)))
+        trial = mapping.trial(row, fold_rows, [], events)
+        return replace(trial, curves=tuple(curves_of(self.s, [trial_id], curve_points)[trial_id]))
+
+    def by_ids(self, ids: list[int], *, with_folds: bool = False) -> list[d.Trial]:
+        """These trials (with their folds if asked), in the order given; missing ids are left out."""
+        rows: dict[int, m.TrialRow] = {}
+        folds: dict[int, list[m.FoldRow]] = {}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            rows.update((r.id, r) for r in self.s.scalars(select(m.TrialRow).where(m.TrialRow.id.in_(chunk))))
+            if with_folds:
+                for f in self.s.scalars(select(m.FoldRow).where(m.FoldRow.trial_id.in_(chunk))):
+                    folds.setdefault(f.trial_id, []).append(f)
+        return [mapping.trial(rows[i], folds.get(i, [])) for i in ids if i in rows]
+
+    def page(
+        self,
+        campaign_id: int,
+        *,
+        states: Iterable[d.TrialState] = (),
+        offset: int = 0,
+        limit: int | None = None,
+        with_folds: bool = True,
+        sort: str = "number",
+        descending: bool = False,
+        ranges: Sequence[tuple[str, float, float]] = (),
+    ) -> tuple[list[d.Trial], int]:
+        """A page of the campaign's trials ordered by ``sort`` (one of
+        :data:`TRIAL_SORT_KEYS`, or ``param:NAME`` of a numeric parameter; empty values
+        last, then by number), and the total that match. ``ranges``: (``value`` or a
+        numeric parameter, low, high), inclusive, all must hold."""
+        where = [m.TrialRow.campaign_id == campaign_id]
+        wanted = [str(s) for s in states]
+        if wanted:
+            where.append(m.TrialRow.state.in_(wanted))
+        for name, low, high in ranges:
+            where.append(numeric(name).between(low, high))
+        total = self.s.scalar(select(func.count()).select_from(m.TrialRow).where(*where)) or 0
+        if sort not in TRIAL_SORT_KEYS and not sort.startswith("param:"):
+            raise ValueError(f"sort must be one of {TRIAL_SORT_KEYS} or param:NAME, not {sort!r}")
+        column = numeric(sort[6:]) if sort.startswith("param:") else getattr(m.TrialRow, sort)
+        key = column.desc() if descending else column.asc()
+        q = select(m.TrialRow).where(*where).order_by(column.is_(None), key, m.TrialRow.number).offset(offset)
+        if limit is not None:
+            q = q.limit(limit)
+        rows = list(self.s.scalars(q))
+        folds: dict[int, list[m.FoldRow]] = {}
+        if with_folds and rows:
+            fq = select(m.FoldRow).where(m.FoldRow.trial_id.in_([r.id for r in rows]))
+            for f in self.s.scalars(fq):
+                folds.setdefault(f.trial_id, []).append(f)
+        return [mapping.trial(r, folds.get(r.id, [])) for r in rows], total
+
+    def count_active(self, campaign_id: int) -> int:
+        """How many of the campaign's trials are QUEUED or RUNNING."""
+        q = select(func.count()).where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state.in_(_ACTIVE))
+        return int(self.s.scalar(q) or 0)
+
+    def unfinished_ids(self, campaign_id: int) -> list[int]:
+        """Ids of the campaign's QUEUED and RUNNING trials."""
+        q = select(m.TrialRow.id).where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state.in_(_ACTIVE))
+        return list(self.s.scalars(q.order_by(m.TrialRow.id)))
+
+    def expired(self, now: datetime, limit: int = 100) -> list[d.Trial]:
+        """RUNNING trials whose lease ended before ``now``, row-locked, skipping locked rows."""
+        q = (
+            select(m.TrialRow)
+            .where(m.TrialRow.state == d.TrialState.RUNNING, m.TrialRow.lease_expires_at < now)
+            .order_by(m.TrialRow.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+        )
+        return [mapping.trial(r) for r in self.s.scalars(q)]
+
+    def requeue(self, trial_id: int, attempt: int) -> None:
+        """QUEUED as ``attempt``, without agent or lease (its folds and curves kept)."""
+        q = update(m.TrialRow).where(m.TrialRow.id == trial_id)
+        q = q.values(state=d.TrialState.QUEUED, attempt=attempt, agent_id="", lease_id="", lease_expires_at=None)
+        must(self.s.execute(q).rowcount, f"trial {trial_id}")  # type: ignore[attr-defined]
+        self._forget(m.TrialRow, trial_id)
+
+    def finish(
+        self,
+        trial_id: int,
+        state: d.TrialState,
+        now: datetime,
+        *,
+        value: float | None = None,
+        value_std: float | None = None,
+        error: str | None = None,
+        agent_id: str | None = None,
+        lease_id: str | None = None,
+    ) -> int:
+        """The trial in a final state under its campaign's next finish number (returned),
+        the columns given set and the others kept; KeyError if there is no such trial.
+        Call with the campaign row locked (:meth:`CampaignStore.lock`)."""
+        q = select(m.TrialRow.campaign_id).where(m.TrialRow.id == trial_id)
+        campaign_id = self.s.scalar(q)
+        if campaign_id is None:
+            raise KeyError(f"trial {trial_id}")
+        given = {"value": value, "value_std": value_std, "error": error, "agent_id": agent_id, "lease_id": lease_id}
+        columns = {k: v for k, v in given.items() if v is not None}
+        seq = self._finishing.finish(self.s.connection(), campaign_id, trial_id, state, now, **columns)
+        self._forget(m.TrialRow, trial_id)
+        self._forget(m.CampaignRow, campaign_id)
+        return seq
+
+    def put_fold(self, trial_id: int, fold: d.Fold, now: datetime) -> None:
+        """Stores the fold as given (an import, a fixture), replacing one of that index."""
+        row = self.s.get(m.FoldRow, (trial_id, fold.index))
+        if row is None:
+            row = m.FoldRow(trial_id=trial_id, index=fold.index)
+            self.s.add(row)
+        row.finished, row.value, row.metrics = fold.finished, fold.value, dict(fold.metrics)
+        row.checkpoint_uri, row.attempt, row.updated_at = fold.checkpoint_uri, fold.attempt, now
+        self.s.flush()
+
+    def put_curve_point(self, trial_id: int, fold: int, step: int, value: float) -> None:
+        """Stores one learning-curve point; a repeated (fold, step) replaces the old value."""
+        row = self.s.get(m.CurveRow, (trial_id, fold, step))
+        if row is None:
+            self.s.add(m.CurveRow(trial_id=trial_id, fold=fold, step=step, value=value))
+        else:
+            row.value = value
+        self.s.flush()
+
+    def thin_curve(self, trial_id: int, fold: int, target: int) -> int:
+        """Thins the fold's curve to at most ``target`` points (see hpcopt_server.curves);
+        the number of points deleted."""
+        C = m.CurveRow
+        where = (C.trial_id == trial_id, C.fold == fold)
+        points = [
+            (int(r[0]), float(r[1])) for r in self.s.execute(select(C.step, C.value).where(*where).order_by(C.step))
+        ]
+        keep = keep_steps(points, target)
+        gone = [s for s, _ in points if s not in keep]
+        for i in range(0, len(gone), 500):  # bounded parameter lists
+            self.s.execute(delete(C).where(*where, C.step.in_(gone[i : i + 500])))
+        return len(gone)
+
+    def add_event(
+        self, trial_id: int, attempt: int, kind: str, now: datetime, *, agent_id: str = "", reason: str = ""
+    ) -> None:
+        """Appends an entry to the trial's event log."""
+        self.s.add(
+            m.TrialEventRow(trial_id=trial_id, attempt=attempt, kind=kind, agent_id=agent_id, reason=reason, at=now)
+        )
+
+    def _forget(self, model: type[Any], key: int) -> None:
+        """Drops what the session remembers of a row that a statement changed behind it."""
+        row = self.s.identity_map.get(self.s.identity_key(model, key))
+        if row is not None:
+            self.s.expire(row)
