@@ -1,7 +1,8 @@
 """Writes the docs site's generated reference pages from the code, so they cannot drift:
 the three command lines (from their argparse parsers), the campaign spec's fields (from
-the pydantic models), the REST endpoints (from the OpenAPI document) and the gRPC
-services (from the protos). ``make docs`` runs it; a test fails when a committed page
+the pydantic models), the REST endpoints (from the OpenAPI document), the gRPC
+services (from the protos) and every algorithm's, pruner's and scheme's options (from
+their ``Option`` declarations). ``make docs`` runs it; a test fails when a committed page
 differs from what this writes.
 
     python scripts/gen_docs.py [--out docs/reference/generated]
@@ -171,7 +172,47 @@ def grpc_page() -> str:
     return "".join(parts)
 
 
-PAGES = {"cli.md": cli_page, "spec-fields.md": spec_page, "rest-endpoints.md": rest_page, "grpc-services.md": grpc_page}
+def _option_table(options: dict[str, Any]) -> list[str]:
+    if not options:
+        return ["No options.\n\n"]
+    rows = ["| option | default | allowed | meaning |\n", "|---|---|---|---|\n"]
+    for name, o in options.items():
+        rows.append(f"| `{name}` | {_cell(o.shown_default())} | {_cell(o.describe())} | {_cell(o.doc)} |\n")
+    return [*rows, "\n"]
+
+
+def options_page() -> str:
+    from hpcopt.schemes import KNOBS
+    from hpcopt_server.optimizers import REGISTRY as ALGORITHMS
+    from hpcopt_server.pruners import REGISTRY as PRUNERS
+
+    parts = [HEADER, "# Options\n\n"]
+    parts.append(
+        "Every option of the algorithms (`algorithm.options`), the pruners (`pruner.options`) and the "
+        "training schemes (`training.options.<scheme>`), as the code declares it: the server checks a "
+        "campaign's options against these at submission and names the field it refuses. The guides say "
+        "when to use which: [Optimizers](../guides/optimizers.md), [Pruning](../guides/pruning.md), "
+        "[Schemes](../guides/schemes.md).\n\n"
+    )
+    parts.append("## Algorithms\n\n")
+    for name, factory in ALGORITHMS.items():
+        parts += [f"### `{name}`\n\n", *_option_table(getattr(factory, "OPTIONS", {}))]
+    parts.append("## Pruners\n\n")
+    for name, cls in PRUNERS.items():
+        parts += [f"### `{name}`\n\n", *_option_table(cls.OPTIONS)]
+    parts.append("## Training schemes\n\n")
+    for name, knobs in KNOBS.items():
+        parts += [f"### `{name}`\n\n", *_option_table(knobs)]
+    return "".join(parts).rstrip("\n") + "\n"
+
+
+PAGES = {
+    "cli.md": cli_page,
+    "spec-fields.md": spec_page,
+    "rest-endpoints.md": rest_page,
+    "grpc-services.md": grpc_page,
+    "options.md": options_page,
+}
 
 
 def neutral_environment() -> None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcopt.schemes import KnobError, resolve, split_options
+from hpcopt.options import OptionError
+from hpcopt.schemes import resolve, split_options
 from hpcopt.training import check_options
 
 
@@ -72,7 +73,7 @@ class TrainingSettings:
         """The knobs of a trial's scheme (its params may set them: searched > options > defaults)."""
         try:
             return resolve(self.scheme_for(params), self.scheme_options, self.ranks_per_fold, params)
-        except KnobError as exc:
+        except OptionError as exc:
             raise SettingsError(str(exc)) from None
 
     @classmethod
@@ -97,7 +98,7 @@ class TrainingSettings:
             merged = check_options(dict(training.get("options") or {}), schemes)
             for name in schemes:
                 resolve(name, sections, ranks)
-        except KnobError as exc:
+        except OptionError as exc:
             raise SettingsError(str(exc)) from None
         return cls(
             task=task_override or str(training.get("task", "")),

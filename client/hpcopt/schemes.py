@@ -17,77 +17,16 @@ over the campaign's options, so knobs can be searched.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-
-class KnobError(ValueError):
-    """A knob value or a layout that cannot work; ``field`` names where it was given."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
-@dataclass(frozen=True)
-class Knob:
-    default: Any
-    kind: type
-    low: float | None = None
-    high: float | None = None
-    #: The low bound is excluded (a rate that must be > 0).
-    open_low: bool = False
-    choices: tuple[str, ...] = ()
-    #: None is allowed and means "not set" (an unbounded staleness, a derived rate).
-    optional: bool = False
-    doc: str = ""
-    #: Choices that hand the training to another scheme (allreduce's backend horovod).
-    runs_as: tuple[tuple[str, str], ...] = ()
-
-    def check(self, field: str, value: Any) -> Any:
-        if value is None:
-            if self.optional:
-                return None
-            raise KnobError(field, f"must be set ({self.describe()})")
-        if self.kind is bool:
-            if not isinstance(value, bool):
-                raise KnobError(field, f"must be true or false, got {value!r}")
-            return value
-        if self.kind is str:
-            if value not in self.choices:
-                raise KnobError(field, f"must be one of {', '.join(self.choices)}; got {value!r}")
-            return value
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise KnobError(field, f"must be {self.describe()}, got {value!r}")
-        if self.kind is int and not (isinstance(value, int) or float(value).is_integer()):
-            raise KnobError(field, f"must be an integer ({self.describe()}), got {value!r}")
-        if not math.isfinite(value):
-            raise KnobError(field, f"must be a finite number ({self.describe()}), got {value!r}")
-        low_bad = self.low is not None and (value <= self.low if self.open_low else value < self.low)
-        if low_bad or (self.high is not None and value > self.high):
-            raise KnobError(field, f"must be {self.describe()}, got {value!r}")
-        return int(value) if self.kind is int else float(value)
-
-    def describe(self) -> str:
-        if self.kind is bool:
-            return "true or false"
-        if self.kind is str:
-            return "one of " + ", ".join(self.choices)
-        what = "an integer" if self.kind is int else "a number"
-        low = "" if self.low is None else f"{'>' if self.open_low else '>='} {self.low:g}"
-        high = "" if self.high is None else f"<= {self.high:g}"
-        bounds = " and ".join(b for b in (low, high) if b)
-        extra = ", or null" if self.optional else ""
-        return f"{what} {bounds}{extra}".strip()
-
+from hpcopt.options import Option, OptionError
 
 _PS = {
-    "sub_masters": Knob(
+    "sub_masters": Option(
         0, int, 0, 1024, doc="sub-masters between the master and the workers (each serves its share of workers)"
     ),
-    "max_staleness": Knob(
+    "max_staleness": Option(
         None,
         int,
         0,
@@ -95,13 +34,13 @@ _PS = {
         optional=True,
         doc="bound on master updates between a worker's pull and its push (null: unbounded)",
     ),
-    "order": Knob(
+    "order": Option(
         "arrival",
         str,
         choices=("arrival", "round_robin"),
         doc="round_robin serves workers in rank order: runs are reproducible bit for bit",
     ),
-    "worker_ranks": Knob(
+    "worker_ranks": Option(
         1,
         int,
         1,
@@ -111,7 +50,7 @@ _PS = {
     ),
 }
 
-_OVERLAP = Knob(
+_OVERLAP = Option(
     False,
     bool,
     doc="a worker's exchange runs on a communication thread while it trains its next block (Dean's downpour): "
@@ -119,7 +58,7 @@ _OVERLAP = Knob(
 )
 
 _DASO = {
-    "node_size": Knob(
+    "node_size": Option(
         None,
         int,
         1,
@@ -127,8 +66,8 @@ _DASO = {
         optional=True,
         doc="ranks per node (null: ranks sharing a host); must divide ranks_per_fold",
     ),
-    "max_global_skips": Knob(8, int, 1, 1024, doc="batches between global syncs after a reset of the cycle"),
-    "warmup_epochs": Knob(
+    "max_global_skips": Option(8, int, 1, 1024, doc="batches between global syncs after a reset of the cycle"),
+    "warmup_epochs": Option(
         None,
         int,
         0,
@@ -136,18 +75,18 @@ _DASO = {
         optional=True,
         doc="epochs of full synchronous training first (null: min(4, epochs // 4))",
     ),
-    "cooldown_epochs": Knob(
+    "cooldown_epochs": Option(
         None, int, 0, 1_000_000, optional=True, doc="epochs of full synchronous training last (null: as warm-up)"
     ),
-    "stability_level": Knob(
+    "stability_level": Option(
         0.05, float, 0.0, 1.0, open_low=True, doc="relative loss change under which an epoch counts as stable"
     ),
-    "patience": Knob(
+    "patience": Option(
         2, int, 0, 1000, doc="stable checks (epochs, or checks_per_epoch of them) before the skips shrink"
     ),
-    "local_skip_factor": Knob(4, int, 1, 1024, doc="at a reset, S = local skip = max_global_skips // this"),
-    "skip_reduction_factor": Knob(2, int, 2, 1024, doc="the skips shrink by this factor when the loss is stable"),
-    "checks_per_epoch": Knob(
+    "local_skip_factor": Option(4, int, 1, 1024, doc="at a reset, S = local skip = max_global_skips // this"),
+    "skip_reduction_factor": Option(2, int, 2, 1024, doc="the skips shrink by this factor when the loss is stable"),
+    "checks_per_epoch": Option(
         None,
         int,
         1,
@@ -156,13 +95,13 @@ _DASO = {
         doc="stability checks of the loss per epoch (null: about 16 over the cycling epochs, so short trials "
         "adapt their skips too; 1: HeAT's once per epoch)",
     ),
-    "global_dtype": Knob(
+    "global_dtype": Option(
         "fp32",
         str,
         choices=("fp32", "bf16"),
         doc="the non-blocking global syncs in bf16 (HeAT's downcast: half the bytes across nodes) or fp32",
     ),
-    "local_skips": Knob(
+    "local_skips": Option(
         False,
         bool,
         doc="HeAT's local skipping: between global syncs, a node's ranks sync gradients only every local-skip "
@@ -172,19 +111,19 @@ _DASO = {
 }
 
 _PIPELINE = {
-    "stages": Knob(
+    "stages": Option(
         None, int, 1, 1024, optional=True, doc="pipeline stages (null: ranks_per_fold); divides ranks_per_fold"
     ),
-    "microbatches": Knob(4, int, 1, 1024, doc="micro-batches per batch; must divide the batch size"),
-    "schedule": Knob("1f1b", str, choices=("gpipe", "1f1b"), doc="the pipeline schedule"),
-    "recompute": Knob(
+    "microbatches": Option(4, int, 1, 1024, doc="micro-batches per batch; must divide the batch size"),
+    "schedule": Option("1f1b", str, choices=("gpipe", "1f1b"), doc="the pipeline schedule"),
+    "recompute": Option(
         False, bool, doc="recompute each stage's activations in the backward pass instead of keeping them"
     ),
 }
 
-KNOBS: dict[str, dict[str, Knob]] = {
+KNOBS: dict[str, dict[str, Option]] = {
     "allreduce": {
-        "backend": Knob(
+        "backend": Option(
             "ddp",
             str,
             choices=("ddp", "horovod"),
@@ -197,9 +136,9 @@ KNOBS: dict[str, dict[str, Knob]] = {
     "pipeline": _PIPELINE,
     "downpour": {
         **_PS,
-        "sync_every": Knob(1, int, 1, 1_000_000, doc="batches between a worker's pushes of its mean gradient"),
-        "synchronous": Knob(False, bool, doc="the master waits for the workers and applies their mean gradient"),
-        "sync_fraction": Knob(
+        "sync_every": Option(1, int, 1, 1_000_000, doc="batches between a worker's pushes of its mean gradient"),
+        "synchronous": Option(False, bool, doc="the master waits for the workers and applies their mean gradient"),
+        "sync_fraction": Option(
             0.95,
             float,
             0.0,
@@ -208,15 +147,15 @@ KNOBS: dict[str, dict[str, Knob]] = {
             doc="synchronous mode: the master applies a round once this fraction of the workers still training "
             "has pushed (rounded up; NNLO's 0.95); the others' pushes join the next round",
         ),
-        "local_lr": Knob(0.0, float, 0.0, 1e6, doc="plain SGD steps a worker takes between pushes (0: none)"),
+        "local_lr": Option(0.0, float, 0.0, 1e6, doc="plain SGD steps a worker takes between pushes (0: none)"),
         "overlap": _OVERLAP,
     },
     "easgd": {
         **_PS,
-        "tau": Knob(1, int, 1, 1_000_000, doc="worker steps between elastic exchanges"),
-        "beta": Knob(0.9, float, 0.0, 1.0, open_low=True, doc="elastic force; alpha = beta / workers"),
-        "alpha": Knob(None, float, 0.0, 1.0, open_low=True, optional=True, doc="the moving rate itself"),
-        "momentum": Knob(
+        "tau": Option(1, int, 1, 1_000_000, doc="worker steps between elastic exchanges"),
+        "beta": Option(0.9, float, 0.0, 1.0, open_low=True, doc="elastic force; alpha = beta / workers"),
+        "alpha": Option(None, float, 0.0, 1.0, open_low=True, optional=True, doc="the moving rate itself"),
+        "momentum": Option(
             None,
             float,
             0.0,
@@ -230,8 +169,8 @@ KNOBS: dict[str, dict[str, Knob]] = {
     },
     "gem": {
         **_PS,
-        "sync_every": Knob(1, int, 1, 1_000_000, doc="batches between a worker's exchanges"),
-        "lr": Knob(
+        "sync_every": Option(1, int, 1, 1_000_000, doc="batches between a worker's exchanges"),
+        "lr": Option(
             None,
             float,
             0.0,
@@ -241,7 +180,7 @@ KNOBS: dict[str, dict[str, Knob]] = {
             doc="null: a worker's step is what the task's optimizer moves it (any optimizer, its lr); "
             "set: the paper's plain SGD step with this lr",
         ),
-        "momentum": Knob(
+        "momentum": Option(
             None,
             float,
             0.0,
@@ -250,7 +189,7 @@ KNOBS: dict[str, dict[str, Knob]] = {
             doc="momentum of the proxy that sets the energy to match (null: 0.9 with gem.lr, else 0: the task's "
             "optimizer has its own)",
         ),
-        "kappa": Knob(
+        "kappa": Option(
             None,
             float,
             0.0,
@@ -380,7 +319,7 @@ def split_options(options: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], d
         head, dot, knob = str(key).partition(".")
         if head in KNOBS and not dot:
             if not isinstance(value, dict):
-                raise KnobError(f"training.options.{head}", f"must be a mapping of knobs, got {value!r}")
+                raise OptionError(f"training.options.{head}", f"must be a mapping of knobs, got {value!r}")
             sections.setdefault(head, {}).update(value)
         elif head in KNOBS:
             sections.setdefault(head, {})[knob] = value
@@ -395,14 +334,14 @@ def resolve(
     """The knobs ``scheme`` runs with: its defaults, then the campaign's options, then
     a trial's ``<scheme>.<knob>`` parameters; each checked, and the layout checked
     against ``ranks_per_fold`` (None: not yet chosen, the planner picks one that fits).
-    Raises :class:`KnobError` naming the field."""
+    Raises :class:`OptionError` naming the field."""
     sections, _ = split_options(options)
     for name, given in sections.items():
         table = KNOBS[name]
         for knob in given:
             if knob not in table:
                 allowed = ", ".join(table) or "none"
-                raise KnobError(f"training.options.{name}.{knob}", f"unknown knob for {name}; allowed: {allowed}")
+                raise OptionError(f"training.options.{name}.{knob}", f"unknown knob for {name}; allowed: {allowed}")
     table = KNOBS.get(scheme, {})
     knobs: dict[str, Any] = {}
     for knob, spec in table.items():
@@ -431,14 +370,14 @@ def check_layout(scheme: str, knobs: dict[str, Any], ranks: int | None) -> None:
     for knob in traits.divides:
         value = knobs.get(knob)
         if value is not None and ranks % value:
-            raise KnobError(
+            raise OptionError(
                 f"training.options.{scheme}.{knob}",
                 f"{knob}={value} does not divide ranks_per_fold={ranks}; values that fit: {_divisors(ranks)}",
             )
     if knobs.get("schedule") == "1f1b":  # a pipeline's: one micro-batch per stage at least
         stages = knobs["stages"] or ranks
         if knobs["microbatches"] < stages:
-            raise KnobError(
+            raise OptionError(
                 "training.options.pipeline.microbatches",
                 f"the 1f1b schedule needs at least one micro-batch per stage: microbatches={knobs['microbatches']} "
                 f"< {stages} stages; use microbatches >= {stages}, fewer stages, or schedule: gpipe",
@@ -450,13 +389,13 @@ def _check_ps_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
     staleness bound the tree can keep."""
     m, g = knobs["sub_masters"], knobs["worker_ranks"]
     if ranks < 1 + g:
-        raise KnobError(
+        raise OptionError(
             "training.ranks_per_fold",
             f"{scheme} needs at least {1 + g} ranks per fold (a master and a worker of worker_ranks={g}); got {ranks}",
         )
     if ranks < 1 + m + max(m, 1) * g:
         fits = (ranks - 1) // (1 + g)
-        raise KnobError(
+        raise OptionError(
             f"training.options.{scheme}.sub_masters",
             f"{m} sub-masters need at least {1 + m + m * g} ranks per fold (a master, {m} sub-masters and a "
             f"worker{f' of {g} ranks' if g > 1 else ''} each); ranks_per_fold is {ranks}: use sub_masters <= {fits} "
@@ -464,7 +403,7 @@ def _check_ps_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
         )
     if (ranks - 1 - m) % g:
         fits = [k for k in range(1, ranks) if (ranks - 1 - m) % k == 0 and (ranks - 1 - m) // k >= max(m, 1)]
-        raise KnobError(
+        raise OptionError(
             f"training.options.{scheme}.worker_ranks",
             f"the {ranks - 1 - m} ranks left for workers (ranks_per_fold {ranks} - a master - {m} sub-masters) do "
             f"not split into workers of {g} ranks; values that fit: {', '.join(map(str, fits))}",
@@ -473,10 +412,12 @@ def _check_ps_layout(scheme: str, knobs: dict[str, Any], ranks: int) -> None:
     if bound is None:
         return
     if knobs.get("synchronous"):
-        raise KnobError(f"training.options.{scheme}.max_staleness", "synchronous mode has no staleness; leave it null")
+        raise OptionError(
+            f"training.options.{scheme}.max_staleness", "synchronous mode has no staleness; leave it null"
+        )
     fan_in = PsLayout(ranks, m, g).fan_in()
     if bound < fan_in - 1:
-        raise KnobError(
+        raise OptionError(
             f"training.options.{scheme}.max_staleness",
             f"{bound} cannot be kept: a master serving {fan_in} workers sees each push at least {fan_in - 1} "
             f"updates late once all have pushed; use >= {fan_in - 1}"
@@ -494,26 +435,28 @@ def expand_search(data: Any) -> Any:
         return data
     search = training["scheme"].get("search")
     if set(training["scheme"]) != {"search"} or not isinstance(search, dict) or not search:
-        raise KnobError(
+        raise OptionError(
             "training.scheme", "must be a scheme's name or {search: {<scheme>: {<knob>: <parameter>}, ...}}"
         )
     space = data.get("space")
     if not isinstance(space, dict):
         return data  # the spec's own validation names it
     if "scheme" in space:
-        raise KnobError("space.scheme", "is made by training.scheme.search; drop it from the space")
+        raise OptionError("space.scheme", "is made by training.scheme.search; drop it from the space")
     out = {**space, "scheme": {"type": "categorical", "choices": list(search)}}
     for name, knobs in search.items():
         at = f"training.scheme.search.{name}"
         if name not in KNOBS:
-            raise KnobError(at, f"unknown scheme; allowed: {', '.join(KNOBS)}")
+            raise OptionError(at, f"unknown scheme; allowed: {', '.join(KNOBS)}")
         if not isinstance(knobs, dict | None):
-            raise KnobError(at, "must be a mapping of knob: parameter ({} to search the scheme with its defaults)")
+            raise OptionError(at, "must be a mapping of knob: parameter ({} to search the scheme with its defaults)")
         for knob, param in (knobs or {}).items():
             if knob not in KNOBS[name]:
-                raise KnobError(f"{at}.{knob}", f"unknown knob for {name}; allowed: {', '.join(KNOBS[name]) or 'none'}")
+                raise OptionError(
+                    f"{at}.{knob}", f"unknown knob for {name}; allowed: {', '.join(KNOBS[name]) or 'none'}"
+                )
             if not isinstance(param, dict) or "when" in param:
-                raise KnobError(f"{at}.{knob}", "must be a parameter such as {type: int, low: 1, high: 16} (no when)")
+                raise OptionError(f"{at}.{knob}", "must be a parameter such as {type: int, low: 1, high: 16} (no when)")
             out[f"{name}.{knob}"] = {**param, "when": {"scheme": [name]}}
     return {**data, "space": out, "training": {**training, "scheme": "search"}}
 
@@ -534,17 +477,17 @@ def check_space_knobs(
 ) -> None:
     """The scheme(s) a campaign trains with, and every knob its space searches, checked
     against the knob table and ``ranks`` per fold: each value a parameter can take must
-    be allowed and make a layout that fits. Raises :class:`KnobError` naming the field
+    be allowed and make a layout that fits. Raises :class:`OptionError` naming the field
     and the value (knobs searched together are checked one at a time; the agent checks
     each trial's combination again)."""
     schemes = [scheme]
     if scheme == "search":
         p = space.get("scheme")
         if p is None or p["type"] != "categorical" or p.get("when"):
-            raise KnobError("space.scheme", "training.scheme: search needs an unconditional categorical `scheme`")
+            raise OptionError("space.scheme", "training.scheme: search needs an unconditional categorical `scheme`")
         bad = [c for c in p["choices"] if c not in KNOBS]
         if bad:
-            raise KnobError("space.scheme.choices", f"{bad[0]!r} is not a scheme; allowed: {', '.join(KNOBS)}")
+            raise OptionError("space.scheme.choices", f"{bad[0]!r} is not a scheme; allowed: {', '.join(KNOBS)}")
         schemes = list(p["choices"])
     searched: dict[str, dict[str, list[Any]]] = {s: {} for s in schemes}
     for name, p in space.items():
@@ -553,28 +496,30 @@ def check_space_knobs(
             continue
         at = f"space.{name}"
         if knob not in KNOBS[head]:
-            raise KnobError(at, f"unknown knob for {head}; allowed: {', '.join(KNOBS[head]) or 'none'}")
+            raise OptionError(at, f"unknown knob for {head}; allowed: {', '.join(KNOBS[head]) or 'none'}")
         if head not in schemes:
-            raise KnobError(at, f"{head} is not a scheme this campaign trains with ({', '.join(schemes)})")
+            raise OptionError(at, f"{head} is not a scheme this campaign trains with ({', '.join(schemes)})")
         if scheme == "search" and (p.get("when") or {}).get("scheme") != [head]:
-            raise KnobError(f"{at}.when", f"a knob of {head} must be active only under it: when: {{scheme: [{head}]}}")
+            raise OptionError(
+                f"{at}.when", f"a knob of {head} must be active only under it: when: {{scheme: [{head}]}}"
+            )
         searched[head][name] = _probes(p)
     for s in schemes:
         first = {name: values[0] for name, values in searched[s].items()}
         try:
             resolve(s, options, ranks, first)
-        except KnobError as exc:
+        except OptionError as exc:
             if not exc.field.startswith("training."):
-                raise KnobError(f"space.{exc.field.removeprefix('params.')}", exc.message) from None
-            raise KnobError(
+                raise OptionError(f"space.{exc.field.removeprefix('params.')}", exc.message) from None
+            raise OptionError(
                 exc.field, f"under scheme {s}: {exc.message}" if scheme == "search" else exc.message
             ) from None
         for name, values in searched[s].items():
             for value in values:
                 try:
                     resolve(s, options, ranks, {**first, name: value})
-                except KnobError as exc:
-                    raise KnobError(f"space.{name}", f"{name}={value!r}: {exc.message}") from None
+                except OptionError as exc:
+                    raise OptionError(f"space.{name}", f"{name}={value!r}: {exc.message}") from None
 
 
 def fits_ranks(scheme: str, options: dict[str, Any], space: dict[str, dict[str, Any]], ranks: int) -> bool:
@@ -582,6 +527,6 @@ def fits_ranks(scheme: str, options: dict[str, Any], space: dict[str, dict[str, 
     every knob value its space searches) accepts: the widths the planner may choose."""
     try:
         check_space_knobs(space, scheme, options, ranks)
-    except KnobError:
+    except OptionError:
         return False
     return True

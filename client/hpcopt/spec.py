@@ -34,7 +34,8 @@ import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hpcopt.documents import UNSAFE_CHARS, DocumentError, check_values, clip
-from hpcopt.schemes import KnobError, check_space_knobs, expand_search
+from hpcopt.options import OptionError
+from hpcopt.schemes import check_space_knobs, expand_search
 from hpcopt.taskref import parse_task_ref
 from hpcopt.training import check_options
 
@@ -301,7 +302,7 @@ def parse_spec(data: Any) -> CampaignSpec:
         check_values(data, "spec")
         expanded = expand_search(data)
         spec = CampaignSpec.model_validate(expanded)
-    except KnobError as exc:
+    except OptionError as exc:
         raise SpecError([(exc.field, exc.message)]) from None
     except DocumentError as exc:
         raise SpecError(exc.errors) from None
@@ -332,7 +333,7 @@ def parse_spec(data: Any) -> CampaignSpec:
         try:
             check_space_knobs(space, t.scheme, t.options, t.ranks_per_fold)
             check_options(t.options, space["scheme"]["choices"] if t.scheme == "search" else [t.scheme])
-        except KnobError as exc:
+        except OptionError as exc:
             field = exc.field
             if expanded is not data and field.startswith("space.") and field.count(".") == 2:
                 field = "training.scheme.search." + field.removeprefix("space.")  # where the user wrote it

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hpcopt.schemes import TRAITS, KnobError, Traits, split_options
+from hpcopt.options import OptionError
+from hpcopt.schemes import TRAITS, Traits, split_options
 
 #: The options and their defaults.
 OPTIONS: dict[str, Any] = {
@@ -44,7 +45,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 
 def _int(field: str, value: Any, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
-        raise KnobError(field, f"must be an integer from {low} to {high}, got {value!r}")
+        raise OptionError(field, f"must be an integer from {low} to {high}, got {value!r}")
     return value
 
 
@@ -52,24 +53,24 @@ def _bool(field: str, value: Any, nullable: bool = False) -> bool | None:
     if value is None and nullable:
         return None
     if not isinstance(value, bool):
-        raise KnobError(field, f"must be true or false{' or null' if nullable else ''}, got {value!r}")
+        raise OptionError(field, f"must be true or false{' or null' if nullable else ''}, got {value!r}")
     return value
 
 
 def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise KnobError(field, f"must be one of {', '.join(allowed)}, got {value!r}")
+        raise OptionError(field, f"must be one of {', '.join(allowed)}, got {value!r}")
     return str(value)
 
 
 def check_options(options: dict[str, Any], schemes: Sequence[str] = ()) -> dict[str, Any]:
     """``training.options`` without the scheme sections, merged over the defaults
     (``loader`` over its own), for a campaign training with ``schemes``; raises
-    :class:`KnobError` naming the first bad field."""
+    :class:`OptionError` naming the first bad field."""
     _, rest = split_options(dict(options or {}))
     unknown = sorted(set(rest) - set(OPTIONS))
     if unknown:
-        raise KnobError(
+        raise OptionError(
             f"training.options.{unknown[0]}",
             f"unknown option; allowed: {', '.join(OPTIONS)}, and a scheme's knobs under its name (easgd: {{tau: 4}})",
         )
@@ -84,17 +85,17 @@ def check_options(options: dict[str, Any], schemes: Sequence[str] = ()) -> dict[
     _choice(at + "precision", merged["precision"], PRECISIONS)
     staged = [s for s in schemes if TRAITS.get(s, Traits()).own_step]
     if merged["precision"] == "fp16" and staged:
-        raise KnobError(
+        raise OptionError(
             at + "precision",
             f"fp16 is not available with scheme {staged[0]} (its stages would skip overflowing steps "
             "independently); use bf16, which needs no loss scaling",
         )
     loader = merged["loader"]
     if not isinstance(loader, dict):
-        raise KnobError(at + "loader", f"must be a mapping such as {{workers: 4, prefetch: 2}}, got {loader!r}")
+        raise OptionError(at + "loader", f"must be a mapping such as {{workers: 4, prefetch: 2}}, got {loader!r}")
     unknown = sorted(set(loader) - set(LOADER))
     if unknown:
-        raise KnobError(f"{at}loader.{unknown[0]}", f"unknown loader option; allowed: {', '.join(LOADER)}")
+        raise OptionError(f"{at}loader.{unknown[0]}", f"unknown loader option; allowed: {', '.join(LOADER)}")
     loader = {**LOADER, **loader}
     if loader["workers"] is not None:
         _int(at + "loader.workers", loader["workers"], 0, 256)

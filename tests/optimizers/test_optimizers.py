@@ -326,12 +326,16 @@ def test_grid_and_sobol_walk_their_sequences() -> None:
 @pytest.mark.parametrize(
     ("name", "options", "message"),
     [
-        ("bo", {"n_initial": 0}, "options.n_initial must be >= 1"),
-        ("bo", {"acquisition": "pi"}, "options.acquisition must be one of ['logei', 'ucb']"),
-        ("bo", {"bogus": 1}, "options.bogus is not an option"),
-        ("bo", {"batch": "constant_liar"}, "options.batch must be one of ['believer', 'penalize']"),
-        ("ea", {"population": "big"}, "options.population must be a int"),
-        ("grid", {"points": 0}, "options.points must be >= 1"),
+        ("bo", {"n_initial": 0}, "options.n_initial: must be an integer >= 1 and <= 100000, got 0"),
+        ("bo", {"acquisition": "pi"}, "options.acquisition: must be one of logei, ucb; got 'pi'"),
+        ("bo", {"bogus": 1}, "options.bogus: is not an option of this algorithm; known: n_initial, acquisition"),
+        ("bo", {"batch": "constant_liar"}, "options.batch: must be one of believer, penalize; got 'constant_liar'"),
+        ("bo", {"fold_noise": 1}, "options.fold_noise: must be true or false, got 1"),
+        ("bo", {"candidates": 10**6}, "options.candidates: must be an integer >= 8 and <= 8192, got 1000000"),
+        ("ea", {"population": "big"}, "options.population: must be an integer >= 2 and <= 100000, got 'big'"),
+        ("ea", {"elite": 1.5}, "options.elite: must be a number >= 0 and <= 1, got 1.5"),
+        ("grid", {"points": 0}, "options.points: must be an integer >= 1 and <= 10000, got 0"),
+        ("random", {"points": 5}, "options.points: is not an option of this algorithm; known: none"),
     ],
 )
 def test_bad_options_are_refused_by_name(name: str, options: dict[str, Any], message: str) -> None:

@@ -90,7 +90,7 @@ def test_the_example_specs_are_valid() -> None:
         (
             {"training": {"task": "t:T", "scheme": "easgd", "ranks_per_fold": 3, "options": {"easgd.tau": 0}}},
             "training.options.easgd.tau",
-            "must be an integer >= 1 and <= 1e+06, got 0",
+            "must be an integer >= 1 and <= 1000000, got 0",
         ),
         (
             {"training": {"task": "t:T", "scheme": "gem", "ranks_per_fold": 3, "options": {"gem": {"kapa": 2}}}},

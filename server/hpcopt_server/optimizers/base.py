@@ -27,8 +27,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+from hpcopt.options import Option, unknown
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.space import SearchSpace
 
@@ -57,30 +58,23 @@ class Optimizer(ABC):
     """Whether ``suggest`` looks at the pending trials' parameters; False: only at how
     many there are (the server then passes that many empty dicts)."""
 
+    #: The options this algorithm accepts (anything else is refused by name). Every
+    #: numeric option has a ``high`` bound too where its cost grows with it: a request
+    #: must not buy unbounded work.
+    OPTIONS: ClassVar[dict[str, Option]] = {}
+
     def __init__(self, problem: Problem):
         self.problem = problem
         self.space = problem.space
         self.direction = problem.direction
         self.seed = problem.seed
         self.options = dict(problem.options)
+        unknown(self.options, self.OPTIONS, "options", "this algorithm")
 
-    def option(
-        self,
-        name: str,
-        default: Any,
-        kind: type,
-        low: float | None = None,
-        choices: Sequence[Any] = (),
-        high: float | None = None,
-    ) -> Any:
-        """A validated entry of ``algorithm.options``. Every numeric option has a ``high``
-        bound too where its cost grows with it: a request must not buy unbounded work."""
-        return read_option(self.options, name, default, kind, low, choices, high)
-
-    def reject_unknown_options(self, known: Sequence[str]) -> None:
-        unknown = sorted(set(self.options) - set(known))
-        if unknown:
-            raise ValueError(f"options.{unknown[0]} is not an option of this algorithm; known: {sorted(known)}")
+    def option(self, name: str, default: Any = None) -> Any:
+        """``algorithm.options[name]`` checked against the class's declaration (or its
+        default; ``default`` where the declaration's is worked out from the campaign)."""
+        return read_option(self.options, self.OPTIONS, name, default)
 
     def settle(self) -> None:  # noqa: B027 - a hook with nothing to do by default
         """Waits for work this optimizer runs in the background (none unless it says so):
@@ -98,30 +92,12 @@ class Optimizer(ABC):
 OptimizerFactory = Callable[[Problem], Optimizer]
 
 
-def read_option(
-    options: dict[str, Any],
-    name: str,
-    default: Any,
-    kind: type,
-    low: float | None = None,
-    choices: Sequence[Any] = (),
-    high: float | None = None,
-) -> Any:
-    """``options[name]`` (or ``default``) checked for its kind, bounds and choices;
-    ValueError("options.<name> must be ...") otherwise. Optimizers and pruners use it."""
-    value: Any = options.get(name, default)
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, kind) or isinstance(value, bool) != (kind is bool):
-        raise ValueError(f"options.{name} must be a {kind.__name__}, got {value!r}")
-    number: Any = value  # an int or float when low is given
-    if low is not None and number < low:
-        raise ValueError(f"options.{name} must be >= {low}, got {value!r}")
-    if high is not None and number > high:
-        raise ValueError(f"options.{name} must be <= {high}, got {value!r}")
-    if choices and value not in choices:
-        raise ValueError(f"options.{name} must be one of {list(choices)}, got {value!r}")
-    return value
+def read_option(options: dict[str, Any], declared: dict[str, Option], name: str, default: Any = None) -> Any:
+    """``options[name]`` (or the default) checked by its declaration; OptionError
+    ("options.<name>: must be ...") otherwise. Optimizers and pruners use it."""
+    option = declared[name]
+    value = options.get(name, option.default if default is None else default)
+    return option.check(f"options.{name}", value)
 
 
 def to_minimize(trial: d.Trial, direction: str) -> float | None:

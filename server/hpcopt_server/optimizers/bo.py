@@ -4,22 +4,8 @@ kriging-believer fantasies and local penalization (``_Balls``). The GP may see t
 continuous inputs in a rotated frame that follows a valley at an angle to the axes
 (``gp_model``); the candidates, the polish and the penalizers work in the space itself.
 
-Options (``algorithm.options``):
-
-| option | default | meaning |
-|---|---|---|
-| n_initial | 10 | Sobol points before the GP takes over |
-| acquisition | logei | ``logei`` or ``ucb`` |
-| ucb_beta | 2.0 | exploration weight of UCB |
-| candidates | 512 | quasi-random + local candidates scored per suggestion (128 past n = 300); at most 8192 |
-| polish | 2 | best candidates refined by L-BFGS-B; at most 16 |
-| refit_growth | 0.2 | from 150 observations on, refit when n grew by this fraction (below: every one) |
-| fit_subsample | 300 | at most this many points in the marginal-likelihood fit (10..2000) |
-| background_refit | true | refit in a thread; the fit is used from a fixed later history size on (see ``due``) |
-| fold_noise | true | a trial's fold spread (value_std^2 / K) adds to its observation noise |
-| max_points | 3000 | past this many observations the GP factors a subset (``select_subset``); 200..20000 |
-| batch | penalize | pending trials: ``believer`` (at the posterior mean), or ``penalize`` also near them |
-| informative_every | 4 | every k-th suggestion must be worth measuring (``INFORMATIVE``); 0: none |
+Options (``algorithm.options``): :attr:`BayesianOptimization.OPTIONS`, listed in the docs'
+options reference.
 
 With several objectives (``objectives`` in the spec) bo is ParEGO (Knowles 2006): each
 suggestion draws a weight vector uniformly from the simplex (seeded, like the
@@ -44,7 +30,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.optimize import minimize
@@ -52,6 +38,7 @@ from scipy.special import log_ndtr
 from scipy.stats import norm, qmc
 from threadpoolctl import threadpool_limits
 
+from hpcopt.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import acquisition as acq
 from hpcopt_server.optimizers.base import Optimizer, Problem, loss_vector, pruned_loss, to_minimize
@@ -89,20 +76,6 @@ DENSE_REFITS = 150
 #: Since the prior mean is the likelihood's constant (``gp.gls_mean``) no Branin seed of
 #: 0-79 stays pinned without the rule; it is kept, not measured again.
 INFORMATIVE = 4
-OPTIONS = (
-    "n_initial",
-    "acquisition",
-    "ucb_beta",
-    "candidates",
-    "polish",
-    "refit_growth",
-    "fit_subsample",
-    "background_refit",
-    "fold_noise",
-    "max_points",
-    "batch",
-    "informative_every",
-)
 
 
 def blas_threads(n: int) -> threadpool_limits:
@@ -123,22 +96,58 @@ def sobol_point(dims: int, seed: int, index: int) -> np.ndarray:
 
 
 class BayesianOptimization(Optimizer):
+    # The cost of a suggestion grows with candidates, polish, fit_subsample and
+    # max_points, under the campaign's lock: each is bounded.
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "n_initial": Option(10, int, 1, 100_000, doc="Sobol points before the GP takes over"),
+        "acquisition": Option("logei", str, choices=("logei", "ucb"), doc="log expected improvement, or UCB"),
+        "ucb_beta": Option(2.0, float, 0.0, 1e6, doc="exploration weight of UCB"),
+        "candidates": Option(
+            512,
+            int,
+            8,
+            MAX_CANDIDATES,
+            doc="quasi-random and local candidates scored per suggestion (128 past 300 observations)",
+        ),
+        "polish": Option(2, int, 0, 16, doc="best candidates refined by L-BFGS-B"),
+        "refit_growth": Option(
+            0.2,
+            float,
+            0.0,
+            100.0,
+            doc="from 150 observations on, the GP is refitted when n grew by this fraction (below: every one)",
+        ),
+        "fit_subsample": Option(300, int, 10, 2000, doc="at most this many points in the marginal-likelihood fit"),
+        "background_refit": Option(
+            True, bool, doc="refit in a thread; the fit is used from a fixed later history size on"
+        ),
+        "fold_noise": Option(True, bool, doc="a trial's fold spread (value_std² / K) adds to its observation noise"),
+        "max_points": Option(3000, int, 200, 20_000, doc="past this many observations the GP factors a subset"),
+        "batch": Option(
+            "penalize",
+            str,
+            choices=("believer", "penalize"),
+            doc="pending trials: believer (at the posterior mean), or penalize also near them",
+        ),
+        "informative_every": Option(
+            INFORMATIVE, int, 0, 1_000_000, doc="every k-th suggestion must be worth measuring; 0: none"
+        ),
+    }
+
     def __init__(self, problem: Problem):
         super().__init__(problem)
-        self.reject_unknown_options(OPTIONS)
-        self.n_initial = self.option("n_initial", 10, int, low=1, high=100_000)
-        self.acquisition = self.option("acquisition", "logei", str, choices=("logei", "ucb"))
-        self.ucb_beta = self.option("ucb_beta", 2.0, float, low=0.0, high=1e6)
-        # The cost of a suggestion grows with these, under the campaign's lock: bounded.
-        self.candidates = self.option("candidates", 512, int, low=8, high=MAX_CANDIDATES)
-        self.polish = self.option("polish", 2, int, low=0, high=16)
-        self.refit_growth = self.option("refit_growth", 0.2, float, low=0.0, high=100.0)
-        self.fit_subsample = self.option("fit_subsample", 300, int, low=10, high=2000)
-        self.background = self.option("background_refit", True, bool)
-        self.fold_noise = self.option("fold_noise", True, bool)
-        self.max_points = self.option("max_points", 3000, int, low=200, high=20_000)
-        self.batch = self.option("batch", "penalize", str, choices=("believer", "penalize"))
-        self.informative_every = self.option("informative_every", INFORMATIVE, int, low=0, high=1_000_000)
+        self.n_initial = self.option("n_initial")
+        self.acquisition = self.option("acquisition")
+        self.ucb_beta = self.option("ucb_beta")
+        self.candidates = self.option("candidates")
+        self.polish = self.option("polish")
+        self.refit_growth = self.option("refit_growth")
+        self.fit_subsample = self.option("fit_subsample")
+        self.background = self.option("background_refit")
+        self.fold_noise = self.option("fold_noise")
+        self.max_points = self.option("max_points")
+        self.batch = self.option("batch")
+        self.informative_every = self.option("informative_every")
         self.encoder = Encoder(self.space)
         self.model = GPModel(self.encoder.dim, rotatable=self.encoder.continuous)
         self.rng = np.random.default_rng([self.seed, 1])  # reseeded per suggestion

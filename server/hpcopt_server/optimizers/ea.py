@@ -35,9 +35,11 @@ as the budget holds: ``(max_trials - 1) // population``), ``elite`` (0.2),
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
+from hpcopt.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.base import Optimizer, Problem, loss_vector, to_minimize
 from hpcopt_server.optimizers.pareto import nsga_fronts
@@ -62,21 +64,31 @@ def mutate(c: float, g: int, G: int, r1: float, r2: float) -> float:
 
 class Evolutionary(Optimizer):
     pending_params = False
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "population": Option(
+            None, int, 2, 100_000, derived="a fifth of max_trials, 8..50", doc="genomes kept and bred from"
+        ),
+        "generations": Option(
+            None,
+            int,
+            1,
+            1_000_000,
+            derived="(max_trials - 1) / population",
+            doc="G of the non-uniform mutation: its steps shrink to nothing by generation G",
+        ),
+        "elite": Option(0.2, float, 0.0, 1.0, doc="fraction of the population that parents are drawn from"),
+        "mutation_rate": Option(0.3, float, 0.0, 1.0, doc="chance that a gene mutates"),
+    }
 
     def __init__(self, problem: Problem):
         super().__init__(problem)
-        self.reject_unknown_options(("population", "generations", "elite", "mutation_rate"))
         budget = problem.budget
         # With the budget known: a population of a fifth of it (8..50), and G generations
         # that end with it, so mutation steps shrink to nothing by the last trials.
-        population = min(max(budget // 5, 8), 50) if budget else 20
-        self.population = self.option("population", population, int, low=2, high=100_000)
-        generations = max(1, (budget - 1) // self.population) if budget else 10
-        self.generations = self.option("generations", generations, int, low=1, high=1_000_000)
-        self.elite_fraction = self.option("elite", 0.2, float, low=0.0)
-        self.mutation_rate = self.option("mutation_rate", 0.3, float, low=0.0)
-        if self.elite_fraction > 1 or self.mutation_rate > 1:
-            raise ValueError("options.elite and options.mutation_rate must be in [0, 1]")
+        self.population = self.option("population", min(max(budget // 5, 8), 50) if budget else 20)
+        self.generations = self.option("generations", max(1, (budget - 1) // self.population) if budget else 10)
+        self.elite_fraction = self.option("elite")
+        self.mutation_rate = self.option("mutation_rate")
         self.categorical = np.array([dim.type == "categorical" for dim in self.space.dims])
         self._genes: list[np.ndarray] = []
         self._losses: list[float] = []  # NaN for failed and pruned

@@ -22,7 +22,6 @@ class RandomSearch(Optimizer):
 
     def __init__(self, problem: Problem):
         super().__init__(problem)
-        self.reject_unknown_options(())
         self._observed = 0
 
     def observe(self, trials: Sequence[d.Trial]) -> None:

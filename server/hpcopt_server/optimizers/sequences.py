@@ -9,9 +9,11 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
+from typing import ClassVar
 
 import numpy as np
 
+from hpcopt.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.base import Optimizer, Problem
 from hpcopt_server.optimizers.bo import sobol_point
@@ -22,7 +24,6 @@ class SobolSearch(Optimizer):
 
     def __init__(self, problem: Problem):
         super().__init__(problem)
-        self.reject_unknown_options(())
         self._seen = 0
 
     def observe(self, trials: Sequence[d.Trial]) -> None:
@@ -52,10 +53,13 @@ class GridSearch(Optimizer):
     turns (point r of each, then point r + 1 of each), so a budget smaller than the
     grid still sees every branch."""
 
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "points": Option(5, int, 1, 10_000, doc="points per real or integer parameter"),
+    }
+
     def __init__(self, problem: Problem):
         super().__init__(problem)
-        self.reject_unknown_options(("points",))
-        points = self.option("points", 5, int, low=1, high=10_000)
+        points = self.option("points")
         dims = self.space.dims
         parents = [dim for dim in dims if any(dim.name == p for other in dims for p, _ in other.when)]
         n_branches = math.prod(len(dim.choices) for dim in parents)

@@ -4,24 +4,16 @@ for users who want the reference implementation of the seed slides. Needs the
 
 Pending trials are handed to skopt as constant liars at the best value seen
 (``cl_min``), the strategy skopt itself uses for ``ask(n_points=...)``. Options are
-passed to ``skopt.Optimizer``; only these, with bounds, since their cost is the server's:
-
-| option | allowed |
-|---|---|
-| base_estimator | GP, RF, ET, GBRT |
-| acq_func | EI, PI, LCB, gp_hedge |
-| acq_optimizer | auto, sampling, lbfgs |
-| initial_point_generator | random, sobol, halton, hammersly, lhs |
-| n_initial_points | 0..10000 |
-| acq_func_kwargs | ``{xi: float, kappa: float}`` |
-| acq_optimizer_kwargs | ``{n_points: 1..20000, n_restarts_optimizer: 1..20}`` |
+passed to ``skopt.Optimizer``; only those of :attr:`SkoptOptimizer.OPTIONS`, with
+bounds, since their cost is the server's (a value not given is skopt's default).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
+from hpcopt.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.base import Optimizer, Problem, pruned_loss, to_minimize
 
@@ -38,6 +30,27 @@ NESTED: dict[str, dict[str, tuple[type, float, float]]] = {
 
 
 class SkoptOptimizer(Optimizer):
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        **{
+            name: Option(None, str, choices=allowed, optional=True, derived="skopt's", doc=f"skopt.Optimizer's {name}")
+            for name, allowed in CHOICES.items()
+        },
+        "n_initial_points": Option(
+            None, int, 0, 10_000, optional=True, derived="skopt's", doc="skopt.Optimizer's n_initial_points"
+        ),
+        **{
+            name: Option(
+                None,
+                dict,
+                optional=True,
+                derived="skopt's",
+                doc=f"skopt.Optimizer's {name}: "
+                + ", ".join(f"{k} ({kind.__name__}, {low:g}..{high:g})" for k, (kind, low, high) in keys.items()),
+            )
+            for name, keys in NESTED.items()
+        },
+    }
+
     def __init__(self, problem: Problem):
         super().__init__(problem)
         if problem.multi_objective:
@@ -67,13 +80,11 @@ class SkoptOptimizer(Optimizer):
         self._seen = 0
 
     def _checked_options(self) -> dict[str, Any]:
-        self.reject_unknown_options([*CHOICES, "n_initial_points", *NESTED])
-        out: dict[str, Any] = {k: self.option(k, v[0], str, choices=v) for k, v in CHOICES.items() if k in self.options}
-        if "n_initial_points" in self.options:
-            out["n_initial_points"] = self.option("n_initial_points", 10, int, low=0, high=10_000)
+        out: dict[str, Any] = {k: self.option(k) for k in [*CHOICES, "n_initial_points"]}
+        out = {k: v for k, v in out.items() if v is not None}
         for name, allowed in NESTED.items():
-            given = self.options.get(name, {})
-            if not isinstance(given, dict) or set(given) - set(allowed):
+            given = self.option(name) or {}
+            if set(given) - set(allowed):
                 raise ValueError(f"options.{name} must be a mapping with keys among {sorted(allowed)}")
             nested: dict[str, Any] = {}
             for key, (kind, low, high) in allowed.items():

@@ -17,8 +17,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
+from hpcopt.options import Option, unknown
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.base import read_option
 
@@ -59,21 +60,20 @@ class Verdict:
 
 class Pruner(ABC):
     #: The options this pruner accepts (anything else is refused by name).
-    OPTIONS: tuple[str, ...] = ()
+    OPTIONS: ClassVar[dict[str, Option]] = {}
 
     def __init__(self, problem: PrunerProblem):
         self.problem = problem
         self.sign = 1.0 if problem.direction == "minimize" else -1.0
-        unknown = sorted(set(problem.options) - set(self.OPTIONS))
-        if unknown:
-            known = ", ".join(self.OPTIONS) or "none"
-            raise ValueError(f"options.{unknown[0]} is not an option of this pruner; known: {known}")
+        unknown(problem.options, self.OPTIONS, "options", "this pruner")
 
     def loss(self, value: float) -> float:
         return self.sign * value
 
-    def option(self, name: str, default: Any, kind: type, low: float | None = None, high: float | None = None) -> Any:
-        return read_option(self.problem.options, name, default, kind, low, high=high)
+    def option(self, name: str, default: Any = None) -> Any:
+        """``pruner.options[name]`` checked against the class's declaration (or its
+        default; ``default`` where the declaration's is worked out from the campaign)."""
+        return read_option(self.problem.options, self.OPTIONS, name, default)
 
     @abstractmethod
     def at_step(self, history: History, trial: d.Trial, fold: int, step: int, value: float) -> Verdict | None:

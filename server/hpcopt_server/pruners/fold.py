@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
+from typing import Any, ClassVar
 
 from scipy.stats import norm
 
+from hpcopt.options import Option, OptionError
 from hpcopt_server import domain as d
 from hpcopt_server.pruners.base import History, NoPruner, Pruner, PrunerProblem, Verdict, fmt
 from hpcopt_server.pruners.steps import AshaPruner, MedianPruner
@@ -43,13 +44,23 @@ WITHIN: dict[str, type[Pruner]] = {"none": NoPruner, "median": MedianPruner, "as
 
 
 class FoldPruner(Pruner):
-    OPTIONS = ("confidence", "min_trials", "within")
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "confidence": Option(
+            0.95, float, 0.5, 0.999999, doc="stop when P(the trial's final mean beats the incumbent's) < 1 - this"
+        ),
+        "min_trials": Option(3, int, 2, 100_000, doc="completed trials before it judges any"),
+        "within": Option(
+            "none",
+            dict,
+            doc="prunes inside folds too: a pruner name (median, asha) or {name, options}",
+        ),
+    }
 
     def __init__(self, problem: PrunerProblem):
         super().__init__(problem)
-        self.confidence = self.option("confidence", 0.95, float, low=0.5, high=0.999999)
-        self.min_trials = self.option("min_trials", 3, int, low=2, high=100_000)
-        self.within = self._within(problem.options.get("within", "none"))
+        self.confidence = self.option("confidence")
+        self.min_trials = self.option("min_trials")
+        self.within = self._within(problem.options.get("within", self.OPTIONS["within"].default))
 
     def _within(self, value: Any) -> Pruner:
         if isinstance(value, str):
@@ -64,6 +75,8 @@ class FoldPruner(Pruner):
         try:
             p = self.problem
             return WITHIN[name](PrunerProblem(p.direction, p.folds, options, p.metric, p.epochs))
+        except OptionError as exc:
+            raise OptionError(f"options.within.{exc.field}", exc.message) from None
         except ValueError as exc:
             raise ValueError(f"options.within.{exc}") from None
 

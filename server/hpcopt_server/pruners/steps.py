@@ -9,7 +9,9 @@ can still be stopped in fold 1.
 from __future__ import annotations
 
 import statistics
+from typing import ClassVar
 
+from hpcopt.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.pruners.base import History, Pruner, PrunerProblem, Verdict, fmt
 
@@ -29,21 +31,21 @@ class MedianPruner(Pruner):
     whose best value so far in that fold is worse than the median of the COMPLETED
     trials' values at the same (fold, epoch) stops. Needs ``n_startup_trials`` completed
     trials with a value there before it prunes anything.
-
-    | option | default | meaning |
-    |---|---|---|
-    | n_startup_trials | 5 | completed trials with a value at (fold, epoch) before pruning |
-    | n_warmup_steps | 1 | epochs of each fold that are never pruned |
-    | interval_steps | 1 | judge every this many epochs |
     """
 
-    OPTIONS = ("n_startup_trials", "n_warmup_steps", "interval_steps")
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "n_startup_trials": Option(
+            5, int, 1, 100_000, doc="completed trials with a value at (fold, epoch) before pruning"
+        ),
+        "n_warmup_steps": Option(1, int, 0, 1_000_000, doc="epochs of each fold that are never pruned"),
+        "interval_steps": Option(1, int, 1, 1_000_000, doc="judge every this many epochs"),
+    }
 
     def __init__(self, problem: PrunerProblem):
         super().__init__(problem)
-        self.n_startup = self.option("n_startup_trials", 5, int, low=1, high=100_000)
-        self.warmup = self.option("n_warmup_steps", 1, int, low=0, high=1_000_000)
-        self.interval = self.option("interval_steps", 1, int, low=1, high=1_000_000)
+        self.n_startup = self.option("n_startup_trials")
+        self.warmup = self.option("n_warmup_steps")
+        self.interval = self.option("interval_steps")
 
     def at_step(self, history: History, trial: d.Trial, fold: int, step: int, value: float) -> Verdict | None:
         if step <= self.warmup or (step - self.warmup) % self.interval:
@@ -74,23 +76,28 @@ class AshaPruner(Pruner):
     at one rung are all on the same fold and epoch. (Rungs repeated in every fold would
     cut survivors again and again: on the digits replay that kept 5% of the epochs and
     lost the best configuration in every seed.)
-
-    | option | default | meaning |
-    |---|---|---|
-    | min_epochs | E / 4 (at least 1; 1 without training.epochs) | the first rung |
-    | reduction_factor | 3 | η: a rung keeps the best 1/η |
-    | min_early_stopping_rate | 0 | s: skips the first s rungs |
-    | bootstrap_count | 0 | values a rung needs before it stops anyone |
     """
 
-    OPTIONS = ("min_epochs", "reduction_factor", "min_early_stopping_rate", "bootstrap_count")
+    OPTIONS: ClassVar[dict[str, Option]] = {
+        "min_epochs": Option(
+            None,
+            int,
+            1,
+            1_000_000,
+            derived="training.epochs / 4 (at least 1; 1 without training.epochs)",
+            doc="the first rung",
+        ),
+        "reduction_factor": Option(3, int, 2, 1000, doc="η: a rung keeps the best 1/η"),
+        "min_early_stopping_rate": Option(0, int, 0, 60, doc="s: skips the first s rungs"),
+        "bootstrap_count": Option(0, int, 0, 100_000, doc="values a rung needs before it stops anyone"),
+    }
 
     def __init__(self, problem: PrunerProblem):
         super().__init__(problem)
-        self.min_epochs = self.option("min_epochs", max(1, problem.epochs // 4), int, low=1, high=1_000_000)
-        self.eta = self.option("reduction_factor", 3, int, low=2, high=1000)
-        self.rate = self.option("min_early_stopping_rate", 0, int, low=0, high=60)
-        self.bootstrap = self.option("bootstrap_count", 0, int, low=0, high=100_000)
+        self.min_epochs = self.option("min_epochs", max(1, problem.epochs // 4))
+        self.eta = self.option("reduction_factor")
+        self.rate = self.option("min_early_stopping_rate")
+        self.bootstrap = self.option("bootstrap_count")
 
     def resource(self, fold: int, step: int) -> int:
         return fold * self.problem.epochs + step if self.problem.epochs else step

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from hpcopt.options import OptionError
 from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded
@@ -16,7 +17,7 @@ from hpcopt_server.optimizers.pareto import losses, nondominated
 from hpcopt_server.pruners import make_pruner
 from hpcopt_server.service.context import Context, campaign_or_404, revisions_in
 from hpcopt_server.service.limits import RequestLimits, require_id, require_page
-from hpcopt_server.service.suggestions import make_optimizer
+from hpcopt_server.service.suggestions import make_optimizer, option_field
 from hpcopt_server.service.warmstart import check_sources
 from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
 
@@ -42,7 +43,9 @@ def validate_spec(document: Any) -> dict[str, Any]:
     try:
         make_pruner(spec)
     except ValueError as exc:
-        field = "pruner." + (str(exc).split(" ", 1)[0] if str(exc).startswith("options.") else "options")
+        field = "pruner." + option_field(exc)
+        if isinstance(exc, OptionError):
+            raise InvalidArgument(f"{field}: {exc.message}", [(field, exc.message)]) from None
         raise InvalidArgument(f"pruner.{exc}", [(field, str(exc))]) from None
     return spec
 

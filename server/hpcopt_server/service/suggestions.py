@@ -20,6 +20,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+from hpcopt.options import OptionError
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument
 from hpcopt_server.optimizers import REGISTRY, Optimizer, Problem, SearchSpace
@@ -151,8 +152,18 @@ def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
     try:
         return factory(problem)
     except (ValueError, ImportError) as exc:
-        field = str(exc).split(" ", 1)[0] if str(exc).startswith("options.") else "options"
-        raise InvalidArgument(f"algorithm.{field}: {exc}", [(f"algorithm.{field}", str(exc))]) from None
+        field = option_field(exc)
+        message = exc.message if isinstance(exc, OptionError) else str(exc)
+        raise InvalidArgument(f"algorithm.{field}: {message}", [(f"algorithm.{field}", message)]) from None
+
+
+def option_field(exc: BaseException) -> str:
+    """The ``options.<name>`` an optimizer's or a pruner's refusal names ("options" when
+    it names none)."""
+    if isinstance(exc, OptionError):
+        return exc.field
+    head = str(exc).split(" ", 1)[0].rstrip(":")
+    return head if head.startswith("options.") else "options"
 
 
 def _finite(campaign_id: int, params: d.Params) -> d.Params:
