@@ -25,8 +25,8 @@ class OptionError(ValueError):
 
 @dataclass(frozen=True)
 class Option:
-    """``kind`` is bool, str (one of ``choices``), int, float or dict (a mapping the
-    class checks further)."""
+    """``kind`` is bool, str (one of ``choices`` when given), int, float or dict (a
+    mapping the class checks further)."""
 
     default: Any
     kind: type
@@ -54,8 +54,10 @@ class Option:
                 raise OptionError(field, f"must be true or false, got {value!r}")
             return value
         if self.kind is str:
-            if value not in self.choices:
+            if self.choices and value not in self.choices:
                 raise OptionError(field, f"must be one of {', '.join(self.choices)}; got {value!r}")
+            if not isinstance(value, str):
+                raise OptionError(field, f"must be text, got {value!r}")
             return value
         if self.kind is dict:
             if not isinstance(value, dict):
@@ -78,7 +80,7 @@ class Option:
         if self.kind is bool:
             return "true or false" + extra
         if self.kind is str:
-            return "one of " + ", ".join(self.choices) + extra
+            return ("one of " + ", ".join(self.choices) if self.choices else "text") + extra
         if self.kind is dict:
             return "a mapping" + extra
         what = "an integer" if self.kind is int else "a number"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from hpcopt.cliutil import finish
 from hpcopt_server.processes import CHILD_PIPE, CHILD_SOCKET
 from hpcopt_server.service.limits import RequestLimits
-from hpcopt_server.settings import ServerSettings, env
+from hpcopt_server.settings import OptionError, ServerSettings, add_flags, from_args
 
 if TYPE_CHECKING:  # the storage stack is imported only by the commands that use it
     from hpcopt_server.service import Service
@@ -24,11 +24,11 @@ if TYPE_CHECKING:  # the storage stack is imported only by the commands that use
 
 
 #: Seconds ``serve`` (and the other commands) wait for a database that refuses connections.
-DB_WAIT = 60.0
+DB_WAIT: float = ServerSettings.db_wait
 
 
 def _db_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=env("DB", ServerSettings.db), help="SQLAlchemy URL (env HPCOPT_DB)")
+    add_flags(p, ServerSettings, only=("db",))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -36,139 +36,10 @@ def parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
 
     s = sub.add_parser("serve", help="serve REST, gRPC and the dashboard")
-    _db_arg(s)
-    s.add_argument("--host", default=env("HOST", ServerSettings.host), help="bind address (env HPCOPT_HOST)")
-    s.add_argument(
-        "--port", type=int, default=int(env("PORT", "8000")), help="REST port; 0: any free one (env HPCOPT_PORT)"
-    )
-    s.add_argument(
-        "--grpc-port",
-        type=int,
-        default=int(env("GRPC_PORT", "50051")),
-        help="gRPC port; 0: any free one (env HPCOPT_GRPC_PORT)",
-    )
-    s.add_argument(
-        "--server-file",
-        nargs="?",
-        const="",
-        default=os.environ.get("HPCOPT_SERVER_FILE"),
-        metavar="PATH",
-        help="write a connection file (address, ports, pid; owner-only) that hpcopt, the client and the agent "
-        "read instead of fixed ports; alone: ~/.hpcopt/server.json (env HPCOPT_SERVER_FILE)",
-    )
-    s.add_argument(
-        "--token-file",
-        default=os.environ.get("HPCOPT_TOKEN_FILE"),
-        metavar="PATH",
-        help="with auth on, a file holding your token: the connection file names it, and clients given no "
-        "token read it (env HPCOPT_TOKEN_FILE)",
-    )
-    s.add_argument(
-        "--lease-seconds",
-        type=float,
-        default=float(env("LEASE_SECONDS", "60")),
-        help="a held trial goes back to the queue after this long without a report (env HPCOPT_LEASE_SECONDS)",
-    )
-    s.add_argument(
-        "--reap-interval",
-        type=float,
-        default=float(env("REAP_INTERVAL", "5")),
-        help="seconds between sweeps for expired leases (env HPCOPT_REAP_INTERVAL)",
-    )
-    s.add_argument(
-        "--grpc-workers",
-        type=int,
-        default=int(env("GRPC_WORKERS", "64")),
-        help="threads serving gRPC calls (env HPCOPT_GRPC_WORKERS)",
-    )
-    s.add_argument(
-        "--processes",
-        type=int,
-        default=int(env("PROCESSES", "1")),
-        help="processes serving gRPC on its one port, each about a core's worth of agent calls; more than 1 "
-        "needs PostgreSQL (env HPCOPT_PROCESSES)",
-    )
+    add_flags(s, ServerSettings)
+    add_flags(s, RequestLimits)
     s.add_argument(CHILD_SOCKET, type=int, default=None, help=argparse.SUPPRESS)
     s.add_argument(CHILD_PIPE, type=int, default=None, help=argparse.SUPPRESS)
-    s.add_argument(
-        "--db-pool",
-        type=int,
-        default=int(env("DB_POOL", "16")),
-        help="database connections: on PostgreSQL up to twice this, kept open once opened (env HPCOPT_DB_POOL)",
-    )
-    s.add_argument(
-        "--max-connections",
-        type=int,
-        default=int(env("MAX_CONNECTIONS", "1000")),
-        help="open HTTP connections before the idlest are shed (env HPCOPT_MAX_CONNECTIONS)",
-    )
-    s.add_argument(
-        "--max-grpc-connections",
-        type=int,
-        default=int(env("MAX_GRPC_CONNECTIONS", "1000")),
-        help="open gRPC connections before the idlest are shed (env HPCOPT_MAX_GRPC_CONNECTIONS)",
-    )
-    s.add_argument(
-        "--header-timeout",
-        type=float,
-        default=float(env("HEADER_TIMEOUT", "10")),
-        help="seconds to send a request's headers (env HPCOPT_HEADER_TIMEOUT)",
-    )
-    s.add_argument(
-        "--request-timeout",
-        type=float,
-        default=float(env("REQUEST_TIMEOUT", str(ServerSettings.request_timeout))),
-        help="seconds a gRPC call's request may take to arrive after its headers before its connection is "
-        "closed (env HPCOPT_REQUEST_TIMEOUT)",
-    )
-    s.add_argument("--idle-timeout", type=int, default=int(env("IDLE_TIMEOUT", "5")), help="HTTP keep-alive seconds")
-    s.add_argument(
-        "--max-spec-bytes",
-        type=int,
-        default=int(env("MAX_SPEC_BYTES", str(ServerSettings.max_spec_bytes))),
-        help="largest spec document (env HPCOPT_MAX_SPEC_BYTES)",
-    )
-    s.add_argument(
-        "--max-import-bytes",
-        type=int,
-        default=int(env("MAX_IMPORT_BYTES", str(ServerSettings.max_import_bytes))),
-        help="largest import document (env HPCOPT_MAX_IMPORT_BYTES)",
-    )
-    for flag, name, field, what in (
-        ("--max-import-trials", "MAX_IMPORT_TRIALS", "import_trials", "trials one import may hold"),
-        (
-            "--max-import-curve-points",
-            "MAX_IMPORT_CURVE_POINTS",
-            "import_curve_points",
-            "curve points one import may hold",
-        ),
-        ("--max-import-events", "MAX_IMPORT_EVENTS", "import_events", "events one import may hold"),
-        (
-            "--max-campaigns-per-hour",
-            "MAX_CAMPAIGNS_PER_HOUR",
-            "campaigns_per_hour",
-            "campaigns one token may create or import an hour; 0: no quota (admin tokens have none)",
-        ),
-    ):
-        default = getattr(RequestLimits, field)
-        s.add_argument(flag, type=int, default=int(env(name, str(default))), help=f"{what} (env HPCOPT_{name})")
-    s.add_argument(
-        "--require-auth",
-        action="store_true",
-        default=env("REQUIRE_AUTH", "") not in ("", "0", "false"),
-        help="demand a token on every call even before one exists",
-    )
-    s.add_argument(
-        "--db-wait",
-        type=float,
-        default=float(env("DB_WAIT", str(DB_WAIT))),
-        help="seconds to keep retrying a database that refuses connections at start (env HPCOPT_DB_WAIT)",
-    )
-    s.add_argument(
-        "--log-level",
-        default=env("LOG_LEVEL", "info"),
-        help="debug, info, warning or error (env HPCOPT_LOG_LEVEL)",
-    )
 
     db = sub.add_parser("db", help="database schema")
     dbsub = db.add_subparsers(dest="db_command", required=True)
@@ -313,54 +184,36 @@ def _serve(args: argparse.Namespace) -> int:
     from hpcopt_server.rpc.server import serve_grpc
     from hpcopt_server.sockets import connection_caps, listen
 
-    for flag, value in (
-        ("--grpc-workers", args.grpc_workers),
-        ("--db-pool", args.db_pool),
-        ("--processes", args.processes),
-        ("--max-connections", args.max_connections),
-        ("--max-grpc-connections", args.max_grpc_connections),
-        ("--max-import-trials", args.max_import_trials),
-        ("--max-import-curve-points", args.max_import_curve_points),
-        ("--max-import-events", args.max_import_events),
-    ):
-        if value < 1:
-            print(f"hpcopt-server: {flag} must be at least 1, got {value}", file=sys.stderr)
-            return 2
-    if args.max_campaigns_per_hour < 0:
-        print(
-            f"hpcopt-server: --max-campaigns-per-hour must be 0 (off) or more, got {args.max_campaigns_per_hour}",
-            file=sys.stderr,
-        )
+    try:
+        settings = from_args(ServerSettings, args)
+        limits = from_args(RequestLimits, args)
+    except OptionError as exc:
+        print(f"hpcopt-server: {exc}", file=sys.stderr)
         return 2
-    for flag, seconds in (("--request-timeout", args.request_timeout), ("--header-timeout", args.header_timeout)):
-        if not seconds > 0 or seconds == float("inf"):
-            print(f"hpcopt-server: {flag} must be a number of seconds above 0, got {seconds}", file=sys.stderr)
-            return 2
-    settings = _settings(args)
-    if args.processes > 1 and not settings.db.startswith("postgresql"):
+    if settings.processes > 1 and not settings.db.startswith("postgresql"):
         print(
-            f"hpcopt-server: --processes {args.processes} needs PostgreSQL (--db postgresql://...): SQLite "
+            f"hpcopt-server: --processes {settings.processes} needs PostgreSQL (--db postgresql://...): SQLite "
             "lets one process write at a time, so more would wait on each other. Use --processes 1 with SQLite.",
             file=sys.stderr,
         )
         return 2
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     if args.grpc_child_socket is not None:
-        return _serve_grpc_child(args, settings)
+        return _serve_grpc_child(args, settings, limits)
     server_file = None
-    if args.server_file is not None:
+    if settings.server_file is not None:
         from hpcopt.serverfile import default_path
         from hpcopt_server.connfile import ServerFileInUse, check_free
 
-        server_file = Path(args.server_file).expanduser() if args.server_file else default_path()
+        server_file = Path(settings.server_file).expanduser() if settings.server_file else default_path()
         try:
             check_free(server_file)
         except ServerFileInUse as exc:
             print(f"hpcopt-server: {exc}", file=sys.stderr)
             return 2
-    storage = _ready_storage(settings.db, settings.db_pool, args.db_wait)
-    service = _service(args, settings, storage)
+    storage = _ready_storage(settings.db, settings.db_pool, settings.db_wait)
+    service = _service(settings, limits, storage)
     admin = os.environ.get("HPCOPT_ADMIN_TOKEN")
     if admin:
         service.tokens.create("HPCOPT_ADMIN_TOKEN", ["admin"], secret=admin)
@@ -399,11 +252,11 @@ def _serve(args: argparse.Namespace) -> int:
     grpc_port = grpc.port
     http_port = http_socket.getsockname()[1]
     service.reaper.start()
-    children = GrpcProcesses(args.processes - 1, grpc.front.sock, args.argv)
+    children = GrpcProcesses(settings.processes - 1, grpc.front.sock, args.argv)
     children.start()
     where = "localhost" if settings.loopback else socket.gethostname()
     app = create_app(service, metrics, agent_server=f"{_bracket(where)}:{grpc_port}")
-    processes = f" ({args.processes} processes)" if args.processes > 1 else ""
+    processes = f" ({settings.processes} processes)" if settings.processes > 1 else ""
     print(
         f"hpcopt-server {'(auth on)' if auth_on else '(auth off: loopback, and auth never turned on or disabled)'}\n"
         f"  REST + dashboard  http://{_bracket(settings.host)}:{http_port}/   (API docs /docs)\n"
@@ -422,7 +275,7 @@ def _serve(args: argparse.Namespace) -> int:
             grpc_port=grpc_port,
             database=storage.db.url.render_as_string(hide_password=True),
             auth=auth_on,
-            token_file=args.token_file,
+            token_file=settings.token_file,
         )
         print(f"  connection file   {server_file}", flush=True)
     config = uvicorn_config(
@@ -432,7 +285,7 @@ def _serve(args: argparse.Namespace) -> int:
         max_connections=caps.http,
         header_timeout=settings.header_timeout,
         idle_timeout=settings.idle_timeout,
-        log_level=args.log_level.lower(),
+        log_level=settings.log_level.lower(),
     )
     # uvicorn stops gracefully on SIGTERM or SIGINT, then raises the signal again to end the
     # process as the signal would. SIGTERM's default action ended it before the clean-up
@@ -470,7 +323,7 @@ def _terminated(signum: int, frame: object) -> None:
     raise _Terminated
 
 
-def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings) -> int:
+def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings, limits: RequestLimits) -> int:
     """A gRPC-only process of ``serve --processes N`` (``processes.py``): clients from the
     inherited listening socket, until the first process goes."""
     from hpcopt_server.metrics import Metrics
@@ -479,8 +332,8 @@ def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings) -> int
     from hpcopt_server.sockets import connection_caps
 
     sock = socket.socket(fileno=args.grpc_child_socket)
-    storage = _ready_storage(settings.db, settings.db_pool, args.db_wait)
-    service = _service(args, settings, storage)
+    storage = _ready_storage(settings.db, settings.db_pool, settings.db_wait)
+    service = _service(settings, limits, storage)
     _auth_at_start(service, settings)
     caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
     grpc = serve_grpc(
@@ -503,28 +356,7 @@ def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings) -> int
     return 0
 
 
-def _settings(args: argparse.Namespace) -> ServerSettings:
-    return ServerSettings(
-        db=args.db,
-        host=args.host,
-        port=args.port,
-        grpc_port=args.grpc_port,
-        lease_seconds=args.lease_seconds,
-        reap_interval=args.reap_interval,
-        require_auth=args.require_auth,
-        grpc_workers=args.grpc_workers,
-        db_pool=args.db_pool,
-        max_connections=args.max_connections,
-        max_grpc_connections=args.max_grpc_connections,
-        header_timeout=args.header_timeout,
-        request_timeout=args.request_timeout,
-        idle_timeout=args.idle_timeout,
-        max_spec_bytes=args.max_spec_bytes,
-        max_import_bytes=args.max_import_bytes,
-    )
-
-
-def _service(args: argparse.Namespace, settings: ServerSettings, storage: Storage) -> Service:
+def _service(settings: ServerSettings, limits: RequestLimits, storage: Storage) -> Service:
     from hpcopt_server.service import Service, ServiceSettings
 
     return Service(
@@ -532,14 +364,7 @@ def _service(args: argparse.Namespace, settings: ServerSettings, storage: Storag
         ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),
         require_auth=settings.require_auth,
         reap_interval=settings.reap_interval,
-        limits=RequestLimits(
-            spec_bytes=settings.max_spec_bytes,
-            import_bytes=settings.max_import_bytes,
-            import_trials=args.max_import_trials,
-            import_curve_points=args.max_import_curve_points,
-            import_events=args.max_import_events,
-            campaigns_per_hour=args.max_campaigns_per_hour,
-        ),
+        limits=limits,
     )
 
 

@@ -1,10 +1,22 @@
-"""Server configuration: command-line flags, each with an ``HPCOPT_*`` environment default."""
+"""Server configuration, declared once: each ``serve`` flag is a field of
+:class:`ServerSettings` or of :class:`~hpcopt_server.service.limits.RequestLimits` whose
+:class:`~hpcopt.options.Option` gives its default, kind, bounds and help. The command
+line (:func:`add_flags`), its checks (:func:`from_args`), the ``HPCOPT_*`` environment
+defaults and the configuration reference (``scripts/gen_docs.py``) are built from them.
+"""
 
 from __future__ import annotations
 
+import argparse
 import ipaddress
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+from hpcopt.options import Option, OptionError
+
+T = TypeVar("T")
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def env(name: str, default: str) -> str:
@@ -12,47 +24,210 @@ def env(name: str, default: str) -> str:
 
 
 @dataclass(frozen=True)
+class Flag:
+    """How a setting appears on the command line; ``name`` the flag without ``--`` and
+    the environment variable without ``HPCOPT_`` (both from the field's name unless
+    given)."""
+
+    option: Option
+    name: str = ""
+    metavar: str | None = None
+    #: ``--server-file`` alone means "the default file": the value given then.
+    alone: str | None = None
+    #: The default as the reference shows it, where the declaration's says too little.
+    shown: str = ""
+
+
+def setting(option: Option, **how: Any) -> Any:
+    """A dataclass field that is a ``serve`` flag: ``how`` as :class:`Flag`'s fields."""
+    return field(default=option.default, metadata={"flag": Flag(option, **how)})
+
+
+def flags_of(cls: type) -> list[tuple[str, Flag]]:
+    """(field name, flag) of every setting of ``cls``, in declaration order."""
+    return [(f.name, f.metadata["flag"]) for f in fields(cls) if "flag" in f.metadata]
+
+
+def flag_name(name: str, flag: Flag) -> str:
+    return "--" + (flag.name or name).replace("_", "-")
+
+
+def env_name(name: str, flag: Flag) -> str:
+    return "HPCOPT_" + (flag.name or name).upper()
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type, only: tuple[str, ...] = ()) -> None:
+    """Adds ``cls``'s settings (or ``only`` these) to ``parser``; a flag's default is its
+    environment variable when set, else the declaration's."""
+    for name, flag in flags_of(cls):
+        if only and name not in only:
+            continue
+        o, variable = flag.option, env_name(name, flag)
+        help_text = f"{o.doc} (env {variable})"
+        dest = (flag.name or name).replace("-", "_")
+        if o.kind is bool:
+            given = os.environ.get(variable, "")
+            default = given not in ("", "0", "false") if given else o.default
+            parser.add_argument(flag_name(name, flag), dest=dest, action="store_true", default=default, help=help_text)
+            continue
+        kw: dict[str, Any] = {"metavar": flag.metavar} if flag.metavar else {}
+        if flag.alone is not None:
+            kw |= {"nargs": "?", "const": flag.alone}
+        kind: Any = o.kind
+        if o.kind is str and o.choices:
+            kw["choices"] = o.choices
+            kind = str.lower  # --log-level DEBUG is debug
+        parser.add_argument(
+            flag_name(name, flag),
+            dest=dest,
+            type=kind,
+            default=os.environ.get(variable, o.default),
+            help=help_text,
+            **kw,
+        )
+
+
+def from_args(cls: type[T], args: argparse.Namespace) -> T:
+    """``cls`` from parsed flags, each checked by its declaration; OptionError naming
+    the flag otherwise."""
+    values = {}
+    for name, flag in flags_of(cls):
+        value = getattr(args, (flag.name or name).replace("-", "_"))
+        values[name] = flag.option.check(flag_name(name, flag), value) if value is not None else None
+    return cls(**values)
+
+
+def shown_default(name: str, flag: Flag) -> str:
+    """A setting's default as the configuration reference shows it."""
+    if flag.shown:
+        return flag.shown
+    o = flag.option
+    if o.default is None or o.default is False:
+        return "off"
+    return f"`{o.shown_default()}`"
+
+
+@dataclass(frozen=True)
 class ServerSettings:
-    db: str = "sqlite:///hpcopt.db"
-    """SQLAlchemy URL: ``sqlite:///PATH`` (default, a file in the working directory) or
-    ``postgresql+psycopg://USER@HOST:PORT/DB``."""
-    host: str = "127.0.0.1"
-    """Address both REST and gRPC bind to. Anything but loopback requires auth."""
-    port: int = 8000
-    """REST (dashboard, /api/v1, /docs, /metrics, /healthz)."""
-    grpc_port: int = 50051
-    """gRPC (CampaignService, AgentService, health, reflection)."""
-    lease_seconds: float = 60.0
-    """A trial goes back to the queue this long after its agent's last heartbeat."""
-    reap_interval: float = 5.0
-    """How often this process looks for expired leases."""
-    require_auth: bool = False
-    """Demand tokens even with none created yet (auth is on anyway once a token exists)."""
-    grpc_workers: int = 64
-    """Threads serving gRPC calls."""
-    db_pool: int = 16
-    """Database connections of this process: up to twice this on PostgreSQL, each kept
-    open once opened (replicas * 2 * db_pool must stay under its ``max_connections``)."""
-    max_connections: int = 1000
-    """Open HTTP connections; past it the idlest one is closed. Lowered to fit the
-    open-file limit: after a reserve of 128, HTTP gets at most two fifths."""
-    max_grpc_connections: int = 1000
-    """Open gRPC connections; past it the idlest one (no call in progress) is closed.
-    Lowered to fit the open-file limit: each takes three descriptors, from what HTTP
-    leaves."""
-    header_timeout: float = 10.0
-    """Seconds a client has to send a request's headers after connecting (or after its
-    previous response) before the connection is closed."""
-    request_timeout: float = 10.0
-    """Seconds a gRPC call's request may take to arrive after its headers; a connection
-    holding a call still waiting past it is closed, freeing the workers its calls held.
-    Raise it for imports of tens of MB over a slow link."""
-    idle_timeout: int = 5
-    """Seconds an HTTP keep-alive connection may sit idle after a response."""
-    max_spec_bytes: int = 1024 * 1024
-    """Largest campaign spec document accepted (REST body or gRPC spec_json)."""
-    max_import_bytes: int = 32 * 1024 * 1024
-    """Largest export document accepted by import (JSON)."""
+    db: str = setting(
+        Option(
+            "sqlite:///hpcopt.db",
+            str,
+            doc="SQLAlchemy URL: sqlite:///PATH (a file in the working directory by default) or "
+            "postgresql+psycopg://USER:PASS@HOST:5432/DB",
+        ),
+        metavar="URL",
+    )
+    host: str = setting(Option("127.0.0.1", str, doc="bind address of REST and gRPC; anything but loopback needs auth"))
+    port: int = setting(Option(8000, int, 0, 65535, doc="REST, dashboard, docs, metrics; 0: any free port"))
+    grpc_port: int = setting(Option(50051, int, 0, 65535, doc="gRPC; 0: any free port"))
+    server_file: str | None = setting(
+        Option(
+            None,
+            str,
+            optional=True,
+            doc="write a connection file (address, ports, pid; owner-only) that hpcopt, the client and the agent "
+            "read instead of fixed ports; alone: ~/.hpcopt/server.json ($HPCOPT_HOME/server.json)",
+        ),
+        metavar="PATH",
+        alone="",
+        shown="off; alone: `~/.hpcopt/server.json`",
+    )
+    token_file: str | None = setting(
+        Option(
+            None,
+            str,
+            optional=True,
+            doc="with auth on, a file holding your token (keep it 0600): the connection file names it, and "
+            "clients given no token read it",
+        ),
+        metavar="PATH",
+    )
+    lease_seconds: float = setting(
+        Option(
+            60.0,
+            float,
+            0,
+            open_low=True,
+            doc="a held trial goes back to the queue this long after its agent's last report; agents are told to "
+            "heartbeat every quarter of it",
+        )
+    )
+    reap_interval: float = setting(
+        Option(5.0, float, 0, open_low=True, doc="seconds between sweeps for expired leases")
+    )
+    require_auth: bool = setting(
+        Option(False, bool, doc="demand a token on every call even before one exists (auth stays on)")
+    )
+    grpc_workers: int = setting(Option(64, int, 1, doc="threads serving gRPC calls"))
+    processes: int = setting(
+        Option(
+            1,
+            int,
+            1,
+            doc="processes serving gRPC on its one port, each about a core's worth of agent calls; more than 1 "
+            "needs PostgreSQL",
+        )
+    )
+    db_pool: int = setting(
+        Option(
+            16,
+            int,
+            1,
+            doc="database connections: on PostgreSQL up to twice this, kept open once opened; keep replicas * 2 * "
+            "this under its max_connections",
+        )
+    )
+    max_connections: int = setting(
+        Option(
+            1000,
+            int,
+            1,
+            doc="open HTTP connections; past it the idlest one is closed (lowered to fit the open-file limit: after "
+            "a reserve of 128, HTTP gets at most two fifths)",
+        )
+    )
+    max_grpc_connections: int = setting(
+        Option(
+            1000,
+            int,
+            1,
+            doc="open gRPC connections; past it the idlest one with no call in progress is closed (lowered to fit "
+            "the open-file limit: each takes three descriptors, from what HTTP leaves)",
+        )
+    )
+    header_timeout: float = setting(
+        Option(
+            10.0,
+            float,
+            0,
+            open_low=True,
+            doc="seconds a client has to send a request's headers after connecting or after its previous response",
+        )
+    )
+    request_timeout: float = setting(
+        Option(
+            10.0,
+            float,
+            0,
+            open_low=True,
+            doc="seconds a gRPC call's request may take to arrive after its headers; a connection holding a call "
+            "still waiting past it is closed. Raise it for imports of tens of MB over a slow link",
+        )
+    )
+    idle_timeout: int = setting(
+        Option(5, int, 1, doc="seconds an HTTP keep-alive connection may idle after a response")
+    )
+    db_wait: float = setting(
+        Option(
+            60.0,
+            float,
+            0,
+            doc="seconds to keep retrying (with back-off, each wait logged) a database that refuses connections at "
+            "start, then exit with one line saying so",
+        )
+    )
+    log_level: str = setting(Option("info", str, choices=LOG_LEVELS, doc="the server log's level"))
 
     @property
     def loopback(self) -> bool:
@@ -62,3 +237,6 @@ class ServerSettings:
             return ipaddress.ip_address(self.host).is_loopback
         except ValueError:
             return False
+
+
+__all__ = ["Flag", "OptionError", "ServerSettings", "add_flags", "env", "flags_of", "from_args", "setting"]

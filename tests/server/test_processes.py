@@ -199,7 +199,7 @@ def test_a_stopped_server_stops_its_children(three: ServerProcess) -> None:
     "db,value,says",
     [
         ("sqlite:///{tmp}/one.db", "2", "--processes 2 needs PostgreSQL"),
-        ("sqlite:///{tmp}/one.db", "0", "--processes must be at least 1, got 0"),
+        ("sqlite:///{tmp}/one.db", "0", "--processes: must be an integer >= 1, got 0"),
     ],
 )
 def test_processes_that_cannot_work_are_refused_at_start(tmp_path: Path, db: str, value: str, says: str) -> None:

@@ -18,7 +18,9 @@ import re
 from dataclasses import dataclass
 
 from hpcopt.documents import UNSAFE_CHARS, clip
+from hpcopt.options import Option
 from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.settings import setting
 
 
 @dataclass(frozen=True)
@@ -26,21 +28,53 @@ class RequestLimits:
     """Sizes of the documents a request may carry, and the creation quota
     (``hpcopt-server serve`` flags)."""
 
-    spec_bytes: int = 1024 * 1024
-    """A campaign spec as sent (REST body, gRPC ``spec_json``), YAML or JSON. The spec
-    itself, as canonical JSON, is further held to ``hpcopt.spec.MAX_SPEC_BYTES``."""
-    import_bytes: int = 32 * 1024 * 1024
-    """An export document to import (a campaign of 10,000 trials with curves is ~10 MB)."""
-    import_trials: int = 20_000
-    """Trials one import may hold (a bigger campaign is split, or imported by a
-    server started with a larger limit)."""
-    import_curve_points: int = 500_000
-    """Learning-curve points one import may hold, over all its trials."""
-    import_events: int = 200_000
-    """Attempt-history events one import may hold, over all its trials."""
-    campaigns_per_hour: int = 200
-    """Campaigns one token may create or import in any hour (0: no quota). Admin tokens,
-    and calls with auth off, have none."""
+    spec_bytes: int = setting(
+        Option(
+            1024 * 1024,
+            int,
+            1,
+            doc="largest campaign spec document as sent (REST body, gRPC spec_json; YAML or JSON); the spec "
+            "itself, as canonical JSON, is further held to hpcopt.spec.MAX_SPEC_BYTES",
+        ),
+        name="max_spec_bytes",
+    )
+    import_bytes: int = setting(
+        Option(
+            32 * 1024 * 1024,
+            int,
+            1,
+            doc="largest export document to import (JSON; a campaign of 10,000 trials with curves is ~10 MB)",
+        ),
+        name="max_import_bytes",
+    )
+    import_trials: int = setting(
+        Option(
+            20_000,
+            int,
+            1,
+            doc="trials one import may hold (a bigger campaign is split, or imported by a server started with a "
+            "larger limit)",
+        ),
+        name="max_import_trials",
+    )
+    import_curve_points: int = setting(
+        Option(500_000, int, 1, doc="learning-curve points one import may hold, over all its trials"),
+        name="max_import_curve_points",
+    )
+    import_events: int = setting(
+        Option(200_000, int, 1, doc="attempt-history events one import may hold, over all its trials"),
+        name="max_import_events",
+    )
+    campaigns_per_hour: int = setting(
+        Option(
+            200,
+            int,
+            0,
+            doc="campaigns one token may create or import in any hour (429 / RESOURCE_EXHAUSTED past it, with when "
+            "to retry); 0: no quota. Admin tokens, and calls with auth off, have none",
+        ),
+        name="max_campaigns_per_hour",
+    )
 
 
 #: The largest value of the database's integer columns (ids, numbers, steps).
