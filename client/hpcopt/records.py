@@ -356,6 +356,10 @@ def action(r: agent_pb2.HeartbeatResponse) -> Action:
     return ACTIONS.get(r.action, Action.CONTINUE)
 
 
+#: The wire value of each action (the server's side of :data:`ACTIONS`).
+ACTION_VALUES = {a: wire for wire, a in ACTIONS.items()}
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()

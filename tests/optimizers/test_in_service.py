@@ -63,8 +63,16 @@ def test_bo_suggestions_for_concurrent_agents_are_distinct(service: Service) -> 
 @pytest.mark.parametrize(
     ("algorithm", "field", "text"),
     [
-        ({"name": "bo", "options": {"n_initial": 0}}, "algorithm.options.n_initial", "must be an integer >= 1 and <= 100000, got 0"),
-        ({"name": "ea", "options": {"population": 1.5}}, "algorithm.options.population", "must be an integer (an integer >= 2"),
+        (
+            {"name": "bo", "options": {"n_initial": 0}},
+            "algorithm.options.n_initial",
+            "must be an integer >= 1 and <= 100000, got 0",
+        ),
+        (
+            {"name": "ea", "options": {"population": 1.5}},
+            "algorithm.options.population",
+            "must be an integer (an integer >= 2",
+        ),
         ({"name": "bo", "options": {"nope": 1}}, "algorithm.options.nope", "not an option"),
     ],
 )

@@ -41,8 +41,8 @@ def test_the_fold_pruner_stops_a_hopeless_trial_after_its_first_fold(service: Se
     assert pruned.value == 2.0  # the mean of its finished folds
     assert pruned.error.startswith("fold: after 1 of 5 folds") and "#0" in pruned.error
     assert [e.kind for e in pruned.events][-1] == "pruned"
-    assert service.agents.heartbeat(lease).action == Action.STOP_PRUNED
-    assert service.agents.report_intermediate(lease, 1, 1, 2.0).action == Action.STOP_PRUNED
+    assert service.agents.heartbeat(lease).action == Action.PRUNED
+    assert service.agents.report_intermediate(lease, 1, 1, 2.0).action == Action.PRUNED
     with pytest.raises(FailedPrecondition):
         service.agents.report_fold(lease, 1, 2.0, {"loss": 2.0})
     assert service.campaigns.get(campaign.id).campaign.trials_finished == 4
@@ -97,7 +97,7 @@ def test_the_median_pruner_compares_with_completed_trials_at_the_same_fold_and_e
     assert service.agents.report_intermediate(lease, 0, 1, 9.0).action == Action.CONTINUE  # warm-up
     assert service.agents.report_intermediate(lease, 0, 2, 1.4).action == Action.CONTINUE  # median 1.5
     assert service.agents.report_intermediate(lease, 1, 2, 1.4).action == Action.CONTINUE  # fold 1: no history
-    assert service.agents.report_intermediate(lease, 0, 3, 1.2).action == Action.STOP_PRUNED  # best 1.2 > 1.0
+    assert service.agents.report_intermediate(lease, 0, 3, 1.2).action == Action.PRUNED  # best 1.2 > 1.0
     trial = service.campaigns.trial(lease.trial_id)
     assert trial.state == d.TrialState.PRUNED and trial.value == 1.2
     assert trial.error.startswith("median: its best loss in fold 0 up to epoch 3 (1.2)")
@@ -113,12 +113,12 @@ def test_asha_keeps_the_best_third_of_each_rung_without_waiting(service: Service
     first = _curves(service, campaign, agent, [1.0])  # alone in rung 0: the best, goes on
     assert service.agents.heartbeat(first).action == Action.CONTINUE
     _, worse = _acquire(service, agent, campaign)
-    assert service.agents.report_intermediate(worse, 0, 1, 2.0).action == Action.STOP_PRUNED
+    assert service.agents.report_intermediate(worse, 0, 1, 2.0).action == Action.PRUNED
     _, better = _acquire(service, agent, campaign)
     assert service.agents.report_intermediate(better, 0, 1, 0.5).action == Action.CONTINUE
     assert service.agents.report_intermediate(better, 0, 3, 9.0).action == Action.CONTINUE  # epoch 3: no rung
     assert service.agents.report_intermediate(better, 0, 2, 0.4).action == Action.CONTINUE  # rung 1, alone
-    assert service.agents.report_intermediate(first, 0, 2, 0.6).action == Action.STOP_PRUNED
+    assert service.agents.report_intermediate(first, 0, 2, 0.6).action == Action.PRUNED
     pruned = service.campaigns.trial(first.trial_id)
     assert "rung 1 (fold 0, epoch 2)" in pruned.error and "best 1 of the 2" in pruned.error
 
@@ -127,7 +127,7 @@ def test_the_fold_pruner_runs_a_pruner_within_folds(service: Service) -> None:
     campaign, agent = _start(service, folds=3, pruner={"name": "fold", "options": {"within": {"name": "asha"}}})
     _curves(service, campaign, agent, [1.0])
     _, lease = _acquire(service, agent, campaign)
-    assert service.agents.report_intermediate(lease, 0, 1, 2.0).action == Action.STOP_PRUNED
+    assert service.agents.report_intermediate(lease, 0, 1, 2.0).action == Action.PRUNED
 
 
 @pytest.mark.parametrize(
@@ -167,4 +167,4 @@ def test_asha_rungs_count_epochs_over_all_folds_so_later_folds_are_not_cut_again
     assert service.agents.report_intermediate(lease, 1, 1, 99.0).action == Action.CONTINUE
     assert service.agents.report_intermediate(good, 1, 2, 0.7).action == Action.CONTINUE
     assert service.agents.report_intermediate(good, 2, 3, 0.7).action == Action.CONTINUE  # rung 2, alone
-    assert service.agents.report_intermediate(lease, 2, 3, 0.9).action == Action.STOP_PRUNED
+    assert service.agents.report_intermediate(lease, 2, 3, 0.9).action == Action.PRUNED

@@ -192,8 +192,8 @@ def test_cancel_stops_running_trials_at_their_next_heartbeat(service: Service) -
     assert service.agents.heartbeat(lease).action == Action.CONTINUE
     summary = service.campaigns.cancel(campaign.id)
     assert summary.campaign.state == d.CampaignState.CANCELLED
-    assert service.agents.heartbeat(lease).action == Action.STOP_CANCELLED
-    assert service.agents.report_intermediate(lease, 0, 1, 0.5).action == Action.STOP_CANCELLED
+    assert service.agents.heartbeat(lease).action == Action.CANCELLED
+    assert service.agents.report_intermediate(lease, 0, 1, 0.5).action == Action.CANCELLED
     with pytest.raises(FailedPrecondition):
         service.agents.report_fold(lease, 0, 0.5)
     assert service.agents.acquire(agent, campaign.id).status == AcquireStatus.DONE

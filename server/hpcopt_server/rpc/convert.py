@@ -7,6 +7,7 @@ from datetime import datetime
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from hpcopt.records import ACTION_VALUES
 from hpcopt.v1 import agent_pb2, common_pb2
 from hpcopt_server import domain as d
 from hpcopt_server.service.agent_messages import Acquisition, HeartbeatReply
@@ -104,5 +105,4 @@ def acquisition(a: Acquisition) -> agent_pb2.AcquireResponse:
 
 
 def heartbeat(h: HeartbeatReply) -> agent_pb2.HeartbeatResponse:
-    action = getattr(agent_pb2.HeartbeatResponse, f"ACTION_{h.action.value}")
-    return agent_pb2.HeartbeatResponse(action=action, lease_expires_at=ts(h.lease_expires_at))
+    return agent_pb2.HeartbeatResponse(action=ACTION_VALUES[h.action], lease_expires_at=ts(h.lease_expires_at))

@@ -1,4 +1,5 @@
-"""What the agent use cases take and answer: leases, acquisitions, heartbeat replies."""
+"""What the agent use cases take and answer: leases, acquisitions, heartbeat replies
+(their :class:`~hpcopt.records.Action` is the client's: one enum on both sides)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
+from hpcopt.records import Action
 from hpcopt_server import domain as d
 from hpcopt_server.service import limits as lim
 
@@ -14,12 +16,6 @@ class AcquireStatus(enum.StrEnum):
     GRANTED = "GRANTED"
     WAIT = "WAIT"
     DONE = "DONE"
-
-
-class Action(enum.StrEnum):
-    CONTINUE = "CONTINUE"
-    STOP_PRUNED = "STOP_PRUNED"
-    STOP_CANCELLED = "STOP_CANCELLED"
 
 
 @dataclass(frozen=True)
@@ -70,3 +66,6 @@ class QueueState:
     max_parallel: int  # 0: none
     done: bool
     throughput: tuple[dict[str, object], ...] = ()
+
+
+__all__ = ["AcquireStatus", "Acquisition", "Action", "HeartbeatReply", "Lease", "QueueState"]

@@ -254,7 +254,7 @@ class AgentService:
         if pruner is not None and self._pruned(
             lease, done.campaign, lambda h, t: pruner.at_step(h, t, fold, step, value)
         ):
-            return HeartbeatReply(Action.STOP_PRUNED, None)
+            return HeartbeatReply(Action.PRUNED, None)
         return HeartbeatReply(Action.CONTINUE, expires)
 
     def report_fold(
@@ -357,7 +357,7 @@ class AgentService:
         refusal's error otherwise."""
         if refused.why == Refusal.STOPPED and refused.trial is not None:
             cancelled = refused.trial.state == d.TrialState.CANCELLED
-            return HeartbeatReply(Action.STOP_CANCELLED if cancelled else Action.STOP_PRUNED, None)
+            return HeartbeatReply(Action.CANCELLED if cancelled else Action.PRUNED, None)
         raise self._error(refused, lease, fold=fold)
 
     def _pruned(
