@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -15,17 +16,23 @@ from tests.conftest import ROOT
 
 @pytest.mark.skipif(os.environ.get("HPCOPT_TIMEOUT_PROBE") != "1", reason="run by the test below only")
 @pytest.mark.timeout(1)
-def test_probe_that_takes_two_seconds() -> None:
+def test_probe_that_takes_two_seconds(request: pytest.FixtureRequest) -> None:
+    marker = request.node.get_closest_marker("timeout")
+    assert marker is not None
+    Path(os.environ["HPCOPT_TIMEOUT_PROBE_OUT"]).write_text(str(marker.args[0]))  # the limit it runs under
     time.sleep(2)
 
 
 @pytest.mark.parametrize(("scale", "passes"), [("1", False), ("4", True)])
-def test_a_limit_is_stretched_by_the_scale(scale: str, passes: bool) -> None:
+def test_a_limit_is_stretched_by_the_scale(scale: str, passes: bool, tmp_path: Path) -> None:
+    said = tmp_path / "limit"
     env = {**os.environ, "HPCOPT_TIMEOUT_PROBE": "1", "HPCOPT_TEST_TIMEOUT_SCALE": scale}
+    env["HPCOPT_TIMEOUT_PROBE_OUT"] = str(said)
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:randomly", "-p", "no:xdist", "-p", "no:cacheprovider"]
     cmd += [f"{__file__}::test_probe_that_takes_two_seconds"]
     out = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    if not passes and load >= 2:  # this machine's own load already stretches the limit
-        pytest.skip(f"load {load:.1f} per core stretches the 1 s limit past 2 s by itself")
+    limit = float(said.read_text())
+    assert limit >= float(scale), f"the probe ran under {limit} s, not at least {scale} x 1 s"
+    if not passes and limit >= 2:  # the load when the probe started stretched the limit by itself
+        pytest.skip(f"the machine's load stretched the 1 s limit to {limit:.1f} s")
     assert (out.returncode == 0) is passes, out.stdout[-2000:]

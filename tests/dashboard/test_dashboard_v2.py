@@ -455,13 +455,11 @@ def test_history_options_log_scale_and_finish_time_over_a_robust_axis(page: Page
 
 
 def _tick_labels(page: Page, plot: str, axis: str) -> list[str]:
-    return list(
-        page.page.evaluate(
-            "([id, axis]) => [...document.querySelectorAll(`#${CSS.escape(id)} .${axis}tick text`)]"
-            ".map((t) => t.textContent)",
-            [plot, axis],
-        )
-    )
+    """The axis' tick labels once the plot has drawn at least three (a plot can have its
+    data before Plotly has laid its axes out: on a loaded machine the slices had none)."""
+    ticks = "([id, axis]) => [...document.querySelectorAll(`#${CSS.escape(id)} .${axis}tick text`)]"
+    page.page.wait_for_function(f"(a) => ({ticks})(a).length >= 3", arg=[plot, axis], timeout=30_000)
+    return list(page.page.evaluate(f"(a) => ({ticks})(a).map((t) => t.textContent)", [plot, axis]))
 
 
 def test_log_axes_label_every_tick_with_its_whole_value(page: Page, seeded: Seeded) -> None:
@@ -479,6 +477,7 @@ def test_log_axes_label_every_tick_with_its_whole_value(page: Page, seeded: Seed
     values = [float(t.replace("\u2212", "-")) for t in labels]  # each one a whole number: float() fails on "10²"
     # In axis order, so whole values rise: "0.3 0.4 ... 0.9" labelled "3 4 ... 9" would not.
     assert len(values) >= 3 and values == sorted(set(values)) and values[0] >= 0.2 and values[-1] <= 20, labels
+    page.wait_plot("slice-lr")
     lr = _tick_labels(page, "slice-lr", "x")  # lr: log scale over [1e-4, 1] (make_spec)
     values = [float(t.replace("\u2212", "-")) for t in lr]
     assert len(values) >= 3 and values == sorted(set(values)) and values[0] >= 1e-4 and values[-1] <= 1.0, lr
