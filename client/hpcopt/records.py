@@ -28,18 +28,18 @@ class _Named(StrEnum):
 
 
 class CampaignState(_Named):
-    """A campaign's state; compares equal to its name (``state == "RUNNING"``)."""
+    """A campaign's state; compares equal to its name (``state == "RUNNING"``). The
+    server's domain uses this enum too: states are defined once."""
 
-    UNSPECIFIED = "UNSPECIFIED"
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     CANCELLED = "CANCELLED"
 
 
 class TrialState(_Named):
-    """A trial's state; compares equal to its name (``state == "COMPLETED"``)."""
+    """A trial's state; compares equal to its name (``state == "COMPLETED"``). The
+    server's domain uses this enum too: states are defined once."""
 
-    UNSPECIFIED = "UNSPECIFIED"
     QUEUED = "QUEUED"
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"

@@ -111,7 +111,7 @@ def state_value(name: str) -> common_pb2.TrialState.ValueType:
     try:
         return common_pb2.TrialState.Value(f"TRIAL_STATE_{str(name).upper()}")
     except ValueError:
-        allowed = ", ".join(s for s in TrialState if s != "UNSPECIFIED")
+        allowed = ", ".join(TrialState)
         raise ValueError(f"state: {name!r} is not a trial state (one of {allowed})") from None
 
 

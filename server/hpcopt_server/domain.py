@@ -7,38 +7,20 @@ crosses a layer.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from hpcopt.records import CampaignState as CampaignState
+from hpcopt.records import TrialState as TrialState
 from hpcopt_server.curves import DEFAULT_POINTS_PER_FOLD
 
 ParamValue = bool | int | float | str
 Params = dict[str, ParamValue]
 
 
-class CampaignState(enum.StrEnum):
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    CANCELLED = "CANCELLED"
-
-
-class TrialState(enum.StrEnum):
-    QUEUED = "QUEUED"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    PRUNED = "PRUNED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    PREEMPTED = "PREEMPTED"
-
-    @property
-    def finished(self) -> bool:
-        return self in FINISHED_STATES
-
-
-FINISHED_STATES = frozenset({TrialState.COMPLETED, TrialState.PRUNED, TrialState.FAILED, TrialState.CANCELLED})
+#: The final states: a trial in one will not run again.
+FINISHED_STATES = frozenset(s for s in TrialState if s.finished)
 
 
 @dataclass(frozen=True)
