@@ -7,7 +7,8 @@ crosses a layer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -138,6 +139,28 @@ class Trial:
     folds: tuple[Fold, ...] = ()
     curves: tuple[CurvePoint, ...] = ()
     events: tuple[TrialEvent, ...] = ()
+
+
+#: A trial's fields that never leave the server: its lease's secret and expiry, and
+#: the finish number the optimizer cache reads by.
+PRIVATE_TRIAL_FIELDS = frozenset({"lease_id", "lease_expires_at", "finish_seq"})
+#: The fields that are records of their own (each transport maps them with its types).
+NESTED_TRIAL_FIELDS = frozenset({"folds", "curves", "events"})
+
+
+def trial_fields(t: Trial, wanted: Iterable[str]) -> dict[str, Any]:
+    """The trial's own fields among ``wanted`` (the field names of a transport's record:
+    REST, the export document, gRPC), by name, tuples as lists: the one copy of a
+    Trial's fields out of the server. Private and nested fields are never included."""
+    out: dict[str, Any] = {}
+    for name in wanted:
+        if name in _TRIAL_FIELDS and name not in PRIVATE_TRIAL_FIELDS and name not in NESTED_TRIAL_FIELDS:
+            value = getattr(t, name)
+            out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+_TRIAL_FIELDS = frozenset(f.name for f in fields(Trial))
 
 
 @dataclass(frozen=True)

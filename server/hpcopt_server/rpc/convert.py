@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -67,23 +68,22 @@ def fold(f: d.Fold) -> common_pb2.Fold:
     )
 
 
+#: How a trial's field becomes its proto field where the types differ.
+_TRIAL_WIRE: dict[str, Any] = {
+    "state": lambda s: TRIAL_STATES[s],
+    "params": lambda p: {k: param_value(v) for k, v in p.items()},
+    "values": lambda v: v or [],
+    "created_at": ts,
+    "started_at": ts,
+    "finished_at": ts,
+}
+
+
 def trial(t: d.Trial) -> common_pb2.Trial:
+    scalars = d.trial_fields(t, common_pb2.Trial.DESCRIPTOR.fields_by_name)
     return common_pb2.Trial(
-        id=t.id,
-        campaign_id=t.campaign_id,
-        number=t.number,
-        state=TRIAL_STATES[t.state],
-        attempt=t.attempt,
-        params={k: param_value(v) for k, v in t.params.items()},
-        value=t.value,
-        value_std=t.value_std,
-        values=list(t.values or ()),
+        **{k: _TRIAL_WIRE[k](v) if k in _TRIAL_WIRE else v for k, v in scalars.items()},
         folds=[fold(f) for f in t.folds],
-        agent_id=t.agent_id,
-        error=t.error,
-        created_at=ts(t.created_at),
-        started_at=ts(t.started_at),
-        finished_at=ts(t.finished_at),
         curves=[common_pb2.CurvePoint(fold=p.fold, step=p.step, value=p.value) for p in t.curves],
         events=[
             common_pb2.TrialEvent(attempt=e.attempt, kind=e.kind, agent_id=e.agent_id, reason=e.reason, at=ts(e.at))

@@ -159,17 +159,7 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
         ),
         trials=[
             TrialDoc(
-                number=t.number,
-                state=t.state,
-                attempt=t.attempt,
-                params=t.params,
-                value=t.value,
-                value_std=t.value_std,
-                values=list(t.values) if t.values is not None else None,
-                error=t.error,
-                created_at=t.created_at,
-                started_at=t.started_at,
-                finished_at=t.finished_at,
+                **d.trial_fields(t, TrialDoc.model_fields),
                 folds=[FoldDoc(**vars(f)) for f in t.folds],
                 curves=[CurveDoc(**vars(p)) for p in t.curves],
                 events=[EventDoc(**vars(e)) for e in t.events],
