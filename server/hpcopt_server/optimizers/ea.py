@@ -5,7 +5,7 @@ Genes live in the unit-cube coordinates of ``SearchSpace`` (log scales included;
 and categoricals decode from their coordinate). For a child:
 
 1. while fewer than ``population`` trials exist, the child is uniformly random;
-2. otherwise the elite is the fittest ``elite`` fraction (20%) of the finished trials
+2. otherwise the elite is the fittest ``elite`` fraction of the finished trials
    (failed and pruned ones count as the worst: a pruned trial lost to the others), at least two;
 3. two parents by binary tournament from the elite; A is the fitter;
 4. crossover per real/int gene: ``c = r (pA - pB) + pA`` with r ~ U(0, 1), reflected
@@ -27,9 +27,8 @@ within a front the most isolated first (crowding distance); the elite and the
 tournaments use that order, so the elite spreads along the Pareto front instead of
 crowding one end of it.
 
-Options: ``population`` (a fifth of ``max_trials``, 8..50), ``generations`` G (as many
-as the budget holds: ``(max_trials - 1) // population``), ``elite`` (0.2),
-``mutation_rate`` (0.3).
+Options: :attr:`Evolutionary.OPTIONS` (listed with their defaults in the docs' options
+reference).
 """
 
 from __future__ import annotations
