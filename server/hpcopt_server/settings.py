@@ -19,10 +19,6 @@ T = TypeVar("T")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
-def env(name: str, default: str) -> str:
-    return os.environ.get(f"HPCOPT_{name}", default)
-
-
 @dataclass(frozen=True)
 class Flag:
     """How a setting appears on the command line; ``name`` the flag without ``--`` and
@@ -49,10 +45,12 @@ def flags_of(cls: type) -> list[tuple[str, Flag]]:
 
 
 def flag_name(name: str, flag: Flag) -> str:
+    """``--grpc-port`` for the field ``grpc_port``."""
     return "--" + (flag.name or name).replace("_", "-")
 
 
 def env_name(name: str, flag: Flag) -> str:
+    """``HPCOPT_GRPC_PORT`` for the field ``grpc_port``."""
     return "HPCOPT_" + (flag.name or name).upper()
 
 
@@ -239,4 +237,4 @@ class ServerSettings:
             return False
 
 
-__all__ = ["Flag", "OptionError", "ServerSettings", "add_flags", "env", "flags_of", "from_args", "setting"]
+__all__ = ["Flag", "OptionError", "ServerSettings", "add_flags", "flags_of", "from_args", "setting"]

@@ -10,7 +10,7 @@ import pytest
 
 from hpcopt_server.cli import parser
 from hpcopt_server.service.limits import RequestLimits
-from hpcopt_server.settings import OptionError, ServerSettings, env_name, flag_name, flags_of, from_args
+from hpcopt_server.settings import Flag, OptionError, ServerSettings, env_name, flag_name, flags_of, from_args
 
 DECLARED = [(cls, name, flag) for cls in (ServerSettings, RequestLimits) for name, flag in flags_of(cls)]
 
@@ -36,7 +36,6 @@ def test_every_serve_flag_is_declared_once() -> None:
 def test_each_flag_reads_its_environment_and_refuses_what_its_declaration_refuses(
     monkeypatch: pytest.MonkeyPatch, cls: type, name: str, flag: object
 ) -> None:
-    from hpcopt_server.settings import Flag
 
     assert isinstance(flag, Flag)
     o, variable = flag.option, env_name(name, flag)
