@@ -62,7 +62,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, only: tuple[str, ...] 
             continue
         o, variable = flag.option, env_name(name, flag)
         help_text = f"{o.doc} (env {variable})"
-        dest = (flag.name or name).replace("-", "_")
+        dest = flag.name or name
         if o.kind is bool:
             given = os.environ.get(variable, "")
             default = given not in ("", "0", "false") if given else o.default
@@ -90,8 +90,7 @@ def from_args(cls: type[T], args: argparse.Namespace) -> T:
     the flag otherwise."""
     values = {}
     for name, flag in flags_of(cls):
-        value = getattr(args, (flag.name or name).replace("-", "_"))
-        values[name] = flag.option.check(flag_name(name, flag), value) if value is not None else None
+        values[name] = flag.option.check(flag_name(name, flag), getattr(args, flag.name or name))
     return cls(**values)
 
 
