@@ -14,6 +14,11 @@ trials. Per run:
   less the ranks of the trial groups holding a trial (server times; the layout a trial
   ran under read from the agent's log).
 
+``--nodes 2 --rate 100mbit`` runs every agent job over the slow-link harness
+(``netns.py``, root): the ranks split over that many network-namespace "nodes" whose
+egress is rate-limited, the server on the bridge, so a fold group spanning nodes pays a
+real link and the planner's probe measures a two-node width.
+
 ``--simulate`` then plans a large allocation from the curve the auto runs measured
 (``GET /campaigns/{id}/throughput``): 250 nodes x 4 ranks, 500 trials x 5 folds, 24 h,
 re-planned against the best static layout; and it prints how far each layout's
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from netns import SERVER_ADDR, SlowLink
 from run import ROOT, Server, agent_cmd, env, mpi_cmd
 
 from hpcopt.planner import (
@@ -69,7 +75,9 @@ def spec(args: argparse.Namespace, rep: int, rpf: int | None) -> dict[str, Any]:
     return s
 
 
-def run_one(server: Server, args: argparse.Namespace, workdir: Path, rep: int, name: str) -> dict[str, Any]:
+def run_one(
+    server: Server, args: argparse.Namespace, workdir: Path, rep: int, name: str, link: SlowLink | None
+) -> dict[str, Any]:
     from hpcopt import Client
 
     if name == "auto":
@@ -81,9 +89,11 @@ def run_one(server: Server, args: argparse.Namespace, workdir: Path, rep: int, n
         rpf, extra = r, ["--groups", str(g)]
     with Client(server.target) as c:
         cid = int(c.create_campaign(spec(args, rep, rpf)).id)
-    cmd = [*mpi_cmd(args.ranks), *agent_cmd(server.target, cid, workdir / "ckpt"), *extra]
+    launcher = link.launcher(args.ranks // args.nodes) if link is not None else []
+    cmd = [*mpi_cmd(args.ranks), *launcher, *agent_cmd(server.target, cid, workdir / "ckpt"), *extra]
     t0 = time.time()
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=3600)
+    run_env = link.rank_env(env()) if link is not None else env()
+    out = subprocess.run(cmd, capture_output=True, text=True, env=run_env, cwd=ROOT, timeout=3600)
     seconds = time.time() - t0
     if out.returncode != 0:
         raise SystemExit(f"{name}: agent failed ({out.returncode}):\n{out.stderr[-4000:]}")
@@ -146,6 +156,10 @@ def layouts(ranks: int, folds: int) -> list[str]:
     return [f"{lay.groups}x{lay.fold_groups}x{lay.ranks_per_fold}" for lay in candidates(ranks, folds)]
 
 
+def per_node(args: argparse.Namespace) -> int:
+    return args.ranks // args.nodes
+
+
 def spread(v: list[float]) -> str:
     return f"{statistics.median(v):8.1f} ({min(v):.1f}-{max(v):.1f})"
 
@@ -165,18 +179,23 @@ def main() -> int:
     ap.add_argument("--save-throughput", type=Path, help="write the measured curve (all runs' folds) here")
     ap.add_argument("--scale-samples", type=int, default=1_000_000, help="--simulate: samples per fold-epoch")
     ap.add_argument("--scale-epochs", type=int, default=50, help="--simulate: epochs")
+    ap.add_argument("--nodes", type=int, default=1, help="emulated nodes over a rate-limited link (root; netns.py)")
+    ap.add_argument("--rate", default="100mbit", help="--nodes > 1: each node's egress rate (tc's syntax)")
     args = ap.parse_args()
+    if args.nodes < 1 or args.ranks % args.nodes:
+        ap.error(f"--nodes must divide --ranks ({args.ranks}); got {args.nodes}")
     configs = ["auto", "default", *layouts(args.ranks, args.folds)]
     if args.only:
         configs = [c for c in args.only.split(",") if c]
     workdir = Path(tempfile.mkdtemp(prefix="hpcopt-planner-"))
-    server = Server(workdir)
+    link = SlowLink(args.nodes, args.rate).__enter__() if args.nodes > 1 else None
+    server = Server(workdir, host=SERVER_ADDR) if link is not None else Server(workdir)
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in configs}
     try:
         for rep in range(args.reps):
             for k in range(len(configs)):
                 name = configs[(rep + k) % len(configs)]
-                r = run_one(server, args, workdir, rep, name)
+                r = run_one(server, args, workdir, rep, name, link)
                 runs[name].append(r)
                 print(
                     f"rep {rep + 1}/{args.reps} {name}: {r['seconds']:.1f} s, {r['by_walltime']} trials by "
@@ -191,12 +210,15 @@ def main() -> int:
             args.save_throughput.write_text(json.dumps(points, indent=1) + "\n")
     finally:
         server.close()
+        if link is not None:
+            link.__exit__(None, None, None)
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
         args.json.write_text(json.dumps({"runs": runs, "throughput": points}, indent=1))
+    where = f"{args.nodes} nodes over a {args.rate} link" if link is not None else "one node"
     print(
         f"\nplanner: {args.trials} trials x {args.folds} folds x {args.epochs} epochs (digits MLP) on {args.ranks} "
-        f"ranks, {args.reps} interleaved reps; median (min-max)"
+        f"ranks ({where}), {args.reps} interleaved reps; median (min-max)"
     )
     print(f"{'layout':>10} {'finish s':>22} {f'trials by {args.walltime:g} s':>16} {'idle tail rank-s':>22}")
     for name, rs in runs.items():
@@ -239,7 +261,7 @@ def simulate_scale(doc: dict[str, Any], runs: dict[str, list[dict[str, Any]]], a
     samples = int(doc.get("train_samples") or 1348)
     print(
         "\nmeasured points (all runs' folds): "
-        + ", ".join(f"{p.ranks} rank(s) {p.samples_per_second:.4g}/s" for p in pts)
+        + ", ".join(f"{p.ranks} rank(s) on {p.nodes} node(s) {p.samples_per_second:.4g}/s" for p in pts)
     )
     print(
         f"\nmeasured curve ({len(pts)} widths, {samples} samples per fold-epoch): compute {model.compute:.3g} s, "
@@ -248,7 +270,7 @@ def simulate_scale(doc: dict[str, Any], runs: dict[str, list[dict[str, Any]]], a
     for a in model.assumptions:
         print(f"  assumed: {a}")
     # How far predictions were from what each layout measured (one node, this machine).
-    alloc = Allocation(args.ranks, args.ranks)
+    alloc = Allocation(args.ranks, per_node(args))
     work = Work(trials=args.trials, folds=args.folds, epochs=args.epochs, train_samples=samples)
     print(f"\n{'layout':>10} {'predicted s':>12} {'measured s':>11} {'error':>7}")
     for name, rs in runs.items():
