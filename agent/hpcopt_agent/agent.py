@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 from hpcopt import AgentClient, ApiError, Lease
-from hpcopt_agent.comm import Comms, any_true, bcast, gather
+from hpcopt.records import QueueState
+from hpcopt_agent.comm import Comms, Notices, any_true, bcast, gather
 from hpcopt_agent.fold import FoldOutcome, FoldTrainer, TrialInfo
 from hpcopt_agent.runtime import Context, StopSignal, Walltime
 from hpcopt_agent.server import Heartbeat, TrialLink, retrying
@@ -49,6 +50,8 @@ class GroupLoop:
         patience: float = 120.0,
         drain_below: int | None = None,
         wave_base: int = 0,
+        replan_wait: float | None = None,
+        notices: Notices | None = None,
     ) -> None:
         self.comms = comms
         self.client = client  # on fold leaders
@@ -69,6 +72,12 @@ class GroupLoop:
         #: Trials left to start when this layout was planned: with what is left now it
         #: says how far into a wave of ``groups`` trials the job is.
         self.wave_base = wave_base
+        #: ``--groups auto``: leave for a re-plan when this group has waited this long for
+        #: work the parallel budget would not give it (other agents hold the rest).
+        self.replan_wait = replan_wait
+        self.waiting_since: float | None = None
+        #: How this group's leader asks the others to re-plan, and hears them ask.
+        self.notices = notices
         self.replan = False
 
     def run(self) -> tuple[str, bool]:
@@ -85,6 +94,8 @@ class GroupLoop:
             kind, payload = bcast(self.comms.group, decision)
             if kind in ("stop", "error", "replan"):
                 self.replan = kind == "replan"
+                if self.replan and self.comms.is_group_leader:
+                    log.info("leaving the layout at this trial boundary to re-plan: %s", payload)
                 return str(payload), kind != "error"
             if kind == "wait":
                 continue
@@ -109,16 +120,20 @@ class GroupLoop:
         assert self.client is not None
         client = self.client
         groups = self.comms.layout.groups
+        if self.notices is not None and self.notices.pending():
+            return "replan", "another trial group asked for a re-plan"
+        decision = self._acquire(client, groups)
+        if decision[0] == "replan" and self.notices is not None:
+            size = self.comms.layout.group_size
+            self.notices.ask([g * size for g in range(groups)])
+        return decision
+
+    def _acquire(self, client: AgentClient, groups: int) -> tuple[str, Any]:
         if self.drain_below is not None and groups > 1:
             # The last wave is partial: fewer trials are left than the groups that have not
             # started one in this wave (trials started since the plan, modulo the groups).
-            try:
-                q = retrying(lambda: client.queue(self.agent_id, self.campaign_id), "Queue", self.patience)
-            except ApiError as exc:
-                if exc.code != "UNIMPLEMENTED":
-                    raise
-                self.drain_below = None  # a server older than the planner: no re-plans
-            else:
+            q = self._queue(client)
+            if q is not None:
                 waiting = groups - (self.wave_base - q.unstarted) % groups
                 if 0 < q.unstarted < min(waiting, self.drain_below):
                     return "replan", f"{q.unstarted} trial(s) left to start for {waiting} trial group(s)"
@@ -126,10 +141,24 @@ class GroupLoop:
         if got.status == "done":
             return "stop", "the campaign is finished"
         if got.trial is None or got.lease is None:  # wait: the parallel budget is in use
+            now = time.monotonic()
+            self.waiting_since = self.waiting_since or now
+            if self.replan_wait is not None and groups > 1 and now - self.waiting_since >= self.replan_wait:
+                # Only when trials are left that max_parallel holds back: waiting for a
+                # suggestion or for the last trials to finish is no reason to re-lay.
+                q = self._queue(client)
+                if q is not None and q.unstarted > 0 and 0 < q.max_parallel <= q.running:
+                    waited = now - self.waiting_since
+                    return "replan", (
+                        f"trial group {self.comms.group_index} waited {waited:.0f} s for a trial: max_parallel "
+                        f"{q.max_parallel} in use ({q.running} running)"
+                    )
+                self.waiting_since = now  # look again after another --replan-wait
             deadline = time.monotonic() + max(got.retry_after_seconds, 0.2)
             while time.monotonic() < deadline and not self.stop.requested:
                 time.sleep(0.1)
             return "wait", None
+        self.waiting_since = None
         trial, lease = got.trial, got.lease
         params = {k: trial.params[k] for k in self.trainer.s.param_names if k in trial.params}
         params.update((k, v) for k, v in trial.params.items() if k not in params)
@@ -137,6 +166,17 @@ class GroupLoop:
         finished = frozenset(f.index for f in trial.folds if f.finished)
         resume = {f.index: f.checkpoint_uri for f in trial.folds if not f.finished and f.checkpoint_uri}
         return "trial", Grant(info, lease, finished, resume)
+
+    def _queue(self, client: AgentClient) -> QueueState | None:
+        """What the campaign has left; None from a server older than the planner (no
+        Queue call), which turns re-planning off."""
+        try:
+            return retrying(lambda: client.queue(self.agent_id, self.campaign_id), "Queue", self.patience)
+        except ApiError as exc:
+            if exc.code != "UNIMPLEMENTED":
+                raise
+            self.drain_below = self.replan_wait = None
+            return None
 
     # -- every rank ----------------------------------------------------------------------
 

@@ -78,8 +78,11 @@ def choose(
     timeout: float,
     master_addr: str | None,
     trials: int | None = None,
+    max_parallel: int | None = None,
 ) -> Planned:
-    """The layout for this allocation (every rank calls; all get the same answer).
+    """The layout for this allocation (every rank calls; all get the same answer);
+    ``max_parallel``: the trials the campaign lets this job run at once (default: the
+    budget's).
     Raises :class:`PlanError` or :class:`ProbeError` with a message naming the field."""
     per_node = ranks_per_node(world, per_node)
     alloc = Allocation(world.size, per_node)
@@ -94,7 +97,7 @@ def choose(
         folds=settings.folds,
         epochs=settings.epochs,
         train_samples=max(1, len(train)),
-        max_parallel=budget.get("max_parallel"),
+        max_parallel=max_parallel or budget.get("max_parallel"),
         deadline=deadline,
     )
 

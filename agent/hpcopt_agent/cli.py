@@ -94,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default %(default)s)",
     )
     ap.add_argument(
+        "--replan-wait",
+        type=_seconds,
+        default=30.0,
+        help="--groups auto: seconds a trial group may wait for a trial the campaign's max_parallel will not give "
+        "it (other agents hold the rest) before the job re-plans at its trial boundaries, for fewer, wider "
+        "groups (default %(default)s)",
+    )
+    ap.add_argument(
         "--checkpoint-dir",
         type=Path,
         default=default_checkpoint_dir(),

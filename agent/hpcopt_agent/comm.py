@@ -115,6 +115,39 @@ def quiet(comm: MPI.Comm, poll: float = 0.002) -> None:
         time.sleep(poll)
 
 
+#: The tag of a group leader's "re-plan at your next trial boundary" to the others.
+REPLAN_TAG = 7321
+
+
+class Notices:
+    """Point-to-point notes between group leaders within one phase: one leader asks the
+    others to re-plan at their next trial boundary (they :meth:`pending` it before taking
+    a trial). :meth:`settle` (every rank of the world, after the phase) receives every
+    note sent, so none outlives the communicators."""
+
+    def __init__(self, world: MPI.Comm) -> None:
+        self.world = world
+        self.sent: list[tuple[int, MPI.Request]] = []
+
+    def ask(self, leaders: list[int]) -> None:
+        for dest in leaders:
+            if dest != self.world.rank:
+                self.sent.append((dest, self.world.isend(None, dest=dest, tag=REPLAN_TAG)))
+
+    def pending(self) -> bool:
+        return bool(self.world.iprobe(source=MPI.ANY_SOURCE, tag=REPLAN_TAG))
+
+    def settle(self) -> None:
+        counts = [0] * self.world.size
+        for dest, _ in self.sent:
+            counts[dest] += 1
+        for src, n in enumerate(self.world.alltoall(counts)):
+            for _ in range(n):
+                self.world.recv(source=src, tag=REPLAN_TAG)
+        MPI.Request.Waitall([r for _, r in self.sent])
+        self.sent = []
+
+
 class CollectiveTimeout(RuntimeError):
     """Ranks of a communicator did not arrive in time; ``missing`` are their ranks in
     it (known on its rank 0 only)."""

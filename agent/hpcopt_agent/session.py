@@ -19,8 +19,9 @@ from mpi4py import MPI
 
 from hpcopt import AgentClient, ApiError
 from hpcopt.planner import PlanError, Point, fit, plan
+from hpcopt.records import QueueState
 from hpcopt_agent.autoplan import Planned, choose
-from hpcopt_agent.comm import Comms, bcast, quiet, split
+from hpcopt_agent.comm import Comms, Notices, bcast, quiet, split
 from hpcopt_agent.data import Data
 from hpcopt_agent.layout import Layout
 from hpcopt_agent.probe import ProbeError
@@ -30,6 +31,12 @@ from hpcopt_agent.settings import TrainingSettings
 from hpcopt_agent.task import Task
 
 log = logging.getLogger("hpcopt_agent")
+
+
+def free_parallel(q: QueueState) -> int | None:
+    """The campaign's max_parallel less the trials other agents run (None: no limit);
+    called when none of this job's groups holds a trial."""
+    return max(1, q.max_parallel - q.running) if q.max_parallel else None
 
 
 class Session:
@@ -61,21 +68,26 @@ class Session:
         self.drain_below: int | None = None
         #: Trials left to start when the layout was planned (the waves count from it).
         self.wave_base = 0
+        #: Seconds a group waits for a trial max_parallel holds back before a re-plan
+        #: (None: never); doubled after a re-plan that kept the layout.
+        self.replan_wait: float | None = None
+        self.notices = Notices(world)
 
     # -- the layout -------------------------------------------------------------------
 
     def plan(self) -> str:
         """Chooses the layout (every rank); the problem in words, or ''."""
         groups = self.args.groups if isinstance(self.args.groups, int) else None
-        left = None
+        left = free = None
         if self.world.rank == 0:
             try:
                 with AgentClient(self.args.server, self.args.token) as c:
                     q = c.queue(self.reg.agent_id, self.args.campaign)
                 left = None if q.done else q.unstarted
+                free = free_parallel(q)
             except ApiError as exc:  # plan for the budget instead
                 log.warning("could not ask what is left to start: %s", exc)
-        left = self.world.bcast(left, root=0)
+        left, free = self.world.bcast((left, free), root=0)
         try:
             self.planned = choose(
                 self.world,
@@ -91,6 +103,7 @@ class Session:
                 timeout=self.args.collective_timeout,
                 master_addr=self.args.master_addr,
                 trials=left,
+                max_parallel=free,
             )
         except (PlanError, ProbeError) as exc:
             return str(exc)
@@ -101,6 +114,7 @@ class Session:
 
         if groups is None and not uses_horovod(self.settings):  # Horovod starts once per job
             self.drain_below = self.world.size + 1
+            self.replan_wait = self.args.replan_wait
         return ""
 
     def _predict(self, planned: Planned) -> None:
@@ -127,11 +141,15 @@ class Session:
         self.wave_base = left
         if kind == "keep":
             self.drain_below = left  # not again until fewer remain
+            if self.replan_wait is not None:
+                self.replan_wait *= 2
             if self.world.rank == 0 and text:
                 log.info("re-plan for %d trial(s): %s; keeping the layout", left, text)
             return False
         assert isinstance(kind, Layout)
         self.layout = kind
+        if self.replan_wait is not None:
+            self.replan_wait = self.args.replan_wait
         if self.world.rank == 0:
             log.info("re-plan for %d trial(s): %s", left, text)
         return True
@@ -149,7 +167,13 @@ class Session:
         earlier = old.model.points if old.model is not None else ()
         model = fit(measured + [p for p in earlier if (p.ranks, p.nodes) not in widths])
         left = self.walltime.remaining()
-        work = replace(old.work, trials=q.unstarted, deadline=None if left is None else max(left, 1.0))
+        # Every group of this job is at a trial boundary: what runs is other agents'.
+        work = replace(
+            old.work,
+            trials=q.unstarted,
+            max_parallel=free_parallel(q),
+            deadline=None if left is None else max(left, 1.0),
+        )
         space = (self.reg.campaign_spec or {}).get("space") or {}
         chosen = plan(
             old.allocation,
@@ -175,6 +199,7 @@ class Session:
         while True:
             reason, normal, replan = self._phase(comms)
             quiet(self.world)  # groups end their phases at their own trial boundaries
+            self.notices.settle()
             if self.world.allreduce(replan, op=MPI.LAND):
                 if self._replan():
                     if self.planned is not None:
@@ -262,6 +287,8 @@ class Session:
             max_trials=None if args.max_trials is None else max(0, args.max_trials - self.trials),
             drain_below=self.drain_below,
             wave_base=self.wave_base,
+            replan_wait=self.replan_wait,
+            notices=self.notices,
         )
         reason, normal = loop.run()
         self.trials += loop.trials

@@ -157,7 +157,7 @@ def layouts(ranks: int, folds: int) -> list[str]:
 
 
 def per_node(args: argparse.Namespace) -> int:
-    return args.ranks // args.nodes
+    return int(args.ranks) // int(args.nodes)
 
 
 def spread(v: list[float]) -> str:

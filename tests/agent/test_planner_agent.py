@@ -4,14 +4,18 @@ from measured throughput, the re-plan as the queue drains, and what the agent re
 from __future__ import annotations
 
 import re
+import threading
+import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from hpcopt.planner import Allocation, Layout, Point, Work, fit, simulate
-from tests.agent.conftest import AgentServer, agent_spec, dump
+from hpcopt import AgentClient
+from hpcopt.planner import Allocation, Layout, Point, Work, fit, plan, simulate
+from tests.agent.conftest import AgentServer, agent_spec, dump, kill_group, wait_for
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
@@ -101,6 +105,72 @@ def test_the_drain_re_splits_the_world_and_every_fold_trains_once(agent_server: 
     last = max(new, key=lambda t: t.number)
     with agent_server.client() as c:
         assert {f.metrics["ranks_per_fold"] for f in c.get_trial(last.id).folds} == {2.0}
+
+
+def test_a_group_held_back_by_max_parallel_re_plans_the_world_for_what_is_free(
+    agent_server: AgentServer, tmp_path: Path
+) -> None:
+    """Another agent takes one of max_parallel's 2 slots after the job planned 2 trial
+    groups: a group of the job waits, the job re-plans at its trial boundaries for the one
+    slot left, and trains on as 1 wider group."""
+    trials = 16
+    spec = agent_spec(
+        budget={"max_trials": trials + HISTORY * len(MEASURED), "max_parallel": 2},
+        folds=4,
+        training={"task": "tests/agent/tasks.py:Regression", "epochs": 2},
+    )
+    campaign = _with_history(agent_server, spec)
+    model = fit(Point(r, 1, v) for r, v in MEASURED.items())
+    alloc = Allocation(8, 8)
+    first = plan(alloc, Work(trials=trials, folds=4, epochs=2, train_samples=180, max_parallel=2), model).best.layout
+    assert first == Layout(2, 4, 1)
+    one = plan(alloc, Work(trials=trials, folds=4, epochs=2, train_samples=180, max_parallel=1), model).best.layout
+    assert one == Layout(1, 4, 2)
+
+    log = tmp_path / "agent.log"
+    proc = agent_server.start_agent(8, campaign, "--replan-wait", "1", log=log)
+    held: list[Any] = []
+    done = threading.Event()
+
+    def hold() -> None:
+        """The other agent: takes a slot as soon as one is free, and keeps its lease."""
+        with AgentClient(agent_server.target) as c:
+            me = c.register(host="other", campaign_id=campaign).agent_id
+            while not done.is_set():
+                if not held:
+                    got = c.acquire(me, campaign)
+                    if got.lease is not None:
+                        held.append(got.lease)
+                    continue
+                c.heartbeat(held[0])
+                time.sleep(0.5)
+            if held:
+                c.release(held[0], "PREEMPTED", "the test's other agent is done")
+            c.deregister(me)
+
+    try:
+        wait_for(lambda: "8 ranks = 2 trial group(s)" in log.read_text(), 120, "the job's first layout")
+        holder = threading.Thread(target=hold, daemon=True)
+        holder.start()
+        wait_for(lambda: "re-plan for" in log.read_text() or proc.poll() is not None, 200, "a re-plan")
+        done.set()
+        holder.join(timeout=60)
+        assert proc.wait(timeout=200) == 0, log.read_text()
+    finally:
+        done.set()
+        if proc.poll() is None:
+            kill_group(proc)
+    text = log.read_text()
+    assert held, "the other agent never got a slot"
+    assert re.search(r"waited \d+ s for a trial: max_parallel 2 in use \(2 running\)", text), text
+    replanned = r"re-plan for \d+ trial\(s\): 8 ranks = 1 trial group\(s\) x 4 fold group\(s\) x 2 rank"
+    assert re.search(replanned, text), text
+    assert f"campaign {campaign}: 8 ranks = 1 trial group(s) x 4 fold group(s) x 2 rank(s) per fold" in text, text
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {"COMPLETED": trials + HISTORY * len(MEASURED)}
+    # No fold trained twice: each (trial, fold) logs its last epoch once.
+    last = re.findall(r"trial #(\d+) fold (\d+) epoch 2/2:", text)
+    assert len(last) == len(set(last)) == trials * 4, text
 
 
 def test_a_pinned_width_that_fits_no_layout_is_refused_by_name(agent_server: AgentServer) -> None:
