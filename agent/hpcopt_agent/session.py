@@ -18,7 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcopt import AgentClient, ApiError
-from hpcopt.planner import PlanError, Point, fit, plan
+from hpcopt.planner import PlanError, Point, fit, merge_points, plan
 from hpcopt.records import QueueState
 from hpcopt_agent.autoplan import Planned, choose
 from hpcopt_agent.comm import Comms, Notices, bcast, quiet, split
@@ -109,6 +109,7 @@ class Session:
             return str(exc)
         self.layout = self.planned.layout
         self.wave_base = self.planned.work.trials
+        self._store_probe(self.planned)
         self._predict(self.planned)
         from hpcopt_agent.schemes import uses_horovod
 
@@ -116,6 +117,18 @@ class Session:
             self.drain_below = self.world.size + 1
             self.replan_wait = self.args.replan_wait
         return ""
+
+    def _store_probe(self, planned: Planned) -> None:
+        """Rank 0: what the probe measured goes to the server, so the next job (and
+        ``GET /campaigns/{id}/throughput``) plans from it until folds measure those widths."""
+        probed = [p for p in (planned.model.points if planned.model else ()) if p.source == "probe"]
+        if self.world.rank != 0 or not probed:
+            return
+        try:
+            with AgentClient(self.args.server, self.args.token) as c:
+                c.report_throughput(self.reg.agent_id, self.args.campaign, probed, planned.work.train_samples)
+        except ApiError as exc:  # a server older than this call, or one that refused: plan on
+            log.warning("could not store the probe's measurements on the server: %s", exc)
 
     def _predict(self, planned: Planned) -> None:
         """The walltime rule's figure: seconds from a trial's start to its first checkpoint."""
@@ -162,10 +175,8 @@ class Session:
         old = self.planned
         schemes = set(self.settings.schemes)
         measured = [Point.from_dict(p) for p in q.throughput]
-        measured = [p for p in measured if p.scheme in schemes]
-        widths = {(p.ranks, p.nodes) for p in measured}
         earlier = old.model.points if old.model is not None else ()
-        model = fit(measured + [p for p in earlier if (p.ranks, p.nodes) not in widths])
+        model = fit(merge_points([p for p in measured if p.scheme in schemes], earlier))
         left = self.walltime.remaining()
         # Every group of this job is at a trial boundary: what runs is other agents'.
         work = replace(

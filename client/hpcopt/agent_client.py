@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from hpcopt.planner import Point
 from hpcopt.records import Action, Agent, Assignment, Fold, Lease, QueueState, Trial, action
 from hpcopt.transport import Channel, state_value
 from hpcopt.v1 import agent_pb2, agent_pb2_grpc
@@ -96,6 +97,22 @@ class AgentClient(Channel):
         ``with_throughput``, the campaign's measured fold throughput too."""
         req = agent_pb2.QueueRequest(agent_id=agent_id, campaign_id=campaign_id, with_throughput=with_throughput)
         return QueueState.from_proto(self._do(self._stub.Queue, req))
+
+    def report_throughput(self, agent_id: str, campaign_id: int, points: Iterable[Point], train_samples: int) -> int:
+        """Stores what the throughput probe measured for the campaign (the planner's
+        points where no fold has trained yet); how many widths were stored."""
+        req = agent_pb2.ReportThroughputRequest(
+            agent_id=agent_id,
+            campaign_id=campaign_id,
+            points=[
+                agent_pb2.ThroughputPoint(
+                    scheme=p.scheme, ranks=p.ranks, nodes=p.nodes, samples_per_second=p.samples_per_second
+                )
+                for p in points
+            ],
+            train_samples=train_samples,
+        )
+        return int(self._do(self._stub.ReportThroughput, req).stored)
 
     def deregister(self, agent_id: str, reason: str = "") -> list[int]:
         """Ends the agent's registration (call it on exit; ``reason``: why, when it

@@ -98,6 +98,27 @@ def points_from_folds(rows: Iterable[tuple[dict[str, Any], dict[str, Any]]], spe
     ]
 
 
+def points_from_probes(rows: Iterable[tuple[str, int, int, float]]) -> list[Point]:
+    """The probe's points from its stored measurements (scheme, ranks, nodes, samples
+    per second): one per width, the median of the probes that measured it."""
+    seen: dict[tuple[str, int, int], list[float]] = {}
+    for scheme, ranks, nodes, rate in rows:
+        seen.setdefault((scheme, ranks, nodes), []).append(rate)
+    return [
+        Point(r, n, statistics.median(rates), scheme, "probe", len(rates))
+        for (scheme, r, n), rates in sorted(seen.items())
+    ]
+
+
+def merge_points(measured: Iterable[Point], earlier: Iterable[Point]) -> list[Point]:
+    """``measured`` and, at widths (scheme, ranks, nodes) it lacks, ``earlier``: the
+    folds' figures replace a probe's width by width, as they come in."""
+    first = list(measured)
+    have = {(p.scheme, p.ranks, p.nodes) for p in first}
+    rest = [p for p in earlier if (p.scheme, p.ranks, p.nodes) not in have]
+    return sorted(first + rest, key=lambda p: (p.scheme, p.ranks, p.nodes))
+
+
 def train_samples_of(rows: Iterable[tuple[dict[str, Any], dict[str, Any]]]) -> int | None:
     """The median of the folds' ``train_samples`` (samples trained per epoch), if any reported it."""
     got = [

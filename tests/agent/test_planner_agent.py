@@ -173,6 +173,25 @@ def test_a_group_held_back_by_max_parallel_re_plans_the_world_for_what_is_free(
     assert len(last) == len(set(last)) == trials * 4, text
 
 
+def test_the_probe_is_stored_so_the_next_job_plans_without_one(agent_server: AgentServer) -> None:
+    training = {"task": "tests/agent/tasks.py:Regression", "epochs": 1}
+    spec = agent_spec(budget={"max_trials": 6, "max_parallel": 6}, folds=2, training=training)
+    campaign = agent_server.submit(spec)
+    first = agent_server.run_agent(4, campaign, "--max-trials", "1")
+    assert first.returncode == 0, dump(first)
+    assert "probing [1, 4] rank(s) per fold" in first.stderr, dump(first)
+    doc = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/throughput", timeout=30).json()
+    sources = {p["ranks"]: p["source"] for p in doc["points"]}
+    trained = {int(w) for w in re.findall(r"ranks_per_fold=(\d+)", first.stderr)}
+    assert len(trained) == 1 and sources[trained.pop()] == "fold", doc
+    assert {1, 4} <= set(sources) and "probe" in sources.values(), doc  # what no fold measured stays
+    second = agent_server.run_agent(4, campaign)
+    assert second.returncode == 0, dump(second)
+    assert "probing" not in second.stderr and "(probe)" in second.stderr, dump(second)
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {"COMPLETED": 6}
+
+
 def test_a_pinned_width_that_fits_no_layout_is_refused_by_name(agent_server: AgentServer) -> None:
     spec = agent_spec(training={"task": "tests/agent/tasks.py:Regression", "epochs": 1, "ranks_per_fold": 3})
     campaign = agent_server.submit(spec)

@@ -124,8 +124,9 @@ def _rpcs() -> list[tuple[str, str, Any, str]]:
 def test_every_rpc_checks_its_scope(secured: tuple[LiveServer, dict[str, str], int]) -> None:
     server, tokens, _ = secured
     rpcs = _rpcs()
-    # GetParetoFront (read) joined in issue 13, Deregister (agent) in 14, ReportEvent in 25, Queue (agent) in 61
-    assert len(rpcs) == 20
+    # GetParetoFront (read) joined in issue 13, Deregister (agent) in 14, ReportEvent in 25, Queue and
+    # ReportThroughput (agent) in 61
+    assert len(rpcs) == 21
     with grpc.insecure_channel(server.grpc_target) as ch:
         for path, name, request_cls, needed in rpcs:
             call = ch.unary_unary(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=bytes)

@@ -491,6 +491,15 @@ class TestResults:
             metrics = tx.results.fold_metrics(c.id, 10)
             assert len(metrics) == 6 and ({"lr": 0.9}, {"samples_per_second": 30.0}) in metrics
             assert len(tx.results.fold_metrics(c.id, 2)) == 2
+            assert tx.results.probes(c.id, 10) == []
+        with storage.write() as tx:
+            probe = [("allreduce", 1, 1, 50.0), ("allreduce", 8, 2, 200.0)]
+            assert tx.campaigns.add_probes(c.id, "a1", probe, 90, NOW) == 2
+            assert tx.campaigns.add_probes(c.id, "a2", [("allreduce", 1, 1, 60.0)], 80, NOW) == 1
+        with storage.read() as tx:
+            # Newest first, at most the limit, this campaign's only.
+            assert tx.results.probes(c.id, 2) == [("allreduce", 1, 1, 60.0, 80), ("allreduce", 8, 2, 200.0, 90)]
+            assert len(tx.results.probes(c.id, 10)) == 3 and tx.results.probes(c.id + 1, 10) == []
             assert tx.results.curves_of([t2.id, 999]) == {t2.id: [d.CurvePoint(0, 3, 0.9)], 999: []}
 
     def test_the_best_trial_follows_the_direction(self, storage: Storage) -> None:
@@ -560,6 +569,7 @@ READS: dict[str, Callable[[Tx, d.Campaign, d.Trial], object]] = {
     "results.values_at": lambda tx, c, t: tx.results.values_at(c.id, 0, 3, [d.TrialState.COMPLETED]),
     "results.completed_folds": lambda tx, c, t: tx.results.completed_folds(c.id),
     "results.fold_metrics": lambda tx, c, t: tx.results.fold_metrics(c.id, 5),
+    "results.probes": lambda tx, c, t: tx.results.probes(c.id, 5),
     "results.completed_points": lambda tx, c, t: tx.results.completed_points(c.id),
     "results.completed_points_at": lambda tx, c, t: tx.results.completed_points_at(c.id),
     "results.completed_values": lambda tx, c, t: tx.results.completed_values(c.id),

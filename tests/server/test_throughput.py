@@ -3,6 +3,8 @@ over REST, the points with an agent's registration, and the Queue call's counts.
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from hpcopt_server import domain as d
@@ -55,6 +57,54 @@ def test_folds_without_a_measured_width_are_not_points(service: Service) -> None
     assert service.throughput.document(campaign.id) == {"points": [], "models": {}, "train_samples": None}
     with pytest.raises(NotFound):
         service.throughput.document(campaign.id + 100)
+
+
+def test_the_probe_is_stored_and_folds_replace_it_width_by_width(service: Service) -> None:
+    campaign = service.campaigns.create(make_spec(folds=2, budget={"max_trials": 4, "max_parallel": 4}))
+    agent = service.agents.register(host="n", ranks=8, gpus=0, campaign_id=campaign.id).agent_id
+    probe = [("allreduce", 1, 1, 50.0), ("allreduce", 4, 1, 150.0), ("allreduce", 8, 2, 200.0)]
+    assert service.agents.report_throughput(agent, campaign.id, probe, 90) == 3
+    doc = service.throughput.document(campaign.id)
+    assert [(p["ranks"], p["nodes"], p["samples_per_second"], p["source"]) for p in doc["points"]] == [
+        (r, n, v, "probe") for _, r, n, v in probe
+    ]
+    assert doc["train_samples"] == 90 and doc["models"]["allreduce"]["points"]
+    # The next job of the campaign plans from it: with its registration and the Queue call.
+    reg = service.agents.register(host="m", ranks=8, gpus=0, campaign_id=campaign.id)
+    assert [p["source"] for p in reg.throughput] == ["probe"] * 3
+    q = service.agents.queue_state(reg.agent_id, campaign.id, with_throughput=True)
+    assert [(p["ranks"], p["source"]) for p in q.throughput] == [(1, "probe"), (4, "probe"), (8, "probe")]
+    # Folds trained at 1 rank replace the probe's figure there; the other widths stay.
+    _run_trials(service, campaign, agent, [(1, 100.0)])
+    points = {(p["ranks"], p["nodes"]): p for p in service.throughput.document(campaign.id)["points"]}
+    assert points[(1, 1)]["source"] == "fold" and points[(1, 1)]["samples_per_second"] == pytest.approx(100.5)
+    assert points[(4, 1)]["source"] == points[(8, 2)]["source"] == "probe"
+
+
+@pytest.mark.parametrize(
+    ("points", "samples", "field"),
+    [
+        ([], 90, "points"),
+        ([("allreduce", 1, 1, 10.0)] * 17, 90, "points"),
+        ([("allreduce", 0, 1, 10.0)], 90, "points[0].ranks"),
+        ([("allreduce", 2, 3, 10.0)], 90, "points[0].nodes"),
+        ([("allreduce", 1, 1, 10.0), ("allreduce", 2, 1, float("nan"))], 90, "points[1].samples_per_second"),
+        ([("allreduce", 1, 1, -1.0)], 90, "points[0].samples_per_second"),
+        ([("allreduce", 1, 1, 10.0)], 0, "train_samples"),
+        ([("horovod", 1, 1, 10.0)], 90, "points[0].scheme"),
+        ([("x" * 65, 1, 1, 10.0)], 90, "points[0].scheme"),
+    ],
+)
+def test_a_bad_probe_report_is_refused_by_field_and_stores_nothing(
+    service: Service, points: list[tuple[str, int, int, float]], samples: int, field: str
+) -> None:
+    campaign = service.campaigns.create(make_spec())
+    agent = service.agents.register(host="n", ranks=8, gpus=0, campaign_id=campaign.id).agent_id
+    with pytest.raises(InvalidArgument, match=rf"^{re.escape(field)}\b"):
+        service.agents.report_throughput(agent, campaign.id, points, samples)
+    assert service.throughput.document(campaign.id)["points"] == []
+    with pytest.raises(NotFound):
+        service.agents.report_throughput(agent, campaign.id + 100, [("allreduce", 1, 1, 10.0)], 90)
 
 
 def test_queue_counts_what_is_left_to_start_and_leases_nothing(service: Service) -> None:

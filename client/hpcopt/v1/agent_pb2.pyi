@@ -22,6 +22,85 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class ThroughputPoint(_message.Message):
+    """One measured width: a fold group of `ranks` ranks over `nodes` nodes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SCHEME_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    SAMPLES_PER_SECOND_FIELD_NUMBER: _builtins.int
+    scheme: _builtins.str
+    ranks: _builtins.int
+    nodes: _builtins.int
+    samples_per_second: _builtins.float
+    def __init__(
+        self,
+        *,
+        scheme: _builtins.str = ...,
+        ranks: _builtins.int = ...,
+        nodes: _builtins.int = ...,
+        samples_per_second: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes", b"nodes", "ranks", b"ranks", "samples_per_second", b"samples_per_second", "scheme", b"scheme"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ThroughputPoint: _TypeAlias = ThroughputPoint  # noqa: Y015
+
+@_typing.final
+class ReportThroughputRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    CAMPAIGN_ID_FIELD_NUMBER: _builtins.int
+    POINTS_FIELD_NUMBER: _builtins.int
+    TRAIN_SAMPLES_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    campaign_id: _builtins.int
+    train_samples: _builtins.int
+    """Samples of one fold's training epoch (the probe trained the first fold's)."""
+    @_builtins.property
+    def points(self) -> _containers.RepeatedCompositeFieldContainer[Global___ThroughputPoint]: ...
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        campaign_id: _builtins.int = ...,
+        points: _abc.Iterable[Global___ThroughputPoint] | None = ...,
+        train_samples: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "campaign_id", b"campaign_id", "points", b"points", "train_samples", b"train_samples"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportThroughputRequest: _TypeAlias = ReportThroughputRequest  # noqa: Y015
+
+@_typing.final
+class ReportThroughputResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORED_FIELD_NUMBER: _builtins.int
+    stored: _builtins.int
+    def __init__(
+        self,
+        *,
+        stored: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stored", b"stored"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportThroughputResponse: _TypeAlias = ReportThroughputResponse  # noqa: Y015
+
+@_typing.final
 class QueueRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

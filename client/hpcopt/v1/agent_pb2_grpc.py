@@ -85,6 +85,11 @@ class AgentServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.QueueRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_agent__pb2.QueueResponse.FromString,
                 _registered_method=True)
+        self.ReportThroughput = channel.unary_unary(
+                '/hpcopt.v1.AgentService/ReportThroughput',
+                request_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportThroughputRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportThroughputResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -161,6 +166,14 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportThroughput(self, request, context):
+        """The throughput probe's measurements (--groups auto on a campaign with none yet),
+        stored with the campaign like its folds' measurements, which replace them per width.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -213,6 +226,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Queue,
                     request_deserializer=hpcopt_dot_v1_dot_agent__pb2.QueueRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_agent__pb2.QueueResponse.SerializeToString,
+            ),
+            'ReportThroughput': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportThroughput,
+                    request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportThroughputRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportThroughputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -485,6 +503,33 @@ class AgentService:
             '/hpcopt.v1.AgentService/Queue',
             hpcopt_dot_v1_dot_agent__pb2.QueueRequest.SerializeToString,
             hpcopt_dot_v1_dot_agent__pb2.QueueResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportThroughput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.AgentService/ReportThroughput',
+            hpcopt_dot_v1_dot_agent__pb2.ReportThroughputRequest.SerializeToString,
+            hpcopt_dot_v1_dot_agent__pb2.ReportThroughputResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -55,6 +55,10 @@ class AgentServiceStub:
     """What is left to start of the campaign, leasing nothing: an agent that lays out its
     allocation itself (--groups auto) re-plans when fewer trials remain than groups.
     """
+    ReportThroughput: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReportThroughputRequest, _agent_pb2.ReportThroughputResponse]
+    """The throughput probe's measurements (--groups auto on a campaign with none yet),
+    stored with the campaign like its folds' measurements, which replace them per width.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -81,6 +85,10 @@ class AgentServiceAsyncStub(AgentServiceStub):
     Queue: _aio.UnaryUnaryMultiCallable[_agent_pb2.QueueRequest, _agent_pb2.QueueResponse]  # type: ignore[assignment]
     """What is left to start of the campaign, leasing nothing: an agent that lays out its
     allocation itself (--groups auto) re-plans when fewer trials remain than groups.
+    """
+    ReportThroughput: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReportThroughputRequest, _agent_pb2.ReportThroughputResponse]  # type: ignore[assignment]
+    """The throughput probe's measurements (--groups auto on a campaign with none yet),
+    stored with the campaign like its folds' measurements, which replace them per width.
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -165,6 +173,16 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agent_pb2.QueueResponse, _abc.Awaitable[_agent_pb2.QueueResponse]]:
         """What is left to start of the campaign, leasing nothing: an agent that lays out its
         allocation itself (--groups auto) re-plans when fewer trials remain than groups.
+        """
+
+    @_abc_1.abstractmethod
+    def ReportThroughput(
+        self,
+        request: _agent_pb2.ReportThroughputRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ReportThroughputResponse, _abc.Awaitable[_agent_pb2.ReportThroughputResponse]]:
+        """The throughput probe's measurements (--groups auto on a campaign with none yet),
+        stored with the campaign like its folds' measurements, which replace them per width.
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -144,6 +144,16 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         )
 
     @handles_errors
+    def ReportThroughput(
+        self, request: agent_pb2.ReportThroughputRequest, context: Ctx
+    ) -> agent_pb2.ReportThroughputResponse:
+        points = [(p.scheme, p.ranks, p.nodes, p.samples_per_second) for p in request.points]
+        stored = self.svc.agents.report_throughput(
+            request.agent_id, request.campaign_id, points, request.train_samples, caller=self._caller(context)
+        )
+        return agent_pb2.ReportThroughputResponse(stored=stored)
+
+    @handles_errors
     def Acquire(self, request: agent_pb2.AcquireRequest, context: Ctx) -> agent_pb2.AcquireResponse:
         return convert.acquisition(
             self.svc.agents.acquire(request.agent_id, request.campaign_id, caller=self._caller(context))

@@ -30,11 +30,10 @@ import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
 
 from hpcopt.checkpoints import CheckpointRefused, check_reported
 from hpcopt.documents import clip
-from hpcopt.planner import points_from_folds
+from hpcopt.planner import Point
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ServiceError
 from hpcopt_server.pruners import Verdict
@@ -52,7 +51,7 @@ from hpcopt_server.service.agent_messages import (
 )
 from hpcopt_server.service.context import Context, bound_curve, campaign_or_404
 from hpcopt_server.service.pruning import SqlHistory, pruner_of
-from hpcopt_server.service.throughput import RECENT_FOLDS
+from hpcopt_server.service.throughput import campaign_schemes, check_probe, measured
 from hpcopt_server.storage.agent_calls import DONE, Refused
 
 RELEASE_STATES = (d.TrialState.FAILED, d.TrialState.PREEMPTED, d.TrialState.PRUNED)
@@ -133,15 +132,16 @@ class AgentService:
             token_id=caller,
         )
         spec = None
-        rows: list[Any] = []
+        found: list[Point] = []
         with self.ctx.storage.write() as tx:
             if campaign_id:
-                spec = campaign_or_404(tx, campaign_id).spec
-                rows = tx.results.fold_metrics(campaign_id, RECENT_FOLDS)
+                campaign = campaign_or_404(tx, campaign_id)
+                spec = campaign.spec
+                found, _ = measured(tx, campaign)
             tx.agents.insert(agent)
         self._remember(agent.id, caller)
         s = self.ctx.settings
-        points = tuple(p.as_dict() for p in points_from_folds(rows, spec or {}))
+        points = tuple(p.as_dict() for p in found)
         return Registration(agent.id, s.lease_seconds, s.heartbeat_seconds, spec, self.server_id(), points)
 
     def acquire(self, agent_id: str, campaign_id: int, *, caller: int | None = None) -> Acquisition:
@@ -196,19 +196,44 @@ class AgentService:
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_id("campaign_id", campaign_id)
         self._check_agent(agent_id, caller)
-        rows: list[Any] = []
+        found: list[Point] = []
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
             counts = tx.campaigns.trial_counts([campaign_id]).get(campaign_id, {})
             if with_throughput:
-                rows = tx.results.fold_metrics(campaign_id, RECENT_FOLDS)
+                found, _ = measured(tx, campaign)
         finished = sum(n for state, n in counts.items() if d.TrialState(state).finished)
         running = counts.get(d.TrialState.RUNNING, 0)
         done = campaign.state != d.CampaignState.RUNNING or finished >= campaign.max_trials
         unstarted = 0 if done else max(0, campaign.max_trials - finished - running)
         parallel = (campaign.spec.get("budget") or {}).get("max_parallel") or 0
-        points = tuple(p.as_dict() for p in points_from_folds(rows, campaign.spec))
-        return QueueState(unstarted, running, int(parallel), done, points)
+        return QueueState(unstarted, running, int(parallel), done, tuple(p.as_dict() for p in found))
+
+    def report_throughput(
+        self,
+        agent_id: str,
+        campaign_id: int,
+        points: list[tuple[str, int, int, float]],
+        train_samples: int,
+        *,
+        caller: int | None = None,
+    ) -> int:
+        """Stores what the agent's throughput probe measured for the campaign, (scheme,
+        ranks, nodes, samples per second) per width; how many were stored."""
+        lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
+        lim.require_id("campaign_id", campaign_id)
+        self._check_agent(agent_id, caller)
+        checked = check_probe(points, train_samples)
+        with self.ctx.storage.write() as tx:
+            campaign = campaign_or_404(tx, campaign_id)
+            schemes = campaign_schemes(campaign.spec)
+            for n, (scheme, *_) in enumerate(checked):
+                if scheme not in schemes:
+                    raise InvalidArgument(
+                        f"points[{n}].scheme: {scheme!r} is not a scheme of campaign {campaign_id} "
+                        f"(it trains with {', '.join(sorted(schemes))})"
+                    )
+            return tx.campaigns.add_probes(campaign_id, agent_id, checked, train_samples, self.ctx.clock())
 
     def deregister(self, agent_id: str, reason: str = "", *, caller: int | None = None) -> list[int]:
         """Ends an agent's registration (its exit; ``reason`` says why when it refused to

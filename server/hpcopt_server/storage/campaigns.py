@@ -78,6 +78,33 @@ class CampaignStore(Store):
         q = update(m.CampaignRow).where(m.CampaignRow.id == campaign_id).values(next_number=number)
         must(self.s.execute(q).rowcount, f"campaign {campaign_id}")  # type: ignore[attr-defined]
 
+    def add_probes(
+        self,
+        campaign_id: int,
+        agent_id: str,
+        points: Iterable[tuple[str, int, int, float]],
+        train_samples: int,
+        at: datetime,
+    ) -> int:
+        """Stores what an agent's throughput probe measured for the campaign: (scheme,
+        ranks, nodes, samples per second) per width; how many rows."""
+        rows = [
+            m.ThroughputProbeRow(
+                campaign_id=campaign_id,
+                agent_id=agent_id,
+                scheme=scheme,
+                ranks=ranks,
+                nodes=nodes,
+                samples_per_second=rate,
+                train_samples=train_samples,
+                measured_at=at,
+            )
+            for scheme, ranks, nodes, rate in points
+        ]
+        self.s.add_all(rows)
+        self.s.flush()
+        return len(rows)
+
     def trial_counts(self, campaign_ids: Iterable[int] | None = None) -> dict[int, dict[str, int]]:
         """{campaign id: {state: count}} for the given campaigns (all when None)."""
         q = select(m.TrialRow.campaign_id, m.TrialRow.state, func.count()).group_by(

@@ -181,6 +181,23 @@ class NoteRow(Base):
     updated_by: Mapped[str] = mapped_column(String(200), default="")
 
 
+class ThroughputProbeRow(Base):
+    """One width the throughput probe measured for a campaign (``--groups auto`` with no
+    measurement yet): the planner's points where no fold has trained at that width."""
+
+    __tablename__ = "throughput_probes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), index=True)
+    agent_id: Mapped[str] = mapped_column(String(64))
+    scheme: Mapped[str] = mapped_column(String(64))
+    ranks: Mapped[int] = mapped_column(Integer)
+    nodes: Mapped[int] = mapped_column(Integer)
+    samples_per_second: Mapped[float] = mapped_column(Float)
+    train_samples: Mapped[int] = mapped_column(Integer)
+    measured_at: Mapped[datetime]
+
+
 class ServerFlagRow(Base):
     """Server-wide settings that must outlive a process, such as whether auth is on."""
 

@@ -91,6 +91,18 @@ class ResultStore(Store):
         )
         return [(dict(params or {}), dict(metrics or {})) for params, metrics in self.s.execute(q)]
 
+    def probes(self, campaign_id: int, limit: int) -> list[tuple[str, int, int, float, int]]:
+        """(scheme, ranks, nodes, samples per second, train samples) of the campaign's
+        throughput probes, newest first, at most ``limit``."""
+        r = m.ThroughputProbeRow
+        q = (
+            select(r.scheme, r.ranks, r.nodes, r.samples_per_second, r.train_samples)
+            .where(r.campaign_id == campaign_id)
+            .order_by(r.id.desc())
+            .limit(limit)
+        )
+        return [(str(a), int(b), int(c), float(x), int(t)) for a, b, c, x, t in self.s.execute(q)]
+
     def completed_points(self, campaign_id: int) -> list[tuple[int, int, float, float | None, dict[str, Any]]]:
         """(id, number, value, value_std, params) of every COMPLETED trial, by number:
         the columns the dashboard's plots need, without folds."""
