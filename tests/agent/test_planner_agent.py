@@ -128,7 +128,10 @@ def test_a_group_held_back_by_max_parallel_re_plans_the_world_for_what_is_free(
     assert one == Layout(1, 4, 2)
 
     log = tmp_path / "agent.log"
-    proc = agent_server.start_agent(8, campaign, "--replan-wait", "1", log=log)
+    # Steps sleep, so the job's other group still has trials to train when the held-back
+    # group's wait (the server's 2 s retry, then --replan-wait) runs out: without them the
+    # queue could drain first, and then no wait is a reason to re-plan.
+    proc = agent_server.start_agent(8, campaign, "--replan-wait", "1", log=log, HPCOPT_TEST_STEP_SLEEP="0.05")
     held: list[Any] = []
     done = threading.Event()
 
