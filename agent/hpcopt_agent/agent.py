@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +53,7 @@ class GroupLoop:
         wave_base: int = 0,
         replan_wait: float | None = None,
         notices: Notices | None = None,
+        would_change: Callable[[int], bool] | None = None,
     ) -> None:
         self.comms = comms
         self.client = client  # on fold leaders
@@ -78,6 +80,9 @@ class GroupLoop:
         self.waiting_since: float | None = None
         #: How this group's leader asks the others to re-plan, and hears them ask.
         self.notices = notices
+        #: Whether a re-plan for that many trials would change the layout (the job's
+        #: model): a drain re-plan that would keep it only makes every group wait.
+        self.would_change = would_change
         self.replan = False
 
     def run(self) -> tuple[str, bool]:
@@ -136,7 +141,9 @@ class GroupLoop:
             if q is not None:
                 waiting = groups - (self.wave_base - q.unstarted) % groups
                 if 0 < q.unstarted < min(waiting, self.drain_below):
-                    return "replan", f"{q.unstarted} trial(s) left to start for {waiting} trial group(s)"
+                    if self.would_change is None or self.would_change(q.unstarted):
+                        return "replan", f"{q.unstarted} trial(s) left to start for {waiting} trial group(s)"
+                    self.drain_below = q.unstarted  # the layout suits them: not again until fewer remain
         got = retrying(lambda: client.acquire(self.agent_id, self.campaign_id), "Acquire", self.patience)
         if got.status == "done":
             return "stop", "the campaign is finished"

@@ -139,6 +139,23 @@ class Session:
         every = min(self.settings.checkpoint_every, work.epochs)
         self.walltime.to_checkpoint = work.trial_overhead + work.fold_overhead + every * per_epoch
 
+    def _would_change(self, left: int) -> bool:
+        """Whether a plan for ``left`` trials, with the model this job has, lays the
+        world out differently from now (the re-plan itself uses the latest measurements)."""
+        planned = self.planned
+        if planned is None or planned.model is None or self.layout is None:
+            return True
+        space = (self.reg.campaign_spec or {}).get("space") or {}
+        chosen = plan(
+            planned.allocation,
+            replace(planned.work, trials=left),
+            planned.model,
+            pinned_ranks=self.pinned,
+            valid_ranks=lambda r: self.settings.fits(r, space),
+        )
+        best = chosen.best.layout
+        return Layout(self.world.size, best.groups, best.ranks_per_fold, self.settings.folds) != self.layout
+
     def _replan(self) -> bool:
         """Every rank: rank 0 plans for the trials left to start and sends the layout;
         whether it changed."""
@@ -300,6 +317,7 @@ class Session:
             wave_base=self.wave_base,
             replan_wait=self.replan_wait,
             notices=self.notices,
+            would_change=self._would_change,
         )
         reason, normal = loop.run()
         self.trials += loop.trials

@@ -26,7 +26,7 @@ MEASURED = {1: 20.0, 2: 34.0, 4: 50.0, 8: 60.0}
 HISTORY = 10
 
 
-def _with_history(server: AgentServer, spec: dict[str, Any]) -> int:
+def _with_history(server: AgentServer, spec: dict[str, Any], measured: dict[int, float] = MEASURED) -> int:
     """The campaign, imported with COMPLETED trials at each measured width (as an export
     of an earlier run carries them): the server's points are the medians of their folds.
     HISTORY trials per width outnumber the folds this test trains (the tiny task's own
@@ -35,7 +35,7 @@ def _with_history(server: AgentServer, spec: dict[str, Any]) -> int:
         first = int(c.create_campaign(spec).id)
         doc = c.export_campaign(first)
         now = datetime.now(UTC)
-        widths = [(r, v) for r, v in MEASURED.items() for _ in range(HISTORY)]
+        widths = [(r, v) for r, v in measured.items() for _ in range(HISTORY)]
         for n, (ranks, rate) in enumerate(widths):
             at = (now - timedelta(minutes=100 - n)).isoformat()
             metrics = {"samples_per_second": rate, "ranks_per_fold": ranks, "fold_nodes": 1, "train_samples": 180}
@@ -105,6 +105,28 @@ def test_the_drain_re_splits_the_world_and_every_fold_trains_once(agent_server: 
     last = max(new, key=lambda t: t.number)
     with agent_server.client() as c:
         assert {f.metrics["ranks_per_fold"] for f in c.get_trial(last.id).folds} == {2.0}
+
+
+def test_the_drain_does_not_stop_the_groups_for_a_re_plan_that_keeps_the_layout(agent_server: AgentServer) -> None:
+    """Where wider fold groups are slower, the last trial is best left to one group
+    while the other idles: the job must not make both wait at a trial boundary first."""
+    slower = {1: 20.0, 2: 12.0, 4: 8.0, 8: 6.0}
+    trials = 9
+    spec = agent_spec(
+        budget={"max_trials": trials + HISTORY * len(slower), "max_parallel": 8},
+        folds=4,
+        training={"task": "tests/agent/tasks.py:Regression", "epochs": 2},
+    )
+    campaign = _with_history(agent_server, spec, slower)
+    model = fit(Point(r, 1, v) for r, v in slower.items())
+    expected = simulate(Allocation(8, 8), Work(trials=trials, folds=4, epochs=2, train_samples=180), model).layouts
+    assert expected == (Layout(2, 4, 1),)  # no re-plan changes it
+    result = agent_server.run_agent(8, campaign, timeout=280)
+    assert result.returncode == 0, dump(result)
+    assert "8 ranks = 2 trial group(s) x 4 fold group(s) x 1 rank(s) per fold; predicted" in result.stderr, dump(result)
+    assert "re-plan" not in result.stderr, dump(result)
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {"COMPLETED": trials + HISTORY * len(slower)}
 
 
 def test_a_group_held_back_by_max_parallel_re_plans_the_world_for_what_is_free(
