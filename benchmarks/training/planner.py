@@ -10,7 +10,8 @@ trials. Per run:
 
 - **time to finish**: the agent job's wall time, start to exit (the probe included);
 - **trials by T**: trials COMPLETED within ``--walltime`` seconds of the job's start;
-- **idle tail**: idle rank-seconds in the last 20 % of the run: the allocation's ranks
+- **idle tail**: idle rank-seconds in the campaign's last 20 % (from its first trial's
+  start to its last trial's end): the allocation's ranks
   less the ranks of the trial groups holding a trial (server times; the layout a trial
   ran under read from the agent's log).
 
@@ -113,8 +114,10 @@ def run_one(
         a = datetime.fromisoformat(t["started_at"]).timestamp() - t0
         b = datetime.fromisoformat(t["finished_at"]).timestamp() - t0
         spans.append((a, b, ranks_of.get(int(t["id"]), size)))
-    end = max(b for _, b, _ in spans)
-    tail = 0.8 * end
+    # The campaign's last 20 %: from its first trial's start (after the job's start-up
+    # and any probe) to its last trial's end.
+    first, end = min(a for a, _, _ in spans), max(b for _, b, _ in spans)
+    tail = end - 0.2 * (end - first)
     busy_tail = sum(r * max(0.0, b - max(a, tail)) for a, b, r in spans)
     phases = [m.group(0).split(": ", 1)[1] for m in PHASE.finditer(out.stderr)]
     return {
