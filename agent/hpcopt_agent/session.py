@@ -18,7 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcopt import AgentClient, ApiError
-from hpcopt.planner import PlanError, Point, fit, merge_points, plan
+from hpcopt.planner import Allocation, Plan, PlanError, Point, Scaling, Work, fit, merge_points, plan
 from hpcopt.records import QueueState
 from hpcopt_agent.autoplan import Planned, choose
 from hpcopt_agent.comm import Comms, Notices, bcast, quiet, split
@@ -145,16 +145,15 @@ class Session:
         planned = self.planned
         if planned is None or planned.model is None or self.layout is None:
             return True
+        _, layout = self._plan_for(planned.allocation, replace(planned.work, trials=left), planned.model)
+        return layout != self.layout
+
+    def _plan_for(self, alloc: Allocation, work: Work, model: Scaling) -> tuple[Plan, Layout]:
+        """The plan for ``work`` (what the spec pins kept) and the layout of its best."""
         space = (self.reg.campaign_spec or {}).get("space") or {}
-        chosen = plan(
-            planned.allocation,
-            replace(planned.work, trials=left),
-            planned.model,
-            pinned_ranks=self.pinned,
-            valid_ranks=lambda r: self.settings.fits(r, space),
-        )
+        chosen = plan(alloc, work, model, pinned_ranks=self.pinned, valid_ranks=lambda r: self.settings.fits(r, space))
         best = chosen.best.layout
-        return Layout(self.world.size, best.groups, best.ranks_per_fold, self.settings.folds) != self.layout
+        return chosen, Layout(self.world.size, best.groups, best.ranks_per_fold, self.settings.folds)
 
     def _replan(self) -> bool:
         """Every rank: rank 0 plans for the trials left to start and sends the layout;
@@ -202,17 +201,8 @@ class Session:
             max_parallel=free_parallel(q),
             deadline=None if left is None else max(left, 1.0),
         )
-        space = (self.reg.campaign_spec or {}).get("space") or {}
-        chosen = plan(
-            old.allocation,
-            work,
-            model,
-            pinned_ranks=self.pinned,
-            valid_ranks=lambda r: self.settings.fits(r, space),
-        )
+        chosen, layout = self._plan_for(old.allocation, work, model)
         self.planned = replace(old, plan=chosen, model=model, work=work)
-        best = chosen.best.layout
-        layout = Layout(self.world.size, best.groups, best.ranks_per_fold, self.settings.folds)
         text = chosen.describe(old.allocation)
         if self.layout is not None and layout == self.layout:
             return "keep", q.unstarted, text
