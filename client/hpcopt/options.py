@@ -63,6 +63,10 @@ class Option:
             if not isinstance(value, dict):
                 raise OptionError(field, f"must be a mapping, got {value!r}")
             return value
+        if self.kind is list:
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise OptionError(field, f"must be a list of names, got {value!r}")
+            return list(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise OptionError(field, f"must be {self.describe()}, got {value!r}")
         if self.kind is int and not (isinstance(value, int) or float(value).is_integer()):
@@ -83,6 +87,8 @@ class Option:
             return ("one of " + ", ".join(self.choices) if self.choices else "text") + extra
         if self.kind is dict:
             return "a mapping" + extra
+        if self.kind is list:
+            return "a list of names" + extra
         what = "an integer" if self.kind is int else "a number"
         low = "" if self.low is None else f"{'>' if self.open_low else '>='} {_number(self.low)}"
         high = "" if self.high is None else f"<= {_number(self.high)}"

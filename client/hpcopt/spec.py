@@ -40,7 +40,7 @@ from hpcopt.taskref import parse_task_ref
 from hpcopt.training import check_options
 
 #: Algorithms the server knows. The server checks the name against its registry too.
-ALGORITHMS = ("random", "sobol", "grid", "bo", "ea", "skopt")
+ALGORITHMS = ("random", "sobol", "grid", "bo", "ea", "skopt", "pbt")
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$"
 
 # Limits that bound what one campaign costs the server (README: "Security and limits").
@@ -169,7 +169,7 @@ MAX_TRIALS_MANY_OBJECTIVES = 10_000
 class Algorithm(_Strict):
     """The optimizer; ``options`` are passed to it (each optimizer documents its own)."""
 
-    name: Literal["random", "sobol", "grid", "bo", "ea", "skopt"] = "random"
+    name: Literal["random", "sobol", "grid", "bo", "ea", "skopt", "pbt"] = "random"
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     options: dict[str, Any] = Field(default_factory=dict)
 

@@ -111,6 +111,64 @@ class TrialEvent:
     at: datetime
 
 
+@dataclass(frozen=True)
+class Lineage:
+    """Where a population-based training (``algorithm: pbt``) trial comes from: it trains
+    population ``member`` from epoch ``start_epoch`` to ``stop_epoch``, starting from the
+    checkpoint of trial ``parent`` (its number, and ``parent_id`` its id, which names the
+    checkpoint file; None at epoch 0). ``previous`` is the
+    member's own last interval (None for its first); when ``parent`` differs from it the
+    member was exploited: it copied ``parent``'s weights, and ``changed`` holds each
+    hyper-parameter the explore step changed, as ``[before, after]``."""
+
+    member: int
+    start_epoch: int
+    stop_epoch: int
+    parent: int | None = None
+    previous: int | None = None
+    changed: dict[str, list[ParamValue]] = field(default_factory=dict)
+    parent_id: int | None = None
+
+    @property
+    def exploited(self) -> bool:
+        return self.parent is not None and self.parent != self.previous
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "member": self.member,
+            "start_epoch": self.start_epoch,
+            "stop_epoch": self.stop_epoch,
+            "parent": self.parent,
+            "previous": self.previous,
+            "changed": {k: list(v) for k, v in self.changed.items()},
+            "parent_id": self.parent_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Lineage:
+        def number(key: str) -> int | None:
+            value = data.get(key)
+            return None if value is None else int(value)
+
+        return cls(
+            member=int(data["member"]),
+            start_epoch=int(data["start_epoch"]),
+            stop_epoch=int(data["stop_epoch"]),
+            parent=number("parent"),
+            previous=number("previous"),
+            changed={str(k): list(v) for k, v in (data.get("changed") or {}).items()},
+            parent_id=number("parent_id"),
+        )
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """What an optimizer proposes: the params, and for a PBT interval its lineage."""
+
+    params: Params
+    lineage: Lineage | None = None
+
+
 #: Event kinds that end an attempt's time on an agent (an attempt starts at "acquired").
 ENDS_ATTEMPT = frozenset({"completed", "failed", "pruned", "preempted", "lease_expired", "cancelled"})
 
@@ -139,13 +197,15 @@ class Trial:
     folds: tuple[Fold, ...] = ()
     curves: tuple[CurvePoint, ...] = ()
     events: tuple[TrialEvent, ...] = ()
+    #: A population-based training interval's place in its population (``pbt``); None otherwise.
+    lineage: Lineage | None = None
 
 
 #: A trial's fields that never leave the server: its lease's secret and expiry, and
 #: the finish number the optimizer cache reads by.
 PRIVATE_TRIAL_FIELDS = frozenset({"lease_id", "lease_expires_at", "finish_seq"})
 #: The fields that are records of their own (each transport maps them with its types).
-NESTED_TRIAL_FIELDS = frozenset({"folds", "curves", "events"})
+NESTED_TRIAL_FIELDS = frozenset({"folds", "curves", "events", "lineage"})
 
 
 def trial_fields(t: Trial, wanted: Iterable[str]) -> dict[str, Any]:

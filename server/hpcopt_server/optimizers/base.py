@@ -47,6 +47,12 @@ class Problem:
     #: The direction of each objective of a multi-objective campaign (empty: one
     #: objective, ``direction``). Trials then carry ``values``, one per objective.
     directions: tuple[str, ...] = ()
+    #: ``training.epochs`` (0: the campaign has no training section: trials are
+    #: evaluated by the client, ask/tell), ``budget.max_parallel`` and the pruner's name,
+    #: for algorithms that schedule training themselves (PBT).
+    epochs: int = 0
+    max_parallel: int = 0
+    pruner: str = "none"
 
     @property
     def multi_objective(self) -> bool:
@@ -57,6 +63,10 @@ class Optimizer(ABC):
     pending_params = True
     """Whether ``suggest`` looks at the pending trials' parameters; False: only at how
     many there are (the server then passes that many empty dicts)."""
+
+    plans = False
+    """Whether the server calls :meth:`plan` (with the pending trials themselves, lineage
+    included) instead of ``suggest``: an algorithm that continues trials (PBT)."""
 
     #: The options this algorithm accepts (anything else is refused by name). Every
     #: numeric option has a ``high`` bound too where its cost grows with it: a request
@@ -87,6 +97,11 @@ class Optimizer(ABC):
     @abstractmethod
     def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
         """Returns ``n`` parameter sets, valid in the search space."""
+
+    def plan(self, n: int, pending: Sequence[d.Trial]) -> list[d.Suggestion]:
+        """With ``plans``: at most ``n`` suggestions, each with its lineage, given the
+        campaign's QUEUED and RUNNING trials; fewer (or none) when nothing is ready."""
+        return [d.Suggestion(p) for p in self.suggest(n, [t.params for t in pending])]
 
 
 OptimizerFactory = Callable[[Problem], Optimizer]

@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from hpcopt.options import OptionError
@@ -65,7 +65,7 @@ class OptimizerCache:
         try:
             if not built:
                 entry = self._new_entry(tx, campaign)
-                new = tx.results.finished_after(campaign.id, 0)
+                new = _finished_after(tx, campaign.id, entry)
                 entry.optimizer.observe(new)
                 entry.seen_seq = (new[-1].finish_seq or 0) if new else 0
                 with self._lock:
@@ -81,21 +81,28 @@ class OptimizerCache:
         if done is not None:
             done.set()
 
-    def suggest(self, tx: Tx, campaign: d.Campaign, n: int = 1, *, active: int | None = None) -> list[d.Params]:
-        """``n`` suggestions for the campaign; call with the campaign row locked.
-        ``active``: the campaign's QUEUED + RUNNING count, if the caller has just read it."""
+    def suggest(self, tx: Tx, campaign: d.Campaign, n: int = 1, *, active: int | None = None) -> list[d.Suggestion]:
+        """At most ``n`` suggestions for the campaign (fewer only when its optimizer has
+        fewer ready: PBT); call with the campaign row locked. ``active``: the campaign's
+        QUEUED + RUNNING count, if the caller has just read it."""
         entry = self._entry(tx, campaign)
-        new = tx.results.finished_after(campaign.id, entry.seen_seq)
+        new = _finished_after(tx, campaign.id, entry)
         entry.optimizer.observe(new)
         if new:
             entry.seen_seq = new[-1].finish_seq or entry.seen_seq
-        pending: list[d.Params]
-        if entry.optimizer.pending_params:
-            states = (d.TrialState.QUEUED, d.TrialState.RUNNING)
-            pending = [t.params for t in tx.trials.page(campaign.id, states=states, with_folds=False)[0]]
-        else:  # only how many are pending matters: no need to read a thousand rows
-            pending = [{}] * (tx.trials.count_active(campaign.id) if active is None else active)
-        return [_finite(campaign.id, params) for params in entry.optimizer.suggest(n, pending)]
+        optimizer = entry.optimizer
+        states = (d.TrialState.QUEUED, d.TrialState.RUNNING)
+        if optimizer.plans:
+            running = tx.trials.page(campaign.id, states=states, with_folds=False)[0]
+            made = optimizer.plan(n, running)
+        else:
+            pending: list[d.Params]
+            if optimizer.pending_params:
+                pending = [t.params for t in tx.trials.page(campaign.id, states=states, with_folds=False)[0]]
+            else:  # only how many are pending matters: no need to read a thousand rows
+                pending = [{}] * (tx.trials.count_active(campaign.id) if active is None else active)
+            made = [d.Suggestion(params) for params in optimizer.suggest(n, pending)]
+        return [replace(m, params=_finite(campaign.id, m.params)) for m in made]
 
     def forget(self, campaign_id: int) -> None:
         with self._lock:
@@ -122,6 +129,17 @@ class OptimizerCache:
         return entry
 
 
+def _finished_after(tx: Tx, campaign_id: int, entry: _Entry) -> list[d.Trial]:
+    """The campaign's trials finished after those ``entry`` has seen; with their folds
+    for an optimizer that plans (PBT starts an interval only from a checkpoint each fold
+    reported)."""
+    new = tx.results.finished_after(campaign_id, entry.seen_seq)
+    if not entry.optimizer.plans or not new:
+        return new
+    by_id = {t.id: t for t in tx.trials.by_ids([t.id for t in new], with_folds=True)}
+    return [by_id.get(t.id, t) for t in new]
+
+
 def build_optimizer(campaign: d.Campaign) -> Optimizer:
     return make_optimizer(campaign.spec, campaign.id)
 
@@ -140,6 +158,7 @@ def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
         seed = zlib.crc32(f"{campaign_id}:{spec['name']}".encode())
     objectives = d.objectives_of(spec)
     directions = tuple(direction for _, direction in objectives) if len(objectives) > 1 else ()
+    training = spec.get("training") or {}
     problem = Problem(
         SearchSpace(spec["space"]),
         spec["objective"]["direction"],
@@ -148,13 +167,18 @@ def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
         int(spec["folds"]),
         int(spec["budget"]["max_trials"]),
         directions,
+        epochs=int(training.get("epochs") or 0),
+        max_parallel=int(spec["budget"]["max_parallel"]),
+        pruner=str((spec.get("pruner") or {}).get("name", "none")),
     )
     try:
         return factory(problem)
     except (ValueError, ImportError) as exc:
         field = option_field(exc)
         message = exc.message if isinstance(exc, OptionError) else str(exc)
-        raise InvalidArgument(f"algorithm.{field}: {message}", [(f"algorithm.{field}", message)]) from None
+        # An option checked against the rest of the spec may name that field instead.
+        path = field if field.split(".", 1)[0] in ("budget", "training", "pruner", "space") else f"algorithm.{field}"
+        raise InvalidArgument(f"{path}: {message}", [(path, message)]) from None
 
 
 def option_field(exc: BaseException) -> str:

@@ -80,7 +80,9 @@ class FoldDone:
 
 #: What a waiting acquisition gets when no trial can start now, or none will again.
 WAIT, DONE = "WAIT", "DONE"
-Suggest = Callable[[Tx, d.Campaign, int, int], list[d.Params]]
+#: (tx, campaign, n, active) -> at most n suggestions: an optimizer may have fewer ready
+#: (PBT waits for its members' reports); the agents left over get WAIT.
+Suggest = Callable[[Tx, d.Campaign, int, int], list[d.Suggestion]]
 """(tx, campaign with fresh counters, n, trials active) -> n parameter sets."""
 
 
@@ -222,18 +224,19 @@ class AgentCalls:
                 max_parallel=campaign.max_parallel,
                 max_trials=campaign.max_trials,
             )
-            if room.new < asking:
-                c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first + room.new})
             queued_ids = self._queued(c, campaign_id, room.resume)
             out: list[d.Trial | str] = [
                 self._resume(tx, tid, a, now, expires)
                 for tid, a in zip(queued_ids, agents[: len(queued_ids)], strict=True)
             ]
+            made: list[d.Suggestion] = []
             if room.new:
                 fresh = replace(campaign, trials_created=first, trials_finished=finished)
-                params = suggest(tx, fresh, room.new, running + room.resume)
-                chosen = list(agents[room.resume : room.resume + room.new])
-                out += self._insert_running(c, campaign, first, params, chosen, now, expires)
+                made = suggest(tx, fresh, room.new, running + room.resume)[: room.new]
+                chosen = list(agents[room.resume : room.resume + len(made)])
+                out += self._insert_running(c, campaign, first, made, chosen, now, expires)
+            if len(made) < asking:
+                c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first + len(made)})
             out += [WAIT] * (asking - len(out))
             c.execute(S.SEEN_MANY, {"aids": sorted(set(agents)), "now": now})
         return out
@@ -495,7 +498,7 @@ class AgentCalls:
         c: Connection,
         campaign: d.Campaign,
         first: int,
-        params: list[d.Params],
+        made: list[d.Suggestion],
         agents: list[str],
         now: datetime,
         expires: datetime,
@@ -507,14 +510,15 @@ class AgentCalls:
                 number=first + i,
                 state=d.TrialState.RUNNING,
                 attempt=1,
-                params=campaign.in_space_order(p),
+                params=campaign.in_space_order(m.params),
                 created_at=now,
                 agent_id=a,
                 lease_id=uuid.uuid4().hex,
                 lease_expires_at=expires,
                 started_at=now,
+                lineage=m.lineage,
             )
-            for i, (p, a) in enumerate(zip(params, agents, strict=True))
+            for i, (m, a) in enumerate(zip(made, agents, strict=True))
         ]
         rows = [
             {
@@ -525,6 +529,7 @@ class AgentCalls:
                 "lid": t.lease_id,
                 "exp": expires,
                 "now": now,
+                "lineage": None if t.lineage is None else t.lineage.as_dict(),
             }
             for t in new
         ]

@@ -96,6 +96,7 @@ NEW_TRIAL = T.insert().values(
     error="",
     created_at=_p("now", T.c.created_at),
     started_at=_p("now", T.c.started_at),
+    lineage=_p("lineage", T.c.lineage),
 )
 NEW_TRIALS = NEW_TRIAL.returning(T.c.id, sort_by_parameter_order=True)
 EVENT = EVENTS.insert().values(

@@ -36,6 +36,10 @@ def fold(row: m.FoldRow) -> d.Fold:
     )
 
 
+def _lineage(data: Any) -> d.Lineage | None:
+    return None if data is None else d.Lineage.from_dict(dict(data))
+
+
 def trial(
     row: m.TrialRow | Any,
     folds: list[m.FoldRow] | None = None,
@@ -60,6 +64,7 @@ def trial(
         started_at=row.started_at,
         finished_at=row.finished_at,
         finish_seq=row.finish_seq,
+        lineage=_lineage(getattr(row, "lineage", None)),
         folds=tuple(fold(f) for f in sorted(folds or [], key=lambda f: f.index)),
         curves=tuple(
             d.CurvePoint(fold=c.fold, step=c.step, value=c.value)

@@ -98,6 +98,9 @@ class TrialRow(Base):
     created_at: Mapped[datetime]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    # A population-based training interval's lineage (domain.Lineage.as_dict, parent
+    # and previous as trial numbers); NULL for every other algorithm.
+    lineage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
 class FoldRow(Base):

@@ -1,0 +1,259 @@
+"""Population-based training (Jaderberg et al. 2017, "Population Based Training of
+Neural Networks", arXiv:1711.09846): a population of ``population`` members trains in
+parallel; every ``interval`` epochs a member reports, and one in the bottom
+``quantile`` of the members that have reached that epoch copies the weights of one in
+the top ``quantile`` (exploit) and perturbs the copied hyper-parameters (explore).
+
+Here every interval of a member is a trial of its own, whose lineage
+(:class:`hpcopt_server.domain.Lineage`) is stored with it in SQL: the member, its
+epochs, the trial whose checkpoint it starts from, its own previous interval, and what
+the explore step changed. The agent starts an interval from the parent's fold
+checkpoints and trains it to ``stop_epoch``; the server accepts a PBT fold only with its
+checkpoint, so a parent is always a COMPLETED interval whose every fold wrote one. A
+preempted interval resumes from its own checkpoints, as any trial does.
+
+The decision is asynchronous (as Ray Tune's PBT): a member is compared at its reporting
+epoch with the members that have reached the same epoch, so fast members never wait.
+Everything is derived from the trials themselves (nothing else is kept), so a
+restarted server or a replica makes the same decisions, and one seed gives one
+campaign for one order of reports.
+
+- **A member is continued** (same params, its own checkpoint) unless it is in the
+  bottom ``quantile`` of at least two members at that epoch.
+- **Explore** changes each ``mutable`` parameter: with ``resample_probability`` it is
+  drawn afresh from the space; otherwise a number is multiplied by ``1 ± perturb``
+  (clipped to its bounds; an integer moves by at least one) and a categorical moves to
+  a neighbouring choice. Parameters not in ``mutable`` are copied from the parent with
+  its weights (a parameter that shapes the model must stay there; the agent refuses a
+  campaign that lists one, with the parameter named).
+- **A failed interval** (or one pruned or cancelled) restarts its member from the best
+  interval that reached its start epoch (or from a fresh draw at epoch 0). It counts
+  against ``max_trials`` like any failed trial, so a campaign with failures may end
+  before every member trained all its epochs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from hpcopt.options import Option, OptionError
+from hpcopt_server import domain as d
+from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize
+from hpcopt_server.optimizers.space import Dimension
+
+
+class PopulationBasedTraining(Optimizer):
+    plans = True
+    OPTIONS = {
+        "population": Option(
+            None, int, low=2, high=10_000, derived="budget.max_parallel", doc="members trained side by side"
+        ),
+        "interval": Option(
+            None,
+            int,
+            low=1,
+            high=1_000_000,
+            derived="training.epochs / 5 (at least 1)",
+            doc="epochs a member trains between two reports (each interval is a trial)",
+        ),
+        "quantile": Option(
+            0.25,
+            float,
+            low=0.0,
+            high=0.5,
+            open_low=True,
+            doc="the bottom share that copies the top share",
+        ),
+        "perturb": Option(0.2, float, low=0.0, high=0.9, open_low=True, doc="numbers move by a factor 1 ± perturb"),
+        "resample_probability": Option(
+            0.25, float, low=0.0, high=1.0, doc="chance that explore draws a parameter afresh"
+        ),
+        "mutable": Option(
+            None,
+            list,
+            optional=True,
+            derived="every parameter",
+            doc="the parameters explore may change (the others are copied with the weights)",
+        ),
+        "explore": Option("perturb", str, choices=("perturb",), doc="how new hyper-parameters are chosen"),
+    }
+
+    def __init__(self, problem: Problem):
+        super().__init__(problem)
+        if problem.multi_objective:
+            raise OptionError("algorithm.name", "pbt optimizes one objective; use bo, ea or random")
+        if problem.epochs <= 0:
+            raise OptionError(
+                "training",
+                "pbt trains its members itself: the campaign needs a training section (agents resume members from "
+                "their checkpoints)",
+            )
+        if problem.pruner != "none":
+            raise OptionError("pruner", "pbt decides itself which members go on; use pruner: none")
+        self.epochs = problem.epochs
+        self.population = int(self.option("population", problem.max_parallel or 2))
+        if self.population > problem.max_parallel:
+            raise OptionError(
+                "options.population",
+                f"{self.population} members need max_parallel >= {self.population} (it is {problem.max_parallel}): "
+                "every member trains at once",
+            )
+        self.interval = int(self.option("interval", max(1, self.epochs // 5)))
+        if self.interval >= self.epochs:
+            raise OptionError(
+                "options.interval",
+                f"must be less than training.epochs ({self.epochs}): a member reports at least once before its end",
+            )
+        self.generations = math.ceil(self.epochs / self.interval)
+        need = self.population * self.generations
+        if problem.budget != need:
+            raise OptionError(
+                "budget.max_trials",
+                f"must be {need} for pbt: {self.population} members x {self.generations} intervals (training.epochs "
+                f"{self.epochs} in intervals of {self.interval}); each interval is a trial",
+            )
+        self.quantile = float(self.option("quantile"))
+        self.perturb = float(self.option("perturb"))
+        self.resample = float(self.option("resample_probability"))
+        names = [dim.name for dim in self.space.dims]
+        mutable = self.option("mutable")
+        if mutable is None:
+            mutable = names
+        for i, name in enumerate(mutable):
+            if name not in names:
+                raise OptionError(f"options.mutable[{i}]", f"{name!r} is not a parameter of the space; known: {names}")
+        self.mutable = frozenset(mutable)
+        self._finished: dict[int, d.Trial] = {}  # by number: every finished PBT interval
+
+    # -- what the server feeds -----------------------------------------------------------
+
+    def observe(self, trials: Sequence[d.Trial]) -> None:
+        for trial in trials:
+            if trial.lineage is not None:
+                self._finished[trial.number] = trial
+
+    def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
+        raise NotImplementedError("pbt suggests through plan(): each suggestion carries its lineage")
+
+    def plan(self, n: int, pending: Sequence[d.Trial]) -> list[d.Suggestion]:
+        latest: dict[int, d.Trial] = {}
+        for trial in [*self._finished.values(), *pending]:
+            if trial.lineage is None:
+                continue
+            held = latest.get(trial.lineage.member)
+            if held is None or trial.number > held.number:
+                latest[trial.lineage.member] = trial
+        out: list[d.Suggestion] = []
+        for member in range(self.population):
+            if len(out) >= n:
+                break
+            last = latest.get(member)
+            if last is None:
+                out.append(self._first(member))
+            elif last.state.finished:
+                nxt = self._next(last)
+                if nxt is not None:
+                    out.append(nxt)
+        return out
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def _stop(self, start: int) -> int:
+        return min(start + self.interval, self.epochs)
+
+    def _first(self, member: int, draw: int = 0) -> d.Suggestion:
+        rng = np.random.default_rng([self.seed, member, draw])
+        params = self.space.decode(rng.random(len(self.space)))
+        return d.Suggestion(params, d.Lineage(member, 0, self._stop(0)))
+
+    def _next(self, last: d.Trial) -> d.Suggestion | None:
+        """What follows a member's finished interval ``last``: None when the member is
+        done; else its continuation, an exploit, or (after a failure) a restart."""
+        assert last.lineage is not None
+        lin = last.lineage
+        if last.state == d.TrialState.COMPLETED and lin.stop_epoch >= self.epochs:
+            return None
+        if _parent_ok(last, self.problem.folds):
+            at = lin.stop_epoch
+            ranked = self._ranked(at)
+            cut = min(math.ceil(self.quantile * len(ranked)), len(ranked) // 2)
+            bottom = [t.number for t in ranked[len(ranked) - cut :]] if cut else []
+            if last.number not in bottom:
+                return d.Suggestion(
+                    dict(last.params),
+                    d.Lineage(lin.member, at, self._stop(at), last.number, last.number, {}, last.id),
+                )
+            rng = np.random.default_rng([self.seed, last.number, 1])
+            donor = ranked[int(rng.integers(cut))]
+            return self._exploit(donor, last, at, rng)
+        # A failed (pruned, cancelled) interval, or one without its checkpoints: start
+        # the member again where it started.
+        at = lin.start_epoch
+        ranked = self._ranked(at) if at > 0 else []
+        if not ranked:
+            first = self._first(lin.member, draw=last.number + 1)
+            assert first.lineage is not None
+            return d.Suggestion(first.params, d.Lineage(lin.member, 0, self._stop(0), None, last.number))
+        rng = np.random.default_rng([self.seed, last.number, 2])
+        return self._exploit(ranked[0], last, at, rng)
+
+    def _ranked(self, epoch: int) -> list[d.Trial]:
+        """The COMPLETED intervals that ended at ``epoch`` with a checkpoint of every
+        fold, best first (one per member, its latest; ties by number)."""
+        best: dict[int, d.Trial] = {}
+        for t in self._finished.values():
+            lin = t.lineage
+            if lin is None or lin.stop_epoch != epoch or not _parent_ok(t, self.problem.folds):
+                continue
+            held = best.get(lin.member)
+            if held is None or t.number > held.number:
+                best[lin.member] = t
+        return sorted(best.values(), key=lambda t: (to_minimize(t, self.direction) or 0.0, t.number))
+
+    def _exploit(self, donor: d.Trial, last: d.Trial, at: int, rng: np.random.Generator) -> d.Suggestion:
+        assert last.lineage is not None
+        params = self._explore(dict(donor.params), rng)
+        changed = {k: [donor.params.get(k, ""), v] for k, v in params.items() if donor.params.get(k) != v}
+        lineage = d.Lineage(last.lineage.member, at, self._stop(at), donor.number, last.number, changed, donor.id)
+        return d.Suggestion(params, lineage)
+
+    def _explore(self, params: d.Params, rng: np.random.Generator) -> d.Params:
+        out = dict(params)
+        for dim in self.space.dims:
+            if dim.name not in self.mutable or dim.name not in out:
+                continue
+            if rng.random() < self.resample:
+                out[dim.name] = dim.decode(rng.random())
+            else:
+                out[dim.name] = self._perturbed(dim, out[dim.name], rng)
+        # A changed parent may switch conditional parameters on (drawn afresh) or off.
+        for dim in self.space.dims:
+            if dim.name not in out and dim.active(out):
+                out[dim.name] = dim.decode(rng.random())
+        return self.space.active(out)
+
+    def _perturbed(self, dim: Dimension, value: d.ParamValue, rng: np.random.Generator) -> d.ParamValue:
+        up = bool(rng.random() < 0.5)
+        if dim.type == "categorical":
+            i = dim.choices.index(value) if value in dim.choices else 0
+            return dim.choices[min(max(i + (1 if up else -1), 0), len(dim.choices) - 1)]
+        x = float(value)
+        factor = 1 + self.perturb if up else 1 - self.perturb
+        moved = x * factor if x != 0 else (1 if up else -1) * self.perturb * (dim.high - dim.low)
+        if dim.type == "int":
+            step = round(moved) - int(x)
+            moved = int(x) + (step if step != 0 else (1 if up else -1))
+            return int(min(max(moved, dim.low), dim.high))
+        return float(min(max(moved, dim.low), dim.high))
+
+
+def _parent_ok(trial: d.Trial, folds: int) -> bool:
+    """Whether an interval can be a parent: COMPLETED with a value and a checkpoint
+    reported for each of its ``folds`` folds."""
+    if trial.state != d.TrialState.COMPLETED or trial.value is None:
+        return False
+    written = {f.index for f in trial.folds if f.finished and f.checkpoint_uri}
+    return written.issuperset(range(folds))

@@ -1,0 +1,139 @@
+"""Population-based training through the real service and SQLite: the population, the
+exploit from a checkpointed interval, the lineage in SQL, and the refusals by field."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.service import Service
+from hpcopt_server.service.agents import AcquireStatus, Lease
+from tests.conftest import make_spec
+from tests.seed import checkpoint_uri
+
+SPACE = {
+    "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
+    "dropout": {"type": "real", "low": 0.0, "high": 0.5},
+}
+
+
+def _pbt(**options: Any) -> dict[str, Any]:
+    opts = {"population": 4, "interval": 2, **options}
+    return make_spec(
+        space=SPACE,
+        algorithm={"name": "pbt", "seed": 3, "options": opts},
+        budget={"max_trials": 12, "max_parallel": 4},
+        folds=2,
+        training={"task": "tests:task", "epochs": 6},
+    )
+
+
+def _acquire(service: Service, agent: str, cid: int) -> tuple[d.Trial, Lease] | None:
+    got = service.agents.acquire(agent, cid)
+    if got.status != AcquireStatus.GRANTED:
+        return None
+    assert got.trial is not None
+    return got.trial, Lease(agent, got.trial.id, got.lease_id)
+
+
+def _finish(service: Service, trial: d.Trial, lease: Lease, value: float, *, checkpoint: bool = True) -> None:
+    sid = service.agents.server_id()
+    for k in range(2):
+        uri = checkpoint_uri(sid, trial.campaign_id, trial.id, k) if checkpoint else ""
+        service.agents.report_fold(lease, k, value + 0.01 * k, {"loss": value + 0.01 * k}, uri)
+    service.agents.complete(lease)
+
+
+def test_the_worst_member_copies_a_checkpointed_top_member_and_the_rest_continue(service: Service) -> None:
+    campaign = service.campaigns.create(_pbt())
+    agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
+    first = [_acquire(service, agent, campaign.id) for _ in range(4)]
+    assert all(f is not None for f in first)
+    held = [f for f in first if f is not None]
+    assert sorted(t.lineage.member for t, _ in held if t.lineage) == [0, 1, 2, 3]
+    assert all(t.lineage == d.Lineage(t.lineage.member, 0, 2) for t, _ in held if t.lineage)
+    # Every member is busy: nothing is ready, so the next agent waits.
+    assert _acquire(service, agent, campaign.id) is None
+    values = {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.9}
+    for t, lease in held:
+        assert t.lineage is not None
+        _finish(service, t, lease, values[t.lineage.member])
+    nxt = [_acquire(service, agent, campaign.id) for _ in range(4)]
+    by_member = {t.lineage.member: t for t, _ in (n for n in nxt if n) if t.lineage}
+    assert sorted(by_member) == [0, 1, 2, 3]
+    numbers = {t.lineage.member: t.number for t, _ in held if t.lineage}
+    ids = {t.lineage.member: t.id for t, _ in held if t.lineage}
+    params = {t.lineage.member: t.params for t, _ in held if t.lineage}
+    for m in (0, 1, 2):  # continued: its own checkpoint, its own params
+        lin = by_member[m].lineage
+        assert lin == d.Lineage(m, 2, 4, numbers[m], numbers[m], {}, ids[m])
+        assert by_member[m].params == params[m]
+    worst = by_member[3].lineage
+    assert worst is not None and worst.exploited
+    assert worst.parent == numbers[0] and worst.parent_id == ids[0] and worst.previous == numbers[3]
+    assert worst.changed and set(worst.changed) <= {"lr", "dropout"}
+    for name, (before, after) in worst.changed.items():
+        assert before == params[0][name] and after == by_member[3].params[name]
+    # The lineage is in SQL: a fresh read of the trial has it.
+    stored = service.campaigns.trial(by_member[3].id)
+    assert stored.lineage == worst
+
+
+def test_an_interval_without_its_checkpoints_is_never_a_parent(service: Service) -> None:
+    campaign = service.campaigns.create(_pbt(quantile=0.5))
+    agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
+    held = [h for h in (_acquire(service, agent, campaign.id) for _ in range(4)) if h]
+    for t, lease in held:
+        assert t.lineage is not None
+        # The best member reported no checkpoint: it cannot be copied.
+        _finish(service, t, lease, 0.1 * (t.lineage.member + 1), checkpoint=t.lineage.member != 0)
+    nxt = [h for h in (_acquire(service, agent, campaign.id) for _ in range(4)) if h]
+    no_ck = next(t.number for t, _ in held if t.lineage and t.lineage.member == 0)
+    for t, _ in nxt:
+        assert t.lineage is not None and t.lineage.parent != no_ck
+    restarted = next(t for t, _ in nxt if t.lineage and t.lineage.member == 0)
+    assert restarted.lineage is not None and restarted.lineage.parent is None
+    assert restarted.lineage.previous == no_ck and restarted.lineage.start_epoch == 0
+
+
+def test_a_new_optimizer_cache_makes_the_same_decisions(service: Service) -> None:
+    campaign = service.campaigns.create(_pbt())
+    agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
+    held = [h for h in (_acquire(service, agent, campaign.id) for _ in range(4)) if h]
+    for i, (t, lease) in enumerate(held):
+        _finish(service, t, lease, [0.5, 0.4, 0.3, 0.2][i])
+    service.ctx.optimizers.forget(campaign.id)  # as after a restart: rebuilt from SQL
+    again = [h for h in (_acquire(service, agent, campaign.id) for _ in range(4)) if h]
+    assert len(again) == 4
+    exploited = [t for t, _ in again if t.lineage and t.lineage.exploited]
+    assert len(exploited) == 1 and exploited[0].lineage is not None
+    assert exploited[0].lineage.previous == held[0][0].number  # the worst, 0.5
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"algorithm": {"name": "pbt", "options": {"population": 8, "interval": 2}}}, "algorithm.options.population"),
+        ({"budget": {"max_trials": 10, "max_parallel": 4}}, "budget.max_trials"),
+        ({"algorithm": {"name": "pbt", "options": {"population": 4, "interval": 6}}}, "algorithm.options.interval"),
+        ({"pruner": {"name": "median"}}, "pruner"),
+        ({"training": None}, "training"),
+        (
+            {"algorithm": {"name": "pbt", "options": {"population": 4, "interval": 2, "mutable": ["lr", "width"]}}},
+            "algorithm.options.mutable[1]",
+        ),
+    ],
+)
+def test_bad_pbt_specs_are_refused_by_field_and_store_nothing(
+    service: Service, change: dict[str, Any], field: str
+) -> None:
+    spec = {**_pbt(), **change}
+    if spec["training"] is None:
+        del spec["training"]
+    with pytest.raises(InvalidArgument) as err:
+        service.campaigns.create(spec)
+    assert field in [f for f, _ in err.value.errors], err.value
+    assert service.campaigns.page()[1] == 0
