@@ -165,6 +165,40 @@ class Campaign(_Record):
 
 
 @dataclass(frozen=True)
+class Lineage(_Record):
+    """A population-based training interval (``algorithm: pbt``): it trains population
+    ``member`` from ``start_epoch`` to ``stop_epoch``, starting from the checkpoints of
+    trial number ``parent`` (id ``parent_trial_id``; None at epoch 0). ``previous`` is the
+    member's own last interval; when ``parent`` differs, the member copied ``parent``'s
+    weights and ``changed`` holds each hyper-parameter the explore step changed as
+    ``[before, after]``."""
+
+    member: int
+    start_epoch: int
+    stop_epoch: int
+    parent: int | None
+    parent_trial_id: int | None
+    previous: int | None
+    changed: dict[str, list[ParamValue]]
+
+    @property
+    def exploited(self) -> bool:
+        return self.parent is not None and self.parent != self.previous
+
+    @classmethod
+    def from_proto(cls, x: common_pb2.Lineage) -> Lineage:
+        return cls(
+            member=x.member,
+            start_epoch=x.start_epoch,
+            stop_epoch=x.stop_epoch,
+            parent=int(x.parent) if x.HasField("parent") else None,
+            parent_trial_id=int(x.parent_trial_id) or None,
+            previous=int(x.previous) if x.HasField("previous") else None,
+            changed=dict(json.loads(x.changed_json)) if x.changed_json else {},
+        )
+
+
+@dataclass(frozen=True)
 class Fold(_Record):
     index: int
     finished: bool
@@ -214,6 +248,8 @@ class Trial(_Record):
     events: list[TrialEvent] = field(default_factory=list)  # get_trial only
     #: Per objective, in the spec's order, for a multi-objective campaign (else empty).
     values: list[float] = field(default_factory=list)
+    #: Where a population-based training interval comes from (``algorithm: pbt``).
+    lineage: Lineage | None = None
 
     @classmethod
     def from_proto(cls, t: common_pb2.Trial, order: Iterable[str] = ()) -> Trial:
@@ -235,6 +271,7 @@ class Trial(_Record):
             curves=[CurvePoint(p.fold, int(p.step), p.value) for p in t.curves],
             events=[TrialEvent(e.attempt, e.kind, e.agent_id, e.reason, _time(e, "at")) for e in t.events],
             values=list(t.values),
+            lineage=Lineage.from_proto(t.lineage) if t.HasField("lineage") else None,
         )
 
 

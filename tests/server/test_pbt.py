@@ -137,3 +137,39 @@ def test_bad_pbt_specs_are_refused_by_field_and_store_nothing(
         service.campaigns.create(spec)
     assert field in [f for f, _ in err.value.errors], err.value
     assert service.campaigns.page()[1] == 0
+
+
+def test_the_lineage_survives_export_and_import_and_a_forged_one_is_refused(service: Service) -> None:
+    campaign = service.campaigns.create(_pbt())
+    agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
+    held = [h for h in (_acquire(service, agent, campaign.id) for _ in range(4)) if h]
+    for i, (t, lease) in enumerate(held):
+        _finish(service, t, lease, [0.1, 0.2, 0.3, 0.9][i])
+    second = [h for h in (_acquire(service, agent, campaign.id) for _ in range(4)) if h]
+    original = {t.number: t.lineage for t, _ in held + second}
+    doc = service.export_campaign(campaign.id)
+    exported = {t["number"]: t["lineage"] for t in doc["trials"]}
+    assert all("parent_id" not in lin for lin in exported.values())
+    copy = service.import_campaign(doc)
+    trials = {t.number: t for t in service.campaigns.trials(copy.id)[0]}
+    for number, lin in original.items():
+        got = trials[number].lineage
+        assert lin is not None and got is not None
+        assert (got.member, got.start_epoch, got.stop_epoch, got.parent, got.previous, got.changed) == (
+            lin.member,
+            lin.start_epoch,
+            lin.stop_epoch,
+            lin.parent,
+            lin.previous,
+            lin.changed,
+        )
+        # The parent id names the copy's trial of that number, not the original's.
+        assert got.parent_id == (None if got.parent is None else trials[got.parent].id)
+    before = service.campaigns.page()[1]
+    forged = [dict(t) for t in doc["trials"]]
+    late = max(range(len(forged)), key=lambda i: forged[i]["number"])
+    forged[late] = {**forged[late], "lineage": {**forged[late]["lineage"], "parent": forged[late]["number"]}}
+    with pytest.raises(InvalidArgument) as err:
+        service.import_campaign({**doc, "trials": forged})
+    assert f"trials.{late}.lineage.parent" in [f for f, _ in err.value.errors]
+    assert service.campaigns.page()[1] == before

@@ -365,6 +365,7 @@ class Trial(_message.Message):
     CURVES_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
     VALUES_FIELD_NUMBER: _builtins.int
+    LINEAGE_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     campaign_id: _builtins.int
     number: _builtins.int
@@ -398,6 +399,12 @@ class Trial(_message.Message):
         spec's order (`value` is the first). Empty otherwise.
         """
 
+    @_builtins.property
+    def lineage(self) -> Global___Lineage:
+        """A population-based training interval (algorithm pbt): where it comes from. Unset
+        for every other algorithm.
+        """
+
     def __init__(
         self,
         *,
@@ -418,10 +425,11 @@ class Trial(_message.Message):
         curves: _abc.Iterable[Global___CurvePoint] | None = ...,
         events: _abc.Iterable[Global___TrialEvent] | None = ...,
         values: _abc.Iterable[_builtins.float] | None = ...,
+        lineage: Global___Lineage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "created_at", b"created_at", "finished_at", b"finished_at", "started_at", b"started_at", "value", b"value", "value_std", b"value_std"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "created_at", b"created_at", "finished_at", b"finished_at", "lineage", b"lineage", "started_at", b"started_at", "value", b"value", "value_std", b"value_std"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "agent_id", b"agent_id", "attempt", b"attempt", "campaign_id", b"campaign_id", "created_at", b"created_at", "curves", b"curves", "error", b"error", "events", b"events", "finished_at", b"finished_at", "folds", b"folds", "id", b"id", "number", b"number", "params", b"params", "started_at", b"started_at", "state", b"state", "value", b"value", "value_std", b"value_std", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "agent_id", b"agent_id", "attempt", b"attempt", "campaign_id", b"campaign_id", "created_at", b"created_at", "curves", b"curves", "error", b"error", "events", b"events", "finished_at", b"finished_at", "folds", b"folds", "id", b"id", "lineage", b"lineage", "number", b"number", "params", b"params", "started_at", b"started_at", "state", b"state", "value", b"value", "value_std", b"value_std", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
     _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
@@ -433,3 +441,58 @@ class Trial(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__value_std) -> _WhichOneofReturnType__value_std | None: ...
 
 Global___Trial: _TypeAlias = Trial  # noqa: Y015
+
+@_typing.final
+class Lineage(_message.Message):
+    """A PBT interval: it trains population `member` from epoch `start_epoch` to
+    `stop_epoch`, starting from the fold checkpoints of trial number `parent`.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MEMBER_FIELD_NUMBER: _builtins.int
+    START_EPOCH_FIELD_NUMBER: _builtins.int
+    STOP_EPOCH_FIELD_NUMBER: _builtins.int
+    PARENT_FIELD_NUMBER: _builtins.int
+    PARENT_TRIAL_ID_FIELD_NUMBER: _builtins.int
+    PREVIOUS_FIELD_NUMBER: _builtins.int
+    CHANGED_JSON_FIELD_NUMBER: _builtins.int
+    member: _builtins.int
+    start_epoch: _builtins.int
+    stop_epoch: _builtins.int
+    parent: _builtins.int
+    """The trial whose checkpoints it starts from (unset at epoch 0), by number, and its
+    id: the files are ROOT/<server_id>/<campaign>/<parent_trial_id>/fold<k>.pt.
+    """
+    parent_trial_id: _builtins.int
+    previous: _builtins.int
+    """The member's own previous interval (unset for its first). When it differs from
+    `parent`, the member was exploited: it copied the parent's weights.
+    """
+    changed_json: _builtins.str
+    """What the explore step changed: parameter -> [before, after], as JSON."""
+    def __init__(
+        self,
+        *,
+        member: _builtins.int = ...,
+        start_epoch: _builtins.int = ...,
+        stop_epoch: _builtins.int = ...,
+        parent: _builtins.int | None = ...,
+        parent_trial_id: _builtins.int = ...,
+        previous: _builtins.int | None = ...,
+        changed_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_parent", b"_parent", "_previous", b"_previous", "parent", b"parent", "previous", b"previous"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parent", b"_parent", "_previous", b"_previous", "changed_json", b"changed_json", "member", b"member", "parent", b"parent", "parent_trial_id", b"parent_trial_id", "previous", b"previous", "start_epoch", b"start_epoch", "stop_epoch", b"stop_epoch"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__parent: _TypeAlias = _typing.Literal["parent"]  # noqa: Y015
+    _WhichOneofArgType__parent: _TypeAlias = _typing.Literal["_parent", b"_parent"]  # noqa: Y015
+    _WhichOneofReturnType__previous: _TypeAlias = _typing.Literal["previous"]  # noqa: Y015
+    _WhichOneofArgType__previous: _TypeAlias = _typing.Literal["_previous", b"_previous"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__parent) -> _WhichOneofReturnType__parent | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__previous) -> _WhichOneofReturnType__previous | None: ...
+
+Global___Lineage: _TypeAlias = Lineage  # noqa: Y015

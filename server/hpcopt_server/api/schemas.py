@@ -36,6 +36,18 @@ class TrialEventOut(BaseModel):
     agent_job: str = ""
 
 
+class LineageOut(BaseModel):
+    """A population-based training interval's lineage; trials by number."""
+
+    member: int
+    start_epoch: int
+    stop_epoch: int
+    parent: int | None
+    previous: int | None
+    changed: dict[str, list[bool | int | float | str]]
+    exploited: bool
+
+
 class TrialOut(BaseModel):
     id: int
     campaign_id: int
@@ -55,6 +67,8 @@ class TrialOut(BaseModel):
     folds: list[FoldOut]
     curves: list[CurvePointOut] | None = None
     events: list[TrialEventOut] | None = None
+    #: Where a PBT interval comes from (``algorithm: pbt``); null otherwise.
+    lineage: LineageOut | None = None
     #: Seconds it spent on agents, summed over its attempts (a requeued trial's clock
     #: stops while it waits); in the trials table and a single trial, else null.
     ran_seconds: float | None = None
@@ -359,6 +373,7 @@ def trial_out(
         agent_job=host(t.agent_id)[1],
         **d.trial_fields(t, TrialOut.model_fields),
         folds=[FoldOut(**vars(f)) for f in t.folds],
+        lineage=None if t.lineage is None else lineage_out(t.lineage),
         curves=[CurvePointOut(**vars(p)) for p in t.curves] if full else None,
         events=[
             TrialEventOut(**vars(e), agent_host=host(e.agent_id)[0], agent_job=host(e.agent_id)[1]) for e in t.events
@@ -387,3 +402,9 @@ def agent_out(view: AgentView) -> AgentOut:
         registered_at=a.registered_at,
         last_seen_at=a.last_seen_at,
     )
+
+
+def lineage_out(x: d.Lineage) -> LineageOut:
+    data = x.as_dict()
+    del data["parent_id"]
+    return LineageOut(**data, exploited=x.exploited)

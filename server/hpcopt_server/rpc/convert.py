@@ -89,6 +89,19 @@ def trial(t: d.Trial) -> common_pb2.Trial:
             common_pb2.TrialEvent(attempt=e.attempt, kind=e.kind, agent_id=e.agent_id, reason=e.reason, at=ts(e.at))
             for e in t.events
         ],
+        lineage=None if t.lineage is None else lineage(t.lineage),
+    )
+
+
+def lineage(x: d.Lineage) -> common_pb2.Lineage:
+    return common_pb2.Lineage(
+        member=x.member,
+        start_epoch=x.start_epoch,
+        stop_epoch=x.stop_epoch,
+        parent=x.parent,
+        parent_trial_id=x.parent_id or 0,
+        previous=x.previous,
+        changed_json=json.dumps(x.changed) if x.changed else "",
     )
 
 

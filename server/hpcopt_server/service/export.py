@@ -17,6 +17,7 @@ that fails any of it is refused whole, naming the field; nothing is stored.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -85,6 +86,20 @@ class EventDoc(_Doc):
     at: Time
 
 
+class LineageDoc(_Doc):
+    """A PBT interval's lineage (:class:`hpcopt_server.domain.Lineage`); trials are
+    named by number."""
+
+    member: Index
+    start_epoch: Index
+    stop_epoch: Index
+    parent: Index | None = None
+    previous: Index | None = None
+    changed: dict[Text(lim.MAX_METRIC_NAME), list[bool | int | float | str]] = Field(  # type: ignore[valid-type]
+        default={}, max_length=lim.MAX_METRICS
+    )
+
+
 class TrialDoc(_Doc):
     number: Index
     state: d.TrialState
@@ -101,6 +116,7 @@ class TrialDoc(_Doc):
     curves: list[CurveDoc] = []
     events: list[EventDoc] = []
     note: Text(lim.MAX_NOTE) = ""  # type: ignore[valid-type]
+    lineage: LineageDoc | None = None
 
 
 class CampaignDoc(_Doc):
@@ -164,6 +180,7 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
                 curves=[CurveDoc(**vars(p)) for p in t.curves],
                 events=[EventDoc(**vars(e)) for e in t.events],
                 note=notes.get(t.number, ""),
+                lineage=None if t.lineage is None else LineageDoc(**_exported(t.lineage)),
             )
             for t in trials
             if t is not None
@@ -246,6 +263,7 @@ def import_campaign(
                 values=t.values,
                 error=t.error,
                 started_at=t.started_at,
+                lineage=_imported(t.lineage, ids),
             )
             for f in t.folds:
                 # A checkpoint URI names a file of the exporting server's agents and
@@ -279,6 +297,37 @@ def import_campaign(
     return out
 
 
+def _exported(lineage: d.Lineage) -> dict[str, Any]:
+    out = lineage.as_dict()
+    del out["parent_id"]  # an id of this server's: the number says which trial
+    return out
+
+
+def _imported(doc: LineageDoc | None, ids: dict[int, int]) -> d.Lineage | None:
+    """The lineage with the parent's id on this server (trials are inserted by number,
+    and a parent's number is below its child's, as check_trials made sure)."""
+    if doc is None:
+        return None
+    lineage = d.Lineage.from_dict(doc.model_dump())
+    return replace(lineage, parent_id=None if lineage.parent is None else ids[lineage.parent])
+
+
+def _lineage_problems(
+    at: str, lineage: LineageDoc, number: int, numbers: set[int], names: set[str]
+) -> list[tuple[str, str]]:
+    out = []
+    for key in ("parent", "previous"):
+        ref = getattr(lineage, key)
+        if ref is not None and (ref >= number or ref not in numbers):
+            out.append((f"{at}.lineage.{key}", f"must be the number of an earlier trial of the document, not {ref}"))
+    if lineage.stop_epoch <= lineage.start_epoch:
+        out.append((f"{at}.lineage.stop_epoch", "must be greater than start_epoch"))
+    for name, change in lineage.changed.items():
+        if name not in names or len(change) != 2:
+            out.append((f"{at}.lineage.changed", f"{name!r}: must name a parameter of the space, with [before, after]"))
+    return out
+
+
 def check_trials(spec: dict[str, Any], trials: list[TrialDoc]) -> None:
     """What the document's types cannot say: every trial against the campaign's spec.
     Raises InvalidArgument listing the problems (the first 20)."""
@@ -287,7 +336,8 @@ def check_trials(spec: dict[str, Any], trials: list[TrialDoc]) -> None:
     errors: list[tuple[str, str]] = []
     if len(trials) > spec["budget"]["max_trials"]:
         errors.append(("trials", f"{len(trials)} trials; the budget allows {spec['budget']['max_trials']}"))
-    if len({t.number for t in trials}) != len(trials):
+    numbers = {t.number for t in trials}
+    if len(numbers) != len(trials):
         errors.append(("trials", "numbers must be unique"))
     for i, t in enumerate(trials):
         at = f"trials.{i}"
@@ -315,6 +365,8 @@ def check_trials(spec: dict[str, Any], trials: list[TrialDoc]) -> None:
         for j, p in enumerate(t.curves):
             if p.fold >= folds:
                 errors.append((f"{at}.curves.{j}.fold", f"must be in 0..{folds - 1}"))
+        if t.lineage is not None:
+            errors += _lineage_problems(at, t.lineage, t.number, numbers, set(spec["space"]))
         if len(errors) >= 20:
             break
     if errors:

@@ -52,6 +52,7 @@ class TrialStore(Store):
         error: str = "",
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
+        lineage: d.Lineage | None = None,
     ) -> d.Trial:
         """A trial as given, held by no agent (an import, a fixture; agents' new trials are
         ``AgentCalls.acquire``'s)."""
@@ -70,6 +71,7 @@ class TrialStore(Store):
             created_at=now,
             started_at=started_at,
             finished_at=finished_at,
+            lineage=None if lineage is None else lineage.as_dict(),
         )
         self.s.add(row)
         self.s.flush()
