@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from hpcopt import AgentClient, ApiError, Lease
-from hpcopt.records import QueueState
+from hpcopt.records import QueueState, Trial
 from hpcopt_agent.comm import Comms, Notices, any_true, bcast, gather
 from hpcopt_agent.fold import FoldOutcome, FoldTrainer, TrialInfo
+from hpcopt_agent.pbt import Parent
 from hpcopt_agent.runtime import Context, StopSignal, Walltime
 from hpcopt_agent.server import Heartbeat, TrialLink, retrying
 
@@ -169,7 +170,7 @@ class GroupLoop:
         trial, lease = got.trial, got.lease
         params = {k: trial.params[k] for k in self.trainer.s.param_names if k in trial.params}
         params.update((k, v) for k, v in trial.params.items() if k not in params)
-        info = TrialInfo(self.campaign_id, trial.id, trial.number, trial.attempt, params)
+        info = TrialInfo(self.campaign_id, trial.id, trial.number, trial.attempt, params, *_interval(trial))
         finished = frozenset(f.index for f in trial.folds if f.finished)
         resume = {f.index: f.checkpoint_uri for f in trial.folds if not f.finished and f.checkpoint_uri}
         return "trial", Grant(info, lease, finished, resume)
@@ -196,7 +197,7 @@ class GroupLoop:
             params = ", ".join(f"{k}={_fmt(v)}" for k, v in info.params.items())
             again = f", attempt {info.attempt}" if info.attempt > 1 else ""
             skipped = f"; folds {sorted(grant.finished)} already done" if grant.finished else ""
-            log.info("trial #%d (id %d%s): %s%s", info.number, info.trial_id, again, params, skipped)
+            log.info("trial #%d (id %d%s): %s%s%s", info.number, info.trial_id, again, params, skipped, _pbt(grant))
             heartbeat = Heartbeat(link, self.heartbeat_seconds)
             heartbeat.start()
         remaining = [k for k in range(layout.folds) if k not in grant.finished]
@@ -245,6 +246,26 @@ class GroupLoop:
             log.info(
                 "COMPLETED: value %.6g over %d folds (%d epochs trained now)", value, self.comms.layout.folds, trained
             )
+
+
+def _interval(trial: Trial) -> tuple[int, Parent | None]:
+    """A PBT interval's stop epoch and parent checkpoint ((0, None) for other trials)."""
+    lin = trial.lineage
+    if lin is None:
+        return 0, None
+    parent = None
+    if lin.parent is not None and lin.parent_trial_id:
+        parent = Parent(lin.parent_trial_id, lin.parent, lin.start_epoch)
+    return lin.stop_epoch, parent
+
+
+def _pbt(grant: Grant) -> str:
+    """A PBT interval's place, for the trial's log line ("" for other trials)."""
+    parent, stop = grant.info.parent, grant.info.stop_epoch
+    if not stop:
+        return ""
+    start = f"from trial #{parent.number}'s epoch {parent.epoch}" if parent else "from scratch"
+    return f"; PBT: epochs to {stop}, {start}"
 
 
 def _fmt(v: Any) -> str:

@@ -38,6 +38,7 @@ from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
 from hpcopt_agent.data import Data
 from hpcopt_agent.epoch import Batches, EpochDriver
+from hpcopt_agent.pbt import Parent, hyper_parameters, load_parent, restore_hyper_parameters, shape_error
 from hpcopt_agent.precision import Precision
 from hpcopt_agent.runtime import StopSignal
 from hpcopt_agent.schemes import Scheme, make_scheme
@@ -57,6 +58,10 @@ class TrialInfo:
     number: int
     attempt: int
     params: dict[str, Any]
+    #: A PBT interval (``algorithm: pbt``): the epoch it trains to (0: the campaign's
+    #: ``training.epochs``) and the checkpoint it starts from (None: none).
+    stop_epoch: int = 0
+    parent: Parent | None = None
 
 
 @dataclass
@@ -163,11 +168,18 @@ class FoldTrainer:
             # Every rank resumes or none does (a rank that could not read the file would
             # otherwise train another epoch than its peers).
             why = next((w for w in self.fold_comm.allgather(why) if w), "")
+            start = "from its first epoch" if trial.parent is None else f"from trial #{trial.parent.number}"
             if why:
                 state = None
                 if link is not None:
-                    log.warning("fold %d: %s; training the fold from the start", fold, why)
-                    link.event(fold, "checkpoint_refused", f"{why}; the fold restarts from its first epoch")
+                    log.warning("fold %d: %s; training the fold %s", fold, why, start)
+                    link.event(fold, "checkpoint_refused", f"{why}; the fold restarts {start}")
+            if state is None and trial.parent is not None:
+                state, error = load_parent(trial.parent, self.root, self.server_id, trial.campaign_id, fold)
+                code, error = self._agree(FAILED if error else OK, error)
+                if code == FAILED:
+                    return self._fail(out, trial, link, f"starting fold {fold} {start}", error)
+                resume_uri = ""
             try:
                 run = self._start(trial, fold, state, resume_uri, scheme)
             except Exception as exc:
@@ -193,7 +205,8 @@ class FoldTrainer:
     ) -> FoldOutcome:
         params = trial.params
         batch_size = run.scheme.roles.rank_batch(self.task.batch_size(params))
-        while run.epoch < self.s.epochs:
+        until = trial.stop_epoch or self.s.epochs
+        while run.epoch < until:
             t0 = time.perf_counter()
             ep, error = Batches(), ""
             try:
@@ -229,9 +242,7 @@ class FoldTrainer:
             metrics.setdefault("train_seconds", run.metrics.get("train_seconds", 0.0) + time.perf_counter() - t0)
             run.epoch, run.batch, run.metrics = run.epoch + 1, 0, metrics
             out.epochs += 1
-            due = run.epoch == self.s.epochs or (
-                self.s.checkpoint_every > 0 and run.epoch % self.s.checkpoint_every == 0
-            )
+            due = run.epoch == until or (self.s.checkpoint_every > 0 and run.epoch % self.s.checkpoint_every == 0)
             uri = self._checkpoint(trial, fold, run) if due else ""
             answer = None
             if link is not None:
@@ -267,9 +278,21 @@ class FoldTrainer:
         if set(optimizers) - set(models) and not single:
             raise ValueError(f"Task.optimizer returned keys {sorted(optimizers)}; build returned {sorted(models)}")
         precision = Precision(self.s.precision, self.comms.device)
+        # A PBT interval starts from its parent's checkpoint (``state`` without a
+        # ``resume_uri``) with its own hyper-parameters, RNG and position.
+        inherited = state is not None and not resume_uri and trial.parent is not None
         if state is not None:
-            path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, trial.trial_id, fold)
-            scheme.placement.load_models(path, state, models, optimizers)
+            owner = trial.parent.trial_id if inherited and trial.parent is not None else trial.trial_id
+            path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, owner, fold)
+            settings = hyper_parameters(optimizers)
+            try:
+                scheme.placement.load_models(path, state, models, optimizers)
+            except RuntimeError as exc:
+                if not inherited or trial.parent is None:
+                    raise
+                raise RuntimeError(shape_error(trial.parent, exc)) from None
+            if inherited:
+                restore_hyper_parameters(optimizers, settings)
         step_models, step_optimizers = scheme.wrap(models, optimizers)
         precision.compress(step_models)
         step_optimizers = precision.wrap(step_optimizers)
@@ -287,6 +310,11 @@ class FoldTrainer:
             return run
         me = self.fold_comm.rank
         run.epoch, run.metrics = int(state["epoch"]), dict(state.get("metrics", {}))
+        if inherited:
+            run.driver.resumed = True
+            if me == 0 and trial.parent is not None:
+                log.info("starts at epoch %d from trial #%d's checkpoint", run.epoch, trial.parent.number)
+            return run
         batches, schemes = state.get("batches") or [], state.get("schemes") or []
         run.batch = int(batches[me]) if len(batches) == self.fold_comm.size else int(state["batch"])
         if len(schemes) == self.fold_comm.size:

@@ -173,3 +173,20 @@ def test_the_lineage_survives_export_and_import_and_a_forged_one_is_refused(serv
         service.import_campaign({**doc, "trials": forged})
     assert f"trials.{late}.lineage.parent" in [f for f, _ in err.value.errors]
     assert service.campaigns.page()[1] == before
+
+
+def test_agents_wait_while_every_member_is_busy_even_with_parallel_room(service: Service) -> None:
+    spec = _pbt(population=2)
+    spec["budget"] = {"max_trials": 6, "max_parallel": 4}
+    campaign = service.campaigns.create(spec)
+    agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
+    held = [_acquire(service, agent, campaign.id) for _ in range(2)]
+    assert all(held)
+    # max_parallel has room for two more, but both members are training.
+    assert _acquire(service, agent, campaign.id) is None
+    assert _acquire(service, agent, campaign.id) is None
+    t, lease = held[0]  # type: ignore[misc]
+    _finish(service, t, lease, 0.5)
+    nxt = _acquire(service, agent, campaign.id)
+    assert nxt is not None and nxt[0].number == 2  # numbers stay dense after the waits
+    assert nxt[0].lineage is not None and nxt[0].lineage.member == t.lineage.member  # type: ignore[union-attr]

@@ -234,7 +234,8 @@ class AgentCalls:
                 fresh = replace(campaign, trials_created=first, trials_finished=finished)
                 made = suggest(tx, fresh, room.new, running + room.resume)[: room.new]
                 chosen = list(agents[room.resume : room.resume + len(made)])
-                out += self._insert_running(c, campaign, first, made, chosen, now, expires)
+                if made:  # an empty executemany is one execution without parameters
+                    out += self._insert_running(c, campaign, first, made, chosen, now, expires)
             if len(made) < asking:
                 c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first + len(made)})
             out += [WAIT] * (asking - len(out))
