@@ -247,6 +247,7 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
     from hpcopt.planner import Allocation, Scaling, Work
     from hpcopt.planner import plan as plan_layouts
     from hpcopt_agent.layout import plan
+    from hpcopt_agent.pbt import check_mutable
     from hpcopt_agent.schemes import check_scheme, check_task
     from hpcopt_agent.settings import TrainingSettings
     from hpcopt_agent.task import load_task
@@ -272,6 +273,7 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
     task = load_task(settings.task, None if args.task else policy)
     for name in settings.schemes:
         check_task(name, task)
+    check_mutable(task, spec)
     return settings, layout, task
 
 

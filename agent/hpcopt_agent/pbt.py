@@ -76,3 +76,61 @@ def shape_error(parent: Parent, exc: Exception) -> str:
         f"({text[0][:300] if text else type(exc).__name__}): a parameter that changes the model's shape must "
         "not be in algorithm.options.mutable"
     )
+
+
+def check_mutable(task: Any, spec: dict[str, Any]) -> None:
+    """For a ``pbt`` campaign: ValueError naming the first parameter in
+    ``algorithm.options.mutable`` (default: every parameter) whose ends (or choices)
+    build a model of another shape than the middle of the space does. PBT copies a
+    member's weights into a model built from perturbed params, which must fit them.
+    Models are built on the ``meta`` device (no memory); a build that fails proves
+    nothing and is skipped (the interval will say why)."""
+    algorithm = spec.get("algorithm") or {}
+    if algorithm.get("name") != "pbt":
+        return
+    space: dict[str, Any] = spec.get("space") or {}
+    mutable = (algorithm.get("options") or {}).get("mutable") or list(space)
+    base = {name: _middle(p) for name, p in space.items()}
+    reference = _shapes(task, base)
+    if reference is None:
+        return
+    for name in mutable:
+        for value in _ends(space[name]):
+            shapes = _shapes(task, {**base, name: value})
+            if shapes is None or shapes == reference:
+                continue
+            key = next(k for k in sorted(set(shapes) | set(reference)) if shapes.get(k) != reference.get(k))
+            raise ValueError(
+                f"algorithm.options.mutable: {name!r} changes the model's shape ({key}: {reference.get(key)} at "
+                f"{name}={base[name]!r}, {shapes.get(key)} at {name}={value!r}). PBT copies weights between members, "
+                "so list in mutable only parameters that keep the shape; the others are copied with the weights"
+            )
+
+
+def _middle(p: dict[str, Any]) -> Any:
+    if p["type"] == "categorical":
+        return p["choices"][0]
+    low, high = float(p["low"]), float(p["high"])
+    mid = (low * high) ** 0.5 if p.get("scale") == "log" else (low + high) / 2
+    return round(mid) if p["type"] == "int" else mid
+
+
+def _ends(p: dict[str, Any]) -> list[Any]:
+    if p["type"] == "categorical":
+        return list(p["choices"])
+    return [int(p["low"]), int(p["high"])] if p["type"] == "int" else [float(p["low"]), float(p["high"])]
+
+
+def _shapes(task: Any, params: dict[str, Any]) -> dict[str, tuple[int, ...]] | None:
+    try:
+        with torch.device("meta"):
+            built = task.build(params)
+    except Exception:
+        return None
+    models = built if isinstance(built, dict) else {"model": built}
+    return {
+        f"{k}.{name}": tuple(t.shape)
+        for k, m in models.items()
+        for name, t in m.state_dict().items()
+        if isinstance(t, torch.Tensor)
+    }

@@ -108,3 +108,12 @@ def test_an_interval_whose_parent_cannot_be_read_fails_instead_of_training_from_
     for t in failed:
         assert "PBT: cannot start from trial #" in t.error and "--checkpoint-dir" in t.error, t.error
         assert not t.curves  # nothing was trained in its place
+
+
+def test_a_mutable_parameter_that_shapes_the_model_is_refused_at_start_naming_it(agent_server: AgentServer) -> None:
+    campaign = agent_server.submit(_spec(mutable=["lr", "width"]))
+    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=240)
+    assert result.returncode == 2, dump(result)
+    assert "algorithm.options.mutable: 'width' changes the model's shape" in result.stderr, dump(result)
+    with agent_server.client() as c:
+        assert c.list_trials(campaign) == []  # nothing was acquired
