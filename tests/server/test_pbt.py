@@ -190,3 +190,32 @@ def test_agents_wait_while_every_member_is_busy_even_with_parallel_room(service:
     nxt = _acquire(service, agent, campaign.id)
     assert nxt is not None and nxt[0].number == 2  # numbers stay dense after the waits
     assert nxt[0].lineage is not None and nxt[0].lineage.member == t.lineage.member  # type: ignore[union-attr]
+
+
+def test_a_bad_member_that_reports_late_copies_a_better_member_at_its_own_epoch(service: Service) -> None:
+    campaign = service.campaigns.create(_pbt())
+    agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
+    first = {
+        t.lineage.member: (t, lease)
+        for t, lease in filter(None, (_acquire(service, agent, campaign.id) for _ in range(4)))
+        if t.lineage
+    }
+    for m, value in ((0, 0.1), (1, 0.2), (2, 0.3)):
+        _finish(service, *first[m], value)
+    second = {
+        t.lineage.member: (t, lease)
+        for t, lease in filter(None, (_acquire(service, agent, campaign.id) for _ in range(3)))
+        if t.lineage
+    }
+    # Ranked by the latest scores (members 0-2 at epoch 2), member 2 is the bottom quarter.
+    assert sorted(second) == [0, 1, 2]
+    assert [m for m, (t, _) in second.items() if t.lineage and t.lineage.exploited] == [2]
+    for m, value in ((0, 0.05), (1, 0.06)):
+        _finish(service, *second[m], value)
+    # Member 3 reports its first interval after 0 and 1 reached epoch 4: ranked by
+    # everyone's latest score it is the worst, so it copies member 0's epoch-2 weights.
+    _finish(service, *first[3], 0.9)
+    got = [t for t, _ in filter(None, (_acquire(service, agent, campaign.id) for _ in range(3)))]
+    lin = next(t.lineage for t in got if t.lineage and t.lineage.member == 3)
+    assert lin.exploited and lin.start_epoch == 2
+    assert lin.parent == first[0][0].number

@@ -12,14 +12,18 @@ checkpoints and trains it to ``stop_epoch``; the server accepts a PBT fold only 
 checkpoint, so a parent is always a COMPLETED interval whose every fold wrote one. A
 preempted interval resumes from its own checkpoints, as any trial does.
 
-The decision is asynchronous (as Ray Tune's PBT): a member is compared at its reporting
-epoch with the members that have reached the same epoch, so fast members never wait.
+The decision is asynchronous (as in the paper and Ray Tune's PBT): at its report a
+member is ranked by the latest score of every member, so fast members never wait; it
+copies a member that has a checkpoint at its own epoch, so every member trains its
+epochs in the same number of intervals (and the campaign's budget is exact).
 Everything is derived from the trials themselves (nothing else is kept), so a
 restarted server or a replica makes the same decisions, and one seed gives one
 campaign for one order of reports.
 
 - **A member is continued** (same params, its own checkpoint) unless it is in the
-  bottom ``quantile`` of at least two members at that epoch.
+  bottom ``quantile`` of the population's latest scores (two members at least) and a
+  member in the top ``quantile`` (or, failing one, any that did better) has a
+  checkpoint at its epoch.
 - **Explore** changes each ``mutable`` parameter: with ``resample_probability`` it is
   drawn afresh from the space; otherwise a number is multiplied by ``1 ± perturb``
   (clipped to its bounds; an integer moves by at least one) and a categorical moves to
@@ -178,16 +182,14 @@ class PopulationBasedTraining(Optimizer):
             return None
         if _parent_ok(last, self.problem.folds):
             at = lin.stop_epoch
-            ranked = self._ranked(at)
-            cut = min(math.ceil(self.quantile * len(ranked)), len(ranked) // 2)
-            bottom = [t.number for t in ranked[len(ranked) - cut :]] if cut else []
-            if last.number not in bottom:
+            donors = self._donors(last)
+            if not donors:
                 return d.Suggestion(
                     dict(last.params),
                     d.Lineage(lin.member, at, self._stop(at), last.number, last.number, {}, last.id),
                 )
             rng = np.random.default_rng([self.seed, last.number, 1])
-            donor = ranked[int(rng.integers(cut))]
+            donor = donors[int(rng.integers(len(donors)))]
             return self._exploit(donor, last, at, rng)
         # A failed (pruned, cancelled) interval, or one without its checkpoints: start
         # the member again where it started.
@@ -200,6 +202,33 @@ class PopulationBasedTraining(Optimizer):
         rng = np.random.default_rng([self.seed, last.number, 2])
         return self._exploit(ranked[0], last, at, rng)
 
+    def _loss(self, t: d.Trial) -> float:
+        return to_minimize(t, self.direction) or 0.0
+
+    def _donors(self, last: d.Trial) -> list[d.Trial]:
+        """Whom ``last`` copies (empty: it goes on). As in the paper and in Ray Tune, the
+        population is ranked by each member's latest score (``last`` among them); a
+        member in the bottom ``quantile`` copies one in the top ``quantile`` that has a
+        checkpoint at ``last``'s epoch, else one at that epoch that did better (so every
+        member trains its epochs in the same number of intervals)."""
+        latest: dict[int, d.Trial] = {}
+        for t in self._finished.values():
+            if t.lineage is not None and _parent_ok(t, self.problem.folds):
+                held = latest.get(t.lineage.member)
+                if held is None or t.number > held.number:
+                    latest[t.lineage.member] = t
+        pool = sorted(latest.values(), key=lambda t: (self._loss(t), t.number))
+        cut = min(math.ceil(self.quantile * len(pool)), len(pool) // 2)
+        if not cut or last.number not in {t.number for t in pool[len(pool) - cut :]}:
+            return []
+        assert last.lineage is not None
+        at = last.lineage.stop_epoch
+        top = [t for t in pool[:cut] if t.lineage is not None and t.lineage.stop_epoch == at]
+        if top:
+            return top
+        better = [t for t in self._ranked(at) if self._loss(t) < self._loss(last)]
+        return better[:cut]
+
     def _ranked(self, epoch: int) -> list[d.Trial]:
         """The COMPLETED intervals that ended at ``epoch`` with a checkpoint of every
         fold, best first (one per member, its latest; ties by number)."""
@@ -211,7 +240,7 @@ class PopulationBasedTraining(Optimizer):
             held = best.get(lin.member)
             if held is None or t.number > held.number:
                 best[lin.member] = t
-        return sorted(best.values(), key=lambda t: (to_minimize(t, self.direction) or 0.0, t.number))
+        return sorted(best.values(), key=lambda t: (self._loss(t), t.number))
 
     def _exploit(self, donor: d.Trial, last: d.Trial, at: int, rng: np.random.Generator) -> d.Suggestion:
         assert last.lineage is not None
