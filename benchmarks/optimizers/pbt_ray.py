@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from ray import tune
-from ray.tune.schedulers import PopulationBasedTraining
+from ray import tune  # type: ignore[import-not-found]
+from ray.tune.schedulers import PopulationBasedTraining  # type: ignore[import-not-found]
 from sklearn.datasets import load_digits
 from sklearn.model_selection import StratifiedKFold
 from torch import nn
@@ -82,13 +82,15 @@ def trainable(config: dict[str, Any]) -> None:
             for i in range(0, len(order), BATCH):
                 b = order[i : i + BATCH]
                 o.zero_grad(set_to_none=True)
-                F.cross_entropy(m(xt[b]), yt[b]).backward()
+                F.cross_entropy(m(xt[b]), yt[b]).backward()  # type: ignore[no-untyped-call]
                 o.step()
             m.eval()
             with torch.no_grad():
                 losses.append(float(F.cross_entropy(m(xt[va]), yt[va])))
         epoch += 1
         trained += 1
+        with open(config["counter"], "a") as fh:  # every epoch any process trains, restores included
+            fh.write("1\n")
         metrics = {"val_loss": statistics.fmean(losses), "epoch": epoch, "trained_here": trained}
         if epoch % config["interval"] == 0 or epoch == config["epochs"]:
             with tempfile.TemporaryDirectory() as d:
@@ -120,7 +122,10 @@ def run(seed: int, args: argparse.Namespace) -> dict[str, Any]:
         perturbation_factors=(1.2, 0.8),
         synch=False,
     )
-    config = {**space, "seed": seed, "epochs": args.epochs, "interval": args.interval}
+    counter = Path(args.storage) / f"epochs-{seed}.txt"
+    counter.parent.mkdir(parents=True, exist_ok=True)
+    counter.write_text("")
+    config = {**space, "seed": seed, "epochs": args.epochs, "interval": args.interval, "counter": str(counter)}
     tuner = tune.Tuner(
         tune.with_resources(trainable, {"cpu": 0.5}),
         param_space=config,
@@ -135,12 +140,8 @@ def run(seed: int, args: argparse.Namespace) -> dict[str, Any]:
         run_config=tune.RunConfig(storage_path=args.storage, name=f"pbt-{seed}", verbose=0),
     )
     results = tuner.fit()
-    finals, trained = [], 0
-    for r in results:
-        df = r.metrics_dataframe
-        trained += len(df)  # one row per epoch this trial's processes trained
-        if r.metrics and r.metrics.get("epoch") == args.epochs:
-            finals.append(float(r.metrics["val_loss"]))
+    finals = [float(r.metrics["val_loss"]) for r in results if r.metrics and r.metrics.get("epoch") == args.epochs]
+    trained = len(counter.read_text().splitlines())
     return {"algorithm": "ray-pbt", "seed": seed, "val_loss": min(finals), "epochs": trained * FOLDS}
 
 
