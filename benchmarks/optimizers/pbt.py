@@ -1,5 +1,5 @@
 """Population-based training against bo and random search at equal total epochs, on a
-task where the schedule matters (``pbt_task.py``: SGD on the digits MLP; learning rate,
+task where the schedule matters (``examples/pbt/task.py``: SGD on the digits MLP; learning rate,
 momentum and dropout), every campaign run end to end by a real agent job.
 
     python benchmarks/optimizers/pbt.py [--seeds 5] [--ranks 4] [--epochs 24]
@@ -31,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
 from run import ROOT, Server, agent_cmd, env, mpi_cmd
 
-TASK = "benchmarks/optimizers/pbt_task.py:ScheduleDigits"
+TASK = "examples/pbt/task.py:ScheduleDigits"
 SPACE = {
     "lr": {"type": "real", "low": 1e-3, "high": 1.0, "scale": "log"},
     "momentum": {"type": "real", "low": 0.0, "high": 0.99},

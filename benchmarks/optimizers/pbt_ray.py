@@ -5,7 +5,7 @@ dependency of hpcopt):
     python3 -m venv /tmp/ray && /tmp/ray/bin/pip install torch==2.13.0 "ray[tune]" scikit-learn
     /tmp/ray/bin/python benchmarks/optimizers/pbt_ray.py [--seeds 5] [--epochs 24] [--interval 3]
 
-The trainable is ``pbt_task.py``'s model in plain PyTorch: the same MLP, SGD with the
+The trainable is ``examples/pbt/task.py``'s model in plain PyTorch: the same MLP, SGD with the
 trial's learning rate and momentum, dropout, batch 32, and a member's score the mean
 validation loss over 2 stratified folds (scikit-learn's split, not hpcopt's: the same
 sizes, other samples). PBT as Ray documents it: population 8, ``perturbation_interval``

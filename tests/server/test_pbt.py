@@ -219,3 +219,13 @@ def test_a_bad_member_that_reports_late_copies_a_better_member_at_its_own_epoch(
     lin = next(t.lineage for t in got if t.lineage and t.lineage.member == 3)
     assert lin.exploited and lin.start_epoch == 2
     assert lin.parent == first[0][0].number
+
+
+def test_the_example_pbt_campaign_is_accepted(service: Service) -> None:
+    import yaml
+
+    from tests.conftest import ROOT
+
+    spec = yaml.safe_load((ROOT / "examples/pbt/campaign.yaml").read_text())
+    campaign = service.campaigns.create(spec)
+    assert campaign.spec["algorithm"]["name"] == "pbt" and campaign.max_trials == 64

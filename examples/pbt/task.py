@@ -1,4 +1,4 @@
-"""The schedule task of the PBT benchmark: a fixed MLP on scikit-learn's digits trained
+"""The schedule task of the PBT example and benchmark: a fixed MLP on scikit-learn's digits trained
 with SGD, where learning rate, momentum and dropout are the hyper-parameters and one
 setting held for every epoch is not the best schedule (a high rate early, a lower one
 late). The model's shape does not depend on them, so PBT may perturb all three."""
