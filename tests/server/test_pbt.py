@@ -229,3 +229,26 @@ def test_the_example_pbt_campaign_is_accepted(service: Service) -> None:
     spec = yaml.safe_load((ROOT / "examples/pbt/campaign.yaml").read_text())
     campaign = service.campaigns.create(spec)
     assert campaign.spec["algorithm"]["name"] == "pbt" and campaign.max_trials == 64
+
+
+def test_the_population_document_follows_the_best_member_back_to_epoch_0(service: Service) -> None:
+    campaign = service.campaigns.create(_pbt())
+    agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
+    for value in ([0.4, 0.3, 0.2, 0.9], [0.3, 0.2, 0.1, 0.5], [0.2, 0.1, 0.05, 0.4]):
+        held = sorted(
+            filter(None, (_acquire(service, agent, campaign.id) for _ in range(4))),
+            key=lambda h: h[0].lineage.member,  # type: ignore[union-attr]
+        )
+        for (t, lease), v in zip(held, value, strict=True):
+            _finish(service, t, lease, v)
+    doc = service.population.document(campaign.id)
+    assert len(doc["intervals"]) == 12 and not doc["truncated"]
+    by = {i["number"]: i for i in doc["intervals"]}
+    chain = [by[n] for n in doc["ancestry"]]
+    assert chain[0]["start_epoch"] == 0 and chain[-1]["stop_epoch"] == 6
+    assert [c["parent"] for c in chain[1:]] == [c["number"] for c in chain[:-1]]
+    assert chain[-1]["value"] == min(i["value"] for i in doc["intervals"] if i["stop_epoch"] == 6)
+    assert [s["value"] for s in doc["schedule"]["lr"]] == [c["params"]["lr"] for c in chain]
+    # Another algorithm's campaign has no population.
+    other = service.campaigns.create(make_spec())
+    assert service.population.document(other.id)["intervals"] == []

@@ -23,6 +23,7 @@ from hpcopt_server.api.schemas import (
     ImportanceOut,
     ParamImportance,
     PlotData,
+    PopulationOut,
     RunningTrial,
     SpanOut,
     ThroughputOut,
@@ -290,6 +291,13 @@ def throughput(campaign_id: int, service: ServiceDep, _: CanRead) -> ThroughputO
     """The fold throughput measured at each width (ranks per fold, nodes spanned) and the
     scaling model the allocation planner fits on it (``--groups auto``, ``hpcopt plan``)."""
     return ThroughputOut.model_validate(service.throughput.document(campaign_id))
+
+
+@router.get("/campaigns/{campaign_id}/population", operation_id="get_population")
+def population(campaign_id: int, service: ServiceDep, _: CanRead) -> PopulationOut:
+    """A population-based training campaign's population over time: every interval with
+    its lineage, the best member's ancestry and the schedule of each parameter along it."""
+    return PopulationOut.model_validate(service.population.document(campaign_id))
 
 
 @router.get("/campaigns/{campaign_id}/best", operation_id="get_best_trial")

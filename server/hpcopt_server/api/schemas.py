@@ -408,3 +408,40 @@ def lineage_out(x: d.Lineage) -> LineageOut:
     data = x.as_dict()
     del data["parent_id"]
     return LineageOut(**data, exploited=x.exploited)
+
+
+class IntervalOut(BaseModel):
+    """One interval of a PBT member: a trial and its lineage."""
+
+    number: int
+    id: int
+    state: d.TrialState
+    value: float | None
+    member: int
+    start_epoch: int
+    stop_epoch: int
+    parent: int | None
+    previous: int | None
+    exploited: bool
+    changed: dict[str, list[bool | int | float | str]]
+    params: dict[str, bool | int | float | str]
+
+
+class ScheduleStep(BaseModel):
+    start_epoch: int
+    stop_epoch: int
+    value: bool | int | float | str | None
+
+
+class PopulationOut(BaseModel):
+    """A pbt campaign's population: every interval (the first 20,000 by number;
+    ``truncated`` says when there were more), the ancestry of the best member at the
+    furthest epoch (trial numbers from epoch 0), and each parameter's value along it.
+    Empty for other algorithms."""
+
+    algorithm: str
+    direction: str
+    intervals: list[IntervalOut]
+    ancestry: list[int]
+    schedule: dict[str, list[ScheduleStep]]
+    truncated: bool

@@ -20,6 +20,7 @@ from hpcopt_server.service.export import export_campaign, import_campaign
 from hpcopt_server.service.insights import InsightService
 from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.service.notes import NoteService
+from hpcopt_server.service.population import PopulationService
 from hpcopt_server.service.reaper import LeaseReaper
 from hpcopt_server.service.throughput import ThroughputService
 from hpcopt_server.service.tokens import TokenService
@@ -47,6 +48,7 @@ class Service:
         self.analysis = AnalysisService(self.ctx)
         self.notes = NoteService(self.ctx)
         self.throughput = ThroughputService(self.ctx)
+        self.population = PopulationService(self.ctx)
         self.reaper = LeaseReaper(self.ctx, reap_interval)
 
     def warm_optimizers(self) -> threading.Thread:

@@ -9,6 +9,7 @@ const app = document.getElementById("app");
 import { POLL_MS, session, poll, api, live, download, can, el, badge, fmt, fmtParam, seconds, when, ago, refreshAgo, agentLabel, sortableHeader, patchRows, nextFrame, STATES, MIN_COMPARED, MAX_COMPARED } from "./core.js";
 import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices, renderContour, renderEdf, renderImportance, renderTimeline, brushedIds, brushToRange, forObjective, offScale } from "./plots.js";
 import { noteCard } from "./notes.js";
+import { populationCard, renderPopulation } from "./population.js";
 
 // ------------------------------------------------------------ URL state ---
 
@@ -98,6 +99,7 @@ function layout(id) {
       el("div", { class: "table-wrap" }, el("table", { id: "trials" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "pager" })),
     el("div", { class: "card", id: "card-timeline", hidden: true }, el("h2", { text: "Timeline" }), el("div", { id: "plot-timeline", class: "plot" }), el("div", { id: "timeline-note", class: "note" })),
     el("div", { class: "card" }, el("h2", { text: "Agents" }), el("div", { class: "table-wrap" }, el("table", { id: "agents" }, el("thead"), el("tbody"))), el("div", { id: "agents-note", class: "note" })),
+    populationCard(),
     card("card-throughput", "Throughput by layout (the planner's measurements)", { hidden: true },
       el("div", { class: "table-wrap" }, el("table", { id: "throughput" }, el("thead"), el("tbody"))), el("div", { id: "throughput-note", class: "note" })),
   );
@@ -234,6 +236,8 @@ export function campaignPage(id, query) {
     }
     // The measurements change as folds finish: read them again when the summary or the agents did.
     if (c.changed || agents.changed) api(`/campaigns/${id}/throughput`).then((doc) => { if (here()) renderThroughput(doc); }, () => {});
+    // A pbt campaign's population changes as intervals complete (the summary's counts).
+    if (c.changed && c.body.spec.algorithm.name === "pbt") api(`/campaigns/${id}/population`).then((doc) => { if (here()) renderPopulation(doc, c.body.spec, openTrial); }, () => {});
     // A sort, filter or page change made meanwhile has fetched and drawn its own table.
     if (page.changed && qs === tableQuery()) renderTrials(id, c.body, page.body, st, { onChange: () => { setState(); refreshTable(); }, onCurves: refreshCurves });
     refreshAgo();
