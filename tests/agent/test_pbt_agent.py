@@ -117,3 +117,65 @@ def test_a_mutable_parameter_that_shapes_the_model_is_refused_at_start_naming_it
     assert "algorithm.options.mutable: 'width' changes the model's shape" in result.stderr, dump(result)
     with agent_server.client() as c:
         assert c.list_trials(campaign) == []  # nothing was acquired
+
+
+@pytest.mark.parametrize(
+    ("scheme", "options"),
+    [("allreduce", {}), ("downpour", {})],
+    ids=["ddp-2-ranks", "downpour-2-ranks"],
+)
+def test_intervals_copy_weights_under_a_multi_rank_scheme(
+    agent_server: AgentServer, scheme: str, options: dict[str, Any]
+) -> None:
+    spec = _spec(population=2, quantile=0.5)
+    spec["budget"] = {"max_trials": 4, "max_parallel": 2}
+    spec["training"] = {
+        "task": "tests/agent/tasks.py:Regression",
+        "scheme": scheme,
+        "epochs": 4,
+        "ranks_per_fold": 2,
+        "options": options,
+    }
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(4, campaign, "--groups", "2", timeout=480)
+    assert result.returncode == 0, dump(result)
+    with agent_server.client() as c:
+        trials = [c.get_trial(t.id) for t in c.list_trials(campaign)]
+    assert [t.state for t in trials] == ["COMPLETED"] * 4
+    later = [t for t in trials if t.lineage and t.lineage.start_epoch == 2]
+    # Each starts from a parent's checkpoint (its own or, exploited, another member's),
+    # loaded through the scheme's placement: it trains epochs 3 and 4 only.
+    assert len(later) == 2 and all(t.lineage and t.lineage.parent is not None for t in later), dump(result)
+    for t in later:
+        assert sorted({p.step for p in t.curves}) == [3, 4]
+        state = _checkpoint(t.folds[0].checkpoint_uri)
+        assert state["scheme"] == scheme and state["epoch"] == 4
+
+
+def test_a_preempted_interval_resumes_its_own_checkpoint_in_its_own_lineage(agent_server: AgentServer) -> None:
+    from tests.agent.conftest import preempt_after_first_epoch
+
+    spec = _spec(population=4)
+    spec["budget"] = {"max_trials": 8, "max_parallel": 4}
+    spec["training"] = {"task": "tests/agent/tasks.py:Regression", "epochs": 4, "ranks_per_fold": 1}
+    campaign = agent_server.submit(spec)
+    preempt_after_first_epoch(agent_server, campaign, HPCOPT_TEST_STEP_SLEEP="0.02")
+    with agent_server.client() as c:
+        before = {t.number: t for t in c.list_trials(campaign)}
+    requeued = [t for t in before.values() if t.state == "QUEUED"]
+    assert requeued
+    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=480)
+    assert result.returncode == 0, dump(result)
+    assert "resuming fold" in result.stderr, dump(result)
+    with agent_server.client() as c:
+        after = {t.number: c.get_trial(t.id) for t in c.list_trials(campaign)}
+    assert len(after) == 8 and all(t.state == "COMPLETED" for t in after.values())
+    for t in requeued:
+        done = after[t.number]
+        assert done.attempt == 2 and done.lineage == t.lineage  # the same interval, the same lineage
+        assert done.lineage is not None
+        steps = sorted(p.step for p in done.curves if p.fold == 0)
+        assert steps == list(range(done.lineage.start_epoch + 1, done.lineage.stop_epoch + 1))
+    # Each member still trained its epochs in exactly two intervals.
+    members = sorted(t.lineage.member for t in after.values() if t.lineage)
+    assert members == sorted(list(range(4)) * 2)

@@ -49,6 +49,8 @@ CASES = [
 
 def _spec(where: str, name: str, options: dict[str, Any]) -> dict[str, Any]:
     part = {"name": name, "options": options}
+    if where == "algorithm" and name == "pbt":  # its budget is population x intervals: 4 x 2 epochs
+        return make_spec(algorithm={**part, "seed": 1}, budget={"max_trials": 8, "max_parallel": 4})
     if where == "algorithm":
         return make_spec(algorithm={**part, "seed": 1})
     return make_spec(pruner=part, training={"task": "tests:task", "epochs": 8})

@@ -87,6 +87,22 @@ class PopulationBasedTraining(Optimizer):
 
     def __init__(self, problem: Problem):
         super().__init__(problem)
+        # Every option first (each refusal names its own field), then what they must fit.
+        self.epochs = problem.epochs
+        self.population = int(self.option("population", problem.max_parallel or 2))
+        self.interval = int(self.option("interval", max(1, self.epochs // 5)))
+        self.quantile = float(self.option("quantile"))
+        self.perturb = float(self.option("perturb"))
+        self.resample = float(self.option("resample_probability"))
+        self.option("explore")
+        names = [dim.name for dim in self.space.dims]
+        mutable = self.option("mutable")
+        if mutable is None:
+            mutable = names
+        for i, name in enumerate(mutable):
+            if name not in names:
+                raise OptionError(f"options.mutable[{i}]", f"{name!r} is not a parameter of the space; known: {names}")
+        self.mutable = frozenset(mutable)
         if problem.multi_objective:
             raise OptionError("algorithm.name", "pbt optimizes one objective; use bo, ea or random")
         if problem.epochs <= 0:
@@ -97,15 +113,12 @@ class PopulationBasedTraining(Optimizer):
             )
         if problem.pruner != "none":
             raise OptionError("pruner", "pbt decides itself which members go on; use pruner: none")
-        self.epochs = problem.epochs
-        self.population = int(self.option("population", problem.max_parallel or 2))
         if self.population > problem.max_parallel:
             raise OptionError(
                 "options.population",
                 f"{self.population} members need max_parallel >= {self.population} (it is {problem.max_parallel}): "
                 "every member trains at once",
             )
-        self.interval = int(self.option("interval", max(1, self.epochs // 5)))
         if self.interval >= self.epochs:
             raise OptionError(
                 "options.interval",
@@ -119,17 +132,6 @@ class PopulationBasedTraining(Optimizer):
                 f"must be {need} for pbt: {self.population} members x {self.generations} intervals (training.epochs "
                 f"{self.epochs} in intervals of {self.interval}); each interval is a trial",
             )
-        self.quantile = float(self.option("quantile"))
-        self.perturb = float(self.option("perturb"))
-        self.resample = float(self.option("resample_probability"))
-        names = [dim.name for dim in self.space.dims]
-        mutable = self.option("mutable")
-        if mutable is None:
-            mutable = names
-        for i, name in enumerate(mutable):
-            if name not in names:
-                raise OptionError(f"options.mutable[{i}]", f"{name!r} is not a parameter of the space; known: {names}")
-        self.mutable = frozenset(mutable)
         self._finished: dict[int, d.Trial] = {}  # by number: every finished PBT interval
 
     # -- what the server feeds -----------------------------------------------------------
