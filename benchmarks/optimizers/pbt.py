@@ -95,6 +95,7 @@ def run(server: Server, algorithm: str, seed: int, args: argparse.Namespace, wor
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--epochs", type=int, default=24)
     ap.add_argument("--interval", type=int, default=3)
@@ -106,7 +107,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         server = Server(Path(tmp))
         try:
-            for seed in range(args.seeds):
+            for seed in range(args.first_seed, args.first_seed + args.seeds):
                 for algorithm in algorithms:  # interleaved: one seed of each, then the next
                     row = run(server, algorithm, seed, args, Path(tmp))
                     rows.append(row)
