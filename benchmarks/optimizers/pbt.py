@@ -40,11 +40,11 @@ SPACE = {
 POPULATION, FOLDS = 8, 2
 
 
-def spec(algorithm: str, seed: int, epochs: int, interval: int) -> dict[str, Any]:
+def spec(algorithm: str, seed: int, epochs: int, interval: int, explore: str = "perturb") -> dict[str, Any]:
     algo: dict[str, Any] = {"name": algorithm, "seed": seed}
     trials = POPULATION
     if algorithm == "pbt":
-        algo["options"] = {"population": POPULATION, "interval": interval}
+        algo["options"] = {"population": POPULATION, "interval": interval, "explore": explore}
         trials = POPULATION * -(-epochs // interval)
     return {
         "name": f"pbt-bench-{algorithm}-{seed}",
@@ -61,7 +61,7 @@ def run(server: Server, algorithm: str, seed: int, args: argparse.Namespace, wor
     from hpcopt import Client
 
     with Client(server.target) as c:
-        cid = int(c.create_campaign(spec(algorithm, seed, args.epochs, args.interval)).id)
+        cid = int(c.create_campaign(spec(algorithm, seed, args.epochs, args.interval, args.explore)).id)
     cmd = [*mpi_cmd(args.ranks), *agent_cmd(server.target, cid, workdir / "ckpt"), "--groups", str(args.ranks)]
     t0 = time.monotonic()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env(), cwd=ROOT, timeout=3600)
@@ -100,6 +100,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=24)
     ap.add_argument("--interval", type=int, default=3)
     ap.add_argument("--only", default="pbt,bo,random")
+    ap.add_argument("--explore", default="perturb", choices=["perturb", "pb2"], help="pbt's explore step")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     algorithms = args.only.split(",")

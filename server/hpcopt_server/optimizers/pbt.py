@@ -45,6 +45,7 @@ import numpy as np
 
 from hpcopt.options import Option, OptionError
 from hpcopt_server import domain as d
+from hpcopt_server.optimizers import pb2
 from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize
 from hpcopt_server.optimizers.space import Dimension
 
@@ -82,7 +83,12 @@ class PopulationBasedTraining(Optimizer):
             derived="every parameter",
             doc="the parameters explore may change (the others are copied with the weights)",
         ),
-        "explore": Option("perturb", str, choices=("perturb",), doc="how new hyper-parameters are chosen"),
+        "explore": Option(
+            "perturb",
+            str,
+            choices=("perturb", "pb2"),
+            doc="how new hyper-parameters are chosen: random perturbation, or PB2's GP bandit",
+        ),
     }
 
     def __init__(self, problem: Problem):
@@ -94,7 +100,7 @@ class PopulationBasedTraining(Optimizer):
         self.quantile = float(self.option("quantile"))
         self.perturb = float(self.option("perturb"))
         self.resample = float(self.option("resample_probability"))
-        self.option("explore")
+        self.explore = str(self.option("explore"))
         names = [dim.name for dim in self.space.dims]
         mutable = self.option("mutable")
         if mutable is None:
@@ -246,10 +252,27 @@ class PopulationBasedTraining(Optimizer):
 
     def _exploit(self, donor: d.Trial, last: d.Trial, at: int, rng: np.random.Generator) -> d.Suggestion:
         assert last.lineage is not None
-        params = self._explore(dict(donor.params), rng)
+        params = None
+        if self.explore == "pb2":
+            params = self._pb2(dict(donor.params), at, last.number)
+        if params is None:
+            params = self._explore(dict(donor.params), rng)
         changed = {k: [donor.params.get(k, ""), v] for k, v in params.items() if donor.params.get(k) != v}
         lineage = d.Lineage(last.lineage.member, at, self._stop(at), donor.number, last.number, changed, donor.id)
         return d.Suggestion(params, lineage)
+
+    def _pb2(self, params: d.Params, at: int, draw: int) -> d.Params | None:
+        """PB2's choice of the numeric mutable parameters (``pb2.py``); None: too few data."""
+        dims = [dim for dim in self.space.dims if dim.name in self.mutable and dim.type != "categorical"]
+        data = []
+        for t in self._finished.values():
+            lin = t.lineage
+            parent = self._finished.get(lin.parent) if lin is not None and lin.parent is not None else None
+            if lin is None or parent is None or t.state != d.TrialState.COMPLETED or parent.value is None:
+                continue
+            data.append((t.params, lin.start_epoch / self.epochs, self._loss(parent) - self._loss(t)))
+        chosen = pb2.choose(dims, data, params, at / self.epochs, self.seed, draw)
+        return None if chosen is None else self.space.active({**params, **chosen})
 
     def _explore(self, params: d.Params, rng: np.random.Generator) -> d.Params:
         out = dict(params)
