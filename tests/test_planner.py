@@ -182,3 +182,12 @@ def test_the_drain_simulation_trains_every_trial_once(trials: int, world: int, k
     sim = simulate(alloc, work, MODEL)
     assert sim.completed_by_deadline == trials
     assert sim.makespan > 0 and 0 < sim.utilisation(world) <= 1 + 1e-9
+
+
+def test_a_pbt_trial_is_one_interval_for_the_planner() -> None:
+    from hpcopt.planner import epochs_per_trial
+
+    spec = {"training": {"epochs": 24}, "algorithm": {"name": "pbt", "options": {"interval": 3}}}
+    assert epochs_per_trial(spec) == 3
+    assert epochs_per_trial({**spec, "algorithm": {"name": "pbt"}}) == 4  # the default interval, epochs / 5
+    assert epochs_per_trial({**spec, "algorithm": {"name": "bo"}}) == 24

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hpcopt.planner import Allocation, Plan, Point, Scaling, Work, fit, nodes_spanned, plan
+from hpcopt.planner import Allocation, Plan, Point, Scaling, Work, epochs_per_trial, fit, nodes_spanned, plan
 from hpcopt_agent.data import Data
 from hpcopt_agent.layout import Layout
 from hpcopt_agent.probe import middle_params, probe
@@ -95,7 +95,7 @@ def choose(
     work = Work(
         trials=trials or int(budget.get("max_trials") or 1),
         folds=settings.folds,
-        epochs=settings.epochs,
+        epochs=epochs_per_trial(spec),
         train_samples=max(1, len(train)),
         max_parallel=max_parallel or budget.get("max_parallel"),
         deadline=deadline,

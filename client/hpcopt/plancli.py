@@ -19,7 +19,18 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpcopt.planner import Allocation, Plan, PlanError, Point, Scaling, Work, fit, plan, points_from_folds
+from hpcopt.planner import (
+    Allocation,
+    Plan,
+    PlanError,
+    Point,
+    Scaling,
+    Work,
+    epochs_per_trial,
+    fit,
+    plan,
+    points_from_folds,
+)
 
 RANKED = 10  # rows of the text table
 
@@ -119,7 +130,7 @@ def run_plan(args: argparse.Namespace, client: Any) -> tuple[dict[str, Any], str
     work = Work(
         trials=args.trials or int(budget.get("max_trials") or 1),
         folds=int(spec.get("folds", 1)),
-        epochs=int(training.get("epochs", 10)),
+        epochs=epochs_per_trial(spec),
         train_samples=samples,
         max_parallel=budget.get("max_parallel"),
         deadline=None if args.hours is None else args.hours * 3600,

@@ -218,6 +218,18 @@ def fit(points: Iterable[Point]) -> Scaling:
     return Scaling(compute, comm, link, pts, tuple(notes))
 
 
+def epochs_per_trial(spec: dict[str, Any]) -> int:
+    """The epochs one trial of the campaign trains: ``training.epochs``, or for
+    ``algorithm: pbt`` one interval (each interval is a trial)."""
+    training = spec.get("training") or {}
+    epochs = int(training.get("epochs", 10))
+    algorithm = spec.get("algorithm") or {}
+    if algorithm.get("name") != "pbt":
+        return epochs
+    interval = (algorithm.get("options") or {}).get("interval")
+    return min(epochs, int(interval) if interval else max(1, epochs // 5))
+
+
 @dataclass(frozen=True)
 class Allocation:
     world: int
