@@ -148,6 +148,7 @@ def run(seed: int, args: argparse.Namespace) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=5)
+    ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--epochs", type=int, default=24)
     ap.add_argument("--interval", type=int, default=3)
     ap.add_argument("--storage", default=os.path.join(tempfile.gettempdir(), "ray-pbt-bench"))
@@ -157,7 +158,7 @@ def main() -> int:
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     rows = []
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         row = run(seed, args)
         rows.append(row)
         print(f"seed {seed} ray-pbt val_loss {row['val_loss']:.4f} epochs {row['epochs']}", flush=True)
