@@ -1,7 +1,9 @@
 """Test functions with known minima, on their usual domains: ``FUNCTIONS``, the suite
-``quality.py`` runs by default, and ``HELD_OUT``, eight more that no option of ``bo``
+``quality.py`` runs by default, ``HELD_OUT``, eight more that no option of ``bo``
 was chosen on, to check a change against problems it was not tuned for
-(``quality.py --functions held-out``)."""
+(``quality.py --functions held-out``), and ``MANY_PEAKED``, three with many local
+optima of random heights, where a method that settles in the first good basin loses
+(``quality.py --functions many-peaked``)."""
 
 from __future__ import annotations
 
@@ -169,4 +171,46 @@ HELD_OUT = {
     "dixon6": TestFunction("dixon6", [(-10.0, 10.0)] * 6, 0.0, 60, dixon_price),
 }
 #: Every function by name.
-ALL_FUNCTIONS = {**FUNCTIONS, **HELD_OUT}
+# -- many peaks of random heights -------------------------------------------------------
+
+_GALLAGHER_RNG = np.random.default_rng(2026)
+_GALLAGHER_PEAKS = _GALLAGHER_RNG.uniform(-4.0, 4.0, size=(21, 5))
+# The global peak 10, the others 1.1 .. 9.1 (BBOB f22's heights), each with its own
+# per-axis widths (curvatures 10^-1 .. 10^1): a landscape of 21 basins.
+_GALLAGHER_HEIGHTS = np.r_[10.0, 1.1 + 8.0 * np.arange(20) / 19]
+_GALLAGHER_CURVATURE = 10.0 ** _GALLAGHER_RNG.uniform(-1.0, 1.0, size=(21, 5))
+
+
+def gallagher(x: np.ndarray) -> float:
+    """Gallagher's Gaussian peaks (after BBOB f22, without its rotation): 10 minus the
+    highest of 21 peaks at random places with random heights and widths; minimum 0 at
+    the highest peak."""
+    d2 = (_GALLAGHER_CURVATURE * (x - _GALLAGHER_PEAKS) ** 2).sum(1) / (2 * len(x))
+    return float(10.0 - np.max(_GALLAGHER_HEIGHTS * np.exp(-d2)))
+
+
+def schwefel(x: np.ndarray) -> float:
+    """Schwefel's function on [-500, 500]^d: the best local optimum lies far from the
+    next best, near the domain's corner; minimum about 0 at 420.9687 on every axis."""
+    return float(418.9828872724338 * len(x) - np.sum(x * np.sin(np.sqrt(np.abs(x)))))
+
+
+_RUGGED_RNG = np.random.default_rng(7)
+_RUGGED_CENTRE = _RUGGED_RNG.uniform(-1.5, 1.5, size=6)
+_RUGGED_WAVES = _RUGGED_RNG.normal(size=(12, 6)) * 2.5  # random directions, frequencies ~2.5 * sqrt(6)
+
+
+def rugged(x: np.ndarray) -> float:
+    """A bowl under random high-frequency ripples (12 cosines in random directions, all
+    in phase at the centre): hundreds of local minima; minimum 0 at the centre."""
+    z = x - _RUGGED_CENTRE
+    return float(z @ z / len(x) + 1.0 - np.mean(np.cos(_RUGGED_WAVES @ z)))
+
+
+MANY_PEAKED = {
+    "gallagher5": TestFunction("gallagher5", [(-5.0, 5.0)] * 5, 0.0, 80, gallagher),
+    "schwefel4": TestFunction("schwefel4", [(-500.0, 500.0)] * 4, schwefel(np.full(4, 420.968746)), 80, schwefel),
+    "rugged6": TestFunction("rugged6", [(-3.0, 3.0)] * 6, 0.0, 80, rugged),
+}
+
+ALL_FUNCTIONS = {**FUNCTIONS, **HELD_OUT, **MANY_PEAKED}

@@ -9,6 +9,7 @@ Optuna's GPSampler and TPESampler, and random search, all in the same run.
     python benchmarks/optimizers/quality.py [--seeds 10] [--procs 2] [--pending 4,16] [--only bo,optuna-gp]
     python benchmarks/optimizers/quality.py --only "bo,bo[acquisition=ucb]"   # an ablation of bo's options
     python benchmarks/optimizers/quality.py --functions held-out            # the eight functions held out
+    python benchmarks/optimizers/quality.py --functions many-peaked         # many optima of random heights
     python benchmarks/optimizers/quality.py --at 0.5                        # the regret halfway through each run
 
 With two or more optimizers the runs are also paired by seed with the first one named:
@@ -36,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from functions import ALL_FUNCTIONS, FUNCTIONS, HELD_OUT
+from functions import ALL_FUNCTIONS, FUNCTIONS, HELD_OUT, MANY_PEAKED
 from runners import ALL, run, split_names
 
 CASES: list[tuple[str, int]] = []
@@ -71,7 +72,7 @@ def main() -> int:
     ap.add_argument("--procs", type=int, default=2, help="runs at once (processes)")
     ap.add_argument("--pending", default="4,16", help="batch tables: evaluations in flight")
     ap.add_argument(
-        "--functions", default=",".join(FUNCTIONS), help="comma-separated names; held-out: the functions in HELD_OUT"
+        "--functions", default=",".join(FUNCTIONS), help="comma-separated names; held-out, many-peaked: those groups"
     )
     ap.add_argument("--only", default=",".join(ALL), help="comma-separated optimizers")
     ap.add_argument(
@@ -136,12 +137,15 @@ Results = dict[tuple[str, str, int], dict[int, float]]
 
 
 def functions_named(ap: argparse.ArgumentParser, text: str) -> list[str]:
-    """``--functions``: comma-separated names, ``held-out`` for the functions in HELD_OUT;
-    an unknown name is an argument error that lists the allowed ones."""
-    fns = [f for name in text.split(",") for f in (HELD_OUT if name == "held-out" else [name])]
+    """``--functions``: comma-separated names, ``held-out`` for the functions in HELD_OUT,
+    ``many-peaked`` for those in MANY_PEAKED; an unknown name is an argument error that
+    lists the allowed ones."""
+    groups = {"held-out": list(HELD_OUT), "many-peaked": list(MANY_PEAKED)}
+    fns = [f for name in text.split(",") for f in groups.get(name, [name])]
     unknown = [f for f in fns if f not in ALL_FUNCTIONS]
     if unknown:
-        ap.error(f"--functions: unknown {', '.join(unknown)}; allowed: {', '.join(ALL_FUNCTIONS)}, or held-out")
+        allowed = ", ".join(ALL_FUNCTIONS)
+        ap.error(f"--functions: unknown {', '.join(unknown)}; allowed: {allowed}, held-out or many-peaked")
     return fns
 
 
