@@ -168,17 +168,19 @@ class FoldTrainer:
             # Every rank resumes or none does (a rank that could not read the file would
             # otherwise train another epoch than its peers).
             why = next((w for w in self.fold_comm.allgather(why) if w), "")
-            start = "from its first epoch" if trial.parent is None else f"from trial #{trial.parent.number}"
+            parent = "" if trial.parent is None else f"from trial #{trial.parent.number}'s checkpoint"
             if why:
                 state = None
                 if link is not None:
-                    log.warning("fold %d: %s; training the fold %s", fold, why, start)
-                    link.event(fold, "checkpoint_refused", f"{why}; the fold restarts {start}")
+                    log.warning("fold %d: %s; training the fold %s", fold, why, parent or "from the start")
+                    link.event(
+                        fold, "checkpoint_refused", f"{why}; the fold restarts {parent or 'from its first epoch'}"
+                    )
             if state is None and trial.parent is not None:
                 state, error = load_parent(trial.parent, self.root, self.server_id, trial.campaign_id, fold)
                 code, error = self._agree(FAILED if error else OK, error)
                 if code == FAILED:
-                    return self._fail(out, trial, link, f"starting fold {fold} {start}", error)
+                    return self._fail(out, trial, link, f"starting fold {fold} {parent}", error)
                 resume_uri = ""
             try:
                 run = self._start(trial, fold, state, resume_uri, scheme)

@@ -39,6 +39,7 @@ REST = [
     ("GET", "/api/v1/campaigns/{cid}/timeline", "read"),
     ("GET", "/api/v1/campaigns/{cid}/importance", "read"),
     ("GET", "/api/v1/campaigns/{cid}/throughput", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/population", "read"),
     ("POST", "/api/v1/campaigns/validate", "read"),
     ("POST", "/api/v1/campaigns/{cid}/cancel", "submit"),
     ("GET", "/api/v1/trials/{tid}", "read"),
