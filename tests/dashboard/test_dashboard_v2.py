@@ -682,6 +682,8 @@ def test_the_throughput_card_shows_the_planner_s_points_and_model_as_folds_repor
         service.agents.complete(lease)
     card = page.page.locator("#card-throughput")
     card.wait_for(state="visible")
+    # The card shows as soon as one width is measured; the second comes with a later poll.
+    page.page.wait_for_function("() => document.querySelectorAll('#throughput tbody tr').length === 2")
     rows = page.page.locator("#throughput tbody tr")
     assert rows.count() == 2
     assert rows.nth(1).inner_text().split("\t")[:4] == ["allreduce", "4", "1", "300"], rows.nth(1).inner_text()

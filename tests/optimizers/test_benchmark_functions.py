@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks/optimizers"))
-from functions import ALL_FUNCTIONS, FUNCTIONS, HELD_OUT
+from functions import _GALLAGHER_PEAKS, _RUGGED_CENTRE, ALL_FUNCTIONS, FUNCTIONS, HELD_OUT
 
 _DIXON = 2.0 ** (-(2.0 ** np.arange(1, 7) - 2) / 2.0 ** np.arange(1, 7))
 MINIMIZERS = {
@@ -36,6 +36,9 @@ MINIMIZERS = {
     "powell8": [0.0] * 8,
     "rastrigin4": [0.0] * 4,
     "dixon6": list(_DIXON),
+    "gallagher5": list(_GALLAGHER_PEAKS[0]),  # the highest peak
+    "schwefel4": [420.968746] * 4,
+    "rugged6": list(_RUGGED_CENTRE),
 }
 
 
