@@ -155,11 +155,13 @@ def test_intervals_copy_weights_under_a_multi_rank_scheme(
 def test_a_preempted_interval_resumes_its_own_checkpoint_in_its_own_lineage(agent_server: AgentServer) -> None:
     from tests.agent.conftest import preempt_after_first_epoch
 
-    spec = _spec(population=4)
+    # Intervals of 4 epochs at 0.2 s a step: the SIGTERM after the first epoch lands
+    # while the first intervals still train (at 2 epochs of 0.02 s they had finished).
+    spec = _spec(population=4, interval=4)
     spec["budget"] = {"max_trials": 8, "max_parallel": 4}
-    spec["training"] = {"task": "tests/agent/tasks.py:Regression", "epochs": 4, "ranks_per_fold": 1}
+    spec["training"] = {"task": "tests/agent/tasks.py:Regression", "epochs": 8, "ranks_per_fold": 1}
     campaign = agent_server.submit(spec)
-    preempt_after_first_epoch(agent_server, campaign, HPCOPT_TEST_STEP_SLEEP="0.02")
+    preempt_after_first_epoch(agent_server, campaign, HPCOPT_TEST_STEP_SLEEP="0.2")
     with agent_server.client() as c:
         before = {t.number: t for t in c.list_trials(campaign)}
     requeued = [t for t in before.values() if t.state == "QUEUED"]
