@@ -55,15 +55,28 @@ class Ours:
 
 
 class Skopt:
+    """scikit-optimize's GP with EI. Its batch mode is the constant liar
+    (``ask(n_points, strategy="cl_min")``: each point of a batch is told with the lowest
+    value seen before the next is asked); asked with points pending, a copy of the
+    optimizer is told them with that lie and asked, what ``ask(n_points)`` does within a
+    batch."""
+
+    takes_pending = True
+
     def __init__(self, space: dict[str, Any], seed: int):
         import skopt
 
         self.names = list(space)
+        self.seed = seed
         dims = [skopt.space.Real(p["low"], p["high"], name=n) for n, p in space.items()]
         self.opt = skopt.Optimizer(dims, base_estimator="GP", acq_func="EI", random_state=seed)
 
-    def ask(self, k: int) -> list[dict[str, Any]]:
-        points = self.opt.ask(n_points=k) if k > 1 else [self.opt.ask()]
+    def ask(self, k: int, pending: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+        opt = self.opt
+        if pending and opt.yi:
+            opt = opt.copy(random_state=self.seed * 100_003 + len(opt.yi))
+            opt.tell([[p[n] for n in self.names] for p in pending], [min(self.opt.yi)] * len(pending))
+        points = opt.ask(n_points=k) if k > 1 else [opt.ask()]
         return [dict(zip(self.names, map(float, p), strict=True)) for p in points]
 
     def tell(self, results: list[tuple[dict[str, Any], float]]) -> None:
@@ -215,54 +228,62 @@ def run(name: str, fn: Any, seed: int, workers: int = 1, evaluations: int | None
     return trace(name, fn, seed, workers, stop)[-1]
 
 
-def trace(name: str, fn: Any, seed: int, workers: int = 1, stop: int | None = None) -> list[float]:
+def trace(
+    name: str, fn: Any, seed: int, workers: int = 1, stop: int | None = None, until: float | None = None
+) -> list[float]:
     """The simple regret after each of the first ``stop`` results (default: the budget)
     of one run with ``workers`` evaluations in flight: after the first ``workers``
     suggestions, the oldest pending one finishes and one new suggestion is made while
-    ``workers - 1`` are pending (an agent that finishes asks again at once; ours and
-    BoTorch are told what is pending, Optuna sees its RUNNING trials, skopt is asked as a
-    user would, without them)."""
+    ``workers - 1`` are pending (an agent that finishes asks again at once). Each is
+    asked in its own batch mode: ours and BoTorch are told what is pending (BoTorch's
+    ``X_pending``), Optuna sees its RUNNING trials (the GP's qLogEI over them, TPE's
+    constant liar), skopt lies about them (its ``cl_min``). ``until``: the run ends at
+    the first result whose regret is at most this."""
     opt = make(name, fn.space(), seed, fn.budget)
     stop = fn.budget if stop is None else stop
     best, out = np.inf, []
 
-    def record(value: float) -> None:
+    def record(value: float) -> bool:
+        """Keeps the regret after this result; True when the run is over."""
         nonlocal best
         best = min(best, value)
         out.append(float(best - fn.minimum))
+        return len(out) >= stop or (until is not None and out[-1] <= until)
 
     if workers == 1:
         for _ in range(stop):
             [p] = opt.ask(1)
             value = fn(p)
             opt.tell([(p, value)])
-            record(value)
+            if record(value):
+                break
         return out
     if isinstance(opt, Optuna):
-        _run_optuna_async(opt, fn, workers, stop, record)
+        _run_optuna_async(opt, fn, workers, record)
         return out
     pending = opt.ask(min(workers, fn.budget))
     asked = workers
-    while pending and len(out) < stop:
+    while pending:
         p = pending.pop(0)
         value = fn(p)
         opt.tell([(p, value)])
-        record(value)
+        if record(value):
+            break
         if asked < fn.budget:
             pending += opt.ask(1, list(pending)) if getattr(opt, "takes_pending", False) else opt.ask(1)
             asked += 1
     return out
 
 
-def _run_optuna_async(opt: Optuna, fn: Any, workers: int, stop: int, record: Callable[[float], None]) -> None:
+def _run_optuna_async(opt: Optuna, fn: Any, workers: int, record: Callable[[float], bool]) -> None:
     trials = [opt.study.ask(opt.dists) for _ in range(min(workers, fn.budget))]
-    asked, told = workers, 0
-    while trials and told < stop:
-        told += 1
+    asked = workers
+    while trials:
         trial = trials.pop(0)
         value = fn(dict(trial.params))
         opt.study.tell(trial, value)
-        record(value)
+        if record(value):
+            return
         if asked < fn.budget:
             trials.append(opt.study.ask(opt.dists))
             asked += 1

@@ -2,8 +2,8 @@
 value at its known minimizer and lies below every sampled value, so a regret of 0 means
 the optimum was found; ``quality.py`` runs on the held-out functions end to end,
 pairs each optimizer's runs with the first one's by seed (counts and a sign test), and
-reads the regret part way through a run (``--at``); ``batch_lag.py`` keeps each run's
-trace and reads from them how many evaluations the batch runs lag."""
+reads the regret part way through a run (``--at``); ``batch_rounds.py`` stops each run
+with trials pending at the sequential target and counts its rounds."""
 
 from __future__ import annotations
 
@@ -202,55 +202,88 @@ def test_quality_at_reads_the_best_regret_after_that_share_of_the_budget(tmp_pat
         assert out.returncode == 2 and "argument --at" in out.stderr and "(0, 1]" in out.stderr, out.stderr
 
 
-def test_batch_lag_reads_the_lag_in_evaluations_from_the_traces() -> None:
-    from batch_lag import lag, shorter
+def test_batch_rounds_counts_a_round_per_evaluation_time_and_never_past_the_cap() -> None:
+    from batch_rounds import bootstrap, median_rounds, rounds
 
-    # Sequential runs whose regret halves with every evaluation, and batch runs that are the
-    # same runs 3 evaluations late: the lag is 3 and the ratio 2^3, what a sequential run 3
-    # evaluations shorter would have.
-    budget, seeds = 30, 9
-    scale = np.arange(1, seeds + 1)[:, None]
-    sequential = scale * 0.5 ** np.arange(budget)[None, :]
-    batch = np.hstack([sequential[:, :3], sequential[:, :-3]])
-    r = lag(sequential, batch)
-    assert r["lag"] == 3 and r["ratio"] == pytest.approx(8.0) and shorter(sequential, 3) == pytest.approx(8.0)
-    assert r["within"] == 0.0 and r["p5"] == pytest.approx(8.0) and r["p95"] == pytest.approx(8.0)
-    # No lag when the batch runs end as low: every resample is within the target.
-    level = lag(sequential, sequential.copy())
-    assert level["lag"] == 0 and level["ratio"] == 1.0 and level["within"] == 1.0
+    # Result i of P workers arrives in round ceil(i / P); a run that never reached the target is inf.
+    r = rounds([4, 5, None, 16, 1], 4)
+    assert list(r) == [1, 2, math.inf, 4, 1]
+    assert median_rounds(r) == 2 and median_rounds(np.array([1.0, 3.0])) == 2
+    # Half or more never reaching it: the median is never, not the last run that did.
+    assert median_rounds(rounds([3, None, None, 8], 2)) == math.inf
+    # The bootstrap draws the same seeds for every optimizer: one that is a round faster on
+    # every seed is faster in every resample, and equal ones are never fewer.
+    a = np.array([2.0, 5.0, 3.0, 9.0, 4.0])
+    boot = bootstrap({"a": a, "b": a + 1, "c": a.copy()})
+    assert bool(np.all(boot["a"] < boot["b"])) and not bool(np.any(boot["a"] < boot["c"]))
+    assert set(np.unique(boot["a"])) <= set(a)
+
+
+def test_skopt_is_asked_in_its_own_batch_mode_with_points_pending() -> None:
+    from runners import make
+
+    fn = ALL_FUNCTIONS["branin"]
+    opt = make("skopt", fn.space(), 0)
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        p = {f"x{i}": float(rng.uniform(lo, hi)) for i, (lo, hi) in enumerate(fn.bounds)}
+        opt.tell([(p, fn(p))])
+    [alone] = opt.ask(1)
+    # A pending point is told to a copy with the lowest value seen (skopt's cl_min): the
+    # next point moves away from it, and the optimizer itself keeps only real results.
+    [beside] = opt.ask(1, [alone])
+    assert beside != alone and len(opt.opt.yi) == 12
+    assert opt.ask(1, [alone]) == [beside] and opt.ask(1) == [alone]
 
 
 @pytest.mark.slow
-def test_batch_lag_keeps_each_runs_trace_and_names_bad_arguments(tmp_path: Path) -> None:
+def test_batch_rounds_stops_each_run_at_the_sequential_target_and_names_bad_arguments(tmp_path: Path) -> None:
     import json
+    from dataclasses import replace
 
-    from runners import run
+    from runners import run, trace
 
-    script = str(ROOT / "benchmarks/optimizers/batch_lag.py")
-    traces = tmp_path / "traces.json"
-    base = [sys.executable, script, "--functions", "branin", "--only", "random", "--seeds", "3", "--procs", "1"]
-    out = subprocess.run([*base, "--json", str(traces)], capture_output=True, text=True, timeout=300)
+    script = str(ROOT / "benchmarks/optimizers/batch_rounds.py")
+    store = tmp_path / "rounds.json"
+    base = [sys.executable, script, "--functions", "branin", "--seeds", "3", "--procs", "1"]
+    base += ["--only", "ea,random", "--reference", "random", "--pending", "4"]
+    out = subprocess.run([*base, "--json", str(store)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
-    [row] = [line for line in out.stdout.splitlines() if line.startswith("branin")]
-    stored = json.loads(traces.read_text())
+    stored = json.loads(store.read_text())
     fn = ALL_FUNCTIONS["branin"]
-    for seed in range(3):
-        for workers in (1, 4):
-            tr = stored[f"random/branin/{workers}/{seed}"]
-            # The best regret so far after every result, ending at quality.py's final regret.
-            assert len(tr) == fn.budget and bool(np.all(np.diff(tr) <= 0))
-            assert tr[-1] == run("random", fn, seed, workers), (seed, workers)
-    medians = [np.median([stored[f"random/branin/{w}/{s}"][-1] for s in range(3)]) for w in (1, 4)]
-    assert row.split()[1:3] == [f"{medians[0]:.3g}", f"{medians[1]:.3g}"], row
-    # The file names the machine its runs were made on; resumed on another, it says so.
-    assert stored["_machine"]["cpu"] and out.stdout.startswith("machine: cpu "), out.stdout[:300]
-    traces.write_text(json.dumps({**stored, "_machine": {**stored["_machine"], "cpu": "another CPU"}}))
-    again = subprocess.run([*base, "--json", str(traces)], capture_output=True, text=True, timeout=120)
+    # The target is random's median final regret one at a time, as quality.py runs it.
+    finals = [run("random", fn, s) for s in range(3)]
+    assert [stored["sequential"][f"random/branin/{s}"] for s in range(3)] == finals
+    target = float(np.median(finals))
+    capped = replace(fn, budget=2 * fn.budget)
+    evaluations = []
+    for opt in ("ea", "random"):
+        for seed in range(3):
+            hit = stored["batch"][f"{opt}/branin/4/{seed}"]
+            assert hit["target"] == target and hit["cap"] == 2 * fn.budget
+            # The first result at or below the target, from a run told the capped budget.
+            tr = np.array(trace(opt, capped, seed, 4))
+            below = np.flatnonzero(tr <= target)
+            assert hit["evaluations"] == (int(below[0]) + 1 if len(below) else None), (opt, seed, hit)
+            evaluations.append(hit["evaluations"])
+    assert any(e is not None for e in evaluations)
+    [row] = [line for line in out.stdout.splitlines() if line.startswith("branin")]
+    ea_rounds = sorted(math.inf if e is None else math.ceil(e / 4) for e in evaluations[:3])[1]
+    assert row.split()[2] == ("never" if math.isinf(ea_rounds) else f"{ea_rounds:g}"), row
+    assert "4 pending: ea needs fewer rounds than every other on" in out.stdout
+    # Resumed, nothing runs again; on another machine it says so.
+    stored["_machine"] = {**stored["_machine"], "cpu": "another CPU"}
+    store.write_text(json.dumps(stored))
+    again = subprocess.run([*base, "--json", str(store)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0 and "were made on cpu another CPU" in again.stderr, again.stderr[-2000:]
+    assert "batch runs" not in again.stderr, again.stderr[-2000:]
     for bad, says in (
         (["--pending", "1"], "--pending: 1"),
+        (["--pending", "four"], "--pending: four"),
         (["--functions", "nope"], "--functions: unknown nope"),
-        (["--only", "bo,random"], "--only: 'bo,random'"),
+        (["--only", "bo,nope"], "--only: 'nope'"),
+        (["--reference", "nope"], "--reference: 'nope'"),
+        (["--cap", "0.5"], "--cap: 0.5"),
     ):
         err = subprocess.run([*base, *bad], capture_output=True, text=True, timeout=60)
-        assert err.returncode == 2 and says in err.stderr, err.stderr[-2000:]
+        assert err.returncode == 2 and says in err.stderr, (bad, err.stderr[-2000:])
