@@ -6,8 +6,8 @@ reach the regret that one agent reaches with a function's whole budget.
   over the seeds: what one agent reaches in ``budget`` rounds.
 - **The runs.** Every optimizer (``--only``) runs each seed with P evaluations in flight
   (asynchronous workers as in ``quality.py``, each in its own batch mode:
-  ``runners.trace``) for at most ``--cap`` times the budget, and stops at the first
-  result at or below the target.
+  ``runners.trace``) for at most ``--cap`` times the budget (the budget it is told:
+  ea sizes its population by it), and stops at the first result at or below the target.
 - **A round** is one evaluation's time. With P workers and equal evaluation times,
   result i arrives in round ceil(i / P), so a run that reaches the target with its i-th
   result took ceil(i / P) rounds; one that does not within the cap never reaches it
