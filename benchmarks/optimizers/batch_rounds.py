@@ -75,9 +75,7 @@ def rounds(evaluations: list[int | None], workers: int) -> np.ndarray:
 def median_rounds(r: np.ndarray) -> float:
     """The median over runs (of an even count, the mean of the two middle ones): inf
     when half or more never reached the target."""
-    s = np.sort(r)
-    n = len(s)
-    return float(s[n // 2]) if n % 2 else float((s[n // 2 - 1] + s[n // 2]) / 2)
+    return float(np.median(r))
 
 
 def bootstrap(per_opt: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.ndarray]:
@@ -85,11 +83,7 @@ def bootstrap(per_opt: dict[str, np.ndarray], seed: int = 0) -> dict[str, np.nda
     resampled seeds for all (paired): ``{optimizer: medians[RESAMPLES]}``."""
     n = len(next(iter(per_opt.values())))
     draws = np.random.default_rng(seed).integers(0, n, (RESAMPLES, n))
-    out = {}
-    for o, r in per_opt.items():
-        s = np.sort(r[draws], axis=1)
-        out[o] = s[:, n // 2] if n % 2 else (s[:, n // 2 - 1] + s[:, n // 2]) / 2
-    return out
+    return {o: np.median(r[draws], axis=1) for o, r in per_opt.items()}
 
 
 def _cell(median: float, medians: np.ndarray) -> str:
@@ -176,7 +170,7 @@ def main() -> int:
             save()
             print(f"\r{i}/{len(tasks)} batch runs, {time.time() - t0:.0f} s", end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
-    _report(args, fns, opts, pending, targets, caps, hits)
+    _report(args, fns, opts, pending, targets, hits)
     return 0
 
 
@@ -186,7 +180,6 @@ def _report(
     opts: list[str],
     pending: list[int],
     targets: dict[str, float],
-    caps: dict[str, int],
     hits: dict[str, dict[str, Any]],
 ) -> None:
     first, others = opts[0], opts[1:]
