@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -44,16 +45,22 @@ def seed_campaign(
     seed: int = 0,
     pruned: int = 0,
     diverged: float = 0.0,
+    space: dict[str, Any] | None = None,
+    draw: Callable[[random.Random], dict[str, Any]] | None = None,
+    loss: Callable[[dict[str, Any]], float] | None = None,
 ) -> int:
     """A RUNNING campaign with ``completed`` COMPLETED trials (values from
     :func:`objective` plus noise, fold values and per-epoch curves for the first
     ``curves_for``; a ``diverged`` share of them diverged, loss 8 to 18), ``pruned``
     PRUNED trials (pruned at epoch 2 of fold 0, with their curve), ``failed`` FAILED
-    trials with an error, and ``queued`` QUEUED ones."""
+    trials with an error, and ``queued`` QUEUED ones. ``space``, ``draw`` and ``loss``
+    replace :data:`SPACE`, :func:`draw_params` and :func:`objective`."""
+    draw = draw or draw_params
+    loss = loss or objective
     total = completed + pruned + failed + queued
     spec = make_spec(
         name=name,
-        space=SPACE,
+        space=space or SPACE,
         folds=folds,
         budget={"max_trials": max(total + 5, 10), "max_parallel": 4},
         training={"task": "tests/agent/tasks.py:Regression", "epochs": epochs},
@@ -72,17 +79,17 @@ def seed_campaign(
             )
         for number in range(total):
             agent_id = agents[number % AGENTS]
-            params = draw_params(rng)
+            params = draw(rng)
             started = t0 + timedelta(seconds=35 * (number // AGENTS))
             if number < completed:
                 # (No draw without divergence: a seed gives the campaign it always gave.)
-                base = rng.uniform(8, 18) if diverged and rng.random() < diverged else objective(params)
+                base = rng.uniform(8, 18) if diverged and rng.random() < diverged else loss(params)
                 write_completed(
                     tx, cid, number, params, base, agent_id, started, folds, epochs if number < curves_for else 0, rng
                 )
             elif number < completed + pruned:
                 trial = tx.trials.insert(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
-                base = objective(params) + 1.0
+                base = loss(params) + 1.0
                 for e in (1, 2):
                     tx.trials.put_curve_point(trial.id, 0, e, base + (epochs - e) * 0.3)
                 reached = base + (epochs - 2) * 0.3
@@ -161,3 +168,61 @@ def add_completed(service: Any, cid: int, rng: random.Random, folds: int = 3, ep
 def checkpoint_uri(server_id: str, campaign_id: int, trial_id: int, fold: int, root: str = "/ck") -> str:
     """A checkpoint URI as an agent with checkpoint root ``root`` reports it."""
     return f"file://{root}/{server_id}/{campaign_id}/{trial_id}/fold{fold}.pt"
+
+
+#: A campaign whose parameters' effects are known (``truth_loss``), with a conditional
+#: parameter: sgd's momentum.
+TRUTH_SPACE: dict[str, Any] = {
+    "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
+    "optimizer": {"type": "categorical", "choices": ["sgd", "adam", "rmsprop"]},
+    "momentum": {"type": "real", "low": 0.0, "high": 0.99, "when": {"optimizer": ["sgd"]}},
+    "dropout": {"type": "real", "low": 0.0, "high": 0.5},
+}
+
+
+def truth_variance(momentum_weight: float) -> dict[str, float]:
+    """The variance of each parameter's main effect in ``truth_loss`` (momentum's over
+    all trials: it acts on the third that use sgd): the ranking a correct importance
+    gives."""
+    return {
+        "lr": 0.64 * (1 / 5 - 1 / 9),  # 0.8 u^2, u uniform on [-1, 1]
+        "optimizer": (0.3**2 + 0.1**2) / 3 - (0.4 / 3) ** 2,  # sgd 0.3, adam 0, rmsprop 0.1
+        "momentum": momentum_weight**2 * 0.99**2 / 12 / 3,
+        "dropout": 0.0,
+    }
+
+
+def truth_loss(params: dict[str, Any], momentum_weight: float, rng: random.Random) -> float:
+    """0.8 u^2 for u = (log10 lr + 2) / 2, plus the optimizer's offset, plus
+    ``momentum_weight`` x (momentum - 0.5) under sgd (centred: the optimizer's offset stays
+    its whole effect), plus noise of sd 0.05; dropout does nothing."""
+    u = (math.log10(float(params["lr"])) + 2.0) / 2.0
+    value = 0.8 * u * u + {"sgd": 0.3, "adam": 0.0, "rmsprop": 0.1}[params["optimizer"]]
+    if params["optimizer"] == "sgd":
+        value += momentum_weight * (float(params["momentum"]) - 0.5)
+    return value + rng.gauss(0.0, 0.05)
+
+
+def run_truth_campaign(grpc_target: str, service: Any, *, trials: int, momentum_weight: float, seed: int) -> int:
+    """A campaign over ``TRUTH_SPACE`` (random search, 3 folds) whose ``trials`` trials an
+    agent ran through the real gRPC agent API, each fold reporting ``truth_loss``."""
+    from hpcopt import AgentClient
+
+    spec = make_spec(
+        name=f"truth-m{momentum_weight}-s{seed}",
+        space=TRUTH_SPACE,
+        folds=3,
+        algorithm={"name": "random", "seed": seed},
+        budget={"max_trials": trials, "max_parallel": 1},
+    )
+    cid = int(service.campaigns.create(spec).id)
+    rng = random.Random(seed)
+    with AgentClient(grpc_target) as client:
+        agent = client.register(host="truth", campaign_id=cid).agent_id
+        for _ in range(trials):
+            got = client.acquire(agent, cid)
+            assert got.trial is not None and got.lease is not None, got
+            for fold in range(3):
+                client.report_fold(got.lease, fold, truth_loss(got.trial.params, momentum_weight, rng))
+            client.complete(got.lease)
+    return cid

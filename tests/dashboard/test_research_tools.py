@@ -4,6 +4,7 @@ importance method."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from tests.conftest import run_live_server
 from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
-from tests.seed import seed_campaign
+from tests.seed import run_truth_campaign, seed_campaign
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -203,3 +204,57 @@ def test_the_importance_method_can_be_chosen_and_the_link_keeps_it(page: Page, s
     page.page.reload()
     page.page.wait_for_function("() => document.getElementById('importance-note')?.textContent.includes('shuffled')")
     assert page.page.input_value("#importance-method") == "permutation"
+
+
+def test_importance_bars_rank_a_conditional_campaign_as_the_truth_does(page: Page, seeded: Seeded) -> None:
+    """The review's defect: sgd's momentum (moving the loss by at most 0.03) ranked first
+    by permutation importance, the optimizer near 0. On a campaign with known effects run
+    through the agent API, both methods' bars must follow the truth: lr, then the
+    optimizer, and momentum far below it."""
+    cid = run_truth_campaign(seeded.server.grpc_target, seeded.service, trials=300, momentum_weight=0.03, seed=0)
+    page.open(f"/campaign/{cid}")
+    for method, says in (("first-order", "first-order share"), ("permutation", "shuffled")):
+        if method != "first-order":
+            page.page.select_option("#importance-method", method)
+        else:
+            page.page.wait_for_function(
+                "() => document.getElementById('importance-note')?.textContent.includes('where it is active')"
+            )
+        page.page.wait_for_function(
+            f"() => document.getElementById('importance-note')?.textContent.includes({says!r})", timeout=60_000
+        )
+        bars = page.wait_plot("plot-importance")[0]
+        shares = dict(zip(bars["y"], bars["x"], strict=True))
+        ranked = sorted(shares, key=lambda name: -shares[name])
+        assert ranked[:2] == ["lr", "optimizer"], (method, shares)
+        assert shares["momentum"] < 0.05 < 0.15 < shares["optimizer"], (method, shares)
+
+
+def test_the_importance_note_says_when_first_order_shares_overlap(page: Page, seeded: Seeded) -> None:
+    """Two parameters that moved together in every trial each explain the whole loss: the
+    raw shares sum to about 200%, and the note says why instead of "100% explained"."""
+    space = {"a": {"type": "real", "low": 0.0, "high": 1.0}, "b": {"type": "real", "low": 0.0, "high": 1.0}}
+
+    def together(rng: random.Random) -> dict[str, Any]:
+        x = rng.random()
+        return {"a": x, "b": min(1.0, max(0.0, x + rng.gauss(0, 0.02)))}
+
+    cid = seed_campaign(
+        seeded.service,
+        name="overlap",
+        completed=120,
+        folds=1,
+        curves_for=0,
+        space=space,
+        draw=together,
+        loss=lambda p: float(p["a"]),
+    )
+    page.open(f"/campaign/{cid}")
+    page.wait_plot("plot-importance")
+    note = page.page.inner_text("#importance-note")
+    assert "more than all of it" in note and "100%" not in note, note
+    raw = sum(
+        p["raw"]
+        for p in page.page.evaluate(f"() => fetch('api/v1/campaigns/{cid}/importance').then(r => r.json())")["params"]
+    )
+    assert raw > 1.5 and f"sum to {100 * raw:.0f}%" in note, (raw, note)

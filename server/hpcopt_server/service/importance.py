@@ -10,15 +10,25 @@ explain by chance (epsilon squared: ``(SS_between - (B - 1) MS_within) / SS_tota
 floored at 0). Ranks make one outlier unable to decide the answer. Shares are then
 normalized to sum to 1 over the parameters (``raw`` keeps them unnormalized: a low sum
 says interactions or noise dominate). A conditional parameter is judged on the trials
-where it is active. O(n log n) per parameter.
+where it is active, as a share of the variance over all trials: the variance its bins
+explain among those trials, weighted by how many they are. (As a share of their own
+variance, momentum that is active for one optimizer of three would weigh as much as a
+parameter with the same effect on every trial.) O(n log n) per parameter.
 
 ``permutation`` is permutation importance (Breiman 2001; Fisher, Rudin and Dominici's
 "model reliance", 2019) on a surrogate: a k-nearest-neighbour regression of the
 objective's rank on the parameters (numbers scaled to [0, 1] over their range, on the log
-scale for a log parameter; a choice one-hot, two choices 1 apart; an inactive parameter
-its own value), judged leave-one-out. A parameter's importance is how much the
+scale for a log parameter; a choice one-hot, two choices 1 apart; ``NEIGHBOURS``
+neighbours), judged leave-one-out. A parameter's importance is how much the
 surrogate's mean squared error grows when that parameter's column is shuffled, as a
 share of the rank variance (the mean of ``PERMUTATION_REPEATS`` shuffles, floored at 0).
+An inactive conditional parameter takes the value of a trial where it is active, drawn
+at random (seeded): its column then says nothing about *whether* it is active, which is
+its parents' effect. With a value of its own for "inactive" (before 2026-11-29) the
+column of sgd's ``momentum`` carried the optimizer's whole effect (inactive for every
+other optimizer, and farther from the active values than two choices are from each
+other): shuffling it ranked momentum first at 42-45% and the optimizer at 2%, where the
+first-order shares give 2% and 38-42% (``tests/server/test_importance_truth.py``).
 Unlike first-order shares it counts what a parameter does through interactions too, so
 a parameter that matters only together with another shows up here and not there. At
 most ``SURROGATE_TRIALS`` trials, and fewer where trials² x parameters x repeats would
@@ -51,6 +61,13 @@ METHODS = {
 }
 SURROGATE_TRIALS = 2000
 PERMUTATION_REPEATS = 3
+#: The surrogate's k. A mean over many neighbours smooths a continuous parameter's effect
+#: and not a choice's (the neighbours of a trial all share its choices), so a larger k
+#: ranks choices too high. On lr (log, 0.8 u^2) + optimizer (0.3 / 0 / 0.1) + noise, the
+#: ratio of lr's share to the optimizer's is 3.0 with the true function; with k =
+#: sqrt(n) it was 0.8-1.2 at 300 trials (the optimizer first in 4 of 6 seeds) and 1.7-2.2
+#: at 2,000; with k = 5, 1.4-2.5 and 2.4-3.1 (noise sd 0.15, seeds 0-5).
+NEIGHBOURS = 5
 #: Trials² x parameters x repeats one permutation answer may cost: 100 parameters judge
 #: at most 1,000 trials (2,000 took 404 s and 3.4 GB with every parameter's n x n matrix
 #: kept; see ``surrogate_size``).
@@ -80,6 +97,8 @@ def compute(
     if method == "permutation":
         raw, judged = _permutation(space, params, _ranks(v), seed)
         return _shares([Importance(name, 0.0, raw[name], judged) for name in space]), len(params)
+    ranks = _ranks(v)
+    total = float(((ranks - ranks.mean()) ** 2).sum())
     out = []
     for name, spec in space.items():
         present = [i for i, p in enumerate(params) if p.get(name) is not None]
@@ -87,7 +106,7 @@ def compute(
             out.append(Importance(name, 0.0, 0.0, len(present)))
             continue
         bins = _bins([params[i][name] for i in present], spec)
-        out.append(Importance(name, 0.0, _epsilon_squared(_ranks(v[present]), bins), len(present)))
+        out.append(Importance(name, 0.0, _epsilon_squared(ranks[present], bins, total), len(present)))
     return _shares(out), len(params)
 
 
@@ -99,28 +118,32 @@ def _shares(out: list[Importance]) -> list[Importance]:
     return shares
 
 
-def _columns(spec: dict[str, Any], raw: list[Any]) -> np.ndarray:
-    """One parameter's encoding for the surrogate: (n, 1) in [0, 1] for a number (-1 where
-    inactive), (n, choices + 1) one-hot over 1/sqrt(2) for a choice (the last: inactive)."""
+def _columns(spec: dict[str, Any], raw: list[Any], rng: np.random.Generator) -> np.ndarray:
+    """One parameter's encoding for the surrogate: (n, 1) in [0, 1] for a number, (n,
+    choices) one-hot over 1/sqrt(2) for a choice. Where it is inactive (None) it takes the
+    value of a random trial where it is active (see the module's docstring)."""
+    active = np.flatnonzero([v is not None for v in raw])
+    if len(active) == 0:
+        return np.zeros((len(raw), 1))
+    donors = active[rng.integers(0, len(active), len(raw))]
+    filled = [v if v is not None else raw[int(j)] for v, j in zip(raw, donors, strict=True)]
     choices = spec.get("choices")
     if choices is not None:
         labels = [str(c) for c in choices]
-        index = [labels.index(str(v)) if v is not None and str(v) in labels else len(labels) for v in raw]
-        hot = np.zeros((len(raw), len(labels) + 1))
+        index = [labels.index(str(v)) if str(v) in labels else len(labels) for v in filled]
+        hot = np.zeros((len(raw), len(labels) + 1))  # the last: a value outside the choices
         hot[np.arange(len(raw)), index] = math.sqrt(0.5)
         return hot
-    active = np.array([v is not None for v in raw])
-    x = np.array([float(v) if v is not None else np.nan for v in raw])
+    x = np.array([float(v) for v in filled])
     log = spec.get("scale") == "log"
     if log:
         x = np.log10(np.maximum(x, 1e-300))
     lo, hi = spec.get("low"), spec.get("high")
     if lo is None or hi is None or (log and (lo <= 0 or hi <= 0)):
-        lo, hi = (float(np.nanmin(x)), float(np.nanmax(x))) if active.any() else (0.0, 1.0)
+        lo, hi = float(x.min()), float(x.max())
     elif log:
         lo, hi = math.log10(lo), math.log10(hi)
-    scaled = (x - lo) / (hi - lo) if hi > lo else np.zeros(len(raw))
-    out: np.ndarray = np.where(active, scaled, -1.0)[:, None]
+    out: np.ndarray = ((x - lo) / (hi - lo) if hi > lo else np.zeros(len(raw)))[:, None]
     return out
 
 
@@ -148,8 +171,8 @@ def _permutation(
     variance = float(y.var())
     if variance <= 0:
         return dict.fromkeys(space, 0.0), n
-    cols = {name: _columns(spec, [p.get(name) for p in params]) for name, spec in space.items()}
-    k = max(3, min(30, round(math.sqrt(n))))
+    cols = {name: _columns(spec, [p.get(name) for p in params], rng) for name, spec in space.items()}
+    k = NEIGHBOURS
 
     def squared(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # |a_i - b_j|^2, in n x n memory
         d2 = (a * a).sum(axis=1)[:, None] + (b * b).sum(axis=1)[None, :] - 2.0 * (a @ b.T)
@@ -201,15 +224,17 @@ def _bins(raw: list[Any], spec: dict[str, Any]) -> np.ndarray:
     return np.searchsorted(edges, x, side="right")
 
 
-def _epsilon_squared(y: np.ndarray, bins: np.ndarray) -> float:
+def _epsilon_squared(y: np.ndarray, bins: np.ndarray, total_all: float) -> float:
+    """Epsilon squared of the bins among these trials' ranks ``y``, as a share of
+    ``total_all``, the sum of squares over every trial (``y``'s own where all are active)."""
     n = len(y)
     total = float(((y - y.mean()) ** 2).sum())
     labels, inverse, counts = np.unique(bins, return_inverse=True, return_counts=True)
     b = len(labels)
-    if total <= 0 or b < 2 or n <= b:
+    if total <= 0 or total_all <= 0 or b < 2 or n <= b:
         return 0.0
     means = np.bincount(inverse, weights=y) / counts
     between = float((counts * (means - y.mean()) ** 2).sum())
     within = (total - between) / (n - b)
-    eps = (between - (b - 1) * within) / total
+    eps = (between - (b - 1) * within) / total_all
     return max(0.0, eps) if math.isfinite(eps) else 0.0

@@ -481,7 +481,16 @@ export function renderImportance(imp, plot) {
   const rank = `${plot && plot.objectives && plot.objectives.length > 1 ? `${plot.metric}'s` : "the objective's"} rank`;
   note.textContent = imp.method === "permutation"
     ? `Over ${imp.completed} completed trials: how much a nearest-neighbour model of ${rank} loses when the parameter's values are shuffled among the trials, interactions included; shares of their sum.`
-    : `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of ${rank} (binned; chance-corrected). Main effects explain ${(100 * Math.min(1, explained)).toFixed(0)}% of it; the rest is interactions and noise (the permutation method sees interactions).`;
+    : `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of ${rank} (binned; chance-corrected; a conditional parameter over the trials where it is active), as a share of their sum. ${explainedNote(explained)}`;
+}
+
+/** What the first-order shares' raw sum says: over 100% the parameters varied together
+ * among these trials (a search that concentrated them), so their main effects overlap. */
+function explainedNote(explained) {
+  const pct = (100 * explained).toFixed(0);
+  return explained > 1.005
+    ? `Their raw shares sum to ${pct}% of the variance, more than all of it: the parameters varied together among these trials (a search concentrates them), so their main effects overlap and the split between correlated parameters is uncertain.`
+    : `Main effects explain ${pct}% of it; the rest is interactions and noise (the permutation method sees interactions).`;
 }
 
 // ------------------------------------------------------------ timeline ---
