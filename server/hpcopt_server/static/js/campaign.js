@@ -7,7 +7,7 @@
 const app = document.getElementById("app");
 
 import { POLL_MS, session, poll, api, live, download, can, el, badge, fmt, fmtParam, seconds, when, ago, refreshAgo, agentLabel, sortableHeader, patchRows, nextFrame, STATES, MIN_COMPARED, MAX_COMPARED } from "./core.js";
-import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices, renderContour, renderEdf, renderImportance, renderTimeline, brushedIds, brushToRange, forObjective, offScale } from "./plots.js";
+import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices, renderContour, renderEdf, renderImportance, renderTimeline, brushedIds, brushToRange, clearParcoords, forObjective, offScale } from "./plots.js";
 import { noteCard } from "./notes.js";
 import { populationCard, renderPopulation } from "./population.js";
 
@@ -194,6 +194,7 @@ export function campaignPage(id, query) {
   };
   // The table first (what the brush asks), then the highlight in the history.
   const onBrush = async (brush) => {
+    if (JSON.stringify(brush) === JSON.stringify(st.brush)) return; // a restyle that changed no range
     performance.mark("hpcopt:brushed");
     st.brush = brush;
     st.offset = 0;
@@ -207,7 +208,7 @@ export function campaignPage(id, query) {
     st.brush = {};
     setState();
     brushNote(st, clearBrush);
-    if (data.plot) renderParcoords(pv(), st.view, st.brush, onBrush);
+    clearParcoords();
     await refreshTable();
     await nextFrame();
     redrawHistory();

@@ -312,7 +312,9 @@ export function renderParcoords(plot, view, brush, onBrush) {
   const keys = [...names, plot.metric]; // the brush's keys, axis by axis
   const dims = names.map((n) => Object.assign({ label: plain(n) }, paramAxis(plot.space[n], pts.map((p) => p.params[n]))));
   dims.push(Object.assign({ label: plain(plot.metric) }, objectiveAxis(plot, view, values)));
-  dims.forEach((d, i) => { if (brush[keys[i]]) d.constraintrange = brush[keys[i]]; });
+  // One range per axis: a new drag replaces the old one (with several, the table's filter
+  // took their span, trials the plot showed as unselected included).
+  dims.forEach((d, i) => { d.multiselect = false; if (brush[keys[i]]) d.constraintrange = brush[keys[i]]; });
   const node = draw("plot-parcoords", [{ type: "parcoords", dimensions: dims, labelfont: { size: 12 }, tickfont: { size: 10, shadow: TICK_SHADOW }, rangefont: { size: 1, color: "rgba(0,0,0,0)" },
     line: goodnessColours(plot, values, { title: { text: plain(plot.metric), side: "top" }, thickness: 10, orientation: "h", x: 0.5, xanchor: "center", y: -0.08, yanchor: "top", len: 0.5 }) }],
   { margin: { l: 70, r: 70, t: 50, b: 70 } });
@@ -332,6 +334,17 @@ export function renderParcoords(plot, view, brush, onBrush) {
     });
     node.dataset.brush = "1";
   }
+}
+
+/** Removes every range from the parallel coordinates' axes. Plotly.react with the
+ * ranges left out keeps them (the axes' brushes hold their own state): a restyle to null
+ * clears both. Its plotly_restyle event reports an empty brush. */
+export function clearParcoords() {
+  const node = document.getElementById("plot-parcoords");
+  if (!node || !node.data || !node.data[0] || !window.Plotly) return;
+  const update = {};
+  node.data[0].dimensions.forEach((d, i) => { if (d.constraintrange) update[`dimensions[${i}].constraintrange`] = null; });
+  if (Object.keys(update).length) Plotly.restyle(node, update, [0]);
 }
 
 /** Trial ids of the drawn points inside every brushed axis (the objective's as drawn:

@@ -1,0 +1,93 @@
+"""The parallel-coordinates brush driven by a real mouse (issue 65): "clear" clears the
+plot as well as the table and the URL, the next drag on the same axis filters to its
+own range (never to the span of the old and new ones), at 60 and at 10,000 trials."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.dashboard.conftest import Page, Seeded, loaded
+
+pytestmark = pytest.mark.timeout(300)
+
+#: The on-screen box of axis ``i``'s brush area (its transparent background rect).
+BOX = (
+    "(i) => { const r = document.querySelectorAll('#plot-parcoords .y-axis .axis-brush rect.background')[i];"
+    " const b = r.getBoundingClientRect(); return [b.x + b.width / 2, b.y, b.height]; }"
+)
+#: The visible highlight of axis ``i``: the lengths of its drawn dashes (its
+#: stroke-dasharray alternates dash and gap, from a dash; none drawn when unbrushed).
+HIGHLIGHT = (
+    "(i) => { const l = document.querySelectorAll('#plot-parcoords .y-axis .axis-brush line.highlight')[i];"
+    " const a = (l.getAttribute('stroke-dasharray') || '').split(',').map(Number);"
+    " return a.filter((v, k) => k % 2 === 0 && v > 0.5); }"
+)
+
+
+def drag(page: Page, axis: int, top: float, bottom: float) -> None:
+    """A real mouse drag along axis ``axis`` from ``top`` to ``bottom`` (fractions of its
+    height from the top)."""
+    page.page.locator("#plot-parcoords").scroll_into_view_if_needed()
+    x, y0, h = page.page.evaluate(BOX, axis)
+    page.page.mouse.move(x, y0 + top * h)
+    page.page.mouse.down()
+    for k in range(1, 6):
+        page.page.mouse.move(x, y0 + (top + (bottom - top) * k / 5) * h)
+    page.page.mouse.up()
+
+
+def span(page: Page, axis: int) -> Any:
+    return page.page.evaluate(
+        "(i) => document.getElementById('plot-parcoords').data[0].dimensions[i].constraintrange ?? null", axis
+    )
+
+
+def table_lrs(page: Page) -> list[float]:
+    return [float(x) for x in page.page.locator("#trials tbody td:nth-child(6)").all_inner_texts()]
+
+
+@pytest.mark.parametrize("which", ["small", "big"])
+def test_clear_clears_the_plot_and_the_next_drag_filters_to_its_own_range(
+    page: Page, seeded: Seeded, which: str
+) -> None:
+    cid = getattr(seeded, which)
+    page.open(f"/campaign/{cid}")
+    loaded(page)
+    for attempt, (top, bottom) in enumerate([(0.2, 0.45), (0.55, 0.8), (0.3, 0.5)]):
+        page.page.evaluate("() => performance.clearMarks('hpcopt:table')")
+        drag(page, 0, top, bottom)
+        page.page.wait_for_function("() => location.hash.includes('brush=lr')", timeout=30_000)
+        page.page.wait_for_function("() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=60_000)
+        lo, hi = span(page, 0)
+        assert not isinstance(lo, list), f"attempt {attempt}: one range on the axis: {span(page, 0)}"
+        lrs = table_lrs(page)
+        assert lrs and all(10**lo * 0.999 <= v <= 10**hi * 1.001 for v in lrs), (attempt, lo, hi, lrs[:5])
+        assert len(page.page.evaluate(HIGHLIGHT, 0)) == 1, "the plot shows the range"
+        page.page.evaluate("() => performance.clearMarks('hpcopt:table')")
+        page.page.click("#clear-brush")
+        page.page.wait_for_function("() => !location.hash.includes('brush=')", timeout=30_000)
+        page.page.wait_for_function("() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=60_000)
+        assert span(page, 0) in (None, []), f"attempt {attempt}: the plot keeps the range {span(page, 0)}"
+        assert page.page.evaluate(HIGHLIGHT, 0) == [], f"attempt {attempt}: the axis still shows a range"
+        assert "Filtered by the brush" not in page.page.inner_text("#range-filter")
+
+
+def test_a_second_drag_on_an_axis_replaces_the_first_range(page: Page, seeded: Seeded) -> None:
+    """Without a clear between them: the table follows the second range alone, not the
+    span of both (which held trials the plot showed as unselected)."""
+    page.open(f"/campaign/{seeded.small}")
+    loaded(page)
+    drag(page, 0, 0.1, 0.3)
+    page.page.wait_for_function("() => location.hash.includes('brush=lr')", timeout=30_000)
+    first = span(page, 0)
+    page.page.evaluate("() => performance.clearMarks('hpcopt:table')")
+    drag(page, 0, 0.6, 0.85)
+    page.page.wait_for_function(f"() => !location.hash.includes({f'lr~{first[0]:.6g}'!r})", timeout=30_000)
+    page.page.wait_for_function("() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=60_000)
+    lo, hi = span(page, 0)
+    assert not isinstance(lo, list) and hi < first[0], (first, lo, hi)
+    lrs = table_lrs(page)
+    assert lrs and all(10**lo * 0.999 <= v <= 10**hi * 1.001 for v in lrs), (lo, hi, lrs[:5])
+    assert len(page.page.evaluate(HIGHLIGHT, 0)) == 1, "one range drawn"
