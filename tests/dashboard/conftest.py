@@ -108,12 +108,22 @@ class Page:
         return self.plot(element_id)
 
 
-def make_page(browser: Any, base: str, request: pytest.FixtureRequest, *, poll_ms: int | None = None) -> Iterator[Page]:
-    """A page in a fresh context; ``poll_ms`` sets the dashboard's poll period (its
-    localStorage knob) so that tests of refreshes wait less."""
+def make_page(
+    browser: Any,
+    base: str,
+    request: pytest.FixtureRequest,
+    *,
+    poll_ms: int | None = None,
+    live_share: float | None = None,
+) -> Iterator[Page]:
+    """A page in a fresh context; ``poll_ms`` sets the dashboard's poll period and
+    ``live_share`` the share of the page's time its live redraws may take (its
+    localStorage knobs), so that tests of refreshes wait less, or wait for sure."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     if poll_ms is not None:
         context.add_init_script(f"localStorage.setItem('hpcopt.pollMs', '{poll_ms}')")
+    if live_share is not None:
+        context.add_init_script(f"localStorage.setItem('hpcopt.liveShare', '{live_share}')")
     page = context.new_page()
     wrapped = Page(page, base)
     # A refresh that throws is logged as a warning by the page (core.js live()): here it is
@@ -179,6 +189,6 @@ def assert_calm(page: Page, service: Any, cid: int, wait_ms: int, folds: int = 3
     assert page.page.inner_text("#conn").startswith("updated ")
     # The check can fail: a trial that finishes redraws the plots of completed trials.
     finish_one(service, cid, 100.0, folds=folds)
-    # (On a live campaign the plots redraw at most every 5 poll periods: campaign.js REDRAW_SHARE.)
+    # (The first finished trial after the page opened redraws at once: campaign.js LIVE_SHARE.)
     page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=30_000)
     page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-parcoords')", timeout=30_000)

@@ -70,7 +70,12 @@ def test_clear_clears_the_plot_and_the_next_drag_filters_to_its_own_range(
         page.page.wait_for_function("() => !location.hash.includes('brush=')", timeout=30_000)
         page.page.wait_for_function("() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=60_000)
         assert span(page, 0) in (None, []), f"attempt {attempt}: the plot keeps the range {span(page, 0)}"
-        assert page.page.evaluate(HIGHLIGHT, 0) == [], f"attempt {attempt}: the axis still shows a range"
+        # Plotly draws the axis at its next frame: wait for it, then the check can fail.
+        try:
+            page.page.wait_for_function(f"() => ({HIGHLIGHT})(0).length === 0", timeout=10_000)
+        except Exception as err:
+            shown = page.page.evaluate(HIGHLIGHT, 0)
+            raise AssertionError(f"attempt {attempt}: the axis still shows a range {shown}") from err
         assert "Filtered by the brush" not in page.page.inner_text("#range-filter")
 
 

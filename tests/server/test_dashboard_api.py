@@ -135,6 +135,8 @@ def test_a_requeued_trial_stops_its_clock_and_the_timeline_shows_each_attempt(li
         service.ctx.clock = real_clock
     again = service.agents.acquire(a, cid)
     assert again.trial.id == got.trial.id
+    second = _get(live_server, f"/campaigns/{cid}/trials").json()["trials"][0]
+    assert second["ran_seconds"] == first["ran_seconds"] and second["running_since"] is not None, second
     spans = _get(live_server, f"/campaigns/{cid}/timeline").json()
     assert spans["total"] == 2
     assert [(s["attempt"], s["outcome"], s["agent_host"], s["agent_job"]) for s in spans["spans"]] == [
@@ -166,7 +168,21 @@ def test_running_now_lists_each_running_trial_with_its_progress(live_server: Liv
         4,
     )
     assert row["steps"] == {"0": 4, "1": 1} and row["latest"] == {"fold": 1, "step": 1, "value": 0.9}
-    assert row["ran_seconds"] is not None and row["ran_seconds"] >= 0
+    # Its clock is running_since (the attempt's start), not seconds as of this answer: the
+    # answers stay the same as time passes, so a poll of a quiet campaign is a 304.
+    assert row["ran_seconds"] == 0 and row["running_since"] is not None
+    table = _get(live_server, f"/campaigns/{cid}/trials").json()
+    real_clock = service.ctx.clock
+    service.ctx.clock = lambda: real_clock() + timedelta(minutes=10)
+    try:
+        assert _get(live_server, f"/campaigns/{cid}/running").json() == [row]
+        assert _get(live_server, f"/campaigns/{cid}/trials").json() == table
+        assert table["trials"][0]["running_since"] == row["running_since"]
+        etag = _get(live_server, f"/campaigns/{cid}/running").headers["etag"]
+        again = _get(live_server, f"/campaigns/{cid}/running", headers={"if-none-match": etag})
+        assert again.status_code == 304
+    finally:
+        service.ctx.clock = real_clock
     service.agents.release(lease, d.TrialState.FAILED, "boom")
     assert _get(live_server, f"/campaigns/{cid}/running").json() == []
 

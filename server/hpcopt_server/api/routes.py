@@ -183,7 +183,7 @@ def list_trials(
     page = service.insights.table(
         campaign_id, state or (), offset, limit, sort, order == "desc", [_range(r) for r in range or []]
     )
-    trials = [trial_out(t, ran_seconds=page.ran.get(t.id), agents=page.agents) for t in page.trials]
+    trials = [trial_out(t, ran=page.ran.get(t.id), agents=page.agents) for t in page.trials]
     return TrialPage(trials=trials, total=page.total, offset=offset, limit=limit)
 
 
@@ -206,7 +206,7 @@ def trial_by_number(campaign_id: int, number: int, service: ServiceDep, _: CanRe
 
 
 def _detail(x: TrialDetail) -> TrialOut:
-    return trial_out(x.trial, full=True, ran_seconds=x.ran, agents=x.agents)
+    return trial_out(x.trial, full=True, ran=x.ran, agents=x.agents)
 
 
 @router.get("/campaigns/{campaign_id}/running", operation_id="running_trials")
@@ -217,6 +217,7 @@ def running_trials(campaign_id: int, service: ServiceDep, _: CanRead) -> list[Ru
     for r in page.rows:
         t = r.trial
         host, job = page.agents.get(t.agent_id, ("", ""))
+        ran = page.ran.get(t.id)
         out.append(
             RunningTrial(
                 trial_id=t.id,
@@ -227,7 +228,8 @@ def running_trials(campaign_id: int, service: ServiceDep, _: CanRead) -> list[Ru
                 agent_host=host,
                 agent_job=job,
                 started_at=t.started_at,
-                ran_seconds=page.ran.get(t.id),
+                ran_seconds=ran.seconds if ran else None,
+                running_since=ran.since if ran else None,
                 folds=page.folds,
                 folds_finished=r.folds_finished,
                 epochs=page.epochs,

@@ -8,7 +8,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from hpcopt_server import domain as d
-from hpcopt_server.service.insights import AgentView
+from hpcopt_server.service.insights import AgentView, Ran
 
 
 class FoldOut(BaseModel):
@@ -69,9 +69,13 @@ class TrialOut(BaseModel):
     events: list[TrialEventOut] | None = None
     #: Where a PBT interval comes from (``algorithm: pbt``); null otherwise.
     lineage: LineageOut | None = None
-    #: Seconds it spent on agents, summed over its attempts (a requeued trial's clock
-    #: stops while it waits); in the trials table and a single trial, else null.
+    #: Seconds it spent on agents, summed over its ended attempts (a requeued trial's
+    #: clock stops while it waits); in the trials table and a single trial, else null.
     ran_seconds: float | None = None
+    #: When the attempt running now started (null if none): its time so far is
+    #: ran_seconds + (now - running_since). Left out of ran_seconds, so that an answer
+    #: changes when something happens rather than every second.
+    running_since: datetime | None = None
     #: The host and Slurm job of its (last) agent; in the trials table and a single trial.
     agent_host: str = ""
     agent_job: str = ""
@@ -216,8 +220,10 @@ class RunningTrial(BaseModel):
     agent_host: str
     agent_job: str
     started_at: datetime | None
-    #: Seconds on agents over all its attempts (the time queued after a preemption left out).
+    #: Seconds on agents over its ended attempts (the time queued after a preemption left out).
     ran_seconds: float | None
+    #: When its current attempt started: it has run ran_seconds + (now - running_since).
+    running_since: datetime | None = None
     folds: int
     folds_finished: int
     #: Epochs per fold of the spec's training (0 when the spec does not say).
@@ -358,7 +364,7 @@ def trial_out(
     t: d.Trial,
     *,
     full: bool = False,
-    ran_seconds: float | None = None,
+    ran: Ran | None = None,
     agents: dict[str, tuple[str, str]] | None = None,
 ) -> TrialOut:
     """``agents``: {agent id: (host, Slurm job)} of the trial's agent and its events'."""
@@ -368,7 +374,8 @@ def trial_out(
         return hosts.get(agent_id or "", ("", ""))
 
     return TrialOut(
-        ran_seconds=ran_seconds,
+        ran_seconds=None if ran is None else ran.seconds,
+        running_since=None if ran is None else ran.since,
         agent_host=host(t.agent_id)[0],
         agent_job=host(t.agent_id)[1],
         **d.trial_fields(t, TrialOut.model_fields),

@@ -13,6 +13,7 @@ import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from hpcopt_server import domain as d
@@ -38,11 +39,22 @@ ROBUST_MIN_TRIALS = 20
 
 
 @dataclass(frozen=True)
+class Ran:
+    """A trial's time on agents: ``seconds`` over its ended attempts, and the start of the
+    attempt running now (None if none). The running attempt is left out of ``seconds`` so
+    that an answer changes when something happens, not every second: a reader adds now -
+    ``since`` (a dashboard ticks that itself; a poll of an unchanged campaign is a 304)."""
+
+    seconds: float
+    since: datetime | None = None
+
+
+@dataclass(frozen=True)
 class TablePage:
     trials: list[d.Trial]
     total: int
-    #: Seconds each trial ran on agents, summed over its attempts (None: never started).
-    ran: dict[int, float | None]
+    #: Each trial's time on agents (absent: never started).
+    ran: dict[int, Ran]
     #: {agent id: (host, Slurm job id)} of the agents on this page.
     agents: dict[str, tuple[str, str]]
 
@@ -50,8 +62,8 @@ class TablePage:
 @dataclass(frozen=True)
 class TrialDetail:
     trial: d.Trial
-    #: Seconds on agents over all attempts (None: never started).
-    ran: float | None
+    #: Its time on agents (None: never started).
+    ran: Ran | None
     #: {agent id: (host, Slurm job id)} of its last agent and of every agent in its events.
     agents: dict[str, tuple[str, str]]
 
@@ -63,8 +75,8 @@ class RunningPage:
     folds: int
     #: Epochs per fold in the spec's training (0 when it does not say).
     epochs: int
-    #: Seconds each trial has run on agents, over all its attempts (by trial id).
-    ran: dict[int, float]
+    #: Each trial's time on agents (by trial id).
+    ran: dict[int, Ran]
 
 
 @dataclass(frozen=True)
@@ -252,8 +264,14 @@ class InsightService:
             _check_sort(sort, space)
             tests = _range_tests(ranges, space, len(campaign.objectives))
             numeric = {n for n, p in space.items() if p.get("type") in ("int", "real")} | {"value"}
-            in_sql = sort in TRIAL_SORT_KEYS or (sort.startswith("param:") and sort[6:] in numeric)
-            if in_sql and all(name in numeric for name, _, _ in ranges):
+            # Categorical parameters whose choices are all strings: by position, in SQL too.
+            strings = {
+                n: list(p["choices"])
+                for n, p in space.items()
+                if p.get("choices") and all(isinstance(c, str) for c in p["choices"])
+            }
+            in_sql = sort in TRIAL_SORT_KEYS or (sort.startswith("param:") and sort[6:] in (numeric | set(strings)))
+            if in_sql and all(name in numeric or name in strings for name, _, _ in ranges):
                 # Sorting and filtering by columns and numeric parameters: all in SQL.
                 trials, total = tx.trials.page(
                     campaign_id,
@@ -263,6 +281,7 @@ class InsightService:
                     sort=sort,
                     descending=descending,
                     ranges=ranges,
+                    choices=strings,
                 )
             else:
                 names = [n for n, _, _ in ranges if n in space] + ([sort[6:]] if sort.startswith("param:") else [])
@@ -274,9 +293,9 @@ class InsightService:
                 ids = [r.id for r in _sorted(rows, sort, descending, space, ran_all, hosts)[offset : offset + limit]]
                 trials, total = tx.trials.by_ids(ids, with_folds=True), len(rows)
             ids = [t.id for t in trials]
-            ran = _ran(tx.views.spans(campaign_id, ids), self.ctx.clock())
+            ran = _ran(tx.views.spans(campaign_id, ids))
             agents = tx.agents.hosts(t.agent_id for t in trials)
-        return TablePage(trials, total, {t.id: ran.get(t.id) for t in trials}, agents)
+        return TablePage(trials, total, ran, agents)
 
     def _ran_of(self, tx: Tx, campaign_id: int, rows: list[Listed]) -> dict[int, float]:
         """Seconds each row's trial ran. A first attempt's span is its started_at to its
@@ -289,13 +308,13 @@ class InsightService:
             if r.attempt == 1 and r.started_at is not None:
                 out[r.id] = max(0.0, ((r.finished_at or now) - r.started_at).total_seconds())
         for start in range(0, len(again), 500):
-            out.update(_ran(tx.views.spans(campaign_id, again[start : start + 500]), now))
+            ran = _ran(tx.views.spans(campaign_id, again[start : start + 500]))
+            out.update({k: r.seconds + _since(r, now) for k, r in ran.items()})
         return out
 
     def trial(self, trial_id: int | None = None, *, campaign_id: int = 0, number: int = -1) -> TrialDetail:
         """A trial with its events and curves, by global id or by its campaign-local
         number (what the dashboard and CLI show)."""
-        now = self.ctx.clock()
         with self.ctx.storage.read() as tx:
             if trial_id is None:
                 require_range("number", number, 0)
@@ -308,7 +327,7 @@ class InsightService:
             if trial is None:
                 raise NotFound(f"trial {trial_id} does not exist")
             agents = tx.agents.hosts([trial.agent_id, *(e.agent_id for e in trial.events)])
-            ran = _ran(tx.views.spans(trial.campaign_id, [trial.id]), now).get(trial.id)
+            ran = _ran(tx.views.spans(trial.campaign_id, [trial.id])).get(trial.id)
         return TrialDetail(trial, ran, agents)
 
     def running(self, campaign_id: int) -> RunningPage:
@@ -317,7 +336,7 @@ class InsightService:
             campaign = campaign_or_404(tx, campaign_id)
             rows = tx.views.running_detail(campaign_id)
             agents = tx.agents.hosts(r.trial.agent_id for r in rows)
-            ran = _ran(tx.views.spans(campaign_id, [r.trial.id for r in rows]), self.ctx.clock())
+            ran = _ran(tx.views.spans(campaign_id, [r.trial.id for r in rows]))
         epochs = int((campaign.spec.get("training") or {}).get("epochs") or 0)
         return RunningPage(rows, agents, campaign.folds, epochs, ran)
 
@@ -511,7 +530,8 @@ def _sorted(
     ran: dict[int, float],
     hosts: dict[str, tuple[str, str]],
 ) -> list[Listed]:
-    """Rows by ``sort`` with empty values last whichever the order, ties by number."""
+    """Rows (by number) by ``sort`` with empty values last whichever the order, ties by
+    number."""
     key: Callable[[Listed], Any]
     if sort == "duration":
         key = lambda r: ran.get(r.id)  # noqa: E731
@@ -526,17 +546,27 @@ def _sorted(
             key = lambda r: r.params.get(name)  # noqa: E731
     else:
         key = lambda r: getattr(r, sort, None)  # noqa: E731
+    # ``rows`` come by number (listed_trials), and a sort is stable in either direction:
+    # one sort by the key leaves ties by number.
     keyed = [(key(r), r) for r in rows]
-    present = sorted(((k, r) for k, r in keyed if k is not None), key=lambda kr: kr[1].number)
-    empty = [r for k, r in keyed if k is None]
-    present.sort(key=lambda kr: kr[0], reverse=descending)
-    empty.sort(key=lambda r: r.number)
-    return [r for _, r in present] + empty
+    present = [kr for kr in keyed if kr[0] is not None]
+    present.sort(key=itemgetter(0), reverse=descending)
+    return [r for _, r in present] + [r for k, r in keyed if k is None]
 
 
-def _ran(spans: list[Span], now: datetime) -> dict[int, float]:
-    """Seconds each trial spent on agents, over all its attempts."""
-    out: dict[int, float] = {}
+def _ran(spans: list[Span]) -> dict[int, Ran]:
+    """Each trial's time on agents: its ended attempts' seconds, and the start of the one
+    running (``Ran``)."""
+    seconds: dict[int, float] = {}
+    since: dict[int, datetime] = {}
     for s in spans:
-        out[s.trial_id] = out.get(s.trial_id, 0.0) + max(0.0, ((s.end or now) - s.start).total_seconds())
-    return out
+        seconds[s.trial_id] = seconds.get(s.trial_id, 0.0)
+        if s.end is None:
+            since[s.trial_id] = s.start
+        else:
+            seconds[s.trial_id] += max(0.0, (s.end - s.start).total_seconds())
+    return {k: Ran(v, since.get(k)) for k, v in seconds.items()}
+
+
+def _since(r: Ran, now: datetime) -> float:
+    return max(0.0, (now - r.since).total_seconds()) if r.since is not None else 0.0

@@ -5,7 +5,7 @@
 // changed (ETag → 304) and redraw only what did; polling pauses in hidden tabs.
 "use strict";
 
-import { session, api, poll, live, can, askToken, el, badge, fmt, sortableHeader, patchRows, connection, forgetAnswers, HttpError, Disconnected } from "./js/core.js";
+import { session, api, poll, live, can, askToken, el, badge, fmt, sortableHeader, patchRows, connection, forgetAnswers, unsaved, HttpError, Disconnected } from "./js/core.js";
 import { campaignPage, progress, chips, done, notFound } from "./js/campaign.js";
 import { trialPage, trialById } from "./js/trial.js";
 import { newPage } from "./js/newspec.js";
@@ -51,7 +51,14 @@ async function loadWho() {
 
 // -------------------------------------------------------------- router ---
 
-function route() {
+function route(event) {
+  // A note being edited: ask before dropping it (its draft stays in this browser either way).
+  if (event && event.oldURL && unsaved() && !confirm("Leave this page? Your note is not saved (a draft stays in this browser).")) {
+    history.replaceState(null, "", event.oldURL);
+    return;
+  }
+  session.hooks = [];
+  session.unsaved = [];
   session.stop();
   session.generation += 1;
   forgetAnswers();

@@ -5,12 +5,12 @@ final state goes through :mod:`~hpcopt_server.storage.finishing`."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import case, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from hpcopt_server import domain as d
@@ -30,6 +30,12 @@ def numeric(name: str) -> Any:
     """The trial's value, or a numeric parameter out of its JSON ``params`` (SQLite's
     json_extract, PostgreSQL's ->>), as a float: NULL where the trial has none."""
     return m.TrialRow.value if name == "value" else m.TrialRow.params[name].as_float()
+
+
+def choice_position(name: str, choices: Sequence[str]) -> Any:
+    """A categorical parameter's position among its (string) choices, out of the JSON
+    ``params``: NULL where the trial has none or a value that is not a choice."""
+    return case({c: i for i, c in enumerate(choices)}, value=m.TrialRow.params[name].as_string(), else_=None)
 
 
 class TrialStore(Store):
@@ -125,21 +131,29 @@ class TrialStore(Store):
         sort: str = "number",
         descending: bool = False,
         ranges: Sequence[tuple[str, float, float]] = (),
+        choices: Mapping[str, Sequence[str]] | None = None,
     ) -> tuple[list[d.Trial], int]:
         """A page of the campaign's trials ordered by ``sort`` (one of
-        :data:`TRIAL_SORT_KEYS`, or ``param:NAME`` of a numeric parameter; empty values
-        last, then by number), and the total that match. ``ranges``: (``value`` or a
-        numeric parameter, low, high), inclusive, all must hold."""
+        :data:`TRIAL_SORT_KEYS`, or ``param:NAME`` of a numeric parameter or of one in
+        ``choices``, by its choice's position; empty values last, then by number), and
+        the total that match. ``ranges``: (``value``, a numeric parameter or one in
+        ``choices`` by its choice's position, low, high), inclusive, all must hold.
+        ``choices``: the categorical parameters whose choices are all strings."""
+        choices = choices or {}
+
+        def column_of(name: str) -> Any:
+            return choice_position(name, choices[name]) if name in choices else numeric(name)
+
         where = [m.TrialRow.campaign_id == campaign_id]
         wanted = [str(s) for s in states]
         if wanted:
             where.append(m.TrialRow.state.in_(wanted))
         for name, low, high in ranges:
-            where.append(numeric(name).between(low, high))
+            where.append(column_of(name).between(low, high))
         total = self.s.scalar(select(func.count()).select_from(m.TrialRow).where(*where)) or 0
         if sort not in TRIAL_SORT_KEYS and not sort.startswith("param:"):
             raise ValueError(f"sort must be one of {TRIAL_SORT_KEYS} or param:NAME, not {sort!r}")
-        column = numeric(sort[6:]) if sort.startswith("param:") else getattr(m.TrialRow, sort)
+        column = column_of(sort[6:]) if sort.startswith("param:") else getattr(m.TrialRow, sort)
         key = column.desc() if descending else column.asc()
         q = select(m.TrialRow).where(*where).order_by(column.is_(None), key, m.TrialRow.number).offset(offset)
         if limit is not None:

@@ -72,7 +72,7 @@ class ViewStore(Store):
         with_values: bool = False,
         numeric: Iterable[str] = (),
     ) -> list[Listed]:
-        """The table's columns of every matching trial, with only the parameters ``names``
+        """The table's columns of every matching trial by number, with only the parameters ``names``
         (extracted by the database: decoding every trial's whole JSON in Python would
         cost more than everything else here), and every objective's value if asked.
         Parameters in ``numeric`` come as floats, at full precision: SQLite quotes a
@@ -99,7 +99,7 @@ class ViewStore(Store):
         if wanted:
             q = q.where(t.state.in_(wanted))
         out = []
-        for r in self.s.execute(q):
+        for r in self.s.execute(q.order_by(t.number)):
             params = {n: v for n, v in zip(wanted_params, r[10:], strict=True) if v is not None}
             out.append(Listed(r[0], r[1], r[2], r[3], params, *r[4:9], values=r[9]))
         return out

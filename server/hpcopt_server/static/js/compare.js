@@ -3,7 +3,7 @@
 // learning curve overlaid (a colour per trial, a dash per fold).
 "use strict";
 
-import { session, poll, live, el, badge, fmt, fmtParam, seconds, MIN_COMPARED, MAX_COMPARED } from "./core.js";
+import { session, poll, live, el, badge, fmt, fmtParam, seconds, ranNow, MIN_COMPARED, MAX_COMPARED } from "./core.js";
 import { draw, colour, plain } from "./plots.js";
 import { notFound } from "./campaign.js";
 
@@ -64,7 +64,7 @@ function render(c, trials) {
       el("span", { id: "compare-diff-note", class: "note", text: `${differing} of ${names.length} parameters differ (marked)` })),
     el("div", { class: "table-wrap" }, el("table", { id: "compare-table" }, el("thead", {}, head),
       el("tbody", {}, el("tr", { class: "group" }, el("th", { text: "State" }), ...trials.map((t) => el("td", { class: "num" }, badge(t.state)))),
-        ...valueRows, row("Ran for", trials.map((t) => seconds(t.ran_seconds))), row("Attempt", trials.map((t) => String(t.attempt))), ...paramRows))));
+        ...valueRows, row("Ran for", trials.map((t) => seconds(ranNow(t)))), row("Attempt", trials.map((t) => String(t.attempt))), ...paramRows))));
   // Folds: one row per fold index any of them reported.
   const folds = [...new Set(trials.flatMap((t) => t.folds.map((f) => f.index)))].sort((a, b) => a - b);
   const foldValue = (t, k) => { const f = t.folds.find((x) => x.index === k); return f ? `${fmt(f.value, 6)}${f.finished ? "" : " (running)"}` : "–"; };

@@ -18,8 +18,14 @@ export const session = {
   generation: 0, // bumps on every navigation: stale refreshes drop their results
   stop: () => {}, // stops the current view's polling
   refresh: () => {}, // asks the current view for a refresh now
+  hooks: [], // more refreshes of the current view, run after each of its polls (a note card)
+  unsaved: [], // tests of the current view: true while it holds a text a navigation would drop
   listSort: { key: "id", desc: true },
 };
+
+/** Whether the current view holds an unsaved text (a note being edited). */
+export const unsaved = () => session.unsaved.some((test) => test());
+window.addEventListener("beforeunload", (e) => { if (unsaved()) e.preventDefault(); });
 
 // ---------------------------------------------------------------- API ---
 
@@ -142,7 +148,11 @@ export function live(refresh, onMissing) {
     try {
       const changed = await refresh(gen);
       quiet = changed === false ? quiet + 1 : 0;
-      if (current()) connection(true);
+      if (current()) {
+        connection(true);
+        refreshAgo();
+        for (const hook of session.hooks) hook().catch(() => {}); // their own errors show in their cards
+      }
     } catch (e) {
       quiet = 0;
       if (e instanceof Disconnected) connection(false, e.message);
@@ -217,10 +227,23 @@ export function seconds(s) {
 
 export const when = (iso) => (iso ? new Date(iso).toLocaleString() : "–");
 export const ago = (iso) => { const s = (Date.now() - new Date(iso)) / 1000; return s < 90 ? `${Math.max(0, Math.round(s))} s ago` : s < 5400 ? `${Math.round(s / 60)} min ago` : `${(s / 3600).toFixed(1)} h ago`; };
-/** Brings every "… ago" text (elements with data-ago) up to now; text only where it changed. */
+/** A trial's time on agents now: the REST answer's ran_seconds (its ended attempts) plus
+ * the attempt running since running_since. The server leaves the running attempt out so
+ * that its answers change when something happens, not every second. */
+export const ranNow = (t) => (t.ran_seconds === null || t.ran_seconds === undefined ? null
+  : t.ran_seconds + (t.running_since ? Math.max(0, (Date.now() - Date.parse(t.running_since)) / 1000) : 0));
+/** Attributes of an element that shows ranNow(t) and keeps it current (refreshAgo). */
+export const clockAttrs = (t) => ({ text: seconds(ranNow(t)), "data-ran": t.running_since ? t.ran_seconds : undefined, "data-since": t.running_since || undefined });
+/** Brings every "… ago" text (elements with data-ago) and every running clock (data-since)
+ * up to now; text only where it changed. Runs after every poll (live), in the same frame
+ * as what the poll changed: a timer of its own repainted the page every second. */
 export function refreshAgo() {
   for (const node of document.querySelectorAll("[data-ago]")) {
     const text = `${node.dataset.prefix || ""}${ago(node.dataset.ago)}`;
+    if (node.textContent !== text) node.textContent = text;
+  }
+  for (const node of document.querySelectorAll("[data-since]")) {
+    const text = seconds(ranNow({ ran_seconds: Number(node.dataset.ran), running_since: node.dataset.since }));
     if (node.textContent !== text) node.textContent = text;
   }
 }

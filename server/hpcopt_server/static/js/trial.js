@@ -2,7 +2,7 @@
 // parameters, value, folds, learning curves, the attempt history, previous/next trial.
 "use strict";
 
-import { session, api, poll, live, el, badge, fmt, fmtParam, seconds, when, agentLabel, HttpError } from "./core.js";
+import { session, api, poll, live, el, badge, fmt, fmtParam, when, agentLabel, clockAttrs, HttpError } from "./core.js";
 import { draw, colour, plain } from "./plots.js";
 import { notFound } from "./campaign.js";
 import { noteCard } from "./notes.js";
@@ -72,7 +72,7 @@ function render(t, c) {
     el("dt", { text: t.state === "PRUNED" ? "Value when pruned" : c.metric }), el("dd", { id: "trial-value", text: value }),
     ...(t.values ? [el("dt", { text: "Objectives" }), el("dd", { id: "trial-values", class: "mono", text: t.values.map((v) => fmt(v, 6)).join(", ") })] : []),
     el("dt", { text: "Attempt" }), el("dd", { text: t.attempt }),
-    el("dt", { text: "Ran for" }), el("dd", { id: "trial-ran", title: "time on agents, over all attempts", text: seconds(t.ran_seconds) }),
+    el("dt", { text: "Ran for" }), el("dd", { id: "trial-ran", title: "time on agents, over all attempts", ...clockAttrs(t) }),
     el("dt", { text: "Agent" }), el("dd", { title: t.agent_id || "", text: agentLabel(t.agent_host, t.agent_job) })),
   t.error && t.state === "PRUNED" ? el("div", { class: "section" }, el("h2", { text: "Why it was pruned" }), el("p", { id: "trial-pruned", text: t.error })) : "",
   t.error && t.state !== "PRUNED" ? el("div", { class: "section" }, el("h2", { text: "Error" }), el("pre", { class: "trace", id: "trial-error", text: t.error })) : "");
