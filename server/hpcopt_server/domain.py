@@ -268,6 +268,17 @@ class Note:
 
 
 @dataclass(frozen=True)
+class NoteVersion:
+    """One saved version of a note: when, by whom, and how long it is (its text is read
+    one version at a time)."""
+
+    version: int
+    saved_at: datetime
+    saved_by: str
+    chars: int
+
+
+@dataclass(frozen=True)
 class CampaignSummary:
     """A campaign with its trial counts and best value, for listings."""
 

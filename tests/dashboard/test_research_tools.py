@@ -48,7 +48,7 @@ def test_a_campaign_note_is_saved_as_typed_and_is_there_after_a_reload(page: Pag
     assert (note.body, note.version) == (TEXT, 1)
     page.page.reload()
     page.page.wait_for_function("() => document.getElementById('note-text')?.textContent.startsWith('lr above')")
-    assert page.page.inner_text("#note-meta").startswith("saved ")
+    assert page.page.inner_text("#note-meta").startswith("version 1, saved ")
     # Edited again: saved over version 1, the editor opened on the stored text.
     page.page.click("#note-edit")
     assert page.page.input_value("#note-input") == TEXT
@@ -81,6 +81,84 @@ def test_a_trial_note_saved_by_someone_else_meanwhile_is_shown_and_nothing_is_lo
     page.open(f"/campaign/{cid}/trial/2")
     page.page.locator("#note-edit").wait_for()
     assert page.page.inner_text("#note-text") == "No note on this trial yet."
+
+
+def test_the_history_keeps_the_text_a_save_replaced_and_restores_it(page: Page, seeded: Seeded) -> None:
+    """The review: a second Save after the conflict message overwrote the other
+    person's note, with no history. Now their text stays as a version, shown and
+    restorable from the card."""
+    cid = seed_campaign(seeded.service, name="history", completed=6, seed=7)
+    page.open(f"/campaign/{cid}/trial/1")
+    page.page.locator("#note-edit").wait_for()
+    page.page.click("#note-edit")
+    page.page.fill("#note-input", "mine")
+    seeded.service.notes.save(cid, 1, "theirs, careful work", 0)  # a colleague, meanwhile
+    page.page.click("#note-save")
+    page.page.locator("#note-conflict").wait_for()
+    page.errors[:] = [e for e in page.errors if "409 (Conflict)" not in e]
+    assert "theirs stays in the history" in page.page.inner_text("#note-save")
+    page.page.click("#note-save")  # the second Save, without merging
+    page.page.wait_for_function("() => document.getElementById('note-text')?.textContent === 'mine'")
+    page.page.click("#note-history-link")
+    page.page.locator("#note-versions li").nth(1).wait_for()
+    items = page.page.locator("#note-versions li").all_inner_texts()
+    assert items[0].startswith("version 2") and items[1].startswith("version 1"), items
+    page.page.click("#note-versions li[data-version='1'] a")
+    page.page.wait_for_function(
+        "() => (document.getElementById('note-version')?.textContent ?? '').includes('theirs, careful work')"
+    )
+    page.page.click("#note-restore")
+    assert page.page.input_value("#note-input") == "theirs, careful work"
+    page.page.click("#note-save")
+    page.page.wait_for_function("() => document.getElementById('note-text')?.textContent === 'theirs, careful work'")
+    note = seeded.service.notes.get(cid, 1)
+    assert (note.version, note.body) == (3, "theirs, careful work")
+    assert [v.version for v in seeded.service.notes.versions(cid, 1)] == [3, 2, 1]
+
+
+def test_a_note_saved_in_another_tab_shows_here_and_an_open_editor_is_told(page: Page, seeded: Seeded) -> None:
+    cid = seed_campaign(seeded.service, name="other-tab", completed=6, seed=8)
+    page.open(f"/campaign/{cid}")
+    page.page.locator("#note-edit").wait_for()
+    seeded.service.notes.save(cid, None, "from the other tab", 0)
+    page.page.wait_for_function("() => document.getElementById('note-text')?.textContent === 'from the other tab'")
+    page.page.click("#note-edit")
+    page.page.fill("#note-input", "my edit")
+    seeded.service.notes.save(cid, None, "their second save", 1)
+    page.page.locator("#note-newer:not([hidden])").wait_for()
+    assert "version 2" in page.page.inner_text("#note-newer")
+    assert page.page.input_value("#note-input") == "my edit", "the editor keeps the reader's text"
+
+
+def test_an_unsaved_note_asks_before_a_navigation_drops_it_and_its_draft_stays(page: Page, seeded: Seeded) -> None:
+    cid = seed_campaign(seeded.service, name="draft", completed=6, seed=9)
+    page.open(f"/campaign/{cid}")
+    page.page.locator("#note-edit").wait_for()
+    page.page.click("#note-edit")
+    page.page.fill("#note-input", "half a thought")
+    asked: list[str] = []
+
+    def answer(dialog: Any, accept: bool) -> None:
+        asked.append(dialog.message)
+        dialog.accept() if accept else dialog.dismiss()
+
+    page.page.once("dialog", lambda d: answer(d, False))
+    page.page.evaluate("() => { location.hash = '#/'; }")
+    page.page.wait_for_function("() => location.hash.startsWith('#/campaign/')")
+    assert asked and "not saved" in asked[0]
+    assert page.page.input_value("#note-input") == "half a thought", "stayed: the editor is still open"
+    page.page.once("dialog", lambda d: answer(d, True))
+    page.page.evaluate("() => { location.hash = '#/'; }")
+    page.page.locator("#campaigns").wait_for()
+    assert len(asked) == 2
+    # Back on the campaign: the draft is offered, and continues where it was.
+    page.open(f"/campaign/{cid}")
+    page.page.locator("#note-draft").wait_for()
+    page.page.click("#note-draft-open")
+    assert page.page.input_value("#note-input") == "half a thought"
+    page.page.click("#note-save")
+    page.page.wait_for_function("() => document.getElementById('note-text')?.textContent === 'half a thought'")
+    assert page.page.locator("#note-draft").count() == 0, "saved: no draft left"
 
 
 @pytest.fixture(scope="module")

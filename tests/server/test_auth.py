@@ -48,6 +48,10 @@ REST = [
     ("GET", "/api/v1/campaigns/{cid}/trials/{number}/note", "read"),
     ("PUT", "/api/v1/campaigns/{cid}/trials/{number}/note", "submit"),
     ("GET", "/api/v1/campaigns/{cid}/notes", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/note/versions", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/note/versions/{version}", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/trials/{number}/note/versions", "read"),
+    ("GET", "/api/v1/campaigns/{cid}/trials/{number}/note/versions/{version}", "read"),
     ("GET", "/metrics", "read"),
 ]
 WRONG = {"read": "agent", "submit": "read", "agent": "submit"}
@@ -86,7 +90,7 @@ def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[st
     assert documented == covered, "a new endpoint needs a row in the auth matrix"
 
     for method, path, needed in REST:
-        url = server.http_url + path.format(cid=cid, tid=1, number=0)
+        url = server.http_url + path.format(cid=cid, tid=1, number=0, version=1)
         body = bodies.get(path)
 
         def call(token: str | None, url: str = url, method: str = method, body: Any = body) -> httpx.Response:

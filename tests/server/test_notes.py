@@ -81,6 +81,36 @@ def test_a_save_over_a_stale_version_is_refused_and_the_stored_note_survives(liv
     assert api.put(f"/campaigns/{cid}/note", json={"body": "x", "base_version": 7}).status_code == 409
 
 
+def test_every_version_is_kept_so_a_save_over_someone_else_loses_nothing(live_server: LiveServer) -> None:
+    """The review: a second Save after the conflict message overwrote the other person's
+    note, and notes had no history. Every save is a version; each can be read back."""
+    cid = _campaign_with_trials(live_server.service)
+    api = _api(live_server)
+    for path in (f"/campaigns/{cid}/note", f"/campaigns/{cid}/trials/2/note"):
+        assert api.get(f"{path}/versions").json() == []
+        api.put(path, json={"body": "base", "base_version": 0}).raise_for_status()
+        api.put(path, json={"body": "alice's finding", "base_version": 1}).raise_for_status()
+        assert api.put(path, json={"body": "bob", "base_version": 1}).status_code == 409
+        # Bob saves his text over Alice's after the conflict, then someone clears the note.
+        api.put(path, json={"body": "bob", "base_version": 2}).raise_for_status()
+        api.put(path, json={"body": "", "base_version": 3}).raise_for_status()
+        versions = api.get(f"{path}/versions").json()
+        assert [(v["version"], v["chars"]) for v in versions] == [(4, 0), (3, 3), (2, 15), (1, 4)], versions
+        assert all(v["saved_at"] and v["saved_by"] == "" for v in versions)
+        assert api.get(f"{path}/versions/2").json()["body"] == "alice's finding", "hers is kept"
+        assert api.get(f"{path}/versions/4").json()["body"] == ""
+        # Restoring is saving an old version's text as the next one.
+        old = api.get(f"{path}/versions/2").json()["body"]
+        assert api.put(path, json={"body": old, "base_version": 4}).json()["version"] == 5
+        assert api.get(path).json()["body"] == "alice's finding"
+        missing = api.get(f"{path}/versions/9")
+        assert missing.status_code == 404 and "no version 9" in missing.json()["detail"], missing.text
+        for bad in ("0", "-1", "99999999999999999999"):
+            r = api.get(f"{path}/versions/{bad}")
+            assert r.status_code == 422 and r.json()["errors"][0]["field"] == "version", (bad, r.text)
+    assert api.get(f"/campaigns/{cid}/trials/77/note/versions").status_code == 404
+
+
 def test_concurrent_first_saves_store_exactly_one(live_server: LiveServer) -> None:
     cid = _campaign_with_trials(live_server.service)
     codes: list[int] = []

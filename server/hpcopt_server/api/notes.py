@@ -52,6 +52,19 @@ _SAVE = {
 }
 
 
+class NoteVersionOut(BaseModel):
+    version: int
+    saved_at: datetime
+    #: The name of the token that saved it ("" with auth off).
+    saved_by: str
+    #: The length of its text, in characters.
+    chars: int
+
+
+def _versions(vs: list[d.NoteVersion]) -> list[NoteVersionOut]:
+    return [NoteVersionOut(**vars(v)) for v in vs]
+
+
 def _out(n: d.Note) -> NoteOut:
     return NoteOut(**vars(n))
 
@@ -81,6 +94,30 @@ async def save_campaign_note(campaign_id: int, request: Request, service: Servic
     note = await _note_in(request)
     saved = await run_in_threadpool(service.notes.save, campaign_id, None, note.body, note.base_version, token)
     return _out(saved)
+
+
+@router.get("/campaigns/{campaign_id}/note/versions", operation_id="campaign_note_versions")
+def campaign_note_versions(campaign_id: int, service: ServiceDep, _: CanRead) -> list[NoteVersionOut]:
+    """Every saved version of the campaign's note, newest first (without their text)."""
+    return _versions(service.notes.versions(campaign_id))
+
+
+@router.get("/campaigns/{campaign_id}/note/versions/{version}", operation_id="campaign_note_version")
+def campaign_note_version(campaign_id: int, version: int, service: ServiceDep, _: CanRead) -> NoteOut:
+    """Version ``version`` of the campaign's note, with its text (restore it by saving it)."""
+    return _out(service.notes.version(campaign_id, None, version))
+
+
+@router.get("/campaigns/{campaign_id}/trials/{number}/note/versions", operation_id="trial_note_versions")
+def trial_note_versions(campaign_id: int, number: int, service: ServiceDep, _: CanRead) -> list[NoteVersionOut]:
+    """Every saved version of the note of trial ``#number``, newest first."""
+    return _versions(service.notes.versions(campaign_id, number))
+
+
+@router.get("/campaigns/{campaign_id}/trials/{number}/note/versions/{version}", operation_id="trial_note_version")
+def trial_note_version(campaign_id: int, number: int, version: int, service: ServiceDep, _: CanRead) -> NoteOut:
+    """Version ``version`` of the note of trial ``#number``, with its text."""
+    return _out(service.notes.version(campaign_id, number, version))
 
 
 @router.get("/campaigns/{campaign_id}/trials/{number}/note", operation_id="get_trial_note")

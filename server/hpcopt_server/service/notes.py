@@ -2,7 +2,9 @@
 (the transports check the scope). A save names the version it was edited from
 (``base_version``, 0 for a note never saved); if someone saved in between, it is
 refused with FailedPrecondition (HTTP 409) carrying the stored note, and nothing is
-lost: the editor still holds their text and can merge and save again."""
+lost: the editor still holds their text and can merge and save again. Every saved
+version is kept (``versions``, ``version``): a save over someone else's text, or an
+empty save that clears a note, leaves the earlier text readable and restorable."""
 
 from __future__ import annotations
 
@@ -23,6 +25,26 @@ class NoteService:
         with self.ctx.storage.read() as tx:
             self._target(tx, campaign_id, trial_number)
             return tx.notes.get(campaign_id, trial_number)
+
+    def versions(self, campaign_id: int, trial_number: int | None = None) -> list[d.NoteVersion]:
+        """Every saved version of the note, newest first: nothing a save replaced is lost."""
+        with self.ctx.storage.read() as tx:
+            self._target(tx, campaign_id, trial_number)
+            return tx.notes.versions(campaign_id, trial_number)
+
+    def version(self, campaign_id: int, trial_number: int | None, version: int) -> d.Note:
+        """Version ``version`` of the note, with its text; NotFound if it was never saved."""
+        if not 1 <= version <= lim.MAX_ID:
+            raise InvalidArgument(
+                f"version must be in 1..{lim.MAX_ID}, got {version}", [("version", "a saved version, from 1")]
+            )
+        with self.ctx.storage.read() as tx:
+            self._target(tx, campaign_id, trial_number)
+            note = tx.notes.version(campaign_id, trial_number, version)
+        if note is None:
+            what = "the campaign's note" if trial_number is None else f"the note of trial #{trial_number}"
+            raise NotFound(f"{what} has no version {version}")
+        return note
 
     def noted_trials(self, campaign_id: int) -> list[int]:
         """Numbers of the trials that have a note."""

@@ -184,6 +184,20 @@ class NoteRow(Base):
     updated_by: Mapped[str] = mapped_column(String(200), default="")
 
 
+class NoteVersionRow(Base):
+    """Every saved version of a note (``notes`` holds the latest): a save over someone
+    else's text keeps theirs here."""
+
+    __tablename__ = "note_versions"
+
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), primary_key=True)
+    trial_number: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    body: Mapped[str] = mapped_column(Text)
+    saved_at: Mapped[datetime]
+    saved_by: Mapped[str] = mapped_column(String(200), default="")
+
+
 class ThroughputProbeRow(Base):
     """One width the throughput probe measured for a campaign (``--groups auto`` with no
     measurement yet): the planner's points where no fold has trained at that width."""

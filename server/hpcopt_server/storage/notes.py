@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, func, insert, select, update
 
 from hpcopt_server import domain as d
 from hpcopt_server.storage import models as m
@@ -17,6 +17,7 @@ from hpcopt_server.storage.store import Store
 #: ``notes.trial_number`` of a campaign's own note.
 CAMPAIGN = -1
 NOTES = cast(Table, m.NoteRow.__table__)
+VERSIONS = cast(Table, m.NoteVersionRow.__table__)
 
 
 def _note(row: m.NoteRow) -> d.Note:
@@ -70,4 +71,33 @@ class NoteStore(Store):
             saved = self.s.execute(stmt).rowcount == 1  # type: ignore[attr-defined]
         if not saved:
             return None
+        # Every version stays: a save over someone else's text keeps theirs.
+        self.s.execute(
+            insert(VERSIONS).values(
+                campaign_id=campaign_id,
+                trial_number=key,
+                version=base_version + 1,
+                body=body,
+                saved_at=now,
+                saved_by=by,
+            )
+        )
         return d.Note(campaign_id, trial_number, body, base_version + 1, now, by)
+
+    def versions(self, campaign_id: int, trial_number: int | None) -> list[d.NoteVersion]:
+        """Every saved version of the note, newest first (without their text)."""
+        key = CAMPAIGN if trial_number is None else trial_number
+        rows = self.s.execute(
+            select(VERSIONS.c.version, VERSIONS.c.saved_at, VERSIONS.c.saved_by, func.length(VERSIONS.c.body))
+            .where(VERSIONS.c.campaign_id == campaign_id, VERSIONS.c.trial_number == key)
+            .order_by(VERSIONS.c.version.desc())
+        )
+        return [d.NoteVersion(v, at, by or "", int(n or 0)) for v, at, by, n in rows]
+
+    def version(self, campaign_id: int, trial_number: int | None, version: int) -> d.Note | None:
+        """Version ``version`` of the note with its text; None if it was never saved."""
+        key = CAMPAIGN if trial_number is None else trial_number
+        row = self.s.get(m.NoteVersionRow, (campaign_id, key, version))
+        if row is None:
+            return None
+        return d.Note(campaign_id, trial_number, row.body, row.version, row.saved_at, row.saved_by)
