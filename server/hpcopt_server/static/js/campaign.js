@@ -65,6 +65,13 @@ function writeState(id, st) {
 const storedShare = Number(localStorage.getItem("hpcopt.liveShare")); // a test's knob, as hpcopt.pollMs
 const LIVE_SHARE = storedShare >= 1e-4 && storedShare <= 1 ? storedShare : 0.025;
 
+/** Whether a mouse button or a finger is down in the page: a live redraw waits for its
+ * release (benchmarks/dashboard_open.py lost 2 of 7 drags on a categorical axis to
+ * redraws that rebuilt the parallel coordinates mid-drag). */
+let pointerHeld = false;
+document.addEventListener("pointerdown", () => { pointerHeld = true; }, true);
+for (const end of ["pointerup", "pointercancel"]) document.addEventListener(end, () => { pointerHeld = false; }, true);
+
 // -------------------------------------------------------------- layout ---
 
 const card = (id, title, props, ...body) => el("div", Object.assign({ class: "card", id }, props), title ? el("h2", { text: title }) : null, ...body);
@@ -119,7 +126,7 @@ export function campaignPage(id, query) {
   // busy redrawing, and a click waited behind it). Meanwhile a note says how old the
   // plots are, with a link that redraws them now. A click on the table stops a redraw
   // between two plots; the rest follow a second later.
-  const plots = { dirty: false, spans: false, next: 0, asked: -Infinity, drawnAt: null, drawnCompleted: 0, opened: false };
+  const plots = { dirty: false, spans: false, next: 0, asked: -Infinity, drawnAt: null, drawnCompleted: 0, opened: false, wait: 0 };
   const openTrial = (number) => { location.hash = `#/campaign/${id}/trial/${number}`; };
   // Still this page: every continuation after an answer checks it, since the reader may
   // have left while the answer was on its way (a slow server; tests/dashboard/test_slow_server.py).
@@ -266,7 +273,9 @@ export function campaignPage(id, query) {
     for (const [name, step] of steps) {
       await nextFrame();
       if (gen !== session.generation) return false;
-      if (plots.asked > t0) { plots.next = performance.now() + 1000; return true; } // the reader clicked: the rest later
+      // The reader clicked, or holds a button down (a drag on a plot that a redraw would
+      // rebuild under the mouse, losing the drag): the rest later.
+      if (plots.asked > t0 || pointerHeld) { plots.next = performance.now() + 1000; return true; }
       const t = performance.now();
       await step();
       cost += performance.now() - t;
@@ -276,7 +285,7 @@ export function campaignPage(id, query) {
     if (spansDue) plots.spans = false;
     // The page's first drawing is its opening, not a live redraw: the first trial that
     // finishes after it shows at once; from then on each redraw waits for its cost.
-    if (due || spansDue) plots.next = performance.now() + (plots.opened ? cost / LIVE_SHARE : 0);
+    if (due || spansDue) { plots.wait = plots.opened ? cost / LIVE_SHARE : 0; plots.next = performance.now() + plots.wait; }
     if (due) plots.opened = true;
     if (gen !== session.generation) return false;
     staleNote(plots, c.body, () => { plots.next = 0; session.refresh(); });
@@ -340,8 +349,9 @@ function staleNote(plots, c, redrawNow) {
   if (!box) return;
   const behind = (c.trial_counts.COMPLETED || 0) - plots.drawnCompleted;
   if (!plots.drawnAt || behind <= 0 || performance.now() >= plots.next) { if (box.textContent) { box.replaceChildren(); box.dataset.sig = ""; } return; }
-  const wait = Math.max(1, Math.round((plots.next - performance.now()) / 1000));
-  const text = `Plots as of ${plots.drawnAt.toLocaleTimeString()}, ${behind} completed trial${behind === 1 ? "" : "s"} ago; next redraw in about ${wait} s (the bigger the campaign, the rarer, so that the page stays light). `;
+  // No countdown: a text that changed on every poll would repaint the page for nothing.
+  const every = Math.max(1, Math.round(plots.wait / 1000));
+  const text = `Plots as of ${plots.drawnAt.toLocaleTimeString()}, ${behind} completed trial${behind === 1 ? "" : "s"} ago: on this campaign they redraw about every ${every} s while trials finish, so that the page stays light. `;
   if (box.dataset.sig === text) return;
   box.dataset.sig = text;
   box.replaceChildren(text, el("a", { href: "#", id: "redraw-now", text: "redraw now", onclick: (e) => { e.preventDefault(); redrawNow(); } }));
