@@ -272,7 +272,7 @@ class InsightService:
             }
             in_sql = sort in TRIAL_SORT_KEYS or (sort.startswith("param:") and sort[6:] in (numeric | set(strings)))
             if in_sql and all(name in numeric or name in strings for name, _, _ in ranges):
-                # Sorting and filtering by columns and numeric parameters: all in SQL.
+                # Sorting and filtering by columns, numeric and string-choice parameters: all in SQL.
                 trials, total = tx.trials.page(
                     campaign_id,
                     states=states,
