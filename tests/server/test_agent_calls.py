@@ -192,6 +192,30 @@ def test_a_finished_fold_stores_its_value_and_a_retry_answers_as_the_first(svc: 
     assert isinstance(report, Refused) and report.why == Refusal.FOLD_FINISHED
 
 
+def test_a_trial_has_no_value_until_it_completes_and_an_open_fold_none_until_it_finishes(svc: Service) -> None:
+    """Reports and finished folds renew the lease: that must write neither a point nor a
+    fold's value into the trial's value, nor the first point into its open fold (SQLite
+    once did both), so a trial that fails or goes back to the queue carries no value."""
+    c, lease = _leased(svc, max_parallel=1)
+    calls = _calls(svc)
+    assert isinstance(calls.report(lease, 0, 1, 2.28, "", NOW, LATER), Reported)
+    assert isinstance(calls.report(lease, 0, 2, 0.64, "", NOW, LATER), Reported)
+    assert isinstance(calls.finish_fold(lease, 1, 0.5, {}, "", NOW, LATER), FoldDone)
+    assert calls.heartbeat(lease, NOW, LATER) is None
+    running = _row(svc, lease.trial_id)
+    assert (running.value, running.value_std, running.values) == (None, None, None)
+    assert [(f.index, f.finished, f.value) for f in running.folds] == [(0, False, None), (1, True, 0.5)]
+    requeued = calls.release(lease, d.TrialState.PREEMPTED, "", NOW)
+    assert isinstance(requeued, d.Trial) and requeued.value is None and _row(svc, lease.trial_id).value is None
+    [agent] = _agents(svc, 1)
+    [t] = _acquire(svc, c.id, [agent])
+    again = L(agent, t.id, t.lease_id)
+    assert isinstance(calls.report(again, 2, 1, 0.9, "", NOW, LATER), Reported)
+    failed = calls.release(again, d.TrialState.FAILED, "boom", NOW)
+    assert isinstance(failed, d.Trial) and failed.state == d.TrialState.FAILED
+    assert _row(svc, t.id).value is None
+
+
 @pytest.mark.parametrize("fold", [-1, 3, 99])
 def test_a_fold_outside_the_campaign_is_refused(svc: Service, fold: int) -> None:
     _, lease = _leased(svc)
@@ -462,3 +486,52 @@ def test_a_completion_that_loses_its_trial_under_the_lock_takes_no_count(pg_url:
         assert "completed" not in [e.kind for e in trial.events]
     finally:
         storage.close()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_the_migration_clears_the_values_that_were_never_results(
+    backend: str, tmp_path: Any, request: pytest.FixtureRequest
+) -> None:
+    """Migration 0011: the values the old SQLite path wrote into running, queued and
+    failed trials and into open folds go; a COMPLETED trial's result, a PRUNED one's
+    value reached and a finished fold's value stay."""
+    from tests.conftest import _fresh_pg_database
+
+    fresh = _fresh_pg_database(request.getfixturevalue("pg_admin")) if backend == "postgresql" else None
+    url = next(fresh) if fresh is not None else f"sqlite:///{tmp_path / 'old.db'}"
+    try:
+        upgrade(url, "0010")
+        storage = Storage(url)
+        svc = Service(storage)
+        svc.ctx.clock = lambda: NOW
+        c = _campaign(svc, max_parallel=5)
+        trials = [t for t in _acquire(svc, c.id, _agents(svc, 5)) if isinstance(t, d.Trial)]
+        states = ["RUNNING", "QUEUED", "FAILED", "COMPLETED", "PRUNED"]
+        with svc.ctx.storage.write() as tx:
+            for k, (t, state) in enumerate(zip(trials, states, strict=True)):
+                tx.s.execute(
+                    update(m.TrialRow).where(m.TrialRow.id == t.id).values(state=state, value=k + 0.5, value_std=0.1)
+                )
+                for fold, finished, value in ((0, False, 2.28), (1, True, 0.5)):
+                    row = m.FoldRow(trial_id=t.id, index=fold, finished=finished, value=value, metrics={}, attempt=1)
+                    row.updated_at = NOW
+                    tx.s.add(row)
+        storage.close()
+        upgrade(url)
+        storage = Storage(url)
+        with storage.read() as tx:
+            got = {t.id: tx.trials.get(t.id) for t in trials}
+        storage.close()
+        values = {states[k]: (got[t.id].value, got[t.id].value_std) for k, t in enumerate(trials)}  # type: ignore[union-attr]
+        assert values == {
+            "RUNNING": (None, None),
+            "QUEUED": (None, None),
+            "FAILED": (None, None),
+            "COMPLETED": (3.5, 0.1),
+            "PRUNED": (4.5, 0.1),
+        }
+        for t in got.values():
+            assert t is not None and [(f.index, f.value) for f in t.folds] == [(0, None), (1, 0.5)]
+    finally:
+        if fresh is not None:
+            fresh.close()

@@ -64,8 +64,8 @@ def test_db_upgrade_command_migrates_an_empty_database(tmp_path: Path) -> None:
     cli = [sys.executable, "-m", "hpcopt_server.cli", "db"]
     assert subprocess.run([*cli, "current", "--db", db], capture_output=True, text=True).stdout.strip() == "empty"
     up = subprocess.run([*cli, "upgrade", "--db", db], capture_output=True, text=True, check=True)
-    assert "empty -> 0010" in up.stdout
-    assert subprocess.run([*cli, "current", "--db", db], capture_output=True, text=True).stdout.strip() == "0010"
+    assert "empty -> 0011" in up.stdout
+    assert subprocess.run([*cli, "current", "--db", db], capture_output=True, text=True).stdout.strip() == "0011"
 
 
 def test_the_agent_never_imports_the_web_or_sql_stack() -> None:

@@ -110,7 +110,7 @@ class AgentCalls:
             with self._write() as c:
                 held = self._renew(c, p) is not None
                 if held:
-                    c.execute(S.SEEN, p)
+                    S.run(c, S.SEEN, p)
         return None if held else self._diagnose(lease, now)
 
     def report(
@@ -138,7 +138,7 @@ class AgentCalls:
                 campaign, attempt = self._renewed_campaign(c, p)
                 if rules.fold_refusal(fold, campaign.folds, ()) or not self._open_fold(c, {**p, "attempt": attempt}):
                     raise _Rollback
-                c.execute(S.UPSERTS[c.dialect.name, self.returning][2], p)
+                S.run(c, S.UPSERTS[c.dialect.name, self.returning][2], p)
                 return Reported(campaign, int(c.execute(S.CURVE_POINTS, p).scalar() or 0))
         except _Rollback:
             return self._diagnose(lease, now, fold=fold)
@@ -436,9 +436,9 @@ class AgentCalls:
 
     def _renew(self, c: Connection, p: dict[str, Any]) -> tuple[int, int] | None:
         if self.returning:
-            row = c.execute(S.RENEW, p).first()
+            row = S.run(c, S.RENEW, p).first()
         else:
-            row = c.execute(S.OF_TRIAL, p).first() if c.execute(S.RENEW_PLAIN, p).rowcount else None
+            row = c.execute(S.OF_TRIAL, p).first() if S.run(c, S.RENEW_PLAIN, p).rowcount else None
         return (int(row[0]), int(row[1])) if row else None
 
     def _renewed_campaign(self, c: Connection, p: dict[str, Any]) -> tuple[d.Campaign, int]:
@@ -453,10 +453,10 @@ class AgentCalls:
         q = S.UPSERTS[c.dialect.name, self.returning][0]
         p = {**p, "metrics": {}}
         if self.returning:
-            return c.execute(q, p).first() is not None
+            return S.run(c, q, p).first() is not None
         if c.execute(S.FOLD_FINISHED, p).scalar():
             return False
-        c.execute(q, p)
+        S.run(c, q, p)
         return True
 
     def _close_fold(self, c: Connection, p: dict[str, Any]) -> str | None:
@@ -464,11 +464,11 @@ class AgentCalls:
         was finished."""
         q = S.UPSERTS[c.dialect.name, self.returning][1]
         if self.returning:
-            row = c.execute(q, p).first()
+            row = S.run(c, q, p).first()
             return None if row is None else str(row[0])
         if c.execute(S.FOLD_FINISHED, p).scalar():
             return None
-        c.execute(q, p)
+        S.run(c, q, p)
         return str(c.execute(S.FOLD_CHECKPOINT, p).scalar())
 
     def _take_numbers(self, c: Connection, campaign_id: int, k: int) -> tuple[str, int, int]:
@@ -476,9 +476,9 @@ class AgentCalls:
         first number, trials finished)."""
         p = {"cid": campaign_id, "k": k}
         if self.returning:
-            row = c.execute(S.TAKE_NUMBERS, p).one()
+            row = S.run(c, S.TAKE_NUMBERS, p).one()
         else:
-            c.execute(S.TAKE_NUMBERS_PLAIN, p)
+            S.run(c, S.TAKE_NUMBERS_PLAIN, p)
             row = c.execute(S.NUMBERS, p).one()
         return str(row[0]), int(row[1]) - k, int(row[2])
 

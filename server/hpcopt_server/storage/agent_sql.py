@@ -11,9 +11,10 @@ whole calls in one statement each.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, case, func, select, text, update
+from sqlalchemy import CursorResult, Table, bindparam, case, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -28,6 +29,19 @@ EVENTS = cast(Table, m.TrialEventRow.__table__)
 AGENTS = cast(Table, m.AgentRow.__table__)
 RUNNING = d.TrialState.RUNNING.value
 QUEUED = d.TrialState.QUEUED.value
+
+
+def run(c: Any, stmt: Any, p: dict[str, Any]) -> CursorResult[Any]:
+    """Executes ``stmt`` with the parameters of ``p`` that it declares, and no others.
+    Core's INSERT and UPDATE also set every column an execution parameter is named
+    after: a lease renewal given a learning-curve point's ``value`` wrote it into the
+    trial's value, and the fold it opened took it as the fold's (SQLite's path)."""
+    return cast(CursorResult[Any], c.execute(stmt, {k: p[k] for k in _declared(stmt) if k in p}))
+
+
+@functools.cache
+def _declared(stmt: Any) -> frozenset[str]:
+    return frozenset(n for n, b in stmt.compile().binds.items() if b.required)
 
 
 def _p(name: str, column: Any = None) -> Any:

@@ -38,9 +38,9 @@ class Finishing:
         (number, the campaign's state)."""
         p = {"cid": campaign_id}
         if self.returning:
-            row = c.execute(S.COUNT_FINISHED, p).one()
+            row = S.run(c, S.COUNT_FINISHED, p).one()
         else:
-            c.execute(S.COUNT_FINISHED_PLAIN, p)
+            S.run(c, S.COUNT_FINISHED_PLAIN, p)
             row = c.execute(S.FINISHED_COUNT, p).one()
         return int(row[0]), str(row[1])
 
@@ -59,7 +59,7 @@ class Finishing:
         the trial: (its number, the campaign's state); None, and the caller rolls back
         (the number is not spent), if it does not."""
         seq, state = self.take(c, p["cid"])
-        if not c.execute(S.COMPLETE, {**p, "seq": seq}).rowcount:
+        if not S.run(c, S.COMPLETE, {**p, "seq": seq}).rowcount:
             return None
         return seq, state
 
