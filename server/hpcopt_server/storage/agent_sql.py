@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, Table, bindparam, case, func, select, text, update
+from sqlalchemy import Table, bindparam, case, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -31,12 +31,12 @@ RUNNING = d.TrialState.RUNNING.value
 QUEUED = d.TrialState.QUEUED.value
 
 
-def run(c: Any, stmt: Any, p: dict[str, Any]) -> CursorResult[Any]:
+def run(c: Any, stmt: Any, p: dict[str, Any]) -> Any:
     """Executes ``stmt`` with the parameters of ``p`` that it declares, and no others.
     Core's INSERT and UPDATE also set every column an execution parameter is named
     after: a lease renewal given a learning-curve point's ``value`` wrote it into the
     trial's value, and the fold it opened took it as the fold's (SQLite's path)."""
-    return cast(CursorResult[Any], c.execute(stmt, {k: p[k] for k in _declared(stmt) if k in p}))
+    return c.execute(stmt, {k: p[k] for k in _declared(stmt) if k in p})
 
 
 @functools.cache
