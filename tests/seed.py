@@ -226,3 +226,49 @@ def run_truth_campaign(grpc_target: str, service: Any, *, trials: int, momentum_
                 client.report_fold(got.lease, fold, truth_loss(got.trial.params, momentum_weight, rng))
             client.complete(got.lease)
     return cid
+
+
+#: ``run_mixed_campaign``'s completed trials: (loss, latency) each.
+MIXED_RESULTS = ((0.9, 30.0), (0.2, 50.0), (0.5, 10.0))
+
+
+def run_mixed_campaign(grpc_target: str, service: Any, *, name: str, two_objectives: bool = False) -> int:
+    """A campaign (2 folds, numeric and categorical choices) whose trials one agent ran
+    through the real gRPC agent API: the three ``MIXED_RESULTS`` completed, then one
+    PRUNED after a point at 0.05, one FAILED after a point (0.01) and a finished fold
+    (0.02), and one still RUNNING with points 2.28 then 0.64 on fold 0 and fold 1
+    finished at 0.03. ``two_objectives``: minimize loss and latency."""
+    from hpcopt import AgentClient
+
+    space = {"lr": {"type": "real", "low": 1e-4, "high": 1.0}, "batch": {"type": "categorical", "choices": [16, 32]}}
+    objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "latency", "direction": "minimize"}]
+    spec = make_spec(name=name, folds=2, space=space)
+    if two_objectives:
+        spec.pop("objective")
+        spec["objectives"] = objectives
+    cid = int(service.campaigns.create(spec).id)
+    with AgentClient(grpc_target) as client:
+        agent = client.register(host="n1", campaign_id=cid).agent_id
+
+        def started() -> Any:
+            got = client.acquire(agent, cid)
+            assert got.lease is not None, got
+            return got.lease
+
+        for loss, latency in MIXED_RESULTS:
+            lease = started()
+            for fold in (0, 1):
+                client.report_fold(lease, fold, loss, {"latency": latency})
+            client.complete(lease)
+        pruned = started()
+        client.report_intermediate(pruned, 0, 1, 0.05)
+        client.release(pruned, "PRUNED", "plateau")
+        failed = started()
+        client.report_intermediate(failed, 0, 1, 0.01)
+        client.report_fold(failed, 0, 0.02, {"latency": 1.0})
+        client.release(failed, "FAILED", "out of memory")
+        running = started()
+        client.report_intermediate(running, 0, 1, 2.28)
+        client.report_intermediate(running, 0, 2, 0.64)
+        client.report_fold(running, 1, 0.03, {"latency": 1.0})
+    return cid

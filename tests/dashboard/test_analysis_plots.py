@@ -219,3 +219,46 @@ def test_every_analysis_plot_follows_the_chosen_objective(page: Page, seeded: Se
     page.open(f"/campaign/{seeded.small}")
     page.wait_plot("plot-history")
     assert page.page.locator("#objective").count() == 0
+
+
+def test_the_pareto_front_has_robust_axes_and_the_same_toggle(page: Page, seeded: Seeded) -> None:
+    """The review: four diverged runs squeezed the front into about 5% of the width. Now
+    each axis stops at its objective's robust limit, the diverged runs sit at the edge,
+    and "show every value" spans them again."""
+    service = seeded.service
+    objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "latency", "direction": "minimize"}]
+    cid = service.campaigns.create(
+        make_spec(name="front-robust", folds=1, objectives=objectives, budget={"max_trials": 40})
+    ).id
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    diverged = {5, 12, 20, 33}
+    for k in range(40):
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        loss = DIVERGED if k in diverged else 1.0 + (k % 10) / 10
+        service.agents.report_fold(lease, 0, loss, {"latency": 10.0 + ((k * 7) % 40)})
+        service.agents.complete(lease)
+    page.open(f"/campaign/{cid}")
+    front = page.wait_plot("plot-front")
+    right = page.page.evaluate(f"() => ({LAYOUT})('plot-front').xaxis.range[1]")
+    assert 1.9 < right < 100, right
+    symbols = {
+        n: s
+        for trace in front
+        for n, s, x in zip(trace["customdata"], trace["marker"]["symbol"], trace["x"], strict=True)
+        if x <= right
+    }
+    assert len(symbols) == 40, "every trial is drawn inside the axis"
+    assert {n for n, s in symbols.items() if s == "triangle-right"} == diverged
+    note = page.page.inner_text("#front-note")
+    assert "4 trials lie past the robust limit" in note, note
+    page.page.locator("#show-all").wait_for()
+    assert "Value axes and colours stop at" in page.page.inner_text("#analysis-controls")
+    # With latency chosen (no outliers), the toggle stays for the front's loss axis.
+    page.page.select_option("#objective", "1")
+    page.page.wait_for_function(
+        "() => document.getElementById('analysis-controls').innerText.includes(\"The Pareto front's loss axis stops\")"
+    )
+    page.page.check("#show-all")
+    page.page.wait_for_function(f"() => ({LAYOUT})('plot-front').xaxis.autorange === true")
+    assert max(x for trace in page.plot("plot-front") for x in trace["x"]) == DIVERGED

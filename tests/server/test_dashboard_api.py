@@ -17,7 +17,7 @@ from hpcopt import AgentClient, ApiError
 from hpcopt_server import domain as d
 from hpcopt_server.service.agents import Lease
 from tests.conftest import LiveServer, make_spec
-from tests.seed import seed_campaign
+from tests.seed import MIXED_RESULTS, run_mixed_campaign, seed_campaign
 
 
 def _get(server: LiveServer, path: str, **kw: Any) -> httpx.Response:
@@ -295,3 +295,29 @@ def test_importance_finds_the_parameter_that_dominates(live_server: LiveServer) 
     plot = _get(live_server, f"/campaigns/{cid}/plot", params={"max_points": 10}).json()
     assert len(plot["edf"]) == 120 and plot["edf"] == sorted(plot["edf"]) and len(plot["points"]) < 120
     assert all(p["finished_at"] for p in plot["points"])
+
+
+def test_values_that_are_not_results_are_absent_and_never_sort_or_filter_among_results(
+    live_server: LiveServer,
+) -> None:
+    """Through the real agent API (``run_mixed_campaign``): only the completed trials carry
+    a result; the pruned one its value reached, sorted after every result whichever the
+    order; the running and the failed one none, and an open fold none."""
+    cid = run_mixed_campaign(live_server.grpc_target, live_server.service, name="not-results")
+    url = f"/campaigns/{cid}/trials"
+    by_state = {t["state"]: t for t in _get(live_server, url, params={"limit": 100}).json()["trials"]}
+    assert by_state["RUNNING"]["value"] is None and by_state["FAILED"]["value"] is None
+    assert by_state["PRUNED"]["value"] == 0.05
+    detail = _get(live_server, f"{url}/{by_state['RUNNING']['number']}").json()
+    assert [(f["index"], f["finished"], f["value"]) for f in detail["folds"]] == [(0, False, None), (1, True, 0.03)]
+    losses = [loss for loss, _ in MIXED_RESULTS]
+    for order in ("asc", "desc"):
+        # In SQL, and in Python (a range on numeric choices, which SQL does not hold).
+        for extra in ([], [("range", "batch:0:1")]):
+            got = _get(live_server, url, params=[("sort", "value"), ("order", order), ("limit", 100), *extra]).json()
+            shown = [(t["state"], t["value"]) for t in got["trials"]]
+            assert shown[:3] == [("COMPLETED", v) for v in sorted(losses, reverse=order == "desc")], (order, extra)
+            assert shown[3] == ("PRUNED", 0.05) and {s for s, _ in shown[4:]} == {"RUNNING", "FAILED"}
+    # A range of values holds results only: the pruned trial's 0.05 is not in 0..0.3.
+    ranged = _get(live_server, url, params=[("range", "value:0:0.3"), ("limit", 100)]).json()
+    assert [t["value"] for t in ranged["trials"]] == [0.2] and ranged["total"] == 1

@@ -21,7 +21,7 @@ from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service.campaigns import front_ids
 from hpcopt_server.service.context import Context, campaign_or_404, revisions
 from hpcopt_server.service.limits import require_id, require_page, require_range
-from hpcopt_server.storage.repository import TRIAL_SORT_KEYS, Tx
+from hpcopt_server.storage.repository import RESULT_SORTS, TRIAL_SORT_KEYS, Tx
 from hpcopt_server.storage.views import Listed, Running, Span
 
 MAX_PLOT_POINTS = 20_000
@@ -36,6 +36,7 @@ EDF_POINTS = 200
 #: The robust value axes (``robust_limit``): Tukey's far-out fence, from this many trials.
 ROBUST_FENCE = 3.0
 ROBUST_MIN_TRIALS = 20
+_COMPLETED = d.TrialState.COMPLETED.value
 
 
 @dataclass(frozen=True)
@@ -503,11 +504,12 @@ def _range_tests(
 
 
 def _value_test(low: float, high: float) -> Callable[[Listed], bool]:
-    return lambda r: r.value is not None and low <= r.value <= high
+    # Results only: a PRUNED trial's value reached is not one (as in ``trials.page``).
+    return lambda r: r.state == _COMPLETED and r.value is not None and low <= r.value <= high
 
 
 def _objective_test(k: int, low: float, high: float) -> Callable[[Listed], bool]:
-    return lambda r: r.values is not None and len(r.values) > k and low <= r.values[k] <= high
+    return lambda r: r.state == _COMPLETED and r.values is not None and len(r.values) > k and low <= r.values[k] <= high
 
 
 def _param_test(name: str, choices: list[Any] | None, low: float, high: float) -> Callable[[Listed], bool]:
@@ -551,6 +553,8 @@ def _sorted(
     keyed = [(key(r), r) for r in rows]
     present = [kr for kr in keyed if kr[0] is not None]
     present.sort(key=itemgetter(0), reverse=descending)
+    if sort in RESULT_SORTS:  # results first, then the PRUNED trials' values reached
+        present.sort(key=lambda kr: kr[1].state != _COMPLETED)
     return [r for _, r in present] + [r for k, r in keyed if k is None]
 
 

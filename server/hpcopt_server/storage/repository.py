@@ -54,10 +54,10 @@ from hpcopt_server.storage.finishing import Finishing
 from hpcopt_server.storage.notes import NoteStore
 from hpcopt_server.storage.results import ResultStore
 from hpcopt_server.storage.tokens import FlagStore, TokenStore
-from hpcopt_server.storage.trials import TRIAL_SORT_KEYS, TrialStore
+from hpcopt_server.storage.trials import RESULT_SORTS, TRIAL_SORT_KEYS, TrialStore
 from hpcopt_server.storage.views import ViewStore
 
-__all__ = ["TRIAL_SORT_KEYS", "Storage", "Tx"]
+__all__ = ["RESULT_SORTS", "TRIAL_SORT_KEYS", "Storage", "Tx"]
 
 
 class Storage:

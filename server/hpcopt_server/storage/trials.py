@@ -23,6 +23,9 @@ from hpcopt_server.storage.store import Store, must
 
 #: The trial columns the listing can sort by.
 TRIAL_SORT_KEYS = ("number", "value", "value_std", "state", "attempt", "started_at", "finished_at")
+#: Sorts that put the COMPLETED trials (results) first, then the others with a value
+#: (a PRUNED trial's value reached), then those without.
+RESULT_SORTS = ("value", "value_std")
 _ACTIVE = (d.TrialState.QUEUED, d.TrialState.RUNNING)
 
 
@@ -135,9 +138,11 @@ class TrialStore(Store):
     ) -> tuple[list[d.Trial], int]:
         """A page of the campaign's trials ordered by ``sort`` (one of
         :data:`TRIAL_SORT_KEYS`, or ``param:NAME`` of a numeric parameter or of one in
-        ``choices``, by its choice's position; empty values last, then by number), and
+        ``choices``, by its choice's position; empty values last, then by number; by
+        value, the COMPLETED trials before the others, :data:`RESULT_SORTS`), and
         the total that match. ``ranges``: (``value``, a numeric parameter or one in
-        ``choices`` by its choice's position, low, high), inclusive, all must hold.
+        ``choices`` by its choice's position, low, high), inclusive, all must hold; a
+        range of ``value`` holds for COMPLETED trials only.
         ``choices``: the categorical parameters whose choices are all strings."""
         choices = choices or {}
 
@@ -150,12 +155,17 @@ class TrialStore(Store):
             where.append(m.TrialRow.state.in_(wanted))
         for name, low, high in ranges:
             where.append(column_of(name).between(low, high))
+            if name == "value":  # results only: a PRUNED trial's value reached is not one
+                where.append(m.TrialRow.state == d.TrialState.COMPLETED)
         total = self.s.scalar(select(func.count()).select_from(m.TrialRow).where(*where)) or 0
         if sort not in TRIAL_SORT_KEYS and not sort.startswith("param:"):
             raise ValueError(f"sort must be one of {TRIAL_SORT_KEYS} or param:NAME, not {sort!r}")
         column = column_of(sort[6:]) if sort.startswith("param:") else getattr(m.TrialRow, sort)
         key = column.desc() if descending else column.asc()
-        q = select(m.TrialRow).where(*where).order_by(column.is_(None), key, m.TrialRow.number).offset(offset)
+        first = [column.is_(None)]
+        if sort in RESULT_SORTS:
+            first.append(m.TrialRow.state != d.TrialState.COMPLETED)
+        q = select(m.TrialRow).where(*where).order_by(*first, key, m.TrialRow.number).offset(offset)
         if limit is not None:
             q = q.limit(limit)
         rows = list(self.s.scalars(q))

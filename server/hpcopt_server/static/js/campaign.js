@@ -179,7 +179,7 @@ export function campaignPage(id, query) {
   const analysisSteps = () => {
     const v = pv();
     return [
-      ["history", redrawHistory], ["front", () => renderFront(data.plot, openTrial)],
+      ["history", redrawHistory], ["front", () => renderFront(data.plot, st.view, openTrial)],
       ["importance", redrawImportance],
       ["edf", () => renderEdf(v, st.view)], ["slices", () => renderSlices(v, st.view, openTrial)],
       ["contour", () => { contourPicker(v, st, () => { setState(); renderContour(pv(), st.view, st.contour[0], st.contour[1], openTrial); }); renderContour(v, st.view, st.contour[0], st.contour[1], openTrial); }],
@@ -331,13 +331,17 @@ function analysisControls(plot, v, st, redraw) {
     }
   } else pick.replaceChildren();
   const box = document.getElementById("outliers");
-  if (v.limit === null || v.limit === undefined) { box.replaceChildren(); return; }
+  const limited = (o) => o.limit !== null && o.limit !== undefined;
+  // The Pareto front's axes are the first two objectives': their limits count too.
+  const front = objectives.length > 1 ? [0, 1].map((k) => forObjective(plot, k)).filter((o) => o.objective !== v.objective && limited(o)) : [];
+  if (!limited(v) && !front.length) { box.replaceChildren(); return; }
   const toggle = el("label", { class: "check", title: "value axes over every trial, outliers included" },
     el("input", { type: "checkbox", id: "show-all", checked: st.view.all, onchange: (e) => { st.view.all = e.target.checked; redraw(); } }), " show every value");
   const rule = v.direction === "maximize" ? "Q1 − 3 × IQR" : "Q3 + 3 × IQR";
+  const also = front.length ? `The Pareto front's ${front.map((o) => `${o.metric} axis stops at ${fmt(o.limit)} (${o.off_scale} past it)`).join(", ")}. ` : "";
   const text = st.view.all
-    ? `Value axes span every trial, the ${v.off_scale} past ${fmt(v.limit)} included. `
-    : `Value axes and colours stop at ${fmt(v.limit)} (${rule} of all completed trials): ${offScale(v)} `;
+    ? `Value axes span every trial${limited(v) ? `, the ${v.off_scale} past ${fmt(v.limit)} included` : ""}. `
+    : limited(v) ? `Value axes and colours stop at ${fmt(v.limit)} (${rule} of all completed trials): ${offScale(v)} ${also}` : also;
   box.replaceChildren(text, toggle);
 }
 
@@ -484,6 +488,7 @@ function renderStateFilter(st, onChange) {
 
 function renderTrials(id, c, page, st, { onChange, onCurves }) {
   const names = Object.keys(c.spec.space);
+  const others = (c.spec.objectives || []).slice(1); // a multi-objective campaign's further objectives
   const desc = st.desc === null ? c.direction === "maximize" && st.sort === "value" : st.desc;
   const cur = { key: st.sort, desc };
   const onSort = (key) => {
@@ -495,26 +500,29 @@ function renderTrials(id, c, page, st, { onChange, onCurves }) {
     onChange();
   };
   const table = document.getElementById("trials");
-  const head = JSON.stringify([cur, names]);
+  const head = JSON.stringify([cur, names, others]);
   if (table.tHead.dataset.sig !== head) {
     table.tHead.dataset.sig = head;
     table.tHead.replaceChildren(el("tr", {}, el("th", { title: "show the learning curves of these trials", text: "curves" }),
       sortableHeader("#", "number", cur, onSort), sortableHeader("State", "state", cur, onSort),
-      sortableHeader(c.metric, "value", cur, onSort, "num"), sortableHeader("Attempt", "attempt", cur, onSort, "num"),
+      sortableHeader(c.metric, "value", cur, onSort, "num"),
+      ...others.map((o) => el("th", { class: "num", title: `${o.direction} ${o.metric}: completed trials only (brush its axis on the parallel coordinates to filter)`, text: o.metric })),
+      sortableHeader("Attempt", "attempt", cur, onSort, "num"),
       ...names.map((n) => sortableHeader(n, `param:${n}`, cur, onSort)), sortableHeader("Duration", "duration", cur, onSort, "num"), sortableHeader("Agent", "agent", cur, onSort)));
   }
   const tbody = table.tBodies[0];
   if (!page.trials.length) {
-    tbody.replaceChildren(el("tr", {}, el("td", { colspan: 7 + names.length, class: "muted", text: Object.keys(st.brush).length || st.states.length ? "No trials match the filter." : "No trials yet." })));
+    tbody.replaceChildren(el("tr", {}, el("td", { colspan: 7 + names.length + others.length, class: "muted", text: Object.keys(st.brush).length || st.states.length ? "No trials match the filter." : "No trials yet." })));
   } else {
-    patchRows(tbody, page.trials, (t) => t.id, (t) => JSON.stringify([t.state, t.value, t.value_std, t.attempt, t.agent_host, t.agent_job, t.ran_seconds, t.running_since, st.curves.includes(t.number)]), (t) => el("tr", { "data-trial": t.id, "data-number": t.number },
+    patchRows(tbody, page.trials, (t) => t.id, (t) => JSON.stringify([t.state, t.value, t.value_std, t.values, t.attempt, t.agent_host, t.agent_job, t.ran_seconds, t.running_since, st.curves.includes(t.number)]), (t) => el("tr", { "data-trial": t.id, "data-number": t.number },
       el("td", {}, el("input", { type: "checkbox", class: "pick", checked: st.curves.includes(t.number), title: "show its learning curves", onchange: (e) => {
         st.curves = e.target.checked ? [...st.curves.filter((n) => n !== t.number), t.number] : st.curves.filter((n) => n !== t.number);
         compareLink(id, st.curves);
         onCurves();
       } })),
       el("td", {}, el("a", { href: `#/campaign/${id}/trial/${t.number}`, title: `trial id ${t.id}`, text: `#${t.number}` })), el("td", {}, badge(t.state)),
-      el("td", { class: "num nowrap", text: t.value === null ? "–" : t.value_std !== null && t.value_std !== undefined ? `${fmt(t.value)} ± ${fmt(t.value_std, 2)}` : fmt(t.value) }), el("td", { class: "num", text: t.attempt }),
+      valueCell(t), ...others.map((o, k) => el("td", { class: "num nowrap", text: t.state === "COMPLETED" && t.values && t.values.length > k + 1 ? fmt(t.values[k + 1]) : "–" })),
+      el("td", { class: "num", text: t.attempt }),
       ...names.map((n) => el("td", { class: "mono nowrap", text: t.params[n] === undefined ? "–" : fmtParam(c.spec.space[n], t.params[n]) })),
       // A running trial's clock ticks in its cell alone (refreshAgo): the row, and any
       // selection in it, stays.
@@ -533,6 +541,15 @@ function renderTrials(id, c, page, st, { onChange, onCurves }) {
     el("span", { class: "spacer" }),
     el("label", { class: "check" }, "rows ", el("select", { id: "page-size", onchange: (e) => { st.limit = Number(e.target.value); st.offset = 0; onChange(); } },
       ...[25, 50, 100].map((n) => el("option", { value: n, text: n, selected: n === st.limit })))));
+}
+
+/** A trial's value in the table: a result (mean ± spread over the folds) for a COMPLETED
+ * trial; for a PRUNED one the value it reached, marked as such (it is not a result and
+ * sorts after every completed trial); nothing for the others. */
+function valueCell(t) {
+  if (t.value === null || t.value === undefined) return el("td", { class: "num", text: "–" });
+  if (t.state !== "COMPLETED") return el("td", { class: "num nowrap reached", title: "the value it had reached when it was pruned: not a result, so it sorts after every completed trial", text: `${fmt(t.value)} when pruned` });
+  return el("td", { class: "num nowrap", text: t.value_std !== null && t.value_std !== undefined ? `${fmt(t.value)} ± ${fmt(t.value_std, 2)}` : fmt(t.value) });
 }
 
 /** The Compare button: on with 2 to 4 ticked trials, saying why it is off otherwise. */

@@ -191,7 +191,11 @@ export function renderCurves(curves, plot, chosen, openTrial) {
 
 // ------------------------------------------------------------- front ---
 
-export function renderFront(plot, openTrial) {
+/** The first two objectives against each other, the front on top. Each axis is robust
+ * like every value axis (robustRange over that objective's limit): a diverged run is
+ * drawn at the edge (▶ or ▲ past a minimized objective's limit) instead of squeezing the
+ * front into a corner; `view.all` spans every value. */
+export function renderFront(plot, view, openTrial) {
   const card = document.getElementById("card-front");
   const objectives = plot.objectives || [];
   card.hidden = objectives.length < 2 || !plot.completed;
@@ -199,17 +203,30 @@ export function renderFront(plot, openTrial) {
   const [a, b] = objectives;
   const onFront = new Set(plot.front);
   const pts = plot.points.filter((p) => p.values);
+  const rx = robustRange(forObjective(plot, 0), view, pts.map((p) => p.values[0]));
+  const ry = robustRange(forObjective(plot, 1), view, pts.map((p) => p.values[1]));
+  const offX = (p) => !!rx && rx.off(p.values[0]), offY = (p) => !!ry && ry.off(p.values[1]);
+  const sideways = a.direction === "maximize" ? "triangle-left" : "triangle-right";
+  const symbol = (p) => (offX(p) && offY(p) ? "diamond" : offX(p) ? sideways : offY(p) ? ry.symbol : "circle");
+  const trace = (ps, extra) => Object.assign({
+    type: "scatter", x: ps.map((p) => (offX(p) ? rx.edge : p.values[0])), y: ps.map((p) => (offY(p) ? ry.edge : p.values[1])),
+    customdata: ps.map((p) => p.number),
+    text: ps.map((p) => `${plain(a.metric)}=${fmt(p.values[0])}<br>${plain(b.metric)}=${fmt(p.values[1])}${offX(p) || offY(p) ? " (off the scale)" : ""}`),
+    hovertemplate: "trial #%{customdata}<br>%{text}<extra></extra>",
+  }, extra);
   const rest = pts.filter((p) => !onFront.has(p.trial_id));
   const front = pts.filter((p) => onFront.has(p.trial_id)).sort((p, q) => p.values[0] - q.values[0]);
-  const hover = `trial #%{customdata}<br>${plain(a.metric)}=%{x:.4g}<br>${plain(b.metric)}=%{y:.4g}<extra></extra>`;
+  const axis = (o, r) => Object.assign({ title: { text: `${plain(o.metric)} (${o.direction})` } }, r ? { range: r.range, autorange: false } : { autorange: true });
   const node = draw("plot-front", [
-    { type: "scatter", mode: "markers", name: "dominated", x: rest.map((p) => p.values[0]), y: rest.map((p) => p.values[1]), customdata: rest.map((p) => p.number), marker: { size: 5, color: "#b0b8c4" }, hovertemplate: hover },
-    { type: "scatter", mode: objectives.length === 2 ? "lines+markers" : "markers", name: "Pareto front", x: front.map((p) => p.values[0]), y: front.map((p) => p.values[1]), customdata: front.map((p) => p.number), marker: { size: 8, color: "#c0392b" }, line: { shape: "hv", color: "#c0392b" }, hovertemplate: hover },
-  ], { xaxis: { title: { text: `${plain(a.metric)} (${a.direction})` } }, yaxis: { title: { text: `${plain(b.metric)} (${b.direction})` } }, legend: { orientation: "h", y: 1.12 } });
+    trace(rest, { mode: "markers", name: "dominated", marker: { size: 5, color: "#b0b8c4", symbol: rest.map(symbol) } }),
+    trace(front, { mode: objectives.length === 2 ? "lines+markers" : "markers", name: "Pareto front", marker: { size: 8, color: "#c0392b", symbol: front.map(symbol) }, line: { shape: "hv", color: "#c0392b" } }),
+  ], { xaxis: axis(a, rx), yaxis: axis(b, ry), legend: { orientation: "h", y: 1.12 } });
   onClick(node, openTrial);
   const shown = objectives.length > 2 ? `; the plot shows the first two of ${objectives.map((o) => o.metric).join(", ")}` : "";
   const drawn = plot.front_size > front.length ? ` (${front.length} of them drawn)` : "";
-  document.getElementById("front-note").textContent = `${plot.front_size} of ${plot.completed} completed trials are on the front${drawn}: no other completed trial is better in every objective${shown}. Click a point for its trial.`;
+  const off = pts.filter((p) => offX(p) || offY(p)).length;
+  const edge = off ? ` ${off} trial${off === 1 ? " lies" : "s lie"} past the robust limit of an axis, drawn at its edge (show every value above the plots for all).` : "";
+  document.getElementById("front-note").textContent = `${plot.front_size} of ${plot.completed} completed trials are on the front${drawn}: no other completed trial is better in every objective${shown}.${edge} Click a point for its trial.`;
 }
 
 // ------------------------------------------------- parallel coordinates ---

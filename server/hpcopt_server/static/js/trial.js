@@ -77,11 +77,18 @@ function render(t, c) {
   t.error && t.state === "PRUNED" ? el("div", { class: "section" }, el("h2", { text: "Why it was pruned" }), el("p", { id: "trial-pruned", text: t.error })) : "",
   t.error && t.state !== "PRUNED" ? el("div", { class: "section" }, el("h2", { text: "Error" }), el("pre", { class: "trace", id: "trial-error", text: t.error })) : "");
   const metrics = [...new Set(t.folds.flatMap((f) => Object.keys(f.metrics)))].sort();
+  // An unfinished fold has no value yet: its latest learning-curve point, marked as such.
+  const latest = (fold) => (t.curves || []).filter((p) => p.fold === fold).reduce((a, p) => (a && a.step >= p.step ? a : p), null);
+  const foldValue = (f) => {
+    if (f.finished) return el("td", { class: "num", text: fmt(f.value, 6) });
+    const p = latest(f.index);
+    return el("td", { class: "num nowrap reached", title: "the fold has not finished: no value yet", text: p ? `– (latest ${fmt(p.value, 4)}, epoch ${p.step})` : "–" });
+  };
   document.getElementById("trial-folds").replaceChildren(el("h2", { text: "Folds" }), el("div", { class: "table-wrap" }, el("table", { id: "folds" },
     el("thead", {}, el("tr", {}, el("th", { text: "Fold" }), el("th", { text: "Finished" }), el("th", { class: "num", text: "Value" }),
       ...metrics.map((m) => el("th", { class: "num", text: m })), el("th", { text: "Attempt" }), el("th", { text: "Checkpoint" }))),
     el("tbody", {}, ...(t.folds.length ? [...t.folds].sort((a, b) => a.index - b.index).map((f) => el("tr", {}, el("td", { text: f.index }), el("td", { text: f.finished ? "yes" : "no" }),
-      el("td", { class: "num", text: fmt(f.value, 6) }), ...metrics.map((m) => el("td", { class: "num", text: fmt(f.metrics[m], 5) })),
+      foldValue(f), ...metrics.map((m) => el("td", { class: "num", text: fmt(f.metrics[m], 5) })),
       el("td", { text: f.attempt }), el("td", { class: "mono", text: f.checkpoint_uri || "–" }))) : [el("tr", {}, el("td", { colspan: 5, class: "muted", text: "No fold reported anything yet." }))])))));
   document.getElementById("trial-events").replaceChildren(el("h2", { text: "Attempt history" }), el("div", { class: "table-wrap" }, el("table", { id: "events" },
     el("thead", {}, el("tr", {}, ...["When", "Attempt", "Event", "Agent", "Reason"].map((h) => el("th", { text: h })))),

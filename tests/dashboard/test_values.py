@@ -1,0 +1,86 @@
+"""Values that are not results never pass for results (issue 65, defect 5): on a campaign
+driven through the real agent API, the trials table shows no value for running and
+failed trials, marks a pruned trial's value reached and sorts it after every result;
+the trial page shows an unfinished fold's latest point as such, not as its value; a
+two-objective campaign's table has a column for the second objective."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
+from tests.seed import MIXED_RESULTS, run_mixed_campaign
+
+pytestmark = pytest.mark.timeout(240)
+NONE = "\u2013"  # the dashboard's en dash: no value
+
+ROWS = """() => [...document.querySelectorAll('#trials tbody tr')].map(tr => {
+  const cells = [...tr.querySelectorAll('td')];
+  return { state: cells[2].innerText.trim(), value: cells[3].innerText.trim(),
+           reached: cells[3].classList.contains('reached'), cells: cells.map(c => c.innerText.trim()) };
+})"""
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    yield from seed_and_serve(tmp_path_factory, big=False)
+
+
+@pytest.fixture
+def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterator[Page]:
+    yield from make_page(browser, seeded.server.http_url, request)
+
+
+def _rows(page: Page, count: int) -> list[dict[str, Any]]:
+    page.page.wait_for_function(f"() => document.querySelectorAll('#trials tbody tr[data-trial]').length === {count}")
+    rows: list[dict[str, Any]] = page.page.evaluate(ROWS)
+    return rows
+
+
+def test_the_table_shows_results_only_and_sorts_the_value_reached_after_them(page: Page, seeded: Seeded) -> None:
+    cid = run_mixed_campaign(seeded.server.grpc_target, seeded.service, name="values-table")
+    page.open(f"/campaign/{cid}")
+    rows = _rows(page, 6)
+    # By value, best first (the default): the three results, then the value reached.
+    assert [r["state"] for r in rows[:4]] == ["COMPLETED"] * 3 + ["PRUNED"]
+    assert [float(r["value"].split(" ")[0]) for r in rows[:3]] == sorted(loss for loss, _ in MIXED_RESULTS)
+    assert rows[3]["reached"] and rows[3]["value"] == "0.05 when pruned"
+    assert not any(r["reached"] for r in rows[:3])
+    assert {r["state"]: r["value"] for r in rows[4:]} == {"RUNNING": NONE, "FAILED": NONE}
+    # Worst first: the results reversed, and still the value reached after them.
+    page.page.locator("#trials thead th", has_text="loss").click()
+    page.page.wait_for_function("() => location.hash.includes('order=desc')")
+    page.page.wait_for_function(
+        "() => document.querySelector('#trials tbody tr td:nth-child(4)').innerText.startsWith('0.9')"
+    )
+    rows = _rows(page, 6)
+    assert [r["state"] for r in rows[:4]] == ["COMPLETED"] * 3 + ["PRUNED"]
+    worst_first = sorted((loss for loss, _ in MIXED_RESULTS), reverse=True)
+    assert [float(r["value"].split(" ")[0]) for r in rows[:3]] == worst_first
+
+
+def test_an_unfinished_fold_shows_its_latest_point_as_such(page: Page, seeded: Seeded) -> None:
+    cid = run_mixed_campaign(seeded.server.grpc_target, seeded.service, name="values-folds")
+    page.open(f"/campaign/{cid}/trial/5")  # the running trial
+    page.page.locator("#folds tbody tr").nth(1).wait_for()
+    folds = page.page.evaluate(
+        "() => [...document.querySelectorAll('#folds tbody tr')].map(tr => [...tr.querySelectorAll('td')]"
+        ".slice(0, 3).map(td => td.innerText.trim()))"
+    )
+    assert folds == [["0", "no", f"{NONE} (latest 0.64, epoch 2)"], ["1", "yes", "0.03"]]
+    assert page.page.inner_text("#trial-value") == NONE
+    assert "reached" in (page.page.locator("#folds tbody tr").first.locator("td").nth(2).get_attribute("class") or "")
+
+
+def test_a_two_objective_table_has_a_column_per_objective(page: Page, seeded: Seeded) -> None:
+    cid = run_mixed_campaign(seeded.server.grpc_target, seeded.service, name="values-two", two_objectives=True)
+    page.open(f"/campaign/{cid}")
+    rows = _rows(page, 6)
+    heads = page.page.evaluate("() => [...document.querySelectorAll('#trials thead th')].map(t => t.innerText.trim())")
+    assert heads[3].startswith("loss") and heads[4] == "latency"
+    latency = {float(r["cells"][3].split(" ")[0]): r["cells"][4] for r in rows[:3]}
+    assert latency == {loss: f"{lat:g}" for loss, lat in MIXED_RESULTS}
+    assert {r["state"]: r["cells"][4] for r in rows[3:]} == {"PRUNED": NONE, "RUNNING": NONE, "FAILED": NONE}
