@@ -16,7 +16,7 @@ import pytest
 from hpcopt_server.service.agents import Lease
 from tests.conftest import make_spec
 from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
-from tests.seed import seed_campaign
+from tests.seed import TRUTH_SPACE, run_truth_campaign, seed_campaign
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -262,3 +262,27 @@ def test_the_pareto_front_has_robust_axes_and_the_same_toggle(page: Page, seeded
     page.page.check("#show-all")
     page.page.wait_for_function(f"() => ({LAYOUT})('plot-front').xaxis.autorange === true")
     assert max(x for trace in page.plot("plot-front") for x in trace["x"]) == DIVERGED
+
+
+def test_a_conditional_parameter_has_an_axis_and_a_contour(page: Page, seeded: Seeded) -> None:
+    """The review: conditional parameters silently vanished from the parallel coordinates
+    and the contour pickers. Momentum (active under sgd) now has an axis whose
+    "inactive" slot holds the other trials, and the contour offers it."""
+    cid = run_truth_campaign(seeded.server.grpc_target, seeded.service, trials=60, momentum_weight=0.03, seed=3)
+    page.open(f"/campaign/{cid}")
+    dims = page.wait_plot("plot-parcoords")[0]["dimensions"]
+    assert [d["label"] for d in dims[:4]] == list(TRUTH_SPACE)
+    momentum = dims[2]
+    slot = momentum["tickvals"][0]
+    assert momentum["ticktext"][0] == "inactive" and slot < 0.0
+    body = page.page.evaluate(f"() => fetch('api/v1/campaigns/{cid}/plot').then(r => r.json())")
+    active = [p["params"].get("momentum") for p in body["points"]]
+    assert any(v is None for v in active) and any(v is not None for v in active)
+    assert momentum["values"] == [slot if v is None else v for v in active]
+    # The contour: momentum is offered, with its condition, and drawn over sgd's trials.
+    option = page.page.locator("#contour-x option[value='momentum']")
+    assert option.inner_text() == "momentum (when optimizer ∈ {sgd})"
+    page.page.select_option("#contour-x", "momentum")
+    page.page.select_option("#contour-y", "lr")
+    dots = page.wait_plot("plot-contour", "d => d[1].x.length > 0 && d[1].x.every(x => x >= 0)")[1]
+    assert len(dots["x"]) == sum(v is not None for v in active)

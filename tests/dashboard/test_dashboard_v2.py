@@ -390,6 +390,12 @@ def test_tables_fit_their_cards_at_800_and_1440_px(
             for table in ("#running", "#trials") if width > 800 else ("#running",):
                 scroll, room = page.page.evaluate(FITS, table)
                 assert scroll <= room + 1, f"{table}: {scroll} px of columns in {room} px"
+            # A trial number stays on one line ("#12" over "34" at 800 px, the review saw).
+            lines = page.page.evaluate(
+                "(id) => document.querySelector(`#running tr[data-trial='${id}'] a`).getClientRects().length",
+                got.trial.id,
+            )
+            assert lines == 1, f"the trial number takes {lines} lines"
     finally:
         service.agents.release(lease, d.TrialState.FAILED, "done with the test")
 
@@ -531,6 +537,48 @@ def test_two_agents_on_one_host_get_a_lane_each(page: Page, seeded: Seeded) -> N
     timeline = page.wait_plot("plot-timeline")
     lanes = {y for t in timeline for y in t["y"]}
     assert lanes == {f"login7 · {a[:8]}" for a in agents}, lanes
+
+
+def test_sorting_needs_no_mouse(page: Page, seeded: Seeded) -> None:
+    """The review: column headers could not take keyboard focus. A header is reached with
+    Tab, Enter sorts by it, Space reverses it, and the focus stays on it."""
+    page.open(f"/campaign/{seeded.small}")
+    page.page.locator("#trials tbody tr[data-trial]").first.wait_for()
+    page.page.locator("#trials thead th[data-sort='number']").focus()
+    page.page.keyboard.press("Tab")  # to the next header: State
+    assert page.page.evaluate("() => document.activeElement.dataset.sort") == "state"
+    page.page.keyboard.press("Enter")
+    page.page.wait_for_function("() => location.hash.includes('sort=state')")
+    sorted_as = "(v) => document.querySelector(\"#trials thead th[data-sort='state']\").getAttribute('aria-sort') === v"
+    page.page.wait_for_function(sorted_as, arg="ascending")
+    page.page.wait_for_function("() => document.activeElement.dataset.sort === 'state'")
+    scrolled = page.page.evaluate("() => window.scrollY")
+    page.page.keyboard.press(" ")
+    page.page.wait_for_function("() => location.hash.includes('order=desc')")
+    page.page.wait_for_function(sorted_as, arg="descending")
+    assert page.page.evaluate("() => document.activeElement.dataset.sort") == "state"
+    assert page.page.evaluate("() => window.scrollY") == scrolled, "Space sorted instead of scrolling the page"
+
+
+def test_every_timeline_lane_is_labelled(page: Page, seeded: Seeded) -> None:
+    """The review: every other agent lane had no label (Plotly's automatic ticks skip
+    labels on a crowded category axis). 24 agents on 12 hosts: 24 labelled lanes."""
+    service = seeded.service
+    cid = service.campaigns.create(make_spec(name="many-lanes", folds=1, budget={"max_trials": 24})).id
+    for k in range(24):
+        reg = service.agents.register(host=f"gpu{k // 2:02d}", ranks=1, gpus=1, slurm_job_id="4242", campaign_id=cid)
+        got = service.agents.acquire(reg.agent_id, cid)
+        lease = Lease(reg.agent_id, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, 1.0 + k / 10)
+        service.agents.complete(lease)
+    page.open(f"/campaign/{cid}")
+    timeline = page.wait_plot("plot-timeline")
+    lanes = {y for t in timeline for y in t["y"]}
+    assert len(lanes) == 24
+    drawn = page.page.evaluate(
+        "() => [...document.querySelectorAll('#plot-timeline .ytick text')].map(t => t.textContent)"
+    )
+    assert sorted(drawn) == sorted(lanes), drawn
 
 
 def test_names_and_choices_with_markup_are_drawn_as_typed_in_every_plot(page: Page, seeded: Seeded) -> None:

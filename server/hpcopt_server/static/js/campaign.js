@@ -374,12 +374,14 @@ function brushNote(st, clear) {
 }
 
 function contourPicker(plot, st, onChange) {
-  const names = Object.keys(plot.space).filter((n) => !plot.space[n].when);
+  // Every parameter; a conditional one's contour is over the trials where it is active.
+  const names = Object.keys(plot.space);
+  const when = (n) => Object.entries(plot.space[n].when || {}).map(([k, v]) => `${k} ∈ {${v.join(", ")}}`).join(", ");
   const card = document.getElementById("card-contour");
   card.dataset.off = names.length < 2 ? "1" : "";
   if (names.length < 2) { card.hidden = true; return; }
   if (st.contour.length !== 2 || !st.contour.every((n) => names.includes(n)) || st.contour[0] === st.contour[1]) st.contour = names.slice(0, 2);
-  const pick = (i) => el("select", { id: `contour-${i ? "y" : "x"}`, onchange: (e) => { st.contour[i] = e.target.value; onChange(); } }, ...names.map((n) => el("option", { value: n, text: n, selected: st.contour[i] === n })));
+  const pick = (i) => el("select", { id: `contour-${i ? "y" : "x"}`, onchange: (e) => { st.contour[i] = e.target.value; onChange(); } }, ...names.map((n) => el("option", { value: n, text: plot.space[n].when ? `${n} (when ${when(n)})` : n, selected: st.contour[i] === n })));
   document.getElementById("contour-pick").replaceChildren("x ", pick(0), " y ", pick(1));
 }
 
@@ -466,7 +468,7 @@ function renderRunning(id, rows, c) {
     const epochs = r.latest && r.latest.fold === fold ? r.latest.step : r.steps[String(fold)] || 0;
     const pct = r.epochs ? Math.min(100, (100 * epochs) / r.epochs) : 0;
     return el("tr", { "data-trial": r.trial_id },
-      el("td", {}, el("a", { href: `#/campaign/${id}/trial/${r.number}`, text: `#${r.number}` })),
+      el("td", { class: "nowrap" }, el("a", { href: `#/campaign/${id}/trial/${r.number}`, text: `#${r.number}` })),
       el("td", { text: agentLabel(r.agent_host, r.agent_job) }), el("td", { class: "num", text: r.attempt }),
       el("td", { class: "nowrap", text: `${r.folds_finished} / ${r.folds}` }),
       el("td", { class: "nowrap" }, `fold ${fold}: epoch ${epochs}${r.epochs ? ` / ${r.epochs}` : ""} `, r.epochs ? el("span", { class: "progress small" }, el("span", { style: `width:${pct}%` })) : ""),
@@ -520,7 +522,7 @@ function renderTrials(id, c, page, st, { onChange, onCurves }) {
         compareLink(id, st.curves);
         onCurves();
       } })),
-      el("td", {}, el("a", { href: `#/campaign/${id}/trial/${t.number}`, title: `trial id ${t.id}`, text: `#${t.number}` })), el("td", {}, badge(t.state)),
+      el("td", { class: "nowrap" }, el("a", { href: `#/campaign/${id}/trial/${t.number}`, title: `trial id ${t.id}`, text: `#${t.number}` })), el("td", {}, badge(t.state)),
       valueCell(t), ...others.map((o, k) => el("td", { class: "num nowrap", text: t.state === "COMPLETED" && t.values && t.values.length > k + 1 ? fmt(t.values[k + 1]) : "–" })),
       el("td", { class: "num", text: t.attempt }),
       ...names.map((n) => el("td", { class: "mono nowrap", text: t.params[n] === undefined ? "–" : fmtParam(c.spec.space[n], t.params[n]) })),

@@ -249,9 +249,22 @@ export function refreshAgo() {
 }
 export const agentLabel = (host, job) => (host ? `${host}${job ? ` · job ${job}` : ""}` : "–");
 
+// The header a keyboard sort came from: the re-rendered header takes the focus back.
+let sortFocus = null;
+
 export function sortableHeader(label, key, current, onSort, cls = "") {
-  const th = el("th", { class: `sortable ${cls} ${current.key === key ? "sorted" : ""} ${current.key === key && current.desc ? "desc" : ""}`, text: label, "data-sort": key, title: `sort by ${label}` });
+  const on = current.key === key;
+  const th = el("th", { class: `sortable ${cls} ${on ? "sorted" : ""} ${on && current.desc ? "desc" : ""}`, text: label, "data-sort": key, title: `sort by ${label}`,
+    tabindex: 0, "aria-sort": on ? (current.desc ? "descending" : "ascending") : "none" });
   th.addEventListener("click", () => onSort(key));
+  // Sorting needs no mouse: Enter or Space on a focused header sorts by it.
+  th.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter" && e.key !== " ") return;
+    e.preventDefault();
+    sortFocus = key;
+    onSort(key);
+  });
+  if (sortFocus === key) queueMicrotask(() => { if (th.isConnected) { th.focus(); sortFocus = null; } });
   return th;
 }
 

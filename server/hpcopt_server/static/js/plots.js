@@ -261,7 +261,18 @@ const axisValue = (spec, v) => (spec.type === "categorical" ? spec.choices.map(S
 /** Parallel coordinates draw tick text as plain text (no markup, no entities), unlike
  * their labels and every other plot: the choices go in as they are. */
 export function paramAxis(spec, values) {
-  const shown = values.map((v) => axisValue(spec, v));
+  const axis = paramAxisOf(spec, values.map((v) => (v === undefined ? null : axisValue(spec, v))));
+  if (!spec.when) return axis;
+  // A conditional parameter: the trials where it is inactive sit on a slot of their own
+  // below the axis, labelled "inactive" (a brush there selects no trial: the table's
+  // filter holds where the parameter has a value).
+  const [lo, hi] = axis.range;
+  const slot = spec.type === "categorical" ? -1 : lo - 0.12 * (hi - lo || 1);
+  return Object.assign(axis, { values: axis.values.map((v) => (v === null ? slot : v)), range: [spec.type === "categorical" ? -1.25 : slot - 0.03 * (hi - lo || 1), hi],
+    tickvals: [slot, ...axis.tickvals], ticktext: ["inactive", ...axis.ticktext] });
+}
+
+function paramAxisOf(spec, shown) {
   if (spec.type === "categorical") {
     const labels = spec.choices.map(String);
     return { values: shown, tickvals: labels.map((_, i) => i), ticktext: labels, range: [-0.25, labels.length - 0.75] };
@@ -322,8 +333,8 @@ function goodnessColours(plot, values, bar) {
 
 /** brush: {label: [lo, hi]} in axis units; onBrush(newBrush) when the user brushes. */
 export function renderParcoords(plot, view, brush, onBrush) {
-  // Conditional parameters are missing from some trials: parallel coordinates need every axis.
-  const names = Object.keys(plot.space).filter((n) => !plot.space[n].when);
+  // Conditional parameters too: where one is inactive, its axis's "inactive" slot.
+  const names = Object.keys(plot.space);
   const pts = plot.points;
   const values = pts.map((p) => p.value);
   const keys = [...names, plot.metric]; // the brush's keys, axis by axis
@@ -532,7 +543,8 @@ export function renderTimeline(tl, openTrial) {
   if (!tl.total) return;
   const now = Date.now();
   // One lane per agent: agents that share a host and job (two on one login node) are told
-  // apart by their id, so their spans never merge into one lane.
+  // apart by their id, so their spans never merge into one lane. Every lane is labelled
+  // (explicit ticks: Plotly's automatic ones skipped every other lane).
   const base = (s) => (s.agent_host ? agentLabel(s.agent_host, s.agent_job) : s.agent_id ? `agent ${s.agent_id.slice(0, 8)}` : "unknown agent");
   const agentsOf = new Map();
   for (const s of tl.spans) {
@@ -548,7 +560,7 @@ export function renderTimeline(tl, openTrial) {
       text: spans.map((s, i) => `trial #${s.number} attempt ${s.attempt}: ${outcome.replace("_", " ")} after ${seconds(ms[i] / 1000)}`), hovertemplate: "%{text}<extra></extra>", textposition: "none",
       marker: { color, line: { width: 0 } } };
   }).filter((t) => t.y.length);
-  const node = draw("plot-timeline", traces, { barmode: "overlay", bargap: 0.3, xaxis: { type: "date", title: { text: "wall time" } }, yaxis: { type: "category", categoryorder: "array", categoryarray: lanes, automargin: true }, legend: { orientation: "h", y: 1.15 }, height: Math.max(220, 60 + 28 * lanes.length) });
+  const node = draw("plot-timeline", traces, { barmode: "overlay", bargap: 0.3, xaxis: { type: "date", title: { text: "wall time" } }, yaxis: { type: "category", categoryorder: "array", categoryarray: lanes, tickmode: "array", tickvals: lanes, ticktext: lanes, automargin: true }, legend: { orientation: "h", y: 1.15 }, height: Math.max(220, 60 + 28 * lanes.length) });
   onClick(node, openTrial);
   document.getElementById("timeline-note").textContent = tl.total > tl.spans.length
     ? `The latest ${tl.spans.length} of ${tl.total} attempts, one lane per agent. Gaps in a lane: the agent was idle.`
