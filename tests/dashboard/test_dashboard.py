@@ -26,10 +26,12 @@ def test_the_campaign_list_shows_every_campaign_and_sorts(page: Page, seeded: Se
     assert sorted(names) == ["big-10k", "mlp-small", "to-cancel"]
     small = page.page.locator(f"#campaigns tr[data-id='{seeded.small}']")
     assert "60" in small.inner_text() and "failed 3" in small.inner_text() and "queued 2" in small.inner_text()
+    cells = "#campaigns tbody td:nth-child(2)"
+    shown = f"(w) => [...document.querySelectorAll('{cells}')].map(t => t.innerText).join() === w"
+    page.page.click("#campaigns th[data-sort=name]")  # sorted on the server
+    page.page.wait_for_function(shown, arg="big-10k,mlp-small,to-cancel")
     page.page.click("#campaigns th[data-sort=name]")
-    assert rows.locator("td:nth-child(2)").all_inner_texts() == ["big-10k", "mlp-small", "to-cancel"]
-    page.page.click("#campaigns th[data-sort=name]")
-    assert rows.locator("td:nth-child(2)").all_inner_texts() == ["to-cancel", "mlp-small", "big-10k"]
+    page.page.wait_for_function(shown, arg="to-cancel,mlp-small,big-10k")
     # The sort survives the live refresh.
     page.page.wait_for_timeout(2500)
     assert rows.locator("td:nth-child(2)").all_inner_texts() == ["to-cancel", "mlp-small", "big-10k"]

@@ -61,6 +61,52 @@ def test_the_list_is_paged_newest_first_on_rest_grpc_and_the_client(live_server:
         assert err.value.code == "INVALID_ARGUMENT" and "limit" in str(err.value)
 
 
+def test_the_list_searches_filters_and_sorts_on_the_server_across_pages(live_server: LiveServer) -> None:
+    """The review: 213 campaigns sorted only within a page and could not be searched. The
+    server now filters by name (any case, % and _ taken literally) and state, and sorts
+    every match before it pages; bad input gets a 422 naming the field."""
+    service = live_server.service
+    ids = {}
+    for i in range(130):
+        name = f"{'Resnet' if i % 3 == 0 else 'mlp'}-{i:03d}" + ("_100%" if i == 7 else "")
+        ids[name] = service.campaigns.create(make_spec(name=name, budget={"max_trials": 10 + i})).id
+    for name in ("mlp-001", "mlp-002", "Resnet-003"):
+        service.campaigns.cancel(ids[name])
+    base = f"{live_server.http_url}/api/v1/campaigns"
+
+    def listed(**params: Any) -> tuple[list[str], int]:
+        body = httpx.get(base, params=params).json()
+        return [c["name"] for c in body["campaigns"]], body["total"]
+
+    resnets = sorted((n for n in ids if n.startswith("Resnet")), key=str.lower)
+    names, total = listed(q="RESNET", sort="name", order="asc", limit=20)
+    assert total == len(resnets) == 44 and names == resnets[:20]
+    names, total = listed(q="resnet", sort="name", order="asc", limit=20, offset=40)
+    assert names == resnets[40:] and total == 44
+    assert listed(q="_100%")[0] == ["mlp-007_100%"], "% and _ are literal"
+    assert listed(q="1_")[1] == 0
+    # By name across every page: the first page is the alphabetically first of all 130.
+    assert listed(sort="name", order="asc", limit=5)[0] == sorted(ids, key=str.lower)[:5]
+    assert listed(sort="name", order="desc", limit=5)[0] == sorted(ids, key=str.lower, reverse=True)[:5]
+    cancelled, total = listed(state="CANCELLED")
+    assert sorted(cancelled) == ["Resnet-003", "mlp-001", "mlp-002"] and total == 3
+    assert listed(state=["CANCELLED", "COMPLETED"], q="mlp")[1] == 2
+    # Progress: finished trials over the budget; none finished, so ties go newest first.
+    assert listed(sort="progress", limit=3)[0] == [n for n, _ in sorted(ids.items(), key=lambda kv: -kv[1])][:3]
+    by_state = httpx.get(base, params={"sort": "state", "order": "asc", "limit": 3}).json()["campaigns"]
+    assert [c["state"] for c in by_state] == ["CANCELLED"] * 3
+    for bad, field in (
+        ({"sort": "best"}, "sort"),
+        ({"state": "PAUSED"}, "state"),
+        ({"q": "x" * 300}, "q"),
+        ({"q": "a\x1b[31m"}, "name"),
+        ({"order": "up"}, "order"),
+    ):
+        r = httpx.get(base, params=bad)
+        assert r.status_code == 422, (bad, r.text)
+        assert r.json()["errors"][0]["field"].startswith(field), (bad, r.json())
+
+
 def test_the_cli_lists_a_page_and_says_how_to_see_the_rest(live_server: LiveServer) -> None:
     ids = _create_many(live_server, 60)
     cmd = [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, "list", "--json"]

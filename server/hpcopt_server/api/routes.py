@@ -118,9 +118,16 @@ def list_campaigns(
     _: CanRead,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_CAMPAIGN_PAGE)] = 100,
+    q: Annotated[str, Query(max_length=255, description="campaigns whose name contains this (any case)")] = "",
+    state: Annotated[list[d.CampaignState] | None, Query(description="campaigns in these states (repeatable)")] = None,
+    sort: Annotated[str, Query(max_length=64, description="id (newest), name, state, algorithm or progress")] = "id",
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
 ) -> CampaignPage:
-    """A page of campaigns, newest first; ``total`` counts all pages."""
-    page, total = service.campaigns.page(offset, limit)
+    """A page of the campaigns that match ``q`` and ``state``, sorted on the server by
+    ``sort`` (ties newest first); ``total`` counts the matches on every page."""
+    page, total = service.campaigns.page(
+        offset, limit, name=q, states=state or (), sort=sort, descending=order == "desc"
+    )
     return CampaignPage(
         campaigns=[campaign_out(s, with_spec=False) for s in page], total=total, offset=offset, limit=limit
     )

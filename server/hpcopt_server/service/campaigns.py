@@ -16,10 +16,10 @@ from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, 
 from hpcopt_server.optimizers.pareto import losses, nondominated
 from hpcopt_server.pruners import make_pruner
 from hpcopt_server.service.context import Context, campaign_or_404, revisions_in
-from hpcopt_server.service.limits import RequestLimits, require_id, require_page
+from hpcopt_server.service.limits import MAX_HOST, RequestLimits, require_id, require_page, require_safe_text
 from hpcopt_server.service.suggestions import make_optimizer, option_field
 from hpcopt_server.service.warmstart import check_sources
-from hpcopt_server.storage.repository import TRIAL_SORT_KEYS
+from hpcopt_server.storage.repository import CAMPAIGN_SORT_KEYS, TRIAL_SORT_KEYS
 
 
 def front_ids(campaign: d.Campaign, rows: list[tuple[int, list[float]]]) -> list[int]:
@@ -97,11 +97,28 @@ class CampaignService:
         with self.ctx.storage.read() as tx:
             return self._summaries(tx, [campaign_or_404(tx, campaign_id)])[0]
 
-    def page(self, offset: int = 0, limit: int = 100) -> tuple[list[d.CampaignSummary], int]:
-        """A page of campaigns, newest first, and how many there are."""
+    def page(
+        self,
+        offset: int = 0,
+        limit: int = 100,
+        *,
+        name: str = "",
+        states: Iterable[d.CampaignState] = (),
+        sort: str = "id",
+        descending: bool = True,
+    ) -> tuple[list[d.CampaignSummary], int]:
+        """A page of the campaigns whose name contains ``name`` (any case) in one of
+        ``states`` (all when empty), by ``sort`` (CAMPAIGN_SORT_KEYS; newest first by
+        default), and how many match."""
         require_page(offset, limit, MAX_CAMPAIGN_PAGE)
+        require_safe_text("name", name, MAX_HOST)
+        if sort not in CAMPAIGN_SORT_KEYS:
+            allowed = ", ".join(CAMPAIGN_SORT_KEYS)
+            raise InvalidArgument(f"sort must be one of {allowed}, got {sort[:100]!r}", [("sort", f"one of {allowed}")])
         with self.ctx.storage.read() as tx:
-            campaigns, total = tx.campaigns.page(offset, limit)
+            campaigns, total = tx.campaigns.page(
+                offset, limit, name=name, states=states, sort=sort, descending=descending
+            )
             return self._summaries(tx, campaigns), total
 
     def trials(

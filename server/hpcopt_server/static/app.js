@@ -73,7 +73,7 @@ function route(event) {
   if ((m = path.match(/^#\/campaign\/(\d+)\/compare$/))) return comparePage(Number(m[1]), query || "");
   if ((m = path.match(/^#\/trial\/(\d+)$/))) return trialById(Number(m[1]));
   if (path === "#/new") return newPage();
-  if (path === "#/" || path === "#") return campaignsPage();
+  if (path === "#/" || path === "#") return campaignsPage(query || "");
   return notFound("No such page.", `The dashboard has no page at ${path}: its pages are the campaign list, a campaign, a trial, a comparison of trials, and New campaign.`);
 }
 
@@ -98,32 +98,55 @@ start();
 // ---------------------------------------------------------- campaigns ---
 
 const CAMPAIGN_PAGE = 100;
+// Server-side sorts (GET /campaigns?sort=): the first direction each header sorts in.
+const LIST_SORTS = { id: true, name: false, state: false, algorithm: false, progress: true };
 
-function campaignsPage() {
+/** The campaign list: search by name, filter by state, sorted and paged on the server;
+ * the view lives in the URL (#/?q=…&state=…&sort=…&order=…&page=…). */
+function campaignsPage(query = "") {
+  const url = new URLSearchParams(query);
+  const st = { q: url.get("q") || "", state: url.get("state") || "", sort: url.get("sort") in LIST_SORTS ? url.get("sort") : "id", page: Math.max(0, Number(url.get("page")) - 1 || 0) };
+  st.desc = url.has("order") ? url.get("order") === "desc" : LIST_SORTS[st.sort];
+  const write = () => {
+    const q = new URLSearchParams();
+    if (st.q) q.set("q", st.q);
+    if (st.state) q.set("state", st.state);
+    if (st.sort !== "id" || !st.desc) { q.set("sort", st.sort); q.set("order", st.desc ? "desc" : "asc"); }
+    if (st.page) q.set("page", st.page + 1);
+    history.replaceState(null, "", `#/${q.size ? `?${q}` : ""}`);
+  };
+  const changed = () => { write(); session.refresh(); };
+  let typing = null;
+  const search = el("input", { type: "search", id: "campaign-search", placeholder: "name contains…", value: st.q, "aria-label": "search campaigns by name",
+    oninput: (e) => { clearTimeout(typing); typing = setTimeout(() => { st.q = e.target.value.trim(); st.page = 0; changed(); }, 250); } });
+  const states = el("select", { id: "campaign-state", "aria-label": "campaign state", onchange: (e) => { st.state = e.target.value; st.page = 0; changed(); } },
+    ...[["", "every state"], ["RUNNING", "running"], ["COMPLETED", "completed"], ["CANCELLED", "cancelled"]].map(([v, t]) => el("option", { value: v, text: t, selected: v === st.state })));
   app.replaceChildren(el("h1", { text: "Campaigns" }), el("div", { class: "card" },
+    el("div", { class: "row controls" }, search, states, el("span", { id: "campaign-count", class: "muted" })),
     el("div", { class: "table-wrap" }, el("table", { id: "campaigns" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "campaign-pager" })));
   let rows = [];
   let total = 0;
-  let offset = 0;
-  const sorters = {
-    id: (c) => c.id, name: (c) => c.name.toLowerCase(), state: (c) => c.state, algorithm: (c) => c.algorithm,
-    progress: (c) => done(c) / Math.max(1, c.max_trials), best: (c) => (c.best_value === null || c.front_size !== null ? Infinity : c.best_value), agents: (c) => c.live_agents,
-  };
+  let shown = null; // the query whose rows the table shows
   const render = () => {
-    const s = session.listSort;
-    const onSort = (key) => { s.desc = s.key === key ? !s.desc : false; s.key = key; render(); };
+    const s = { key: st.sort, desc: st.desc };
+    const onSort = (key) => { st.desc = st.sort === key ? !st.desc : LIST_SORTS[key]; st.sort = key; st.page = 0; changed(); };
     const table = document.getElementById("campaigns");
     if (!table) return;
-    table.tHead.replaceChildren(el("tr", {},
-      sortableHeader("ID", "id", s, onSort), sortableHeader("Name", "name", s, onSort), sortableHeader("State", "state", s, onSort),
-      sortableHeader("Algorithm", "algorithm", s, onSort), sortableHeader("Progress", "progress", s, onSort),
-      sortableHeader("Best", "best", s, onSort, "num"), el("th", { text: "Trials by state" }), sortableHeader("Live agents", "agents", s, onSort, "num")));
-    const sorted = [...rows].sort((a, b) => { const x = sorters[s.key](a), y = sorters[s.key](b); return (x < y ? -1 : x > y ? 1 : 0) * (s.desc ? -1 : 1); });
-    if (!sorted.length) {
-      table.tBodies[0].replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "muted", text: "No campaigns yet. Submit one with `hpcopt submit` or New campaign." })));
+    const head = JSON.stringify(s);
+    if (table.tHead.dataset.sig !== head) {
+      table.tHead.dataset.sig = head;
+      table.tHead.replaceChildren(el("tr", {},
+        sortableHeader("ID", "id", s, onSort), sortableHeader("Name", "name", s, onSort), sortableHeader("State", "state", s, onSort),
+        sortableHeader("Algorithm", "algorithm", s, onSort), sortableHeader("Progress", "progress", s, onSort),
+        el("th", { class: "num", text: "Best", title: "campaigns' best values are of different metrics: not a sort" }), el("th", { text: "Trials by state" }), el("th", { class: "num", text: "Live agents" })));
+    }
+    const filtered = st.q || st.state;
+    document.getElementById("campaign-count").textContent = filtered ? `${total} match${total === 1 ? "" : "es"}` : "";
+    if (!rows.length) {
+      table.tBodies[0].replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "muted", text: filtered ? "No campaign matches." : "No campaigns yet. Submit one with `hpcopt submit` or New campaign." })));
       return;
     }
-    patchRows(table.tBodies[0], sorted, (c) => c.id, (c) => JSON.stringify(c), (c) => el("tr", { "data-id": c.id },
+    patchRows(table.tBodies[0], rows, (c) => c.id, (c) => JSON.stringify(c), (c) => el("tr", { "data-id": c.id },
       el("td", { text: c.id }), el("td", {}, el("a", { href: `#/campaign/${c.id}`, text: c.name })), el("td", {}, badge(c.state)),
       el("td", { text: c.algorithm }), el("td", {}, progress(c)),
       bestCell(c),
@@ -133,22 +156,27 @@ function campaignsPage() {
   const bestCell = (c) => (c.front_size === null || c.front_size === undefined
     ? el("td", { class: "num", title: c.metric, text: c.best_value === null ? "–" : fmt(c.best_value) })
     : el("td", { class: "num front-size", title: `${c.front_size} completed trial${c.front_size === 1 ? "" : "s"} on the Pareto front of ${c.objectives.join(", ")}: none is best in all`, text: c.front_size ? `front of ${c.front_size}` : "–" }));
-  // The newest CAMPAIGN_PAGE campaigns, a page at a time (sorting is within the page).
   const pager = () => {
     const last = Math.max(0, Math.ceil(total / CAMPAIGN_PAGE) - 1);
-    const at = Math.floor(offset / CAMPAIGN_PAGE);
-    const move = (to) => { offset = to * CAMPAIGN_PAGE; session.refresh(); };
+    const move = (to) => { st.page = to; changed(); };
     document.getElementById("campaign-pager").replaceChildren(...(last === 0 ? [] : [
-      el("button", { id: "newer", text: "‹ Newer", disabled: at === 0, onclick: () => move(at - 1) }),
-      el("span", { id: "campaign-page-info", class: "muted", text: `page ${at + 1} of ${last + 1} · ${total} campaigns, newest first` }),
-      el("button", { id: "older", text: "Older ›", disabled: at >= last, onclick: () => move(at + 1) }),
+      el("button", { id: "newer", text: "‹ Prev", disabled: st.page === 0, onclick: () => move(st.page - 1) }),
+      el("span", { id: "campaign-page-info", class: "muted", text: `page ${st.page + 1} of ${last + 1} · ${total} campaigns` }),
+      el("button", { id: "older", text: "Next ›", disabled: st.page >= last, onclick: () => move(st.page + 1) }),
     ]));
   };
   const load = async (gen) => {
-    const data = await poll(`/campaigns?offset=${offset}&limit=${CAMPAIGN_PAGE}`);
-    if (gen !== session.generation || !data.changed) return false;
+    const q = new URLSearchParams({ offset: st.page * CAMPAIGN_PAGE, limit: CAMPAIGN_PAGE, sort: st.sort, order: st.desc ? "desc" : "asc" });
+    if (st.q) q.set("q", st.q);
+    if (st.state) q.set("state", st.state);
+    const asked = q.toString();
+    const data = await poll(`/campaigns?${asked}`);
+    // A 304 for a view shown before (a sort clicked back) still draws that view's rows.
+    if (gen !== session.generation || (!data.changed && asked === shown)) return false;
+    shown = asked;
     rows = data.body.campaigns;
     total = data.body.total;
+    if (st.page > 0 && !rows.length && total) { st.page = Math.max(0, Math.ceil(total / CAMPAIGN_PAGE) - 1); changed(); return true; }
     render();
     pager();
     return true;

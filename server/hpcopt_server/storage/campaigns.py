@@ -15,6 +15,10 @@ from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.store import Store, must
 
+#: What the campaign list sorts by: newest (``id``), name (any case), state, algorithm,
+#: progress (trials finished over the budget's ``max_trials``).
+CAMPAIGN_SORT_KEYS = ("id", "name", "state", "algorithm", "progress")
+
 
 class CampaignStore(Store):
     def insert(
@@ -50,11 +54,39 @@ class CampaignStore(Store):
         row = self.s.scalars(q.execution_options(populate_existing=True)).one_or_none()
         return mapping.campaign(row) if row else None
 
-    def page(self, offset: int, limit: int) -> tuple[list[d.Campaign], int]:
-        """A page of campaigns, newest first, and how many there are."""
-        rows = self.s.scalars(select(m.CampaignRow).order_by(m.CampaignRow.id.desc()).offset(offset).limit(limit))
-        page = [mapping.campaign(r) for r in rows]
-        return page, int(self.s.scalar(select(func.count()).select_from(m.CampaignRow)) or 0)
+    def page(
+        self,
+        offset: int,
+        limit: int,
+        *,
+        name: str = "",
+        states: Iterable[d.CampaignState] = (),
+        sort: str = "id",
+        descending: bool = True,
+    ) -> tuple[list[d.Campaign], int]:
+        """A page of the campaigns whose name contains ``name`` (any case) and whose state
+        is one of ``states`` (all when empty), by ``sort`` (:data:`CAMPAIGN_SORT_KEYS`;
+        ties newest first), and how many match."""
+        C = m.CampaignRow
+        where = []
+        if name:
+            escaped = name.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append(func.lower(C.name).like(f"%{escaped}%", escape="\\"))
+        wanted = [str(s) for s in states]
+        if wanted:
+            where.append(C.state.in_(wanted))
+        columns = {
+            "id": C.id,
+            "name": func.lower(C.name),
+            "state": C.state,
+            "algorithm": C.spec[("algorithm", "name")].as_string(),
+            "progress": C.finished_count * 1.0 / func.coalesce(C.spec[("budget", "max_trials")].as_float(), 1.0),
+        }
+        column = columns[sort]
+        key = column.desc() if descending else column.asc()
+        q = select(C).where(*where).order_by(key, C.id.desc()).offset(offset).limit(limit)
+        page = [mapping.campaign(r) for r in self.s.scalars(q)]
+        return page, int(self.s.scalar(select(func.count()).select_from(C).where(*where)) or 0)
 
     def submissions_by(self, token_id: int, since: datetime) -> list[datetime]:
         """When the campaigns this token created or imported since ``since`` arrived,

@@ -48,7 +48,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from hpcopt_server.storage.agents import AgentStore
-from hpcopt_server.storage.campaigns import CampaignStore
+from hpcopt_server.storage.campaigns import CAMPAIGN_SORT_KEYS, CampaignStore
 from hpcopt_server.storage.db import Database
 from hpcopt_server.storage.finishing import Finishing
 from hpcopt_server.storage.notes import NoteStore
@@ -57,7 +57,7 @@ from hpcopt_server.storage.tokens import FlagStore, TokenStore
 from hpcopt_server.storage.trials import RESULT_SORTS, TRIAL_SORT_KEYS, TrialStore
 from hpcopt_server.storage.views import ViewStore
 
-__all__ = ["RESULT_SORTS", "TRIAL_SORT_KEYS", "Storage", "Tx"]
+__all__ = ["CAMPAIGN_SORT_KEYS", "RESULT_SORTS", "TRIAL_SORT_KEYS", "Storage", "Tx"]
 
 
 class Storage:

@@ -20,7 +20,6 @@ export const session = {
   refresh: () => {}, // asks the current view for a refresh now
   hooks: [], // more refreshes of the current view, run after each of its polls (a note card)
   unsaved: [], // tests of the current view: true while it holds a text a navigation would drop
-  listSort: { key: "id", desc: true },
 };
 
 /** Whether the current view holds an unsaved text (a note being edited). */
