@@ -6,7 +6,10 @@ two-objective campaign's table has a column for the second objective."""
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,3 +87,18 @@ def test_a_two_objective_table_has_a_column_per_objective(page: Page, seeded: Se
     latency = {float(r["cells"][3].split(" ")[0]): r["cells"][4] for r in rows[:3]}
     assert latency == {loss: f"{lat:g}" for loss, lat in MIXED_RESULTS}
     assert {r["state"]: r["cells"][4] for r in rows[3:]} == {"PRUNED": NONE, "RUNNING": NONE, "FAILED": NONE}
+
+
+def test_the_csv_of_the_table_holds_its_selection_in_its_order(page: Page, seeded: Seeded) -> None:
+    """Defect 9: a CSV of the filtered table. With the state filter and the order the
+    reader chose, the download holds those trials in that order."""
+    cid = run_mixed_campaign(seeded.server.grpc_target, seeded.service, name="values-csv")
+    page.open(f"/campaign/{cid}?state=COMPLETED,PRUNED&order=desc")
+    _rows(page, 4)
+    with page.page.expect_download() as got:
+        page.page.click("#export-table")
+    text = Path(got.value.path()).read_text()
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["state"] for r in rows] == ["COMPLETED"] * 3 + ["PRUNED"]
+    assert [float(r["loss"]) for r in rows[:3]] == sorted((loss for loss, _ in MIXED_RESULTS), reverse=True)
+    assert got.value.suggested_filename == f"campaign-{cid}-trials-selected.csv"

@@ -5,6 +5,8 @@ or vanish, parameter importance and the empirical distribution."""
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 import random
 from datetime import timedelta
@@ -321,3 +323,31 @@ def test_values_that_are_not_results_are_absent_and_never_sort_or_filter_among_r
     # A range of values holds results only: the pruned trial's 0.05 is not in 0..0.3.
     ranged = _get(live_server, url, params=[("range", "value:0:0.3"), ("limit", 100)]).json()
     assert [t["value"] for t in ranged["trials"]] == [0.2] and ranged["total"] == 1
+
+
+def test_the_csv_holds_what_the_table_selects_in_its_order(live_server: LiveServer) -> None:
+    """``export?format=csv`` with the table's state, range, sort and order: the same
+    trials in the same order as the table (every page of it); without them every trial
+    by number. Bad filters get the table's 422s."""
+    cid = run_mixed_campaign(live_server.grpc_target, live_server.service, name="csv-selected")
+    url = f"/campaigns/{cid}/export"
+
+    def rows(*params: tuple[str, str]) -> list[dict[str, str]]:
+        r = _get(live_server, url, params=[("format", "csv"), *params])
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv"), r.text
+        return list(csv.DictReader(io.StringIO(r.text)))
+
+    assert [int(r["number"]) for r in rows()] == list(range(6))
+    best_last = rows(("state", "COMPLETED"), ("sort", "value"), ("order", "desc"))
+    assert [float(r["loss"]) for r in best_last] == sorted((loss for loss, _ in MIXED_RESULTS), reverse=True)
+    table = _get(
+        live_server, f"/campaigns/{cid}/trials", params=[("sort", "value"), ("range", "batch:0:1"), ("limit", 2)]
+    ).json()
+    every = rows(("sort", "value"), ("range", "batch:0:1"))
+    assert len(every) == table["total"] == 6, "every page, not the table's first"
+    assert [int(r["number"]) for r in every[:2]] == [t["number"] for t in table["trials"]]
+    assert [r["number"] for r in rows(("range", "value:0:0.3"))] == [str(t["number"]) for t in table["trials"][:1]]
+    bad_filters = ((("range", "colour:0:1"), "range"), (("sort", "param:colour"), "sort"), (("state", "X"), "state"))
+    for bad, field in bad_filters:
+        r = _get(live_server, url, params=[("format", "csv"), bad])
+        assert r.status_code == 422 and r.json()["errors"][0]["field"].startswith(field), r.text

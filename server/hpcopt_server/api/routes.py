@@ -161,31 +161,38 @@ def get_campaign(campaign_id: int, service: ServiceDep, _: CanRead) -> CampaignO
     return campaign_out(service.campaigns.get(campaign_id))
 
 
+#: The trials table's filters and order: the table's page and its CSV take the same.
+TrialStates = Annotated[list[d.TrialState] | None, Query(description="only these states")]
+TrialSort = Annotated[
+    str,
+    Query(
+        max_length=300,
+        description="number, value, value_std, state, attempt, started_at, finished_at, duration (time ran), "
+        "agent (host) or param:NAME",
+    ),
+]
+TrialOrder = Annotated[Literal["asc", "desc"], Query()]
+TrialRanges = Annotated[
+    list[str] | None,
+    Query(
+        max_length=300,
+        description="NAME:LOW:HIGH, NAME `value`, `values.K` (objective K of a multi-objective campaign, "
+        "K from 1) or a parameter (a categorical one by its choices' positions); repeat for several, all must hold",
+    ),
+]
+
+
 @router.get("/campaigns/{campaign_id}/trials", operation_id="list_trials")
 def list_trials(
     campaign_id: int,
     service: ServiceDep,
     _: CanRead,
-    state: Annotated[list[d.TrialState] | None, Query(description="only these states")] = None,
+    state: TrialStates = None,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
-    sort: Annotated[
-        str,
-        Query(
-            max_length=300,
-            description="number, value, value_std, state, attempt, started_at, finished_at, duration (time ran), "
-            "agent (host) or param:NAME",
-        ),
-    ] = "number",
-    order: Annotated[Literal["asc", "desc"], Query()] = "asc",
-    range: Annotated[
-        list[str] | None,
-        Query(
-            max_length=300,
-            description="NAME:LOW:HIGH, NAME `value`, `values.K` (objective K of a multi-objective campaign, "
-            "K from 1) or a parameter (a categorical one by its choices' positions); repeat for several, all must hold",
-        ),
-    ] = None,
+    sort: TrialSort = "number",
+    order: TrialOrder = "asc",
+    range: TrialRanges = None,
 ) -> TrialPage:
     page = service.insights.table(
         campaign_id, state or (), offset, limit, sort, order == "desc", [_range(r) for r in range or []]
@@ -378,11 +385,18 @@ def export_campaign(
     format: Annotated[
         Literal["json", "csv"], Query(description="json: the re-importable document; csv: trials")
     ] = "json",
+    state: TrialStates = None,
+    sort: TrialSort = "number",
+    order: TrialOrder = "asc",
+    range: TrialRanges = None,
 ) -> Response:
+    """``format=csv``: the trials the table's ``state``, ``range``, ``sort`` and ``order``
+    select (every trial by number without them)."""
     if format == "csv":
         name = f"campaign-{campaign_id}-trials.csv"
+        ranges = [_range(r) for r in range or []]
         return Response(
-            service.insights.trials_csv(campaign_id),
+            service.insights.trials_csv(campaign_id, state or (), sort, order == "desc", ranges),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )

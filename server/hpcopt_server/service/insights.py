@@ -20,7 +20,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service.campaigns import front_ids
 from hpcopt_server.service.context import Context, campaign_or_404, revisions
-from hpcopt_server.service.limits import require_id, require_page, require_range
+from hpcopt_server.service.limits import MAX_PAGE, require_id, require_page, require_range
 from hpcopt_server.storage.repository import RESULT_SORTS, TRIAL_SORT_KEYS, Tx
 from hpcopt_server.storage.views import Listed, Running, Span
 
@@ -358,16 +358,36 @@ class InsightService:
             agents = tx.agents.hosts(s.agent_id for s in shown)
         return shown, len(spans), agents
 
-    def trials_csv(self, campaign_id: int) -> str:
-        """One row per trial: ids, state, attempt, value ± std, params, times, agent
-        (in one of the slots for costly reads, ``heavy.py``)."""
+    def trials_csv(
+        self,
+        campaign_id: int,
+        states: Iterable[d.TrialState] = (),
+        sort: str = "number",
+        descending: bool = False,
+        ranges: Sequence[tuple[str, float, float]] = (),
+    ) -> str:
+        """One row per trial that the table's ``states``, ``ranges`` and order select (all
+        by number by default): ids, state, attempt, value ± std, params, times, agent (in
+        one of the slots for costly reads, ``heavy.py``)."""
         with self.ctx.heavy.slot("CSV export"):
-            return self._trials_csv(campaign_id)
+            return self._trials_csv(campaign_id, list(states), sort, descending, ranges)
 
-    def _trials_csv(self, campaign_id: int) -> str:
+    def _trials_csv(
+        self,
+        campaign_id: int,
+        states: list[d.TrialState],
+        sort: str,
+        descending: bool,
+        ranges: Sequence[tuple[str, float, float]],
+    ) -> str:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
-            trials, _ = tx.trials.page(campaign_id, with_folds=False)
+        trials: list[d.Trial] = []
+        while True:  # the table's pages, so that the CSV holds what the table lists
+            page = self.table(campaign_id, states, len(trials), MAX_PAGE, sort, descending, ranges)
+            trials.extend(page.trials)
+            if not page.trials or len(trials) >= page.total:
+                break
         names = list(campaign.spec.get("space", {}))
         others = [metric for metric, _ in campaign.objectives[1:]]  # a multi-objective campaign's
         out = io.StringIO()

@@ -63,7 +63,7 @@ function writeState(id, st) {
  * after a redraw that took t ms the next waits t / LIVE_SHARE ms (the issue-65 target is
  * the page < 5% busy while a trial completes every 2 s, polls and tables included). */
 const storedShare = Number(localStorage.getItem("hpcopt.liveShare")); // a test's knob, as hpcopt.pollMs
-const LIVE_SHARE = storedShare >= 1e-4 && storedShare <= 1 ? storedShare : 0.025;
+const LIVE_SHARE = storedShare >= 1e-4 && storedShare <= 1 ? storedShare : 0.02;
 
 /** Whether a mouse button or a finger is down in the page: a live redraw waits for its
  * release (benchmarks/dashboard_open.py lost 2 of 7 drags on a categorical axis to
@@ -104,7 +104,7 @@ function layout(id) {
       el("div", { class: "note", text: "Best value per cell of a 20 × 20 grid over the two parameters, interpolated across empty cells; dots are trials." })),
     el("div", { class: "card analysis", id: "card-slices" }, el("h2", { text: "Slices: the value against each parameter" }), el("div", { id: "slices", class: "slices" })),
     el("div", { class: "card" }, el("div", { class: "row" }, el("h2", { text: "Trials" }), el("span", { class: "spacer" }), el("span", { id: "state-filter" }),
-      el("a", { id: "compare", class: "button" })),
+      el("a", { id: "compare", class: "button" }), el("button", { id: "export-table", text: "CSV of these trials", title: "every trial the table's state filter and brush select, in its order (all pages)" })),
       el("div", { id: "range-filter", class: "note" }),
       el("div", { class: "table-wrap" }, el("table", { id: "trials" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "pager" })),
     el("div", { class: "card", id: "card-timeline", hidden: true }, el("h2", { text: "Timeline" }), el("div", { id: "plot-timeline", class: "plot" }), el("div", { id: "timeline-note", class: "note" })),
@@ -224,24 +224,39 @@ export function campaignPage(id, query) {
     await nextFrame();
     redrawHistory();
   };
+  // The table's selection (state filter, brush) and order, every page of it, as CSV.
+  document.getElementById("export-table").addEventListener("click", () => {
+    const qs = new URLSearchParams(tableQuery());
+    qs.delete("offset");
+    qs.delete("limit");
+    download(`/campaigns/${id}/export?format=csv&${qs}`, `campaign-${id}-trials-selected.csv`);
+  });
   historyControls(st, () => { setState(); redrawHistory(); });
   renderStateFilter(st, () => { st.offset = 0; setState(); refreshTable(); });
 
+  let throughputDue = true; // the measurements change as folds finish: after a summary or agents change
   live(async (gen) => {
-    const c = await poll(`/campaigns/${id}`);
+    // The first poll reads the summary first (the table's query needs the space); later
+    // ones ask everything at once, so that a poll's changes reach the page in one task
+    // (one style, layout and paint; each costs the whole page's layers here).
+    const first = data.c ? null : await poll(`/campaigns/${id}`);
     if (gen !== session.generation) return false;
-    data.c = c.body;
-    if (c.changed) renderSummary(c.body);
+    if (first) data.c = first.body;
     const qs = tableQuery();
     // The plot data only when the plots may redraw: until then a new answer would be
     // parsed for nothing (1,000 points, on every completion of a live campaign).
     const plotsMay = !data.plot || performance.now() >= plots.next;
-    const [plot, page, agents, running, curves] = await Promise.all([
+    const none = { changed: false, body: null };
+    const [c, plot, page, agents, running, curves, throughput] = await Promise.all([
+      first || poll(`/campaigns/${id}`),
       plotsMay ? poll(`/campaigns/${id}/plot?max_points=1000`) : { changed: false, body: data.plot },
       poll(`/campaigns/${id}/trials?${qs}`),
       poll(`/campaigns/${id}/agents`), poll(`/campaigns/${id}/running`), poll(curvesPath()),
+      throughputDue ? poll(`/campaigns/${id}/throughput`).catch(() => none) : none,
     ]);
     if (gen !== session.generation) return false;
+    data.c = c.body;
+    if (c.changed) renderSummary(c.body);
     data.plot = plot.body;
     const empty = !plot.body.completed;
     if (c.changed || plot.changed) emptyState(id, c.body, empty);
@@ -250,8 +265,8 @@ export function campaignPage(id, query) {
       renderRunning(id, running.body, c.body);
       renderAgents(id, agents.body, data.numbers);
     }
-    // The measurements change as folds finish: read them again when the summary or the agents did.
-    if (c.changed || agents.changed) api(`/campaigns/${id}/throughput`).then((doc) => { if (here()) renderThroughput(doc); }, () => {});
+    if (throughput.changed) renderThroughput(throughput.body);
+    throughputDue = c.changed || agents.changed;
     // A pbt campaign's population changes as intervals complete (the summary's counts).
     if (c.changed && c.body.spec.algorithm.name === "pbt") api(`/campaigns/${id}/population`).then((doc) => { if (here()) renderPopulation(doc, c.body.spec, openTrial); }, () => {});
     // A sort, filter or page change made meanwhile has fetched and drawn its own table.

@@ -57,9 +57,9 @@ async function request(path, options = {}, conditional = false) {
   } catch (e) {
     throw new Disconnected(`the server does not answer (${e.message})`);
   }
-  if (res.status === 304 && cached) { connection(true); return { body: cached.body, changed: false }; }
+  if (res.status === 304 && cached) { answered(); return { body: cached.body, changed: false }; }
   if (res.status >= 502 && res.status <= 504) throw new Disconnected(`the server answered HTTP ${res.status}`);
-  connection(true);
+  answered();
   const text = await res.text();
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (_) { body = text; }
@@ -114,6 +114,14 @@ let paused = false;
 let lastUpdate = null;
 
 /** The status line in the top bar: updated at, paused (hidden tab), or disconnected. */
+/** An answer came: a lost connection shows as back at once; otherwise the "updated"
+ * time is written once per poll (live), not per answer (each write was a frame of its
+ * own: the whole page's style, layout and paint). */
+function answered() {
+  if (connected) lastUpdate = new Date();
+  else connection(true);
+}
+
 export function connection(ok, why = "") {
   connected = ok;
   if (ok) lastUpdate = new Date();
