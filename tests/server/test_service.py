@@ -243,6 +243,31 @@ def test_export_then_import_reproduces_the_campaign(service: Service) -> None:
     assert t2.number == 2
 
 
+def test_an_import_carries_no_value_that_is_not_a_result(service: Service) -> None:
+    """A document from an older SQLite server holds values on failed and running trials
+    and on open folds (migration 0011): the copy keeps the results and the value a pruned
+    trial reached, and drops the rest."""
+    campaign, agent = _start(service, budget={"max_trials": 3, "max_parallel": 3})
+    _, l1 = _acquire(service, agent, campaign)
+    _finish(service, l1, [1.0, 2.0, 3.0])
+    for _ in range(2):
+        _, lease = _acquire(service, agent, campaign)
+        service.agents.report_intermediate(lease, 0, 1, 0.5)
+    doc = service.export_campaign(campaign.id)
+    doc["trials"][1].update(state="FAILED", value=0.25, value_std=0.1)
+    doc["trials"][2].update(state="PRUNED", value=0.5)
+    for t in doc["trials"][1:]:
+        t["folds"] = [{"index": 0, "finished": False, "value": 2.28, "metrics": {}, "attempt": 1}]
+    copy = service.import_campaign(doc)
+    trials = service.campaigns.trials(copy.id)[0]
+    assert [(t.state, t.value, t.value_std) for t in trials] == [
+        (d.TrialState.COMPLETED, pytest.approx(2.0), pytest.approx(1.0)),
+        (d.TrialState.FAILED, None, None),
+        (d.TrialState.PRUNED, 0.5, None),
+    ]
+    assert [f.value for t in trials[1:] for f in t.folds] == [None, None]
+
+
 def test_import_rejects_a_damaged_document_and_stores_nothing(service: Service) -> None:
     campaign, _ = _start(service)
     doc = service.export_campaign(campaign.id)

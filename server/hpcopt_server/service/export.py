@@ -250,6 +250,10 @@ def import_campaign(
         c = tx.campaigns.insert(doc.campaign.name, spec, doc.campaign.created_at, submitted_at=now, created_by=creator)
         ids: dict[int, int] = {}
         for t in sorted(doc.trials, key=lambda t: t.number):
+            # Only a COMPLETED trial has a result and a PRUNED one the value it reached:
+            # the values an older SQLite server left on running and failed trials (and
+            # on open folds: below) are not carried over (migration 0011).
+            kept = t.state in (d.TrialState.COMPLETED, d.TrialState.PRUNED)
             # RUNNING (and the transient PREEMPTED) come back QUEUED: their lease is gone.
             new = tx.trials.insert(
                 c.id,
@@ -258,9 +262,9 @@ def import_campaign(
                 t.state if t.state.finished else d.TrialState.QUEUED,
                 t.created_at,
                 attempt=t.attempt,
-                value=t.value,
-                value_std=t.value_std,
-                values=t.values,
+                value=t.value if kept else None,
+                value_std=t.value_std if kept else None,
+                values=t.values if kept else None,
                 error=t.error,
                 started_at=t.started_at,
                 lineage=_imported(t.lineage, ids),
@@ -269,7 +273,8 @@ def import_campaign(
                 # A checkpoint URI names a file of the exporting server's agents and
                 # trials: never offered to an agent here (an unfinished fold of an
                 # imported trial trains from its start).
-                tx.trials.put_fold(new.id, d.Fold(f.index, f.finished, f.value, dict(f.metrics), "", f.attempt), now)
+                copied = d.Fold(f.index, f.finished, f.value if f.finished else None, dict(f.metrics), "", f.attempt)
+                tx.trials.put_fold(new.id, copied, now)
             # Held to the campaign's cap per fold, as reports are (hpcopt_server.curves).
             by_fold: dict[int, list[tuple[int, float]]] = {}
             for p in sorted(t.curves, key=lambda p: (p.fold, p.step)):

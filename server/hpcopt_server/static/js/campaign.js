@@ -565,7 +565,7 @@ function renderTrials(id, c, page, st, { onChange, onCurves }) {
  * sorts after every completed trial); nothing for the others. */
 function valueCell(t) {
   if (t.value === null || t.value === undefined) return el("td", { class: "num", text: "–" });
-  if (t.state !== "COMPLETED") return el("td", { class: "num nowrap reached", title: "the value it had reached when it was pruned: not a result, so it sorts after every completed trial", text: `${fmt(t.value)} when pruned` });
+  if (t.state !== "COMPLETED") return el("td", { class: "num nowrap reached", title: "the value it had reached when it stopped: not a result, so it sorts after every completed trial", text: `${fmt(t.value)} ${t.state === "PRUNED" ? "when pruned" : "(not a result)"}` });
   return el("td", { class: "num nowrap", text: t.value_std !== null && t.value_std !== undefined ? `${fmt(t.value)} ± ${fmt(t.value_std, 2)}` : fmt(t.value) });
 }
 
