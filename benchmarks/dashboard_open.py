@@ -4,7 +4,7 @@
         [--live-window 180] [--live-reps 7]
 
 Seeds a campaign like a real one: N completed trials with 5 folds each (1% of them
-diverged, loss 8 to 18; curves for the first 500), 5% pruned ones with their curves, 2%
+diverged, loss 1,000 to 10,000; curves for the first 500), 5% pruned ones with their curves, 2%
 failed ones with a traceback; over a log-scale, an integer and a categorical parameter.
 ``--running`` trials are held throughout by agents that heartbeat as real ones do and
 never finish. While it measures the interactions, one more trial completes every

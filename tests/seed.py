@@ -51,7 +51,7 @@ def seed_campaign(
 ) -> int:
     """A RUNNING campaign with ``completed`` COMPLETED trials (values from
     :func:`objective` plus noise, fold values and per-epoch curves for the first
-    ``curves_for``; a ``diverged`` share of them diverged, loss 8 to 18), ``pruned``
+    ``curves_for``; a ``diverged`` share of them diverged, loss 1,000 to 10,000), ``pruned``
     PRUNED trials (pruned at epoch 2 of fold 0, with their curve), ``failed`` FAILED
     trials with an error, and ``queued`` QUEUED ones. ``space``, ``draw`` and ``loss``
     replace :data:`SPACE`, :func:`draw_params` and :func:`objective`."""
@@ -83,7 +83,7 @@ def seed_campaign(
             started = t0 + timedelta(seconds=35 * (number // AGENTS))
             if number < completed:
                 # (No draw without divergence: a seed gives the campaign it always gave.)
-                base = rng.uniform(8, 18) if diverged and rng.random() < diverged else loss(params)
+                base = 10 ** rng.uniform(3, 4) if diverged and rng.random() < diverged else loss(params)
                 write_completed(
                     tx, cid, number, params, base, agent_id, started, folds, epochs if number < curves_for else 0, rng
                 )

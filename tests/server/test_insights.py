@@ -36,22 +36,6 @@ def test_plot_data_keeps_every_point_when_small_and_downsamples_big_campaigns(se
     assert service.insights.plot_data(big, max_points=200) == data, "the sample is stable between polls"
 
 
-@pytest.mark.parametrize("direction", ["minimize", "maximize"])
-def test_the_robust_limit_is_tukeys_far_fence_on_the_worse_side(direction: str) -> None:
-    from hpcopt_server.service.insights import robust_limit
-
-    s = 1.0 if direction == "minimize" else -1.0
-    values = sorted(s * v for v in [*[1.0 + k / 10 for k in range(40)], 1e6])
-    limit = robust_limit(values, direction)
-    q1, q3 = sorted(s * v for v in values)[10], sorted(s * v for v in values)[30]  # 2.0 and 4.0 (n = 41)
-    assert limit == pytest.approx(s * (q3 + 3 * (q3 - q1)))
-    assert robust_limit(values[:19], direction) is None, "fewer than 20 trials: every value"
-    assert robust_limit(sorted(s * (1.0 + k / 10) for k in range(40)), direction) is None, "nothing past it"
-    assert robust_limit([1.0] * 30 + [s * 9.0], direction) is None, "no spread: every value"
-    # The better side is never cut: a very good trial stays on the axis.
-    assert robust_limit(sorted([*values, s * -1e6]), direction) == pytest.approx(limit, rel=0.05)
-
-
 def test_plot_data_gives_each_objective_its_limit_and_lists_pruned_and_failed_trials(service: Any) -> None:
     cid = seed_campaign(service, name="robust", completed=300, pruned=7, failed=5, diverged=0.02, seed=3)
     data = service.insights.plot_data(cid, max_points=100)
@@ -59,7 +43,7 @@ def test_plot_data_gives_each_objective_its_limit_and_lists_pruned_and_failed_tr
     with service.ctx.storage.read() as tx:
         values = [v for _, _, v, _, _ in tx.results.completed_points(cid)]
     assert objective["limit"] is not None and objective["off_scale"] == sum(v > objective["limit"] for v in values)
-    assert objective["off_scale"] >= 1 and all(v >= 8 for v in values if v > objective["limit"]), "the diverged"
+    assert objective["off_scale"] >= 1 and all(v >= 1000 for v in values if v > objective["limit"]), "the diverged"
     assert objective["best"] == data["best"] and objective["edf"] == data["edf"]
     assert data["ended_total"] == 12 and len(data["ended"]) == 12
     assert {e["state"] for e in data["ended"]} == {"PRUNED", "FAILED"}

@@ -21,6 +21,7 @@ from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service.campaigns import front_ids
 from hpcopt_server.service.context import Context, campaign_or_404, revisions
 from hpcopt_server.service.limits import MAX_PAGE, require_id, require_page, require_range
+from hpcopt_server.service.robust import robust_limit
 from hpcopt_server.storage.repository import RESULT_SORTS, TRIAL_SORT_KEYS, Tx
 from hpcopt_server.storage.views import Listed, Running, Span
 
@@ -33,9 +34,6 @@ MAX_SPANS = 20_000
 EXTRA_SORT_KEYS = ("duration", "agent")
 #: Quantile points of the empirical distribution sent with the plot data.
 EDF_POINTS = 200
-#: The robust value axes (``robust_limit``): Tukey's far-out fence, from this many trials.
-ROBUST_FENCE = 3.0
-ROBUST_MIN_TRIALS = 20
 _COMPLETED = d.TrialState.COMPLETED.value
 
 
@@ -446,31 +444,6 @@ def _summary(rows: list[tuple[int, int, float]], direction: str) -> dict[str, An
     limit = robust_limit(values, direction)
     off = 0 if limit is None else sum(1 for v in values if sign * v > sign * limit)
     return {"best": best, "edf": _quantiles(values), "limit": limit, "off_scale": off}
-
-
-def robust_limit(values: list[float], direction: str) -> float | None:
-    """Where the dashboard's value axes stop by default: Tukey's far-out fence on the
-    worse side, Q3 + 3 * IQR when minimizing (Q1 - 3 * IQR when maximizing), quartiles
-    over every completed trial (``values`` sorted). None, axes over every value, when
-    fewer than 20 trials completed, the quartiles are equal, or nothing lies past it."""
-    n = len(values)
-    if n < ROBUST_MIN_TRIALS:
-        return None
-
-    def quartile(q: float) -> float:
-        at = q * (n - 1)
-        lo = math.floor(at)
-        return values[lo] + (values[min(lo + 1, n - 1)] - values[lo]) * (at - lo)
-
-    q1, q3 = quartile(0.25), quartile(0.75)
-    iqr = q3 - q1
-    if not iqr > 0:
-        return None
-    if direction == "minimize":
-        limit = q3 + ROBUST_FENCE * iqr
-        return limit if values[-1] > limit else None
-    limit = q1 - ROBUST_FENCE * iqr
-    return limit if values[0] < limit else None
 
 
 def _quantiles(values: list[float]) -> list[float]:

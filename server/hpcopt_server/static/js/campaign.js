@@ -352,7 +352,7 @@ function analysisControls(plot, v, st, redraw) {
   if (!limited(v) && !front.length) { box.replaceChildren(); return; }
   const toggle = el("label", { class: "check", title: "value axes over every trial, outliers included" },
     el("input", { type: "checkbox", id: "show-all", checked: st.view.all, onchange: (e) => { st.view.all = e.target.checked; redraw(); } }), " show every value");
-  const rule = v.direction === "maximize" ? "Q1 − 3 × IQR" : "Q3 + 3 × IQR";
+  const rule = `${v.direction === "maximize" ? "Q1 − 3 × IQR" : "Q3 + 3 × IQR"}, adjusted for skew`;
   const also = front.length ? `The Pareto front's ${front.map((o) => `${o.metric} axis stops at ${fmt(o.limit)} (${o.off_scale} past it)`).join(", ")}. ` : "";
   const text = st.view.all
     ? `Value axes span every trial${limited(v) ? `, the ${v.off_scale} past ${fmt(v.limit)} included` : ""}. `
