@@ -10,6 +10,7 @@ import { POLL_MS, session, poll, api, live, download, can, el, badge, fmt, fmtPa
 import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices, renderContour, renderEdf, renderImportance, renderTimeline, brushedIds, brushToRange, clearParcoords, forObjective, offScale } from "./plots.js";
 import { noteCard } from "./notes.js";
 import { populationCard, renderPopulation } from "./population.js";
+import { renderTableTools } from "./tabletools.js";
 
 // ------------------------------------------------------------ URL state ---
 
@@ -36,6 +37,7 @@ function readState(query) {
     contour: list("contour"),
     objective: Math.max(0, Math.floor(Number(q.get("objective"))) || 0), // the objective the analysis plots show
     importance: q.get("importance") === "permutation" ? "permutation" : "first-order",
+    hidden: list("hide"), // the trials table's hidden columns (tabletools.js)
   };
 }
 
@@ -54,6 +56,7 @@ function writeState(id, st) {
   if (st.contour.length === 2) q.set("contour", st.contour.join(","));
   if (st.objective) q.set("objective", st.objective);
   if (st.importance !== "first-order") q.set("importance", st.importance);
+  if (st.hidden.length) q.set("hide", st.hidden.join(","));
   const text = q.toString();
   const hash = `#/campaign/${id}${text ? `?${text}` : ""}`;
   if (location.hash !== hash) history.replaceState(null, "", hash);
@@ -105,7 +108,7 @@ function layout(id) {
     el("div", { class: "card analysis", id: "card-slices" }, el("h2", { text: "Slices: the value against each parameter" }), el("div", { id: "slices", class: "slices" })),
     el("div", { class: "card" }, el("div", { class: "row" }, el("h2", { text: "Trials" }), el("span", { class: "spacer" }), el("span", { id: "state-filter" }),
       el("a", { id: "compare", class: "button" }), el("button", { id: "export-table", text: "CSV of these trials", title: "every trial the table's state filter and brush select, in its order (all pages)" })),
-      el("div", { id: "range-filter", class: "note" }),
+      el("div", { id: "range-filter", class: "note" }), el("details", { id: "table-tools", class: "tools" }),
       el("div", { class: "table-wrap" }, el("table", { id: "trials" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "pager" })),
     el("div", { class: "card", id: "card-timeline", hidden: true }, el("h2", { text: "Timeline" }), el("div", { id: "plot-timeline", class: "plot" }), el("div", { id: "timeline-note", class: "note" })),
     el("div", { class: "card" }, el("h2", { text: "Agents" }), el("div", { class: "table-wrap" }, el("table", { id: "agents" }, el("thead"), el("tbody"))), el("div", { id: "agents-note", class: "note" })),
@@ -211,6 +214,7 @@ export function campaignPage(id, query) {
     st.offset = 0;
     setState();
     brushNote(st, clearBrush);
+    tools();
     await refreshTable();
     await nextFrame();
     redrawHistory();
@@ -219,10 +223,22 @@ export function campaignPage(id, query) {
     st.brush = {};
     setState();
     brushNote(st, clearBrush);
+    tools();
     clearParcoords();
     await refreshTable();
     await nextFrame();
     redrawHistory();
+  };
+  // Filters and columns above the table: a filter is the brush on that axis.
+  const tools = () => {
+    if (!data.c) return;
+    renderTableTools(data.c.spec.space, st, {
+      onFilter: async (brush) => {
+        await onBrush(brush);
+        if (here() && data.plot && data.plot.completed) { const v = pv(); renderParcoords(v, st.view, st.brush, onBrush); }
+      },
+      onColumns: () => { setState(); tools(); refreshTable(); },
+    });
   };
   // The table's selection (state filter, brush) and order, every page of it, as CSV.
   document.getElementById("export-table").addEventListener("click", () => {
@@ -256,7 +272,7 @@ export function campaignPage(id, query) {
     ]);
     if (gen !== session.generation) return false;
     data.c = c.body;
-    if (c.changed) renderSummary(c.body);
+    if (c.changed) { renderSummary(c.body); tools(); }
     data.plot = plot.body;
     const empty = !plot.body.completed;
     if (c.changed || plot.changed) emptyState(id, c.body, empty);
@@ -504,8 +520,10 @@ function renderStateFilter(st, onChange) {
 }
 
 function renderTrials(id, c, page, st, { onChange, onCurves }) {
-  const names = Object.keys(c.spec.space);
+  const shown = (key) => !st.hidden.includes(key); // the columns the reader did not hide
+  const names = Object.keys(c.spec.space).filter((n) => shown(`param:${n}`));
   const others = (c.spec.objectives || []).slice(1); // a multi-objective campaign's further objectives
+  const [withAttempt, withDuration, withAgent] = ["attempt", "duration", "agent"].map(shown);
   const desc = st.desc === null ? c.direction === "maximize" && st.sort === "value" : st.desc;
   const cur = { key: st.sort, desc };
   const onSort = (key) => {
@@ -517,21 +535,21 @@ function renderTrials(id, c, page, st, { onChange, onCurves }) {
     onChange();
   };
   const table = document.getElementById("trials");
-  const head = JSON.stringify([cur, names, others]);
+  const head = JSON.stringify([cur, names, others, st.hidden]);
   if (table.tHead.dataset.sig !== head) {
     table.tHead.dataset.sig = head;
     table.tHead.replaceChildren(el("tr", {}, el("th", { title: "show the learning curves of these trials", text: "curves" }),
       sortableHeader("#", "number", cur, onSort), sortableHeader("State", "state", cur, onSort),
       sortableHeader(c.metric, "value", cur, onSort, "num"),
       ...others.map((o) => el("th", { class: "num", title: `${o.direction} ${o.metric}: completed trials only (brush its axis on the parallel coordinates to filter)`, text: o.metric })),
-      sortableHeader("Attempt", "attempt", cur, onSort, "num"),
-      ...names.map((n) => sortableHeader(n, `param:${n}`, cur, onSort)), sortableHeader("Duration", "duration", cur, onSort, "num"), sortableHeader("Agent", "agent", cur, onSort)));
+      withAttempt && sortableHeader("Attempt", "attempt", cur, onSort, "num"),
+      ...names.map((n) => sortableHeader(n, `param:${n}`, cur, onSort)), withDuration && sortableHeader("Duration", "duration", cur, onSort, "num"), withAgent && sortableHeader("Agent", "agent", cur, onSort)));
   }
   const tbody = table.tBodies[0];
   if (!page.trials.length) {
-    tbody.replaceChildren(el("tr", {}, el("td", { colspan: 7 + names.length + others.length, class: "muted", text: Object.keys(st.brush).length || st.states.length ? "No trials match the filter." : "No trials yet." })));
+    tbody.replaceChildren(el("tr", {}, el("td", { colspan: 4 + withAttempt + withDuration + withAgent + names.length + others.length, class: "muted", text: Object.keys(st.brush).length || st.states.length ? "No trials match the filter." : "No trials yet." })));
   } else {
-    patchRows(tbody, page.trials, (t) => t.id, (t) => JSON.stringify([t.state, t.value, t.value_std, t.values, t.attempt, t.agent_host, t.agent_job, t.ran_seconds, t.running_since, st.curves.includes(t.number)]), (t) => el("tr", { "data-trial": t.id, "data-number": t.number },
+    patchRows(tbody, page.trials, (t) => t.id, (t) => JSON.stringify([t.state, t.value, t.value_std, t.values, t.attempt, t.agent_host, t.agent_job, t.ran_seconds, t.running_since, st.curves.includes(t.number), st.hidden]), (t) => el("tr", { "data-trial": t.id, "data-number": t.number },
       el("td", {}, el("input", { type: "checkbox", class: "pick", checked: st.curves.includes(t.number), title: "show its learning curves", onchange: (e) => {
         st.curves = e.target.checked ? [...st.curves.filter((n) => n !== t.number), t.number] : st.curves.filter((n) => n !== t.number);
         compareLink(id, st.curves);
@@ -539,11 +557,11 @@ function renderTrials(id, c, page, st, { onChange, onCurves }) {
       } })),
       el("td", { class: "nowrap" }, el("a", { href: `#/campaign/${id}/trial/${t.number}`, title: `trial id ${t.id}`, text: `#${t.number}` })), el("td", {}, badge(t.state)),
       valueCell(t), ...others.map((o, k) => el("td", { class: "num nowrap", text: t.state === "COMPLETED" && t.values && t.values.length > k + 1 ? fmt(t.values[k + 1]) : "–" })),
-      el("td", { class: "num", text: t.attempt }),
+      withAttempt && el("td", { class: "num", text: t.attempt }),
       ...names.map((n) => el("td", { class: "mono nowrap", text: t.params[n] === undefined ? "–" : fmtParam(c.spec.space[n], t.params[n]) })),
       // A running trial's clock ticks in its cell alone (refreshAgo): the row, and any
       // selection in it, stays.
-      el("td", { class: "num nowrap duration", ...clockAttrs(t) }), el("td", { class: "nowrap", title: t.agent_id || "", text: agentLabel(t.agent_host, t.agent_job) })));
+      withDuration && el("td", { class: "num nowrap duration", ...clockAttrs(t) }), withAgent && el("td", { class: "nowrap", title: t.agent_id || "", text: agentLabel(t.agent_host, t.agent_job) })));
   }
   compareLink(id, st.curves);
   const filter = Object.keys(st.brush).length ? `Filtered by the brush on ${Object.keys(st.brush).join(", ")}.` : "";
