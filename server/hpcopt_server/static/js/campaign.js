@@ -11,6 +11,7 @@ import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices
 import { noteCard } from "./notes.js";
 import { populationCard, renderPopulation } from "./population.js";
 import { renderTableTools } from "./tabletools.js";
+import { renderHypervolume, renderScatter, scatterPicker } from "./scatter.js";
 
 // ------------------------------------------------------------ URL state ---
 
@@ -38,6 +39,7 @@ function readState(query) {
     objective: Math.max(0, Math.floor(Number(q.get("objective"))) || 0), // the objective the analysis plots show
     importance: q.get("importance") === "permutation" ? "permutation" : "first-order",
     hidden: list("hide"), // the trials table's hidden columns (tabletools.js)
+    scatter: list("scatter"), // the scatter's x and y (scatter.js)
   };
 }
 
@@ -57,6 +59,7 @@ function writeState(id, st) {
   if (st.objective) q.set("objective", st.objective);
   if (st.importance !== "first-order") q.set("importance", st.importance);
   if (st.hidden.length) q.set("hide", st.hidden.join(","));
+  if (st.scatter.length === 2) q.set("scatter", st.scatter.join(","));
   const text = q.toString();
   const hash = `#/campaign/${id}${text ? `?${text}` : ""}`;
   if (location.hash !== hash) history.replaceState(null, "", hash);
@@ -94,7 +97,9 @@ function layout(id) {
     el("div", { class: "grid two analysis" },
       card("card-history", "Optimization history", {}, el("div", { class: "row controls", id: "history-controls" }), plotBox("plot-history"), el("div", { id: "history-note", class: "note" })),
       card("card-curves", "Learning curves", {}, el("div", { id: "curve-picker", class: "note" }), plotBox("plot-curves"))),
-    el("div", { class: "card analysis", id: "card-front", hidden: true }, el("h2", { text: "Pareto front" }), plotBox("plot-front"), el("div", { id: "front-note", class: "note" })),
+    el("div", { class: "card analysis", id: "card-front", hidden: true }, el("h2", { text: "Pareto front" }),
+      el("div", { class: "grid two" }, el("div", {}, plotBox("plot-front"), el("div", { id: "front-note", class: "note" })),
+        el("div", { id: "hypervolume" }, el("h3", { text: "Hypervolume by trial" }), plotBox("plot-hypervolume"), el("div", { id: "hypervolume-note", class: "note" })))),
     el("div", { class: "grid two analysis" },
       el("div", { class: "card", id: "card-importance" }, el("div", { class: "row" }, el("h2", { text: "Parameter importance" }), el("span", { class: "spacer" }),
         el("label", { class: "check" }, "method ", el("select", { id: "importance-method", title: "first-order: each parameter alone (binned variance shares); permutation: how much a surrogate model loses when the parameter is shuffled, interactions included" },
@@ -105,6 +110,8 @@ function layout(id) {
       el("div", { id: "plot-parcoords", class: "plot tall" })),
     el("div", { class: "card analysis", id: "card-contour" }, el("div", { class: "row" }, el("h2", { text: "Contour" }), el("span", { class: "spacer" }), el("span", { id: "contour-pick" })), plotBox("plot-contour"),
       el("div", { class: "note", text: "Best value per cell of a 20 × 20 grid over the two parameters, interpolated across empty cells; dots are trials." })),
+    el("div", { class: "card analysis", id: "card-scatter" }, el("div", { class: "row" }, el("h2", { text: "Scatter: any two quantities" }), el("span", { class: "spacer" }), el("span", { id: "scatter-pick", class: "controls" })),
+      plotBox("plot-scatter"), el("div", { id: "scatter-note", class: "note" })),
     el("div", { class: "card analysis", id: "card-slices" }, el("h2", { text: "Slices: the value against each parameter" }), el("div", { id: "slices", class: "slices" })),
     el("div", { class: "card" }, el("div", { class: "row" }, el("h2", { text: "Trials" }), el("span", { class: "spacer" }), el("span", { id: "state-filter" }),
       el("a", { id: "compare", class: "button" }), el("button", { id: "export-table", text: "CSV of these trials", title: "every trial the table's state filter and brush select, in its order (all pages)" })),
@@ -182,7 +189,8 @@ export function campaignPage(id, query) {
   const analysisSteps = () => {
     const v = pv();
     return [
-      ["history", redrawHistory], ["front", () => renderFront(data.plot, st.view, openTrial)],
+      ["history", redrawHistory], ["front", () => { renderFront(data.plot, st.view, openTrial); renderHypervolume(data.plot, st.view); }],
+      ["scatter", () => { scatterPicker(data.plot, st, () => { setState(); renderScatter(data.plot, pv(), st.view, st, openTrial); }); renderScatter(data.plot, v, st.view, st, openTrial); }],
       ["importance", redrawImportance],
       ["edf", () => renderEdf(v, st.view)], ["slices", () => renderSlices(v, st.view, openTrial)],
       ["contour", () => { contourPicker(v, st, () => { setState(); renderContour(pv(), st.view, st.contour[0], st.contour[1], openTrial); }); renderContour(v, st.view, st.contour[0], st.contour[1], openTrial); }],

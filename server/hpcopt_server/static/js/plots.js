@@ -39,7 +39,7 @@ const quantile = (sorted, q) => (sorted.length ? sorted[Math.min(sorted.length -
 const sign = (plot) => (plot.direction === "maximize" ? -1 : 1);
 
 /** Colour scale settings for values: the best end strong, the worst tenth all grey. */
-function valueColours(plot, values, bar) {
+export function valueColours(plot, values, bar) {
   const sorted = [...values].sort((a, b) => a - b);
   const lo = sorted[0], hi = sorted[sorted.length - 1];
   const minimize = plot.direction !== "maximize";

@@ -1,0 +1,69 @@
+"""A scatter of any two quantities and a multi-objective campaign's hypervolume by trial
+(issue 65, defect 9), in a real browser against a real server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hpcopt_server.service.agents import Lease
+from tests.conftest import make_spec
+from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    yield from seed_and_serve(tmp_path_factory, big=False)
+
+
+@pytest.fixture
+def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterator[Page]:
+    yield from make_page(browser, seeded.server.http_url, request)
+
+
+def _two_objectives(service: Any, values: list[tuple[float, float]]) -> int:
+    objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "latency", "direction": "minimize"}]
+    cid = service.campaigns.create(
+        make_spec(name="hv", folds=1, objectives=objectives, budget={"max_trials": len(values)})
+    ).id
+    agent = service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    for loss, latency in values:
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, loss, {"latency": latency})
+        service.agents.complete(lease)
+    return int(cid)
+
+
+def test_the_scatter_plots_any_two_quantities_and_keeps_them_in_the_url(page: Page, seeded: Seeded) -> None:
+    page.open(f"/campaign/{seeded.small}")
+    first = page.wait_plot("plot-scatter")[0]
+    assert len(first["x"]) == 60
+    page.page.select_option("#scatter-x", "param:width")
+    page.page.select_option("#scatter-y", "param:lr")
+    scatter = page.wait_plot("plot-scatter", "d => d[0].x.every(x => Number.isInteger(x))")[0]
+    body = page.page.evaluate(f"() => fetch('api/v1/campaigns/{seeded.small}/plot').then(r => r.json())")
+    want = {p["number"]: (p["params"]["width"], p["params"]["lr"]) for p in body["points"]}
+    got = {n: (x, y) for n, x, y in zip(scatter["customdata"], scatter["x"], scatter["y"], strict=True)}
+    assert got == want
+    assert page.page.evaluate("() => document.getElementById('plot-scatter').layout.yaxis.type") == "log"
+    assert "scatter=param%3Awidth%2Cparam%3Alr" in page.page.evaluate("() => location.hash")
+    page.page.reload()
+    page.wait_plot("plot-scatter", "d => d[0].x.every(x => Number.isInteger(x))")
+    assert page.page.locator("#scatter-x").input_value() == "param:width"
+
+
+def test_the_hypervolume_grows_with_each_trial_that_moves_the_front(page: Page, seeded: Seeded) -> None:
+    """Exact 2-D hypervolume against the worst values (no outliers here): (3, 3) alone
+    is 0; (1, 2) adds 2 x 1; (2, 1) adds 1 x 1; a dominated (2.5, 2.5) adds nothing."""
+    values = [(3.0, 3.0), (1.0, 2.0), (2.5, 2.5), (2.0, 1.0), *[(3.0, 3.0)] * 16]
+    cid = _two_objectives(seeded.service, values)
+    page.open(f"/campaign/{cid}")
+    hv = page.wait_plot("plot-hypervolume")[0]
+    assert hv["y"][:5] == pytest.approx([0.0, 2.0, 2.0, 3.0, 3.0])
+    assert hv["y"][-1] == pytest.approx(3.0)
+    assert "reference point (3, 3)" in page.page.inner_text("#hypervolume-note")
