@@ -1,15 +1,16 @@
 // hpcopt dashboard: a single page over the public REST API (/api/v1), no build step.
 // Pages: #/ campaigns, #/campaign/ID[?state], #/campaign/ID/trial/NUMBER,
-// #/campaign/ID/compare?trials=N,M[,…], #/trial/ID
+// #/campaign/ID/compare?trials=N,M[,…], #/campaigns/compare?ids=A,B[,…], #/trial/ID
 // (a global id: redirected), #/new. Views ask the server every 2 s whether anything
 // changed (ETag → 304) and redraw only what did; polling pauses in hidden tabs.
 "use strict";
 
-import { session, api, poll, live, can, askToken, el, badge, fmt, sortableHeader, patchRows, connection, forgetAnswers, unsaved, HttpError, Disconnected } from "./js/core.js";
+import { session, api, poll, live, can, askToken, el, badge, fmt, sortableHeader, patchRows, connection, forgetAnswers, unsaved, HttpError, Disconnected, MIN_COMPARED, MAX_COMPARED } from "./js/core.js";
 import { campaignPage, progress, chips, done, notFound } from "./js/campaign.js";
 import { trialPage, trialById } from "./js/trial.js";
 import { newPage } from "./js/newspec.js";
 import { comparePage } from "./js/compare.js";
+import { compareCampaignsPage } from "./js/campaigns_compare.js";
 
 const app = document.getElementById("app");
 
@@ -73,6 +74,7 @@ function route(event) {
   if ((m = path.match(/^#\/campaign\/(\d+)\/compare$/))) return comparePage(Number(m[1]), query || "");
   if ((m = path.match(/^#\/trial\/(\d+)$/))) return trialById(Number(m[1]));
   if (path === "#/new") return newPage();
+  if (path === "#/campaigns/compare") return compareCampaignsPage(query || "");
   if (path === "#/" || path === "#") return campaignsPage(query || "");
   return notFound("No such page.", `The dashboard has no page at ${path}: its pages are the campaign list, a campaign, a trial, a comparison of trials, and New campaign.`);
 }
@@ -122,11 +124,22 @@ function campaignsPage(query = "") {
   const states = el("select", { id: "campaign-state", "aria-label": "campaign state", onchange: (e) => { st.state = e.target.value; st.page = 0; changed(); } },
     ...[["", "every state"], ["RUNNING", "running"], ["COMPLETED", "completed"], ["CANCELLED", "cancelled"]].map(([v, t]) => el("option", { value: v, text: t, selected: v === st.state })));
   app.replaceChildren(el("h1", { text: "Campaigns" }), el("div", { class: "card" },
-    el("div", { class: "row controls" }, search, states, el("span", { id: "campaign-count", class: "muted" })),
+    el("div", { class: "row controls" }, search, states, el("span", { id: "campaign-count", class: "muted" }), el("span", { class: "spacer" }),
+      el("a", { id: "compare-campaigns", class: "button" })),
     el("div", { class: "table-wrap" }, el("table", { id: "campaigns" }, el("thead"), el("tbody"))), el("div", { class: "row pager", id: "campaign-pager" })));
   let rows = [];
   let total = 0;
   let shown = null; // the query whose rows the table shows
+  const picked = []; // campaigns ticked for Compare (2 to 4), in the order ticked
+  const compareLink = () => {
+    const a = document.getElementById("compare-campaigns");
+    const ok = picked.length >= MIN_COMPARED && picked.length <= MAX_COMPARED;
+    a.textContent = `Compare${picked.length ? ` (${picked.length})` : ""}`;
+    a.title = ok ? `campaigns ${picked.join(", ")} side by side` : `tick ${MIN_COMPARED} to ${MAX_COMPARED} campaigns to compare them`;
+    a.classList.toggle("off", !ok);
+    a.setAttribute("aria-disabled", String(!ok));
+    if (ok) a.href = `#/campaigns/compare?ids=${picked.join(",")}`; else a.removeAttribute("href");
+  };
   const render = () => {
     const s = { key: st.sort, desc: st.desc };
     const onSort = (key) => { st.desc = st.sort === key ? !st.desc : LIST_SORTS[key]; st.sort = key; st.page = 0; changed(); };
@@ -146,8 +159,13 @@ function campaignsPage(query = "") {
       table.tBodies[0].replaceChildren(el("tr", {}, el("td", { colspan: 8, class: "muted", text: filtered ? "No campaign matches." : "No campaigns yet. Submit one with `hpcopt submit` or New campaign." })));
       return;
     }
-    patchRows(table.tBodies[0], rows, (c) => c.id, (c) => JSON.stringify(c), (c) => el("tr", { "data-id": c.id },
-      el("td", { text: c.id }), el("td", {}, el("a", { href: `#/campaign/${c.id}`, text: c.name })), el("td", {}, badge(c.state)),
+    patchRows(table.tBodies[0], rows, (c) => c.id, (c) => JSON.stringify([c, picked.includes(c.id)]), (c) => el("tr", { "data-id": c.id },
+      el("td", { class: "nowrap" }, el("input", { type: "checkbox", class: "pick-campaign", checked: picked.includes(c.id), "aria-label": `compare campaign ${c.id}`, onchange: (e) => {
+        const at = picked.indexOf(c.id);
+        if (e.target.checked && at < 0) picked.push(c.id);
+        if (!e.target.checked && at >= 0) picked.splice(at, 1);
+        compareLink();
+      } }), ` ${c.id}`), el("td", {}, el("a", { href: `#/campaign/${c.id}`, text: c.name })), el("td", {}, badge(c.state)),
       el("td", { text: c.algorithm }), el("td", {}, progress(c)),
       bestCell(c),
       el("td", {}, chips(c.trial_counts)), el("td", { class: "num", text: c.live_agents })));
@@ -179,6 +197,7 @@ function campaignsPage(query = "") {
     if (st.page > 0 && !rows.length && total) { st.page = Math.max(0, Math.ceil(total / CAMPAIGN_PAGE) - 1); changed(); return true; }
     render();
     pager();
+    compareLink();
     return true;
   };
   live(load);
