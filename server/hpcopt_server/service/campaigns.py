@@ -111,7 +111,7 @@ class CampaignService:
         ``states`` (all when empty), by ``sort`` (CAMPAIGN_SORT_KEYS; newest first by
         default), and how many match."""
         require_page(offset, limit, MAX_CAMPAIGN_PAGE)
-        require_safe_text("name", name, MAX_HOST)
+        require_safe_text("q", name, MAX_HOST)  # REST's query parameter
         if sort not in CAMPAIGN_SORT_KEYS:
             allowed = ", ".join(CAMPAIGN_SORT_KEYS)
             raise InvalidArgument(f"sort must be one of {allowed}, got {sort[:100]!r}", [("sort", f"one of {allowed}")])
