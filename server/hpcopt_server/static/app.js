@@ -6,7 +6,7 @@
 "use strict";
 
 import { session, api, poll, live, can, askToken, el, badge, fmt, sortableHeader, patchRows, connection, forgetAnswers, unsaved, HttpError, Disconnected, MIN_COMPARED, MAX_COMPARED } from "./js/core.js";
-import { campaignPage, progress, chips, done, notFound } from "./js/campaign.js";
+import { campaignPage, progress, chips, notFound } from "./js/campaign.js";
 import { trialPage, trialById } from "./js/trial.js";
 import { newPage } from "./js/newspec.js";
 import { comparePage } from "./js/compare.js";
@@ -115,7 +115,8 @@ function campaignsPage(query = "") {
     if (st.state) q.set("state", st.state);
     if (st.sort !== "id" || !st.desc) { q.set("sort", st.sort); q.set("order", st.desc ? "desc" : "asc"); }
     if (st.page) q.set("page", st.page + 1);
-    history.replaceState(null, "", `#/${q.size ? `?${q}` : ""}`);
+    const text = q.toString();
+    history.replaceState(null, "", `#/${text ? `?${text}` : ""}`);
   };
   const changed = () => { write(); session.refresh(); };
   let typing = null;

@@ -5,7 +5,7 @@
 
 import { session, poll, live, el, badge, fmt, MIN_COMPARED, MAX_COMPARED } from "./core.js";
 import { draw, colour, plain } from "./plots.js";
-import { notFound } from "./campaign.js";
+import { done, notFound } from "./campaign.js";
 
 const app = document.getElementById("app");
 
@@ -46,7 +46,6 @@ function render(campaigns) {
   const head = el("tr", {}, el("th", { text: "" }), ...campaigns.map(({ c }, i) => el("th", {},
     el("span", { class: "swatch", style: `background:${colour(i)}` }), el("a", { href: `#/campaign/${c.id}`, text: `${c.name} (${c.id})` }))));
   const row = (label, cells) => el("tr", {}, el("th", { text: label }), ...cells.map((v) => (v instanceof Node ? el("td", {}, v) : el("td", { class: "mono", text: v }))));
-  const done = (c) => ["COMPLETED", "PRUNED", "FAILED", "CANCELLED"].reduce((n, s) => n + (c.trial_counts[s] || 0), 0);
   document.getElementById("campaigns-compared").replaceChildren(el("div", { class: "table-wrap" }, el("table", { id: "compared-campaigns" }, el("thead", {}, head), el("tbody", {},
     row("state", campaigns.map(({ c }) => badge(c.state))),
     row("objective", campaigns.map(({ c }) => (c.spec.objectives || [c.spec.objective]).map((o) => `${o.direction} ${o.metric}`).join(", "))),
