@@ -256,7 +256,7 @@ export function logAxis(lo, hi) {
 
 /** A parameter's value in its parallel-coordinates axis's units: a choice's position,
  * a log parameter's log10, or the value. */
-const axisValue = (spec, v) => (spec.type === "categorical" ? spec.choices.map(String).indexOf(String(v)) : spec.scale === "log" ? Math.log10(v) : v);
+export const axisValue = (spec, v) => (spec.type === "categorical" ? spec.choices.map(String).indexOf(String(v)) : spec.scale === "log" ? Math.log10(v) : v);
 
 /** Parallel coordinates draw tick text as plain text (no markup, no entities), unlike
  * their labels and every other plot: the choices go in as they are. */

@@ -4,16 +4,16 @@
 "use strict";
 
 import { el, fmtParam } from "./core.js";
-import { brushToRange } from "./plots.js";
+import { axisValue, brushToRange } from "./plots.js";
 
 /** Columns the reader may hide (st.hidden, `hide=` in the URL): the parameters, attempt,
  * duration and agent; the number, state and value always show. */
 export const hideable = (space) => [...Object.keys(space).map((n) => [`param:${n}`, n]), ["attempt", "Attempt"], ["duration", "Duration"], ["agent", "Agent"]];
 
-/** A filter's bounds in the parameter's units as the brush's axis units. */
+/** A filter's bounds (a log parameter's values, or choice positions) as the brush's axis units. */
 function toAxis(spec, lo, hi) {
   if (spec.type === "categorical") return [lo - 0.25, hi + 0.25]; // a band the plot can draw around the choice
-  return spec.scale === "log" ? [Math.log10(lo), Math.log10(hi)] : [lo, hi];
+  return [axisValue(spec, lo), axisValue(spec, hi)];
 }
 
 /** The inputs show the brush (st.brush): a select its choice, a range its bounds in the
