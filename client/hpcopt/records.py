@@ -34,6 +34,8 @@ class CampaignState(_Named):
     RUNNING = "RUNNING"
     COMPLETED = "COMPLETED"
     CANCELLED = "CANCELLED"
+    #: Hands out no new trial (agents wait) while the running ones go on; resumable.
+    PAUSED = "PAUSED"
 
 
 class TrialState(_Named):

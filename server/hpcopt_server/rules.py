@@ -123,9 +123,14 @@ def room_to_acquire(
     return Room(resume, new)
 
 
+#: The states a campaign's budget can still run in: a PAUSED one starts no trial, but
+#: its running trials go on, and it ends as COMPLETED once its budget has finished.
+OPEN_STATES = (d.CampaignState.RUNNING, d.CampaignState.PAUSED)
+
+
 def campaign_done(state: d.CampaignState, finished: int, max_trials: int) -> bool:
-    """A RUNNING campaign is COMPLETED once its budget of trials has finished."""
-    return state == d.CampaignState.RUNNING and finished >= max_trials
+    """A RUNNING (or PAUSED) campaign is COMPLETED once its budget of trials has finished."""
+    return state in OPEN_STATES and finished >= max_trials
 
 
 def requeued_or_failed(attempt: int, max_attempts: int) -> d.TrialState:

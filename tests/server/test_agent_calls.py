@@ -139,6 +139,34 @@ def test_acquire_stops_at_the_budget_and_says_done_when_the_campaign_is_over(svc
     assert _calls(svc).acquire(999_999, agents, NOW, LATER, _suggest(svc)) is None
 
 
+def test_acquire_and_completion_read_the_budget_under_the_lock_not_the_cached_spec(svc: Service) -> None:
+    c = _campaign(svc, max_trials=1, max_parallel=10)
+    agents = _agents(svc, 3)
+    got = _acquire(svc, c.id, agents)  # caches the spec: max_trials 1
+    assert [isinstance(g, d.Trial) for g in got] == [True, False, False]
+    svc.steering.raise_budget(c.id, 3)  # the spec changes in SQL only
+    more = _acquire(svc, c.id, agents[1:])
+    assert [g.number for g in more if isinstance(g, d.Trial)] == [1, 2]
+    for g, agent in zip([got[0], *more], agents, strict=True):
+        assert isinstance(g, d.Trial)
+        lease = L(agent, g.id, g.lease_id)
+        for fold in range(c.folds):
+            assert isinstance(_calls(svc).finish_fold(lease, fold, 0.5, {}, "", NOW, LATER), FoldDone)
+        _calls(svc).complete(lease, NOW)
+        done = svc.campaigns.get(c.id).campaign.state == d.CampaignState.COMPLETED
+        assert done == (g.number == 2), g.number  # not at the cached budget's end
+    assert _acquire(svc, c.id, agents[:1]) == [DONE]
+
+
+def test_a_paused_campaign_answers_wait_and_takes_no_number(svc: Service) -> None:
+    c = _campaign(svc, max_trials=5)
+    agents = _agents(svc, 2)
+    svc.steering.pause(c.id)
+    assert _acquire(svc, c.id, agents) == [WAIT, WAIT]
+    svc.steering.resume(c.id)
+    assert [g.number for g in _acquire(svc, c.id, agents) if isinstance(g, d.Trial)] == [0, 1]
+
+
 def test_a_queued_trial_resumes_first_with_its_folds_and_attempt(svc: Service) -> None:
     c, lease = _leased(svc, max_parallel=1)
     calls = _calls(svc)

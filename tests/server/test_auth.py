@@ -41,6 +41,10 @@ REST = [
     ("GET", "/api/v1/campaigns/{cid}/throughput", "read"),
     ("GET", "/api/v1/campaigns/{cid}/population", "read"),
     ("POST", "/api/v1/campaigns/validate", "read"),
+    ("POST", "/api/v1/campaigns/{cid}/trials/{number}/stop", "submit"),
+    ("POST", "/api/v1/campaigns/{cid}/pause", "submit"),
+    ("POST", "/api/v1/campaigns/{cid}/resume", "submit"),
+    ("POST", "/api/v1/campaigns/{cid}/budget", "submit"),
     ("POST", "/api/v1/campaigns/{cid}/cancel", "submit"),
     ("GET", "/api/v1/trials/{tid}", "read"),
     ("GET", "/api/v1/campaigns/{cid}/note", "read"),
@@ -79,6 +83,7 @@ def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[st
         "/api/v1/campaigns": make_spec(),
         "/api/v1/campaigns/import": export,
         "/api/v1/campaigns/validate": make_spec(),
+        "/api/v1/campaigns/{cid}/budget": {"max_trials": 1000},
     }
     documented = {
         (m.upper(), p)

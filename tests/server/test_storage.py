@@ -98,6 +98,7 @@ class TestUnitOfWork:
             lambda tx: tx.trials.finish(999, d.TrialState.FAILED, NOW),
             lambda tx: tx.campaigns.set_state(999, d.CampaignState.CANCELLED, NOW),
             lambda tx: tx.campaigns.set_next_number(999, 3),
+            lambda tx: tx.campaigns.set_spec(999, make_spec()),
             lambda tx: tx.tokens.revoke(999, NOW),
         ]
         for change in changes:
@@ -128,6 +129,11 @@ class TestCampaigns:
             locked = tx.campaigns.lock(c.id)
         assert locked is not None and locked.trials_created == 7
         assert locked.state == d.CampaignState.CANCELLED and locked.finished_at == LATER
+        with storage.write() as tx:
+            tx.campaigns.set_spec(c.id, {**c.spec, "budget": {"max_trials": 12, "max_parallel": 4}})
+        with storage.read() as tx:
+            got = tx.campaigns.get(c.id)
+        assert got is not None and got.max_trials == 12 and got.spec["space"] == c.spec["space"]
 
     def test_submissions_count_the_tokens_own_campaigns_since_a_time(self, storage: Storage) -> None:
         with storage.write() as tx:
@@ -284,13 +290,13 @@ class TestFinishing:
         p = {"cid": c.id, "aid": "a1", "lid": "l1", "now": NOW, "now2": NOW, "exp": NOW}
         done = {"value": 0.25, "std": 0.0, "values": None}
         with storage.write() as tx:
-            assert storage.finishing.take(tx.connection(), c.id) == (1, "RUNNING")
+            assert storage.finishing.take(tx.connection(), c.id) == (1, "RUNNING", 10)
             tx.trials.finish(lost.id, d.TrialState.FAILED, NOW)  # 2
         with pytest.raises(_RolledBack), storage.write() as tx:
             assert storage.finishing.complete(tx.connection(), {**p, **done, "tid": lost.id}) is None
             raise _RolledBack  # as the agents' completion does: the number taken is not spent
         with storage.write() as tx:
-            assert storage.finishing.complete(tx.connection(), {**p, **done, "tid": held.id}) == (3, "RUNNING")
+            assert storage.finishing.complete(tx.connection(), {**p, **done, "tid": held.id}) == (3, "RUNNING", 10)
         with storage.read() as tx:
             got = tx.trials.get(held.id)
         assert got is not None and (got.state, got.value, got.finish_seq) == ("COMPLETED", 0.25, 3)

@@ -30,6 +30,8 @@ class _CampaignStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Campaig
     CAMPAIGN_STATE_RUNNING: _CampaignState.ValueType  # 1
     CAMPAIGN_STATE_COMPLETED: _CampaignState.ValueType  # 2
     CAMPAIGN_STATE_CANCELLED: _CampaignState.ValueType  # 3
+    CAMPAIGN_STATE_PAUSED: _CampaignState.ValueType  # 4
+    """No new trial is handed out (agents wait) while the running ones go on."""
 
 class CampaignState(_CampaignState, metaclass=_CampaignStateEnumTypeWrapper): ...
 
@@ -37,6 +39,8 @@ CAMPAIGN_STATE_UNSPECIFIED: CampaignState.ValueType  # 0
 CAMPAIGN_STATE_RUNNING: CampaignState.ValueType  # 1
 CAMPAIGN_STATE_COMPLETED: CampaignState.ValueType  # 2
 CAMPAIGN_STATE_CANCELLED: CampaignState.ValueType  # 3
+CAMPAIGN_STATE_PAUSED: CampaignState.ValueType  # 4
+"""No new trial is handed out (agents wait) while the running ones go on."""
 Global___CampaignState: _TypeAlias = CampaignState  # noqa: Y015
 
 class _TrialState:

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from hpcopt import __version__
 from hpcopt.documents import clip
 from hpcopt_server import errors as e
-from hpcopt_server.api import notes
+from hpcopt_server.api import notes, steering
 from hpcopt_server.api.deps import CanRead, etag_matches
 from hpcopt_server.api.routes import router
 from hpcopt_server.metrics import Metrics
@@ -128,6 +128,7 @@ def create_app(
 
     app.include_router(router)
     app.include_router(notes.router)
+    app.include_router(steering.router)
     dashboard = dashboard_dir or default_dashboard_dir()
     if dashboard is not None:
         app.mount("/", StaticFiles(directory=dashboard, html=True), name="dashboard")

@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from hpcopt_server import domain as d
+from hpcopt_server.rules import OPEN_STATES
 from hpcopt_server.service.agents import AgentService
 from hpcopt_server.service.analysis import AnalysisService
 from hpcopt_server.service.campaigns import CampaignService
@@ -22,6 +23,7 @@ from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.service.notes import NoteService
 from hpcopt_server.service.population import PopulationService
 from hpcopt_server.service.reaper import LeaseReaper
+from hpcopt_server.service.steering import SteeringService
 from hpcopt_server.service.throughput import ThroughputService
 from hpcopt_server.service.tokens import TokenService
 from hpcopt_server.storage.repository import Storage
@@ -49,6 +51,7 @@ class Service:
         self.notes = NoteService(self.ctx)
         self.throughput = ThroughputService(self.ctx)
         self.population = PopulationService(self.ctx)
+        self.steering = SteeringService(self.ctx)
         self.reaper = LeaseReaper(self.ctx, reap_interval)
 
     def warm_optimizers(self) -> threading.Thread:
@@ -59,7 +62,7 @@ class Service:
             offset = 0
             while True:
                 page, total = tx.campaigns.page(offset, 500)
-                running += [c for c in page if c.state == d.CampaignState.RUNNING]
+                running += [c for c in page if c.state in OPEN_STATES]
                 offset += len(page)
                 if not page or offset >= total:
                     break

@@ -35,6 +35,7 @@ from hpcopt.checkpoints import CheckpointRefused, check_reported
 from hpcopt.documents import clip
 from hpcopt.planner import Point
 from hpcopt_server import domain as d
+from hpcopt_server import rules
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ServiceError
 from hpcopt_server.pruners import Verdict
 from hpcopt_server.rules import Refusal
@@ -204,7 +205,7 @@ class AgentService:
                 found, _ = measured(tx, campaign)
         finished = sum(n for state, n in counts.items() if d.TrialState(state).finished)
         running = counts.get(d.TrialState.RUNNING, 0)
-        done = campaign.state != d.CampaignState.RUNNING or finished >= campaign.max_trials
+        done = campaign.state not in rules.OPEN_STATES or finished >= campaign.max_trials
         unstarted = 0 if done else max(0, campaign.max_trials - finished - running)
         parallel = (campaign.spec.get("budget") or {}).get("max_parallel") or 0
         return QueueState(unstarted, running, int(parallel), done, tuple(p.as_dict() for p in found))

@@ -15,6 +15,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded
 from hpcopt_server.optimizers.pareto import losses, nondominated
 from hpcopt_server.pruners import make_pruner
+from hpcopt_server.rules import OPEN_STATES
 from hpcopt_server.service.context import Context, campaign_or_404, revisions_in
 from hpcopt_server.service.limits import MAX_HOST, RequestLimits, require_id, require_page, require_safe_text
 from hpcopt_server.service.suggestions import make_optimizer, option_field
@@ -174,14 +175,15 @@ class CampaignService:
             return tx.agents.registered(campaign_id)
 
     def cancel(self, campaign_id: int) -> d.CampaignSummary:
-        """Cancels a RUNNING campaign: its queued and running trials become CANCELLED
-        (agents learn it from their next heartbeat)."""
+        """Cancels a RUNNING or PAUSED campaign: its queued and running trials become
+        CANCELLED (agents learn it from their next heartbeat)."""
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             campaign = campaign_or_404(tx, campaign_id, lock=True)
-            if campaign.state != d.CampaignState.RUNNING:
+            if campaign.state not in OPEN_STATES:
                 raise FailedPrecondition(
-                    f"campaign {campaign_id} is {campaign.state.value}; only a RUNNING campaign can be cancelled"
+                    f"campaign {campaign_id} is {campaign.state.value}; only a RUNNING or PAUSED campaign can be "
+                    "cancelled"
                 )
             for trial_id in tx.trials.unfinished_ids(campaign_id):
                 # The lease stays, so a holder's next heartbeat learns of the cancel.

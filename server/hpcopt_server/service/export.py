@@ -295,7 +295,9 @@ def import_campaign(
         tx.campaigns.set_next_number(c.id, max(numbers, default=-1) + 1)
         if doc.campaign.note:
             tx.notes.save(c.id, None, doc.campaign.note, 0, now, creator_name)
-        if doc.campaign.state != d.CampaignState.RUNNING:
+        if doc.campaign.state == d.CampaignState.PAUSED:
+            tx.campaigns.set_state(c.id, doc.campaign.state, None)
+        elif doc.campaign.state != d.CampaignState.RUNNING:
             tx.campaigns.set_state(c.id, doc.campaign.state, doc.campaign.finished_at or now)
         out = tx.campaigns.get(c.id)
     assert out is not None

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Entry:
     optimizer: Optimizer
+    budget: Any  # the spec's budget it was built for: a raised budget rebuilds it
     seen_seq: int = 0  # the highest trials.finish_seq fed to observe()
 
 
@@ -115,13 +116,13 @@ class OptimizerCache:
             building.wait(timeout=600)
         with self._lock:
             entry = self._entries.get(campaign.id)
-            if entry is None:
+            if entry is None or entry.budget != campaign.spec.get("budget"):
                 entry = self._entries[campaign.id] = self._new_entry(tx, campaign)
             return entry
 
     @staticmethod
     def _new_entry(tx: Tx, campaign: d.Campaign) -> _Entry:
-        entry = _Entry(build_optimizer(campaign))
+        entry = _Entry(build_optimizer(campaign), campaign.spec.get("budget"))
         # Earlier campaigns' trials first (warm_start), then this one's.
         warm = warm_trials(tx, campaign)
         if warm:

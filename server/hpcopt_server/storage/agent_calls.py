@@ -211,11 +211,14 @@ class AgentCalls:
             if campaign is None:
                 return None
             asking = len(agents)
-            state, first, finished = self._take_numbers(c, campaign_id, asking)  # the campaign lock, to the commit
+            # The campaign lock, to the commit.
+            state, first, finished, budget = self._take_numbers(c, campaign_id, asking)
+            if budget != campaign.spec.get("budget"):  # raised since it was cached
+                campaign = self._reload(c, campaign_id)
             running, queued = (int(n or 0) for n in c.execute(S.ACTIVE, {"cid": campaign_id}).one())
             if state != d.CampaignState.RUNNING:
                 c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first})
-                return [DONE] * asking
+                return [WAIT if state == d.CampaignState.PAUSED else DONE] * asking
             room = rules.room_to_acquire(
                 asking=asking,
                 running=running,
@@ -309,9 +312,9 @@ class AgentCalls:
             taken = self.storage.finishing.complete(c, {**p, **done})
             if taken is None:
                 raise _Rollback
-            seq, state = taken
+            seq, state, max_trials = taken
             c.execute(S.EVENT, _event(trial.id, trial.attempt, "completed", lease.agent_id, now))
-            if rules.campaign_done(d.CampaignState(state), seq, campaign.max_trials):
+            if rules.campaign_done(d.CampaignState(state), seq, max_trials):
                 tx.campaigns.set_state(campaign.id, d.CampaignState.COMPLETED, now)
             return _completed(trial, summary, now, seq)
 
@@ -420,6 +423,13 @@ class AgentCalls:
                 self._campaigns[campaign_id] = found
         return found
 
+    def _reload(self, c: Connection, campaign_id: int) -> d.Campaign:
+        """The campaign read again, and cached in place of the spec it replaces."""
+        found = mapping.campaign(c.execute(S.CAMPAIGN, {"cid": campaign_id}).one())
+        with self._lock:
+            self._campaigns[campaign_id] = found
+        return found
+
     def agent_token(self, agent_id: str) -> tuple[bool, int | None]:
         """(registered?, the id of the token that registered it)."""
         with self.storage.read() as tx:
@@ -471,16 +481,16 @@ class AgentCalls:
         S.run(c, q, p)
         return str(c.execute(S.FOLD_CHECKPOINT, p).scalar())
 
-    def _take_numbers(self, c: Connection, campaign_id: int, k: int) -> tuple[str, int, int]:
+    def _take_numbers(self, c: Connection, campaign_id: int, k: int) -> tuple[str, int, int, Any]:
         """Takes the campaign's row lock and the next ``k`` trial numbers: (state, the
-        first number, trials finished)."""
+        first number, trials finished, the spec's budget now)."""
         p = {"cid": campaign_id, "k": k}
         if self.returning:
             row = S.run(c, S.TAKE_NUMBERS, p).one()
         else:
             S.run(c, S.TAKE_NUMBERS_PLAIN, p)
             row = c.execute(S.NUMBERS, p).one()
-        return str(row[0]), int(row[1]) - k, int(row[2])
+        return str(row[0]), int(row[1]) - k, int(row[2]), row[3]
 
     def _queued(self, c: Connection, campaign_id: int, k: int) -> list[int]:
         return [int(r[0]) for r in c.execute(S.QUEUED_IDS, {"cid": campaign_id, "k": k})] if k else []

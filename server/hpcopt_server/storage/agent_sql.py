@@ -87,12 +87,15 @@ RESUME = (
 QUEUED_IDS = select(T.c.id).where(T.c.campaign_id == _p("cid"), T.c.state == QUEUED).order_by(T.c.id).limit(_p("k"))
 
 TAKE_NUMBERS_PLAIN = update(C).where(C.c.id == _p("cid")).values(next_number=C.c.next_number + _p("k"))
-TAKE_NUMBERS = TAKE_NUMBERS_PLAIN.returning(C.c.state, C.c.next_number, C.c.finished_count)
-NUMBERS = select(C.c.state, C.c.next_number, C.c.finished_count).where(C.c.id == _p("cid"))
+# The budget is read with the counters, under the campaign's lock: it can be raised
+# while the campaign runs (service/steering.py), so a cached spec may be older.
+_BUDGET = C.c.spec["budget"]
+TAKE_NUMBERS = TAKE_NUMBERS_PLAIN.returning(C.c.state, C.c.next_number, C.c.finished_count, _BUDGET)
+NUMBERS = select(C.c.state, C.c.next_number, C.c.finished_count, _BUDGET).where(C.c.id == _p("cid"))
 SET_NEXT_NUMBER = update(C).where(C.c.id == _p("cid")).values(next_number=_p("n"))
 COUNT_FINISHED_PLAIN = update(C).where(C.c.id == _p("cid")).values(finished_count=C.c.finished_count + 1)
-COUNT_FINISHED = COUNT_FINISHED_PLAIN.returning(C.c.finished_count, C.c.state)
-FINISHED_COUNT = select(C.c.finished_count, C.c.state).where(C.c.id == _p("cid"))
+COUNT_FINISHED = COUNT_FINISHED_PLAIN.returning(C.c.finished_count, C.c.state, _BUDGET)
+FINISHED_COUNT = select(C.c.finished_count, C.c.state, _BUDGET).where(C.c.id == _p("cid"))
 CAMPAIGN = select(C).where(C.c.id == _p("cid"))
 
 ACTIVE = select(func.count().filter(T.c.state == RUNNING), func.count().filter(T.c.state == QUEUED)).where(
@@ -283,9 +286,11 @@ SELECT t.campaign_id, t.attempt, f.checkpoint_uri FROM t CROSS JOIN f""").bindpa
 PG_COMPLETE = text(f"""
 WITH c AS (
   UPDATE campaigns SET finished_count = finished_count + 1,
-    state = CASE WHEN state = 'RUNNING' AND finished_count + 1 >= (spec -> 'budget' ->> 'max_trials')::int
+    state = CASE WHEN state IN ('RUNNING', 'PAUSED')
+                  AND finished_count + 1 >= (spec -> 'budget' ->> 'max_trials')::int
                  THEN 'COMPLETED' ELSE state END,
-    finished_at = CASE WHEN state = 'RUNNING' AND finished_count + 1 >= (spec -> 'budget' ->> 'max_trials')::int
+    finished_at = CASE WHEN state IN ('RUNNING', 'PAUSED')
+                        AND finished_count + 1 >= (spec -> 'budget' ->> 'max_trials')::int
                        THEN :now ELSE finished_at END
   WHERE id = :cid AND EXISTS (SELECT 1 FROM trials WHERE {_HELD})
   RETURNING finished_count),

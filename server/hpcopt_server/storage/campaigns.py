@@ -105,6 +105,11 @@ class CampaignStore(Store):
         q = update(m.CampaignRow).where(m.CampaignRow.id == campaign_id)
         must(self.s.execute(q.values(state=state, finished_at=finished_at)).rowcount, f"campaign {campaign_id}")  # type: ignore[attr-defined]
 
+    def set_spec(self, campaign_id: int, spec: dict[str, Any]) -> None:
+        """Replaces the campaign's spec (a raised budget); KeyError if there is no such campaign."""
+        q = update(m.CampaignRow).where(m.CampaignRow.id == campaign_id).values(spec=spec)
+        must(self.s.execute(q).rowcount, f"campaign {campaign_id}")  # type: ignore[attr-defined]
+
     def set_next_number(self, campaign_id: int, number: int) -> None:
         """The number the campaign's next new trial gets; KeyError if there is no such campaign."""
         q = update(m.CampaignRow).where(m.CampaignRow.id == campaign_id).values(next_number=number)

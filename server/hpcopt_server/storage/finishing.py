@@ -33,35 +33,35 @@ class Finishing:
     def __init__(self, returning: bool):
         self.returning = returning
 
-    def take(self, c: Connection, campaign_id: int) -> tuple[int, str]:
+    def take(self, c: Connection, campaign_id: int) -> tuple[int, str, int]:
         """Takes the campaign's row lock (to the commit) and its next finish number:
-        (number, the campaign's state)."""
+        (number, the campaign's state, its budget's ``max_trials`` now)."""
         p = {"cid": campaign_id}
         if self.returning:
             row = S.run(c, S.COUNT_FINISHED, p).one()
         else:
             S.run(c, S.COUNT_FINISHED_PLAIN, p)
             row = c.execute(S.FINISHED_COUNT, p).one()
-        return int(row[0]), str(row[1])
+        return int(row[0]), str(row[1]), int(row[2]["max_trials"])
 
     def finish(
         self, c: Connection, campaign_id: int, trial_id: int, state: d.TrialState, now: datetime, **columns: Any
     ) -> int:
         """The trial in ``state``, finished at ``now`` under the next number (returned),
         ``columns`` set and the others kept."""
-        seq, _ = self.take(c, campaign_id)
+        seq, _, _ = self.take(c, campaign_id)
         q = update(S.T).where(S.T.c.id == trial_id, S.T.c.campaign_id == campaign_id)
         c.execute(q.values(state=state.value, finished_at=now, finish_seq=seq, **columns))
         return seq
 
-    def complete(self, c: Connection, p: dict[str, Any]) -> tuple[int, str] | None:
+    def complete(self, c: Connection, p: dict[str, Any]) -> tuple[int, str, int] | None:
         """COMPLETED with ``p``'s value, spread and values if ``p``'s lease still holds
-        the trial: (its number, the campaign's state); None, and the caller rolls back
-        (the number is not spent), if it does not."""
-        seq, state = self.take(c, p["cid"])
-        if not S.run(c, S.COMPLETE, {**p, "seq": seq}).rowcount:
+        the trial: (its number, the campaign's state, its ``max_trials``); None, and the
+        caller rolls back (the number is not spent), if it does not."""
+        taken = self.take(c, p["cid"])
+        if not S.run(c, S.COMPLETE, {**p, "seq": taken[0]}).rowcount:
             return None
-        return seq, state
+        return taken
 
     @staticmethod
     def complete_alone(c: Connection, p: dict[str, Any]) -> int | None:
