@@ -199,7 +199,7 @@ def test_a_budget_change_that_is_not_a_raise_or_breaks_the_spec_is_refused(
     ).id
     with pytest.raises(InvalidArgument, match="budget.max_trials: must be 4 for pbt") as e:
         b.steering.raise_budget(pbt, 5)
-    assert e.value.errors[0][0] == "budget.max_trials"
+    assert e.value.errors[0][0] == "max_trials"
     b.campaigns.cancel(cid)
     with pytest.raises(FailedPrecondition, match="CANCELLED"):
         b.steering.raise_budget(cid, 10)

@@ -127,8 +127,9 @@ class SteeringService:
             spec["budget"]["max_trials"] = max_trials
             try:
                 spec = validate_spec(spec)
-            except InvalidArgument as exc:
-                raise InvalidArgument(f"max_trials: {max_trials} is refused: {exc}", exc.errors) from None
+            except InvalidArgument as exc:  # named as the caller sent it
+                errors = [("max_trials" if f == "budget.max_trials" else f, m) for f, m in exc.errors]
+                raise InvalidArgument(f"max_trials: {max_trials} is refused: {exc}", errors) from None
             tx.campaigns.set_spec(campaign_id, spec)
             if campaign.state == d.CampaignState.COMPLETED:
                 tx.campaigns.set_state(campaign_id, d.CampaignState.RUNNING, None)
