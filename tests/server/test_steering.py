@@ -182,10 +182,10 @@ def test_a_budget_change_that_is_not_a_raise_or_breaks_the_spec_is_refused(
     _, b = replicas
     cid = _campaign(b, 5)
     for bad in (5, 3, 0):
-        with pytest.raises(InvalidArgument, match="max_trials: .* not above the budget of 5") as e:
+        with pytest.raises(InvalidArgument, match=r"max_trials: .* not above the budget of 5") as e:
             b.steering.raise_budget(cid, bad)
         assert e.value.errors[0][0] == "max_trials"
-    with pytest.raises(InvalidArgument, match="budget.max_trials") as e:
+    with pytest.raises(InvalidArgument, match=r"budget\.max_trials") as e:
         b.steering.raise_budget(cid, 2_000_000)
     with pytest.raises(InvalidArgument, match="max_trials: must be an integer"):
         b.steering.raise_budget(cid, True)
@@ -197,7 +197,7 @@ def test_a_budget_change_that_is_not_a_raise_or_breaks_the_spec_is_refused(
             training={"task": "tests:task", "epochs": 2},
         )
     ).id
-    with pytest.raises(InvalidArgument, match="budget.max_trials: must be 4 for pbt") as e:
+    with pytest.raises(InvalidArgument, match=r"budget\.max_trials: must be 4 for pbt") as e:
         b.steering.raise_budget(pbt, 5)
     assert e.value.errors[0][0] == "max_trials"
     b.campaigns.cancel(cid)
