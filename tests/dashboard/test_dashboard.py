@@ -263,8 +263,9 @@ def test_with_auth_on_a_read_token_can_view_but_not_cancel(
     page.page.click("#token-form button[type=submit]")
     page.wait_plot("plot-history", "d => d[0].x.length === 8")
     assert "can read but not submit" in page.page.inner_text("#banner")
-    assert page.page.is_disabled("#cancel")
-    assert "no submit scope" in (page.page.get_attribute("#cancel", "title") or "")
+    for button in ("#cancel", "#pause", "#raise-budget"):  # steering needs the submit scope too
+        assert page.page.is_disabled(button), button
+        assert "no submit scope" in (page.page.get_attribute(button, "title") or ""), button
     assert page.page.is_hidden("#nav-new")
     assert "read-ui" in page.page.inner_text("#whoami")
     page.page.screenshot(path=str(ARTIFACTS / "read-only-token.png"), full_page=True)
@@ -278,6 +279,7 @@ def test_with_auth_on_a_read_token_can_view_but_not_cancel(
     page.page.reload()
     page.page.wait_for_function("() => document.getElementById('cancel')?.disabled === false")
     assert page.page.is_hidden("#banner")
+    assert page.page.is_enabled("#pause") and page.page.is_enabled("#raise-budget")
 
 
 def test_a_scheme_search_is_coloured_by_scheme_and_the_trial_page_names_its_knobs(page: Page, seeded: Seeded) -> None:

@@ -123,7 +123,7 @@ function campaignsPage(query = "") {
   const search = el("input", { type: "search", id: "campaign-search", placeholder: "name contains…", value: st.q, "aria-label": "search campaigns by name",
     oninput: (e) => { clearTimeout(typing); typing = setTimeout(() => { st.q = e.target.value.trim(); st.page = 0; changed(); }, 250); } });
   const states = el("select", { id: "campaign-state", "aria-label": "campaign state", onchange: (e) => { st.state = e.target.value; st.page = 0; changed(); } },
-    ...[["", "every state"], ["RUNNING", "running"], ["COMPLETED", "completed"], ["CANCELLED", "cancelled"]].map(([v, t]) => el("option", { value: v, text: t, selected: v === st.state })));
+    ...[["", "every state"], ["RUNNING", "running"], ["PAUSED", "paused"], ["COMPLETED", "completed"], ["CANCELLED", "cancelled"]].map(([v, t]) => el("option", { value: v, text: t, selected: v === st.state })));
   app.replaceChildren(el("h1", { text: "Campaigns" }), el("div", { class: "card" },
     el("div", { class: "row controls" }, search, states, el("span", { id: "campaign-count", class: "muted" }), el("span", { class: "spacer" }),
       el("a", { id: "compare-campaigns", class: "button" })),

@@ -12,6 +12,7 @@ import { noteCard } from "./notes.js";
 import { populationCard, renderPopulation } from "./population.js";
 import { renderTableTools } from "./tabletools.js";
 import { renderHypervolume, renderScatter, scatterPicker } from "./scatter.js";
+import { campaignButtons, steerCampaign, stopButton } from "./steer.js";
 
 // ------------------------------------------------------------ URL state ---
 
@@ -88,6 +89,7 @@ function layout(id) {
     el("div", { class: "row" }, el("h1", { id: "campaign-title", text: `Campaign ${id}` }), el("span", { class: "spacer" }),
       el("button", { id: "export-json", text: "Export JSON", onclick: () => download(`/campaigns/${id}/export`, `campaign-${id}.json`) }),
       el("button", { id: "export-csv", text: "Export CSV", onclick: () => download(`/campaigns/${id}/export?format=csv`, `campaign-${id}-trials.csv`) }),
+      ...campaignButtons(id),
       el("button", { id: "cancel", class: "danger", text: "Cancel campaign", disabled: true, onclick: () => cancelCampaign(id) })),
     el("div", { class: "card", id: "summary" }),
     noteCard(`/campaigns/${id}/note`, "campaign"),
@@ -434,8 +436,10 @@ function renderSummary(c) {
   document.title = `${c.name} · hpcopt`;
   const spec = c.spec;
   const cancel = document.getElementById("cancel");
-  cancel.disabled = c.state !== "RUNNING" || !can("submit");
-  cancel.title = !can("submit") ? "this token has no submit scope" : c.state !== "RUNNING" ? `the campaign is ${c.state}` : "";
+  const open = c.state === "RUNNING" || c.state === "PAUSED";
+  cancel.disabled = !open || !can("submit");
+  cancel.title = !can("submit") ? "this token has no submit scope" : !open ? `the campaign is ${c.state}` : "";
+  steerCampaign(c);
   const training = spec.training || {};
   const space = Object.entries(spec.space).map(([k, p]) => (p.type === "categorical" ? `${k} ∈ {${p.choices.join(", ")}}` : `${k} ∈ [${fmtParam(p, p.low)}, ${fmtParam(p, p.high)}]${p.scale === "log" ? " log" : ""}${p.type === "int" ? " int" : ""}`));
   const best = c.best_trial_number !== null ? el("a", { href: `#/campaign/${c.id}/trial/${c.best_trial_number}`, id: "best-link", text: `${fmt(c.best_value)} (trial #${c.best_trial_number})` }) : "–";
@@ -503,7 +507,7 @@ async function cancelCampaign(id) {
 function renderRunning(id, rows, c) {
   document.getElementById("card-running").hidden = !rows.length;
   const table = document.getElementById("running");
-  if (!table.tHead.rows.length) table.tHead.append(el("tr", {}, ...["#", "Agent", "Attempt", "Folds done", "Current fold", "Latest value", "Running for"].map((h) => el("th", { text: h }))));
+  if (!table.tHead.rows.length) table.tHead.append(el("tr", {}, ...["#", "Agent", "Attempt", "Folds done", "Current fold", "Latest value", "Running for", ""].map((h) => el("th", { text: h }))));
   patchRows(table.tBodies[0], rows, (r) => r.trial_id, (r) => JSON.stringify([r.attempt, r.folds_finished, r.steps, r.latest, r.agent_host, r.ran_seconds, r.running_since]), (r) => {
     const fold = r.latest ? r.latest.fold : r.folds_finished;
     // The epoch the fold reported last (or how many points it reported).
@@ -515,7 +519,8 @@ function renderRunning(id, rows, c) {
       el("td", { class: "nowrap", text: `${r.folds_finished} / ${r.folds}` }),
       el("td", { class: "nowrap" }, `fold ${fold}: epoch ${epochs}${r.epochs ? ` / ${r.epochs}` : ""} `, r.epochs ? el("span", { class: "progress small" }, el("span", { style: `width:${pct}%` })) : ""),
       el("td", { class: "num nowrap", text: r.latest ? `${fmt(r.latest.value)} (fold ${r.latest.fold}, epoch ${r.latest.step})` : "–" }),
-      el("td", { class: "nowrap running-for", ...clockAttrs(r) })); // its clock ticks in refreshAgo
+      el("td", { class: "nowrap running-for", ...clockAttrs(r) }), // its clock ticks in refreshAgo
+      el("td", {}, stopButton(id, { number: r.number, state: "RUNNING" }, `stop-${r.number}`)));
   });
   document.getElementById("running-note").textContent = rows.length ? `${rows.length} of at most ${c.spec.budget.max_parallel} at once. Latest value: the most recent learning-curve point (${c.metric}).` : "";
 }

@@ -6,6 +6,7 @@ import { session, api, poll, live, el, badge, fmt, fmtParam, when, agentLabel, c
 import { draw, colour, plain } from "./plots.js";
 import { notFound } from "./campaign.js";
 import { noteCard } from "./notes.js";
+import { stopButton } from "./steer.js";
 
 const app = document.getElementById("app");
 
@@ -58,7 +59,8 @@ function render(t, c) {
   document.getElementById("trial-title").replaceChildren(`Trial #${t.number} `, badge(t.state), " ",
     el("span", { class: "note" }, "of ", el("a", { id: "trial-campaign", href: `#/campaign/${c.id}`, text: c.name }), ` (campaign ${c.id}) · id ${t.id}`));
   const nav = (n, label, id) => (n >= 0 && n < total ? el("a", { class: "button", id, href: `#/campaign/${c.id}/trial/${n}`, text: label }) : el("button", { id, disabled: true, text: label }));
-  document.getElementById("trial-nav").replaceChildren(nav(t.number - 1, `‹ #${t.number - 1}`, "trial-prev"), nav(t.number + 1, `#${t.number + 1} ›`, "trial-next"));
+  document.getElementById("trial-nav").replaceChildren(nav(t.number - 1, `‹ #${t.number - 1}`, "trial-prev"), nav(t.number + 1, `#${t.number + 1} ›`, "trial-next"),
+    t.state === "QUEUED" || t.state === "RUNNING" ? stopButton(c.id, t, "stop-trial") : "");
   const box = document.getElementById("trial");
   if (!box.children.length) {
     box.append(el("div", { class: "grid two" }, el("div", { class: "card", id: "trial-params" }), el("div", { class: "card" }, el("h2", { text: "Learning curves" }), el("div", { id: "trial-curves-note", class: "muted" }), el("div", { id: "plot-trial-curves", class: "plot" }))),
@@ -75,7 +77,8 @@ function render(t, c) {
     el("dt", { text: "Ran for" }), el("dd", { id: "trial-ran", title: "time on agents, over all attempts", ...clockAttrs(t) }),
     el("dt", { text: "Agent" }), el("dd", { title: t.agent_id || "", text: agentLabel(t.agent_host, t.agent_job) })),
   t.error && t.state === "PRUNED" ? el("div", { class: "section" }, el("h2", { text: "Why it was pruned" }), el("p", { id: "trial-pruned", text: t.error })) : "",
-  t.error && t.state !== "PRUNED" ? el("div", { class: "section" }, el("h2", { text: "Error" }), el("pre", { class: "trace", id: "trial-error", text: t.error })) : "");
+  t.error && t.state === "CANCELLED" ? el("div", { class: "section" }, el("h2", { text: "Why it was stopped" }), el("p", { id: "trial-stopped", text: t.error })) : "",
+  t.error && t.state !== "PRUNED" && t.state !== "CANCELLED" ? el("div", { class: "section" }, el("h2", { text: "Error" }), el("pre", { class: "trace", id: "trial-error", text: t.error })) : "");
   const metrics = [...new Set(t.folds.flatMap((f) => Object.keys(f.metrics)))].sort();
   // An unfinished fold has no value yet: its latest learning-curve point, marked as such.
   const latest = (fold) => (t.curves || []).filter((p) => p.fold === fold).reduce((a, p) => (a && a.step >= p.step ? a : p), null);

@@ -1,0 +1,131 @@
+"""Steering from the dashboard (issue 65, item 9): stop a running trial from "Running
+now" and from its page, pause and resume a campaign, raise a finished campaign's budget.
+The agent is on the real gRPC agent API and must see each change."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from hpcopt_server import domain as d
+from tests.conftest import make_spec
+from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    yield from seed_and_serve(tmp_path_factory, big=False)
+
+
+@pytest.fixture
+def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterator[Page]:
+    yield from make_page(browser, seeded.server.http_url, request, poll_ms=500)
+
+
+@pytest.fixture
+def agent(seeded: Seeded) -> Iterator[Any]:
+    from hpcopt import AgentClient
+
+    with AgentClient(seeded.server.grpc_target) as client:
+        yield client
+
+
+def _campaign(seeded: Seeded, name: str, max_trials: int) -> int:
+    spec = make_spec(name=name, folds=1, budget={"max_trials": max_trials, "max_parallel": 4})
+    return int(seeded.service.campaigns.create(spec).id)
+
+
+def _reply(page: Page, answer: str, asked: list[str]) -> None:
+    def accept(dialog: Any) -> None:
+        asked.append(dialog.message)
+        dialog.accept(answer)
+
+    page.page.once("dialog", accept)
+
+
+def test_stop_a_running_trial_from_running_now_and_its_agent_is_told(page: Page, seeded: Seeded, agent: Any) -> None:
+    cid = _campaign(seeded, "stop-me", 5)
+    me = agent.register(host="gpu-node-7", campaign_id=cid).agent_id
+    first, second = agent.acquire(me, cid), agent.acquire(me, cid)
+    assert first.lease is not None and second.lease is not None
+    page.open(f"/campaign/{cid}")
+    page.page.locator("#stop-0").wait_for()
+    asked: list[str] = []
+    page.page.once("dialog", lambda dialog: (asked.append(dialog.message), dialog.dismiss()))
+    page.page.click("#stop-0")
+    page.page.wait_for_timeout(300)
+    assert asked and "Stop trial #0?" in asked[0]
+    assert agent.heartbeat(first.lease) == "continue"  # dismissed: nothing happened
+    _reply(page, "learning rate far too high", asked)
+    page.page.click("#stop-0")
+    page.page.wait_for_function("() => !document.getElementById('stop-0')")  # gone from Running now
+    assert agent.heartbeat(first.lease) == "cancelled"
+    assert agent.heartbeat(second.lease) == "continue"
+    # The trial page says why; a running trial's page has a Stop button of its own.
+    page.open(f"/campaign/{cid}/trial/0")
+    page.page.locator("#trial-stopped").wait_for()
+    assert page.page.inner_text("#trial-stopped") == "learning rate far too high"
+    assert page.page.locator("#stop-trial").count() == 0
+    page.open(f"/campaign/{cid}/trial/1")
+    page.page.locator("#stop-trial").wait_for()
+    _reply(page, "", asked)
+    page.page.click("#stop-trial")
+    page.page.locator("#trial-stopped").wait_for()
+    assert page.page.inner_text("#trial-stopped") == "stopped by a user"
+    assert agent.heartbeat(second.lease) == "cancelled"
+
+
+def test_pause_and_resume_from_the_campaign_page(page: Page, seeded: Seeded, agent: Any) -> None:
+    cid = _campaign(seeded, "pause-me", 5)
+    me = agent.register(host="gpu-node-8", campaign_id=cid).agent_id
+    page.open(f"/campaign/{cid}")
+    page.page.wait_for_function("() => document.getElementById('pause')?.disabled === false")
+    assert page.page.inner_text("#pause") == "Pause"
+    page.page.click("#pause")
+    page.page.wait_for_function("() => document.querySelector('#summary .badge')?.textContent === 'PAUSED'")
+    assert page.page.inner_text("#pause") == "Resume"
+    assert page.page.is_enabled("#cancel")  # a paused campaign can still be cancelled
+    assert agent.acquire(me, cid).status == "wait"
+    page.page.click("#pause")
+    page.page.wait_for_function("() => document.querySelector('#summary .badge')?.textContent === 'RUNNING'")
+    assert agent.acquire(me, cid).status == "granted"
+
+
+def test_raise_the_budget_of_a_completed_campaign_and_it_runs_again(page: Page, seeded: Seeded, agent: Any) -> None:
+    cid = _campaign(seeded, "more-please", 1)
+    me = agent.register(host="gpu-node-9", campaign_id=cid).agent_id
+    got = agent.acquire(me, cid)
+    assert got.lease is not None
+    agent.report_fold(got.lease, 0, 0.25)
+    agent.complete(got.lease)
+    assert agent.acquire(me, cid).status == "done"
+    page.open(f"/campaign/{cid}")
+    page.page.wait_for_function("() => document.querySelector('#summary .badge')?.textContent === 'COMPLETED'")
+    asked: list[str] = []
+    answers = ["1"]  # not a raise: the page refuses it (an alert) and sends nothing
+
+    def answer(dialog: Any) -> None:
+        asked.append(dialog.message)
+        if dialog.type == "prompt":
+            dialog.accept(answers[0])
+        else:
+            dialog.accept()
+
+    page.page.on("dialog", answer)
+    page.page.click("#raise-budget")
+    page.page.wait_for_timeout(300)
+    page.page.remove_listener("dialog", answer)
+    assert "from 1 trials" in asked[0] and "only be raised" in asked[1]
+    assert seeded.service.campaigns.get(cid).campaign.max_trials == 1
+    _reply(page, "3", asked)
+    page.page.click("#raise-budget")
+    page.page.wait_for_function("() => document.querySelector('#summary .badge')?.textContent === 'RUNNING'")
+    page.page.wait_for_function("() => document.getElementById('summary').innerText.includes('3 trials, 4 at once')")
+    campaign = seeded.service.campaigns.get(cid).campaign
+    assert (campaign.state, campaign.max_trials) == (d.CampaignState.RUNNING, 3)
+    more = agent.acquire(me, cid)
+    assert more.trial is not None and more.trial.number == 1
