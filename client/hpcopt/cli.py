@@ -77,9 +77,18 @@ def parser() -> argparse.ArgumentParser:
     for name, text in (
         ("show", "one campaign"),
         ("best", "the best trial; of a multi-objective campaign, its Pareto front"),
-        ("cancel", "cancel a running campaign"),
+        ("cancel", "cancel a running (or paused) campaign"),
+        ("pause", "pause a running campaign: agents get no new trial (they wait); running trials go on"),
+        ("resume", "resume a paused campaign"),
     ):
         command(name, text).add_argument("campaign", type=int, help="the campaign's id")
+    b = command("budget", "raise a campaign's budget.max_trials (a completed campaign runs again)")
+    b.add_argument("campaign", type=int, help="the campaign's id")
+    b.add_argument("max_trials", type=int, help="the new budget.max_trials, above the present one")
+    st = command("stop", "stop a queued or running trial: its agent stops at its next heartbeat")
+    st.add_argument("campaign", type=int, help="the campaign's id")
+    st.add_argument("number", type=int, help="the trial's number in the campaign (as tables show: #27)")
+    st.add_argument("--reason", default="", help="why, kept in the trial's history")
     t = command("trials", "the trials of a campaign by number, a page at a time")
     t.add_argument("campaign", type=int, help="the campaign's id")
     t.add_argument("--state", action="append", default=[], help="only this state (repeatable)")
@@ -211,9 +220,16 @@ def _run(args: argparse.Namespace) -> int:
                 out.front(c.get_pareto_front(args.campaign), campaign.space)
             else:
                 out.trial(c.get_best_trial(args.campaign))
-        elif args.command == "cancel":
-            x = c.cancel_campaign(args.campaign)
+        elif args.command in ("cancel", "pause", "resume"):
+            steer = {"cancel": c.cancel_campaign, "pause": c.pause_campaign, "resume": c.resume_campaign}
+            x = steer[args.command](args.campaign)
             out.emit(x, f"campaign {x.id} {x.state}")
+        elif args.command == "budget":
+            x = c.raise_budget(args.campaign, args.max_trials)
+            out.emit(x, f"campaign {x.id} {x.state}, budget {x.max_trials} trials")
+        elif args.command == "stop":
+            t = c.stop_trial(args.campaign, args.number, args.reason)
+            out.emit(t, f"trial #{t.number} of campaign {args.campaign} {t.state}: {t.error}")
         elif args.command == "trials":
             order = c.get_campaign(args.campaign).space
             if args.limit:

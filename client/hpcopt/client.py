@@ -159,6 +159,26 @@ class Client(Channel):
         req = campaign_pb2.GetCampaignRequest(campaign_id=campaign_id)
         return self._campaign(self._do(self._stub.CancelCampaign, req))
 
+    def pause_campaign(self, campaign_id: int) -> Campaign:
+        """RUNNING -> PAUSED: agents get no new trial (they wait); running trials go on."""
+        req = campaign_pb2.GetCampaignRequest(campaign_id=campaign_id)
+        return self._campaign(self._do(self._stub.PauseCampaign, req))
+
+    def resume_campaign(self, campaign_id: int) -> Campaign:
+        """PAUSED -> RUNNING."""
+        req = campaign_pb2.GetCampaignRequest(campaign_id=campaign_id)
+        return self._campaign(self._do(self._stub.ResumeCampaign, req))
+
+    def raise_budget(self, campaign_id: int, max_trials: int) -> Campaign:
+        """Raises ``budget.max_trials`` (a COMPLETED campaign runs again)."""
+        req = campaign_pb2.RaiseBudgetRequest(campaign_id=campaign_id, max_trials=max_trials)
+        return self._campaign(self._do(self._stub.RaiseBudget, req))
+
+    def stop_trial(self, campaign_id: int, number: int, reason: str = "") -> Trial:
+        """Cancels trial ``number`` (QUEUED or RUNNING); its agent stops at its next heartbeat."""
+        req = campaign_pb2.StopTrialRequest(campaign_id=campaign_id, number=number, reason=reason)
+        return self._trial(self._do(self._stub.StopTrial, req))
+
     def export_campaign(self, campaign_id: int) -> dict[str, Any]:
         """Everything needed to re-import the campaign, as a JSON document."""
         resp = self._do(self._stub.ExportCampaign, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))

@@ -124,7 +124,15 @@ def _rpcs() -> list[tuple[str, str, Any, str]]:
     for module, service_name in ((campaign_pb2, "CampaignService"), (agent_pb2, "AgentService")):
         desc = module.DESCRIPTOR.services_by_name[service_name]
         for m in desc.methods:
-            submit = m.name in ("CreateCampaign", "CancelCampaign", "ImportCampaign")
+            submit = m.name in (
+                "CreateCampaign",
+                "CancelCampaign",
+                "ImportCampaign",
+                "PauseCampaign",
+                "ResumeCampaign",
+                "RaiseBudget",
+                "StopTrial",
+            )
             needed = "agent" if service_name == "AgentService" else ("submit" if submit else "read")
             request_cls = getattr(module, m.input_type.name, None) or getattr(agent_pb2, m.input_type.name)
             out.append((f"/{desc.full_name}/{m.name}", m.name, request_cls, needed))
@@ -135,8 +143,8 @@ def test_every_rpc_checks_its_scope(secured: tuple[LiveServer, dict[str, str], i
     server, tokens, _ = secured
     rpcs = _rpcs()
     # GetParetoFront (read) joined in issue 13, Deregister (agent) in 14, ReportEvent in 25, Queue and
-    # ReportThroughput (agent) in 61
-    assert len(rpcs) == 21
+    # ReportThroughput (agent) in 61; PauseCampaign, ResumeCampaign, RaiseBudget and StopTrial (submit) in 65
+    assert len(rpcs) == 25
     with grpc.insecure_channel(server.grpc_target) as ch:
         for path, name, request_cls, needed in rpcs:
             call = ch.unary_unary(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=bytes)

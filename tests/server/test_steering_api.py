@@ -126,3 +126,36 @@ def test_a_huge_or_broken_body_is_refused_unread(live_server: LiveServer, servic
     assert _post(live_server, "/campaigns/999999/pause").status_code == 404
     assert _post(live_server, "/campaigns/999999/budget", json={"max_trials": 9}).status_code == 404
     assert service.campaigns.get(cid).campaign.max_trials == 3
+
+
+def test_the_cli_steers_over_grpc_with_exit_codes_and_json(live_server: LiveServer, service: Any) -> None:
+    import json
+    import subprocess
+    import sys
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+    cid = _campaign(service, max_trials=1)
+    client, agent = _agent(live_server, cid)
+    with client:
+        got = client.acquire(agent, cid)
+        assert got.lease is not None and got.trial is not None
+        out = cli("stop", str(cid), "0", "--reason", "wrong data path")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == f"trial #0 of campaign {cid} CANCELLED: wrong data path"
+        assert client.heartbeat(got.lease) == "cancelled"
+        again = cli("stop", str(cid), "0")
+        assert again.returncode != 0 and "only a QUEUED or RUNNING trial" in again.stderr
+        assert cli("pause", str(cid)).returncode != 0  # the stop spent the budget: COMPLETED
+        raised = cli("--json", "budget", str(cid), "3")
+        assert raised.returncode == 0, raised.stderr
+        doc = json.loads(raised.stdout)
+        assert (doc["state"], doc["max_trials"]) == ("RUNNING", 3)
+        assert cli("pause", str(cid)).stdout.strip() == f"campaign {cid} PAUSED"
+        assert client.acquire(agent, cid).status == "wait"
+        assert cli("resume", str(cid)).stdout.strip() == f"campaign {cid} RUNNING"
+        assert client.acquire(agent, cid).status == "granted"
+        low = cli("budget", str(cid), "2")
+        assert low.returncode != 0 and "max_trials" in low.stderr and "only be raised" in low.stderr

@@ -25,31 +25,35 @@ _sym_db = _symbol_database.Default()
 from hpcopt.v1 import common_pb2 as hpcopt_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18hpcopt/v1/campaign.proto\x12\thpcopt.v1\x1a\x16hpcopt/v1/common.proto\"*\n\x15\x43reateCampaignRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\")\n\x12GetCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\"5\n\x14ListCampaignsRequest\x12\x0e\n\x06offset\x18\x01 \x01(\x05\x12\r\n\x05limit\x18\x02 \x01(\x05\"N\n\x15ListCampaignsResponse\x12&\n\tcampaigns\x18\x01 \x03(\x0b\x32\x13.hpcopt.v1.Campaign\x12\r\n\x05total\x18\x02 \x01(\x03\"n\n\x11ListTrialsRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12%\n\x06states\x18\x02 \x03(\x0e\x32\x15.hpcopt.v1.TrialState\x12\x0e\n\x06offset\x18\x03 \x01(\x05\x12\r\n\x05limit\x18\x04 \x01(\x05\"E\n\x12ListTrialsResponse\x12 \n\x06trials\x18\x01 \x03(\x0b\x32\x10.hpcopt.v1.Trial\x12\r\n\x05total\x18\x02 \x01(\x03\"X\n\x0fGetTrialRequest\x12\x10\n\x08trial_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\x12\x13\n\x06number\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_number\"/\n\x16\x45xportCampaignResponse\x12\x15\n\rdocument_json\x18\x01 \x01(\t\".\n\x15ImportCampaignRequest\x12\x15\n\rdocument_json\x18\x01 \x01(\t2\xea\x05\n\x0f\x43\x61mpaignService\x12G\n\x0e\x43reateCampaign\x12 .hpcopt.v1.CreateCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x41\n\x0bGetCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12R\n\rListCampaigns\x12\x1f.hpcopt.v1.ListCampaignsRequest\x1a .hpcopt.v1.ListCampaignsResponse\x12I\n\nListTrials\x12\x1c.hpcopt.v1.ListTrialsRequest\x1a\x1d.hpcopt.v1.ListTrialsResponse\x12\x38\n\x08GetTrial\x12\x1a.hpcopt.v1.GetTrialRequest\x1a\x10.hpcopt.v1.Trial\x12?\n\x0cGetBestTrial\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x10.hpcopt.v1.Trial\x12N\n\x0eGetParetoFront\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x1d.hpcopt.v1.ListTrialsResponse\x12\x44\n\x0e\x43\x61ncelCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12R\n\x0e\x45xportCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a!.hpcopt.v1.ExportCampaignResponse\x12G\n\x0eImportCampaign\x12 .hpcopt.v1.ImportCampaignRequest\x1a\x13.hpcopt.v1.Campaignb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18hpcopt/v1/campaign.proto\x12\thpcopt.v1\x1a\x16hpcopt/v1/common.proto\"=\n\x12RaiseBudgetRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12\x12\n\nmax_trials\x18\x02 \x01(\x03\"G\n\x10StopTrialRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12\x0e\n\x06number\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"*\n\x15\x43reateCampaignRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\")\n\x12GetCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\"5\n\x14ListCampaignsRequest\x12\x0e\n\x06offset\x18\x01 \x01(\x05\x12\r\n\x05limit\x18\x02 \x01(\x05\"N\n\x15ListCampaignsResponse\x12&\n\tcampaigns\x18\x01 \x03(\x0b\x32\x13.hpcopt.v1.Campaign\x12\r\n\x05total\x18\x02 \x01(\x03\"n\n\x11ListTrialsRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12%\n\x06states\x18\x02 \x03(\x0e\x32\x15.hpcopt.v1.TrialState\x12\x0e\n\x06offset\x18\x03 \x01(\x05\x12\r\n\x05limit\x18\x04 \x01(\x05\"E\n\x12ListTrialsResponse\x12 \n\x06trials\x18\x01 \x03(\x0b\x32\x10.hpcopt.v1.Trial\x12\r\n\x05total\x18\x02 \x01(\x03\"X\n\x0fGetTrialRequest\x12\x10\n\x08trial_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\x12\x13\n\x06number\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_number\"/\n\x16\x45xportCampaignResponse\x12\x15\n\rdocument_json\x18\x01 \x01(\t\".\n\x15ImportCampaignRequest\x12\x15\n\rdocument_json\x18\x01 \x01(\t2\xf4\x07\n\x0f\x43\x61mpaignService\x12G\n\x0e\x43reateCampaign\x12 .hpcopt.v1.CreateCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x41\n\x0bGetCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12R\n\rListCampaigns\x12\x1f.hpcopt.v1.ListCampaignsRequest\x1a .hpcopt.v1.ListCampaignsResponse\x12I\n\nListTrials\x12\x1c.hpcopt.v1.ListTrialsRequest\x1a\x1d.hpcopt.v1.ListTrialsResponse\x12\x38\n\x08GetTrial\x12\x1a.hpcopt.v1.GetTrialRequest\x1a\x10.hpcopt.v1.Trial\x12?\n\x0cGetBestTrial\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x10.hpcopt.v1.Trial\x12N\n\x0eGetParetoFront\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x1d.hpcopt.v1.ListTrialsResponse\x12\x44\n\x0e\x43\x61ncelCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12R\n\x0e\x45xportCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a!.hpcopt.v1.ExportCampaignResponse\x12G\n\x0eImportCampaign\x12 .hpcopt.v1.ImportCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x43\n\rPauseCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x44\n\x0eResumeCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x41\n\x0bRaiseBudget\x12\x1d.hpcopt.v1.RaiseBudgetRequest\x1a\x13.hpcopt.v1.Campaign\x12:\n\tStopTrial\x12\x1b.hpcopt.v1.StopTrialRequest\x1a\x10.hpcopt.v1.Trialb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hpcopt.v1.campaign_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CREATECAMPAIGNREQUEST']._serialized_start=63
-  _globals['_CREATECAMPAIGNREQUEST']._serialized_end=105
-  _globals['_GETCAMPAIGNREQUEST']._serialized_start=107
-  _globals['_GETCAMPAIGNREQUEST']._serialized_end=148
-  _globals['_LISTCAMPAIGNSREQUEST']._serialized_start=150
-  _globals['_LISTCAMPAIGNSREQUEST']._serialized_end=203
-  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_start=205
-  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_end=283
-  _globals['_LISTTRIALSREQUEST']._serialized_start=285
-  _globals['_LISTTRIALSREQUEST']._serialized_end=395
-  _globals['_LISTTRIALSRESPONSE']._serialized_start=397
-  _globals['_LISTTRIALSRESPONSE']._serialized_end=466
-  _globals['_GETTRIALREQUEST']._serialized_start=468
-  _globals['_GETTRIALREQUEST']._serialized_end=556
-  _globals['_EXPORTCAMPAIGNRESPONSE']._serialized_start=558
-  _globals['_EXPORTCAMPAIGNRESPONSE']._serialized_end=605
-  _globals['_IMPORTCAMPAIGNREQUEST']._serialized_start=607
-  _globals['_IMPORTCAMPAIGNREQUEST']._serialized_end=653
-  _globals['_CAMPAIGNSERVICE']._serialized_start=656
-  _globals['_CAMPAIGNSERVICE']._serialized_end=1402
+  _globals['_RAISEBUDGETREQUEST']._serialized_start=63
+  _globals['_RAISEBUDGETREQUEST']._serialized_end=124
+  _globals['_STOPTRIALREQUEST']._serialized_start=126
+  _globals['_STOPTRIALREQUEST']._serialized_end=197
+  _globals['_CREATECAMPAIGNREQUEST']._serialized_start=199
+  _globals['_CREATECAMPAIGNREQUEST']._serialized_end=241
+  _globals['_GETCAMPAIGNREQUEST']._serialized_start=243
+  _globals['_GETCAMPAIGNREQUEST']._serialized_end=284
+  _globals['_LISTCAMPAIGNSREQUEST']._serialized_start=286
+  _globals['_LISTCAMPAIGNSREQUEST']._serialized_end=339
+  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_start=341
+  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_end=419
+  _globals['_LISTTRIALSREQUEST']._serialized_start=421
+  _globals['_LISTTRIALSREQUEST']._serialized_end=531
+  _globals['_LISTTRIALSRESPONSE']._serialized_start=533
+  _globals['_LISTTRIALSRESPONSE']._serialized_end=602
+  _globals['_GETTRIALREQUEST']._serialized_start=604
+  _globals['_GETTRIALREQUEST']._serialized_end=692
+  _globals['_EXPORTCAMPAIGNRESPONSE']._serialized_start=694
+  _globals['_EXPORTCAMPAIGNRESPONSE']._serialized_end=741
+  _globals['_IMPORTCAMPAIGNREQUEST']._serialized_start=743
+  _globals['_IMPORTCAMPAIGNREQUEST']._serialized_end=789
+  _globals['_CAMPAIGNSERVICE']._serialized_start=792
+  _globals['_CAMPAIGNSERVICE']._serialized_end=1804
 # @@protoc_insertion_point(module_scope)

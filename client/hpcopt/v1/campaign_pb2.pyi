@@ -20,6 +20,56 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class RaiseBudgetRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CAMPAIGN_ID_FIELD_NUMBER: _builtins.int
+    MAX_TRIALS_FIELD_NUMBER: _builtins.int
+    campaign_id: _builtins.int
+    max_trials: _builtins.int
+    """Above the present budget.max_trials."""
+    def __init__(
+        self,
+        *,
+        campaign_id: _builtins.int = ...,
+        max_trials: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaign_id", b"campaign_id", "max_trials", b"max_trials"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RaiseBudgetRequest: _TypeAlias = RaiseBudgetRequest  # noqa: Y015
+
+@_typing.final
+class StopTrialRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CAMPAIGN_ID_FIELD_NUMBER: _builtins.int
+    NUMBER_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    campaign_id: _builtins.int
+    number: _builtins.int
+    """The campaign-local trial number (#27)."""
+    reason: _builtins.str
+    """Kept in the trial's history (at most 1,000 characters)."""
+    def __init__(
+        self,
+        *,
+        campaign_id: _builtins.int = ...,
+        number: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaign_id", b"campaign_id", "number", b"number", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StopTrialRequest: _TypeAlias = StopTrialRequest  # noqa: Y015
+
+@_typing.final
 class CreateCampaignRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

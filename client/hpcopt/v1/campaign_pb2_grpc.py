@@ -85,6 +85,26 @@ class CampaignServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_campaign__pb2.ImportCampaignRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_common__pb2.Campaign.FromString,
                 _registered_method=True)
+        self.PauseCampaign = channel.unary_unary(
+                '/hpcopt.v1.CampaignService/PauseCampaign',
+                request_serializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_common__pb2.Campaign.FromString,
+                _registered_method=True)
+        self.ResumeCampaign = channel.unary_unary(
+                '/hpcopt.v1.CampaignService/ResumeCampaign',
+                request_serializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_common__pb2.Campaign.FromString,
+                _registered_method=True)
+        self.RaiseBudget = channel.unary_unary(
+                '/hpcopt.v1.CampaignService/RaiseBudget',
+                request_serializer=hpcopt_dot_v1_dot_campaign__pb2.RaiseBudgetRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_common__pb2.Campaign.FromString,
+                _registered_method=True)
+        self.StopTrial = channel.unary_unary(
+                '/hpcopt.v1.CampaignService/StopTrial',
+                request_serializer=hpcopt_dot_v1_dot_campaign__pb2.StopTrialRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
+                _registered_method=True)
 
 
 class CampaignServiceServicer:
@@ -159,6 +179,34 @@ class CampaignServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PauseCampaign(self, request, context):
+        """RUNNING -> PAUSED: no new trial is handed out (agents wait); running trials go on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ResumeCampaign(self, request, context):
+        """PAUSED -> RUNNING.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RaiseBudget(self, request, context):
+        """Raises budget.max_trials; a COMPLETED campaign runs again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopTrial(self, request, context):
+        """Cancels a QUEUED or RUNNING trial; its agent stops at its next heartbeat.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CampaignServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -211,6 +259,26 @@ def add_CampaignServiceServicer_to_server(servicer, server):
                     servicer.ImportCampaign,
                     request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.ImportCampaignRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_common__pb2.Campaign.SerializeToString,
+            ),
+            'PauseCampaign': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseCampaign,
+                    request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_common__pb2.Campaign.SerializeToString,
+            ),
+            'ResumeCampaign': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeCampaign,
+                    request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_common__pb2.Campaign.SerializeToString,
+            ),
+            'RaiseBudget': grpc.unary_unary_rpc_method_handler(
+                    servicer.RaiseBudget,
+                    request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.RaiseBudgetRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_common__pb2.Campaign.SerializeToString,
+            ),
+            'StopTrial': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopTrial,
+                    request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.StopTrialRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_common__pb2.Trial.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -483,6 +551,114 @@ class CampaignService:
             '/hpcopt.v1.CampaignService/ImportCampaign',
             hpcopt_dot_v1_dot_campaign__pb2.ImportCampaignRequest.SerializeToString,
             hpcopt_dot_v1_dot_common__pb2.Campaign.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseCampaign(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.CampaignService/PauseCampaign',
+            hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
+            hpcopt_dot_v1_dot_common__pb2.Campaign.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeCampaign(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.CampaignService/ResumeCampaign',
+            hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
+            hpcopt_dot_v1_dot_common__pb2.Campaign.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RaiseBudget(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.CampaignService/RaiseBudget',
+            hpcopt_dot_v1_dot_campaign__pb2.RaiseBudgetRequest.SerializeToString,
+            hpcopt_dot_v1_dot_common__pb2.Campaign.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopTrial(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.CampaignService/StopTrial',
+            hpcopt_dot_v1_dot_campaign__pb2.StopTrialRequest.SerializeToString,
+            hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
             options,
             channel_credentials,
             insecure,

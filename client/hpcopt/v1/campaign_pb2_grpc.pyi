@@ -53,6 +53,14 @@ class CampaignServiceStub:
     """A JSON document with everything needed to re-import the campaign."""
     ImportCampaign: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.ImportCampaignRequest, _common_pb2.Campaign]
     """Stores an exported document as a new campaign (new ids)."""
+    PauseCampaign: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _common_pb2.Campaign]
+    """RUNNING -> PAUSED: no new trial is handed out (agents wait); running trials go on."""
+    ResumeCampaign: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _common_pb2.Campaign]
+    """PAUSED -> RUNNING."""
+    RaiseBudget: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.RaiseBudgetRequest, _common_pb2.Campaign]
+    """Raises budget.max_trials; a COMPLETED campaign runs again."""
+    StopTrial: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.StopTrialRequest, _common_pb2.Trial]
+    """Cancels a QUEUED or RUNNING trial; its agent stops at its next heartbeat."""
 
 @_typing.type_check_only
 class CampaignServiceAsyncStub(CampaignServiceStub):
@@ -78,6 +86,14 @@ class CampaignServiceAsyncStub(CampaignServiceStub):
     """A JSON document with everything needed to re-import the campaign."""
     ImportCampaign: _aio.UnaryUnaryMultiCallable[_campaign_pb2.ImportCampaignRequest, _common_pb2.Campaign]  # type: ignore[assignment]
     """Stores an exported document as a new campaign (new ids)."""
+    PauseCampaign: _aio.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _common_pb2.Campaign]  # type: ignore[assignment]
+    """RUNNING -> PAUSED: no new trial is handed out (agents wait); running trials go on."""
+    ResumeCampaign: _aio.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _common_pb2.Campaign]  # type: ignore[assignment]
+    """PAUSED -> RUNNING."""
+    RaiseBudget: _aio.UnaryUnaryMultiCallable[_campaign_pb2.RaiseBudgetRequest, _common_pb2.Campaign]  # type: ignore[assignment]
+    """Raises budget.max_trials; a COMPLETED campaign runs again."""
+    StopTrial: _aio.UnaryUnaryMultiCallable[_campaign_pb2.StopTrialRequest, _common_pb2.Trial]  # type: ignore[assignment]
+    """Cancels a QUEUED or RUNNING trial; its agent stops at its next heartbeat."""
 
 class CampaignServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -160,5 +176,37 @@ class CampaignServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Campaign, _abc.Awaitable[_common_pb2.Campaign]]:
         """Stores an exported document as a new campaign (new ids)."""
+
+    @_abc_1.abstractmethod
+    def PauseCampaign(
+        self,
+        request: _campaign_pb2.GetCampaignRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Campaign, _abc.Awaitable[_common_pb2.Campaign]]:
+        """RUNNING -> PAUSED: no new trial is handed out (agents wait); running trials go on."""
+
+    @_abc_1.abstractmethod
+    def ResumeCampaign(
+        self,
+        request: _campaign_pb2.GetCampaignRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Campaign, _abc.Awaitable[_common_pb2.Campaign]]:
+        """PAUSED -> RUNNING."""
+
+    @_abc_1.abstractmethod
+    def RaiseBudget(
+        self,
+        request: _campaign_pb2.RaiseBudgetRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Campaign, _abc.Awaitable[_common_pb2.Campaign]]:
+        """Raises budget.max_trials; a COMPLETED campaign runs again."""
+
+    @_abc_1.abstractmethod
+    def StopTrial(
+        self,
+        request: _campaign_pb2.StopTrialRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Trial, _abc.Awaitable[_common_pb2.Trial]]:
+        """Cancels a QUEUED or RUNNING trial; its agent stops at its next heartbeat."""
 
 def add_CampaignServiceServicer_to_server(servicer: CampaignServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

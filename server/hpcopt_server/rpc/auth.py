@@ -16,7 +16,15 @@ from hpcopt_server.service.tokens import TokenService
 
 CAMPAIGN = "/hpcopt.v1.CampaignService/"
 AGENT = "/hpcopt.v1.AgentService/"
-SUBMIT_METHODS = {"CreateCampaign", "CancelCampaign", "ImportCampaign"}
+SUBMIT_METHODS = {
+    "CreateCampaign",
+    "CancelCampaign",
+    "ImportCampaign",
+    "PauseCampaign",
+    "ResumeCampaign",
+    "RaiseBudget",
+    "StopTrial",
+}
 
 
 def scope_for(method: str) -> str | None:

@@ -85,6 +85,27 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
         return convert.campaign(self.svc.campaigns.cancel(request.campaign_id))
 
     @handles_errors
+    def PauseCampaign(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> common_pb2.Campaign:
+        self.svc.steering.pause(request.campaign_id, self._token(context))
+        return convert.campaign(self.svc.campaigns.get(request.campaign_id))
+
+    @handles_errors
+    def ResumeCampaign(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> common_pb2.Campaign:
+        self.svc.steering.resume(request.campaign_id, self._token(context))
+        return convert.campaign(self.svc.campaigns.get(request.campaign_id))
+
+    @handles_errors
+    def RaiseBudget(self, request: campaign_pb2.RaiseBudgetRequest, context: Ctx) -> common_pb2.Campaign:
+        self.svc.steering.raise_budget(request.campaign_id, request.max_trials, self._token(context))
+        return convert.campaign(self.svc.campaigns.get(request.campaign_id))
+
+    @handles_errors
+    def StopTrial(self, request: campaign_pb2.StopTrialRequest, context: Ctx) -> common_pb2.Trial:
+        return convert.trial(
+            self.svc.steering.stop_trial(request.campaign_id, request.number, self._token(context), request.reason)
+        )
+
+    @handles_errors
     def ExportCampaign(
         self, request: campaign_pb2.GetCampaignRequest, context: Ctx
     ) -> campaign_pb2.ExportCampaignResponse:
