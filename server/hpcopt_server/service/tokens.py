@@ -5,7 +5,7 @@ Scopes and what they allow:
 | scope    | allows                                                    |
 |----------|-----------------------------------------------------------|
 | `read`   | every GET, ListCampaigns/GetCampaign/ListTrials/..., /metrics |
-| `submit` | create, cancel and import campaigns (and everything `read` allows) |
+| `submit` | create, cancel, import and steer campaigns (stop a trial, pause, resume, raise the budget), and everything `read` allows |
 | `agent`  | the AgentService RPCs                                     |
 | `admin`  | everything                                                |
 
