@@ -215,6 +215,11 @@ class Study:
         if isinstance(got, float) and self.service.reaper.reap():
             got = self._session.acquire()
         if isinstance(got, float):
+            if self.client.get_campaign(self.campaign_id).state == "PAUSED":
+                raise RuntimeError(
+                    f"campaign {self.campaign_id} is PAUSED: it hands out no trial until it is resumed "
+                    f"(hpcopt resume {self.campaign_id}, or Resume in the dashboard)"
+                )
             raise RuntimeError(
                 f"campaign {self.campaign_id}: its max_parallel trials are asked and not told; tell() one first"
             )

@@ -145,6 +145,21 @@ def test_ask_and_tell_out_of_order_and_the_parallel_budget(tmp_path: Path) -> No
         assert states == ["COMPLETED", "COMPLETED", "COMPLETED", "PRUNED"]
 
 
+def test_a_paused_study_says_so_and_a_raised_budget_asks_on(tmp_path: Path) -> None:
+    with Study(tmp_path / "s.db", spec(budget={"max_trials": 1, "max_parallel": 2})) as study:
+        study.client.pause_campaign(study.campaign_id)
+        with pytest.raises(RuntimeError, match="PAUSED: it hands out no trial until it is resumed"):
+            study.ask()
+        study.client.resume_campaign(study.campaign_id)
+        first = study.ask()
+        assert first is not None
+        study.tell(first, 1.0)
+        assert study.ask() is None  # the budget is spent
+        study.client.raise_budget(study.campaign_id, 2)
+        more = study.ask()
+        assert more is not None and more.number == 1
+
+
 def test_a_study_closed_with_a_trial_asked_gives_it_back(tmp_path: Path) -> None:
     db = tmp_path / "s.db"
     with Study(db, spec()) as study:
