@@ -5,9 +5,12 @@ Scopes and what they allow:
 | scope    | allows                                                    |
 |----------|-----------------------------------------------------------|
 | `read`   | every GET, ListCampaigns/GetCampaign/ListTrials/..., /metrics |
-| `submit` | create, cancel, import and steer campaigns (stop a trial, pause, resume, raise the budget), and everything `read` allows |
+| `submit` | create, cancel, import and steer campaigns (and everything `read` allows) |
 | `agent`  | the AgentService RPCs                                     |
 | `admin`  | everything                                                |
+
+Steering is stopping a trial, pausing or resuming a campaign, raising its budget
+(``service/steering.py``).
 
 When auth is on, and why it cannot fail open:
 
