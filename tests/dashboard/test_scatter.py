@@ -67,3 +67,41 @@ def test_the_hypervolume_grows_with_each_trial_that_moves_the_front(page: Page, 
     assert hv["y"][:5] == pytest.approx([0.0, 2.0, 2.0, 3.0, 3.0])
     assert hv["y"][-1] == pytest.approx(3.0)
     assert "reference point (3, 3)" in page.page.inner_text("#hypervolume-note")
+
+
+def test_the_rank_plot_colours_by_place_so_a_diverged_run_does_not_wash_out_the_rest(
+    page: Page, seeded: Seeded
+) -> None:
+    """Losses 0.1..0.9 and one diverged 1e6: by value every ordinary trial takes one end of
+    the scale; by rank they spread evenly from 0 (best) to 1 (the diverged one), ties
+    sharing the better place. A maximized objective ranks the other way."""
+    losses = [0.1 * k for k in range(1, 10)] + [0.5, 1e6]  # 0.5 twice: a tie
+    objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "acc", "direction": "maximize"}]
+    cid = seeded.service.campaigns.create(
+        make_spec(name="ranked", folds=1, objectives=objectives, budget={"max_trials": len(losses)})
+    ).id
+    agent = seeded.service.agents.register(host="h", ranks=1, gpus=0).agent_id
+    for loss in losses:
+        got = seeded.service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        seeded.service.agents.report_fold(lease, 0, loss, {"acc": -loss})
+        seeded.service.agents.complete(lease)
+    page.open(f"/campaign/{cid}")
+    page.wait_plot("plot-scatter")
+    page.page.check("#scatter-rank")
+    scatter = page.wait_plot("plot-scatter", "d => d[0].marker.cmax === 1")[0]
+    rank = dict(zip(scatter["customdata"], scatter["marker"]["color"], strict=True))
+    n = len(losses) - 1
+    assert rank[0] == 0 and rank[10] == 1  # the best, and the diverged run
+    assert rank[4] == rank[9] == pytest.approx(4 / n)  # the tie at 0.5 shares the better place
+    assert rank[5] == pytest.approx(6 / n)
+    assert "colour=rank" in page.page.evaluate("() => location.hash")
+    assert "coloured by their rank in loss" in page.page.inner_text("#scatter-note")
+    # The second objective, maximized: acc = -loss ranks the same trials the same way.
+    page.page.reload()
+    page.page.locator("#scatter-rank:checked").wait_for()
+    page.page.select_option("#objective-pick select", "1")
+    again = page.wait_plot(
+        "plot-scatter", "d => d[0].marker.cmax === 1 && d[0].marker.colorbar.title.text.includes('acc')"
+    )[0]
+    assert dict(zip(again["customdata"], again["marker"]["color"], strict=True)) == rank

@@ -41,6 +41,7 @@ function readState(query) {
     importance: q.get("importance") === "permutation" ? "permutation" : "first-order",
     hidden: list("hide"), // the trials table's hidden columns (tabletools.js)
     scatter: list("scatter"), // the scatter's x and y (scatter.js)
+    rank: q.get("colour") === "rank", // the scatter coloured by rank rather than value
   };
 }
 
@@ -61,6 +62,7 @@ function writeState(id, st) {
   if (st.importance !== "first-order") q.set("importance", st.importance);
   if (st.hidden.length) q.set("hide", st.hidden.join(","));
   if (st.scatter.length === 2) q.set("scatter", st.scatter.join(","));
+  if (st.rank) q.set("colour", "rank");
   const text = q.toString();
   const hash = `#/campaign/${id}${text ? `?${text}` : ""}`;
   if (location.hash !== hash) history.replaceState(null, "", hash);
@@ -112,7 +114,7 @@ function layout(id) {
       el("div", { id: "plot-parcoords", class: "plot tall" })),
     el("div", { class: "card analysis", id: "card-contour" }, el("div", { class: "row" }, el("h2", { text: "Contour" }), el("span", { class: "spacer" }), el("span", { id: "contour-pick" })), plotBox("plot-contour"),
       el("div", { class: "note", text: "Best value per cell of a 20 × 20 grid over the two parameters, interpolated across empty cells; dots are trials." })),
-    el("div", { class: "card analysis", id: "card-scatter" }, el("div", { class: "row" }, el("h2", { text: "Scatter: any two quantities" }), el("span", { class: "spacer" }), el("span", { id: "scatter-pick", class: "controls" })),
+    el("div", { class: "card analysis", id: "card-scatter" }, el("div", { class: "row" }, el("h2", { text: "Scatter and rank: any two quantities" }), el("span", { class: "spacer" }), el("span", { id: "scatter-pick", class: "controls" })),
       plotBox("plot-scatter"), el("div", { id: "scatter-note", class: "note" })),
     el("div", { class: "card analysis", id: "card-slices" }, el("h2", { text: "Slices: the value against each parameter" }), el("div", { id: "slices", class: "slices" })),
     el("div", { class: "card" }, el("div", { class: "row" }, el("h2", { text: "Trials" }), el("span", { class: "spacer" }), el("span", { id: "state-filter" }),

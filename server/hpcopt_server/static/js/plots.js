@@ -47,6 +47,18 @@ export function valueColours(plot, values, bar) {
   return { color: values, colorscale: BEST_FIRST, reversescale: !minimize, cmin, cmax: cmax > cmin ? cmax : cmin + 1e-12, showscale: !!bar, colorbar: bar };
 }
 
+/** Marker colours by rank (Optuna's rank plot): each value's place among `values`, 0 for
+ * the best to 1 for the worst, ties sharing the better place; a diverged run is only the
+ * worst, however far off. {marker props, ranks}. */
+export function rankColours(plot, values, bar) {
+  const s = plot.direction === "maximize" ? -1 : 1;
+  const order = values.map((v, i) => [s * v, i]).sort((a, b) => a[0] - b[0]);
+  const ranks = new Array(values.length);
+  order.forEach(([v, i], k) => { ranks[i] = k && order[k - 1][0] === v ? ranks[order[k - 1][1]] : k; });
+  const n = Math.max(1, values.length - 1);
+  return { marker: { color: ranks.map((r) => r / n), colorscale: BEST_FIRST, cmin: 0, cmax: 1, showscale: !!bar, colorbar: bar }, ranks };
+}
+
 /** Points in drawing order: the best last, so they sit on top. */
 const bestOnTop = (plot, pts) => [...pts].sort((a, b) => sign(plot) * (b.value - a.value));
 

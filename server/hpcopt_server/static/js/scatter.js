@@ -4,7 +4,7 @@
 "use strict";
 
 import { el, fmt } from "./core.js";
-import { draw, forObjective, logAxis, plain, robustRange, valueColours } from "./plots.js";
+import { draw, forObjective, logAxis, plain, rankColours, robustRange, valueColours } from "./plots.js";
 
 /** [key, label] of every quantity the scatter offers. */
 export function quantities(plot) {
@@ -19,9 +19,11 @@ export function scatterPicker(plot, st, onChange) {
   if (st.scatter.length !== 2 || !st.scatter.every((k) => known.has(k))) st.scatter = [keys[3] ? keys[3][0] : "number", "objective:0"];
   const pick = (i) => el("select", { id: `scatter-${i ? "y" : "x"}`, onchange: (e) => { st.scatter[i] = e.target.value; onChange(); } },
     ...keys.map(([k, label]) => el("option", { value: k, text: label, selected: st.scatter[i] === k })));
+  const rank = el("label", { class: "nowrap", title: "colour each trial by its rank (best to worst) instead of its value: a rank plot, which a few diverged runs cannot wash out" },
+    el("input", { type: "checkbox", id: "scatter-rank", checked: st.rank, onchange: (e) => { st.rank = e.target.checked; onChange(); } }), " colour by rank");
   const box = document.getElementById("scatter-pick");
-  const sig = JSON.stringify([keys, st.scatter]);
-  if (box.dataset.sig !== sig) { box.dataset.sig = sig; box.replaceChildren("x ", pick(0), " y ", pick(1)); }
+  const sig = JSON.stringify([keys, st.scatter, st.rank]);
+  if (box.dataset.sig !== sig) { box.dataset.sig = sig; box.replaceChildren("x ", pick(0), " y ", pick(1), " ", rank); }
 }
 
 /** One axis of the scatter: each point's value (undefined: the trial has none, e.g. an
@@ -52,16 +54,20 @@ export function renderScatter(plot, v, view, st, openTrial) {
     .sort((a, b) => (v.direction === "maximize" ? 1 : -1) * (colourOf.get(a.trial_id) - colourOf.get(b.trial_id)));
   const at = (a, p) => (a.r && a.r.off(a.of(p)) ? a.r.edge : a.of(p));
   const off = (p) => (ax.r && ax.r.off(ax.of(p))) || (ay.r && ay.r.off(ay.of(p)));
+  const values = pts.map((p) => colourOf.get(p.trial_id));
+  const bar = { thickness: 8, len: 0.9 };
+  const ranked = st.rank ? rankColours(v, values, Object.assign({ title: { text: `rank of ${plain(v.metric)}` }, tickvals: [0, 1], ticktext: ["best", "worst"] }, bar)) : null;
+  const colours = ranked ? ranked.marker : valueColours(v, values, Object.assign({ title: { text: plain(v.metric) } }, bar));
+  const rankText = (i) => (ranked ? `<br>rank ${ranked.ranks[i] + 1} of ${pts.length} by ${plain(v.metric)}` : "");
   const node = draw("plot-scatter", [{
     type: "scatter", mode: "markers", x: pts.map((p) => at(ax, p)), y: pts.map((p) => at(ay, p)), customdata: pts.map((p) => p.number),
-    text: pts.map((p) => `${plain(labels.get(kx))}=${fmt(ax.of(p))}<br>${plain(labels.get(ky))}=${fmt(ay.of(p))}${off(p) ? " (off the scale)" : ""}`),
+    text: pts.map((p, i) => `${plain(labels.get(kx))}=${fmt(ax.of(p))}<br>${plain(labels.get(ky))}=${fmt(ay.of(p))}${off(p) ? " (off the scale)" : ""}${rankText(i)}`),
     hovertemplate: "trial #%{customdata}<br>%{text}<extra></extra>",
-    marker: Object.assign({ size: 6, symbol: pts.map((p) => (off(p) ? "diamond" : "circle")), line: { width: 0.5, color: "rgba(0,0,0,.25)" } },
-      valueColours(v, pts.map((p) => colourOf.get(p.trial_id)), { title: { text: plain(v.metric) }, thickness: 8, len: 0.9 })),
+    marker: Object.assign({ size: 6, symbol: pts.map((p) => (off(p) ? "diamond" : "circle")), line: { width: 0.5, color: "rgba(0,0,0,.25)" } }, colours),
   }], { xaxis: ax.layout, yaxis: ay.layout, showlegend: false });
   if (node && node.on && !node.dataset.clicks) { node.on("plotly_click", (e) => { const p = e.points && e.points[0]; if (p) openTrial(p.customdata); }); node.dataset.clicks = "1"; }
   const left = plot.points.length - pts.length;
-  document.getElementById("scatter-note").textContent = `${pts.length} completed trials, coloured by ${v.metric}${left ? `; ${left} without one of the two (an inactive parameter) left out` : ""}${plot.completed > plot.points.length ? ` (of ${plot.completed}: the plots' sample)` : ""}. Click a point for its trial.`;
+  document.getElementById("scatter-note").textContent = `${pts.length} completed trials, coloured by ${st.rank ? "their rank in " : ""}${v.metric}${left ? `; ${left} without one of the two (an inactive parameter) left out` : ""}${plot.completed > plot.points.length ? ` (of ${plot.completed}: the plots' sample)` : ""}. Click a point for its trial.`;
 }
 
 /** The area the first two objectives' points dominate up to `ref` (both minimized here:
