@@ -85,6 +85,8 @@ def test_pause_and_resume_from_the_campaign_page(page: Page, seeded: Seeded, age
     page.open(f"/campaign/{cid}")
     page.page.wait_for_function("() => document.getElementById('pause')?.disabled === false")
     assert page.page.inner_text("#pause") == "Pause"
+    # A spec without ranks_per_fold leaves it to the agents' planner (it read "null rank(s)/fold").
+    assert "ranks per fold: planned by the agents" in page.page.inner_text("#summary")
     page.page.click("#pause")
     page.page.wait_for_function("() => document.querySelector('#summary .badge')?.textContent === 'PAUSED'")
     assert page.page.inner_text("#pause") == "Resume"

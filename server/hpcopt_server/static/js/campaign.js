@@ -458,7 +458,7 @@ function renderSummary(c) {
       el("dt", { text: "Space" }), el("dd", { class: "mono" }, ...space.flatMap((s, i) => [i ? el("br") : null, s])),
       el("dt", { text: "Budget" }), el("dd", { text: `${spec.budget.max_trials} trials, ${spec.budget.max_parallel} at once` }),
       el("dt", { text: "Folds" }), el("dd", { text: spec.folds }),
-      el("dt", { text: "Training" }), el("dd", { class: "mono", text: `${training.task} · ${training.scheme} · ${training.epochs} epochs · ${training.ranks_per_fold} rank(s)/fold` }),
+      el("dt", { text: "Training" }), el("dd", { class: "mono", text: `${training.task} · ${training.scheme} · ${training.epochs} epochs · ${training.ranks_per_fold ? `${training.ranks_per_fold} rank(s)/fold` : "ranks per fold: planned by the agents"}` }),
       el("dt", { text: "Created" }), el("dd", { text: when(c.created_at) }))));
 }
 
