@@ -37,6 +37,11 @@ class CampaignState(_Named):
     #: Hands out no new trial (agents wait) while the running ones go on; resumable.
     PAUSED = "PAUSED"
 
+    @property
+    def ended(self) -> bool:
+        """COMPLETED or CANCELLED: nothing more runs (unless a budget is raised)."""
+        return self in (CampaignState.COMPLETED, CampaignState.CANCELLED)
+
 
 class TrialState(_Named):
     """A trial's state; compares equal to its name (``state == "COMPLETED"``). The

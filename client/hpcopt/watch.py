@@ -171,7 +171,7 @@ def _follow(c: Client, campaign_id: int, interval: float) -> int:
         if s.best is not None and s.best.number != best:
             best = s.best.number
             print(f"best: trial #{s.best.number} {num(s.best.value)} ± {num(s.best.value_std)}", flush=True)
-        if s.campaign.state != "RUNNING":
+        if s.campaign.state.ended:
             done = s.campaign
             took = duration(s.elapsed)
             print(
@@ -185,13 +185,14 @@ def _follow(c: Client, campaign_id: int, interval: float) -> int:
 
 
 def watch(c: Client, campaign_id: int, interval: float = 2.0, *, as_json: bool = False) -> int:
-    """Follows the campaign until it is no longer RUNNING; 0 then, 130 on Ctrl-C."""
+    """Follows the campaign until it ends (COMPLETED or CANCELLED: a PAUSED one may
+    resume); 0 then, 130 on Ctrl-C."""
     interval = max(interval, 0.2)
     if as_json:  # one JSON document per refresh (JSON Lines), the last when the campaign ends
         while True:
             s = snapshot(c, campaign_id)
             print(json.dumps(s.to_dict()), flush=True)
-            if s.campaign.state != "RUNNING":
+            if s.campaign.state.ended:
                 return 0
             time.sleep(interval)
     if not sys.stdout.isatty():
@@ -203,7 +204,7 @@ def watch(c: Client, campaign_id: int, interval: float = 2.0, *, as_json: bool =
     console = Console(highlight=False)
     s = snapshot(c, campaign_id)
     with Live(Text(render(s, width())), console=console, refresh_per_second=4, transient=False) as live:
-        while s.campaign.state == "RUNNING":
+        while not s.campaign.state.ended:
             time.sleep(interval)
             s = snapshot(c, campaign_id)
             live.update(Text(render(s, width())))

@@ -159,3 +159,12 @@ def test_the_cli_steers_over_grpc_with_exit_codes_and_json(live_server: LiveServ
         assert client.acquire(agent, cid).status == "granted"
         low = cli("budget", str(cid), "2")
         assert low.returncode != 0 and "max_trials" in low.stderr and "only be raised" in low.stderr
+        # `hpcopt watch` follows a paused campaign (it may resume) until it ends.
+        assert cli("pause", str(cid)).returncode == 0
+        cmd = [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, "watch", str(cid)]
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) as watching:
+            assert watching.stdout is not None
+            assert "PAUSED" in watching.stdout.readline()
+            assert cli("cancel", str(cid)).returncode == 0
+            rest = watching.communicate(timeout=120)[0].splitlines()
+        assert watching.returncode == 0 and rest[-1].startswith(f"campaign {cid} CANCELLED"), rest
