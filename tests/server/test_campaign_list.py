@@ -97,7 +97,7 @@ def test_the_list_searches_filters_and_sorts_on_the_server_across_pages(live_ser
     assert [c["state"] for c in by_state] == ["CANCELLED"] * 3
     for bad, field in (
         ({"sort": "best"}, "sort"),
-        ({"state": "PAUSED"}, "state"),
+        ({"state": "STOPPED"}, "state"),
         ({"q": "x" * 300}, "q"),
         ({"q": "a\x1b[31m"}, "q"),
         ({"order": "up"}, "order"),

@@ -197,7 +197,7 @@ def test_cancel_stops_running_trials_at_their_next_heartbeat(service: Service) -
     with pytest.raises(FailedPrecondition):
         service.agents.report_fold(lease, 0, 0.5)
     assert service.agents.acquire(agent, campaign.id).status == AcquireStatus.DONE
-    with pytest.raises(FailedPrecondition, match="only a RUNNING campaign"):
+    with pytest.raises(FailedPrecondition, match="only a RUNNING or PAUSED campaign"):
         service.campaigns.cancel(campaign.id)
     assert service.campaigns.trial(trial.id).state == d.TrialState.CANCELLED
 
