@@ -204,3 +204,13 @@ def test_a_budget_change_that_is_not_a_raise_or_breaks_the_spec_is_refused(
     with pytest.raises(FailedPrecondition, match="CANCELLED"):
         b.steering.raise_budget(cid, 10)
     assert b.campaigns.get(cid).campaign.max_trials == 5  # nothing changed
+
+
+def test_a_paused_campaign_exports_and_imports_as_paused(replicas: tuple[Service, Service]) -> None:
+    a, b = replicas
+    cid = _campaign(a, 3)
+    _finish(a, _take(a, _agent(a), cid))
+    a.steering.pause(cid)
+    copy = b.import_campaign(a.export_campaign(cid))
+    assert (copy.state, copy.finished_at) == (d.CampaignState.PAUSED, None)
+    assert b.steering.resume(copy.id).state == d.CampaignState.RUNNING
