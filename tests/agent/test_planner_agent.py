@@ -75,8 +75,9 @@ def test_the_drain_re_splits_the_world_and_every_fold_trains_once(agent_server: 
 
     # The groups take trials as they finish theirs. When both leaders read "2 left"
     # before either acquires, the last two trials start together and no wave is
-    # partial: nothing to re-plan, rightly. That race is rare; a second campaign with
-    # the same history must then show the drain.
+    # partial: nothing to re-plan, rightly. On a loaded machine one group can also fall
+    # behind (a 6/3 split in a CI run beside `make demo`, 2026-11-30). Both are rare; a
+    # second campaign with the same history must then show the drain.
     for attempt in range(2):
         result = agent_server.run_agent(8, campaign, timeout=280)
         assert result.returncode == 0, dump(result)
@@ -84,7 +85,8 @@ def test_the_drain_re_splits_the_world_and_every_fold_trains_once(agent_server: 
         assert "8 ranks = 2 trial group(s) x 4 fold group(s) x 1 rank(s) per fold; predicted" in log, dump(result)
         assert "probing" not in log  # the campaign's measurements were enough
         if attempt == 0 and "re-plan for" not in log:
-            assert "stopping after 4 trial(s)" in log and "stopping after 5 trial(s)" in log, log
+            ran = [int(n) for n in re.findall(r"stopping after (\d+) trial\(s\)", log)]
+            assert len(ran) == 2 and sum(ran) == trials, log  # both groups ran to the end, every trial once
             campaign = _with_history(agent_server, spec)
             continue
         break
