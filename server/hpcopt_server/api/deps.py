@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, TypeVar
 
+import pydantic
 from fastapi import Depends, Request
 
 from hpcopt_server import domain as d
-from hpcopt_server.errors import TooLarge
+from hpcopt_server.errors import InvalidArgument, TooLarge
 from hpcopt_server.service import Service
 
 
@@ -57,3 +58,17 @@ async def limited_body(request: Request, max_bytes: int) -> bytes:
             raise TooLarge(f"the body is over {max_bytes} bytes, the most accepted", [("body", "too large")])
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+Body = TypeVar("Body", bound=pydantic.BaseModel)
+
+
+def parse_json(raw: bytes, model: type[Body], what: str, expected: str) -> Body:
+    """A request body (from :func:`limited_body`) as ``model``, or InvalidArgument naming
+    each bad field: "invalid ``what``: ... (expected ``expected``)"."""
+    try:
+        return model.model_validate_json(raw)
+    except pydantic.ValidationError as exc:
+        errors = [(".".join(str(p) for p in e["loc"]) or "body", e["msg"]) for e in exc.errors(include_url=False)]
+        message = "; ".join(f"{f}: {m}" for f, m in errors[:5])
+        raise InvalidArgument(f"invalid {what}: {message} (expected {expected})", errors) from None

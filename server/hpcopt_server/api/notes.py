@@ -5,15 +5,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import pydantic
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from hpcopt_server import domain as d
-from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, limited_body
+from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, limited_body, parse_json
 from hpcopt_server.api.schemas import COMMON_RESPONSES, ErrorOut
-from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service import limits as lim
 
 router = APIRouter(prefix="/api/v1", responses=COMMON_RESPONSES)
@@ -70,16 +68,8 @@ def _out(n: d.Note) -> NoteOut:
 
 
 async def _note_in(request: Request) -> NoteIn:
-    raw = await limited_body(request, MAX_NOTE_BYTES)
-    try:
-        return NoteIn.model_validate_json(raw)
-    except pydantic.ValidationError as exc:
-        errors = [(".".join(str(p) for p in e["loc"]) or "body", e["msg"]) for e in exc.errors(include_url=False)]
-        raise InvalidArgument(
-            "invalid note: " + "; ".join(f"{f}: {m}" for f, m in errors[:5]) + ' (expected {"body": text, '
-            '"base_version": the version you edited, 0 for a new note})',
-            errors,
-        ) from None
+    expected = '{"body": text, "base_version": the version you edited, 0 for a new note}'
+    return parse_json(await limited_body(request, MAX_NOTE_BYTES), NoteIn, "note", expected)
 
 
 @router.get("/campaigns/{campaign_id}/note", operation_id="get_campaign_note")

@@ -3,16 +3,14 @@ pause and resume, raise the budget. All need the ``submit`` scope."""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
-import pydantic
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from hpcopt_server.api.deps import CanSubmit, ServiceDep, limited_body
+from hpcopt_server.api.deps import Body, CanSubmit, ServiceDep, limited_body, parse_json
 from hpcopt_server.api.schemas import COMMON_RESPONSES, CampaignOut, ErrorOut, TrialOut, campaign_out, trial_out
-from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service import limits as lim
 
 router = APIRouter(prefix="/api/v1", responses=COMMON_RESPONSES)
@@ -22,30 +20,20 @@ MAX_BODY_BYTES = 6 * lim.MAX_EXIT_REASON + 1024
 
 
 class StopIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     reason: str = Field("", description=f"why, kept in the trial's history (at most {lim.MAX_EXIT_REASON} characters)")
 
 
 class BudgetIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     max_trials: int = Field(description="the new budget.max_trials: above the present one, at most 1,000,000")
 
 
-Body = TypeVar("Body", bound=BaseModel)
-
-
 async def _body(request: Request, model: type[Body], expected: str, *, optional: bool = False) -> Body:
     raw = await limited_body(request, MAX_BODY_BYTES)
-    if optional and not raw.strip():
-        return model()
-    try:
-        return model.model_validate_json(raw, strict=True)
-    except pydantic.ValidationError as exc:
-        errors = [(".".join(str(p) for p in e["loc"]) or "body", e["msg"]) for e in exc.errors(include_url=False)]
-        message = "; ".join(f"{f}: {m}" for f, m in errors[:5])
-        raise InvalidArgument(f"invalid body: {message} (expected {expected})", errors) from None
+    return model() if optional and not raw.strip() else parse_json(raw, model, "body", expected)
 
 
 def _documented(model: type[BaseModel] | None, conflict: str) -> dict[str, Any]:
