@@ -9,8 +9,16 @@ interpreter (or its GIL) with whoever measures the server meanwhile:
                                           # N gRPC connections, each opening M unary
                                           # calls to AgentService/Heartbeat whose request
                                           # never arrives (HEADERS without END_STREAM)
+    python -m tests.swarm nowindow PORT N --window W [--open-once K]
+                                          # N gRPC connections that advertise an initial
+                                          # window of W bytes (0: none) and send one
+                                          # complete Health/Check call whose response
+                                          # they never let through; with --open-once,
+                                          # one WINDOW_UPDATE of K bytes for that call
+                                          # once the server's SETTINGS arrive, then none
 
-A connection the server closes stays closed, as an idle gRPC channel does; with
+``--source ADDR`` connects from that local address (any of 127.0.0.0/8 on Linux), so
+that the swarm is a peer of its own. A connection the server closes stays closed, as an idle gRPC channel does; with
 ``--reconnect S`` it is opened again after S seconds, as a stubborn attacker would. It
 prints ``ready`` once all N have been opened and each is either closed or (for gRPC)
 has received the server's SETTINGS, then once a second ``open=K closed=C`` (C: closed
@@ -45,6 +53,27 @@ def _literal(name: bytes, value: bytes) -> bytes:
     return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
 
 
+def settings_frame(initial_window: int | None = None) -> bytes:
+    """A client SETTINGS frame: empty, or setting SETTINGS_INITIAL_WINDOW_SIZE (0x4)."""
+    if initial_window is None:
+        return SETTINGS
+    return b"\x00\x00\x06\x04\x00\x00\x00\x00\x00" + b"\x00\x04" + initial_window.to_bytes(4, "big")
+
+
+def window_update(stream: int, increment: int) -> bytes:
+    return b"\x00\x00\x04\x08\x00" + stream.to_bytes(4, "big") + increment.to_bytes(4, "big")
+
+
+def health_check_call(stream: int = 1) -> bytes:
+    """One whole unary grpc.health.v1.Health/Check call: its HEADERS, then a DATA frame
+    with the empty request message and END_STREAM."""
+    end_stream = 0x1
+    message = b"\x00" + (0).to_bytes(4, "big")  # not compressed, zero bytes long
+    headers = half_open_calls(1, b"/grpc.health.v1.Health/Check")
+    headers = headers[:5] + stream.to_bytes(4, "big") + headers[9:]
+    return headers + len(message).to_bytes(3, "big") + bytes([0, end_stream]) + stream.to_bytes(4, "big") + message
+
+
 def half_open_calls(m: int, method: bytes = b"/hpcopt.v1.AgentService/Heartbeat") -> bytes:
     """The HEADERS frames of ``m`` unary gRPC calls (streams 1, 3, 5, ...) that end their
     headers but never their request: no DATA, no END_STREAM."""
@@ -67,19 +96,33 @@ def half_open_calls(m: int, method: bytes = b"/hpcopt.v1.AgentService/Heartbeat"
 
 
 class Swarm:
-    def __init__(self, kind: str, port: int, n: int, reconnect: float | None, calls: int = 0):
+    def __init__(
+        self,
+        kind: str,
+        port: int,
+        n: int,
+        reconnect: float | None,
+        calls: int = 0,
+        *,
+        window: int | None = None,
+        open_once: int | None = None,
+        source: str | None = None,
+    ):
         self.kind, self.port, self.n, self.reconnect = kind, port, n, reconnect
-        self.h2 = kind in ("grpc", "halfopen")
-        self.calls = half_open_calls(calls) if kind == "halfopen" else b""
+        self.h2 = kind in ("grpc", "halfopen", "nowindow")
+        self.settings = settings_frame(window if kind == "nowindow" else None)
+        self.calls = {"halfopen": half_open_calls(calls), "nowindow": health_check_call()}.get(kind, b"")
+        self.open_once = window_update(1, open_once) if kind == "nowindow" and open_once else b""
+        self.source = (source, 0) if source else None
         self.sel = selectors.DefaultSelector()
         self.ready: dict[socket.socket, bool] = {}
         self.closed = 0
         self.pending_reopen: list[float] = []
 
     def open_one(self) -> None:
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=10, source_address=self.source)
         s.setblocking(False)
-        s.sendall(PREFACE + SETTINGS + self.calls if self.h2 else SLOW_HEAD)
+        s.sendall(PREFACE + self.settings + self.calls if self.h2 else SLOW_HEAD)
         self.ready[s] = not self.h2
         self.sel.register(s, selectors.EVENT_READ)
 
@@ -104,7 +147,7 @@ class Swarm:
                 continue
             if self.h2 and not self.ready[s]:
                 try:
-                    s.sendall(SETTINGS_ACK)
+                    s.sendall(SETTINGS_ACK + self.open_once)
                 except OSError:
                     self.drop(s)
                     continue
@@ -134,25 +177,34 @@ def finish_one_trial(agent: Any, agent_id: str, campaign_id: int) -> str:
     return str(agent.complete(lease).state)
 
 
-def probe_health(target: str, seconds: float, token: str | None = None) -> list[float]:
+def probe_health(target: str, seconds: float, token: str | None = None, *, new_channel: bool = False) -> list[float]:
     """Latencies of grpc.health.v1 Check calls on a channel of their own, one every 0.2 s
-    for ``seconds``, each with a 5 s deadline; inf for one that failed."""
+    for ``seconds``, each with a 5 s deadline; inf for one that failed. With
+    ``new_channel`` each check opens a channel of its own (connects anew), as a monitor
+    or a starting agent does."""
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
     out: list[float] = []
-    with grpc.insecure_channel(target) as ch:
-        stub = health_pb2_grpc.HealthStub(ch)
-        meta = [("authorization", f"Bearer {token}")] if token else None
-        end = time.monotonic() + seconds
+    meta = [("authorization", f"Bearer {token}")] if token else None
+    shared = None if new_channel else grpc.insecure_channel(target)
+    end = time.monotonic() + seconds
+    try:
         while time.monotonic() < end:
             t0 = time.monotonic()
+            ch = shared or grpc.insecure_channel(target)
             try:
-                stub.Check(health_pb2.HealthCheckRequest(), timeout=5, metadata=meta)
+                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5, metadata=meta)
                 out.append(time.monotonic() - t0)
             except grpc.RpcError:
                 out.append(float("inf"))
+            finally:
+                if ch is not shared:
+                    ch.close()
             time.sleep(max(0.0, 0.2 - (time.monotonic() - t0)))
+    finally:
+        if shared is not None:
+            shared.close()
     return out
 
 
@@ -222,15 +274,27 @@ def swarming(kind: str, port: int, n: int, *extra: str, ready_timeout: float = 1
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("kind", choices=["grpc", "slow", "halfopen"])
+    ap.add_argument("kind", choices=["grpc", "slow", "halfopen", "nowindow"])
     ap.add_argument("port", type=int)
     ap.add_argument("n", type=int)
     ap.add_argument("--reconnect", type=float, default=None)
     ap.add_argument("--calls", type=int, default=64, help="halfopen: calls held open on each connection")
+    ap.add_argument("--window", type=int, default=0, help="nowindow: the initial window advertised, in bytes")
+    ap.add_argument("--open-once", type=int, default=None, help="nowindow: one WINDOW_UPDATE of this many bytes")
+    ap.add_argument("--source", default=None, help="the local address to connect from")
     args = ap.parse_args()
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    swarm = Swarm(args.kind, args.port, args.n, args.reconnect, args.calls)
+    swarm = Swarm(
+        args.kind,
+        args.port,
+        args.n,
+        args.reconnect,
+        args.calls,
+        window=args.window,
+        open_once=args.open_once,
+        source=args.source,
+    )
     stop = threading.Event()
 
     def wait_for_eof() -> None:

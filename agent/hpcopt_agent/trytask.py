@@ -114,7 +114,7 @@ def _server(folder: Path) -> Iterator[str]:
     """A throw-away server in this process on ``folder``'s SQLite file; its gRPC address."""
     try:
         from hpcopt_server.metrics import Metrics
-        from hpcopt_server.rpc.server import serve_grpc
+        from hpcopt_server.rpc.server import GrpcLimits, serve_grpc
         from hpcopt_server.service import Service
         from hpcopt_server.storage import migrate
         from hpcopt_server.storage.repository import Storage
@@ -126,7 +126,7 @@ def _server(folder: Path) -> Iterator[str]:
     migrate.ensure_schema(url, None)
     storage = Storage(url, pool_size=4)
     service = Service(storage)
-    endpoint = serve_grpc(service, Metrics(service), "127.0.0.1", 0, max_workers=16)
+    endpoint = serve_grpc(service, Metrics(service), "127.0.0.1", 0, GrpcLimits(workers=16))
     endpoint.start()
     try:
         yield f"127.0.0.1:{endpoint.port}"

@@ -181,7 +181,7 @@ def _serve(args: argparse.Namespace) -> int:
     from hpcopt_server.api.connections import HttpServer, uvicorn_config
     from hpcopt_server.metrics import Metrics
     from hpcopt_server.processes import GrpcProcesses
-    from hpcopt_server.rpc.server import serve_grpc
+    from hpcopt_server.rpc.server import GrpcLimits, serve_grpc
     from hpcopt_server.sockets import connection_caps, listen
 
     try:
@@ -235,15 +235,7 @@ def _serve(args: argparse.Namespace) -> int:
         return _cannot_listen("REST", settings.host, settings.port, "--port", "HPCOPT_PORT", exc)
     caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
     try:
-        grpc = serve_grpc(
-            service,
-            metrics,
-            settings.host,
-            settings.grpc_port,
-            max_workers=settings.grpc_workers,
-            max_connections=caps.grpc,
-            request_timeout=settings.request_timeout,
-        )
+        grpc = serve_grpc(service, metrics, settings.host, settings.grpc_port, GrpcLimits.of(settings, caps.grpc))
     except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError("Failed to bind ...")
         http_socket.close()
         return _cannot_listen("gRPC", settings.host, settings.grpc_port, "--grpc-port", "HPCOPT_GRPC_PORT", exc)
@@ -328,7 +320,7 @@ def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings, limits
     inherited listening socket, until the first process goes."""
     from hpcopt_server.metrics import Metrics
     from hpcopt_server.processes import wait_for_parent
-    from hpcopt_server.rpc.server import serve_grpc
+    from hpcopt_server.rpc.server import GrpcLimits, serve_grpc
     from hpcopt_server.sockets import connection_caps
 
     sock = socket.socket(fileno=args.grpc_child_socket)
@@ -336,16 +328,7 @@ def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings, limits
     service = _service(settings, limits, storage)
     _auth_at_start(service, settings)
     caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
-    grpc = serve_grpc(
-        service,
-        Metrics(service),
-        settings.host,
-        0,
-        max_workers=settings.grpc_workers,
-        max_connections=caps.grpc,
-        request_timeout=settings.request_timeout,
-        sock=sock,
-    )
+    grpc = serve_grpc(service, Metrics(service), settings.host, 0, GrpcLimits.of(settings, caps.grpc), sock=sock)
     service.warm_optimizers()
     grpc.start()
     try:

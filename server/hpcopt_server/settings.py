@@ -189,8 +189,29 @@ class ServerSettings:
             1000,
             int,
             1,
-            doc="open gRPC connections; past it the idlest one with no call in progress is closed (lowered to fit "
-            "the open-file limit: each takes three descriptors, from what HTTP leaves)",
+            doc="open gRPC connections; past it the idlest is shed: first one whose calls all wait on its client "
+            "(parked: kept open, unread, for a minute), then one that never made a call, then the one quiet longest; "
+            "never one with a call at work (lowered to fit the open-file limit: each takes three descriptors and one "
+            "to park, from what HTTP leaves)",
+        )
+    )
+    max_grpc_connections_per_address: int = setting(
+        Option(
+            256,
+            int,
+            1,
+            doc="open gRPC connections from one client address; past it that address's idlest is closed (agents "
+            "that reach the server through one NAT address share it: raise it there)",
+        )
+    )
+    connection_age: float = setting(
+        Option(
+            1800.0,
+            float,
+            0,
+            open_low=True,
+            doc="seconds a gRPC connection may stay open; then its client is asked to reconnect (HTTP/2 GOAWAY, "
+            "which gRPC clients do for their next call) and calls still running get 60 s more",
         )
     )
     header_timeout: float = setting(
@@ -208,8 +229,9 @@ class ServerSettings:
             float,
             0,
             open_low=True,
-            doc="seconds a gRPC call's request may take to arrive after its headers; a connection holding a call "
-            "still waiting past it is closed. Raise it for imports of tens of MB over a slow link",
+            doc="seconds a gRPC call may wait on its client: for its request to arrive after its headers, or for "
+            "the client to take its response (its flow-control window); a connection holding a call still waiting "
+            "past it is closed. Raise it for imports of tens of MB over a slow link",
         )
     )
     idle_timeout: int = setting(

@@ -4,7 +4,9 @@ database pool, logs and the servers' own machinery, HTTP gets a share and gRPC t
 
 Each HTTP connection holds one descriptor. Each gRPC connection holds three: the
 client's socket and the relay's socket in the front (``rpc/front.py``), and the gRPC
-server's end of that relay.
+server's end of that relay; a parked one (shed while its calls all waited on its
+client) holds only the client's, and as many may be parked as connected. A cap may be
+passed by ``ACCEPT_BATCH`` connections while none of its own can be shed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 RESERVE = 128  # database pool (up to 2 x --db-pool), logs, epoll/eventfds, imports
 GRPC_DESCRIPTORS = 3
+PARKED_DESCRIPTORS = 1
 # asyncio accepts up to its ``backlog`` connections in one pass before any protocol sees
 # them, so a listener can be over its cap by that many descriptors before shedding frees
 # any: each listener's pass is kept this small (and counted in the budget), while the
@@ -47,12 +50,15 @@ class ConnectionCaps:
 def connection_caps(max_http: int, max_grpc: int, log: logging.Logger | None = None) -> ConnectionCaps:
     """The HTTP and gRPC connection caps that fit the open-file limit: after the reserve
     and the two accept passes, HTTP may use at most two fifths, gRPC what remains (three
-    descriptors a connection).
+    descriptors a connection, one for a parked one, as many parked as connected, and
+    ``ACCEPT_BATCH`` over the cap).
     A requested cap that does not fit is lowered, and the log says so."""
     total = descriptor_budget()
     usable = max(total - RESERVE - 2 * ACCEPT_BATCH, 64)
     http = max(8, min(max_http, usable * 2 // 5))
-    grpc = max(8, min(max_grpc, (usable - http) // GRPC_DESCRIPTORS))
+    grpc = max(
+        8, min(max_grpc, (usable - http - ACCEPT_BATCH * GRPC_DESCRIPTORS) // (GRPC_DESCRIPTORS + PARKED_DESCRIPTORS))
+    )
     if log is not None:
         if http < max_http:
             log.warning("max HTTP connections lowered from %d to %d (open-file limit %d)", max_http, http, total)
@@ -100,8 +106,9 @@ class ShedLog:
 
 
 class StallLog:
-    """Says in the log when gRPC connections are closed for requests that do not arrive:
-    the first one (again, after a quiet minute), then at most once a minute how many."""
+    """Says in the log when gRPC connections are closed for calls that wait on their
+    client (a request that does not arrive, a response it does not let through): the
+    first one (again, after a quiet minute), then at most once a minute how many."""
 
     QUIET = 60.0
 
@@ -110,13 +117,14 @@ class StallLog:
         self._since = 0
         self._last_line = -1e18
 
-    def closed(self, calls: int, why: str) -> None:
+    def closed(self, calls: int, what: str, why: str) -> None:
         now = time.monotonic()
         self._since += 1
         if now - self._last_line > self.QUIET:
             self.log.warning(
-                "gRPC: closed %d connection(s) holding calls whose request did not arrive (last: %d call(s), %s)",
+                "gRPC: closed %d connection(s) holding calls whose %s (last: %d call(s), %s)",
                 self._since,
+                what,
                 calls,
                 why,
             )

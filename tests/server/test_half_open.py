@@ -99,11 +99,11 @@ def _frame(kind: int, flags: int, stream: int) -> bytes:
 
 
 def test_a_connection_whose_calls_all_wait_for_their_request_counts_as_idle_for_shedding() -> None:
-    front = SimpleNamespace(waiting=0)
+    front = SimpleNamespace(stalled=0)
     conn = _Client(front)  # type: ignore[arg-type]
     conn.to_server.feed(PREFACE + half_open_calls(2))
-    assert (conn.waiting.keys(), front.waiting, conn.busy) == ({1, 3}, 2, False)
+    assert (conn.waiting.keys(), front.stalled, conn.busy) == ({1, 3}, 2, False)
     conn.to_server.feed(_frame(0, 0x1, 1))  # DATA with END_STREAM: call 1's request has arrived
-    assert (conn.waiting.keys(), front.waiting, conn.busy) == ({3}, 1, True)
+    assert (conn.waiting.keys(), front.stalled, conn.busy) == ({3}, 1, True)
     conn.to_server.feed(_frame(3, 0, 3))  # the client cancels call 3
-    assert (conn.waiting.keys(), front.waiting, conn.streams) == (set(), 0, {1})
+    assert (conn.waiting.keys(), front.stalled, conn.streams) == (set(), 0, {1})

@@ -19,6 +19,7 @@ from hpcopt_server.rpc.auth import AuthInterceptor
 from hpcopt_server.rpc.front import GrpcFront
 from hpcopt_server.rpc.servicers import AgentServicer, CampaignServicer
 from hpcopt_server.service import Service
+from hpcopt_server.settings import ServerSettings
 from hpcopt_server.sockets import listen
 
 
@@ -86,6 +87,41 @@ class MetricsInterceptor(grpc.ServerInterceptor):
 MAX_STREAMS_PER_CONNECTION = 1000
 
 
+@dataclass(frozen=True)
+class GrpcLimits:
+    """What one gRPC process serves at most: ``serve``'s options of the same names."""
+
+    #: threads serving calls; calls waiting on their client may hold at most half
+    workers: int = 64
+    #: open connections; past it the idlest is closed (``front.py``)
+    connections: int = 1000
+    #: open connections from one client address; past it that address's idlest is closed
+    per_address: int = 256
+    #: seconds a call may wait on its client (its request, its window) before its
+    #: connection is closed
+    request_timeout: float = 10.0
+    #: seconds a connection may live; then the client is asked to reconnect (GOAWAY),
+    #: and the connection is closed :data:`AGE_GRACE` seconds later if calls still run
+    connection_age: float = 1800.0
+
+    @classmethod
+    def of(cls, settings: ServerSettings, connections: int) -> GrpcLimits:
+        """The limits ``settings`` ask for, with ``connections`` as the open-file limit
+        lets it be (``sockets.connection_caps``)."""
+        return cls(
+            workers=settings.grpc_workers,
+            connections=connections,
+            per_address=min(settings.max_grpc_connections_per_address, connections),
+            request_timeout=settings.request_timeout,
+            connection_age=settings.connection_age,
+        )
+
+
+#: Seconds the calls of a connection past its age may still run: past the request
+#: timeout, so that an honest call that has its request whole finishes.
+AGE_GRACE = 60.0
+
+
 @dataclass
 class GrpcEndpoint:
     """The gRPC server behind its front (``front.py``): clients connect to ``port``."""
@@ -111,38 +147,38 @@ def serve_grpc(
     metrics: Metrics,
     host: str,
     port: int,
+    limits: GrpcLimits = GrpcLimits(),
     *,
-    max_workers: int = 64,
-    max_connections: int = 1000,
-    request_timeout: float = 10.0,
     sock: socket.socket | None = None,
 ) -> GrpcEndpoint:
     """The gRPC server, listening on a private Unix socket, and its front on ``host:port``
     (0: any free port) or on the listening socket ``sock`` (one that another process
-    accepts from too: ``serve --processes``), capped at ``max_connections``; neither
-    started. A port that cannot be bound is an OSError.
+    accepts from too: ``serve --processes``), within ``limits``; neither started. A port
+    that cannot be bound is an OSError.
 
-    Calls whose request has not arrived may hold at most half the ``max_workers``
-    threads, server-wide, and for at most ``request_timeout`` seconds (``front.py``): the
-    other half stays free for calls that are ready to run."""
+    Calls waiting on their client (a request that has not arrived, a response the
+    client does not let through) may hold at most half the workers, server-wide, and for
+    at most ``request_timeout`` seconds (``front.py``): the other half stays free for
+    calls that are ready to run."""
     front = GrpcFront(
         sock if sock is not None else listen(host, port),
-        max_connections,
-        request_timeout=request_timeout,
-        max_waiting=max(1, max_workers // 2),
+        limits.connections,
+        per_address=limits.per_address,
+        request_timeout=limits.request_timeout,
+        max_waiting=max(1, limits.workers // 2),
     )
     try:
-        server = _build(service, metrics, front.backend_address, max_workers)
+        server = _build(service, metrics, front.backend_address, limits)
     except BaseException:
         front.stop()
         raise
     return GrpcEndpoint(server, front)
 
 
-def _build(service: Service, metrics: Metrics, address: str, max_workers: int) -> grpc.Server:
+def _build(service: Service, metrics: Metrics, address: str, limits: GrpcLimits) -> grpc.Server:
     """A ready (not started) server bound to ``address``."""
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="grpc"),
+        futures.ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="grpc"),
         interceptors=[MetricsInterceptor(metrics), AuthInterceptor(service.tokens)],
         options=[
             ("grpc.so_reuseport", 0),
@@ -152,6 +188,10 @@ def _build(service: Service, metrics: Metrics, address: str, max_workers: int) -
             # (agents call every heartbeat period, far below these).
             ("grpc.server_handshake_timeout_ms", 10_000),
             ("grpc.max_connection_idle_ms", 300_000),
+            # Every connection, however busy, is renewed (GOAWAY, the client reconnects
+            # for its next call), so none is held for ever.
+            ("grpc.max_connection_age_ms", int(limits.connection_age * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(AGE_GRACE * 1000)),
             # Calls one connection may hold open at once (HTTP/2 SETTINGS): a client sees
             # the limit and queues past it; one that ignores it has the extra calls
             # refused before they take a worker. (The front's cap on calls waiting for
