@@ -38,13 +38,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hpcopt import AgentClient, Client  # noqa: E402 - after the path
+from hpcopt import AgentClient, ApiError, Client  # noqa: E402 - after the path
 from tests.conftest import make_spec  # noqa: E402
 from tests.server.process import ServerProcess  # noqa: E402
 from tests.swarm import heartbeating, probe_health, swarming  # noqa: E402
@@ -69,6 +70,19 @@ def _cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
+def _trial_after(target: str, token: str | None, trial_id: int) -> Any:
+    """The trial, read once the swarm has gone: a server that it locked up may take a few
+    tries to answer again."""
+    for attempt in range(10):
+        try:
+            with Client(target, token=token, timeout=20) as c:
+                return c.get_trial(trial_id)
+        except ApiError:
+            if attempt == 9:
+                raise
+            time.sleep(1)
+
+
 def run(checkout: Path, scenario: str, auth: bool, seconds: float) -> dict[str, Any]:
     kind, conns, extra = SCENARIOS[scenario]
     env = {"PYTHONPATH": f"{checkout}/client:{checkout}/server"}
@@ -91,8 +105,7 @@ def run(checkout: Path, scenario: str, auth: bool, seconds: float) -> dict[str, 
             with heartbeating(agent, lease) as beats, swarming(kind, server.grpc_port, conns, *extra) as swarm:
                 health = probe_health(server.grpc_target, seconds, token, new_channel=kind == "nowindow")
             cpu = _cpu_seconds(server.proc.pid) - cpu0
-            with Client(server.grpc_target, token=token, timeout=20) as c:
-                trial = c.get_trial(lease.trial_id)
+            trial = _trial_after(server.grpc_target, token, lease.trial_id)
             agent.close()
     return {
         "health": health,

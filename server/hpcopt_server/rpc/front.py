@@ -1,5 +1,6 @@
-"""The gRPC front: counts gRPC connections against a cap and sheds the idlest first, and
-ends calls whose request never arrives.
+"""The gRPC front: counts gRPC connections against caps and sheds the idlest first, and
+ends calls that wait on their client (a request that never arrives, a response it
+never lets through).
 
 grpcio's server offers no hook on connections: it accepts as many as arrive, and an
 idle one is closed only by ``grpc.max_connection_idle_ms``. 1,005 idle channels that had
@@ -7,11 +8,25 @@ finished the HTTP/2 handshake took every descriptor of a server under ``ulimit -
 and REST and /healthz stopped answering. So the gRPC server listens on a private Unix
 socket (in a 0700 directory), and this front accepts clients on the public port and
 relays bytes both ways, one asyncio loop in its own thread. It reads HTTP/2 frame
-headers as they pass (never payloads) to know which connections have a call in
-progress. Past ``cap`` open connections, a new one closes the idlest connection with
-no call at work: first those that never made a call (oldest first), then those quiet
-longest. A call at work is one whose request has arrived whole. If every connection
-has a call at work, the new one is closed.
+headers as they pass (and the payloads of SETTINGS and WINDOW_UPDATE, never others) to
+know which connections have a call at work.
+
+A call is at work once its request has arrived whole and while its client lets its
+response through. The front follows the client's flow-control windows as the server
+sends against them (RFC 9113 6.9: the connection's and each stream's, the initial one
+from the client's SETTINGS, less the server's DATA, plus the client's WINDOW_UPDATEs). A
+call whose client lets less than ``_MIN_WINDOW`` bytes through is *blocked*: 1,000
+connections that advertised a window of 0 and sent one complete Health/Check each used
+to count as busy, so at the cap the front shed the agents' idle connections instead, and
+the victim's lease expired.
+
+Past ``cap`` open connections, or ``per_address`` from one client address, the front
+sheds (``GrpcFront._enforce``), never a connection with a call at work: first one whose
+calls all wait on the client (``stalled``), which is *parked* (its relay and calls let
+go, its socket kept open and unread for ``PARK_SECONDS``, so that a client that reopens
+whatever is closed has nothing to reopen), then one that never made a call (once it is
+``_FRESH`` s old), then the one quiet longest. While none can be shed, a cap may be
+passed by ``slack`` connections; past that the new one is closed.
 
 grpcio's sync server gives a call a worker thread when its HEADERS arrive, and that
 thread waits for the request message. A client that sends HEADERS and never ends the
@@ -21,13 +36,15 @@ long as it wanted. ``maximum_concurrent_rpcs`` counts those calls too, so it wou
 turn the agents' timeouts into refusals. The front therefore watches each call's
 request: a call whose request has not ended (END_STREAM from the client) is *waiting*.
 
-- A connection holding a call that has waited ``request_timeout`` seconds is closed,
-  which ends its calls and frees their workers (the gRPC server cancels them).
+- A connection holding a call that has waited ``request_timeout`` seconds on its client
+  (for its request, or for its window) is closed, which ends its calls and frees their
+  workers and streams (the gRPC server cancels them).
 - At most ``max_waiting`` calls may have waited longer than 50 ms at once,
   server-wide, so that the other workers stay free for agents: past it, the
   connections holding the calls that have waited longest are closed (an honest request
   arrives whole within milliseconds). Looked at every 50 ms.
-- A connection whose calls are all waiting counts as idle when connections are shed.
+- A blocked unary call holds no worker (grpcio hands the response over and lets go), so
+  only calls waiting for their request count against ``max_waiting``.
 """
 
 from __future__ import annotations
