@@ -38,11 +38,12 @@ def _checkpoint(uri: str) -> dict[str, Any]:
     return dict(torch.load(uri.removeprefix("file://"), weights_only=True))
 
 
+@pytest.mark.parametrize("groups", [4, 1])
 def test_a_population_trains_in_intervals_and_exploited_members_copy_weights_with_their_own_lr(
-    agent_server: AgentServer,
+    agent_server: AgentServer, groups: int
 ) -> None:
     campaign = agent_server.submit(_spec(quantile=0.5))
-    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=480)
+    result = agent_server.run_agent(groups, campaign, "--groups", str(groups), timeout=480)
     assert result.returncode == 0, dump(result)
     with agent_server.client() as c:
         assert c.get_campaign(campaign).trial_counts == {"COMPLETED": POPULATION * EPOCHS // INTERVAL}
@@ -79,9 +80,12 @@ def test_a_population_trains_in_intervals_and_exploited_members_copy_weights_wit
             assert t.params == parent.params and lin.parent == lin.previous
     assert sorted(members) == list(range(POPULATION))
     assert all(len(n) == EPOCHS // INTERVAL for n in members.values())
-    # Which member is in the bottom quantile when it reports depends on the order the
-    # four agents report in (a loaded CI machine once gave 1 exploit, not 2): at least one.
-    assert exploited >= 1, dump(result)
+    # Which member is in the bottom quantile when it reports, and whether a better one has
+    # a checkpoint at its epoch by then, depends on the order the groups report in: four
+    # concurrent groups gave 0 to 6 exploits over 30 runs here, 0 in CI under load. One
+    # group reports in one order, so the campaign is the same every run (6 exploits here).
+    if groups == 1:
+        assert exploited >= 1, dump(result)
 
 
 def test_an_interval_whose_parent_cannot_be_read_fails_instead_of_training_from_scratch(
