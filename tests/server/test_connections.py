@@ -15,19 +15,11 @@ import httpx
 import pytest
 
 from hpcopt import AgentClient, Client
-from hpcopt_server.storage.migrate import upgrade
 from tests.conftest import make_spec, timeout_scale
 from tests.server.process import ServerProcess
 from tests.swarm import finish_one_trial, swarming
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'conn.db'}"
-    upgrade(url)
-    return url
 
 
 def _idle_sockets(port: int, n: int) -> Iterator[socket.socket]:

@@ -21,7 +21,6 @@ import pytest
 
 from hpcopt import AgentClient, Client
 from hpcopt_server.rpc.front import _Client
-from hpcopt_server.storage.migrate import upgrade
 from tests.conftest import make_spec, timeout_scale
 from tests.server.process import ServerProcess
 from tests.swarm import (
@@ -38,13 +37,6 @@ from tests.swarm import (
 pytestmark = pytest.mark.slow
 
 LEASE = 10.0  # seconds: a stall longer than this loses the victim's trial
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> str:
-    url = f"sqlite:///{tmp_path / 'nowindow.db'}"
-    upgrade(url)
-    return url
 
 
 def _p99(xs: list[float]) -> float:
@@ -88,31 +80,31 @@ def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
 
 
 def test_the_front_follows_the_clients_window_as_the_server_sends_against_it() -> None:
-    front = SimpleNamespace(stalled=0)
+    front = SimpleNamespace()
     conn = _Client(front)  # type: ignore[arg-type]
     conn.to_server.feed(PREFACE + SETTINGS + health_check_call(1))
-    assert (conn.busy, conn.blocked, front.stalled) == (True, {}, 0)  # 65,535 bytes may come: at work
+    assert (conn.busy, conn.blocked) == (True, {})  # 65,535 bytes may come: at work
     conn.to_client.feed(_frame(0, 0, 1, b"x" * 65_000))  # the server sends most of the window
-    assert (set(conn.blocked), conn.busy, conn.stalled, front.stalled) == ({1}, False, True, 1)
+    assert (set(conn.blocked), conn.busy, conn.stalled) == ({1}, False, True)
     conn.to_server.feed(window_update(1, 40_000))  # the client lets more through on the call...
     assert (set(conn.blocked), conn.windows, conn.conn_window) == ({1}, {1: 40_535}, 535)  # ...not the connection
     conn.to_server.feed(window_update(0, 40_000))
-    assert (conn.blocked, conn.busy, front.stalled) == ({}, True, 0)
+    assert (conn.blocked, conn.busy) == ({}, True)
     conn.to_client.feed(_frame(1, 0x1 | 0x4, 1, b"\x88"))  # trailers: the call has ended
     assert (conn.streams, conn.windows, conn.busy, conn.stalled) == (set(), {}, False, False)
 
 
 def test_a_window_too_small_to_answer_stalls_a_call_at_once_and_settings_move_open_windows() -> None:
-    front = SimpleNamespace(stalled=0)
+    front = SimpleNamespace()
     conn = _Client(front)  # type: ignore[arg-type]
     conn.to_server.feed(PREFACE + settings_frame(1) + health_check_call(1))
-    assert (set(conn.blocked), conn.stalled, front.stalled) == ({1}, True, 1)
+    assert (set(conn.blocked), conn.stalled) == ({1}, True)
     conn.to_server.feed(settings_frame(70_000))  # RFC 9113 6.9.2: +69,999 on every open stream
-    assert (conn.windows, conn.blocked, front.stalled) == ({1: 70_000}, {}, 0)
+    assert (conn.windows, conn.blocked) == ({1: 70_000}, {})
     conn.to_server.feed(health_check_call(3))
     assert conn.windows == {1: 70_000, 3: 70_000} and conn.busy
     conn.to_server.feed(_frame(3, 0, 1, b"\x00\x00\x00\x08") + _frame(3, 0, 3, b"\x00\x00\x00\x08"))  # RST both
-    assert (conn.streams, front.stalled) == (set(), 0)
+    assert (conn.streams, conn.blocked) == (set(), {})
 
 
 def test_the_front_parks_connections_that_never_read_before_it_sheds_any_other(db: str, tmp_path: Path) -> None:

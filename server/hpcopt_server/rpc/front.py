@@ -186,7 +186,6 @@ class _Client(asyncio.Protocol):
                 self._check(stream)
             else:
                 self.waiting[stream] = time.monotonic()
-                self.front.stalled += 1
         elif kind in (_HEADERS, _DATA) and flags & _END_STREAM:  # the request has arrived whole
             self._arrived(stream)
         elif kind == _RST_STREAM:
@@ -236,22 +235,17 @@ class _Client(asyncio.Protocol):
         if stream not in self.streams or stream in self.waiting:
             return
         if min(self.conn_window, self.windows.get(stream, 0)) < _MIN_WINDOW:
-            if stream not in self.blocked:
-                self.blocked[stream] = time.monotonic()
-                self.front.stalled += 1
-        elif self.blocked.pop(stream, None) is not None:
-            self.front.stalled -= 1
+            self.blocked.setdefault(stream, time.monotonic())
+        else:
+            self.blocked.pop(stream, None)
 
     def _arrived(self, stream: int) -> None:
         if self.waiting.pop(stream, None) is not None:
-            self.front.stalled -= 1
             self._check(stream)
 
     def _ended(self, stream: int) -> None:
-        if self.waiting.pop(stream, None) is not None:
-            self.front.stalled -= 1
-        if self.blocked.pop(stream, None) is not None:
-            self.front.stalled -= 1
+        self.waiting.pop(stream, None)
+        self.blocked.pop(stream, None)
         self.streams.discard(stream)
         self.windows.pop(stream, None)
 
@@ -339,7 +333,6 @@ class _Client(asyncio.Protocol):
             self.backend.resume_reading()
 
     def _drop_calls(self) -> None:
-        self.front.stalled -= len(self.waiting) + len(self.blocked)
         self.waiting.clear()
         self.blocked.clear()
 
@@ -393,7 +386,6 @@ class GrpcFront:
     ):
         self.sock, self.cap, self.per_address = sock, cap, per_address if per_address is not None else cap
         self.request_timeout, self.max_waiting = request_timeout, max_waiting
-        self.stalled = 0  # calls waiting on their client (request or window), over every connection
         # Mode 0700: only this user reaches the server. A Unix socket path must fit in 107
         # bytes, which a long $TMPDIR (a cluster's scratch path) may not leave room for.
         base = None if len(tempfile.gettempdir()) <= 64 else "/tmp"
