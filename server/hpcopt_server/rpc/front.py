@@ -419,7 +419,8 @@ class GrpcFront:
         self.clients.add(new)
         peer = self.by_peer.setdefault(new.peer, set())
         peer.add(new)
-        self._enforce(peer, self.per_address, self.peer_shed_log, new)
+        if self.per_address < self.cap:  # else it is the cap itself, and the cap's rules apply
+            self._enforce(peer, self.per_address, self.peer_shed_log, new)
         if new.live:
             self._enforce(self.clients, self.cap, self.shed_log, new)
 
@@ -481,8 +482,9 @@ class GrpcFront:
         now = time.monotonic()
         while self.parked and next(iter(self.parked.values())) <= now - PARK_SECONDS:
             self._close_oldest_parked()
-        for peer in [p for p in self.by_peer.values() if len(p) > self.per_address]:
-            self._enforce(peer, self.per_address, self.peer_shed_log)
+        if self.per_address < self.cap:
+            for peer in [p for p in self.by_peer.values() if len(p) > self.per_address]:
+                self._enforce(peer, self.per_address, self.peer_shed_log)
         self._enforce(self.clients, self.cap, self.shed_log)
         holding = [c for c in self.clients if c.waiting or c.blocked]
         for c in holding:
