@@ -11,16 +11,24 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
 from tests.agent.conftest import mpi_env, mpiexec_path
 from tests.conftest import IN_CI, ROOT
+from tests.netlock import network_lock
 
 sys.path.insert(0, str(ROOT / "benchmarks/training"))
 from netns import SlowLink, cleanup
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
+
+
+@pytest.fixture(autouse=True)
+def _no_open_pages() -> Iterator[None]:
+    with network_lock(exclusive=True):
+        yield
 
 
 def _require_root() -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from hpcopt_server.service.agents import Lease
 from tests.conftest import IN_CI, ROOT, LiveServer, run_live_server
+from tests.netlock import network_lock
 from tests.seed import seed_campaign
 
 CHROMIUM = "/usr/bin/chromium"
@@ -119,6 +120,13 @@ def make_page(
     """A page in a fresh context; ``poll_ms`` sets the dashboard's poll period and
     ``live_share`` the share of the page's time its live redraws may take (its
     localStorage knobs), so that tests of refreshes wait less, or wait for sure."""
+    with network_lock(exclusive=False):  # no interface changes while the page is open
+        yield from _page(browser, base, request, poll_ms, live_share)
+
+
+def _page(
+    browser: Any, base: str, request: pytest.FixtureRequest, poll_ms: int | None, live_share: float | None
+) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     if poll_ms is not None:
         context.add_init_script(f"localStorage.setItem('hpcopt.pollMs', '{poll_ms}')")
