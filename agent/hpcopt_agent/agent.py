@@ -17,7 +17,7 @@ from hpcopt import AgentClient, ApiError, Lease
 from hpcopt.records import QueueState, Trial
 from hpcopt_agent.comm import Comms, Notices, any_true, bcast, gather
 from hpcopt_agent.fold import FoldOutcome, FoldTrainer, TrialInfo
-from hpcopt_agent.pbt import Parent
+from hpcopt_agent.pbt import Parent, parent_of, readable_parent
 from hpcopt_agent.runtime import Context, StopSignal, Walltime
 from hpcopt_agent.server import Heartbeat, TrialLink, retrying
 
@@ -168,12 +168,39 @@ class GroupLoop:
             return "wait", None
         self.waiting_since = None
         trial, lease = got.trial, got.lease
+        finished = frozenset(f.index for f in trial.folds if f.finished)
+        resume = {f.index: f.checkpoint_uri for f in trial.folds if not f.finished and f.checkpoint_uri}
+        if trial.lineage is not None:
+            fresh = [f for f in range(self.comms.layout.folds) if f not in finished and f not in resume]
+            readable = readable_parent(
+                lambda parent, fold, why: retrying(
+                    lambda: client.parent_unreadable(lease, parent, fold, why), "ReportUnreadableParent", self.patience
+                ),
+                trial,
+                self.trainer.root,
+                self.trainer.server_id,
+                fresh,
+                self._pause,
+                self.heartbeat_seconds,
+            )
+            if readable is None:  # told to stop while it waited: the next decision stops
+                why = "stopped while waiting for a readable parent checkpoint"
+                retrying(lambda: client.release(lease, "PREEMPTED", why), "Release", self.patience)
+                return "wait", None
+            trial = readable
         params = {k: trial.params[k] for k in self.trainer.s.param_names if k in trial.params}
         params.update((k, v) for k, v in trial.params.items() if k not in params)
         info = TrialInfo(self.campaign_id, trial.id, trial.number, trial.attempt, params, *_interval(trial))
-        finished = frozenset(f.index for f in trial.folds if f.finished)
-        resume = {f.index: f.checkpoint_uri for f in trial.folds if not f.finished and f.checkpoint_uri}
         return "trial", Grant(info, lease, finished, resume)
+
+    def _pause(self, seconds: float) -> bool:
+        """Sleeps ``seconds``; False (at once) when the agent is told to stop."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.stop.requested or not self.walltime.fits_another():
+                return False
+            time.sleep(0.1)
+        return True
 
     def _queue(self, client: AgentClient) -> QueueState | None:
         """What the campaign has left; None from a server older than the planner (no
@@ -250,13 +277,7 @@ class GroupLoop:
 
 def _interval(trial: Trial) -> tuple[int, Parent | None]:
     """A PBT interval's stop epoch and parent checkpoint ((0, None) for other trials)."""
-    lin = trial.lineage
-    if lin is None:
-        return 0, None
-    parent = None
-    if lin.parent is not None and lin.parent_trial_id:
-        parent = Parent(lin.parent_trial_id, lin.parent, lin.start_epoch)
-    return lin.stop_epoch, parent
+    return (0, None) if trial.lineage is None else (trial.lineage.stop_epoch, parent_of(trial))
 
 
 def _pbt(grant: Grant) -> str:

@@ -95,10 +95,11 @@ def save(path: Path, state: dict[str, Any]) -> str:
 
 
 def load(
-    uri: str, root: Path, server_id: str, campaign_id: int, trial_id: int, fold: int
+    uri: str, root: Path, server_id: str, campaign_id: int, trial_id: int, fold: int, *, mmap: bool = False
 ) -> tuple[dict[str, Any] | None, str]:
     """(the checkpoint at ``uri``, "") if it is this agent's checkpoint of the fold and
-    reads as plain data; else (None, why not). Never raises."""
+    reads as plain data; else (None, why not). Never raises. With ``mmap`` the tensors
+    are mapped from the file, not read."""
     try:
         path = local_path(uri, root, server_id, campaign_id, trial_id, fold)
     except CheckpointRefused as exc:
@@ -106,7 +107,7 @@ def load(
     if not path.is_file():
         return None, f"checkpoint {path} is gone"
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # a pickle with code, a truncated file, another format
         text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
         return None, f"checkpoint {path} cannot be read as plain data ({type(exc).__name__}: {text})"

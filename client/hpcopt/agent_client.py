@@ -92,6 +92,15 @@ class AgentClient(Channel):
         req = agent_pb2.ReportEventRequest(lease=lease.to_proto(), fold=fold, kind=kind, reason=reason)
         self._do(self._stub.ReportEvent, req)
 
+    def parent_unreadable(self, lease: Lease, parent_trial_id: int, fold: int, reason: str) -> Trial:
+        """Says that the PBT interval's parent (``Lineage.parent_trial_id``) cannot be
+        read; the server re-plans the interval and answers it as it now is (with the same
+        parent when there was nothing else to start from)."""
+        req = agent_pb2.ReportUnreadableParentRequest(
+            lease=lease.to_proto(), parent_trial_id=parent_trial_id, fold=fold, reason=reason
+        )
+        return Trial.from_proto(self._do(self._stub.ReportUnreadableParent, req))
+
     def queue(self, agent_id: str, campaign_id: int, with_throughput: bool = False) -> QueueState:
         """What is left to start of the campaign (leases nothing); with
         ``with_throughput``, the campaign's measured fold throughput too."""

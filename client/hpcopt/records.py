@@ -178,7 +178,8 @@ class Lineage(_Record):
     trial number ``parent`` (id ``parent_trial_id``; None at epoch 0). ``previous`` is the
     member's own last interval; when ``parent`` differs, the member copied ``parent``'s
     weights and ``changed`` holds each hyper-parameter the explore step changed as
-    ``[before, after]``."""
+    ``[before, after]``. ``unreadable``: the parents whose checkpoints its agent could
+    not read, in the order tried (the server re-planned the interval after each)."""
 
     member: int
     start_epoch: int
@@ -187,6 +188,7 @@ class Lineage(_Record):
     parent_trial_id: int | None
     previous: int | None
     changed: dict[str, list[ParamValue]]
+    unreadable: tuple[int, ...] = ()
 
     @property
     def exploited(self) -> bool:
@@ -202,6 +204,7 @@ class Lineage(_Record):
             parent_trial_id=int(x.parent_trial_id) or None,
             previous=int(x.previous) if x.HasField("previous") else None,
             changed=dict(json.loads(x.changed_json)) if x.changed_json else {},
+            unreadable=tuple(int(n) for n in x.unreadable),
         )
 
 

@@ -119,7 +119,10 @@ class Lineage:
     checkpoint file; None at epoch 0). ``previous`` is the
     member's own last interval (None for its first); when ``parent`` differs from it the
     member was exploited: it copied ``parent``'s weights, and ``changed`` holds each
-    hyper-parameter the explore step changed, as ``[before, after]``."""
+    hyper-parameter the explore step changed, as ``[before, after]``. ``unreadable``
+    lists the parents (by number) whose checkpoints this interval's agent could not
+    read, in the order it tried them: the server re-planned it each time, and no later
+    interval starts from one of them."""
 
     member: int
     start_epoch: int
@@ -128,6 +131,7 @@ class Lineage:
     previous: int | None = None
     changed: dict[str, list[ParamValue]] = field(default_factory=dict)
     parent_id: int | None = None
+    unreadable: tuple[int, ...] = ()
 
     @property
     def exploited(self) -> bool:
@@ -142,6 +146,7 @@ class Lineage:
             "previous": self.previous,
             "changed": {k: list(v) for k, v in self.changed.items()},
             "parent_id": self.parent_id,
+            "unreadable": list(self.unreadable),
         }
 
     @classmethod
@@ -158,6 +163,7 @@ class Lineage:
             previous=number("previous"),
             changed={str(k): list(v) for k, v in (data.get("changed") or {}).items()},
             parent_id=number("parent_id"),
+            unreadable=tuple(int(n) for n in data.get("unreadable") or ()),
         )
 
 

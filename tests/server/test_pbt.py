@@ -94,9 +94,12 @@ def test_an_interval_without_its_checkpoints_is_never_a_parent(service: Service)
     no_ck = next(t.number for t, _ in held if t.lineage and t.lineage.member == 0)
     for t, _ in nxt:
         assert t.lineage is not None and t.lineage.parent != no_ck
-    restarted = next(t for t, _ in nxt if t.lineage and t.lineage.member == 0)
-    assert restarted.lineage is not None and restarted.lineage.parent is None
-    assert restarted.lineage.previous == no_ck and restarted.lineage.start_epoch == 0
+    # Member 0 trained, but nothing can start from it: it copies the best checkpointed
+    # interval at its epoch (member 1's) and keeps its schedule.
+    moved = next(t for t, _ in nxt if t.lineage and t.lineage.member == 0)
+    member_1 = next(t.number for t, _ in held if t.lineage and t.lineage.member == 1)
+    assert moved.lineage is not None and moved.lineage.parent == member_1
+    assert moved.lineage.previous == no_ck and moved.lineage.start_epoch == 2
 
 
 def test_a_new_optimizer_cache_makes_the_same_decisions(service: Service) -> None:

@@ -22,6 +22,39 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class ReportUnreadableParentRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    PARENT_TRIAL_ID_FIELD_NUMBER: _builtins.int
+    FOLD_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    parent_trial_id: _builtins.int
+    """The parent it could not read: its Lineage.parent_trial_id now."""
+    fold: _builtins.int
+    """The first fold whose checkpoint could not be read, and why (at most 1,000
+    characters, no control characters).
+    """
+    reason: _builtins.str
+    @_builtins.property
+    def lease(self) -> Global___TrialLease: ...
+    def __init__(
+        self,
+        *,
+        lease: Global___TrialLease | None = ...,
+        parent_trial_id: _builtins.int = ...,
+        fold: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fold", b"fold", "lease", b"lease", "parent_trial_id", b"parent_trial_id", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportUnreadableParentRequest: _TypeAlias = ReportUnreadableParentRequest  # noqa: Y015
+
+@_typing.final
 class ThroughputPoint(_message.Message):
     """One measured width: a fold group of `ranks` ranks over `nodes` nodes."""
 

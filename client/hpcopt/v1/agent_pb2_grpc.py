@@ -90,6 +90,11 @@ class AgentServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportThroughputRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportThroughputResponse.FromString,
                 _registered_method=True)
+        self.ReportUnreadableParent = channel.unary_unary(
+                '/hpcopt.v1.AgentService/ReportUnreadableParent',
+                request_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportUnreadableParentRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -174,6 +179,17 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportUnreadableParent(self, request, context):
+        """A PBT interval's agent cannot read its parent's checkpoints (before any of its folds
+        started): the server records it, so that trial is never offered as a parent again,
+        and re-plans the interval in place (the next-best parent, or the member's own
+        previous interval). Answers the interval as it now is: with the same parent, there
+        was nothing else to start from.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -231,6 +247,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ReportThroughput,
                     request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportThroughputRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportThroughputResponse.SerializeToString,
+            ),
+            'ReportUnreadableParent': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportUnreadableParent,
+                    request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportUnreadableParentRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_common__pb2.Trial.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -530,6 +551,33 @@ class AgentService:
             '/hpcopt.v1.AgentService/ReportThroughput',
             hpcopt_dot_v1_dot_agent__pb2.ReportThroughputRequest.SerializeToString,
             hpcopt_dot_v1_dot_agent__pb2.ReportThroughputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportUnreadableParent(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.AgentService/ReportUnreadableParent',
+            hpcopt_dot_v1_dot_agent__pb2.ReportUnreadableParentRequest.SerializeToString,
+            hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,6 +59,13 @@ class AgentServiceStub:
     """The throughput probe's measurements (--groups auto on a campaign with none yet),
     stored with the campaign like its folds' measurements, which replace them per width.
     """
+    ReportUnreadableParent: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReportUnreadableParentRequest, _common_pb2.Trial]
+    """A PBT interval's agent cannot read its parent's checkpoints (before any of its folds
+    started): the server records it, so that trial is never offered as a parent again,
+    and re-plans the interval in place (the next-best parent, or the member's own
+    previous interval). Answers the interval as it now is: with the same parent, there
+    was nothing else to start from.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -89,6 +96,13 @@ class AgentServiceAsyncStub(AgentServiceStub):
     ReportThroughput: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReportThroughputRequest, _agent_pb2.ReportThroughputResponse]  # type: ignore[assignment]
     """The throughput probe's measurements (--groups auto on a campaign with none yet),
     stored with the campaign like its folds' measurements, which replace them per width.
+    """
+    ReportUnreadableParent: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReportUnreadableParentRequest, _common_pb2.Trial]  # type: ignore[assignment]
+    """A PBT interval's agent cannot read its parent's checkpoints (before any of its folds
+    started): the server records it, so that trial is never offered as a parent again,
+    and re-plans the interval in place (the next-best parent, or the member's own
+    previous interval). Answers the interval as it now is: with the same parent, there
+    was nothing else to start from.
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -183,6 +197,19 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agent_pb2.ReportThroughputResponse, _abc.Awaitable[_agent_pb2.ReportThroughputResponse]]:
         """The throughput probe's measurements (--groups auto on a campaign with none yet),
         stored with the campaign like its folds' measurements, which replace them per width.
+        """
+
+    @_abc_1.abstractmethod
+    def ReportUnreadableParent(
+        self,
+        request: _agent_pb2.ReportUnreadableParentRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_common_pb2.Trial, _abc.Awaitable[_common_pb2.Trial]]:
+        """A PBT interval's agent cannot read its parent's checkpoints (before any of its folds
+        started): the server records it, so that trial is never offered as a parent again,
+        and re-plans the interval in place (the next-best parent, or the member's own
+        previous interval). Answers the interval as it now is: with the same parent, there
+        was nothing else to start from.
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -461,6 +461,7 @@ class Lineage(_message.Message):
     PARENT_TRIAL_ID_FIELD_NUMBER: _builtins.int
     PREVIOUS_FIELD_NUMBER: _builtins.int
     CHANGED_JSON_FIELD_NUMBER: _builtins.int
+    UNREADABLE_FIELD_NUMBER: _builtins.int
     member: _builtins.int
     start_epoch: _builtins.int
     stop_epoch: _builtins.int
@@ -475,6 +476,12 @@ class Lineage(_message.Message):
     """
     changed_json: _builtins.str
     """What the explore step changed: parameter -> [before, after], as JSON."""
+    @_builtins.property
+    def unreadable(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The parents (by number) whose checkpoints this interval's agent could not read, in
+        the order it tried them; the server re-planned the interval after each.
+        """
+
     def __init__(
         self,
         *,
@@ -485,10 +492,11 @@ class Lineage(_message.Message):
         parent_trial_id: _builtins.int = ...,
         previous: _builtins.int | None = ...,
         changed_json: _builtins.str = ...,
+        unreadable: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_parent", b"_parent", "_previous", b"_previous", "parent", b"parent", "previous", b"previous"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parent", b"_parent", "_previous", b"_previous", "changed_json", b"changed_json", "member", b"member", "parent", b"parent", "parent_trial_id", b"parent_trial_id", "previous", b"previous", "start_epoch", b"start_epoch", "stop_epoch", b"stop_epoch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_parent", b"_parent", "_previous", b"_previous", "changed_json", b"changed_json", "member", b"member", "parent", b"parent", "parent_trial_id", b"parent_trial_id", "previous", b"previous", "start_epoch", b"start_epoch", "stop_epoch", b"stop_epoch", "unreadable", b"unreadable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__parent: _TypeAlias = _typing.Literal["parent"]  # noqa: Y015
     _WhichOneofArgType__parent: _TypeAlias = _typing.Literal["_parent", b"_parent"]  # noqa: Y015

@@ -46,6 +46,8 @@ class LineageOut(BaseModel):
     previous: int | None
     changed: dict[str, list[bool | int | float | str]]
     exploited: bool
+    #: Parents whose checkpoints this interval's agent could not read (it was re-planned).
+    unreadable: list[int] = []
 
 
 class TrialOut(BaseModel):
@@ -432,6 +434,10 @@ class IntervalOut(BaseModel):
     exploited: bool
     changed: dict[str, list[bool | int | float | str]]
     params: dict[str, bool | int | float | str]
+    #: Parents whose checkpoints this interval's agent could not read (it was re-planned).
+    unreadable: list[int] = []
+    #: An agent could not read this interval's own checkpoints: it is no member's parent.
+    checkpoints_unreadable: bool = False
 
 
 class ScheduleStep(BaseModel):

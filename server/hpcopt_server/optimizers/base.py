@@ -103,6 +103,11 @@ class Optimizer(ABC):
         campaign's QUEUED and RUNNING trials; fewer (or none) when nothing is ready."""
         return [d.Suggestion(p) for p in self.suggest(n, [t.params for t in pending])]
 
+    def replan(self, trial: d.Trial, pending: Sequence[d.Trial]) -> d.Suggestion | None:
+        """With ``plans``: what the running ``trial`` trains instead, now that its agent
+        could not read the parents in its lineage's ``unreadable``; None: nothing else."""
+        return None
+
 
 OptimizerFactory = Callable[[Problem], Optimizer]
 

@@ -34,12 +34,20 @@ campaign for one order of reports.
   interval that reached its start epoch (or from a fresh draw at epoch 0). It counts
   against ``max_trials`` like any failed trial, so a campaign with failures may end
   before every member trained all its epochs.
+- **A parent that cannot be read** (an agent found its checkpoint files missing,
+  refused or unreadable: ``Lineage.unreadable`` of the interval that tried) is never
+  offered again: the interval is re-planned in place (:meth:`replan`) as if that
+  parent had no checkpoints, so it copies the next-best member or goes on from its own
+  previous interval. A member whose own last interval cannot be read (or reported no
+  checkpoints) copies the best readable one at that epoch. Only the unreadable
+  interval's work is lost.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -139,6 +147,7 @@ class PopulationBasedTraining(Optimizer):
                 f"{self.epochs} in intervals of {self.interval}); each interval is a trial",
             )
         self._finished: dict[int, d.Trial] = {}  # by number: every finished PBT interval
+        self._unreadable: set[int] = set()  # numbers of intervals whose checkpoints an agent could not read
 
     # -- what the server feeds -----------------------------------------------------------
 
@@ -146,11 +155,13 @@ class PopulationBasedTraining(Optimizer):
         for trial in trials:
             if trial.lineage is not None:
                 self._finished[trial.number] = trial
+                self._unreadable.update(trial.lineage.unreadable)
 
     def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
         raise NotImplementedError("pbt suggests through plan(): each suggestion carries its lineage")
 
     def plan(self, n: int, pending: Sequence[d.Trial]) -> list[d.Suggestion]:
+        self._note_unreadable(pending)
         latest: dict[int, d.Trial] = {}
         for trial in [*self._finished.values(), *pending]:
             if trial.lineage is None:
@@ -166,7 +177,7 @@ class PopulationBasedTraining(Optimizer):
             if last is None:
                 out.append(self._first(member))
             elif last.state.finished:
-                nxt = self._next(last)
+                nxt = self._next(last, pending)
                 if nxt is not None:
                     out.append(nxt)
         return out
@@ -181,14 +192,16 @@ class PopulationBasedTraining(Optimizer):
         params = self.space.decode(rng.random(len(self.space)))
         return d.Suggestion(params, d.Lineage(member, 0, self._stop(0)))
 
-    def _next(self, last: d.Trial) -> d.Suggestion | None:
+    def _next(self, last: d.Trial, pending: Sequence[d.Trial]) -> d.Suggestion | None:
         """What follows a member's finished interval ``last``: None when the member is
-        done; else its continuation, an exploit, or (after a failure) a restart."""
+        done, or must wait for another member to reach its epoch; else its continuation,
+        an exploit, or (after a failure) a restart. ``pending``: the campaign's QUEUED
+        and RUNNING intervals."""
         assert last.lineage is not None
         lin = last.lineage
         if last.state == d.TrialState.COMPLETED and lin.stop_epoch >= self.epochs:
             return None
-        if _parent_ok(last, self.problem.folds):
+        if self._can_parent(last):
             at = lin.stop_epoch
             donors = self._donors(last)
             if not donors:
@@ -199,8 +212,17 @@ class PopulationBasedTraining(Optimizer):
             rng = np.random.default_rng([self.seed, last.number, 1])
             donor = donors[int(rng.integers(len(donors)))]
             return self._exploit(donor, last, at, rng)
-        # A failed (pruned, cancelled) interval, or one without its checkpoints: start
-        # the member again where it started.
+        if last.state == d.TrialState.COMPLETED and last.value is not None:
+            # It trained, but its checkpoints cannot be read: the member copies the best
+            # readable interval at that epoch, and keeps its schedule.
+            ranked = self._ranked(lin.stop_epoch)
+            if ranked:
+                rng = np.random.default_rng([self.seed, last.number, 3])
+                return self._exploit(ranked[0], last, lin.stop_epoch, rng)
+            if self._coming(lin.stop_epoch, lin.member, pending):
+                return None  # another member will reach that epoch: copy it then
+        # A failed (pruned, cancelled) interval, or one nothing can start from and no
+        # readable one at its epoch: start the member again where it started.
         at = lin.start_epoch
         ranked = self._ranked(at) if at > 0 else []
         if not ranked:
@@ -221,7 +243,7 @@ class PopulationBasedTraining(Optimizer):
         member trains its epochs in the same number of intervals)."""
         latest: dict[int, d.Trial] = {}
         for t in self._finished.values():
-            if t.lineage is not None and _parent_ok(t, self.problem.folds):
+            if t.lineage is not None and self._can_parent(t):
                 held = latest.get(t.lineage.member)
                 if held is None or t.number > held.number:
                     latest[t.lineage.member] = t
@@ -243,12 +265,60 @@ class PopulationBasedTraining(Optimizer):
         best: dict[int, d.Trial] = {}
         for t in self._finished.values():
             lin = t.lineage
-            if lin is None or lin.stop_epoch != epoch or not _parent_ok(t, self.problem.folds):
+            if lin is None or lin.stop_epoch != epoch or not self._can_parent(t):
                 continue
             held = best.get(lin.member)
             if held is None or t.number > held.number:
                 best[lin.member] = t
         return sorted(best.values(), key=lambda t: (self._loss(t), t.number))
+
+    def replan(self, trial: d.Trial, pending: Sequence[d.Trial]) -> d.Suggestion | None:
+        """What the running interval ``trial`` trains instead, now that its agent could
+        not read the parents in ``trial.lineage.unreadable`` (its current parent last):
+        the member's next step decided again without them, keeping that list. None
+        when it must wait: its member's own last interval is the unreadable one and no
+        readable interval has reached that epoch yet, but another member will (asked
+        again, it copies that one, so the member keeps its schedule and the budget
+        stays exact)."""
+        lin = trial.lineage
+        if lin is None or lin.previous is None:
+            return None
+        self._note_unreadable([*pending, trial])
+        last = self._finished.get(lin.previous)
+        made = None if last is None else self._next(last, pending)
+        if made is None or made.lineage is None:
+            return None
+        return replace(made, lineage=replace(made.lineage, unreadable=lin.unreadable))
+
+    def _coming(self, epoch: int, member: int, pending: Sequence[d.Trial]) -> bool:
+        """Whether another member than ``member`` is training toward ``epoch`` (an
+        interval of it is pending) or, with budget left, will be (its latest interval
+        ended before ``epoch``, or it has none yet)."""
+        latest: dict[int, d.Trial] = {}
+        for t in [*self._finished.values(), *pending]:
+            if t.lineage is not None and t.lineage.member != member:
+                held = latest.get(t.lineage.member)
+                if held is None or t.number > held.number:
+                    latest[t.lineage.member] = t
+        room = len(self._finished) + len(pending) < self.problem.budget
+        if room and len(latest) < self.population - 1:
+            return True
+        for t in latest.values():
+            lin = t.lineage
+            assert lin is not None
+            if not t.state.finished and lin.start_epoch < epoch <= lin.stop_epoch:
+                return True
+            if room and lin.stop_epoch < epoch:
+                return True
+        return False
+
+    def _note_unreadable(self, trials: Sequence[d.Trial]) -> None:
+        for t in trials:
+            if t.lineage is not None:
+                self._unreadable.update(t.lineage.unreadable)
+
+    def _can_parent(self, trial: d.Trial) -> bool:
+        return trial.number not in self._unreadable and _parent_ok(trial, self.problem.folds)
 
     def _exploit(self, donor: d.Trial, last: d.Trial, at: int, rng: np.random.Generator) -> d.Suggestion:
         assert last.lineage is not None

@@ -102,6 +102,7 @@ def lineage(x: d.Lineage) -> common_pb2.Lineage:
         parent_trial_id=x.parent_id or 0,
         previous=x.previous,
         changed_json=json.dumps(x.changed) if x.changed else "",
+        unreadable=list(x.unreadable),
     )
 
 

@@ -221,6 +221,17 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         return agent_pb2.ReportEventResponse()
 
     @handles_errors
+    def ReportUnreadableParent(
+        self, request: agent_pb2.ReportUnreadableParentRequest, context: Ctx
+    ) -> common_pb2.Trial:
+        lease = _lease(request.lease)
+        return convert.trial(
+            self.svc.agents.parent_unreadable(
+                lease, request.parent_trial_id, request.fold, request.reason, caller=self._caller(context)
+            )
+        )
+
+    @handles_errors
     def Release(self, request: agent_pb2.ReleaseRequest, context: Ctx) -> common_pb2.Trial:
         state = convert.TRIAL_STATES_BACK.get(request.state)
         if state is None:

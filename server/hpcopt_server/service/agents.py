@@ -51,6 +51,7 @@ from hpcopt_server.service.agent_messages import (
     Registration,
 )
 from hpcopt_server.service.context import Context, bound_curve, campaign_or_404
+from hpcopt_server.service.intervals import replan_interval
 from hpcopt_server.service.pruning import SqlHistory, pruner_of
 from hpcopt_server.service.throughput import campaign_schemes, check_probe, measured
 from hpcopt_server.storage.agent_calls import DONE, Refused
@@ -324,6 +325,21 @@ class AgentService:
         refused = self.calls.add_event(lease, kind, f"fold {fold}: {reason}", self.ctx.clock(), MAX_AGENT_EVENTS)
         if refused is not None:
             raise self._error(refused, lease, kind=kind)
+
+    def parent_unreadable(
+        self, lease: Lease, parent_trial_id: int, fold: int, reason: str, *, caller: int | None = None
+    ) -> d.Trial:
+        """A PBT interval whose agent cannot read its parent's checkpoints: recorded, and
+        the interval re-planned in place (``intervals.py``); the interval as it now is
+        (with the same parent: it waits, and the agent asks again)."""
+        lim.require_id("parent_trial_id", parent_trial_id)
+        lim.require_range("fold", fold, 0)
+        lim.require_safe_text("reason", reason, lim.MAX_EXIT_REASON)
+        self._check_agent(lease.agent_id, caller)
+        done = replan_interval(self.ctx, lease, parent_trial_id, fold, reason, self._expiry(self.ctx.clock()))
+        if isinstance(done, Refused):
+            raise self._error(done, lease)
+        return done
 
     # -- the end of an attempt ---------------------------------------------------------
 

@@ -98,6 +98,7 @@ class LineageDoc(_Doc):
     changed: dict[Text(lim.MAX_METRIC_NAME), list[bool | int | float | str]] = Field(  # type: ignore[valid-type]
         default={}, max_length=lim.MAX_METRICS
     )
+    unreadable: list[Index] = Field(default=[], max_length=lim.MAX_UNREADABLE)
 
 
 class TrialDoc(_Doc):
@@ -327,6 +328,10 @@ def _lineage_problems(
         ref = getattr(lineage, key)
         if ref is not None and (ref >= number or ref not in numbers):
             out.append((f"{at}.lineage.{key}", f"must be the number of an earlier trial of the document, not {ref}"))
+    for ref in lineage.unreadable:
+        if ref >= number or ref not in numbers:
+            out.append((f"{at}.lineage.unreadable", f"must list numbers of earlier trials of the document, not {ref}"))
+            break
     if lineage.stop_epoch <= lineage.start_epoch:
         out.append((f"{at}.lineage.stop_epoch", "must be greater than start_epoch"))
     for name, change in lineage.changed.items():

@@ -91,6 +91,8 @@ MAX_NOTE = 20_000
 #: Metrics reported with one fold.
 MAX_METRICS = 100
 MAX_METRIC_NAME = 128
+#: Parents a PBT interval may find unreadable (and be re-planned after) per interval.
+MAX_UNREADABLE = 32
 
 
 def require_id(field: str, value: int) -> int:

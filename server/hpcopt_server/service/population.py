@@ -29,6 +29,7 @@ def population(campaign: d.Campaign, trials: list[d.Trial], *, truncated: bool =
     """The document for ``trials`` (a campaign's, by number)."""
     intervals = [t for t in trials if t.lineage is not None]
     by_number = {t.number: t for t in intervals}
+    unreadable = {n for t in intervals if t.lineage is not None for n in t.lineage.unreadable}
     sign = 1.0 if campaign.direction == "minimize" else -1.0
     done = [t for t in intervals if t.state == d.TrialState.COMPLETED and t.value is not None]
     ancestry: list[int] = []
@@ -58,14 +59,14 @@ def population(campaign: d.Campaign, trials: list[d.Trial], *, truncated: bool =
     return {
         "algorithm": campaign.algorithm,
         "direction": campaign.direction,
-        "intervals": [_interval(t) for t in intervals],
+        "intervals": [_interval(t, t.number in unreadable) for t in intervals],
         "ancestry": ancestry,
         "schedule": schedule,
         "truncated": truncated,
     }
 
 
-def _interval(t: d.Trial) -> dict[str, Any]:
+def _interval(t: d.Trial, unreadable: bool) -> dict[str, Any]:
     assert t.lineage is not None
     lin = t.lineage
     return {
@@ -81,4 +82,6 @@ def _interval(t: d.Trial) -> dict[str, Any]:
         "exploited": lin.exploited,
         "changed": lin.changed,
         "params": t.params,
+        "unreadable": list(lin.unreadable),
+        "checkpoints_unreadable": unreadable,
     }

@@ -86,24 +86,34 @@ class OptimizerCache:
         """At most ``n`` suggestions for the campaign (fewer only when its optimizer has
         fewer ready: PBT); call with the campaign row locked. ``active``: the campaign's
         QUEUED + RUNNING count, if the caller has just read it."""
+        optimizer = self._caught_up(tx, campaign)
+        if optimizer.plans:
+            made = optimizer.plan(n, _active(tx, campaign.id))
+        else:
+            pending: list[d.Params]
+            if optimizer.pending_params:
+                pending = [t.params for t in _active(tx, campaign.id)]
+            else:  # only how many are pending matters: no need to read a thousand rows
+                pending = [{}] * (tx.trials.count_active(campaign.id) if active is None else active)
+            made = [d.Suggestion(params) for params in optimizer.suggest(n, pending)]
+        return [replace(m, params=_finite(campaign.id, m.params)) for m in made]
+
+    def replan(self, tx: Tx, campaign: d.Campaign, trial: d.Trial) -> d.Suggestion | None:
+        """What the running PBT interval ``trial`` trains instead of starting from a
+        parent its agent could not read (``Optimizer.replan``); call with the campaign
+        row locked."""
+        optimizer = self._caught_up(tx, campaign)
+        made = optimizer.replan(trial, [t for t in _active(tx, campaign.id) if t.id != trial.id])
+        return None if made is None else replace(made, params=_finite(campaign.id, made.params))
+
+    def _caught_up(self, tx: Tx, campaign: d.Campaign) -> Optimizer:
+        """The campaign's optimizer, fed every trial finished since it last looked."""
         entry = self._entry(tx, campaign)
         new = _finished_after(tx, campaign.id, entry)
         entry.optimizer.observe(new)
         if new:
             entry.seen_seq = new[-1].finish_seq or entry.seen_seq
-        optimizer = entry.optimizer
-        states = (d.TrialState.QUEUED, d.TrialState.RUNNING)
-        if optimizer.plans:
-            running = tx.trials.page(campaign.id, states=states, with_folds=False)[0]
-            made = optimizer.plan(n, running)
-        else:
-            pending: list[d.Params]
-            if optimizer.pending_params:
-                pending = [t.params for t in tx.trials.page(campaign.id, states=states, with_folds=False)[0]]
-            else:  # only how many are pending matters: no need to read a thousand rows
-                pending = [{}] * (tx.trials.count_active(campaign.id) if active is None else active)
-            made = [d.Suggestion(params) for params in optimizer.suggest(n, pending)]
-        return [replace(m, params=_finite(campaign.id, m.params)) for m in made]
+        return entry.optimizer
 
     def forget(self, campaign_id: int) -> None:
         with self._lock:
@@ -128,6 +138,11 @@ class OptimizerCache:
         if warm:
             entry.optimizer.observe(warm)
         return entry
+
+
+def _active(tx: Tx, campaign_id: int) -> list[d.Trial]:
+    """The campaign's QUEUED and RUNNING trials (without folds)."""
+    return tx.trials.page(campaign_id, states=(d.TrialState.QUEUED, d.TrialState.RUNNING), with_folds=False)[0]
 
 
 def _finished_after(tx: Tx, campaign_id: int, entry: _Entry) -> list[d.Trial]:

@@ -263,6 +263,16 @@ class TrialStore(Store):
             self.s.execute(delete(C).where(*where, C.step.in_(gone[i : i + 500])))
         return len(gone)
 
+    def set_plan(self, trial_id: int, params: d.Params, lineage: d.Lineage, lease_expires_at: datetime) -> None:
+        """A running PBT interval's params and lineage, re-planned in place, and its
+        lease extended."""
+        self.s.execute(
+            update(m.TrialRow)
+            .where(m.TrialRow.id == trial_id)
+            .values(params=dict(params), lineage=lineage.as_dict(), lease_expires_at=lease_expires_at)
+            .execution_options(synchronize_session=False)
+        )
+
     def add_event(
         self, trial_id: int, attempt: int, kind: str, now: datetime, *, agent_id: str = "", reason: str = ""
     ) -> None:
