@@ -127,6 +127,9 @@ class Campaign(_Record):
     created_at: datetime | None
     finished_at: datetime | None
     spec: dict[str, Any] | None  # None in listings
+    #: The principal that created it (its token's name); None: no owner, and every
+    #: submit token may change it.
+    owner: str | None = None
 
     @classmethod
     def from_proto(cls, c: common_pb2.Campaign) -> Campaign:
@@ -147,6 +150,7 @@ class Campaign(_Record):
             created_at=_time(c, "created_at"),
             finished_at=_time(c, "finished_at"),
             spec=_spec(c.spec_json),
+            owner=c.owner or None,
         )
 
     @property

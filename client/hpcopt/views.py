@@ -95,6 +95,8 @@ def campaign_text(c: Campaign) -> str:
         lines[1] = f"  algorithm  {c.algorithm}; objectives {', '.join(c.objectives)}; {c.folds} fold(s)"
     if c.best_value is not None:
         lines.append(f"  best       {num(c.best_value)} (trial #{c.best_trial_number})")
+    if c.owner:
+        lines.append(f"  owner      {c.owner} (it, or an admin token, may steer, cancel and note it)")
     if c.spec:
         lines.append("  space      " + ", ".join(c.spec.get("space", {})))
         training = c.spec.get("training")

@@ -34,6 +34,9 @@ class Campaign:
     finished_at: datetime | None = None
     trials_created: int = 0
     trials_finished: int = 0
+    #: The principal that created it (its token's name); None: no owner (auth off, or
+    #: created before campaigns had owners): every submit token may change it.
+    owner: str | None = None
 
     @property
     def algorithm(self) -> str:

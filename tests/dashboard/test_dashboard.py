@@ -391,3 +391,31 @@ def test_a_multi_objective_campaign_plots_its_pareto_front_and_a_trial_shows_its
 
 def test_a_10000_trial_campaign_left_open_redraws_nothing_until_a_trial_finishes(page: Page, seeded: Seeded) -> None:
     assert_calm(page, seeded.service, seeded.big, wait_ms=4500, folds=1)  # two polls at 2 s
+
+
+def test_another_users_campaign_is_read_only_in_the_dashboard(
+    secured_page: Page, secured: tuple[Any, dict[str, str], int]
+) -> None:
+    from tests.conftest import make_spec
+
+    server, tokens, _ = secured
+    owner, _ = server.service.tokens.create("owner-ui", ["submit"])
+    cid = server.service.campaigns.create(make_spec(name="owned"), owner).id
+    page = secured_page
+    page.open(f"/campaign/{cid}")
+    page.page.locator("#token-dialog[open]").wait_for()
+    page.page.fill("#token-input", tokens["submit"])  # submit-ui: not the owner
+    page.page.click("#token-form button[type=submit]")
+    page.page.wait_for_function("() => document.getElementById('campaign-owner')?.textContent === 'owner-ui'")
+    for button in ("#cancel", "#pause", "#raise-budget"):
+        assert page.page.is_disabled(button), button
+        assert "belongs to owner-ui" in (page.page.get_attribute(button, "title") or ""), button
+    page.page.wait_for_function(
+        "() => (document.getElementById('note-body')?.textContent || '').includes('belongs to owner-ui')"
+    )
+    assert page.page.locator("#note-edit").count() == 0
+    # The server agrees, whatever the page shows.
+    denied = httpx.post(
+        f"{server.http_url}/api/v1/campaigns/{cid}/pause", headers={"authorization": f"Bearer {tokens['submit']}"}
+    )
+    assert denied.status_code == 403 and "owner-ui" in denied.json()["detail"]

@@ -143,8 +143,9 @@ def test_every_rpc_checks_its_scope(secured: tuple[LiveServer, dict[str, str], i
     server, tokens, _ = secured
     rpcs = _rpcs()
     # GetParetoFront (read) joined in issue 13, Deregister (agent) in 14, ReportEvent in 25, Queue and
-    # ReportThroughput (agent) in 61; PauseCampaign, ResumeCampaign, RaiseBudget and StopTrial (submit) in 65
-    assert len(rpcs) == 25
+    # ReportThroughput (agent) in 61; PauseCampaign, ResumeCampaign, RaiseBudget and StopTrial (submit) in 65;
+    # ReportUnreadableParent (agent) in 76
+    assert len(rpcs) == 26
     with grpc.insecure_channel(server.grpc_target) as ch:
         for path, name, request_cls, needed in rpcs:
             call = ch.unary_unary(path, request_serializer=lambda m: m.SerializeToString(), response_deserializer=bytes)

@@ -139,7 +139,7 @@ class TestCampaigns:
         with storage.write() as tx:
             mine = tx.tokens.insert("mine", "a" * 64, ["write"], NOW)
             other = tx.tokens.insert("other", "b" * 64, ["write"], NOW)
-            for at, by in ((NOW, mine.id), (LATER, mine.id), (LATER, other.id), (NOW, None)):
+            for at, by in ((NOW, mine), (LATER, mine), (LATER, other), (NOW, None)):
                 tx.campaigns.insert("c", make_spec(), at, submitted_at=at, created_by=by)
         with storage.write() as tx:
             assert tx.campaigns.submissions_by(mine.id, NOW) == [NOW, LATER]
@@ -238,6 +238,21 @@ class TestTrials:
             tx.trials.requeue(t.id, 2)
             got = tx.trials.get(t.id)
         assert got is not None and (got.state, got.attempt, got.agent_id, got.lease_id) == ("QUEUED", 2, "", "")
+
+    def test_a_replanned_interval_keeps_its_number_and_lease_with_new_params_and_lineage(
+        self, storage: Storage
+    ) -> None:
+        c = _campaign(storage)
+        t = _trial(storage, c.id, number=5)
+        _hold(storage, t.id, "a1", "l1", NOW)
+        lineage = d.Lineage(1, 2, 4, parent=3, previous=1, changed={"x": [0.1, 0.2]}, parent_id=9, unreadable=(0,))
+        with storage.write() as tx:
+            assert tx.trials.get(t.id, lock=True) is not None  # loaded into the session first
+            tx.trials.set_plan(t.id, {"x": 0.2}, lineage, LATER)
+            got = tx.trials.get(t.id)
+        assert got is not None and (got.number, got.agent_id, got.lease_id, got.attempt) == (5, "a1", "l1", 1)
+        assert got.params == {"x": 0.2} and got.lineage == lineage and got.lease_expires_at == LATER
+
 
 
 class TestFinishing:

@@ -413,8 +413,8 @@ def export_campaign(
     operation_id="cancel_campaign",
     responses={409: {"model": ErrorOut, "description": "the campaign is not RUNNING"}},
 )
-def cancel_campaign(campaign_id: int, service: ServiceDep, _: CanSubmit) -> CampaignOut:
-    return campaign_out(service.campaigns.cancel(campaign_id))
+def cancel_campaign(campaign_id: int, service: ServiceDep, token: CanSubmit) -> CampaignOut:
+    return campaign_out(service.campaigns.cancel(campaign_id, token))
 
 
 @router.get("/trials/{trial_id}", operation_id="get_trial")

@@ -107,6 +107,10 @@ class CampaignOut(BaseModel):
     #: Completed trials on the Pareto front of a multi-objective campaign (None otherwise:
     #: ``best_value`` is then the best, and with several objectives it is the first's).
     front_size: int | None = None
+    #: The principal that created it (its token's name): steering, cancel, notes and
+    #: budget changes need it or an admin token. None: no owner (auth off, or created
+    #: before campaigns had owners); every submit token may change it.
+    owner: str | None = None
 
 
 class CampaignPage(BaseModel):
@@ -359,6 +363,7 @@ def campaign_out(s: d.CampaignSummary, *, with_spec: bool = True) -> CampaignOut
         best_trial_number=s.best_trial_number,
         objectives=[metric for metric, _ in c.objectives],
         front_size=s.front_size,
+        owner=c.owner,
     )
 
 

@@ -54,6 +54,7 @@ def campaign(s: d.CampaignSummary, *, with_spec: bool = True) -> common_pb2.Camp
         spec_json=json.dumps(c.spec) if with_spec else "",
         created_at=ts(c.created_at),
         finished_at=ts(c.finished_at),
+        owner=c.owner or "",
     )
 
 

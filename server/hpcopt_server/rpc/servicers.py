@@ -82,7 +82,7 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
 
     @handles_errors
     def CancelCampaign(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> common_pb2.Campaign:
-        return convert.campaign(self.svc.campaigns.cancel(request.campaign_id))
+        return convert.campaign(self.svc.campaigns.cancel(request.campaign_id, self._token(context)))
 
     @handles_errors
     def PauseCampaign(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> common_pb2.Campaign:

@@ -18,6 +18,7 @@ from hpcopt_server.pruners import make_pruner
 from hpcopt_server.rules import OPEN_STATES
 from hpcopt_server.service.context import Context, campaign_or_404, revisions_in
 from hpcopt_server.service.limits import MAX_HOST, RequestLimits, require_id, require_page, require_safe_text
+from hpcopt_server.service.owners import require_owner
 from hpcopt_server.service.suggestions import make_optimizer, option_field
 from hpcopt_server.service.warmstart import check_sources
 from hpcopt_server.storage.repository import CAMPAIGN_SORT_KEYS, TRIAL_SORT_KEYS
@@ -55,10 +56,10 @@ def validate_spec(document: Any) -> dict[str, Any]:
 QUOTA_WINDOW = timedelta(hours=1)
 
 
-def admit_submission(tx: Any, ctx: Context, token: d.ApiToken | None, per_hour: int) -> int | None:
-    """The token id to record as a new campaign's creator (None with auth off), or
-    QuotaExceeded once the token created ``per_hour`` campaigns in the last hour (never
-    for an admin token, or with ``per_hour`` 0)."""
+def admit_submission(tx: Any, ctx: Context, token: d.ApiToken | None, per_hour: int) -> d.ApiToken | None:
+    """The token to record as a new campaign's creator and owner (None with auth off),
+    or QuotaExceeded once the token created ``per_hour`` campaigns in the last hour
+    (never for an admin token, or with ``per_hour`` 0)."""
     if token is None:
         return None
     if per_hour > 0 and "admin" not in token.scopes:
@@ -73,7 +74,7 @@ def admit_submission(tx: Any, ctx: Context, token: d.ApiToken | None, per_hour: 
                 [("campaigns", f"at most {per_hour} created or imported per token an hour")],
                 retry_after=wait,
             )
-    return token.id
+    return token
 
 
 #: Campaigns one listing returns at most.
@@ -174,12 +175,14 @@ class CampaignService:
         with self.ctx.storage.read() as tx:
             return tx.agents.registered(campaign_id)
 
-    def cancel(self, campaign_id: int) -> d.CampaignSummary:
+    def cancel(self, campaign_id: int, token: d.ApiToken | None = None) -> d.CampaignSummary:
         """Cancels a RUNNING or PAUSED campaign: its queued and running trials become
-        CANCELLED (agents learn it from their next heartbeat)."""
+        CANCELLED (agents learn it from their next heartbeat). Needs its owner or an
+        admin ``token`` (``owners.py``)."""
         now = self.ctx.clock()
         with self.ctx.storage.write() as tx:
             campaign = campaign_or_404(tx, campaign_id, lock=True)
+            require_owner(campaign, token, "cancel")
             if campaign.state not in OPEN_STATES:
                 raise FailedPrecondition(
                     f"campaign {campaign_id} is {campaign.state.value}; only a RUNNING or PAUSED campaign can be "

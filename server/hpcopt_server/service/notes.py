@@ -12,6 +12,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.service import limits as lim
 from hpcopt_server.service.context import Context, campaign_or_404
+from hpcopt_server.service.owners import require_owner
 from hpcopt_server.storage.repository import Tx
 
 
@@ -69,7 +70,7 @@ class NoteService:
                 [("base_version", f"must be in 0..{lim.MAX_ID}: the version you edited (0 for a new note)")],
             )
         with self.ctx.storage.write() as tx:
-            self._target(tx, campaign_id, trial_number)
+            require_owner(self._target(tx, campaign_id, trial_number), token, "write the notes of")
             saved = tx.notes.save(
                 campaign_id, trial_number, body, base_version, self.ctx.clock(), token.name if token else ""
             )
@@ -82,9 +83,10 @@ class NoteService:
             return saved
 
     @staticmethod
-    def _target(tx: Tx, campaign_id: int, trial_number: int | None) -> None:
-        campaign_or_404(tx, campaign_id)
+    def _target(tx: Tx, campaign_id: int, trial_number: int | None) -> d.Campaign:
+        campaign = campaign_or_404(tx, campaign_id)
         if trial_number is not None and (
             not 0 <= trial_number <= lim.MAX_ID or tx.views.trial_id_by_number(campaign_id, trial_number) is None
         ):
             raise NotFound(f"campaign {campaign_id} has no trial #{trial_number}")
+        return campaign

@@ -16,7 +16,8 @@ and reaches the agents through what they already ask:
   campaign's counters under its lock (``agent_sql.TAKE_NUMBERS``, ``COUNT_FINISHED``),
   so a replica's cached spec and optimizer are replaced at its next acquisition.
 
-All need the ``submit`` scope, the scope that cancels a campaign.
+All need the ``submit`` scope, the scope that cancels a campaign, and the campaign's
+owner or an ``admin`` token (``owners.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.service.campaigns import validate_spec
 from hpcopt_server.service.context import Context, campaign_or_404
 from hpcopt_server.service.limits import MAX_EXIT_REASON, require_id, require_range, require_safe_text
+from hpcopt_server.service.owners import require_owner
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,8 @@ class SteeringService:
         now = self.ctx.clock()
         said = (reason.strip() or STOPPED) + _who(token)
         with self.ctx.storage.write() as tx:
-            campaign_or_404(tx, campaign_id, lock=True)  # the lock order: campaign, then trial
+            campaign = campaign_or_404(tx, campaign_id, lock=True)  # the lock order: campaign, then trial
+            require_owner(campaign, token, "stop a trial of")
             trial_id = tx.views.trial_id_by_number(campaign_id, number)
             trial = None if trial_id is None else tx.trials.get(trial_id, lock=True, folds=False)
             if trial is None:
@@ -91,8 +94,9 @@ class SteeringService:
         require_id("campaign_id", campaign_id)
         with self.ctx.storage.write() as tx:
             campaign = campaign_or_404(tx, campaign_id, lock=True)
+            verb = "paused" if target == d.CampaignState.PAUSED else "resumed"
+            require_owner(campaign, token, "pause" if target == d.CampaignState.PAUSED else "resume")
             if campaign.state != source:
-                verb = "paused" if target == d.CampaignState.PAUSED else "resumed"
                 raise FailedPrecondition(
                     f"campaign {campaign_id} is {campaign.state.value}; only a {source.value} campaign can be {verb}",
                     [("state", f"{campaign.state.value}, not {source.value}")],
@@ -112,6 +116,7 @@ class SteeringService:
             raise InvalidArgument("max_trials: must be an integer", [("max_trials", "an integer")])
         with self.ctx.storage.write() as tx:
             campaign = campaign_or_404(tx, campaign_id, lock=True)
+            require_owner(campaign, token, "raise the budget of")
             if campaign.state == d.CampaignState.CANCELLED:
                 raise FailedPrecondition(
                     f"campaign {campaign_id} is CANCELLED; a cancelled campaign's budget cannot be raised",

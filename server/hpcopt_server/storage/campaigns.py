@@ -28,16 +28,18 @@ class CampaignStore(Store):
         created_at: datetime,
         *,
         submitted_at: datetime,
-        created_by: int | None = None,
+        created_by: d.ApiToken | None = None,
     ) -> d.Campaign:
-        """A new RUNNING campaign with this spec, submitted by token ``created_by``."""
+        """A new RUNNING campaign with this spec, submitted by token ``created_by``
+        (its id, for the quota; its name, the owner)."""
         row = m.CampaignRow(
             name=name,
             state=d.CampaignState.RUNNING,
             spec=spec,
             created_at=created_at,
             submitted_at=submitted_at,
-            created_by=created_by,
+            created_by=None if created_by is None else created_by.id,
+            owner=None if created_by is None else created_by.name,
         )
         self.s.add(row)
         self.s.flush()

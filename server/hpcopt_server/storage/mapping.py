@@ -22,6 +22,7 @@ def campaign(row: m.CampaignRow | Any) -> d.Campaign:
         finished_at=row.finished_at,
         trials_created=row.next_number,
         trials_finished=row.finished_count,
+        owner=row.owner,
     )
 
 

@@ -67,6 +67,10 @@ class CampaignRow(Base):
     # server received it (an import keeps the original created_at). For the quota.
     created_by: Mapped[int | None] = mapped_column(Integer, default=None)
     submitted_at: Mapped[datetime | None] = mapped_column(default=None)
+    # The principal that created (or imported) it: its token's name; NULL with auth off
+    # and for campaigns from before owners (migration 0012), which every submit token
+    # may change. Steering, cancel, notes and budget need it or an admin token.
+    owner: Mapped[str | None] = mapped_column(String(200), default=None)
 
 
 class TrialRow(Base):

@@ -6,7 +6,7 @@
 
 const app = document.getElementById("app");
 
-import { POLL_MS, session, poll, api, live, download, can, el, badge, fmt, fmtParam, when, ago, refreshAgo, clockAttrs, agentLabel, sortableHeader, patchRows, nextFrame, STATES, MIN_COMPARED, MAX_COMPARED } from "./core.js";
+import { POLL_MS, session, poll, api, live, download, cannotChange, el, badge, fmt, fmtParam, when, ago, refreshAgo, clockAttrs, agentLabel, sortableHeader, patchRows, nextFrame, STATES, MIN_COMPARED, MAX_COMPARED } from "./core.js";
 import { renderHistory, renderCurves, renderFront, renderParcoords, renderSlices, renderContour, renderEdf, renderImportance, renderTimeline, brushedIds, brushToRange, clearParcoords, forObjective, offScale } from "./plots.js";
 import { noteCard } from "./notes.js";
 import { populationCard, renderPopulation } from "./population.js";
@@ -439,8 +439,10 @@ function renderSummary(c) {
   const spec = c.spec;
   const cancel = document.getElementById("cancel");
   const open = c.state === "RUNNING" || c.state === "PAUSED";
-  cancel.disabled = !open || !can("submit");
-  cancel.title = !can("submit") ? "this token has no submit scope" : !open ? `the campaign is ${c.state}` : "";
+  session.owners[c.id] = c.owner;
+  const why = cannotChange(c.id);
+  cancel.disabled = !open || Boolean(why);
+  cancel.title = why || (!open ? `the campaign is ${c.state}` : "");
   steerCampaign(c);
   const training = spec.training || {};
   const space = Object.entries(spec.space).map(([k, p]) => (p.type === "categorical" ? `${k} ∈ {${p.choices.join(", ")}}` : `${k} ∈ [${fmtParam(p, p.low)}, ${fmtParam(p, p.high)}]${p.scale === "log" ? " log" : ""}${p.type === "int" ? " int" : ""}`));
@@ -459,7 +461,8 @@ function renderSummary(c) {
       el("dt", { text: "Budget" }), el("dd", { text: `${spec.budget.max_trials} trials, ${spec.budget.max_parallel} at once` }),
       el("dt", { text: "Folds" }), el("dd", { text: spec.folds }),
       el("dt", { text: "Training" }), el("dd", { class: "mono", text: `${training.task} · ${training.scheme} · ${training.epochs} epochs · ${training.ranks_per_fold ? `${training.ranks_per_fold} rank(s)/fold` : "ranks per fold: planned by the agents"}` }),
-      el("dt", { text: "Created" }), el("dd", { text: when(c.created_at) }))));
+      el("dt", { text: "Created" }), el("dd", { text: when(c.created_at) }),
+      el("dt", { text: "Owner" }), el("dd", { id: "campaign-owner", text: c.owner || "none: every submit token may steer it" }))));
 }
 
 export const done = (c) => Object.entries(c.trial_counts).filter(([s]) => s !== "QUEUED" && s !== "RUNNING").reduce((a, [, n]) => a + n, 0);

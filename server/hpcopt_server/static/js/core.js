@@ -15,6 +15,7 @@ export const session = {
   token: localStorage.getItem("hpcopt.token") || "",
   tokenTyped: false, // the token was just typed in the dialog (not read from storage)
   who: null, // {auth, token, scopes, agent_server}
+  owners: {}, // campaign id -> its owner (a token name; null: none), from the summaries seen
   generation: 0, // bumps on every navigation: stale refreshes drop their results
   stop: () => {}, // stops the current view's polling
   refresh: () => {}, // asks the current view for a refresh now
@@ -93,6 +94,16 @@ export async function download(path, filename) {
 }
 
 export const can = (scope) => !session.who || !session.who.auth || session.who.scopes.includes(scope) || session.who.scopes.includes("admin");
+
+/** Why this token may not change campaign `cid` (steer, cancel, write notes): no submit
+ * scope, or another token name owns it (an admin token may). "" when it may. */
+export function cannotChange(cid) {
+  if (!can("submit")) return "this token has no submit scope";
+  const who = session.who;
+  const owner = session.owners[cid];
+  if (!owner || !who || !who.auth || who.scopes.includes("admin") || who.token === owner) return "";
+  return `campaign ${cid} belongs to ${owner}: only a token named ${owner}, or an admin token, may change it`;
+}
 
 // ------------------------------------------------------------- token ---
 

@@ -7,7 +7,10 @@
 // before a navigation drops it.
 "use strict";
 
-import { session, api, poll, can, el, when, HttpError } from "./core.js";
+import { session, api, poll, can, cannotChange, el, when, HttpError } from "./core.js";
+
+/** The campaign id a note path names (`/campaigns/ID/…`). */
+const campaignOf = (path) => Number(path.split("/")[2]);
 
 const MAX_NOTE = 20000;
 const draftKey = (path) => `hpcopt.draft:${path}`;
@@ -21,6 +24,7 @@ export function noteCard(path, what) {
   const shown = session.generation;
   let note = null;
   let editing = null; // {area, base, start}: the open editor
+  let shownWhy = null; // why the token may not edit, as last shown (the owner may arrive later)
   const here = () => shown === session.generation;
   const meta = () => {
     if (!note || !note.version) { saved.replaceChildren(); return; }
@@ -32,9 +36,12 @@ export function noteCard(path, what) {
     editing = null;
     meta();
     const text = note.body ? el("div", { id: "note-text", class: "note-text", text: note.body }) : el("p", { id: "note-text", class: "muted", text: `No note on this ${what} yet.` });
-    const edit = can("submit") ? el("button", { id: "note-edit", text: note.body ? "Edit note" : "Add a note", onclick: () => editor(note.body, note.version) }) : el("span", { class: "note", text: "Your token may read notes, not edit them (that needs the submit scope)." });
+    const why = cannotChange(campaignOf(path));
+    shownWhy = why;
+    const edit = !why ? el("button", { id: "note-edit", text: note.body ? "Edit note" : "Add a note", onclick: () => editor(note.body, note.version) })
+      : el("span", { class: "note", text: can("submit") ? `Your token may read notes, not edit them: ${why}.` : "Your token may read notes, not edit them (that needs the submit scope)." });
     const kept = localStorage.getItem(draftKey(path));
-    const draft = kept !== null && can("submit") && kept !== note.body
+    const draft = kept !== null && !why && kept !== note.body
       ? el("p", { id: "note-draft", class: "conflict" }, "An unsaved draft of this note is kept in this browser. ",
         el("a", { href: "#", id: "note-draft-open", text: "continue editing it", onclick: (e) => { e.preventDefault(); editor(kept, note.version); } }), " · ",
         el("a", { href: "#", id: "note-draft-drop", text: "discard it", onclick: (e) => { e.preventDefault(); localStorage.removeItem(draftKey(path)); view(); } }))
@@ -99,7 +106,7 @@ export function noteCard(path, what) {
     const open = async (v) => {
       const old = await api(`${path}/versions/${v}`);
       if (!here()) return;
-      const restore = can("submit") && v !== note.version
+      const restore = !cannotChange(campaignOf(path)) && v !== note.version
         ? el("button", { id: "note-restore", text: `Restore version ${v}`, onclick: () => editor(old.body, note.version) }) : "";
       shownText.replaceChildren(el("h3", { text: `Version ${v}${v === note.version ? " (current)" : ""}` }), el("div", { class: "note-text", text: old.body || "(empty: the note was cleared)" }), restore);
     };
@@ -111,6 +118,7 @@ export function noteCard(path, what) {
   // Saves made elsewhere: polled with the page (a 304 while nothing changed).
   const follow = async () => {
     const res = await poll(path);
+    if (here() && !res.changed && editing === null && note && cannotChange(campaignOf(path)) !== shownWhy) view();
     if (!here() || !res.changed) return;
     const fresh = res.body;
     if (editing === null) { note = fresh; view(); return; }

@@ -3,7 +3,7 @@
 // buttons say why they are off without it), and the page refreshes from the answer.
 "use strict";
 
-import { session, api, el, can } from "./core.js";
+import { session, api, el, cannotChange } from "./core.js";
 
 const post = (path, body) => api(path, body === undefined ? { method: "POST" }
   : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
@@ -27,7 +27,7 @@ export function campaignButtons(id) {
 
 /** Enables the header's buttons for campaign summary `c`, with a title saying why one is off. */
 export function steerCampaign(c) {
-  const scope = can("submit") ? "" : "this token has no submit scope";
+  const scope = cannotChange(c.id);
   const pause = document.getElementById("pause");
   const paused = c.state === "PAUSED";
   pause.textContent = paused ? "Resume" : "Pause";
@@ -57,7 +57,7 @@ function raiseBudget(id, max) {
 /** A "Stop" button for trial `t` (QUEUED or RUNNING) of campaign `cid`; asks for a reason. */
 export function stopButton(cid, t, id) {
   const open = t.state === "QUEUED" || t.state === "RUNNING";
-  const scope = can("submit") ? "" : "this token has no submit scope";
+  const scope = cannotChange(cid);
   return el("button", {
     id, class: "danger small", text: "Stop", disabled: Boolean(scope) || !open,
     title: scope || (open ? `stop trial #${t.number}: its agent stops at its next heartbeat and goes on with another trial` : `the trial is ${t.state}`),

@@ -54,6 +54,7 @@ export function trialPage(cid, number) {
 }
 
 function render(t, c) {
+  session.owners[c.id] = c.owner;
   const total = Object.values(c.trial_counts).reduce((a, n) => a + n, 0);
   document.title = `#${t.number} · ${c.name} · hpcopt`;
   document.getElementById("trial-title").replaceChildren(`Trial #${t.number} `, badge(t.state), " ",
