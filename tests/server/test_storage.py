@@ -254,7 +254,6 @@ class TestTrials:
         assert got.params == {"x": 0.2} and got.lineage == lineage and got.lease_expires_at == LATER
 
 
-
 class TestFinishing:
     """Every transition that takes a finish number: ``trials.finish`` and the writer
     behind it (``storage.finishing``), which completions use too."""
