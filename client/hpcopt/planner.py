@@ -35,6 +35,10 @@ from typing import Any
 
 #: Plans whose figures are within this fraction of each other are a tie.
 TIE = 0.02
+#: The throughput of one rank a measurement may claim, in samples per second: from one
+#: sample in 11 days to a billion a second. Outside it a point is refused when reported
+#: and left out of every fit (a stored 1e308 made the model divide by zero).
+MIN_RATE_PER_RANK, MAX_RATE_PER_RANK = 1e-6, 1e9
 
 
 class PlanError(ValueError):
@@ -74,6 +78,12 @@ class Point:
             raise PlanError(f"a throughput point has ranks {ranks}, nodes {nodes}, samples_per_second {rate}")
         count = int(doc.get("count", 1))  # type: ignore[call-overload]
         return cls(ranks, nodes, rate, str(doc.get("scheme", "allreduce")), str(doc.get("source", "fold")), count)
+
+
+def plausible(p: Point) -> bool:
+    """Whether the point's rate per rank lies in [MIN_RATE_PER_RANK, MAX_RATE_PER_RANK]."""
+    per_rank = p.samples_per_second / max(p.ranks, 1)
+    return math.isfinite(per_rank) and MIN_RATE_PER_RANK <= per_rank <= MAX_RATE_PER_RANK
 
 
 def points_from_folds(rows: Iterable[tuple[dict[str, Any], dict[str, Any]]], spec: dict[str, Any]) -> list[Point]:
@@ -150,10 +160,16 @@ class Scaling:
         errs = sorted(abs(self.samples_per_second(p.ranks, p.nodes) / p.samples_per_second - 1) for p in self.points)
         return errs[len(errs) // 2] if errs else 0.0
 
+    @property
+    def confirmed(self) -> bool:
+        """Whether a trained fold measured any of its points (not only probes)."""
+        return any(p.source == "fold" for p in self.points)
+
     def as_dict(self) -> dict[str, object]:
         return {
             "seconds_per_sample": {"compute": self.compute, "comm": self.comm, "link": self.link},
             "formula": "t(r, n) = compute / r + comm * (1 - 1/r) + link * (1 - 1/n)",
+            "confirmed": self.confirmed,
             "median_relative_error": self.error(),
             "assumptions": list(self.assumptions),
             "points": [p.as_dict() for p in self.points],
@@ -180,9 +196,17 @@ def _solve(rows: list[list[float]], rhs: list[float], cols: list[int]) -> list[f
 
 def fit(points: Iterable[Point]) -> Scaling:
     """The model through these points: non-negative least squares on relative error
-    (every subset of the three terms is tried; the best non-negative one is kept)."""
-    pts = tuple(p for p in points if p.samples_per_second > 0 and math.isfinite(p.samples_per_second))
+    (every subset of the three terms is tried; the best non-negative one with a positive
+    compute term is kept, so every width has a positive, finite time per sample). Points
+    that are not :func:`plausible` are left out."""
+    given = list(points)
+    pts = tuple(p for p in given if plausible(p))
     if not pts:
+        if given:
+            raise PlanError(
+                f"no plausible throughput measured: {len(given)} point(s), each outside {MIN_RATE_PER_RANK:g} to "
+                f"{MAX_RATE_PER_RANK:g} samples per second per rank"
+            )
         raise PlanError("no throughput measured yet: a probe or a trained fold gives the first point")
     # Rows divided by the observed time: each point weighs by its relative error.
     rows, rhs = [], []
@@ -199,7 +223,7 @@ def fit(points: Iterable[Point]) -> Scaling:
         if 0 not in cols:
             continue
         coef = _solve(rows, rhs, cols)
-        if coef is None or min(coef) < 0:
+        if coef is None or min(coef) < 0 or coef[0] <= 0 or not all(math.isfinite(c) for c in coef):
             continue
         full = [0.0, 0.0, 0.0]
         for c, v in zip(cols, coef, strict=True):
@@ -215,6 +239,10 @@ def fit(points: Iterable[Point]) -> Scaling:
         notes.append(f"measured at {next(iter(ranks))} rank(s) per fold only: no collective cost is assumed")
     if len(nodes) == 1:
         notes.append(f"measured on {next(iter(nodes))} node(s) per fold only: no cost is assumed for spanning nodes")
+    if not any(p.source == "fold" for p in pts):
+        notes.append("probe measurements only: no trained fold has confirmed this model yet")
+    if len(pts) < len(given):
+        notes.append(f"{len(given) - len(pts)} implausible point(s) left out")
     return Scaling(compute, comm, link, pts, tuple(notes))
 
 

@@ -523,12 +523,20 @@ class TestResults:
             assert tx.results.probes(c.id, 10) == []
         with storage.write() as tx:
             probe = [("allreduce", 1, 1, 50.0), ("allreduce", 8, 2, 200.0)]
-            assert tx.campaigns.add_probes(c.id, "a1", probe, 90, NOW) == 2
-            assert tx.campaigns.add_probes(c.id, "a2", [("allreduce", 1, 1, 60.0)], 80, NOW) == 1
+            assert tx.campaigns.add_probes(c.id, "a1", probe, 90, NOW, keep=10) == 2
+            assert tx.campaigns.add_probes(c.id, "a2", [("allreduce", 1, 1, 60.0)], 80, NOW, keep=10) == 1
         with storage.read() as tx:
             # Newest first, at most the limit, this campaign's only.
             assert tx.results.probes(c.id, 2) == [("allreduce", 1, 1, 60.0, 80), ("allreduce", 8, 2, 200.0, 90)]
             assert len(tx.results.probes(c.id, 10)) == 3 and tx.results.probes(c.id + 1, 10) == []
+        with storage.write() as tx:  # one row per agent and width: a1's width 1 again replaces its first
+            assert tx.campaigns.add_probes(c.id, "a1", [("allreduce", 1, 1, 55.0)], 90, NOW, keep=10) == 1
+        with storage.read() as tx:
+            assert sorted(p[3] for p in tx.results.probes(c.id, 10)) == [55.0, 60.0, 200.0]
+        with storage.write() as tx:  # past ``keep`` rows the oldest go
+            assert tx.campaigns.add_probes(c.id, "a3", [("allreduce", 2, 1, 70.0)], 90, NOW, keep=2) == 1
+        with storage.read() as tx:
+            assert [p[3] for p in tx.results.probes(c.id, 10)] == [70.0, 55.0]
             assert tx.results.curves_of([t2.id, 999]) == {t2.id: [d.CurvePoint(0, 3, 0.9)], 999: []}
 
     def test_the_best_trial_follows_the_direction(self, storage: Storage) -> None:

@@ -53,7 +53,14 @@ from hpcopt_server.service.agent_messages import (
 from hpcopt_server.service.context import Context, bound_curve, campaign_or_404
 from hpcopt_server.service.intervals import replan_interval
 from hpcopt_server.service.pruning import SqlHistory, pruner_of
-from hpcopt_server.service.throughput import campaign_schemes, check_probe, measured
+from hpcopt_server.service.throughput import (
+    MAX_PROBE_ROWS,
+    campaign_schemes,
+    check_against_folds,
+    check_probe,
+    measured,
+    measured_folds,
+)
 from hpcopt_server.storage.agent_calls import DONE, Refused
 
 RELEASE_STATES = (d.TrialState.FAILED, d.TrialState.PREEMPTED, d.TrialState.PRUNED)
@@ -221,13 +228,24 @@ class AgentService:
         caller: int | None = None,
     ) -> int:
         """Stores what the agent's throughput probe measured for the campaign, (scheme,
-        ranks, nodes, samples per second) per width; how many were stored."""
+        ranks, nodes, samples per second) per width; how many were stored. Only from an
+        agent registered for the campaign, each rate plausible (``check_probe``,
+        ``check_against_folds``); one row per agent and width, the newest kept."""
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_id("campaign_id", campaign_id)
         self._check_agent(agent_id, caller)
         checked = check_probe(points, train_samples)
         with self.ctx.storage.write() as tx:
             campaign = campaign_or_404(tx, campaign_id)
+            agent = tx.agents.get(agent_id)
+            if agent is None or agent.campaign_id != campaign_id:
+                held = None if agent is None else agent.campaign_id
+                serves = "no campaign" if held is None else f"campaign {held}"
+                raise FailedPrecondition(
+                    f"campaign_id: agent {agent_id} is registered for {serves}, not campaign {campaign_id}; only an "
+                    "agent registered for a campaign reports its throughput",
+                    [("campaign_id", f"must be the campaign the agent registered for ({serves})")],
+                )
             schemes = campaign_schemes(campaign.spec)
             for n, (scheme, *_) in enumerate(checked):
                 if scheme not in schemes:
@@ -235,7 +253,10 @@ class AgentService:
                         f"points[{n}].scheme: {scheme!r} is not a scheme of campaign {campaign_id} "
                         f"(it trains with {', '.join(sorted(schemes))})"
                     )
-            return tx.campaigns.add_probes(campaign_id, agent_id, checked, train_samples, self.ctx.clock())
+            check_against_folds(checked, measured_folds(tx, campaign))
+            return tx.campaigns.add_probes(
+                campaign_id, agent_id, checked, train_samples, self.ctx.clock(), keep=MAX_PROBE_ROWS
+            )
 
     def deregister(self, agent_id: str, reason: str = "", *, caller: int | None = None) -> list[int]:
         """Ends an agent's registration (its exit; ``reason`` says why when it refused to

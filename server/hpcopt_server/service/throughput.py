@@ -8,9 +8,21 @@ probing); REST shows the points and the model (``GET /campaigns/{id}/throughput`
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
-from hpcopt.planner import PlanError, Point, fit, merge_points, points_from_folds, points_from_probes, train_samples_of
+from hpcopt.planner import (
+    MAX_RATE_PER_RANK,
+    MIN_RATE_PER_RANK,
+    PlanError,
+    Point,
+    fit,
+    merge_points,
+    plausible,
+    points_from_folds,
+    points_from_probes,
+    train_samples_of,
+)
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service import limits as lim
@@ -25,6 +37,11 @@ RECENT_PROBES = 200
 MAX_PROBE_POINTS = 16
 #: The widest fold group a point may describe, in ranks.
 MAX_RANKS = 1_000_000
+#: A probe's rate per rank may differ from the campaign's folds' median rate per rank
+#: (same scheme) by at most this factor, up or down.
+FOLD_FACTOR = 100.0
+#: Probe rows kept per campaign (one per agent and width); past it the oldest go.
+MAX_PROBE_ROWS = 1000
 
 
 def campaign_schemes(spec: dict[str, Any]) -> set[str]:
@@ -50,13 +67,34 @@ def check_probe(points: list[tuple[str, int, int, float]], train_samples: int) -
         lim.require_range(f"points[{n}].ranks", ranks, 1, MAX_RANKS)
         lim.require_range(f"points[{n}].nodes", nodes, 1, ranks)
         lim.require_finite(f"points[{n}].samples_per_second", rate)
-        if rate <= 0:
+        low, high = MIN_RATE_PER_RANK * ranks, MAX_RATE_PER_RANK * ranks
+        if not low <= rate <= high:
             raise InvalidArgument(
-                f"points[{n}].samples_per_second must be positive, got {rate}",
-                [(f"points[{n}].samples_per_second", "must be positive")],
+                f"points[{n}].samples_per_second: {rate:g} at {ranks} rank(s) is outside {low:g}..{high:g} "
+                f"({MIN_RATE_PER_RANK:g} to {MAX_RATE_PER_RANK:g} samples per second per rank)",
+                [(f"points[{n}].samples_per_second", f"must be in {low:g}..{high:g} at {ranks} rank(s)")],
             )
         out.append((scheme, ranks, nodes, float(rate)))
     return out
+
+
+def check_against_folds(points: list[tuple[str, int, int, float]], folds: list[Point]) -> None:
+    """InvalidArgument naming the first probe point whose rate per rank is more than
+    :data:`FOLD_FACTOR` away from the median rate per rank the campaign's folds
+    measured with its scheme (no check for a scheme no fold has trained with)."""
+    for n, (scheme, ranks, _, rate) in enumerate(points):
+        mine = [p.samples_per_second / p.ranks for p in folds if p.scheme == scheme]
+        if not mine:
+            continue
+        ref = statistics.median(mine)
+        low, high = ref / FOLD_FACTOR * ranks, ref * FOLD_FACTOR * ranks
+        if not low <= rate <= high:
+            raise InvalidArgument(
+                f"points[{n}].samples_per_second: {rate:g} at {ranks} rank(s) is not within {FOLD_FACTOR:g}x of "
+                f"what this campaign's {scheme} folds measured ({ref:.4g} samples per second per rank): "
+                f"allowed {low:.4g}..{high:.4g}",
+                [(f"points[{n}].samples_per_second", f"must be in {low:.4g}..{high:.4g}")],
+            )
 
 
 def measured(tx: Tx, campaign: d.Campaign) -> tuple[list[Point], int | None]:
@@ -64,11 +102,19 @@ def measured(tx: Tx, campaign: d.Campaign) -> tuple[list[Point], int | None]:
     width) and the training samples per fold-epoch they were measured at."""
     rows = tx.results.fold_metrics(campaign.id, RECENT_FOLDS)
     probes = tx.results.probes(campaign.id, RECENT_PROBES)
-    points = merge_points(points_from_folds(rows, campaign.spec), points_from_probes(p[:4] for p in probes))
+    folds = [p for p in points_from_folds(rows, campaign.spec) if plausible(p)]
+    probed = [p for p in points_from_probes(p[:4] for p in probes) if plausible(p)]
+    points = merge_points(folds, probed)
     samples = train_samples_of(rows)
     if samples is None and probes:
         samples = probes[0][4]
     return points, samples
+
+
+def measured_folds(tx: Tx, campaign: d.Campaign) -> list[Point]:
+    """The campaign's plausible points from its trained folds only."""
+    rows = tx.results.fold_metrics(campaign.id, RECENT_FOLDS)
+    return [p for p in points_from_folds(rows, campaign.spec) if plausible(p)]
 
 
 class ThroughputService:
@@ -77,7 +123,8 @@ class ThroughputService:
 
     def document(self, campaign_id: int) -> dict[str, Any]:
         """The points and, per scheme with any, the fitted model (its coefficients,
-        median relative error and assumptions)."""
+        median relative error, assumptions, and whether a fold ``confirmed`` it).
+        Implausible stored points are left out (``planner.plausible``)."""
         with self.ctx.storage.read() as tx:
             points, samples = measured(tx, campaign_or_404(tx, campaign_id))
         models: dict[str, Any] = {}

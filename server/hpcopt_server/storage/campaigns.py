@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 
 from hpcopt_server import domain as d
 from hpcopt_server.storage import mapping
@@ -124,9 +124,24 @@ class CampaignStore(Store):
         points: Iterable[tuple[str, int, int, float]],
         train_samples: int,
         at: datetime,
+        *,
+        keep: int,
     ) -> int:
         """Stores what an agent's throughput probe measured for the campaign: (scheme,
-        ranks, nodes, samples per second) per width; how many rows."""
+        ranks, nodes, samples per second) per width, replacing that agent's earlier row
+        at the width; then keeps the campaign's ``keep`` newest rows. How many stored."""
+        points = list(points)
+        r = m.ThroughputProbeRow
+        for scheme, ranks, nodes, _ in points:
+            self.s.execute(
+                delete(r).where(
+                    r.campaign_id == campaign_id,
+                    r.agent_id == agent_id,
+                    r.scheme == scheme,
+                    r.ranks == ranks,
+                    r.nodes == nodes,
+                )
+            )
         rows = [
             m.ThroughputProbeRow(
                 campaign_id=campaign_id,
@@ -142,6 +157,8 @@ class CampaignStore(Store):
         ]
         self.s.add_all(rows)
         self.s.flush()
+        newest = select(r.id).where(r.campaign_id == campaign_id).order_by(r.id.desc()).limit(keep)
+        self.s.execute(delete(r).where(r.campaign_id == campaign_id, r.id.not_in(newest.scalar_subquery())))
         return len(rows)
 
     def trial_counts(self, campaign_ids: Iterable[int] | None = None) -> dict[int, dict[str, int]]:
