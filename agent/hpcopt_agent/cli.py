@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from hpcopt import AgentClient, ApiError
 from hpcopt.cliutil import finish
 from hpcopt.serverfile import ServerFileError, resolve, token_of
+from hpcopt.transport import verify
 from hpcopt_agent.server import register
 
 if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts on import)
@@ -179,8 +180,12 @@ def main(argv: list[str] | None = None) -> int:
         found = resolve(args.server, args.server_file)
         args.server = found.address
         args.token = args.token or token_of(found.file)
+        verify(found, args.token)
     except ServerFileError as exc:
         print(f"hpcopt-agent: {exc}", file=sys.stderr)
+        return 2
+    except ApiError as exc:
+        print(f"hpcopt-agent: {exc.message}", file=sys.stderr)
         return 2
     from mpi4py import MPI  # after argparse, so --help works without an MPI launch
 

@@ -13,8 +13,8 @@ from typing import Any, TypeVar, cast
 import grpc
 
 from hpcopt.records import TrialState
-from hpcopt.serverfile import ServerFileError, resolve, token_of
-from hpcopt.v1 import common_pb2
+from hpcopt.serverfile import MIN_CHALLENGE, Found, ServerFileError, proof, resolve, token_of
+from hpcopt.v1 import common_pb2, identity_pb2, identity_pb2_grpc
 
 T = TypeVar("T")
 _HINT = (
@@ -92,6 +92,9 @@ class Channel:
             if channel is None
             else channel
         )
+        # An address read from a connection file gets a token only once the server has
+        # proved it wrote that file (at the first call).
+        self._unproven: Found | None = found if found.file is not None and token else None
 
     def close(self) -> None:
         if self._owned:
@@ -104,7 +107,53 @@ class Channel:
         self.close()
 
     def _do(self, fn: Callable[..., T], request: Any) -> T:
+        if self._unproven is not None:
+            prove(self.channel, self._unproven, self.timeout)
+            self._unproven = None
         return _call(fn, request, self._metadata, self.timeout, self._where)
+
+
+def prove(channel: grpc.Channel, found: Found, timeout: float) -> None:
+    """Returns once the server on ``channel`` proved it wrote ``found``'s connection
+    file (``IdentityService.Prove``); ApiError UNAUTHENTICATED, naming the file, when it
+    did not, and no token is sent. (Nothing to prove without a file.)"""
+    if found.file is None:
+        return
+    where = f"{found.address} (read from {found.path})"
+    if not found.file.secret:
+        raise ApiError(
+            "UNAUTHENTICATED",
+            f"the connection file {found.path} has no start secret (a server older than this client wrote it), so "
+            f"nothing proves that {found.address} is that server: no token was sent. Restart the server, or give "
+            "its address with --server or HPCOPT_SERVER",
+        )
+    challenge = os.urandom(2 * MIN_CHALLENGE)
+    stub = identity_pb2_grpc.IdentityServiceStub(channel)
+    try:
+        answer = _call(stub.Prove, identity_pb2.ProveRequest(challenge=challenge), (), timeout, where)
+    except ApiError as exc:
+        if exc.code in ("UNAVAILABLE", "DEADLINE_EXCEEDED"):
+            raise
+        answer = None
+    if answer is None or answer.proof != proof(bytes.fromhex(found.file.secret), challenge):
+        raise ApiError(
+            "UNAUTHENTICATED",
+            f"the process at {found.address} is not the server that wrote {found.path} (it could not prove the "
+            f"file's start secret): no token was sent. That server may have stopped (killed, so its file stayed) "
+            f"and another process taken its port; start the server again, or give its address with --server",
+        )
+
+
+def verify(found: Found, token: str | None, timeout: float = 30.0) -> None:
+    """:func:`prove` on a channel of its own, when a token would go to an address read
+    from a connection file (the agent checks once at start, then dials the address)."""
+    if found.file is None or not token:
+        return
+    channel = grpc.insecure_channel(found.address)
+    try:
+        prove(channel, found, timeout)
+    finally:
+        channel.close()
 
 
 def state_value(name: str) -> common_pb2.TrialState.ValueType:

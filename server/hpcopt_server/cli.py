@@ -6,6 +6,7 @@ import argparse
 import errno
 import logging
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -14,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcopt.cliutil import finish
-from hpcopt_server.processes import CHILD_PIPE, CHILD_SOCKET
+from hpcopt_server.processes import CHILD_PIPE, CHILD_SOCKET, START_SECRET_ENV
 from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.settings import OptionError, ServerSettings, add_flags, from_args
 
@@ -203,13 +204,13 @@ def _serve(args: argparse.Namespace) -> int:
         return _serve_grpc_child(args, settings, limits)
     server_file = None
     if settings.server_file is not None:
-        from hpcopt.serverfile import default_path
+        from hpcopt.serverfile import ServerFileError, default_path
         from hpcopt_server.connfile import ServerFileInUse, check_free
 
         server_file = Path(settings.server_file).expanduser() if settings.server_file else default_path()
         try:
             check_free(server_file)
-        except ServerFileInUse as exc:
+        except (ServerFileInUse, ServerFileError) as exc:
             print(f"hpcopt-server: {exc}", file=sys.stderr)
             return 2
     storage = _ready_storage(settings.db, settings.db_pool, settings.db_wait)
@@ -234,8 +235,19 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as exc:
         return _cannot_listen("REST", settings.host, settings.port, "--port", "HPCOPT_PORT", exc)
     caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
+    # What the connection file's readers check before a token goes out (rpc/identity.py);
+    # the gRPC child processes inherit it.
+    start_secret = secrets.token_bytes(32)
+    os.environ[START_SECRET_ENV] = start_secret.hex()
     try:
-        grpc = serve_grpc(service, metrics, settings.host, settings.grpc_port, GrpcLimits.of(settings, caps.grpc))
+        grpc = serve_grpc(
+            service,
+            metrics,
+            settings.host,
+            settings.grpc_port,
+            GrpcLimits.of(settings, caps.grpc),
+            start_secret=start_secret,
+        )
     except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError("Failed to bind ...")
         http_socket.close()
         return _cannot_listen("gRPC", settings.host, settings.grpc_port, "--grpc-port", "HPCOPT_GRPC_PORT", exc)
@@ -268,6 +280,7 @@ def _serve(args: argparse.Namespace) -> int:
             database=storage.db.url.render_as_string(hide_password=True),
             auth=auth_on,
             token_file=settings.token_file,
+            secret=start_secret,
         )
         print(f"  connection file   {server_file}", flush=True)
     config = uvicorn_config(
@@ -328,7 +341,10 @@ def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings, limits
     service = _service(settings, limits, storage)
     _auth_at_start(service, settings)
     caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
-    grpc = serve_grpc(service, Metrics(service), settings.host, 0, GrpcLimits.of(settings, caps.grpc), sock=sock)
+    secret = bytes.fromhex(os.environ.get(START_SECRET_ENV, "")) or None
+    grpc = serve_grpc(
+        service, Metrics(service), settings.host, 0, GrpcLimits.of(settings, caps.grpc), sock=sock, start_secret=secret
+    )
     service.warm_optimizers()
     grpc.start()
     try:

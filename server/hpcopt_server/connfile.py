@@ -43,9 +43,20 @@ def _answers(address: str, timeout: float = 2.0) -> bool:
 
 def check_free(path: Path) -> None:
     """Raises ``ServerFileInUse`` when ``path`` names a server that still answers (its
-    gRPC port takes a connection); a stale or foreign file may be replaced."""
+    gRPC port takes a connection); a stale or foreign file may be replaced. Raises
+    ServerFileError when its folder is one others may write: the file would be refused
+    by every client, and could be replaced under them."""
+    folder = path.parent
+    if folder.exists():
+        st = os.stat(folder)
+        if st.st_uid not in (os.getuid(), 0) or st.st_mode & 0o022:
+            raise ServerFileError(
+                f"refusing to write the connection file into {folder}: others may write it or it is not yours "
+                f"(mode {st.st_mode & 0o7777:04o}, uid {st.st_uid}); clients trust a connection file only in a "
+                "folder only its owner can write (chmod 700 it, or give --server-file PATH elsewhere)"
+            )
     try:
-        old = read(path)
+        old = read(path, trust=False)
     except ServerFileError:
         return
     if _answers(old.grpc):
@@ -56,9 +67,19 @@ def check_free(path: Path) -> None:
 
 
 def publish(
-    path: Path, *, bind: str, http_port: int, grpc_port: int, database: str, auth: bool, token_file: str | None
+    path: Path,
+    *,
+    bind: str,
+    http_port: int,
+    grpc_port: int,
+    database: str,
+    auth: bool,
+    token_file: str | None,
+    secret: bytes,
 ) -> ServerFile:
-    """Writes the file for this process's server; what was written."""
+    """Writes the file for this process's server, with its start ``secret`` (what its
+    ``IdentityService`` proves); what was written. ServerFileError for a folder others
+    may write."""
     host = _bracket(client_host(bind))
     info = ServerFile(
         grpc=f"{host}:{grpc_port}",
@@ -69,6 +90,7 @@ def publish(
         auth=auth,
         token_file=str(Path(token_file).expanduser().resolve()) if token_file else None,
         started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        secret=secret.hex(),
     )
     write(path, info)
     return info
@@ -77,7 +99,7 @@ def publish(
 def withdraw(path: Path, info: ServerFile) -> None:
     """Removes the file if it is still the one this server wrote."""
     try:
-        if read(path) == info:
+        if read(path, trust=False) == info:
             path.unlink()
     except (ServerFileError, OSError):
         pass

@@ -31,6 +31,8 @@ log = logging.getLogger("hpcopt.processes")
 #: Hidden ``serve`` options a child is started with: the inherited socket's and pipe's
 #: file descriptors.
 CHILD_SOCKET, CHILD_PIPE = "--grpc-child-socket", "--grpc-child-pipe"
+#: How ``serve`` hands its start secret (hex; ``rpc/identity.py``) to its gRPC processes.
+START_SECRET_ENV = "HPCOPT_START_SECRET"
 
 
 class GrpcProcesses:

@@ -1,7 +1,8 @@
 """gRPC authentication: a bearer token in the ``authorization`` metadata
 (``Bearer TOKEN``, the same form as REST's header; a bare token is refused), checked
 against the scope each method needs. Health checks and reflection stay open so that
-load balancers and grpcurl can see the server."""
+load balancers and grpcurl can see the server, and so does ``IdentityService`` (a
+client checks the server before it sends a token)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from hpcopt_server.service.tokens import TokenService
 
 CAMPAIGN = "/hpcopt.v1.CampaignService/"
 AGENT = "/hpcopt.v1.AgentService/"
+#: Open: the server proves it wrote the caller's connection file (``identity.py``).
+IDENTITY = "/hpcopt.v1.IdentityService/"
 SUBMIT_METHODS = {
     "CreateCampaign",
     "CancelCampaign",
@@ -33,7 +36,7 @@ def scope_for(method: str) -> str | None:
         return "agent"
     if method.startswith(CAMPAIGN):
         return "submit" if method.removeprefix(CAMPAIGN) in SUBMIT_METHODS else "read"
-    if method.startswith(("/grpc.health.", "/grpc.reflection.")):
+    if method.startswith(("/grpc.health.", "/grpc.reflection.", IDENTITY)):
         return None
     return "admin"
 

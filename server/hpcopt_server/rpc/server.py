@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import socket
 import time
 from collections.abc import Callable
@@ -13,10 +14,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc
+from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc, identity_pb2, identity_pb2_grpc
 from hpcopt_server.metrics import Metrics
 from hpcopt_server.rpc.auth import AuthInterceptor
 from hpcopt_server.rpc.front import GrpcFront
+from hpcopt_server.rpc.identity import IdentityServicer
 from hpcopt_server.rpc.servicers import AgentServicer, CampaignServicer
 from hpcopt_server.service import Service
 from hpcopt_server.settings import ServerSettings
@@ -150,6 +152,7 @@ def serve_grpc(
     limits: GrpcLimits = GrpcLimits(),
     *,
     sock: socket.socket | None = None,
+    start_secret: bytes | None = None,
 ) -> GrpcEndpoint:
     """The gRPC server, listening on a private Unix socket, and its front on ``host:port``
     (0: any free port) or on the listening socket ``sock`` (one that another process
@@ -159,7 +162,8 @@ def serve_grpc(
     Calls waiting on their client (a request that has not arrived, a response the
     client does not let through) may hold at most half the workers, server-wide, and for
     at most ``request_timeout`` seconds (``front.py``): the other half stays free for
-    calls that are ready to run."""
+    calls that are ready to run. ``start_secret``: what ``IdentityService.Prove``
+    proves knowledge of (``identity.py``; a random one when not given)."""
     front = GrpcFront(
         sock if sock is not None else listen(host, port),
         limits.connections,
@@ -168,14 +172,14 @@ def serve_grpc(
         max_waiting=max(1, limits.workers // 2),
     )
     try:
-        server = _build(service, metrics, front.backend_address, limits)
+        server = _build(service, metrics, front.backend_address, limits, start_secret or secrets.token_bytes(32))
     except BaseException:
         front.stop()
         raise
     return GrpcEndpoint(server, front)
 
 
-def _build(service: Service, metrics: Metrics, address: str, limits: GrpcLimits) -> grpc.Server:
+def _build(service: Service, metrics: Metrics, address: str, limits: GrpcLimits, start_secret: bytes) -> grpc.Server:
     """A ready (not started) server bound to ``address``."""
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=limits.workers, thread_name_prefix="grpc"),
@@ -201,6 +205,7 @@ def _build(service: Service, metrics: Metrics, address: str, limits: GrpcLimits)
     )
     campaign_pb2_grpc.add_CampaignServiceServicer_to_server(CampaignServicer(service), server)
     agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(service), server)
+    identity_pb2_grpc.add_IdentityServiceServicer_to_server(IdentityServicer(start_secret), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     for name in (
@@ -213,6 +218,7 @@ def _build(service: Service, metrics: Metrics, address: str, limits: GrpcLimits)
         (
             campaign_pb2.DESCRIPTOR.services_by_name["CampaignService"].full_name,
             agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
+            identity_pb2.DESCRIPTOR.services_by_name["IdentityService"].full_name,
             health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             reflection.SERVICE_NAME,
         ),
