@@ -18,7 +18,16 @@ Decisions, written down:
 - It lives in the server distribution (``hpcopt-server``), because it is the server: the
   client distribution stays free of SQLAlchemy and never imports the server.
 - ``Study(path, spec)`` reopens the newest campaign of the file with the same name and
-  the same spec (a script run again continues its campaign), else creates one.
+  the same spec (a script run again continues its campaign), else creates one, in one
+  transaction under a lock on the name: processes that open one file with one spec at
+  the same moment share one campaign and its budget.
+- Several processes may open one file. Creating or upgrading its schema runs in one
+  transaction that holds the file's write lock from its start (the others wait for it,
+  then find the schema at head: ``storage/migrations/env.py``).
+- ``ask()`` waits while other processes hold the campaign's ``max_parallel`` trials (as
+  an agent does), up to ``timeout`` seconds (``None``: as long as it takes), and then
+  raises ``TimeoutError`` saying so. It raises ``RuntimeError`` at once when this
+  process itself holds them all (tell one first) or the campaign is PAUSED.
 - A trial held by a process that died is requeued when its lease expires, as on a
   server: a Study requeues expired leases when it opens and when it finds none free.
 """
@@ -170,6 +179,7 @@ class Study:
         self.service = Service(self._storage)
         #: An ordinary client, answered in this process: every ``hpcopt.Client`` call works.
         self.client = Client(f"embedded:{path}", token, channel=LocalChannel(self.service))
+        self._token = token
         self._session: Session | None = None
         self._held: dict[int, ActiveTrial] = {}
         try:
@@ -194,35 +204,62 @@ class Study:
             return listed[0].id
         document = _document(spec)
         try:
-            wanted = validate_spec(document)
+            validate_spec(document)
+            token = self.service.tokens.authorize(self._token, "submit")
         except ServiceError:
-            wanted = None  # create_campaign answers with the field errors
-        for c in listed:  # newest first
-            if wanted is not None and c.name == wanted.get("name") and self.client.get_campaign(c.id).spec == wanted:
-                log.info("reopening campaign %d %r of %s", c.id, c.name, self.path)
-                return c.id
-        return self.client.create_campaign(document).id
+            return self.client.create_campaign(document).id  # it answers with the field errors (or the token's)
+        found, created = self.service.campaigns.reopen_or_create(document, token)
+        if not created:
+            log.info("reopening campaign %d %r of %s", found.id, found.name, self.path)
+        return found.id
 
     # -- ask/tell ---------------------------------------------------------------------
 
-    def ask(self) -> ActiveTrial | None:
+    def ask(self, timeout: float | None = None) -> ActiveTrial | None:
         """The next trial, held under a lease until it is told; None once the campaign's
-        budget is spent (or it was cancelled). Raises ``RuntimeError`` when
-        ``max_parallel`` trials are already asked and not told."""
+        budget is spent (or it was cancelled). While other processes hold the campaign's
+        ``max_parallel`` trials it waits for one to be told, at most ``timeout`` seconds
+        (None: as long as it takes), then raises ``TimeoutError``. Raises
+        ``RuntimeError`` at once when this process holds them all itself, or the
+        campaign is PAUSED."""
         if self._session is None:
             self._session = Session(self.client.agent(), self.campaign_id, version="hpcopt-embedded")
-        got = self._session.acquire()
-        if isinstance(got, float) and self.service.reaper.reap():
+        deadline = None if timeout is None else time.monotonic() + timeout
+        waited_since = 0.0
+        while True:
             got = self._session.acquire()
-        if isinstance(got, float):
-            if self.client.get_campaign(self.campaign_id).state == "PAUSED":
+            if isinstance(got, float) and self.service.reaper.reap():
+                got = self._session.acquire()
+            if not isinstance(got, float):
+                break
+            campaign = self.client.get_campaign(self.campaign_id)
+            if campaign.state == "PAUSED":
                 raise RuntimeError(
-                    f"campaign {self.campaign_id} is PAUSED: it hands out no trial until it is resumed "
-                    f"(hpcopt resume {self.campaign_id}, or Resume in the dashboard)"
+                    f"campaign {self.campaign_id} is PAUSED ({campaign.pause_reason or 'paused'}): it hands out no "
+                    f"trial until it is resumed (hpcopt resume {self.campaign_id}, or Resume in the dashboard)"
                 )
-            raise RuntimeError(
-                f"campaign {self.campaign_id}: its max_parallel trials are asked and not told; tell() one first"
-            )
+            limit = int(((campaign.spec or {}).get("budget") or {}).get("max_parallel") or 0)
+            mine = sum(not t.ended for t in self._held.values())
+            if limit and mine >= limit:
+                raise RuntimeError(
+                    f"campaign {self.campaign_id}: this process holds all {limit} of its max_parallel trials, "
+                    "asked and not told; tell() one first"
+                )
+            now = time.monotonic()
+            if not waited_since:
+                waited_since = now
+                log.info(
+                    "campaign %d: other processes hold %d of its %d max_parallel trials; waiting for one to be told",
+                    self.campaign_id,
+                    campaign.trial_counts.get("RUNNING", 0) - mine,
+                    limit,
+                )
+            if deadline is not None and now >= deadline:
+                raise TimeoutError(
+                    f"campaign {self.campaign_id}: other processes held its max_parallel ({limit}) trials for "
+                    f"{now - waited_since:.0f} s (ask(timeout={timeout:g})); none was told in time"
+                )
+            time.sleep(max(0.05, min(got, 1.0) if deadline is None else min(got, 1.0, deadline - now)))
         if got is not None:
             self._held[got.id] = got
         return got

@@ -13,6 +13,7 @@ READ COMMITTED and take row locks explicitly (``FOR UPDATE [SKIP LOCKED]``).
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,6 +55,27 @@ _TRANSIENT_TEXT = (
 _STORAGE_SQLSTATES = {"53100", "58030"}
 _STORAGE_TEXT = ("database or disk is full", "disk i/o error", "no space left on device")
 _last_warning = [0.0]
+
+
+def use_wal(dbapi_conn: Any, patience: float = 30.0) -> None:
+    """Puts a SQLite file in WAL mode (it stays so) unless it is already. Switching takes
+    the file's exclusive lock and SQLite answers "database is locked" at once, without its
+    busy handler, while another process holds a lock (one creating the schema): so it is
+    retried for up to ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            cur = dbapi_conn.cursor()
+            try:
+                if str(cur.execute("PRAGMA journal_mode").fetchone()[0]).lower() != "wal":
+                    cur.execute("PRAGMA journal_mode=WAL")
+            finally:
+                cur.close()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def transient(exc: BaseException) -> bool:
@@ -210,9 +232,9 @@ def _create_engine(url: str, *, pool_size: int, echo: bool) -> Engine:
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:
         # Let SQLAlchemy's "begin" event below issue BEGIN itself.
         dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
         if not memory:
-            cur.execute("PRAGMA journal_mode=WAL")
+            use_wal(dbapi_conn)
+        cur = dbapi_conn.cursor()
         cur.execute("PRAGMA synchronous=FULL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA busy_timeout=30000")
