@@ -24,6 +24,10 @@ from hpcopt_agent.server import Heartbeat, TrialLink, retrying
 log = logging.getLogger("hpcopt_agent")
 
 
+#: How often an agent waiting on a paused campaign says so again.
+SAY_WAIT_SECONDS = 600.0
+
+
 @dataclass(frozen=True)
 class Grant:
     """What the group leader tells its group about an acquired trial."""
@@ -79,6 +83,8 @@ class GroupLoop:
         #: work the parallel budget would not give it (other agents hold the rest).
         self.replan_wait = replan_wait
         self.waiting_since: float | None = None
+        #: Why the server last said to wait (a PAUSED campaign), and when it was logged.
+        self.said_wait, self.said_wait_at = "", 0.0
         #: How this group's leader asks the others to re-plan, and hears them ask.
         self.notices = notices
         #: Whether a re-plan for that many trials would change the layout (the job's
@@ -148,8 +154,11 @@ class GroupLoop:
         got = retrying(lambda: client.acquire(self.agent_id, self.campaign_id), "Acquire", self.patience)
         if got.status == "done":
             return "stop", "the campaign is finished"
-        if got.trial is None or got.lease is None:  # wait: the parallel budget is in use
+        if got.trial is None or got.lease is None:  # wait: the parallel budget is in use, or paused
             now = time.monotonic()
+            if got.wait_reason and (got.wait_reason != self.said_wait or now - self.said_wait_at >= SAY_WAIT_SECONDS):
+                log.warning("waiting: %s", got.wait_reason)  # once, then every SAY_WAIT_SECONDS
+                self.said_wait, self.said_wait_at = got.wait_reason, now
             self.waiting_since = self.waiting_since or now
             if self.replan_wait is not None and groups > 1 and now - self.waiting_since >= self.replan_wait:
                 # Only when trials are left that max_parallel holds back: waiting for a

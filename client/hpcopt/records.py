@@ -130,6 +130,8 @@ class Campaign(_Record):
     #: The principal that created it (its token's name); None: no owner, and every
     #: submit token may change it.
     owner: str | None = None
+    #: Why a PAUSED campaign is paused (repeated identical failures, or a user).
+    pause_reason: str | None = None
 
     @classmethod
     def from_proto(cls, c: common_pb2.Campaign) -> Campaign:
@@ -151,6 +153,7 @@ class Campaign(_Record):
             finished_at=_time(c, "finished_at"),
             spec=_spec(c.spec_json),
             owner=c.owner or None,
+            pause_reason=c.pause_reason or None,
         )
 
     @property
@@ -379,6 +382,8 @@ class Assignment(_Record):
     lease_expires_at: datetime | None
     retry_after_seconds: float
     campaign_spec: dict[str, Any] | None
+    #: With ``wait`` for a PAUSED campaign: why it is paused.
+    wait_reason: str = ""
 
     @classmethod
     def from_proto(cls, r: agent_pb2.AcquireResponse, agent_id: str) -> Assignment:
@@ -393,6 +398,7 @@ class Assignment(_Record):
             lease_expires_at=_time(r, "lease_expires_at"),
             retry_after_seconds=r.retry_after_seconds,
             campaign_spec=spec,
+            wait_reason=r.wait_reason,
         )
 
 

@@ -238,6 +238,10 @@ class CampaignSpec(_Strict):
     # None: the campaign is driven by a script (Client.trials); the MPI agent refuses it.
     training: Training | None = None
     max_attempts: int = Field(default=3, ge=1, le=100)
+    #: After this many trials in a row failed the same way (the exception's type and the
+    #: task's line, not the message), the server pauses the campaign and says why; 0:
+    #: never. ``hpcopt resume`` goes on.
+    pause_after_failures: int = Field(default=3, ge=0, le=1_000_000)
 
     @model_validator(mode="before")
     @classmethod

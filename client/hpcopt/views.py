@@ -87,7 +87,7 @@ def front_table(front: ParetoFront, order: list[str]) -> Table:
 def campaign_text(c: Campaign) -> str:
     counts = ", ".join(f"{s} {n}" for s, n in c.trial_counts.items()) or "none yet"
     lines = [
-        f"campaign {c.id} {c.name!r}: {c.state}",
+        f"campaign {c.id} {c.name!r}: {c.state}" + (f" ({c.pause_reason})" if c.pause_reason else ""),
         f"  algorithm  {c.algorithm}; {c.direction} {c.metric}; {c.folds} fold(s)",
         f"  trials     {c.finished}/{c.max_trials} finished ({counts})",
     ]

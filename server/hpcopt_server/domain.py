@@ -37,6 +37,8 @@ class Campaign:
     #: The principal that created it (its token's name); None: no owner (auth off, or
     #: created before campaigns had owners): every submit token may change it.
     owner: str | None = None
+    #: Why a PAUSED campaign is paused (repeated identical failures, or a user).
+    pause_reason: str | None = None
 
     @property
     def algorithm(self) -> str:
@@ -75,6 +77,12 @@ class Campaign:
     @property
     def max_attempts(self) -> int:
         return int(self.spec["max_attempts"])
+
+    @property
+    def pause_after_failures(self) -> int:
+        """Identical failures in a row that pause the campaign (0: never; 3 in specs
+        from before the option)."""
+        return int(self.spec.get("pause_after_failures", 3))
 
     def in_space_order(self, params: Params) -> Params:
         """``params`` keyed in the order of the spec's space: the one order every view shows."""

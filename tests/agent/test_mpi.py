@@ -53,6 +53,7 @@ def test_a_task_that_raises_fails_its_trial_and_the_agent_goes_on(agent_server: 
         task="tests/agent/tasks.py:Exploding",
         space={"lr": {"type": "real", "low": 1e-3, "high": 1.0, "scale": "log"}},
         budget={"max_trials": 8, "max_parallel": 2},
+        pause_after_failures=0,  # three in a row would pause it (test_failures.py)
     )
     campaign = agent_server.submit(spec)
     result = agent_server.run_agent(2, campaign, "--groups", "2")
@@ -244,3 +245,33 @@ def test_a_task_that_cannot_load_is_refused_at_start(agent_server: AgentServer) 
     )
     with agent_server.client() as c:
         assert c.get_campaign(campaign).trial_counts == {}
+
+
+def test_a_task_that_always_fails_pauses_its_campaign_and_the_agent_says_it_waits(agent_server: AgentServer) -> None:
+    spec = agent_spec(
+        task="tests/agent/tasks.py:Exploding",  # every lr here is above 0.1: it always raises
+        space={"lr": {"type": "real", "low": 0.2, "high": 1.0}},
+        budget={"max_trials": 20, "max_parallel": 2},
+    )
+    campaign = agent_server.submit(spec)
+    log = agent_server.workdir / "failing.log"
+    proc = agent_server.start_agent(4, campaign, "--groups", "2", log=log)
+    try:
+        wait_for(lambda: "is PAUSED: 3 trials in a row failed" in log.read_text(), 240, "the agent to log the pause")
+        with agent_server.client() as c:
+            paused = c.get_campaign(campaign)
+            assert paused.state == "PAUSED" and paused.pause_reason is not None
+            assert "RuntimeError at tasks.py:" in paused.pause_reason and "in build" in paused.pause_reason
+            # At most the trials already out when it paused failed after it: the budget is kept.
+            assert 3 <= paused.trial_counts.get("FAILED", 0) <= 3 + 2 - 1, paused.trial_counts
+            failed = [t for t in c.list_trials(campaign) if t.state == "FAILED"]
+            assert all(t.error.startswith("fold ") and "RuntimeError: boom: lr" in t.error for t in failed)
+            assert all(len(t.error) < 1000 and "Traceback" not in t.error for t in failed)
+            c.cancel_campaign(campaign)  # the agents waiting on it then stop
+        assert proc.wait(timeout=120) == 0, log.read_text()[-4000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    # Once per trial group's leader (two here), not at every poll.
+    assert 1 <= text.count("waiting: campaign") <= 2, text[-4000:]

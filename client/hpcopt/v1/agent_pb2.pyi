@@ -380,11 +380,14 @@ class AcquireResponse(_message.Message):
     LEASE_EXPIRES_AT_FIELD_NUMBER: _builtins.int
     RETRY_AFTER_SECONDS_FIELD_NUMBER: _builtins.int
     CAMPAIGN_SPEC_JSON_FIELD_NUMBER: _builtins.int
+    WAIT_REASON_FIELD_NUMBER: _builtins.int
     status: Global___AcquireResponse.Status.ValueType
     lease_id: _builtins.str
     retry_after_seconds: _builtins.float
     campaign_spec_json: _builtins.str
     """The campaign spec, for the training settings."""
+    wait_reason: _builtins.str
+    """With STATUS_WAIT for a PAUSED campaign: why it is paused (agents log it)."""
     @_builtins.property
     def trial(self) -> _common_pb2.Trial: ...
     @_builtins.property
@@ -398,10 +401,11 @@ class AcquireResponse(_message.Message):
         lease_expires_at: _timestamp_pb2.Timestamp | None = ...,
         retry_after_seconds: _builtins.float = ...,
         campaign_spec_json: _builtins.str = ...,
+        wait_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expires_at", b"lease_expires_at", "trial", b"trial"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaign_spec_json", b"campaign_spec_json", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "retry_after_seconds", b"retry_after_seconds", "status", b"status", "trial", b"trial"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["campaign_spec_json", b"campaign_spec_json", "lease_expires_at", b"lease_expires_at", "lease_id", b"lease_id", "retry_after_seconds", b"retry_after_seconds", "status", b"status", "trial", b"trial", "wait_reason", b"wait_reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

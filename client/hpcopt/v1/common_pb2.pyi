@@ -146,6 +146,7 @@ class Campaign(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     BEST_TRIAL_NUMBER_FIELD_NUMBER: _builtins.int
     OWNER_FIELD_NUMBER: _builtins.int
+    PAUSE_REASON_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     name: _builtins.str
     state: Global___CampaignState.ValueType
@@ -164,6 +165,10 @@ class Campaign(_message.Message):
     """The principal that created it (its token's name): steering, cancel, notes and
     budget changes need it or an admin token. Empty: no owner (auth off, or created
     before campaigns had owners), and every submit token may change it.
+    """
+    pause_reason: _builtins.str
+    """Why a PAUSED campaign is paused: trials that kept failing the same way (the server
+    paused it: spec pause_after_failures), or a user. Empty when it is not paused.
     """
     @_builtins.property
     def trial_counts(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
@@ -191,10 +196,11 @@ class Campaign(_message.Message):
         finished_at: _timestamp_pb2.Timestamp | None = ...,
         best_trial_number: _builtins.int | None = ...,
         owner: _builtins.str = ...,
+        pause_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_best_trial_id", b"_best_trial_id", "_best_trial_number", b"_best_trial_number", "_best_value", b"_best_value", "best_trial_id", b"best_trial_id", "best_trial_number", b"best_trial_number", "best_value", b"best_value", "created_at", b"created_at", "finished_at", b"finished_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_trial_id", b"_best_trial_id", "_best_trial_number", b"_best_trial_number", "_best_value", b"_best_value", "algorithm", b"algorithm", "best_trial_id", b"best_trial_id", "best_trial_number", b"best_trial_number", "best_value", b"best_value", "created_at", b"created_at", "direction", b"direction", "finished_at", b"finished_at", "id", b"id", "max_trials", b"max_trials", "metric", b"metric", "name", b"name", "owner", b"owner", "spec_json", b"spec_json", "state", b"state", "trial_counts", b"trial_counts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_best_trial_id", b"_best_trial_id", "_best_trial_number", b"_best_trial_number", "_best_value", b"_best_value", "algorithm", b"algorithm", "best_trial_id", b"best_trial_id", "best_trial_number", b"best_trial_number", "best_value", b"best_value", "created_at", b"created_at", "direction", b"direction", "finished_at", b"finished_at", "id", b"id", "max_trials", b"max_trials", "metric", b"metric", "name", b"name", "owner", b"owner", "pause_reason", b"pause_reason", "spec_json", b"spec_json", "state", b"state", "trial_counts", b"trial_counts"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__best_trial_id: _TypeAlias = _typing.Literal["best_trial_id"]  # noqa: Y015
     _WhichOneofArgType__best_trial_id: _TypeAlias = _typing.Literal["_best_trial_id", b"_best_trial_id"]  # noqa: Y015

@@ -111,6 +111,9 @@ class CampaignOut(BaseModel):
     #: budget changes need it or an admin token. None: no owner (auth off, or created
     #: before campaigns had owners); every submit token may change it.
     owner: str | None = None
+    #: Why a PAUSED campaign is paused: trials that kept failing the same way (the server
+    #: paused it: the spec's ``pause_after_failures``), or a user. None when not paused.
+    pause_reason: str | None = None
 
 
 class CampaignPage(BaseModel):
@@ -364,6 +367,7 @@ def campaign_out(s: d.CampaignSummary, *, with_spec: bool = True) -> CampaignOut
         objectives=[metric for metric, _ in c.objectives],
         front_size=s.front_size,
         owner=c.owner,
+        pause_reason=c.pause_reason,
     )
 
 

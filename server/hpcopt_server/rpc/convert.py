@@ -55,6 +55,7 @@ def campaign(s: d.CampaignSummary, *, with_spec: bool = True) -> common_pb2.Camp
         created_at=ts(c.created_at),
         finished_at=ts(c.finished_at),
         owner=c.owner or "",
+        pause_reason=c.pause_reason or "",
     )
 
 
@@ -116,6 +117,7 @@ def acquisition(a: Acquisition) -> agent_pb2.AcquireResponse:
         lease_expires_at=ts(a.lease_expires_at),
         retry_after_seconds=a.retry_after_seconds,
         campaign_spec_json=json.dumps(a.campaign_spec) if a.campaign_spec else "",
+        wait_reason=a.wait_reason,
     )
 
 

@@ -38,6 +38,8 @@ class Acquisition:
     lease_expires_at: datetime | None = None
     retry_after_seconds: float = 0.0
     campaign_spec: dict | None = None  # type: ignore[type-arg]
+    #: With WAIT for a PAUSED campaign: why it is paused.
+    wait_reason: str = ""
 
 
 @dataclass(frozen=True)

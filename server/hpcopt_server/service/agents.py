@@ -61,7 +61,7 @@ from hpcopt_server.service.throughput import (
     measured,
     measured_folds,
 )
-from hpcopt_server.storage.agent_calls import DONE, Refused
+from hpcopt_server.storage.agent_calls import DONE, PAUSED, Refused
 
 RELEASE_STATES = (d.TrialState.FAILED, d.TrialState.PREEMPTED, d.TrialState.PRUNED)
 #: Event kinds an agent may add to a trial's log (ReportEvent), and how many of each one
@@ -187,7 +187,12 @@ class AgentService:
             raise NotFound(f"campaign {campaign_id} does not exist")
         campaign = self.calls.campaign(campaign_id)
         spec = None if campaign is None else campaign.spec
-        wait = Acquisition(AcquireStatus.WAIT, retry_after_seconds=self.ctx.settings.wait_seconds)
+        why = ""
+        if PAUSED in got:
+            with self.ctx.storage.read() as tx:
+                paused = tx.campaigns.get(campaign_id)
+            why = f"campaign {campaign_id} is PAUSED: {(paused.pause_reason if paused else None) or 'paused'}"
+        wait = Acquisition(AcquireStatus.WAIT, retry_after_seconds=self.ctx.settings.wait_seconds, wait_reason=why)
         return [
             Acquisition(AcquireStatus.GRANTED, g, g.lease_id, g.lease_expires_at, campaign_spec=spec)
             if isinstance(g, d.Trial)

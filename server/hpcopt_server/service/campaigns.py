@@ -12,7 +12,7 @@ import numpy as np
 from hpcopt.options import OptionError
 from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
 from hpcopt_server import domain as d
-from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded
+from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded, ServiceError
 from hpcopt_server.optimizers.pareto import losses, nondominated
 from hpcopt_server.pruners import make_pruner
 from hpcopt_server.rules import OPEN_STATES
@@ -94,6 +94,21 @@ class CampaignService:
             check_sources(tx, spec)
             now = self.ctx.clock()
             return tx.campaigns.insert(spec["name"], spec, now, submitted_at=now, created_by=creator)
+
+    def reopen_or_create(self, document: Any, token: d.ApiToken | None = None) -> tuple[d.Campaign, bool]:
+        """The newest campaign with ``document``'s name and (validated) spec, else a new
+        one created by ``token``; and whether it was created. One transaction under a
+        lock on the name, so processes opening one name and spec at once share one
+        campaign (the embedded mode's ``Study``)."""
+        spec = validate_spec(document)
+        with self.ctx.storage.write() as tx:
+            for c in tx.campaigns.named(spec["name"], lock=True):
+                if _same_spec(c.spec, spec):
+                    return c, False
+            creator = admit_submission(tx, self.ctx, token, self.limits.campaigns_per_hour)
+            check_sources(tx, spec)
+            now = self.ctx.clock()
+            return tx.campaigns.insert(spec["name"], spec, now, submitted_at=now, created_by=creator), True
 
     def get(self, campaign_id: int) -> d.CampaignSummary:
         with self.ctx.storage.read() as tx:
@@ -195,6 +210,7 @@ class CampaignService:
                 tx.trials.finish(trial_id, d.TrialState.CANCELLED, now)
                 tx.trials.add_event(trial_id, trial.attempt, "cancelled", now, reason="campaign cancelled")
             tx.campaigns.set_state(campaign_id, d.CampaignState.CANCELLED, now)
+            tx.campaigns.set_pause_reason(campaign_id, None)
             updated = campaign_or_404(tx, campaign_id)
             summary = self._summaries(tx, [updated])[0]
         self.ctx.optimizers.forget(campaign_id)
@@ -226,3 +242,14 @@ class CampaignService:
         return self.ctx.shared.get(
             ("front_size", c.id), revision, lambda: len(front_ids(c, tx.results.completed_values(c.id)))
         )[1]
+
+
+def _same_spec(stored: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    """Whether a stored spec is ``wanted`` (validated): compared once both are validated
+    by this release, so a field added since (with its default) does not count."""
+    if stored == wanted:
+        return True
+    try:
+        return bool(validate_spec(stored) == wanted)
+    except ServiceError:
+        return False

@@ -102,6 +102,8 @@ class SteeringService:
                     [("state", f"{campaign.state.value}, not {source.value}")],
                 )
             tx.campaigns.set_state(campaign_id, target, None)
+            paused = target == d.CampaignState.PAUSED
+            tx.campaigns.set_pause_reason(campaign_id, f"paused by a user{_who(token)}" if paused else None)
             moved = tx.campaigns.get(campaign_id)
         assert moved is not None
         log.info("campaign %d: %s -> %s%s", campaign_id, source.value, target.value, _who(token))

@@ -23,6 +23,7 @@ cached per process.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import threading
 import uuid
@@ -36,6 +37,7 @@ from sqlalchemy import Connection
 
 from hpcopt_server import domain as d
 from hpcopt_server import rules
+from hpcopt_server.failures import digest
 from hpcopt_server.rules import Refusal
 from hpcopt_server.storage import agent_sql as S
 from hpcopt_server.storage import mapping
@@ -78,12 +80,15 @@ class FoldDone:
     """A retry of a report already stored: nothing changed."""
 
 
-#: What a waiting acquisition gets when no trial can start now, or none will again.
-WAIT, DONE = "WAIT", "DONE"
+#: What a waiting acquisition gets when no trial can start now (PAUSED: because the
+#: campaign is paused), or none will again.
+WAIT, PAUSED, DONE = "WAIT", "PAUSED", "DONE"
 #: (tx, campaign, n, active) -> at most n suggestions: an optimizer may have fewer ready
 #: (PBT waits for its members' reports); the agents left over get WAIT.
 Suggest = Callable[[Tx, d.Campaign, int, int], list[d.Suggestion]]
 """(tx, campaign with fresh counters, n, trials active) -> n parameter sets."""
+
+log = logging.getLogger(__name__)
 
 
 class _Rollback(Exception):
@@ -202,7 +207,8 @@ class AgentCalls:
         self, campaign_id: int, agents: Sequence[str], now: datetime, expires: datetime, suggest: Suggest
     ) -> list[d.Trial | str] | None:
         """A trial for each of ``agents`` (RUNNING under a new lease, in its
-        ``lease_id``), or WAIT or DONE, in one transaction under the campaign's lock:
+        ``lease_id``), or WAIT (PAUSED: the campaign is paused) or DONE, in one
+        transaction under the campaign's lock:
         queued trials resume first (rules.room_to_acquire). None if there is no such
         campaign."""
         with self.storage.write() as tx:
@@ -218,7 +224,7 @@ class AgentCalls:
             running, queued = (int(n or 0) for n in c.execute(S.ACTIVE, {"cid": campaign_id}).one())
             if state != d.CampaignState.RUNNING:
                 c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first})
-                return [WAIT if state == d.CampaignState.PAUSED else DONE] * asking
+                return [PAUSED if state == d.CampaignState.PAUSED else DONE] * asking
             room = rules.room_to_acquire(
                 asking=asking,
                 running=running,
@@ -352,7 +358,9 @@ class AgentCalls:
                     said += f" (at fold {last.fold}, epoch {last.step}: {last.value:.4g}{median})"
                 tx.trials.finish(trial.id, state, now, value=last.value if last else None, error=said)
             else:
-                tx.trials.finish(trial.id, state, now, error=reason)
+                failure = digest(reason or "failed (no reason given)")
+                tx.trials.finish(trial.id, state, now, error=failure.summary, failure=failure.signature)
+                _pause_if_repeating(tx, campaign, failure.signature, now)
             self._finish_campaign_if_done(tx, campaign.id, now)
             out = tx.trials.get(trial.id)
         assert out is not None
@@ -608,6 +616,29 @@ class AgentCalls:
             if why is None and missing:
                 return Refused(Refusal.METRICS_MISSING, trial, tuple(missing))
         return Refused(why or Refusal.CHANGED, trial)
+
+
+def _pause_if_repeating(tx: Tx, campaign: d.Campaign, signature: str, now: datetime) -> None:
+    """Pauses a RUNNING campaign whose last ``pause_after_failures`` finished trials were
+    all failed by their agents with ``signature`` (the one that just failed among them),
+    saying why."""
+    n = campaign.pause_after_failures
+    if n <= 0:
+        return
+    last = tx.results.last_finished(campaign.id, n)
+    if len(last) < n or any(state != d.TrialState.FAILED or failure != signature for state, failure in last):
+        return
+    current = tx.campaigns.get(campaign.id)
+    if current is None or current.state != d.CampaignState.RUNNING:
+        return
+    why = (
+        f"{n} trials in a row failed the same way ({signature}); paused at {now.isoformat(timespec='seconds')} so the "
+        f"rest of the budget is not spent on it. Fix the task, then `hpcopt resume {campaign.id}` (or Resume in the "
+        "dashboard); the trials' errors and events hold the tracebacks"
+    )
+    tx.campaigns.set_state(campaign.id, d.CampaignState.PAUSED, None)
+    tx.campaigns.set_pause_reason(campaign.id, why)
+    log.warning("campaign %d paused: %s", campaign.id, why)
 
 
 def _lease_params(lease: HeldLease, now: datetime, expires: datetime) -> dict[str, Any]:

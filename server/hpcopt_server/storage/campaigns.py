@@ -4,6 +4,7 @@ state and the trial numbering. A repository of :class:`~hpcopt_server.storage.re
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
@@ -44,6 +45,17 @@ class CampaignStore(Store):
         self.s.add(row)
         self.s.flush()
         return mapping.campaign(row)
+
+    def named(self, name: str, *, lock: bool = False) -> list[d.Campaign]:
+        """The campaigns of this name, newest first. With ``lock``, first takes a lock
+        on the name to the end of the transaction (PostgreSQL: an advisory lock; SQLite's
+        write transactions hold the file's one write lock already), so that two
+        transactions looking for a name and creating it when missing create it once."""
+        if lock and self.s.get_bind().dialect.name == "postgresql":
+            key = zlib.crc32(f"campaign-name:{name}".encode())
+            self.s.execute(select(func.pg_advisory_xact_lock(key)))
+        q = select(m.CampaignRow).where(m.CampaignRow.name == name).order_by(m.CampaignRow.id.desc())
+        return [mapping.campaign(r) for r in self.s.scalars(q.execution_options(populate_existing=True))]
 
     def get(self, campaign_id: int) -> d.Campaign | None:
         """The campaign as stored now (counters and state fresh), None if there is none."""
@@ -101,6 +113,11 @@ class CampaignStore(Store):
             .order_by(m.CampaignRow.submitted_at)
         )
         return [t for t in self.s.scalars(q) if t is not None]
+
+    def set_pause_reason(self, campaign_id: int, reason: str | None) -> None:
+        """Why the campaign is paused (None: it is not); KeyError if there is no such campaign."""
+        q = update(m.CampaignRow).where(m.CampaignRow.id == campaign_id).values(pause_reason=reason)
+        must(self.s.execute(q).rowcount, f"campaign {campaign_id}")  # type: ignore[attr-defined]
 
     def set_state(self, campaign_id: int, state: d.CampaignState, finished_at: datetime | None) -> None:
         """The campaign's state and when it ended; KeyError if there is no such campaign."""

@@ -23,6 +23,7 @@ def campaign(row: m.CampaignRow | Any) -> d.Campaign:
         trials_created=row.next_number,
         trials_finished=row.finished_count,
         owner=row.owner,
+        pause_reason=row.pause_reason,
     )
 
 

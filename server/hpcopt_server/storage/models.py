@@ -71,6 +71,9 @@ class CampaignRow(Base):
     # and for campaigns from before owners (migration 0012), which every submit token
     # may change. Steering, cancel, notes and budget need it or an admin token.
     owner: Mapped[str | None] = mapped_column(String(200), default=None)
+    # Why a PAUSED campaign is paused (repeated identical failures, or a user); NULL
+    # when it is not paused.
+    pause_reason: Mapped[str | None] = mapped_column(String(2000), default=None)
 
 
 class TrialRow(Base):
@@ -105,6 +108,9 @@ class TrialRow(Base):
     # A population-based training interval's lineage (domain.Lineage.as_dict, parent
     # and previous as trial numbers); NULL for every other algorithm.
     lineage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    # A trial its agent failed: the failure's signature (exception type and the task's
+    # innermost frame, ``failures.py``); NULL otherwise. Repeated ones pause the campaign.
+    failure: Mapped[str | None] = mapped_column(String(300), default=None)
 
 
 class FoldRow(Base):

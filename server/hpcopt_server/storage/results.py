@@ -54,6 +54,18 @@ class ResultStore(Store):
         rows = self.s.connection().execute(_FINISHED_AFTER, {"cid": campaign_id, "seq": finish_seq})
         return [mapping.trial(r) for r in rows]
 
+    def last_finished(self, campaign_id: int, n: int) -> list[tuple[str, str | None]]:
+        """(state, failure signature) of the campaign's ``n`` trials that finished last,
+        the last first."""
+        T = m.TrialRow
+        q = (
+            select(T.state, T.failure)
+            .where(T.campaign_id == campaign_id, T.finish_seq.is_not(None))
+            .order_by(T.finish_seq.desc())
+            .limit(n)
+        )
+        return [(str(state), failure) for state, failure in self.s.execute(q)]
+
     def values_at(self, campaign_id: int, fold: int, step: int, states: Iterable[d.TrialState]) -> dict[int, float]:
         """{trial id: value} at one (fold, step) of the campaign's trials in ``states``:
         what the pruners compare a new report with."""

@@ -215,6 +215,7 @@ class TrialStore(Store):
         error: str | None = None,
         agent_id: str | None = None,
         lease_id: str | None = None,
+        failure: str | None = None,
     ) -> int:
         """The trial in a final state under its campaign's next finish number (returned),
         the columns given set and the others kept; KeyError if there is no such trial.
@@ -223,7 +224,14 @@ class TrialStore(Store):
         campaign_id = self.s.scalar(q)
         if campaign_id is None:
             raise KeyError(f"trial {trial_id}")
-        given = {"value": value, "value_std": value_std, "error": error, "agent_id": agent_id, "lease_id": lease_id}
+        given = {
+            "value": value,
+            "value_std": value_std,
+            "error": error,
+            "agent_id": agent_id,
+            "lease_id": lease_id,
+            "failure": failure,
+        }
         columns = {k: v for k, v in given.items() if v is not None}
         seq = self._finishing.finish(self.s.connection(), campaign_id, trial_id, state, now, **columns)
         self._forget(m.TrialRow, trial_id)

@@ -449,7 +449,7 @@ function renderSummary(c) {
   const best = c.best_trial_number !== null ? el("a", { href: `#/campaign/${c.id}/trial/${c.best_trial_number}`, id: "best-link", text: `${fmt(c.best_value)} (trial #${c.best_trial_number})` }) : "–";
   document.getElementById("summary").replaceChildren(el("div", { class: "grid two" },
     el("dl", { class: "spec" },
-      el("dt", { text: "ID" }), el("dd", { text: c.id }), el("dt", { text: "State" }), el("dd", {}, badge(c.state)),
+      el("dt", { text: "ID" }), el("dd", { text: c.id }), el("dt", { text: "State" }), el("dd", {}, badge(c.state), c.pause_reason ? el("div", { id: "pause-reason", class: "conflict", text: c.pause_reason }) : ""),
       el("dt", { text: spec.objectives ? "Objectives" : "Objective" }), el("dd", { id: "campaign-objectives", text: (spec.objectives || [spec.objective]).map((o) => `${o.direction} ${o.metric}`).join(", ") }),
       el("dt", { text: "Algorithm" }), el("dd", { text: `${c.algorithm}${spec.algorithm && spec.algorithm.seed !== null && spec.algorithm.seed !== undefined ? ` (seed ${spec.algorithm.seed})` : ""}` }),
       ...prunerAndWarmStart(spec),
