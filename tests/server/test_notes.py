@@ -191,3 +191,51 @@ def test_export_and_import_keep_the_notes(service: Any) -> None:
         del t["note"]
     del doc["campaign"]["note"]
     assert service.notes.noted_trials(service.import_campaign(doc).id) == []
+
+
+def test_a_notes_history_keeps_its_newest_versions_within_the_caps_and_pages(live_server: LiveServer) -> None:
+    from hpcopt_server.storage.notes import MAX_VERSION_CHARS, MAX_VERSIONS
+
+    cid = _campaign_with_trials(live_server.service, 1)
+    svc = live_server.service
+    for v in range(MAX_VERSIONS + 50):
+        svc.notes.save(cid, None, f"note {v + 1}", v)
+    api = _api(live_server)
+    r = api.get(f"/campaigns/{cid}/note/versions")
+    assert r.status_code == 200 and r.headers["X-Total-Count"] == str(MAX_VERSIONS)
+    assert [v["version"] for v in r.json()] == list(range(MAX_VERSIONS + 50, 50, -1))  # the newest 100
+    page = api.get(f"/campaigns/{cid}/note/versions", params={"offset": 10, "limit": 5})
+    assert [v["version"] for v in page.json()] == [140, 139, 138, 137, 136]
+    assert page.headers["X-Total-Count"] == str(MAX_VERSIONS)
+    for bad in ({"limit": 0}, {"limit": MAX_VERSIONS + 1}, {"offset": -1}):
+        refused = api.get(f"/campaigns/{cid}/note/versions", params=bad)
+        assert refused.status_code == 422 and next(iter(bad)) in refused.text, refused.text
+    gone = api.get(f"/campaigns/{cid}/note/versions/1")
+    assert gone.status_code == 404 and "older than what a note keeps" in gone.json()["detail"]
+    assert api.get(f"/campaigns/{cid}/note").json()["body"] == f"note {MAX_VERSIONS + 50}"  # the note itself stays
+    # Long texts: the versions kept hold at most MAX_VERSION_CHARS characters together.
+    long = "x" * MAX_NOTE
+    base = api.get(f"/campaigns/{cid}/trials/0/note").json()["version"]
+    for v in range(base, base + 80):
+        svc.notes.save(cid, 0, long, v)
+    kept, total = svc.notes.versions(cid, 0)
+    assert total == MAX_VERSION_CHARS // MAX_NOTE and sum(v.chars for v in kept) <= MAX_VERSION_CHARS
+    assert kept[0].version == base + 80
+
+
+def test_a_flood_of_saves_keeps_the_database_bounded(tmp_path: Any) -> None:
+    from hpcopt_server.service import Service
+    from hpcopt_server.storage.migrate import upgrade
+    from hpcopt_server.storage.repository import Storage
+
+    path = tmp_path / "notes.db"
+    upgrade(f"sqlite:///{path}")
+    storage = Storage(f"sqlite:///{path}")
+    try:
+        service = Service(storage)
+        cid = int(service.campaigns.create(make_spec()).id)
+        for v in range(600):  # 12 MB of text before the caps
+            service.notes.save(cid, None, f"{v:06d}" + "y" * (MAX_NOTE - 6), v)
+    finally:
+        storage.close()
+    assert path.stat().st_size < 4 * 1024 * 1024, path.stat().st_size

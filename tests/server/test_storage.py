@@ -426,14 +426,14 @@ class TestNotes:
             assert tx.notes.of_campaign(c.id) == {None: "edited", 3: "trial 3"}
             assert tx.notes.noted_trials(c.id) == [3]
             # Every saved version stays, newest first; refused saves left none.
-            assert [(v.version, v.saved_by, v.chars) for v in tx.notes.versions(c.id, None)] == [
+            assert [(v.version, v.saved_by, v.chars) for v in tx.notes.versions(c.id, None)[0]] == [
                 (2, "bob", 6),
                 (1, "ann", 8),
             ]
             assert tx.notes.version(c.id, None, 1) == d.Note(c.id, None, "campaign", 1, NOW, "ann")
             assert tx.notes.version(c.id, None, 3) is None
-            assert [v.version for v in tx.notes.versions(c.id, 1)] == [1]
-            assert tx.notes.versions(c.id, 2) == []
+            assert [v.version for v in tx.notes.versions(c.id, 1)[0]] == [1]
+            assert tx.notes.versions(c.id, 2) == ([], 0)
 
 
 class TestViews:

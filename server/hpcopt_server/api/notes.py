@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
@@ -13,6 +14,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, limited_body, parse_json
 from hpcopt_server.api.schemas import COMMON_RESPONSES, ErrorOut
 from hpcopt_server.service import limits as lim
+from hpcopt_server.storage.notes import MAX_VERSIONS
 
 router = APIRouter(prefix="/api/v1", responses=COMMON_RESPONSES)
 
@@ -59,8 +61,15 @@ class NoteVersionOut(BaseModel):
     chars: int
 
 
-def _versions(vs: list[d.NoteVersion]) -> list[NoteVersionOut]:
+def _versions(page: tuple[list[d.NoteVersion], int], response: Response) -> list[NoteVersionOut]:
+    vs, total = page
+    response.headers["X-Total-Count"] = str(total)
     return [NoteVersionOut(**vars(v)) for v in vs]
+
+
+#: The versions list pages (``X-Total-Count``: how many versions the note keeps).
+Offset = Annotated[int, Query(ge=0, le=lim.MAX_ID, description="versions to skip, newest first")]
+Limit = Annotated[int, Query(ge=1, le=MAX_VERSIONS, description=f"at most this many (1..{MAX_VERSIONS})")]
 
 
 def _out(n: d.Note) -> NoteOut:
@@ -87,9 +96,13 @@ async def save_campaign_note(campaign_id: int, request: Request, service: Servic
 
 
 @router.get("/campaigns/{campaign_id}/note/versions", operation_id="campaign_note_versions")
-def campaign_note_versions(campaign_id: int, service: ServiceDep, _: CanRead) -> list[NoteVersionOut]:
-    """Every saved version of the campaign's note, newest first (without their text)."""
-    return _versions(service.notes.versions(campaign_id))
+def campaign_note_versions(
+    campaign_id: int, response: Response, service: ServiceDep, _: CanRead, offset: Offset = 0, limit: Limit = 100
+) -> list[NoteVersionOut]:
+    """A page of the campaign's note's kept versions, newest first (without their text);
+    ``X-Total-Count`` says how many are kept (the newest 100, within 1,000,000
+    characters)."""
+    return _versions(service.notes.versions(campaign_id, None, offset, limit), response)
 
 
 @router.get("/campaigns/{campaign_id}/note/versions/{version}", operation_id="campaign_note_version")
@@ -99,9 +112,18 @@ def campaign_note_version(campaign_id: int, version: int, service: ServiceDep, _
 
 
 @router.get("/campaigns/{campaign_id}/trials/{number}/note/versions", operation_id="trial_note_versions")
-def trial_note_versions(campaign_id: int, number: int, service: ServiceDep, _: CanRead) -> list[NoteVersionOut]:
-    """Every saved version of the note of trial ``#number``, newest first."""
-    return _versions(service.notes.versions(campaign_id, number))
+def trial_note_versions(
+    campaign_id: int,
+    number: int,
+    response: Response,
+    service: ServiceDep,
+    _: CanRead,
+    offset: Offset = 0,
+    limit: Limit = 100,
+) -> list[NoteVersionOut]:
+    """A page of the kept versions of the note of trial ``#number``, newest first;
+    ``X-Total-Count`` says how many are kept."""
+    return _versions(service.notes.versions(campaign_id, number, offset, limit), response)
 
 
 @router.get("/campaigns/{campaign_id}/trials/{number}/note/versions/{version}", operation_id="trial_note_version")

@@ -2,9 +2,11 @@
 (the transports check the scope). A save names the version it was edited from
 (``base_version``, 0 for a note never saved); if someone saved in between, it is
 refused with FailedPrecondition (HTTP 409) carrying the stored note, and nothing is
-lost: the editor still holds their text and can merge and save again. Every saved
-version is kept (``versions``, ``version``): a save over someone else's text, or an
-empty save that clears a note, leaves the earlier text readable and restorable."""
+lost: the editor still holds their text and can merge and save again. Saved versions
+are kept (``versions``, ``version``): a save over someone else's text, or an empty save
+that clears a note, leaves the earlier text readable and restorable. A note keeps its
+newest 100 versions within 1,000,000 characters of text; a save that passes either
+deletes the oldest (``storage/notes.py``)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.service import limits as lim
 from hpcopt_server.service.context import Context, campaign_or_404
 from hpcopt_server.service.owners import require_owner
+from hpcopt_server.storage.notes import MAX_VERSION_CHARS, MAX_VERSIONS
 from hpcopt_server.storage.repository import Tx
 
 
@@ -27,11 +30,15 @@ class NoteService:
             self._target(tx, campaign_id, trial_number)
             return tx.notes.get(campaign_id, trial_number)
 
-    def versions(self, campaign_id: int, trial_number: int | None = None) -> list[d.NoteVersion]:
-        """Every saved version of the note, newest first: nothing a save replaced is lost."""
+    def versions(
+        self, campaign_id: int, trial_number: int | None = None, offset: int = 0, limit: int = MAX_VERSIONS
+    ) -> tuple[list[d.NoteVersion], int]:
+        """A page of the note's kept versions, newest first, and how many are kept (the
+        newest :data:`MAX_VERSIONS`, within :data:`MAX_VERSION_CHARS` characters)."""
+        lim.require_page(offset, limit, MAX_VERSIONS)
         with self.ctx.storage.read() as tx:
             self._target(tx, campaign_id, trial_number)
-            return tx.notes.versions(campaign_id, trial_number)
+            return tx.notes.versions(campaign_id, trial_number, offset, limit)
 
     def version(self, campaign_id: int, trial_number: int | None, version: int) -> d.Note:
         """Version ``version`` of the note, with its text; NotFound if it was never saved."""
@@ -44,7 +51,10 @@ class NoteService:
             note = tx.notes.version(campaign_id, trial_number, version)
         if note is None:
             what = "the campaign's note" if trial_number is None else f"the note of trial #{trial_number}"
-            raise NotFound(f"{what} has no version {version}")
+            raise NotFound(
+                f"{what} has no version {version}: never saved, or older than what a note keeps (its "
+                f"{MAX_VERSIONS} newest versions, within {MAX_VERSION_CHARS:,} characters)"
+            )
         return note
 
     def noted_trials(self, campaign_id: int) -> list[int]:

@@ -110,7 +110,7 @@ export function noteCard(path, what) {
         ? el("button", { id: "note-restore", text: `Restore version ${v}`, onclick: () => editor(old.body, note.version) }) : "";
       shownText.replaceChildren(el("h3", { text: `Version ${v}${v === note.version ? " (current)" : ""}` }), el("div", { class: "note-text", text: old.body || "(empty: the note was cleared)" }), restore);
     };
-    history.replaceChildren(el("h3", { text: `History: ${versions.length} version${versions.length === 1 ? "" : "s"}` }),
+    history.replaceChildren(el("h3", { text: `History: ${versions.length} version${versions.length === 1 ? "" : "s"}${versions.length >= 100 ? " (a note keeps its newest 100)" : ""}` }),
       el("ul", { id: "note-versions" }, ...versions.map((v) => el("li", { "data-version": v.version },
         el("a", { href: "#", text: `version ${v.version}`, onclick: (e) => { e.preventDefault(); open(v.version); } }),
         ` — ${when(v.saved_at)}${v.saved_by ? ` by ${v.saved_by}` : ""}, ${v.chars} characters`))), shownText);
