@@ -235,8 +235,8 @@ class Study:
             campaign = self.client.get_campaign(self.campaign_id)
             if campaign.state == "PAUSED":
                 raise RuntimeError(
-                    f"campaign {self.campaign_id} is PAUSED ({campaign.pause_reason or 'paused'}): it hands out no "
-                    f"trial until it is resumed (hpcopt resume {self.campaign_id}, or Resume in the dashboard)"
+                    f"campaign {self.campaign_id} is PAUSED: it hands out no trial until it is resumed (hpcopt resume "
+                    f"{self.campaign_id}, or Resume in the dashboard); why: {campaign.pause_reason or 'paused'}"
                 )
             limit = int(((campaign.spec or {}).get("budget") or {}).get("max_parallel") or 0)
             mine = sum(not t.ended for t in self._held.values())

@@ -15,14 +15,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import MetaData, create_engine, insert, update
 
 from hpcopt_server import domain as d
 from hpcopt_server import rules
 from hpcopt_server.rules import Refusal
 from hpcopt_server.service import Service
 from hpcopt_server.storage import models as m
-from hpcopt_server.storage.agent_calls import DONE, WAIT, AgentCalls, FoldDone, Refused, Reported
+from hpcopt_server.storage.agent_calls import DONE, PAUSED, WAIT, AgentCalls, FoldDone, Refused, Reported
 from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
 from tests.conftest import make_spec
@@ -162,7 +162,7 @@ def test_a_paused_campaign_answers_wait_and_takes_no_number(svc: Service) -> Non
     c = _campaign(svc, max_trials=5)
     agents = _agents(svc, 2)
     svc.steering.pause(c.id)
-    assert _acquire(svc, c.id, agents) == [WAIT, WAIT]
+    assert _acquire(svc, c.id, agents) == [PAUSED, PAUSED]  # a WAIT that says why
     svc.steering.resume(c.id)
     assert [g.number for g in _acquire(svc, c.id, agents) if isinstance(g, d.Trial)] == [0, 1]
 
@@ -529,22 +529,57 @@ def test_the_migration_clears_the_values_that_were_never_results(
     url = next(fresh) if fresh is not None else f"sqlite:///{tmp_path / 'old.db'}"
     try:
         upgrade(url, "0010")
-        storage = Storage(url)
-        svc = Service(storage)
-        svc.ctx.clock = lambda: NOW
-        c = _campaign(svc, max_parallel=5)
-        trials = [t for t in _acquire(svc, c.id, _agents(svc, 5)) if isinstance(t, d.Trial)]
+        # Rows as the schema of 0010 holds them (its own tables, reflected: this release's
+        # models have columns that schema lacks).
+        engine = create_engine(url)
+        tables = MetaData()
+        tables.reflect(engine)
+        campaigns, trial_rows, folds = (tables.tables[t] for t in ("campaigns", "trials", "folds"))
         states = ["RUNNING", "QUEUED", "FAILED", "COMPLETED", "PRUNED"]
-        with svc.ctx.storage.write() as tx:
-            for k, (t, state) in enumerate(zip(trials, states, strict=True)):
-                tx.s.execute(
-                    update(m.TrialRow).where(m.TrialRow.id == t.id).values(state=state, value=k + 0.5, value_std=0.1)
+        with engine.begin() as c:
+            cid = c.execute(
+                insert(campaigns).values(
+                    name="old", state="RUNNING", spec=make_spec(), next_number=5, finished_count=0, created_at=NOW
                 )
+            ).inserted_primary_key[0]
+            ids = []
+            for k, state in enumerate(states):
+                tid = c.execute(
+                    insert(trial_rows).values(
+                        campaign_id=cid,
+                        number=k,
+                        state=state,
+                        attempt=1,
+                        params={},
+                        value=k + 0.5,
+                        value_std=0.1,
+                        agent_id="",
+                        lease_id="",
+                        error="",
+                        created_at=NOW,
+                    )
+                ).inserted_primary_key[0]
+                ids.append(tid)
                 for fold, finished, value in ((0, False, 2.28), (1, True, 0.5)):
-                    row = m.FoldRow(trial_id=t.id, index=fold, finished=finished, value=value, metrics={}, attempt=1)
-                    row.updated_at = NOW
-                    tx.s.add(row)
-        storage.close()
+                    c.execute(
+                        insert(folds).values(
+                            trial_id=tid,
+                            fold=fold,
+                            finished=finished,
+                            value=value,
+                            metrics={},
+                            attempt=1,
+                            checkpoint_uri="",
+                            updated_at=NOW,
+                        )
+                    )
+        engine.dispose()
+        trials = [
+            d.Trial(
+                id=tid, campaign_id=cid, number=k, state=d.TrialState(states[k]), attempt=1, params={}, created_at=NOW
+            )
+            for k, tid in enumerate(ids)
+        ]
         upgrade(url)
         storage = Storage(url)
         with storage.read() as tx:

@@ -135,6 +135,32 @@ class TestCampaigns:
             got = tx.campaigns.get(c.id)
         assert got is not None and got.max_trials == 12 and got.spec["space"] == c.spec["space"]
 
+    def test_named_finds_a_names_campaigns_newest_first_under_its_lock(self, storage: Storage) -> None:
+        with storage.write() as tx:
+            a = tx.campaigns.insert("same", make_spec(), NOW, submitted_at=NOW)
+            tx.campaigns.insert("other", make_spec(), NOW, submitted_at=NOW)
+            b = tx.campaigns.insert("same", make_spec(), NOW, submitted_at=NOW)
+            assert [c.id for c in tx.campaigns.named("same", lock=True)] == [b.id, a.id]
+            assert tx.campaigns.named("none") == []
+
+    def test_a_pause_reason_is_kept_and_cleared_and_a_delete_takes_everything(self, storage: Storage) -> None:
+        c = _campaign(storage)
+        t = _trial(storage, c.id)
+        with storage.write() as tx:
+            tx.campaigns.set_pause_reason(c.id, "3 trials in a row failed the same way")
+        with storage.read() as tx:
+            got = tx.campaigns.get(c.id)
+            assert got is not None and got.pause_reason == "3 trials in a row failed the same way"
+        with storage.write() as tx:
+            tx.campaigns.set_pause_reason(c.id, None)
+            assert tx.campaigns.get(c.id).pause_reason is None  # type: ignore[union-attr]
+            with pytest.raises(KeyError):
+                tx.campaigns.set_pause_reason(c.id + 100, "x")
+        with storage.write() as tx:
+            tx.campaigns.delete(c.id)
+        with storage.read() as tx:
+            assert tx.campaigns.get(c.id) is None and tx.trials.get(t.id) is None
+
     def test_submissions_count_the_tokens_own_campaigns_since_a_time(self, storage: Storage) -> None:
         with storage.write() as tx:
             mine = tx.tokens.insert("mine", "a" * 64, ["write"], NOW)
@@ -498,6 +524,15 @@ class TestResults:
             tx.connection().execute(update(m.TrialRow).where(m.TrialRow.id == out[0].id).values(values=[0.5, 1.0]))
         return c, out
 
+    def test_the_last_finished_trials_come_last_first_with_their_failure(self, storage: Storage) -> None:
+        c, (_, _, t2) = self._history(storage)
+        with storage.write() as tx:
+            tx.campaigns.lock(c.id)
+            tx.trials.finish(t2.id, d.TrialState.FAILED, LATER, error="x", failure="ValueError at t.py:3 in f")
+        with storage.read() as tx:
+            assert tx.results.last_finished(c.id, 2) == [("FAILED", "ValueError at t.py:3 in f"), ("COMPLETED", None)]
+            assert len(tx.results.last_finished(c.id, 10)) == 3 and tx.results.last_finished(c.id + 1, 5) == []
+
     def test_completed_trials_folds_and_values(self, storage: Storage) -> None:
         c, (t0, t1, _) = self._history(storage)
         with storage.read() as tx:
@@ -613,6 +648,7 @@ READS: dict[str, Callable[[Tx, d.Campaign, d.Trial], object]] = {
     "results.best_trial_ids": lambda tx, c, t: tx.results.best_trial_ids(c.id, "minimize", 3),
     "results.best_trials": lambda tx, c, t: tx.results.best_trials([c]),
     "results.curves_of": lambda tx, c, t: tx.results.curves_of([t.id]),
+    "results.last_finished": lambda tx, c, t: tx.results.last_finished(c.id, 3),
 }
 
 

@@ -99,7 +99,8 @@ def test_warm_start_refuses_missing_or_incomparable_campaigns(
 
 
 def test_an_imported_campaign_drops_its_warm_start(service: Service) -> None:
-    from hpcopt_server.service.export import export_campaign, import_campaign
+    from hpcopt_server.service.export import export_campaign
+    from hpcopt_server.service.importing import import_campaign
 
     old = service.campaigns.create(_spec(name="old")).id
     warm = service.campaigns.create(_spec(name="warm", warm_start={"campaigns": [old]})).id

@@ -17,7 +17,8 @@ from hpcopt_server.service.agents import AgentService
 from hpcopt_server.service.analysis import AnalysisService
 from hpcopt_server.service.campaigns import CampaignService
 from hpcopt_server.service.context import Context, ServiceSettings
-from hpcopt_server.service.export import export_campaign, import_campaign
+from hpcopt_server.service.export import export_campaign
+from hpcopt_server.service.importing import import_campaign
 from hpcopt_server.service.insights import InsightService
 from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.service.notes import NoteService

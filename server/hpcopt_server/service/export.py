@@ -17,7 +17,6 @@ that fails any of it is refused whole, naming the field; nothing is stored.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -26,11 +25,10 @@ from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from hpcopt.spec import MAX_OBJECTIVES
 from hpcopt_server import domain as d
-from hpcopt_server.curves import thin
 from hpcopt_server.errors import InvalidArgument, TooLarge
 from hpcopt_server.optimizers import SearchSpace
 from hpcopt_server.service import limits as lim
-from hpcopt_server.service.campaigns import admit_submission, front_ids, validate_spec
+from hpcopt_server.service.campaigns import front_ids
 from hpcopt_server.service.context import Context, campaign_or_404
 
 #: A campaign's most folds (the spec's ``folds`` field).
@@ -227,97 +225,10 @@ def check_import_size(document: Any, limits: lim.RequestLimits) -> None:
             )
 
 
-def import_campaign(
-    ctx: Context, document: Any, limits: lim.RequestLimits | None = None, token: d.ApiToken | None = None
-) -> d.Campaign:
-    limits = limits or lim.RequestLimits()
-    check_import_size(document, limits)
-    try:
-        doc = ExportDoc.model_validate(document)
-    except pydantic.ValidationError as exc:
-        errors = [(".".join(str(p) for p in e["loc"]), e["msg"]) for e in exc.errors(include_url=False)]
-        raise InvalidArgument(
-            "invalid export document: " + "; ".join(f"{p}: {m}" for p, m in errors[:10]), errors
-        ) from None
-    spec = validate_spec(doc.spec)
-    # Campaign ids name campaigns of the exporting server: here they would name others.
-    spec.pop("warm_start", None)
-    check_trials(spec, doc.trials)
-    numbers = [t.number for t in doc.trials]
-    now = ctx.clock()
-    creator_name = token.name if token else ""
-    with ctx.storage.write() as tx:
-        creator = admit_submission(tx, ctx, token, limits.campaigns_per_hour)
-        c = tx.campaigns.insert(doc.campaign.name, spec, doc.campaign.created_at, submitted_at=now, created_by=creator)
-        ids: dict[int, int] = {}
-        for t in sorted(doc.trials, key=lambda t: t.number):
-            # Only a COMPLETED trial has a result and a PRUNED one the value it reached:
-            # the values an older SQLite server left on running and failed trials (and
-            # on open folds: below) are not carried over (migration 0011).
-            kept = t.state in (d.TrialState.COMPLETED, d.TrialState.PRUNED)
-            # RUNNING (and the transient PREEMPTED) come back QUEUED: their lease is gone.
-            new = tx.trials.insert(
-                c.id,
-                t.number,
-                c.in_space_order(t.params),
-                t.state if t.state.finished else d.TrialState.QUEUED,
-                t.created_at,
-                attempt=t.attempt,
-                value=t.value if kept else None,
-                value_std=t.value_std if kept else None,
-                values=t.values if kept else None,
-                error=t.error,
-                started_at=t.started_at,
-                lineage=_imported(t.lineage, ids),
-            )
-            for f in t.folds:
-                # A checkpoint URI names a file of the exporting server's agents and
-                # trials: never offered to an agent here (an unfinished fold of an
-                # imported trial trains from its start).
-                copied = d.Fold(f.index, f.finished, f.value if f.finished else None, dict(f.metrics), "", f.attempt)
-                tx.trials.put_fold(new.id, copied, now)
-            # Held to the campaign's cap per fold, as reports are (hpcopt_server.curves).
-            by_fold: dict[int, list[tuple[int, float]]] = {}
-            for p in sorted(t.curves, key=lambda p: (p.fold, p.step)):
-                by_fold.setdefault(p.fold, []).append((p.step, p.value))
-            for fold, points in by_fold.items():
-                for step, value in thin(points, c.curve_points):
-                    tx.trials.put_curve_point(new.id, fold, step, value)
-            for e in t.events:
-                tx.trials.add_event(new.id, e.attempt, e.kind, e.at, agent_id=e.agent_id, reason=e.reason)
-            tx.trials.add_event(new.id, t.attempt, "imported", now, reason=f"from campaign {doc.campaign.id}")
-            if t.note:
-                tx.notes.save(c.id, t.number, t.note, 0, now, creator_name)
-            ids[t.number] = new.id
-        # Finished trials take their finish_seq in the order they originally finished.
-        for t in sorted(doc.trials, key=lambda t: (t.finished_at or now, t.number)):
-            if t.state.finished:
-                tx.trials.finish(ids[t.number], t.state, t.finished_at or now)
-        tx.campaigns.set_next_number(c.id, max(numbers, default=-1) + 1)
-        if doc.campaign.note:
-            tx.notes.save(c.id, None, doc.campaign.note, 0, now, creator_name)
-        if doc.campaign.state == d.CampaignState.PAUSED:
-            tx.campaigns.set_state(c.id, doc.campaign.state, None)
-        elif doc.campaign.state != d.CampaignState.RUNNING:
-            tx.campaigns.set_state(c.id, doc.campaign.state, doc.campaign.finished_at or now)
-        out = tx.campaigns.get(c.id)
-    assert out is not None
-    return out
-
-
 def _exported(lineage: d.Lineage) -> dict[str, Any]:
     out = lineage.as_dict()
     del out["parent_id"]  # an id of this server's: the number says which trial
     return out
-
-
-def _imported(doc: LineageDoc | None, ids: dict[int, int]) -> d.Lineage | None:
-    """The lineage with the parent's id on this server (trials are inserted by number,
-    and a parent's number is below its child's, as check_trials made sure)."""
-    if doc is None:
-        return None
-    lineage = d.Lineage.from_dict(doc.model_dump())
-    return replace(lineage, parent_id=None if lineage.parent is None else ids[lineage.parent])
 
 
 def _lineage_problems(

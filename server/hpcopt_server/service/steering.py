@@ -30,6 +30,7 @@ from hpcopt_server import rules
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.service.campaigns import validate_spec
 from hpcopt_server.service.context import Context, campaign_or_404
+from hpcopt_server.service.importing import IMPORTING
 from hpcopt_server.service.limits import MAX_EXIT_REASON, require_id, require_range, require_safe_text
 from hpcopt_server.service.owners import require_owner
 
@@ -96,6 +97,12 @@ class SteeringService:
             campaign = campaign_or_404(tx, campaign_id, lock=True)
             verb = "paused" if target == d.CampaignState.PAUSED else "resumed"
             require_owner(campaign, token, "pause" if target == d.CampaignState.PAUSED else "resume")
+            if campaign.pause_reason and campaign.pause_reason.startswith(IMPORTING):
+                raise FailedPrecondition(
+                    f"campaign {campaign_id} is being imported ({campaign.pause_reason}): it takes its state when "
+                    "the import ends",
+                    [("state", "importing")],
+                )
             if campaign.state != source:
                 raise FailedPrecondition(
                     f"campaign {campaign_id} is {campaign.state.value}; only a {source.value} campaign can be {verb}",

@@ -114,6 +114,11 @@ class CampaignStore(Store):
         )
         return [t for t in self.s.scalars(q) if t is not None]
 
+    def delete(self, campaign_id: int) -> None:
+        """Deletes the campaign and everything of it (its trials, folds, curves, events,
+        notes and probes go with it: the foreign keys cascade)."""
+        self.s.execute(delete(m.CampaignRow).where(m.CampaignRow.id == campaign_id))
+
     def set_pause_reason(self, campaign_id: int, reason: str | None) -> None:
         """Why the campaign is paused (None: it is not); KeyError if there is no such campaign."""
         q = update(m.CampaignRow).where(m.CampaignRow.id == campaign_id).values(pause_reason=reason)
