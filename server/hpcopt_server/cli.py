@@ -251,6 +251,18 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError("Failed to bind ...")
         http_socket.close()
         return _cannot_listen("gRPC", settings.host, settings.grpc_port, "--grpc-port", "HPCOPT_GRPC_PORT", exc)
+    health = None
+    if settings.health_port is not None:
+        from hpcopt_server.api.health import HealthListener
+
+        try:
+            health = HealthListener(service.health, settings.host, settings.health_port)
+        except OSError as exc:
+            http_socket.close()
+            grpc.stop(grace=0)
+            port = settings.health_port
+            return _cannot_listen("health", settings.host, port, "--health-port", "HPCOPT_HEALTH_PORT", exc)
+        health.start()
     service.warm_optimizers()
     grpc.start()
     grpc_port = grpc.port
@@ -265,7 +277,8 @@ def _serve(args: argparse.Namespace) -> int:
         f"hpcopt-server {'(auth on)' if auth_on else '(auth off: loopback, and auth never turned on or disabled)'}\n"
         f"  REST + dashboard  http://{_bracket(settings.host)}:{http_port}/   (API docs /docs)\n"
         f"  gRPC              {_bracket(settings.host)}:{grpc_port}{processes}\n"
-        f"  database          {storage.db.url.render_as_string(hide_password=True)}",
+        + (f"  health            http://{_bracket(settings.host)}:{health.port}/healthz\n" if health else "")
+        + f"  database          {storage.db.url.render_as_string(hide_password=True)}",
         flush=True,
     )
     published = None
@@ -291,6 +304,7 @@ def _serve(args: argparse.Namespace) -> int:
         header_timeout=settings.header_timeout,
         idle_timeout=settings.idle_timeout,
         log_level=settings.log_level.lower(),
+        per_address=settings.max_connections_per_address,
     )
     # uvicorn stops gracefully on SIGTERM or SIGINT, then raises the signal again to end the
     # process as the signal would. SIGTERM's default action ended it before the clean-up
@@ -307,6 +321,8 @@ def _serve(args: argparse.Namespace) -> int:
 
                 withdraw(server_file, published)
             children.stop(grace=5)
+            if health is not None:
+                health.stop()
             service.reaper.stop()
             grpc.stop(grace=5)
             storage.close()

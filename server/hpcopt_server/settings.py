@@ -118,6 +118,17 @@ class ServerSettings:
     host: str = setting(Option("127.0.0.1", str, doc="bind address of REST and gRPC; anything but loopback needs auth"))
     port: int = setting(Option(8000, int, 0, 65535, doc="REST, dashboard, docs, metrics; 0: any free port"))
     grpc_port: int = setting(Option(50051, int, 0, 65535, doc="gRPC; 0: any free port"))
+    health_port: int | None = setting(
+        Option(
+            None,
+            int,
+            0,
+            65535,
+            optional=True,
+            doc="also answer GET /healthz on this port, from a listener and thread of its own that a flood of "
+            "clients on the REST port cannot slow (point monitoring here); 0: any free port",
+        )
+    )
     server_file: str | None = setting(
         Option(
             None,
@@ -182,6 +193,16 @@ class ServerSettings:
             1,
             doc="open HTTP connections; past it the idlest one is closed (lowered to fit the open-file limit: after "
             "a reserve of 128, HTTP gets at most two fifths)",
+        )
+    )
+    max_connections_per_address: int = setting(
+        Option(
+            256,
+            int,
+            1,
+            doc="open HTTP connections from one client address, checked when one is accepted: past it that "
+            "address's idlest (idle a second) is closed, else the new one (browsers behind one NAT address share "
+            "it: raise it there)",
         )
     )
     max_grpc_connections: int = setting(

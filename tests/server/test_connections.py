@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from hpcopt import AgentClient, Client
-from tests.conftest import make_spec, timeout_scale
+from tests.conftest import free_port, make_spec, timeout_scale
 from tests.server.process import ServerProcess
 from tests.swarm import finish_one_trial, swarming
 
@@ -76,7 +76,8 @@ def test_a_swarm_of_idle_clients_does_not_starve_health_or_agents(db: str, tmp_p
                     _one_trial(new, new.register(host="new").agent_id, campaign)
                 assert httpx.get(server.http_url + "/api/v1/campaigns", timeout=10).status_code == 200
     assert swarm.closed_by_server >= 1100 - 500, swarm.closed_by_server  # caps under 1,024 descriptors
-    what = "gRPC" if kind == "grpc" else "HTTP"
+    # The swarm is one client address: over HTTP its share (256 of 307 here) is reached first.
+    what = "gRPC" if kind == "grpc" else "HTTP (one client address)"
     assert f"{what} connections reached the cap of" in log.read_text() and "shedding started" in log.read_text()
 
 
@@ -204,3 +205,53 @@ def test_the_server_raises_its_soft_open_file_limit_to_the_hard_one(db: str) -> 
         assert server.proc is not None
         soft, got_hard = resource.prlimit(server.proc.pid, resource.RLIMIT_NOFILE)
         assert soft == got_hard and soft > 1024, (soft, got_hard)
+
+
+def test_the_health_port_answers_while_1100_slow_header_clients_reopen_every_connection(db: str) -> None:
+    """The shape of the probe: 1,100 HTTP clients under ``ulimit -n 1024`` sending
+    their headers a byte every 2 s and reopening whatever the server closes. They keep
+    the REST port's loop busy shedding them; ``--health-port`` answers ``/healthz`` from a
+    listener of its own, every probe within a second (stretched on a loaded machine)."""
+    health = free_port()
+    with ServerProcess(db, "--header-timeout", "120", "--health-port", str(health), nofile=1024) as server:
+        url = f"http://127.0.0.1:{health}/healthz"
+        assert httpx.get(url, timeout=10).json()["status"] == "ok"
+        with swarming("slow", server.port, 1100, "--reconnect", "0.05"):
+            for _ in range(20):
+                r = httpx.get(url, timeout=1.0 * timeout_scale())
+                assert r.status_code == 200 and r.json()["status"] == "ok"
+            assert httpx.get(server.http_url + "/healthz", timeout=30).status_code == 200  # slowed, not stopped
+        # It answers /healthz only, and closes a client that sends nothing.
+        assert httpx.get(f"http://127.0.0.1:{health}/api/v1/campaigns", timeout=10).status_code == 404
+        quiet = socket.create_connection(("127.0.0.1", health), timeout=10)
+        quiet.settimeout(10 * timeout_scale())
+        assert quiet.recv(1) == b""  # closed after REQUEST_TIMEOUT
+        quiet.close()
+        held = [socket.create_connection(("127.0.0.1", health), timeout=10) for _ in range(100)]
+        try:  # past 64 open, the oldest go: a probe still gets through
+            assert httpx.get(url, timeout=10).status_code == 200
+        finally:
+            for s in held:
+                s.close()
+
+
+def test_one_address_holds_at_most_its_share_of_http_connections(db: str) -> None:
+    """``--max-connections-per-address``: 300 idle connections from 127.0.0.2 keep at
+    most 50 open (its oldest are closed first), and those of 127.0.0.1 stay."""
+    with ServerProcess(db, "--header-timeout", "120", "--max-connections-per-address", "50") as server:
+        mine = list(_idle_sockets(server.port, 20))
+        theirs = [
+            socket.create_connection(("127.0.0.1", server.port), timeout=5, source_address=("127.0.0.2", 0))
+            for _ in range(300)
+        ]
+        try:
+            deadline = time.monotonic() + 60 * timeout_scale()
+            while sum(not _closed(s) for s in theirs) > 50 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            open_ = [not _closed(s) for s in theirs]
+            assert sum(open_) <= 50 and all(open_[-40:]), sum(open_)  # the newest kept
+            assert not any(_closed(s) for s in mine)
+            assert httpx.get(server.http_url + "/healthz", timeout=30).status_code == 200
+        finally:
+            for s in mine + theirs:
+                s.close()

@@ -17,6 +17,13 @@ and then) holds a file descriptor forever: about 1,000 such connections exhauste
   reset; also when the connection is to close after the answer (the client sent
   ``Connection: close``), where uvicorn closed at once and a client sending 20 MB or
   more got a reset;
+- at most ``per_address`` connections from one client address, checked when a
+  connection is accepted, before anything is set up for it: past it, that address's
+  idlest connection is closed (if all of its connections are busy, the new one), so one
+  address cannot hold every connection and make the others' be shed. Clients that
+  reopen whatever is closed still keep this loop busy: 1,100 slow-header ones that did
+  made a health probe here wait 1.3 s (p50), from any address. ``--health-port``
+  (``health.py``) answers ``/healthz`` from a listener of its own (0.07 s then);
 - ``max_connections`` fits the open-file limit beside gRPC's share (``sockets.py``),
   and the log says when shedding starts.
 """
@@ -61,9 +68,23 @@ class GuardedHttpProtocol(H11Protocol):
     header_timeout = 10.0
     linger = 60.0
     max_connections = 1000
+    per_address = 256
     shed_log = ShedLog(log, "HTTP")
+    address_log = ShedLog(log, "HTTP (one client address)")
+    #: The open connections by client address (one dict per server: ``guarded_protocol``).
+    by_address: dict[str, set[GuardedHttpProtocol]] = {}
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        peer = transport.get_extra_info("peername")
+        self._address = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+        self._refused = False
+        group = self.by_address.setdefault(self._address, set())
+        if len(group) >= self.per_address and not self._make_room(group):
+            self._refused = True  # closed before anything was set up for it
+            self.address_log.shed(len(group) + 1, self.per_address, None)
+            transport.close()
+            return
+        group.add(self)
         super().connection_made(transport)
         self.transport = _CloseAfterBody(self, transport)  # type: ignore[assignment]
         self._draining = False  # answered and to be closed: the rest of the body is dropped
@@ -76,8 +97,29 @@ class GuardedHttpProtocol(H11Protocol):
             self._shed()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._refused:
+            return
+        group = self.by_address.get(self._address)
+        if group is not None:
+            group.discard(self)
+            if not group:
+                del self.by_address[self._address]
         self._disarm()
         super().connection_lost(exc)
+
+    def _make_room(self, group: set[GuardedHttpProtocol]) -> bool:
+        """Closes the idlest connection of a full address group; whether there was one
+        (else the new connection is the one refused)."""
+        live = [c for c in group if c.transport is not None and not c.transport.is_closing()]
+        if len(live) < self.per_address:
+            return True
+        idle = [c for c in live if c.idle]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: (c._quiet_since, c._opened))
+        self.address_log.shed(len(live) + 1, self.per_address, victim.idle_for)
+        victim._close_now()
+        return True
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -168,10 +210,19 @@ class GuardedHttpProtocol(H11Protocol):
         victim._close_now()
 
 
-def guarded_protocol(max_connections: int, header_timeout: float) -> type[GuardedHttpProtocol]:
+def guarded_protocol(
+    max_connections: int, header_timeout: float, per_address: int | None = None
+) -> type[GuardedHttpProtocol]:
     """The protocol class with these limits (``max_connections`` already fitted to the
-    open-file limit by ``sockets.connection_caps``)."""
-    attrs = {"max_connections": max_connections, "header_timeout": header_timeout, "shed_log": ShedLog(log, "HTTP")}
+    open-file limit by ``sockets.connection_caps``; ``per_address`` at most that)."""
+    attrs = {
+        "max_connections": max_connections,
+        "header_timeout": header_timeout,
+        "per_address": min(per_address or max_connections, max_connections),
+        "shed_log": ShedLog(log, "HTTP"),
+        "address_log": ShedLog(log, "HTTP (one client address)"),
+        "by_address": {},
+    }
     return type("HttpProtocol", (GuardedHttpProtocol,), attrs)
 
 
@@ -184,13 +235,14 @@ def uvicorn_config(
     header_timeout: float = 10.0,
     idle_timeout: int = 5,
     log_level: str = "info",
+    per_address: int | None = None,
 ) -> uvicorn.Config:
     """The uvicorn configuration every hpcopt HTTP server runs with."""
     return uvicorn.Config(
         app,
         host=host,
         port=port,
-        http=guarded_protocol(max_connections, header_timeout),
+        http=guarded_protocol(max_connections, header_timeout, per_address),
         timeout_keep_alive=idle_timeout,
         backlog=ACCEPT_BATCH,
         log_level=log_level,

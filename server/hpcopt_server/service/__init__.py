@@ -97,6 +97,15 @@ class Service:
         """A campaign from an export document, imported by ``token`` (its quota applies)."""
         return import_campaign(self.ctx, document, self.limits, token)
 
+    def health(self) -> dict[str, str]:
+        """What ``/healthz`` answers (on the REST port and on ``--health-port``): it
+        touches the database, so an unreachable one fails it."""
+        from hpcopt import __version__
+
+        with self.ctx.storage.read() as tx:
+            tx.tokens.stored()
+        return {"status": "ok", "version": __version__}
+
     def trials_by_state(self) -> dict[str, int]:
         """Trial counts by state over all campaigns (for /metrics)."""
         with self.ctx.storage.read() as tx:
