@@ -159,7 +159,8 @@ def test_a_campaign_being_imported_takes_no_trial_cannot_be_resumed_and_a_failed
     with pytest.raises(OSError, match="the disk went away"):
         service.import_campaign(doc)
     state, why = seen["paused"]
-    assert state == "PAUSED" and why.startswith("importing 'second': 100 of 600 trials written"), why
+    # The first chunk: at most 100 trials, fewer when it took its 0.5 s first (a loaded machine).
+    assert state == "PAUSED" and 1 <= _written(why) <= 100 and why.startswith("importing 'second': "), why
     assert seen["acquire"] == "WAIT" and "is being imported" in seen["resume"]
     names = [c.campaign.name for c in service.campaigns.page(0, 1000)[0]]
     assert "second" not in names and len(names) == before  # the failed import left nothing

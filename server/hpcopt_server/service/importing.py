@@ -94,8 +94,11 @@ def _write(ctx: Context, c: d.Campaign, doc: ExportDoc, trials: list[TrialDoc], 
         tx.campaigns.set_next_number(c.id, max((t.number for t in trials), default=-1) + 1)
         if doc.campaign.note:
             tx.notes.save(c.id, None, doc.campaign.note, 0, now, by)
+        current = tx.campaigns.lock(c.id)
         tx.campaigns.set_pause_reason(c.id, None)
-        if doc.campaign.state == d.CampaignState.PAUSED:
+        if current is not None and current.state == d.CampaignState.CANCELLED:
+            pass  # cancelled while it was written: it stays so
+        elif doc.campaign.state == d.CampaignState.PAUSED:
             tx.campaigns.set_pause_reason(c.id, "paused when it was exported")
         elif doc.campaign.state == d.CampaignState.RUNNING:
             tx.campaigns.set_state(c.id, d.CampaignState.RUNNING, None)
