@@ -54,9 +54,13 @@ def _work(path: str, spec: dict[str, Any], barrier: Any, out: Any) -> None:
         out.put(("error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()[-3000:]}"))
 
 
-@pytest.mark.parametrize("max_parallel", [2, 16], ids=["max_parallel-below", "max_parallel-above"])
-@pytest.mark.parametrize("existing", [False, True], ids=["fresh-file", "existing-file"])
-@pytest.mark.parametrize("processes", [4, 8])
+@pytest.mark.parametrize(
+    ("processes", "existing", "max_parallel"),
+    # Each of 4 and 8 processes, fresh and existing file, max_parallel below (2) and above
+    # (16) the process count, with each one twice (half the 8 combinations' time).
+    [(4, False, 2), (8, False, 16), (4, True, 16), (8, True, 2)],
+    ids=["4-fresh-below", "8-fresh-above", "4-existing-above", "8-existing-below"],
+)
 def test_processes_on_one_file_share_one_campaign_and_its_budget(
     tmp_path: Path, processes: int, existing: bool, max_parallel: int
 ) -> None:
