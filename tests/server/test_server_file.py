@@ -47,6 +47,18 @@ def hpcopt(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**base, **env})
 
 
+def admin_token_file(db: str, folder: Path) -> tuple[str, Path]:
+    """An admin token made with ``hpcopt-server token create``, and the owner-only file
+    that holds it (what ``serve --token-file`` names)."""
+    cmd = [sys.executable, "-m", "hpcopt_server.cli", "token", "create", "--db", db, "--scope", "admin", "--name", "me"]
+    made = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    path = folder / "token"
+    path.write_text(made.stdout.strip() + "\n")
+    path.chmod(0o600)
+    return made.stdout.strip(), path
+
+
 def stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -148,34 +160,13 @@ def test_a_damaged_file_is_named_and_the_agent_reads_the_file_too(tmp_path: Path
 @pytest.mark.slow
 def test_with_auth_on_the_file_names_the_token_file_and_clients_use_it(tmp_path: Path) -> None:
     db = tmp_path / "auth.db"
-    made = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hpcopt_server.cli",
-            "token",
-            "create",
-            "--db",
-            f"sqlite:///{db}",
-            "--scope",
-            "admin",
-            "--name",
-            "me",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert made.returncode == 0, made.stderr
-    token_file = tmp_path / "token"
-    token_file.write_text(made.stdout.strip() + "\n")
-    token_file.chmod(0o600)
+    secret, token_file = admin_token_file(f"sqlite:///{db}", tmp_path)
     conn = tmp_path / "conn" / "server.json"
     proc = serve(db, "--port", "0", "--grpc-port", "0", "--server-file", str(conn), "--token-file", str(token_file))
     try:
         data = wait_file(conn, proc)
         assert data["auth"] is True and data["token_file"] == str(token_file)
-        assert made.stdout.strip() not in conn.read_text()  # the secret itself is never in it
+        assert secret not in conn.read_text()  # the secret itself is never in it
         ok = hpcopt("list", HPCOPT_SERVER_FILE=str(conn))
         assert ok.returncode == 0, ok.stderr
         wrong = hpcopt("list", "--token", "not-the-token", HPCOPT_SERVER_FILE=str(conn))

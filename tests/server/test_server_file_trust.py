@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from tests.conftest import free_port
-from tests.server.test_server_file import hpcopt, serve, stop, wait_file
+from tests.server.test_server_file import admin_token_file, hpcopt, serve, stop, wait_file
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -162,18 +162,7 @@ class Impostor(grpc.GenericRpcHandler):
 @pytest.mark.slow
 def test_a_file_left_by_a_killed_server_never_sends_the_token_to_the_next_process_on_its_port(tmp_path: Path) -> None:
     db = tmp_path / "auth.db"
-    create = ["token", "create", "--db", f"sqlite:///{db}", "--scope", "admin", "--name", "me"]
-    made = subprocess.run(
-        [sys.executable, "-m", "hpcopt_server.cli", *create],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert made.returncode == 0, made.stderr
-    secret = made.stdout.strip()
-    token_file = tmp_path / "token"
-    token_file.write_text(secret + "\n")
-    token_file.chmod(0o600)
+    secret, token_file = admin_token_file(f"sqlite:///{db}", tmp_path)
     conn = tmp_path / "conn" / "server.json"
     grpc_port = free_port()
     proc = serve(
@@ -209,28 +198,7 @@ def test_a_file_left_by_a_killed_server_never_sends_the_token_to_the_next_proces
 @pytest.mark.postgres
 @pytest.mark.slow
 def test_every_process_of_a_multi_process_server_proves_the_file(tmp_path: Path, pg_url: str) -> None:
-    made = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "hpcopt_server.cli",
-            "token",
-            "create",
-            "--db",
-            pg_url,
-            "--scope",
-            "admin",
-            "--name",
-            "me",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert made.returncode == 0, made.stderr
-    token_file = tmp_path / "token"
-    token_file.write_text(made.stdout.strip() + "\n")
-    token_file.chmod(0o600)
+    _, token_file = admin_token_file(pg_url, tmp_path)
     conn = tmp_path / "conn" / "server.json"
     cmd = [
         sys.executable,

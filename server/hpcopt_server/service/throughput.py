@@ -102,9 +102,8 @@ def measured(tx: Tx, campaign: d.Campaign) -> tuple[list[Point], int | None]:
     width) and the training samples per fold-epoch they were measured at."""
     rows = tx.results.fold_metrics(campaign.id, RECENT_FOLDS)
     probes = tx.results.probes(campaign.id, RECENT_PROBES)
-    folds = [p for p in points_from_folds(rows, campaign.spec) if plausible(p)]
     probed = [p for p in points_from_probes(p[:4] for p in probes) if plausible(p)]
-    points = merge_points(folds, probed)
+    points = merge_points(_fold_points(rows, campaign), probed)
     samples = train_samples_of(rows)
     if samples is None and probes:
         samples = probes[0][4]
@@ -113,7 +112,10 @@ def measured(tx: Tx, campaign: d.Campaign) -> tuple[list[Point], int | None]:
 
 def measured_folds(tx: Tx, campaign: d.Campaign) -> list[Point]:
     """The campaign's plausible points from its trained folds only."""
-    rows = tx.results.fold_metrics(campaign.id, RECENT_FOLDS)
+    return _fold_points(tx.results.fold_metrics(campaign.id, RECENT_FOLDS), campaign)
+
+
+def _fold_points(rows: list[tuple[dict[str, Any], dict[str, Any]]], campaign: d.Campaign) -> list[Point]:
     return [p for p in points_from_folds(rows, campaign.spec) if plausible(p)]
 
 
