@@ -4,7 +4,7 @@
     python benchmarks/analysis_load.py --params 20 --trials 10000 --campaigns 2
 
 Seeds ``--campaigns`` campaigns of ``--params`` real parameters and ``--trials``
-completed trials straight into a SQLite file (as ``tests/seed.py`` does), then serves
+completed trials straight into a SQLite file (as ``tests/helpers/seed.py`` does), then serves
 it (``hpcopt-server serve``, its own process). One reader per campaign, ``--readers``
 in all, asks for permutation importance, first-order importance, plot data and the
 JSON export in turn for ``--seconds``, finishing one more trial of its campaign through
@@ -42,8 +42,8 @@ from hpcopt_server import domain as d  # noqa: E402
 from hpcopt_server.service import Service  # noqa: E402
 from hpcopt_server.storage.migrate import upgrade  # noqa: E402
 from hpcopt_server.storage.repository import Storage  # noqa: E402
-from tests.conftest import make_spec  # noqa: E402
-from tests.server.process import ServerProcess  # noqa: E402
+from tests.helpers.process import ServerProcess  # noqa: E402
+from tests.helpers.specs import make_spec  # noqa: E402
 
 ASKS = ["importance?method=permutation", "importance?method=first-order", "plot", "export"]
 

@@ -138,7 +138,7 @@ class Live:
     """One more completed trial every ``period`` seconds (none for 0), until stopped."""
 
     def __init__(self, service: object, cid: int, period: float):
-        from tests.seed import add_completed
+        from tests.helpers.seed import add_completed
 
         self.added, self._stop = 0, threading.Event()
 
@@ -172,8 +172,8 @@ def main() -> int:
     from hpcopt_server.service import Service
     from hpcopt_server.storage.migrate import upgrade
     from hpcopt_server.storage.repository import Storage
-    from tests.conftest import run_live_server
-    from tests.seed import seed_campaign
+    from tests.helpers.live import run_live_server
+    from tests.helpers.seed import seed_campaign
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=10_000)

@@ -4,7 +4,7 @@ same campaign, in Debian's chromium (headless).
     python benchmarks/dashboard_vs_optuna.py [--trials 10000] [--reps 7] [--idle 30]
 
 Both get N completed trials over the same space (lr log, width int, act categorical)
-with the same objective and parameters (tests.seed); optuna-dashboard reads an Optuna
+with the same objective and parameters (tests.helpers.seed); optuna-dashboard reads an Optuna
 RDB study on SQLite, hpcopt its own SQLite database. For each, --reps full page loads
 (a fresh tab each, interleaved hpcopt / optuna-dashboard): seconds until the history plot
 holds its points and until every plot of the page is drawn (hpcopt: history, curves,
@@ -51,7 +51,7 @@ def optuna_study(path: Path, trials: int) -> None:
     import optuna
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    from tests.seed import objective
+    from tests.helpers.seed import objective
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(storage=f"sqlite:///{path}", study_name="big", direction="minimize")
@@ -121,8 +121,8 @@ def main() -> int:
     from hpcopt_server.service import Service
     from hpcopt_server.storage.migrate import upgrade
     from hpcopt_server.storage.repository import Storage
-    from tests.conftest import free_port, run_live_server
-    from tests.seed import seed_campaign
+    from tests.helpers.live import free_port, run_live_server
+    from tests.helpers.seed import seed_campaign
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trials", type=int, default=10_000)

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcopt import AgentClient, Client  # noqa: E402 - after the path
-from tests.server.process import ServerProcess  # noqa: E402
+from tests.helpers.process import ServerProcess  # noqa: E402
 
 SPEC: dict[str, Any] = {
     "name": "growth",

@@ -6,7 +6,7 @@ never lets through (a zero or tiny HTTP/2 window):
     python benchmarks/half_open.py --baseline /tmp/base    # also a checkout to compare
                                                           # (e.g. `git worktree add /tmp/base REV`)
 
-Scenarios (``tests/swarm.py halfopen``, its own process), each with auth off and on:
+Scenarios (``tests/helpers/swarm.py halfopen``, its own process), each with auth off and on:
 
 - ``64 x 1``: one connection, 64 calls to AgentService/Heartbeat, held;
 - ``1000 x 1``: one connection, 1,000 calls;
@@ -14,7 +14,7 @@ Scenarios (``tests/swarm.py halfopen``, its own process), each with auth off and
 - ``30 x 1``: one connection, 30 calls (under the server-wide cap on waiting calls);
 - ``stubborn``: 16 connections of 63 calls, each reopened (with its calls) 0.2 s after
   the server closes it;
-- ``window 0``, ``window 1``, ``opens once``: 1,000 connections (``tests/swarm.py
+- ``window 0``, ``window 1``, ``opens once``: 1,000 connections (``tests/helpers/swarm.py
   nowindow``) that advertise a window of 0 bytes, of 1 byte, or of 0 and then one
   WINDOW_UPDATE of 3 bytes, each with one complete Health/Check call, each reopened
   0.05 s after the server closes it; ``window 0, own address``: the same from
@@ -46,9 +46,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcopt import AgentClient, ApiError, Client  # noqa: E402 - after the path
-from tests.conftest import make_spec  # noqa: E402
-from tests.server.process import ServerProcess  # noqa: E402
-from tests.swarm import heartbeating, probe_health, swarming  # noqa: E402
+from tests.helpers.process import ServerProcess  # noqa: E402
+from tests.helpers.specs import make_spec  # noqa: E402
+from tests.helpers.swarm import heartbeating, probe_health, swarming  # noqa: E402
 
 _NOWINDOW = ["--reconnect", "0.05"]
 #: scenario: the swarm's kind, its connections, its arguments

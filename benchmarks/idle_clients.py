@@ -5,7 +5,7 @@ limited to 1,024 open files (``ulimit -n 1024``, soft and hard):
     python benchmarks/idle_clients.py --baseline /tmp/base    # also a checkout to compare
                                                              # (e.g. `git worktree add /tmp/base REV`)
 
-Scenarios (``tests/swarm.py``, its own process):
+Scenarios (``tests/helpers/swarm.py``, its own process):
 
 - ``grpc idle``: N connections that finish a gRPC channel's HTTP/2 handshake, then sit;
 - ``grpc stubborn``: the same, each reopened 0.5 s after the server closes it;
@@ -36,9 +36,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hpcopt import AgentClient, Client  # noqa: E402 - after the path
-from tests.conftest import make_spec  # noqa: E402
-from tests.server.process import ServerProcess  # noqa: E402
-from tests.swarm import finish_one_trial, swarming  # noqa: E402
+from tests.helpers.process import ServerProcess  # noqa: E402
+from tests.helpers.specs import make_spec  # noqa: E402
+from tests.helpers.swarm import finish_one_trial, swarming  # noqa: E402
 
 SCENARIOS = {"grpc idle": ("grpc", []), "grpc stubborn": ("grpc", ["--reconnect", "0.5"]), "slow headers": ("slow", [])}
 

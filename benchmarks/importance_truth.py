@@ -3,7 +3,7 @@ on campaigns whose effects are known, one parameter conditional on another:
 
     python benchmarks/importance_truth.py [--seeds 20] [--trials 300]
 
-The loss is ``tests.seed.truth_loss``: lr (log) 0.8 u^2, the optimizer's offset (sgd
+The loss is ``tests.helpers.seed.truth_loss``: lr (log) 0.8 u^2, the optimizer's offset (sgd
 0.3, adam 0, rmsprop 0.1), sgd's momentum with weight m, dropout nothing, noise sd
 0.05. With m = 0.45 the variance of each main effect ranks lr > optimizer > momentum >
 dropout (``truth_variance``); with m = 0.03 (the dashboard review's case) momentum
@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hpcopt_server.service.importance import METHODS, compute
-from tests.seed import TRUTH_SPACE, truth_loss, truth_variance
+from tests.helpers.seed import TRUTH_SPACE, truth_loss, truth_variance
 
 OPTUNA = ("optuna ped-anova", "optuna fanova")
 

@@ -40,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.hostile import alias_bomb  # noqa: E402 - after the path
+from tests.helpers.hostile import alias_bomb  # noqa: E402 - after the path
 
 
 def _free_port() -> int:

@@ -2,7 +2,7 @@
 checkout (the peer: the main a user runs today), interleaved round by round.
 
 A server under ``ulimit -n 1024``; 1,100 HTTP clients that send their headers a byte
-every 2 s and reopen whatever the server closes (``tests/swarm.py slow --reconnect
+every 2 s and reopen whatever the server closes (``tests/helpers/swarm.py slow --reconnect
 0.05``). A probe asks ``/healthz`` every 0.3 s on a new connection: on the REST port, and
 on ``--health-port`` where the checkout has one. Printed: how many answered, the median,
 the 90th percentile and the worst latency, and how many took over a second.
@@ -26,9 +26,9 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402 - after the path
 
-from tests.conftest import free_port  # noqa: E402
-from tests.server.process import ServerProcess  # noqa: E402
-from tests.swarm import swarming  # noqa: E402
+from tests.helpers.live import free_port  # noqa: E402
+from tests.helpers.process import ServerProcess  # noqa: E402
+from tests.helpers.swarm import swarming  # noqa: E402
 
 
 def _probe(url: str, n: int) -> list[float]:

@@ -115,7 +115,7 @@ if [ "${1:-}" = "--services" ]; then
   # Horovod for the Horovod tests: built once per machine (about 2-5 minutes) into a wheel
   # cached outside the tree, then installed from the cache in seconds. A first build runs
   # in the background while the tests start; the Horovod tests wait for it
-  # (tests/agent/conftest.py: require_horovod), its log in .venv/horovod-build.log.
+  # (tests/helpers/agents.py: require_horovod), its log in .venv/horovod-build.log.
   if ! .venv/bin/python -c "import horovod.torch" 2>/dev/null; then
     if ! HOROVOD_CACHED_ONLY=1 bash scripts/build_horovod.sh; then
       echo "setup: building Horovod in the background (log: .venv/horovod-build.log)"

@@ -29,7 +29,7 @@ echo "== pytest"
 workers=${HPCOPT_TEST_WORKERS:-2}
 case "$workers" in '' | *[!0-9]*) echo "HPCOPT_TEST_WORKERS must be a whole number (0: one process), not '$workers'"; exit 2 ;; esac
 # Each test has its own limit (pytest-timeout, stretched by the load per core when the
-# run starts: tests/conftest.py's timeout_scale); this bounds the whole run so a
+# run starts: tests/helpers/env.py's timeout_scale); this bounds the whole run so a
 # systematic hang ends with pytest's summary instead of an outside kill. It is a bound
 # for hangs, not a time target: quiet runs on the 2-core development machine take 25 to
 # 30 minutes, and one under a load of 11 to 18 took 64; 80 minutes stays inside CI's 90.

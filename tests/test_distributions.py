@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT, scaled
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -19,7 +19,7 @@ def test_wheels_install_next_to_an_existing_torch_and_run_a_campaign(tmp_path: P
         ["bash", str(ROOT / "scripts/wheel_smoke.sh"), str(tmp_path / "smoke")],
         capture_output=True,
         text=True,
-        timeout=840,
+        timeout=scaled(840),
     )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-8000:]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 
 @pytest.mark.skipif(os.environ.get("HPCOPT_TIMEOUT_PROBE") != "1", reason="run by the test below only")

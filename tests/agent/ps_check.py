@@ -39,6 +39,7 @@ from hpcopt_agent.precision import Precision
 from hpcopt_agent.schemes import StopVote, make_scheme
 from hpcopt_agent.task import Task, as_dict, as_user
 from tests.agent.tasks import Regression, TinyGan
+from tests.helpers.env import scaled
 
 world = MPI.COMM_WORLD
 
@@ -109,7 +110,7 @@ class Run:
         self, comms: Comms, name: str, knobs: dict[str, Any], task: Task, params: dict[str, Any], epochs: int = 1
     ) -> None:
         resolved = resolve(name, {name: knobs}, comms.fold.size)
-        self.scheme = make_scheme(name, comms, resolved, epochs=epochs, timeout=60)
+        self.scheme = make_scheme(name, comms, resolved, epochs=epochs, timeout=scaled(60))
         torch.manual_seed(0)
         self.models, self.single = self.scheme.placement.build(task, params)
         self.optimizers = as_dict(task.optimizer(params, as_user(self.models, self.single)))
@@ -217,7 +218,7 @@ def stopped_and_resumed(
 
 def comms_for(rpf: int) -> Comms:
     layout = plan(world.size, 1, rpf, folds=max(1, world.size // rpf))
-    return split(layout, world, timeout=60)
+    return split(layout, world, timeout=scaled(60))
 
 
 def flat(models: dict[str, nn.Module]) -> torch.Tensor:

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tests.agent.conftest import mpi_env, mpiexec_path
-from tests.conftest import ROOT
+from tests.helpers.agents import mpi_env, mpiexec_path
+from tests.helpers.env import ROOT, scaled
 
 pytestmark = pytest.mark.mpi
 
@@ -23,7 +23,7 @@ def test_training_benchmark_runs_and_prints_both_tables() -> None:
         [sys.executable, str(ROOT / "benchmarks/training/run.py"), "--reps", "1", "--epochs", "2", "--small"],
         capture_output=True,
         text=True,
-        timeout=380,
+        timeout=scaled(380),
         env=mpi_env(),
     )
     assert out.returncode == 0, out.stderr[-3000:]
@@ -40,7 +40,7 @@ def test_input_pipeline_benchmark_runs_and_prints_its_tables() -> None:
         [sys.executable, str(ROOT / "benchmarks/training/input_pipeline.py"), "--small", "--steps", "feed"],
         capture_output=True,
         text=True,
-        timeout=580,
+        timeout=scaled(580),
         env=mpi_env(),
     )
     assert out.returncode == 0, out.stderr[-3000:]

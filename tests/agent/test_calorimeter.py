@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.agent.conftest import ROOT, AgentServer, dump, mpi_env, mpiexec_path, trial_json
+from tests.helpers.agents import AgentServer, dump, mpi_env, mpiexec_path, trial_json
+from tests.helpers.env import ROOT, scaled
 
 pytestmark = pytest.mark.mpi
 
@@ -25,7 +26,7 @@ def test_the_calorimeter_campaign_completes_at_four_ranks(agent_server: AgentSer
         [sys.executable, "examples/calorimeter/generate.py", "--out", str(data), "--shards", "8", "--per-shard", "16"],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
         cwd=ROOT,
         env=mpi_env(),
     )
@@ -36,7 +37,7 @@ def test_the_calorimeter_campaign_completes_at_four_ranks(agent_server: AgentSer
     spec["training"]["epochs"] = 1
     spec["space"]["width"] = {"type": "int", "low": 8, "high": 12}
     campaign = agent_server.submit(spec)
-    result = agent_server.run_agent(4, campaign, timeout=900, CALO_DATA=str(data))
+    result = agent_server.run_agent(4, campaign, timeout=scaled(900), CALO_DATA=str(data))
     assert result.returncode == 0, dump(result)
     trials = agent_server.client().list_trials(campaign)
     assert len(trials) == 2
@@ -58,7 +59,7 @@ def test_the_gpu_check_rehearses_on_cpus(tmp_path: Path) -> None:
         ["bash", "scripts/gpu_check.sh", "--cpu", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=scaled(600),
         cwd=ROOT,
         env=mpi_env(),
     )

@@ -19,10 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-from hpcopt import AgentClient, ApiError
+from hpcopt import ApiError
 from hpcopt.checkpoints import CheckpointRefused, check_reported, local_path
 from hpcopt_agent import checkpoint
-from tests.agent.conftest import AgentServer, agent_spec, dump, trial_json
+from tests.helpers.agents import AgentServer, agent_spec, dump, trial_json
+from tests.helpers.clients import AgentClient
+from tests.helpers.env import scaled
 
 pytestmark = pytest.mark.mpi
 
@@ -217,7 +219,7 @@ def test_an_imported_checkpoint_uri_is_dropped_and_never_loaded(agent_server: Ag
         lease = (a.acquire(reg.agent_id, source)).lease
         a.report_intermediate(lease, 0, 1, 0.5)
         a.release(lease, "PREEMPTED", "to export")
-    with urllib.request.urlopen(f"{agent_server.url}/api/v1/campaigns/{source}/export", timeout=30) as r:
+    with urllib.request.urlopen(f"{agent_server.url}/api/v1/campaigns/{source}/export", timeout=scaled(30)) as r:
         doc = json.loads(r.read())
     marker = agent_server.workdir / "pwned"
     evil = plant(agent_server.workdir / "x" / "evil.pt", marker, zipped=True)
@@ -228,7 +230,7 @@ def test_an_imported_checkpoint_uri_is_dropped_and_never_loaded(agent_server: Ag
             data=json.dumps(doc).encode(),
             headers={"Content-Type": "application/json"},
         )
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=scaled(60)) as r:
             copy = json.loads(r.read())["id"]
         [trial] = agent_server.client().list_trials(copy)
         assert [f["checkpoint_uri"] for f in trial_json(agent_server, trial.id)["folds"]] == [""]

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.agent.conftest import mpi_env, mpiexec_path
-from tests.conftest import ROOT
+from tests.helpers.agents import mpi_env, mpiexec_path
+from tests.helpers.env import ROOT, scaled
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 MARK = re.compile(r"<!-- docs-test: ([\w-]+) -->\n```(\w+)\n(.*?)```", re.S)
@@ -74,7 +74,7 @@ def test_the_first_campaign_blocks_run_as_written_twice_in_a_row(tmp_path: Path)
     guarded = "set -e\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + script
     for run in (1, 2):
         out = subprocess.run(
-            ["bash", "-c", guarded], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280
+            ["bash", "-c", guarded], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(280)
         )
         text = out.stdout + out.stderr
         assert out.returncode == 0, f"run {run}:\n{text[-6000:]}"
@@ -102,7 +102,7 @@ def test_the_plan_block_ranks_the_layouts_of_the_allocation_it_names() -> None:
     assert lang == "bash"
     env = dict(os.environ, PATH=os.pathsep.join([str(ROOT / ".venv/bin"), os.environ.get("PATH", "")]))
     script = "set -e\n" + text
-    out = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(["bash", "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=scaled(60))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].startswith("8 ranks (2 node(s) x 4); 30 trials x 5 folds x 10 epochs") and "1 h" in lines[0], lines

@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 
-from hpcopt import AgentClient, Client
 from hpcopt_agent.server import Heartbeat, TrialLink
-from tests.conftest import LiveServer, make_spec, timeout_scale
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled, timeout_scale
+from tests.helpers.live import LiveServer
+from tests.helpers.specs import make_spec
 
 
 class CountingClient(AgentClient):
@@ -49,7 +51,7 @@ def test_reports_stand_in_for_heartbeats_and_heartbeats_resume_when_they_stop(li
                 assert link.intermediate(0, step, 1.0 / (step + 1), "") == "continue"
                 time.sleep(0.1)
             reported = len(api.beats)
-            deadline = time.monotonic() + 60 * timeout_scale()
+            deadline = time.monotonic() + scaled(60) * timeout_scale()
             while len(api.beats) < reported + 3 and time.monotonic() < deadline:  # silence: heartbeats take over
                 time.sleep(0.05)
             assert len(api.beats) >= reported + 3, f"{len(api.beats) - reported} heartbeats in the silence"

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.agent.conftest import AgentServer, agent_spec, dump, final_state, preempt_after_first_epoch, trial_json
+from tests.helpers.agents import AgentServer, agent_spec, dump, final_state, preempt_after_first_epoch, trial_json
+from tests.helpers.clients import Client
 
 pytestmark = pytest.mark.mpi
 
@@ -100,7 +101,7 @@ def test_bad_input_options_are_refused_at_submission_naming_the_field(
 
     spec = _spec()
     spec["training"]["options"] = options
-    with hpcopt.Client(agent_server.target) as c:
+    with Client(agent_server.target) as c:
         with pytest.raises(hpcopt.ApiError) as err:
             c.create_campaign(spec)
         assert err.value.code == "INVALID_ARGUMENT" and f"{field}:" in str(err.value), str(err.value)

@@ -8,15 +8,8 @@ import time
 
 import pytest
 
-from tests.agent.conftest import (
-    AgentServer,
-    agent_spec,
-    dump,
-    kill_group,
-    rank_pids,
-    trial_json,
-    wait_for,
-)
+from tests.helpers.agents import AgentServer, agent_spec, dump, kill_group, rank_pids, trial_json, wait_for
+from tests.helpers.env import scaled
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
@@ -105,7 +98,7 @@ def test_kill_9_mid_trial_resumes_from_checkpoints_without_retraining_finished_f
         return (done, started) if done == {0, 1} and started else None
 
     try:
-        wait_for(folds_state, 120, "folds 0 and 1 finished and a later fold under way")
+        wait_for(folds_state, scaled(120), "folds 0 and 1 finished and a later fold under way")
     finally:
         kill_group(a)
     [trial] = agent_server.client().list_trials(campaign)
@@ -147,13 +140,13 @@ def test_sigterm_preempts_with_a_checkpoint_and_a_later_agent_resumes(agent_serv
         return bool(trials) and len(trial_json(agent_server, trials[0].id)["curves"]) >= 2
 
     try:
-        wait_for(some_curve, 120, "two epochs reported")
+        wait_for(some_curve, scaled(120), "two epochs reported")
         # As Slurm does: the signal goes to every task (rank), not to the launcher.
         pids = rank_pids(a)
         assert len(pids) == 2, pids
         for pid in pids:
             subprocess.run(["kill", "-TERM", str(pid)], check=False)
-        assert a.wait(timeout=60) == 0, log_a.read_text()
+        assert a.wait(timeout=scaled(60)) == 0, log_a.read_text()
     finally:
         if a.poll() is None:
             kill_group(a)
@@ -218,7 +211,7 @@ def test_a_hung_rank_is_bounded_by_the_collective_timeout(agent_server: AgentSer
     )
     campaign = agent_server.submit(spec)
     t0 = time.monotonic()
-    result = agent_server.run_agent(2, campaign, "--collective-timeout", "5", timeout=120)
+    result = agent_server.run_agent(2, campaign, "--collective-timeout", "5", timeout=scaled(120))
     assert time.monotonic() - t0 < 90, "the hang was not bounded"
     assert result.returncode != 0, dump(result)
     [trial] = agent_server.client().list_trials(campaign)
@@ -257,7 +250,9 @@ def test_a_task_that_always_fails_pauses_its_campaign_and_the_agent_says_it_wait
     log = agent_server.workdir / "failing.log"
     proc = agent_server.start_agent(4, campaign, "--groups", "2", log=log)
     try:
-        wait_for(lambda: "is PAUSED: 3 trials in a row failed" in log.read_text(), 240, "the agent to log the pause")
+        wait_for(
+            lambda: "is PAUSED: 3 trials in a row failed" in log.read_text(), scaled(240), "the agent to log the pause"
+        )
         with agent_server.client() as c:
             paused = c.get_campaign(campaign)
             assert paused.state == "PAUSED" and paused.pause_reason is not None
@@ -268,7 +263,7 @@ def test_a_task_that_always_fails_pauses_its_campaign_and_the_agent_says_it_wait
             assert all(t.error.startswith("fold ") and "RuntimeError: boom: lr" in t.error for t in failed)
             assert all(len(t.error) < 1000 and "Traceback" not in t.error for t in failed)
             c.cancel_campaign(campaign)  # the agents waiting on it then stop
-        assert proc.wait(timeout=120) == 0, log.read_text()[-4000:]
+        assert proc.wait(timeout=scaled(120)) == 0, log.read_text()[-4000:]
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from tests.agent.conftest import AgentServer, agent_spec, dump
+from tests.helpers.agents import AgentServer, agent_spec, dump
+from tests.helpers.env import scaled
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(600)]
 
@@ -43,7 +44,7 @@ def test_a_population_trains_in_intervals_and_exploited_members_copy_weights_wit
     agent_server: AgentServer, groups: int
 ) -> None:
     campaign = agent_server.submit(_spec(quantile=0.5))
-    result = agent_server.run_agent(groups, campaign, "--groups", str(groups), timeout=480)
+    result = agent_server.run_agent(groups, campaign, "--groups", str(groups), timeout=scaled(480))
     assert result.returncode == 0, dump(result)
     with agent_server.client() as c:
         assert c.get_campaign(campaign).trial_counts == {"COMPLETED": POPULATION * EPOCHS // INTERVAL}
@@ -118,7 +119,7 @@ def _check_replanned_around(agent_server: AgentServer, campaign: int, bad: int, 
 
 
 def test_an_interval_that_reports_checkpoints_it_never_wrote_costs_only_itself(agent_server: AgentServer) -> None:
-    from hpcopt import AgentClient
+    from tests.helpers.clients import AgentClient
 
     campaign = agent_server.submit(_spec(quantile=0.5))
     # The probe's shape: one interval reports checkpoint URIs of the accepted form
@@ -132,7 +133,7 @@ def test_an_interval_that_reports_checkpoints_it_never_wrote_costs_only_itself(a
             uri = f"file://{root}/{agent.server_id}/{campaign}/{got.trial.id}/fold{k}.pt"
             a.report_fold(got.lease, k, 0.0, {"loss": 0.0}, uri)
         a.complete(got.lease)
-    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=480)
+    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=scaled(480))
     assert result.returncode == 0, dump(result)
     _check_replanned_around(agent_server, campaign, got.trial.number, result)
 
@@ -142,20 +143,28 @@ def test_an_agent_whose_checkpoint_root_the_others_cannot_see_costs_only_its_int
 ) -> None:
     campaign = agent_server.submit(_spec(quantile=0.5))
     alone = agent_server.run_agent(
-        1, campaign, "--groups", "1", "--max-trials", "1", "--checkpoint-dir", str(tmp_path / "private"), timeout=240
+        1,
+        campaign,
+        "--groups",
+        "1",
+        "--max-trials",
+        "1",
+        "--checkpoint-dir",
+        str(tmp_path / "private"),
+        timeout=scaled(240),
     )
     assert alone.returncode == 0, dump(alone)
     with agent_server.client() as c:
         (first,) = c.list_trials(campaign)
     assert first.state == "COMPLETED"
-    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=480)
+    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=scaled(480))
     assert result.returncode == 0, dump(result)
     _check_replanned_around(agent_server, campaign, first.number, result)
 
 
 def test_a_mutable_parameter_that_shapes_the_model_is_refused_at_start_naming_it(agent_server: AgentServer) -> None:
     campaign = agent_server.submit(_spec(mutable=["lr", "width"]))
-    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=240)
+    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=scaled(240))
     assert result.returncode == 2, dump(result)
     assert "algorithm.options.mutable: 'width' changes the model's shape" in result.stderr, dump(result)
     with agent_server.client() as c:
@@ -180,7 +189,7 @@ def test_intervals_copy_weights_under_a_multi_rank_scheme(
         "options": options,
     }
     campaign = agent_server.submit(spec)
-    result = agent_server.run_agent(4, campaign, "--groups", "2", timeout=480)
+    result = agent_server.run_agent(4, campaign, "--groups", "2", timeout=scaled(480))
     assert result.returncode == 0, dump(result)
     with agent_server.client() as c:
         trials = [c.get_trial(t.id) for t in c.list_trials(campaign)]
@@ -196,7 +205,7 @@ def test_intervals_copy_weights_under_a_multi_rank_scheme(
 
 
 def test_a_preempted_interval_resumes_its_own_checkpoint_in_its_own_lineage(agent_server: AgentServer) -> None:
-    from tests.agent.conftest import preempt_after_first_epoch
+    from tests.helpers.agents import preempt_after_first_epoch
 
     # Intervals of 4 epochs at 0.2 s a step: the SIGTERM after the first epoch lands
     # while the first intervals still train (at 2 epochs of 0.02 s they had finished).
@@ -209,7 +218,7 @@ def test_a_preempted_interval_resumes_its_own_checkpoint_in_its_own_lineage(agen
         before = {t.number: t for t in c.list_trials(campaign)}
     requeued = [t for t in before.values() if t.state == "QUEUED"]
     assert requeued
-    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=480)
+    result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=scaled(480))
     assert result.returncode == 0, dump(result)
     assert "resuming fold" in result.stderr, dump(result)
     with agent_server.client() as c:

@@ -10,12 +10,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from hpcopt import AgentClient
 from hpcopt.planner import Allocation, Layout, Point, Work, fit, plan, simulate
-from tests.agent.conftest import AgentServer, agent_spec, dump, kill_group, wait_for
+from tests.helpers import web
+from tests.helpers.agents import AgentServer, agent_spec, dump, kill_group, wait_for
+from tests.helpers.clients import AgentClient
+from tests.helpers.env import scaled
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
@@ -62,7 +63,7 @@ def test_the_drain_re_splits_the_world_and_every_fold_trains_once(agent_server: 
         training={"task": "tests/agent/tasks.py:Regression", "epochs": 2},
     )
     campaign = _with_history(agent_server, spec)
-    doc = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/throughput", timeout=30).json()
+    doc = web.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/throughput", timeout=scaled(30)).json()
     assert [(p["ranks"], p["samples_per_second"], p["count"]) for p in doc["points"]] == [
         (r, v, 4 * HISTORY) for r, v in MEASURED.items()
     ]
@@ -79,7 +80,7 @@ def test_the_drain_re_splits_the_world_and_every_fold_trains_once(agent_server: 
     # behind (a 6/3 split in a CI run beside `make demo`, 2026-11-30). Both are rare; a
     # second campaign with the same history must then show the drain.
     for attempt in range(2):
-        result = agent_server.run_agent(8, campaign, timeout=280)
+        result = agent_server.run_agent(8, campaign, timeout=scaled(280))
         assert result.returncode == 0, dump(result)
         log = result.stderr
         assert "8 ranks = 2 trial group(s) x 4 fold group(s) x 1 rank(s) per fold; predicted" in log, dump(result)
@@ -123,7 +124,7 @@ def test_the_drain_does_not_stop_the_groups_for_a_re_plan_that_keeps_the_layout(
     model = fit(Point(r, 1, v) for r, v in slower.items())
     expected = simulate(Allocation(8, 8), Work(trials=trials, folds=4, epochs=2, train_samples=180), model).layouts
     assert expected == (Layout(2, 4, 1),)  # no re-plan changes it
-    result = agent_server.run_agent(8, campaign, timeout=280)
+    result = agent_server.run_agent(8, campaign, timeout=scaled(280))
     assert result.returncode == 0, dump(result)
     assert "8 ranks = 2 trial group(s) x 4 fold group(s) x 1 rank(s) per fold; predicted" in result.stderr, dump(result)
     assert "re-plan" not in result.stderr, dump(result)
@@ -176,13 +177,13 @@ def test_a_group_held_back_by_max_parallel_re_plans_the_world_for_what_is_free(
             c.deregister(me)
 
     try:
-        wait_for(lambda: "8 ranks = 2 trial group(s)" in log.read_text(), 120, "the job's first layout")
+        wait_for(lambda: "8 ranks = 2 trial group(s)" in log.read_text(), scaled(120), "the job's first layout")
         holder = threading.Thread(target=hold, daemon=True)
         holder.start()
-        wait_for(lambda: "re-plan for" in log.read_text() or proc.poll() is not None, 200, "a re-plan")
+        wait_for(lambda: "re-plan for" in log.read_text() or proc.poll() is not None, scaled(200), "a re-plan")
         done.set()
-        holder.join(timeout=60)
-        assert proc.wait(timeout=200) == 0, log.read_text()
+        holder.join(timeout=scaled(60))
+        assert proc.wait(timeout=scaled(200)) == 0, log.read_text()
     finally:
         done.set()
         if proc.poll() is None:
@@ -207,7 +208,7 @@ def test_the_probe_is_stored_so_the_next_job_plans_without_one(agent_server: Age
     first = agent_server.run_agent(4, campaign, "--max-trials", "1")
     assert first.returncode == 0, dump(first)
     assert "probing [1, 4] rank(s) per fold" in first.stderr, dump(first)
-    doc = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/throughput", timeout=30).json()
+    doc = web.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/throughput", timeout=scaled(30)).json()
     sources = {p["ranks"]: p["source"] for p in doc["points"]}
     trained = {int(w) for w in re.findall(r"ranks_per_fold=(\d+)", first.stderr)}
     assert len(trained) == 1 and sources[trained.pop()] == "fold", doc
@@ -252,5 +253,5 @@ def test_a_probe_that_fails_is_refused_with_its_reason(agent_server: AgentServer
     assert result.stderr.count("refusing to start") == 1 and "MPI_Abort" not in result.stderr, dump(result)
     with agent_server.client() as c:
         assert c.get_campaign(campaign).trial_counts == {}  # nothing was taken
-    agents = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=30).json()
+    agents = web.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=scaled(30)).json()
     assert len(agents) == 1 and "the throughput probe" in agents[0]["exit_reason"], agents

@@ -13,7 +13,8 @@ import torch
 
 from hpcopt.schemes import TRAITS
 from hpcopt_agent.checkpoint import stage_path
-from tests.agent.conftest import AgentServer, agent_spec, dump, trial_json
+from tests.helpers.agents import AgentServer, agent_spec, dump, trial_json
+from tests.helpers.clients import Client
 
 pytestmark = pytest.mark.mpi
 
@@ -89,6 +90,6 @@ def test_fp16_with_the_pipeline_is_refused_at_submission(agent_server: AgentServ
     import hpcopt
 
     spec = _spec("tests/agent/tasks.py:Regression", "pipeline", "fp16")
-    with hpcopt.Client(agent_server.target) as c, pytest.raises(hpcopt.ApiError) as err:
+    with Client(agent_server.target) as c, pytest.raises(hpcopt.ApiError) as err:
         c.create_campaign(spec)
     assert "training.options.precision:" in str(err.value) and "bf16" in str(err.value), str(err.value)

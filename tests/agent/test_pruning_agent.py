@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.agent.conftest import AgentServer, agent_spec, dump
+from tests.helpers.agents import AgentServer, agent_spec, dump
 
 pytestmark = pytest.mark.mpi
 

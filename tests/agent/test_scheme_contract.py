@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from hpcopt.schemes import TRAITS
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT
 
 #: The hooks only the epoch driver (``hpcopt_agent/epoch.py``) may call.
 EPOCH_HOOKS = ("begin_epoch", "blocks", "after_step", "end_batches", "consensus", "end_epoch", "serve", "vote", "prime")

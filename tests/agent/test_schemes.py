@@ -17,7 +17,7 @@ import sys
 import pytest
 
 from hpcopt.schemes import TRAITS
-from tests.agent.conftest import (
+from tests.helpers.agents import (
     AgentServer,
     agent_spec,
     dump,
@@ -28,7 +28,7 @@ from tests.agent.conftest import (
     require_horovod,
     trial_json,
 )
-from tests.conftest import IN_CI, ROOT, timeout_scale
+from tests.helpers.env import IN_CI, ROOT, scaled, timeout_scale
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
@@ -104,7 +104,7 @@ def test_schemes_under_mpiexec(ranks: int, check: str, expected: list[str]) -> N
     script = {"hier": "hier_check", "horovod": "hvd_check"}.get(check, "ps_check")
     if script == "hvd_check":
         require_horovod()
-    out = _launch(ranks, f"tests/agent/{script}.py", check, *args, timeout=240)
+    out = _launch(ranks, f"tests/agent/{script}.py", check, *args, timeout=scaled(240))
     text = out.stdout + out.stderr
     assert out.returncode == 0 and f"ALL OK {check}" in out.stdout, text
     for line in expected:
@@ -124,7 +124,7 @@ def conformance_run(ranks: int) -> tuple[str, bool]:
     if with_horovod:
         require_horovod()
     extra = ["horovod"] if with_horovod else []
-    out = _launch(ranks, "tests/agent/scheme_conformance.py", *extra, timeout=420 * timeout_scale())
+    out = _launch(ranks, "tests/agent/scheme_conformance.py", *extra, timeout=scaled(420) * timeout_scale())
     return out.stdout + out.stderr + f"\n(exit status {out.returncode})", with_horovod
 
 

@@ -10,8 +10,9 @@ import textwrap
 import pytest
 
 import hpcopt
-from tests.agent.conftest import AgentServer, dump, mpi_env, trial_json, wait_for
-from tests.conftest import ROOT
+from tests.helpers.agents import AgentServer, dump, mpi_env, trial_json, wait_for
+from tests.helpers.clients import Client
+from tests.helpers.env import ROOT, scaled
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(180)]
 
@@ -40,7 +41,7 @@ def f(p: dict[str, object]) -> float:
 
 
 def test_a_script_tunes_a_function_with_ask_and_tell(agent_server: AgentServer) -> None:
-    with hpcopt.Client(agent_server.target) as c:
+    with Client(agent_server.target) as c:
         campaign = c.create_campaign(script_spec())
         seen = []
         for trial in c.trials(campaign.id):
@@ -68,27 +69,29 @@ def test_a_script_tunes_a_function_with_ask_and_tell(agent_server: AgentServer) 
 
 
 def test_a_script_that_dies_mid_trial_loses_its_lease_and_the_trial_is_resumed(agent_server: AgentServer) -> None:
-    with hpcopt.Client(agent_server.target) as c:
+    with Client(agent_server.target) as c:
         campaign = c.create_campaign(script_spec(budget={"max_trials": 1, "max_parallel": 1}))
     # A script that reports fold 0 and a curve point, then dies without a word (no release).
     code = textwrap.dedent(f"""
         import os, hpcopt
-        with hpcopt.Client({agent_server.target!r}) as c:
+        with hpcopt.Client({agent_server.target!r}, timeout={scaled(30)}) as c:
             for trial in c.trials({campaign.id}):
                 trial.report(0, 1.5)
                 trial._agent.report_fold(trial._lease, 0, 1.25)
                 print(trial.id, flush=True)
                 os._exit(3)
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=mpi_env())
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(60), env=mpi_env()
+    )
     assert out.returncode == 3, dump(out)
     trial_id = int(out.stdout.split()[0])
     assert trial_json(agent_server, trial_id)["state"] == "RUNNING"
     # The heartbeats stopped with the process: the 4 s lease expires and the trial is requeued.
-    wait_for(lambda: trial_json(agent_server, trial_id)["state"] == "QUEUED", 20, "the lease to expire")
+    wait_for(lambda: trial_json(agent_server, trial_id)["state"] == "QUEUED", scaled(20), "the lease to expire")
     state = trial_json(agent_server, trial_id)
     assert state["state"] == "QUEUED" and state["attempt"] == 2, state
-    with hpcopt.Client(agent_server.target) as c:
+    with Client(agent_server.target) as c:
         for again in c.trials(campaign.id):
             assert again.id == trial_id and again.attempt == 2 and again.finished_folds == {0: 1.25}
             again.complete(folds=[None, 1.75])  # type: ignore[list-item]
@@ -108,10 +111,10 @@ def test_a_script_that_dies_mid_trial_loses_its_lease_and_the_trial_is_resumed(a
 def test_the_agent_refuses_quietly_at_four_ranks(
     agent_server: AgentServer, spec: dict[str, object] | None, extra: tuple[str, ...], message: str
 ) -> None:
-    from tests.agent.conftest import agent_spec
+    from tests.helpers.agents import agent_spec
 
     campaign = agent_server.submit(spec or agent_spec(folds=4))
-    result = agent_server.run_agent(4, campaign, *extra, timeout=120)
+    result = agent_server.run_agent(4, campaign, *extra, timeout=scaled(120))
     assert result.returncode == 2 and message in result.stderr, dump(result)
     # One line says why; no MPI_Abort screen follows it.
     assert "abort" not in (result.stdout + result.stderr).lower(), dump(result)
@@ -123,7 +126,7 @@ def test_the_example_script_runs(agent_server: AgentServer) -> None:
         [sys.executable, "examples/scripts/tune_function.py", "--server", agent_server.target, "--trials", "6"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
         cwd=ROOT,
         env=mpi_env(),
     )

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.agent.conftest import mpi_env, mpiexec_path
-from tests.conftest import IN_CI, ROOT
-from tests.netlock import network_lock
+from tests.helpers.agents import mpi_env, mpiexec_path
+from tests.helpers.env import IN_CI, ROOT, scaled
+from tests.helpers.netlock import network_lock
 
 sys.path.insert(0, str(ROOT / "benchmarks/training"))
 from netns import SlowLink, cleanup
@@ -58,7 +58,7 @@ def test_ranks_on_two_emulated_nodes_talk_mpi_and_gloo_across_the_rate_limited_l
             [mpiexec, "-n", "4", *link.launcher(per_node=2), sys.executable, "tests/agent/link_check.py"],
             capture_output=True,
             text=True,
-            timeout=240,
+            timeout=scaled(240),
             cwd=ROOT,
             env=link.rank_env(mpi_env()),
         )

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import AgentServer, agent_spec, mpi_env, trial_json, wait_for
-from tests.conftest import IN_CI, ROOT, timeout_scale
+from tests.helpers.agents import AgentServer, agent_spec, mpi_env, trial_json, wait_for
+from tests.helpers.env import IN_CI, ROOT, scaled, timeout_scale
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
@@ -25,7 +25,7 @@ def slurm() -> None:
     if shutil.which("sbatch") is None:
         problem = "Slurm is not installed (scripts/slurm/start.sh installs and starts it as root)"
     else:
-        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=scaled(30))
         if not any(s.strip().rstrip("*") in ("idle", "mix", "alloc") for s in out.stdout.split()):
             problem = f"the Slurm cluster is not up (sinfo: {out.stdout.strip() or out.stderr.strip()})"
     if problem:
@@ -68,14 +68,14 @@ def sbatch(
 
 
 def job_state(job: int) -> str:
-    out = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True, timeout=30)
+    out = subprocess.run(["scontrol", "show", "job", str(job)], capture_output=True, text=True, timeout=scaled(30))
     for word in out.stdout.split():
         if word.startswith("JobState="):
             return word.split("=", 1)[1]
     return "GONE"
 
 
-def wait_job(job: int, timeout: float = 240) -> str:
+def wait_job(job: int, timeout: float = scaled(240)) -> str:
     wait_for(lambda: job_state(job) not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"), timeout, f"job {job}")
     return job_state(job)
 
@@ -99,7 +99,7 @@ def test_the_sbatch_examples_complete_a_campaign(slurm: None, agent_server: Agen
     both = output(agent_server, one) + output(agent_server, two)
     assert "stopping after" in both and "the campaign is finished" in both, both
     # The agents registered with their Slurm job ids.
-    with urllib.request.urlopen(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=10) as r:
+    with urllib.request.urlopen(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=scaled(10)) as r:
         jobs = {a["slurm_job_id"] for a in json.loads(r.read())}
     assert {str(one), str(two)} <= jobs, jobs
 
@@ -115,7 +115,7 @@ def test_the_walltime_signal_preempts_and_the_job_exits_cleanly(slurm: None, age
         trials = agent_server.client().list_trials(campaign)
         return trials[0].id if trials and len(trial_json(agent_server, trials[0].id)["curves"]) >= 2 else None
 
-    trial = wait_for(running_trial, 120, "two epochs reported")
+    trial = wait_for(running_trial, scaled(120), "two epochs reported")
     # What --signal=B:USR1@120 does near the walltime: signal the batch script only.
     subprocess.run(["scancel", "--batch", "--signal=USR1", str(job)], check=True)
     assert wait_job(job) == "COMPLETED", output(agent_server, job)
@@ -136,7 +136,7 @@ def test_a_request_the_cluster_can_never_run_is_refused_at_submission(slurm: Non
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=30,
+        timeout=scaled(30),
         env=mpi_env(HPCOPT_SERVER="127.0.0.1:1"),
     )
     assert out.returncode != 0 and "More processors requested than permitted" in out.stderr, out
@@ -160,7 +160,7 @@ def test_a_short_walltime_stops_trials_in_time_and_the_job_ends_before_it(
     job = sbatch(
         agent_server, "agent.sbatch", campaign, "--reserve", "190", time=str(minutes), HPCOPT_TEST_STEP_SLEEP="0.3"
     )
-    assert wait_job(job, timeout=60 * minutes + 120) == "COMPLETED", output(agent_server, job)  # not TIMEOUT
+    assert wait_job(job, timeout=scaled(60) * minutes + 120) == "COMPLETED", output(agent_server, job)  # not TIMEOUT
     text = output(agent_server, job)
     assert "probing" in text and "planner:" in text, text
     stops = re.findall(r"stopping after \d+ trial\(s\): (.*)", text)

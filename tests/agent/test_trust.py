@@ -11,14 +11,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
 import pytest
 
 from hpcopt import ApiError
 from hpcopt_agent.task import TaskError, load_task
 from hpcopt_agent.trust import TaskPolicy, TaskRefused
-from tests.agent.conftest import AgentServer, agent_spec, dump
-from tests.conftest import ROOT
+from tests.helpers import web
+from tests.helpers.agents import AgentServer, agent_spec, dump
+from tests.helpers.env import ROOT, scaled
 
 pytestmark = [pytest.mark.mpi, pytest.mark.slow]
 
@@ -36,7 +36,7 @@ def test_a_module_outside_the_task_root_is_refused_without_importing_it() -> Non
         "    except TaskRefused as e:\n        print('REFUSED', e)\n"
         "print('this imported' if 'this' in sys.modules else 'this not imported')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=scaled(120))
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == len(REFUSED_MODULES) + 1, out.stdout
@@ -79,7 +79,7 @@ def test_the_server_refuses_what_is_never_a_task_reference_naming_the_field(agen
         with pytest.raises(ApiError) as err:
             agent_server.submit(agent_spec(task=ref))
         assert err.value.code == "INVALID_ARGUMENT" and "training.task" in str(err.value), (ref, err.value)
-        rest = httpx.post(agent_server.url + "/api/v1/campaigns", json=agent_spec(task=ref), timeout=30)
+        rest = web.post(agent_server.url + "/api/v1/campaigns", json=agent_spec(task=ref), timeout=scaled(30))
         assert rest.status_code == 422 and "training.task" in rest.text, (ref, rest.text)
 
 
@@ -95,12 +95,12 @@ def test_an_agent_refuses_a_task_its_owner_does_not_allow_and_tells_the_server(
     (outside / "payload.py").write_text("import os\nos.abort()\n")
     (root / "escape.py").symlink_to(outside / "payload.py")  # in the task root, pointing out of it
     campaign = agent_server.submit(agent_spec(task=ref, folds=4))
-    result = agent_server.run_agent(4, campaign, "--task-root", str(root), timeout=180)
+    result = agent_server.run_agent(4, campaign, "--task-root", str(root), timeout=scaled(180))
     assert result.returncode == 2, dump(result)
     assert "refusing to start: training.task" in result.stderr and why in result.stderr, dump(result)
     assert result.stderr.count("refusing to start") == 1 and "MPI_Abort" not in result.stderr, dump(result)
-    agents = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=30).json()
+    agents = web.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=scaled(30)).json()
     assert len(agents) == 1 and agents[0]["exited_at"] and agents[0]["gone"], agents
     assert agents[0]["exit_reason"].startswith("refused to start: training.task") and why in agents[0]["exit_reason"]
-    trials = httpx.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/trials", timeout=30).json()
+    trials = web.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/trials", timeout=scaled(30)).json()
     assert all(t["state"] == "QUEUED" for t in trials.get("trials", trials)), trials  # it took no trial

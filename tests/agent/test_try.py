@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import mpi_env
 from tests.agent.test_docs_blocks import docs_blocks
-from tests.conftest import ROOT
+from tests.helpers.agents import mpi_env
+from tests.helpers.env import ROOT, scaled
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(300)]
 
@@ -50,7 +50,12 @@ def agent_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = mpi_env()
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     return subprocess.run(
-        [sys.executable, "-m", "hpcopt_agent", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=240
+        [sys.executable, "-m", "hpcopt_agent", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=scaled(240),
     )
 
 
@@ -61,7 +66,9 @@ def test_the_guides_skeleton_trains_with_the_guides_try_command(tmp_path: Path) 
     (tmp_path / "mytask.py").write_text(skeleton)
     env = mpi_env()
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
-    out = subprocess.run(["bash", "-ec", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    out = subprocess.run(
+        ["bash", "-ec", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(240)
+    )
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     assert "trial: COMPLETED" in text and "fold 1: val_loss=" in text and "samples/s per fold:" in text
@@ -97,7 +104,7 @@ def test_bad_input_is_refused_naming_what_is_wrong(tmp_path: Path, args: list[st
 
 
 def test_four_ranks_run_under_mpiexec(tmp_path: Path) -> None:
-    from tests.agent.conftest import mpiexec_path
+    from tests.helpers.agents import mpiexec_path
 
     mpiexec_path()  # a failure under CI=true when MPI is missing
     (tmp_path / "mytask.py").write_text(docs_blocks("task-skeleton")[0][1])

@@ -13,7 +13,7 @@ from hpcopt_agent.runtime import parse_duration
 from hpcopt_agent.settings import SettingsError, TrainingSettings
 from hpcopt_agent.task import TaskError, load_task
 from hpcopt_agent.trust import TaskPolicy
-from tests.agent.conftest import agent_spec
+from tests.helpers.agents import agent_spec
 
 
 def test_layout_splits_world_into_groups_and_fold_groups() -> None:

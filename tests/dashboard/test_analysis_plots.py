@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from hpcopt_server.service.agents import Lease
-from tests.conftest import make_spec
-from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
-from tests.seed import TRUTH_SPACE, run_truth_campaign, seed_campaign
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.seed import TRUTH_SPACE, run_truth_campaign, seed_campaign
+from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import Page, Seeded, loaded
+from tests.helpers.dashboard import Page, Seeded, loaded
+from tests.helpers.env import scaled
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -58,8 +59,10 @@ def test_clear_clears_the_plot_and_the_next_drag_filters_to_its_own_range(
     for attempt, (top, bottom) in enumerate([(0.2, 0.45), (0.55, 0.8), (0.3, 0.5)]):
         page.page.evaluate("() => performance.clearMarks('hpcopt:table')")
         drag(page, 0, top, bottom)
-        page.page.wait_for_function("() => location.hash.includes('brush=lr')", timeout=30_000)
-        page.page.wait_for_function("() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=60_000)
+        page.page.wait_for_function("() => location.hash.includes('brush=lr')", timeout=scaled(30_000))
+        page.page.wait_for_function(
+            "() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=scaled(60_000)
+        )
         lo, hi = span(page, 0)
         assert not isinstance(lo, list), f"attempt {attempt}: one range on the axis: {span(page, 0)}"
         lrs = table_lrs(page)
@@ -67,12 +70,14 @@ def test_clear_clears_the_plot_and_the_next_drag_filters_to_its_own_range(
         assert len(page.page.evaluate(HIGHLIGHT, 0)) == 1, "the plot shows the range"
         page.page.evaluate("() => performance.clearMarks('hpcopt:table')")
         page.page.click("#clear-brush")
-        page.page.wait_for_function("() => !location.hash.includes('brush=')", timeout=30_000)
-        page.page.wait_for_function("() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=60_000)
+        page.page.wait_for_function("() => !location.hash.includes('brush=')", timeout=scaled(30_000))
+        page.page.wait_for_function(
+            "() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=scaled(60_000)
+        )
         assert span(page, 0) in (None, []), f"attempt {attempt}: the plot keeps the range {span(page, 0)}"
         # Plotly draws the axis at its next frame: wait for it, then the check can fail.
         try:
-            page.page.wait_for_function(f"() => ({HIGHLIGHT})(0).length === 0", timeout=10_000)
+            page.page.wait_for_function(f"() => ({HIGHLIGHT})(0).length === 0", timeout=scaled(10_000))
         except Exception as err:
             shown = page.page.evaluate(HIGHLIGHT, 0)
             raise AssertionError(f"attempt {attempt}: the axis still shows a range {shown}") from err
@@ -85,12 +90,12 @@ def test_a_second_drag_on_an_axis_replaces_the_first_range(page: Page, seeded: S
     page.open(f"/campaign/{seeded.small}")
     loaded(page)
     drag(page, 0, 0.1, 0.3)
-    page.page.wait_for_function("() => location.hash.includes('brush=lr')", timeout=30_000)
+    page.page.wait_for_function("() => location.hash.includes('brush=lr')", timeout=scaled(30_000))
     first = span(page, 0)
     page.page.evaluate("() => performance.clearMarks('hpcopt:table')")
     drag(page, 0, 0.6, 0.85)
-    page.page.wait_for_function(f"() => !location.hash.includes({f'lr~{first[0]:.6g}'!r})", timeout=30_000)
-    page.page.wait_for_function("() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=60_000)
+    page.page.wait_for_function(f"() => !location.hash.includes({f'lr~{first[0]:.6g}'!r})", timeout=scaled(30_000))
+    page.page.wait_for_function("() => performance.getEntriesByName('hpcopt:table').length > 0", timeout=scaled(60_000))
     lo, hi = span(page, 0)
     assert not isinstance(lo, list) and hi < first[0], (first, lo, hi)
     lrs = table_lrs(page)

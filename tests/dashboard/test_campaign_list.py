@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import make_spec
-from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.timeout(240)
 NAMES = "() => [...document.querySelectorAll('#campaigns tbody tr[data-id] td:nth-child(2)')].map(t => t.innerText)"

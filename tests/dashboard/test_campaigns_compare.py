@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
-from tests.seed import seed_campaign
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.seed import seed_campaign
 
 pytestmark = pytest.mark.timeout(240)
 

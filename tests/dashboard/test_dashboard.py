@@ -7,12 +7,12 @@ import io
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from hpcopt_server import domain as d
 from hpcopt_server.service.agents import Lease
-from tests.dashboard.conftest import ARTIFACTS, Page, Seeded, assert_calm, make_page
+from tests.helpers import web
+from tests.helpers.dashboard import ARTIFACTS, Page, Seeded, assert_calm, make_page
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -230,8 +230,8 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, dic
     from hpcopt_server.service import Service
     from hpcopt_server.storage.migrate import upgrade
     from hpcopt_server.storage.repository import Storage
-    from tests.conftest import run_live_server
-    from tests.seed import seed_campaign
+    from tests.helpers.live import run_live_server
+    from tests.helpers.seed import seed_campaign
 
     url = f"sqlite:///{tmp_path_factory.mktemp('dash-auth') / 'hpcopt.db'}"
     upgrade(url)
@@ -270,7 +270,7 @@ def test_with_auth_on_a_read_token_can_view_but_not_cancel(
     assert "read-ui" in page.page.inner_text("#whoami")
     page.page.screenshot(path=str(ARTIFACTS / "read-only-token.png"), full_page=True)
     # The API agrees: the same token cannot cancel.
-    denied = httpx.post(
+    denied = web.post(
         f"{server.http_url}/api/v1/campaigns/{cid}/cancel", headers={"authorization": f"Bearer {tokens['read']}"}
     )
     assert denied.status_code == 403
@@ -283,7 +283,7 @@ def test_with_auth_on_a_read_token_can_view_but_not_cancel(
 
 
 def test_a_scheme_search_is_coloured_by_scheme_and_the_trial_page_names_its_knobs(page: Page, seeded: Seeded) -> None:
-    from tests.conftest import make_spec
+    from tests.helpers.specs import make_spec
 
     service = seeded.service
     spec = make_spec(
@@ -332,7 +332,7 @@ def test_a_scheme_search_is_coloured_by_scheme_and_the_trial_page_names_its_knob
 def test_a_pruned_trial_page_says_why_and_the_campaign_names_its_pruner_and_warm_start(
     page: Page, seeded: Seeded
 ) -> None:
-    from tests.conftest import make_spec
+    from tests.helpers.specs import make_spec
 
     service = seeded.service
     spec = make_spec(name="pruned", folds=2, pruner={"name": "asha", "options": {"reduction_factor": 2}})
@@ -361,7 +361,7 @@ def test_a_pruned_trial_page_says_why_and_the_campaign_names_its_pruner_and_warm
 def test_a_multi_objective_campaign_plots_its_pareto_front_and_a_trial_shows_its_objectives(
     page: Page, seeded: Seeded
 ) -> None:
-    from tests.conftest import make_spec
+    from tests.helpers.specs import make_spec
 
     service = seeded.service
     objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "seconds", "direction": "minimize"}]
@@ -396,7 +396,7 @@ def test_a_10000_trial_campaign_left_open_redraws_nothing_until_a_trial_finishes
 def test_another_users_campaign_is_read_only_in_the_dashboard(
     secured_page: Page, secured: tuple[Any, dict[str, str], int]
 ) -> None:
-    from tests.conftest import make_spec
+    from tests.helpers.specs import make_spec
 
     server, tokens, _ = secured
     owner, _ = server.service.tokens.create("owner-ui", ["submit"])
@@ -415,7 +415,7 @@ def test_another_users_campaign_is_read_only_in_the_dashboard(
     )
     assert page.page.locator("#note-edit").count() == 0
     # The server agrees, whatever the page shows.
-    denied = httpx.post(
+    denied = web.post(
         f"{server.http_url}/api/v1/campaigns/{cid}/pause", headers={"authorization": f"Bearer {tokens['submit']}"}
     )
     assert denied.status_code == 403 and "owner-ui" in denied.json()["detail"]

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from hpcopt import AgentClient
 from hpcopt_server import domain as d
 from hpcopt_server.service.agents import Lease
-from tests.conftest import make_spec
-from tests.dashboard.conftest import DRAWS, Page, Seeded, assert_calm, finish_one, loaded, make_page, seed_and_serve
+from tests.helpers.clients import AgentClient
+from tests.helpers.dashboard import DRAWS, Page, Seeded, assert_calm, finish_one, loaded, make_page, seed_and_serve
+from tests.helpers.env import scaled
+from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -105,7 +106,7 @@ def test_brushing_filters_the_table_highlights_the_history_and_survives_refreshe
     # Refreshes and a new completed trial (which redraws the parallel coordinates) keep it.
     page.page.wait_for_timeout(3 * POLL_MS)
     finish_one(seeded.service, seeded.small, 50.0)
-    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-parcoords')", timeout=30_000)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-parcoords')", timeout=scaled(30_000))
     kept = page.page.evaluate("() => document.getElementById('plot-parcoords').data[0].dimensions[0].constraintrange")
     assert kept and [round(v, 6) for v in (kept[0] if isinstance(kept[0], list) else kept)] == [-3, -1]
     # And a reload (the brush is in the URL).
@@ -243,7 +244,7 @@ def test_a_lost_server_shows_disconnected_and_the_page_recovers(page: Page, seed
     assert "bad" in (page.page.get_attribute("#conn", "class") or "")
     page.page.unroute("**/api/v1/**")
     page.page.wait_for_function(
-        "() => (document.getElementById('conn')?.textContent ?? '').startsWith('updated')", timeout=10_000
+        "() => (document.getElementById('conn')?.textContent ?? '').startsWith('updated')", timeout=scaled(10_000)
     )
     _quiet(page, "ERR_FAILED", "Failed to fetch")
 
@@ -464,7 +465,7 @@ def _tick_labels(page: Page, plot: str, axis: str) -> list[str]:
     """The axis' tick labels once the plot has drawn at least three (a plot can have its
     data before Plotly has laid its axes out: on a loaded machine the slices had none)."""
     ticks = "([id, axis]) => [...document.querySelectorAll(`#${CSS.escape(id)} .${axis}tick text`)]"
-    page.page.wait_for_function(f"(a) => ({ticks})(a).length >= 3", arg=[plot, axis], timeout=30_000)
+    page.page.wait_for_function(f"(a) => ({ticks})(a).length >= 3", arg=[plot, axis], timeout=scaled(30_000))
     return list(page.page.evaluate(f"(a) => ({ticks})(a).map((t) => t.textContent)", [plot, axis]))
 
 
@@ -675,8 +676,8 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str
     from hpcopt_server.service import Service
     from hpcopt_server.storage.migrate import upgrade
     from hpcopt_server.storage.repository import Storage
-    from tests.conftest import run_live_server
-    from tests.seed import seed_campaign
+    from tests.helpers.live import run_live_server
+    from tests.helpers.seed import seed_campaign
 
     url = f"sqlite:///{tmp_path_factory.mktemp('dash-token') / 'hpcopt.db'}"
     upgrade(url)

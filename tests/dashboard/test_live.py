@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from hpcopt_server.service.agents import Lease
-from tests.dashboard.conftest import DRAWS, Page, Seeded, finish_one, loaded, make_page, seed_and_serve
-from tests.seed import seed_campaign
+from tests.helpers.dashboard import DRAWS, Page, Seeded, finish_one, loaded, make_page, seed_and_serve
+from tests.helpers.env import scaled
+from tests.helpers.seed import seed_campaign
 
 pytestmark = pytest.mark.timeout(240)
 POLL_MS = 500
@@ -73,16 +74,16 @@ def test_after_a_live_redraw_the_plots_say_how_old_they_are_and_redraw_on_demand
     # The first trial to finish after the page opened shows at once ...
     page.page.evaluate("() => performance.clearMarks()")
     finish_one(seeded.service, cid, 0.01, folds=3)
-    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=60_000)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=scaled(60_000))
     # ... the next waits for the redraw's cost, and the page says so.
     page.page.evaluate("() => performance.clearMarks()")
     finish_one(seeded.service, cid, 0.02, folds=3)
-    page.page.locator("#redraw-now").wait_for(timeout=30_000)
+    page.page.locator("#redraw-now").wait_for(timeout=scaled(30_000))
     note = page.page.inner_text("#plots-asof")
     assert "1 completed trial ago" in note and "redraw now" in note, note
     assert "plot-history" not in page.page.evaluate(DRAWS)
     page.page.click("#redraw-now")
-    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=60_000)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=scaled(60_000))
     history = page.plot("plot-history")
     assert any(0.02 in (t.get("y") or []) for t in history), "the new trial is drawn"
-    page.page.locator("#redraw-now").wait_for(state="detached", timeout=30_000)
+    page.page.locator("#redraw-now").wait_for(state="detached", timeout=scaled(30_000))

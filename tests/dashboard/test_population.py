@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import make_spec
-from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
-from tests.seed import checkpoint_uri
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.seed import checkpoint_uri
+from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.timeout(180)
 

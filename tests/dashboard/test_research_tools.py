@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import run_live_server
-from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
-from tests.seed import run_truth_campaign, seed_campaign
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.env import scaled
+from tests.helpers.live import run_live_server
+from tests.helpers.seed import run_truth_campaign, seed_campaign
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -299,7 +300,7 @@ def test_importance_bars_rank_a_conditional_campaign_as_the_truth_does(page: Pag
                 "() => document.getElementById('importance-note')?.textContent.includes('where it is active')"
             )
         page.page.wait_for_function(
-            f"() => document.getElementById('importance-note')?.textContent.includes({says!r})", timeout=60_000
+            f"() => document.getElementById('importance-note')?.textContent.includes({says!r})", timeout=scaled(60_000)
         )
         bars = page.wait_plot("plot-importance")[0]
         shares = dict(zip(bars["y"], bars["x"], strict=True))

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from hpcopt_server.service.agents import Lease
-from tests.conftest import make_spec
-from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from hpcopt_server import domain as d
-from tests.dashboard.conftest import LOADED, Page, Seeded, make_page, seed_and_serve
+from tests.helpers.dashboard import LOADED, Page, Seeded, make_page, seed_and_serve
+from tests.helpers.env import scaled
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -34,7 +35,7 @@ def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterat
 def _leave_while(page: Page, wanted: Callable[[Any], bool], act: Callable[[], None], to: str = "/") -> None:
     """Starts the request ``act`` provokes (or waits for the page to make it), leaves
     for ``to`` before its answer arrives, and waits until that answer was handled."""
-    with page.page.expect_request(wanted, timeout=30_000) as got:
+    with page.page.expect_request(wanted, timeout=scaled(30_000)) as got:
         act()
     page.page.evaluate("(hash) => { location.hash = hash; }", f"#{to}")
     got.value.response()  # the late answer, arriving on the next page
@@ -42,7 +43,7 @@ def _leave_while(page: Page, wanted: Callable[[Any], bool], act: Callable[[], No
 
 
 def _list_drawn(page: Page) -> None:
-    page.page.locator("#campaigns tbody tr[data-id]").first.wait_for(timeout=30_000)
+    page.page.locator("#campaigns tbody tr[data-id]").first.wait_for(timeout=scaled(30_000))
 
 
 @pytest.mark.parametrize("late", ["/importance", "/timeline", "/curves", "/plot?", "/running"])
@@ -55,12 +56,12 @@ def test_leaving_the_campaign_page_while_an_answer_is_late_raises_no_error(
 
 def test_a_sort_or_a_curve_choice_then_leaving_raises_no_error(page: Page, seeded: Seeded) -> None:
     page.open(f"/campaign/{seeded.small}")
-    page.page.wait_for_function(LOADED, timeout=60_000)
+    page.page.wait_for_function(LOADED, timeout=scaled(60_000))
     sort = page.page.locator("#trials thead th[data-sort=number]")
     _leave_while(page, lambda r: "/trials?" in r.url and "sort=number" in r.url, sort.click)
     _list_drawn(page)
     page.open(f"/campaign/{seeded.small}")
-    page.page.wait_for_function(LOADED, timeout=60_000)
+    page.page.wait_for_function(LOADED, timeout=scaled(60_000))
     box = page.page.locator("#trials tbody input.pick").first
     _leave_while(page, lambda r: "/curves?number=" in r.url, box.check)
     _list_drawn(page)
@@ -74,7 +75,7 @@ def test_a_trial_page_left_before_it_loads_and_the_campaign_page_after_it_draw(p
     _leave_while(
         page, lambda r: f"/trials/{number}" in r.url, lambda: page.open(trial_page), to=f"/campaign/{seeded.small}"
     )
-    page.page.wait_for_function(LOADED, timeout=60_000)
+    page.page.wait_for_function(LOADED, timeout=scaled(60_000))
     assert page.page.inner_text("#campaign-title") == "mlp-small"
     assert page.page.locator("#trial-title").count() == 0, "the late trial answer drew nothing"
 
@@ -92,14 +93,14 @@ def test_cancel_confirmed_then_leaving_before_the_answer_cancels_and_raises_no_e
     page: Page, seeded: Seeded
 ) -> None:
     page.open(f"/campaign/{seeded.spare}")
-    page.page.wait_for_function("() => document.getElementById('cancel')?.disabled === false", timeout=60_000)
+    page.page.wait_for_function("() => document.getElementById('cancel')?.disabled === false", timeout=scaled(60_000))
     page.page.once("dialog", lambda dialog: dialog.accept())
     _leave_while(page, lambda r: r.url.endswith("/cancel") and r.method == "POST", page.page.locator("#cancel").click)
     _list_drawn(page)
     state = f"#campaigns tbody tr[data-id='{seeded.spare}'] td:nth-child(3) .badge"
     row = page.page.locator(state)
     page.page.wait_for_function(
-        "(sel) => document.querySelector(sel)?.textContent === 'CANCELLED'", arg=state, timeout=30_000
+        "(sel) => document.querySelector(sel)?.textContent === 'CANCELLED'", arg=state, timeout=scaled(30_000)
     )
     assert row.inner_text() == "CANCELLED"
     assert seeded.service.campaigns.get(seeded.spare).campaign.state == d.CampaignState.CANCELLED

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from hpcopt_server import domain as d
-from tests.conftest import make_spec
-from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -28,7 +28,7 @@ def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterat
 
 @pytest.fixture
 def agent(seeded: Seeded) -> Iterator[Any]:
-    from hpcopt import AgentClient
+    from tests.helpers.clients import AgentClient
 
     with AgentClient(seeded.server.grpc_target) as client:
         yield client

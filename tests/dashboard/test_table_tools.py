@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
-from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
+from tests.helpers import web
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
 
 pytestmark = pytest.mark.timeout(240)
 TOTAL = "() => Number((document.getElementById('page-info')?.textContent ?? '').match(/· (\\d+) trials/)?.[1])"
@@ -29,7 +29,7 @@ def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterat
 
 def _trials(seeded: Seeded, **params: Any) -> dict[str, Any]:
     url = f"{seeded.server.http_url}/api/v1/campaigns/{seeded.small}/trials"
-    body: dict[str, Any] = httpx.get(url, params={"limit": 1000, **params}).json()
+    body: dict[str, Any] = web.get(url, params={"limit": 1000, **params}).json()
     return body
 
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.dashboard.conftest import Page, Seeded, make_page, seed_and_serve
-from tests.seed import MIXED_RESULTS, run_mixed_campaign
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.seed import MIXED_RESULTS, run_mixed_campaign
 
 pytestmark = pytest.mark.timeout(240)
 NONE = "\u2013"  # the dashboard's en dash: no value

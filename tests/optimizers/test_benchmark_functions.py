@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT, scaled
 
 sys.path.insert(0, str(ROOT / "benchmarks/optimizers"))
 from functions import _GALLAGHER_PEAKS, _RUGGED_CENTRE, ALL_FUNCTIONS, FUNCTIONS, HELD_OUT
@@ -80,13 +80,13 @@ def test_quality_runs_the_held_out_functions_and_names_an_unknown_one() -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=scaled(300),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [line.split()[0] for line in out.stdout.splitlines() if line.split()[:1] and line.split()[0] in HELD_OUT]
     assert rows == list(HELD_OUT), out.stdout
     bad = subprocess.run(
-        [sys.executable, script, "--functions", "branin,nope"], capture_output=True, text=True, timeout=60
+        [sys.executable, script, "--functions", "branin,nope"], capture_output=True, text=True, timeout=scaled(60)
     )
     assert bad.returncode == 2 and "--functions: unknown nope" in bad.stderr, bad.stderr
 
@@ -128,7 +128,7 @@ def test_quality_pairs_each_optimizer_with_the_first_by_seed(tmp_path: Path) -> 
         "--json",
         str(runs),
     ]
-    out = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=scaled(300))
     assert out.returncode == 0, out.stderr[-3000:]
     data = json.loads(runs.read_text())
     made_on = data.pop("_machine")
@@ -143,7 +143,7 @@ def test_quality_pairs_each_optimizer_with_the_first_by_seed(tmp_path: Path) -> 
     assert out.stdout.startswith("machine: cpu ") and made_on["cpu"] in out.stdout.splitlines()[0], out.stdout[:500]
     assert "differs" not in out.stderr, out.stderr[-2000:]
     runs.write_text(json.dumps({**data, "_machine": {**made_on, "cpu": "another CPU"}}))
-    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(command, capture_output=True, text=True, timeout=scaled(300))
     assert again.returncode == 0 and "were made on cpu another CPU" in again.stderr, again.stderr[-2000:]
     assert json.loads(runs.read_text())["_machine"]["cpu"] == "another CPU"  # the runs' machine, kept
 
@@ -171,7 +171,7 @@ def test_quality_at_reads_the_best_regret_after_that_share_of_the_budget(tmp_pat
     ]
     half, final = tmp_path / "half.json", tmp_path / "final.json"
     outs = [
-        subprocess.run(command, capture_output=True, text=True, timeout=300)
+        subprocess.run(command, capture_output=True, text=True, timeout=scaled(300))
         for command in ([*base, "--at", "0.5", "--json", str(half)], [*base, "--json", str(final)])
     ]
     assert [out.returncode for out in outs] == [0, 0], outs[0].stderr[-3000:] + outs[1].stderr[-3000:]
@@ -195,10 +195,10 @@ def test_quality_at_reads_the_best_regret_after_that_share_of_the_budget(tmp_pat
         assert all(halves[s] >= ends[s] for s in ends) and any(halves[s] > ends[s] for s in ends), (halves, ends)
 
     # A file of half-way regrets is not resumed as final ones, and a share must be in (0, 1].
-    mixed = subprocess.run([*base, "--json", str(half)], capture_output=True, text=True, timeout=120)
+    mixed = subprocess.run([*base, "--json", str(half)], capture_output=True, text=True, timeout=scaled(120))
     assert mixed.returncode == 2 and "holds regrets at --at 0.5, not 1" in mixed.stderr, mixed.stderr[-2000:]
     for bad in ("0", "1.5", "half"):
-        out = subprocess.run([*base, "--at", bad], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([*base, "--at", bad], capture_output=True, text=True, timeout=scaled(60))
         assert out.returncode == 2 and "argument --at" in out.stderr and "(0, 1]" in out.stderr, out.stderr
 
 
@@ -247,7 +247,7 @@ def test_batch_rounds_stops_each_run_at_the_sequential_target_and_names_bad_argu
     store = tmp_path / "rounds.json"
     base = [sys.executable, script, "--functions", "branin", "--seeds", "3", "--procs", "1"]
     base += ["--only", "ea,random", "--reference", "random", "--pending", "4"]
-    out = subprocess.run([*base, "--json", str(store)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([*base, "--json", str(store)], capture_output=True, text=True, timeout=scaled(300))
     assert out.returncode == 0, out.stderr[-3000:]
     stored = json.loads(store.read_text())
     fn = ALL_FUNCTIONS["branin"]
@@ -274,7 +274,7 @@ def test_batch_rounds_stops_each_run_at_the_sequential_target_and_names_bad_argu
     # Resumed, nothing runs again; on another machine it says so.
     stored["_machine"] = {**stored["_machine"], "cpu": "another CPU"}
     store.write_text(json.dumps(stored))
-    again = subprocess.run([*base, "--json", str(store)], capture_output=True, text=True, timeout=120)
+    again = subprocess.run([*base, "--json", str(store)], capture_output=True, text=True, timeout=scaled(120))
     assert again.returncode == 0 and "were made on cpu another CPU" in again.stderr, again.stderr[-2000:]
     assert "batch runs" not in again.stderr, again.stderr[-2000:]
     for bad, says in (
@@ -285,5 +285,5 @@ def test_batch_rounds_stops_each_run_at_the_sequential_target_and_names_bad_argu
         (["--reference", "nope"], "--reference: 'nope'"),
         (["--cap", "0.5"], "--cap: 0.5"),
     ):
-        err = subprocess.run([*base, *bad], capture_output=True, text=True, timeout=60)
+        err = subprocess.run([*base, *bad], capture_output=True, text=True, timeout=scaled(60))
         assert err.returncode == 2 and says in err.stderr, (bad, err.stderr[-2000:])

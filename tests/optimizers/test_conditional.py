@@ -17,7 +17,7 @@ from hpcopt_server.optimizers.encoding import Encoder
 from hpcopt_server.optimizers.sequences import GridSearch
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import Lease
-from tests.conftest import make_spec
+from tests.helpers.specs import make_spec
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 SPACE: dict[str, Any] = {

@@ -10,7 +10,8 @@ from hpcopt_server.service import Service
 from hpcopt_server.service.agents import Lease
 from hpcopt_server.service.suggestions import OptimizerCache
 from hpcopt_server.storage.results import ResultStore
-from tests.conftest import make_spec
+from tests.helpers.env import scaled
+from tests.helpers.specs import make_spec
 
 
 @pytest.mark.parametrize("algorithm", ["bo", "ea", "sobol", "grid", "skopt"])
@@ -107,7 +108,7 @@ def test_a_restarted_server_rebuilds_running_optimizers_before_the_first_acquisi
                     service.agents.report_fold(lease, k, 1.0)
             service.agents.complete(lease)
     service.ctx.optimizers = OptimizerCache()  # a restart
-    service.warm_optimizers().join(timeout=120)
+    service.warm_optimizers().join(timeout=scaled(120))
     entries = service.ctx.optimizers._entries
     assert set(entries) == {running.id} and entries[running.id].seen_seq == 6  # the finished campaign is left cold
     reads: list[int] = []

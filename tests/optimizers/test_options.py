@@ -13,7 +13,7 @@ from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.optimizers import REGISTRY as ALGORITHMS
 from hpcopt_server.pruners import REGISTRY as PRUNERS
 from hpcopt_server.service.campaigns import validate_spec
-from tests.conftest import make_spec
+from tests.helpers.specs import make_spec
 
 
 def _bad_values(o: Option) -> list[Any]:

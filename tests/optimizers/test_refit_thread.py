@@ -16,6 +16,8 @@ import textwrap
 
 import pytest
 
+from tests.helpers.env import scaled
+
 CHILD = textwrap.dedent(
     """
     import time
@@ -63,7 +65,7 @@ CHILD = textwrap.dedent(
 @pytest.mark.slow
 def test_a_process_that_ends_during_a_background_refit_exits_cleanly() -> None:
     for _ in range(6):  # each run aborted with odds of 1/2 to 2/3 before the fix
-        out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=300)
+        out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=scaled(300))
         assert "exiting during a refit" in out.stdout, out.stderr
         assert "terminate called" not in out.stderr
         assert out.returncode == 0, out.stderr[-3000:]

@@ -25,7 +25,8 @@ from hpcopt_server.storage import models as m
 from hpcopt_server.storage.agent_calls import DONE, PAUSED, WAIT, AgentCalls, FoldDone, Refused, Reported
 from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import make_spec
+from tests.helpers.env import scaled
+from tests.helpers.specs import make_spec
 
 NOW = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
 LATER = NOW + timedelta(seconds=60)
@@ -504,7 +505,7 @@ def test_a_completion_that_loses_its_trial_under_the_lock_takes_no_count(pg_url:
                 raise AssertionError("the completion never waited for the campaign's lock")
         other.commit()
         other.close()
-        t.join(timeout=60)
+        t.join(timeout=scaled(60))
         assert len(got) == 1 and isinstance(got[0], Refused) and got[0].why == Refusal.NOT_HOLDER
         trial = _row(svc, lease.trial_id)
         with svc.ctx.storage.read() as tx:
@@ -523,9 +524,9 @@ def test_the_migration_clears_the_values_that_were_never_results(
     """Migration 0011: the values the old SQLite path wrote into running, queued and
     failed trials and into open folds go; a COMPLETED trial's result, a PRUNED one's
     value reached and a finished fold's value stay."""
-    from tests.conftest import _fresh_pg_database
+    from tests.helpers.pg import fresh_pg_database
 
-    fresh = _fresh_pg_database(request.getfixturevalue("pg_admin")) if backend == "postgresql" else None
+    fresh = fresh_pg_database(request.getfixturevalue("pg_admin")) if backend == "postgresql" else None
     url = next(fresh) if fresh is not None else f"sqlite:///{tmp_path / 'old.db'}"
     try:
         upgrade(url, "0010")

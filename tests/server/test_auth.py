@@ -18,7 +18,10 @@ from hpcopt.v1 import agent_pb2, campaign_pb2
 from hpcopt_server.service import Service
 from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import LiveServer, free_port, make_spec, run_live_server
+from tests.helpers import web
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer, free_port, run_live_server
+from tests.helpers.specs import make_spec
 
 SCOPES = ("read", "submit", "agent", "admin")
 
@@ -76,7 +79,7 @@ def secured(tmp_path: Path) -> Iterator[tuple[LiveServer, dict[str, str], int]]:
 @pytest.mark.slow
 def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[str, str], int]) -> None:
     server, tokens, cid = secured
-    export = httpx.get(
+    export = web.get(
         f"{server.http_url}/api/v1/campaigns/{cid}/export", headers={"authorization": f"Bearer {tokens['read']}"}
     ).json()
     bodies: dict[str, Any] = {
@@ -87,7 +90,7 @@ def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[st
     }
     documented = {
         (m.upper(), p)
-        for p, ops in httpx.get(f"{server.http_url}/openapi.json").json()["paths"].items()
+        for p, ops in web.get(f"{server.http_url}/openapi.json").json()["paths"].items()
         for m in ops
         if (p.startswith("/api/") or p == "/metrics") and p != "/api/v1/whoami"
     }
@@ -100,7 +103,7 @@ def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[st
 
         def call(token: str | None, url: str = url, method: str = method, body: Any = body) -> httpx.Response:
             headers = {"authorization": f"Bearer {token}"} if token else {}
-            return httpx.request(method, url, json=body, headers=headers)
+            return web.request(method, url, json=body, headers=headers)
 
         assert call(None).status_code == 401, path
         assert call("hpc_not-a-token").status_code == 401, path
@@ -108,14 +111,14 @@ def test_every_rest_endpoint_checks_its_scope(secured: tuple[LiveServer, dict[st
         assert denied.status_code == 403 and needed in denied.json()["detail"], path
         for scope in (needed, "admin"):
             assert call(tokens[scope]).status_code not in (401, 403), (path, scope)
-    assert httpx.get(f"{server.http_url}/healthz").status_code == 200  # open for probes
+    assert web.get(f"{server.http_url}/healthz").status_code == 200  # open for probes
     # /whoami is open: it tells a client whether it needs a token and what its token may do.
     agents = server.grpc_target  # where agents connect: the dashboard's "start an agent" command uses it
-    open_ = httpx.get(f"{server.http_url}/api/v1/whoami").json()
+    open_ = web.get(f"{server.http_url}/api/v1/whoami").json()
     assert open_ == {"auth": True, "token": None, "scopes": [], "agent_server": agents}
-    bad = httpx.get(f"{server.http_url}/api/v1/whoami", headers={"authorization": "Bearer hpc_nope"}).json()
+    bad = web.get(f"{server.http_url}/api/v1/whoami", headers={"authorization": "Bearer hpc_nope"}).json()
     assert bad["token"] is None and bad["scopes"] == []
-    read = httpx.get(f"{server.http_url}/api/v1/whoami", headers={"authorization": f"Bearer {tokens['read']}"}).json()
+    read = web.get(f"{server.http_url}/api/v1/whoami", headers={"authorization": f"Bearer {tokens['read']}"}).json()
     assert read == {"auth": True, "token": "read-token", "scopes": ["read"], "agent_server": agents}
 
 
@@ -153,7 +156,7 @@ def test_every_rpc_checks_its_scope(secured: tuple[LiveServer, dict[str, str], i
             def code(token: str | None, call: Any = call, request_cls: Any = request_cls) -> grpc.StatusCode:
                 metadata = (("authorization", f"Bearer {token}"),) if token else ()
                 try:
-                    call(request_cls(), metadata=metadata, timeout=10)
+                    call(request_cls(), metadata=metadata, timeout=scaled(10))
                     return grpc.StatusCode.OK
                 except grpc.RpcError as exc:
                     return exc.code()  # type: ignore[no-any-return, attr-defined]
@@ -167,13 +170,15 @@ def test_every_rpc_checks_its_scope(secured: tuple[LiveServer, dict[str, str], i
 def test_revoked_tokens_stop_working(secured: tuple[LiveServer, dict[str, str], int]) -> None:
     server, tokens, _ = secured
     headers = {"authorization": f"Bearer {tokens['read']}"}
-    assert httpx.get(f"{server.http_url}/api/v1/campaigns", headers=headers).status_code == 200
+    assert web.get(f"{server.http_url}/api/v1/campaigns", headers=headers).status_code == 200
     token = next(t for t in server.service.tokens.list_all() if t.name == "read-token")
     server.service.tokens.revoke(token.id)
-    assert httpx.get(f"{server.http_url}/api/v1/campaigns", headers=headers).status_code == 401
+    assert web.get(f"{server.http_url}/api/v1/campaigns", headers=headers).status_code == 401
 
 
-def _server_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _server_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = scaled(60)
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hpcopt_server.cli", *args],
         capture_output=True,
@@ -229,12 +234,12 @@ def test_admin_token_from_the_environment_turns_auth_on(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        from tests.server.process import wait_healthy
+        from tests.helpers.process import wait_healthy
 
         wait_healthy(f"http://127.0.0.1:{port}", proc)
-        assert httpx.get(f"http://127.0.0.1:{port}/api/v1/campaigns").status_code == 401
-        ok = httpx.get(f"http://127.0.0.1:{port}/api/v1/campaigns", headers={"authorization": "Bearer hpc_from_env"})
+        assert web.get(f"http://127.0.0.1:{port}/api/v1/campaigns").status_code == 401
+        ok = web.get(f"http://127.0.0.1:{port}/api/v1/campaigns", headers={"authorization": "Bearer hpc_from_env"})
         assert ok.status_code == 200
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=scaled(30))

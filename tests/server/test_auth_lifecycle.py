@@ -7,30 +7,33 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from hpcopt import AgentClient, ApiError, Client
+from hpcopt import ApiError
 from hpcopt_server.errors import Unauthenticated
 from hpcopt_server.service import Service
 from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import make_spec, run_live_server
-from tests.server.process import ServerProcess
+from tests.helpers import web
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled
+from tests.helpers.live import run_live_server
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
 from tests.server.test_auth import _server_cli
 
 
 def _unauthenticated_calls_are_refused(server: ServerProcess, secret: str | None = None) -> None:
-    who = httpx.get(server.http_url + "/api/v1/whoami").json()
+    who = web.get(server.http_url + "/api/v1/whoami").json()
     assert who["auth"] is True
-    assert httpx.post(server.http_url + "/api/v1/campaigns", json=make_spec()).status_code == 401
-    with Client(server.grpc_target, timeout=10) as c, pytest.raises(ApiError) as info:
+    assert web.post(server.http_url + "/api/v1/campaigns", json=make_spec()).status_code == 401
+    with Client(server.grpc_target, timeout=scaled(10)) as c, pytest.raises(ApiError) as info:
         c.list_campaigns()
     assert info.value.code == "UNAUTHENTICATED"
     if secret is not None:
         headers = {"authorization": f"Bearer {secret}"}
-        assert httpx.get(server.http_url + "/api/v1/campaigns", headers=headers).status_code == 401
+        assert web.get(server.http_url + "/api/v1/campaigns", headers=headers).status_code == 401
 
 
 @pytest.mark.slow
@@ -41,7 +44,7 @@ def test_revoking_the_last_token_never_opens_a_server_bound_beyond_loopback(tmp_
     secret = created.stdout.strip()
     with ServerProcess(db, host="0.0.0.0") as server:
         headers = {"authorization": f"Bearer {secret}"}
-        assert httpx.get(server.http_url + "/api/v1/campaigns", headers=headers).status_code == 200
+        assert web.get(server.http_url + "/api/v1/campaigns", headers=headers).status_code == 200
         revoked = _server_cli("token", "revoke", "--db", db, "1")
         assert revoked.returncode == 0 and "no active admin token is left" in revoked.stderr
         assert "token create --db" in revoked.stderr  # the recovery path is printed
@@ -50,7 +53,7 @@ def test_revoking_the_last_token_never_opens_a_server_bound_beyond_loopback(tmp_
         # Recovery: whoever can reach the database mints a new admin token.
         again = _server_cli("token", "create", "--db", db, "--name", "ops2", "--scope", "admin")
         fresh = {"authorization": f"Bearer {again.stdout.strip()}"}
-        assert httpx.post(server.http_url + "/api/v1/campaigns", json=make_spec(), headers=fresh).status_code == 201
+        assert web.post(server.http_url + "/api/v1/campaigns", json=make_spec(), headers=fresh).status_code == 201
     assert "auth on; 1 active token(s)" in _server_cli("auth", "status", "--db", db).stdout
 
 
@@ -69,10 +72,10 @@ def test_only_an_explicit_command_opens_a_server(tmp_path: Path) -> None:
         assert opened.returncode == 0 and "auth off" in opened.stdout
         _unauthenticated_calls_are_refused(server)  # past the cache too: the next test
     with ServerProcess(db) as server:  # restarted after the explicit opening: open on loopback
-        assert httpx.get(server.http_url + "/api/v1/whoami").json()["auth"] is False
-        assert httpx.post(server.http_url + "/api/v1/campaigns", json=make_spec()).status_code == 201
+        assert web.get(server.http_url + "/api/v1/whoami").json()["auth"] is False
+        assert web.post(server.http_url + "/api/v1/campaigns", json=make_spec()).status_code == 201
     # Beyond loopback it refuses to start open.
-    out = _server_cli("serve", "--db", db, "--host", "0.0.0.0", "--port", "0", timeout=60)
+    out = _server_cli("serve", "--db", db, "--host", "0.0.0.0", "--port", "0", timeout=scaled(60))
     assert out.returncode == 2 and "refusing to serve on 0.0.0.0 without auth" in out.stderr
 
 
@@ -149,7 +152,7 @@ def two_agent_tokens(service: Any) -> Any:
 
 def test_an_agent_id_works_only_with_the_token_that_registered_it(two_agent_tokens: Any) -> None:
     server, secrets, cid = two_agent_tokens
-    a, b, admin = (AgentClient(server.grpc_target, token=secrets[k], timeout=10) for k in ("a", "b", "admin"))
+    a, b, admin = (AgentClient(server.grpc_target, token=secrets[k], timeout=scaled(10)) for k in ("a", "b", "admin"))
     try:
         agent_id = a.register(host="node-a", campaign_id=cid).agent_id
         lease = (a.acquire(agent_id, cid)).lease

@@ -17,14 +17,18 @@ import httpx
 import pytest
 from sqlalchemy import create_engine, text
 
-from hpcopt import AgentClient, ApiError, Client, Lease
+from hpcopt import ApiError, Lease
 from hpcopt.v1 import campaign_pb2
 from hpcopt_server.service import Service
 from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import _fresh_pg_database, make_spec
-from tests.hostile import alias_bomb
-from tests.server.process import ServerProcess
+from tests.helpers import web
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled
+from tests.helpers.hostile import alias_bomb
+from tests.helpers.pg import fresh_pg_database
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.slow
 
@@ -45,13 +49,13 @@ class Target:
 
     def rest(self, method: str, path: str, scope: str | None = "admin", **kw: Any) -> httpx.Response:
         headers = {**kw.pop("headers", {}), **({"authorization": f"Bearer {self.tokens[scope]}"} if scope else {})}
-        return httpx.request(method, self.server.http_url + path, headers=headers, timeout=30, **kw)
+        return web.request(method, self.server.http_url + path, headers=headers, timeout=scaled(30), **kw)
 
     def client(self, scope: str = "submit") -> Client:
-        return Client(self.server.grpc_target, token=self.tokens[scope], timeout=30)
+        return Client(self.server.grpc_target, token=self.tokens[scope], timeout=scaled(30))
 
     def agent(self) -> AgentClient:
-        return AgentClient(self.server.grpc_target, token=self.tokens["agent"], timeout=30)
+        return AgentClient(self.server.grpc_target, token=self.tokens["agent"], timeout=scaled(30))
 
     def counts(self) -> dict[str, int]:
         engine = create_engine(self.db)
@@ -68,7 +72,7 @@ def target(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     if request.param == "sqlite":
         db = f"sqlite:///{tmp_path_factory.mktemp('bad') / 'hpcopt.db'}"
     else:
-        pg = _fresh_pg_database(request.getfixturevalue("pg_admin"))
+        pg = fresh_pg_database(request.getfixturevalue("pg_admin"))
         db = next(pg)
     upgrade(db)
     storage = Storage(db)
@@ -99,7 +103,7 @@ def unchanged(target: Target) -> Iterator[None]:
     before = target.counts()
     yield
     assert target.counts() == before, "a refused request changed rows"
-    assert httpx.get(target.server.http_url + "/healthz", timeout=60.0).status_code == 200
+    assert web.get(target.server.http_url + "/healthz", timeout=scaled(60.0)).status_code == 200
 
 
 def _fields(response: httpx.Response) -> set[str]:
@@ -394,10 +398,10 @@ def test_errors_do_not_echo_long_input(target: Target, unchanged: None) -> None:
 
 
 def test_a_grpc_token_without_bearer_is_refused(target: Target) -> None:
-    with Client(target.server.grpc_target, timeout=30) as c:
+    with Client(target.server.grpc_target, timeout=scaled(30)) as c:
         metadata = (("authorization", target.tokens["read"]),)
         with pytest.raises(Exception) as info:
-            c._stub.ListCampaigns(campaign_pb2.ListCampaignsRequest(), metadata=metadata, timeout=30)
+            c._stub.ListCampaigns(campaign_pb2.ListCampaignsRequest(), metadata=metadata, timeout=scaled(30))
     assert "UNAUTHENTICATED" in str(info.value) and "Bearer" in str(info.value)
 
 

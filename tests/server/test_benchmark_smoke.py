@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT, scaled
 
 
 @pytest.mark.slow
@@ -25,7 +25,7 @@ def test_server_throughput_benchmark_runs_and_reports_no_errors() -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=scaled(240),
     )
     assert out.returncode == 0, out.stderr[-2000:]
     [row] = [line for line in out.stdout.splitlines() if line.startswith("hpcopt ")]

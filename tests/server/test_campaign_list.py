@@ -15,8 +15,12 @@ import grpc
 import httpx
 import pytest
 
-from hpcopt import ApiError, Client
-from tests.conftest import LiveServer, make_spec, run_live_server
+from hpcopt import ApiError
+from tests.helpers import web
+from tests.helpers.clients import Client
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer, run_live_server
+from tests.helpers.specs import make_spec
 
 
 @pytest.fixture
@@ -43,12 +47,12 @@ def _create_many(server: LiveServer, n: int) -> list[int]:
 def test_the_list_is_paged_newest_first_on_rest_grpc_and_the_client(live_server: LiveServer) -> None:
     ids = _create_many(live_server, 250)
     base = f"{live_server.http_url}/api/v1/campaigns"
-    first = httpx.get(base).json()
+    first = web.get(base).json()
     assert first["total"] == 250 and first["offset"] == 0 and first["limit"] == 100
     assert [c["id"] for c in first["campaigns"]] == ids[::-1][:100]
-    last = httpx.get(base, params={"offset": 200, "limit": 100}).json()
+    last = web.get(base, params={"offset": 200, "limit": 100}).json()
     assert [c["id"] for c in last["campaigns"]] == ids[::-1][200:]
-    r = httpx.get(base, params={"limit": 1001})
+    r = web.get(base, params={"limit": 1001})
     assert r.status_code == 422 and "limit" in r.text
     with Client(live_server.grpc_target) as c:
         assert [x.id for x in c.list_campaigns(limit=100)] == ids[::-1][:100]
@@ -75,7 +79,7 @@ def test_the_list_searches_filters_and_sorts_on_the_server_across_pages(live_ser
     base = f"{live_server.http_url}/api/v1/campaigns"
 
     def listed(**params: Any) -> tuple[list[str], int]:
-        body = httpx.get(base, params=params).json()
+        body = web.get(base, params=params).json()
         return [c["name"] for c in body["campaigns"]], body["total"]
 
     resnets = sorted((n for n in ids if n.startswith("Resnet")), key=str.lower)
@@ -93,7 +97,7 @@ def test_the_list_searches_filters_and_sorts_on_the_server_across_pages(live_ser
     assert listed(state=["CANCELLED", "COMPLETED"], q="mlp")[1] == 2
     # Progress: finished trials over the budget; none finished, so ties go newest first.
     assert listed(sort="progress", limit=3)[0] == [n for n, _ in sorted(ids.items(), key=lambda kv: -kv[1])][:3]
-    by_state = httpx.get(base, params={"sort": "state", "order": "asc", "limit": 3}).json()["campaigns"]
+    by_state = web.get(base, params={"sort": "state", "order": "asc", "limit": 3}).json()["campaigns"]
     assert [c["state"] for c in by_state] == ["CANCELLED"] * 3
     for bad, field in (
         ({"sort": "best"}, "sort"),
@@ -102,7 +106,7 @@ def test_the_list_searches_filters_and_sorts_on_the_server_across_pages(live_ser
         ({"q": "a\x1b[31m"}, "q"),
         ({"order": "up"}, "order"),
     ):
-        r = httpx.get(base, params=bad)
+        r = web.get(base, params=bad)
         assert r.status_code == 422, (bad, r.text)
         assert r.json()["errors"][0]["field"].startswith(field), (bad, r.json())
 
@@ -110,17 +114,20 @@ def test_the_list_searches_filters_and_sorts_on_the_server_across_pages(live_ser
 def test_the_cli_lists_a_page_and_says_how_to_see_the_rest(live_server: LiveServer) -> None:
     ids = _create_many(live_server, 60)
     cmd = [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, "list", "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(120))
     assert out.returncode == 0, out.stderr
     assert [c["id"] for c in json.loads(out.stdout)] == ids[::-1][:50]
     assert "50 of 60 campaigns shown, newest first; the next ones with --offset 50" in out.stderr
-    out = subprocess.run([*cmd, "--offset", "50"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([*cmd, "--offset", "50"], capture_output=True, text=True, timeout=scaled(120))
     assert [c["id"] for c in json.loads(out.stdout)] == ids[::-1][50:] and "shown" not in out.stderr
 
 
 def _rest_create(server: LiveServer, secret: str, path: str = "/api/v1/campaigns", body: Any = None) -> httpx.Response:
-    return httpx.post(
-        f"{server.http_url}{path}", json=body or make_spec(), headers={"authorization": f"Bearer {secret}"}, timeout=60
+    return web.post(
+        f"{server.http_url}{path}",
+        json=body or make_spec(),
+        headers={"authorization": f"Bearer {secret}"},
+        timeout=scaled(60),
     )
 
 

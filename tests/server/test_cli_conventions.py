@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcopt import AgentClient, Client
-from tests.conftest import LiveServer, free_port, make_spec
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer, free_port
+from tests.helpers.specs import make_spec
 
 SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 NUMBER = re.compile(r"^-?\d+(\.\d+)?(e[-+]\d+)?$")
@@ -23,7 +25,7 @@ def cli(*args: str, server: str | None = None, **env: str) -> subprocess.Complet
     base = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "HPCOPT_TOKEN", "HPCOPT_SERVER")}
     prefix = ["--server", server] if server else []
     cmd = [sys.executable, "-m", "hpcopt.cli", *prefix, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**base, **env})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(60), env={**base, **env})
 
 
 def _seed(server: LiveServer, n: int = 6) -> int:
@@ -101,7 +103,9 @@ def test_version_everywhere_and_defaults_in_every_help() -> None:
     from scripts.gen_docs import _commands
 
     for module in ("hpcopt.cli", "hpcopt_server.cli", "hpcopt_agent"):
-        out = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=scaled(120)
+        )
         assert out.returncode == 0 and re.search(r"\d+\.\d+\.\d+", out.stdout), (module, out)
     for prog, parser in (
         ("hpcopt", client_parser()),

@@ -10,12 +10,15 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from hpcopt import AgentClient, Client
 from hpcopt_server.service import Service, ServiceSettings
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import LiveServer, _fresh_pg_database, make_spec, run_live_server, timeout_scale
-from tests.seed import checkpoint_uri
-from tests.server.process import ServerProcess
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled, timeout_scale
+from tests.helpers.live import LiveServer, run_live_server
+from tests.helpers.pg import fresh_pg_database
+from tests.helpers.process import ServerProcess
+from tests.helpers.seed import checkpoint_uri
+from tests.helpers.specs import make_spec
 
 GRANTED, WAIT = "granted", "wait"
 
@@ -29,7 +32,7 @@ def _swarm(targets: list[str], campaign_id: int, agents: int) -> list[int]:
     start = threading.Barrier(agents)
     # A bound on a hang, not a speed check: 64 agents on SQLite took over 300 s on a
     # machine loaded 5 deep per core.
-    deadline = time.monotonic() + 600 * timeout_scale()
+    deadline = time.monotonic() + scaled(600) * timeout_scale()
     failed = threading.Event()  # one agent's error ends the swarm: the others would wait
     # for ever on the trial it held (no reaper runs here)
 
@@ -37,7 +40,7 @@ def _swarm(targets: list[str], campaign_id: int, agents: int) -> list[int]:
         try:
             with AgentClient(targets[i % len(targets)]) as api:
                 reg = api.register(host=f"agent-{i}", campaign_id=campaign_id)
-                start.wait(timeout=60)
+                start.wait(timeout=scaled(60))
                 while not failed.is_set() and time.monotonic() < deadline:
                     resp = api.acquire(reg.agent_id, campaign_id)
                     if resp.status == WAIT:
@@ -94,7 +97,7 @@ def test_two_serve_processes_on_one_postgresql_share_the_work_exactly_once(
     """The docker-compose topology without containers: two ``serve`` processes started
     together on an empty PostgreSQL with one HPCOPT_ADMIN_TOKEN (one migrates and stores
     the token, the other waits for it), agents spread over both as a load balancer would."""
-    fresh = _fresh_pg_database(pg_admin)
+    fresh = fresh_pg_database(pg_admin)
     url = next(fresh)
     secret = "hpcopt_compose_" + "x" * 40
     monkeypatch.setenv("HPCOPT_TOKEN", secret)  # every client below presents it
@@ -105,7 +108,7 @@ def test_two_serve_processes_on_one_postgresql_share_the_work_exactly_once(
         for t in starts:
             t.start()
         for t in starts:
-            t.join(timeout=120)
+            t.join(timeout=scaled(120))
         assert not errors, errors
         targets = [s.grpc_target for s in servers]
         with Client(targets[0]) as c:
@@ -149,7 +152,7 @@ def test_a_silent_agent_loses_its_trial_to_another_agent(short_lease_server: Liv
         a.report_fold(lease_a, 0, 0.25, {"loss": 0.25}, checkpoint_uri(ra.server_id, cid, first.trial.id, 0))
         assert b.acquire(rb.agent_id, cid).status == WAIT  # max_parallel 1, and it is held
         # Agent a now goes silent; within lease + reap interval the trial must come back.
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + scaled(10)
         while (second := b.acquire(rb.agent_id, cid)).status != GRANTED:
             assert time.monotonic() < deadline, "the trial never came back"
             time.sleep(0.1)
@@ -188,7 +191,7 @@ def test_reapers_of_two_server_processes_requeue_each_trial_once(pg_url: str) ->
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout=60)
+            t.join(timeout=scaled(60))
         assert sum(counts) == 40
         trials = a.campaigns.trials(cid, limit=100)[0]
         assert {(t.state, t.attempt) for t in trials} == {("QUEUED", 2)}

@@ -11,20 +11,22 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from hpcopt import AgentClient, Client
-from tests.conftest import free_port, make_spec, timeout_scale
-from tests.server.process import ServerProcess
-from tests.swarm import finish_one_trial, swarming
+from tests.helpers import web
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled, timeout_scale
+from tests.helpers.live import free_port
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
+from tests.helpers.swarm import finish_one_trial, swarming
 
 pytestmark = pytest.mark.slow
 
 
 def _idle_sockets(port: int, n: int) -> Iterator[socket.socket]:
     for _ in range(n):
-        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s = socket.create_connection(("127.0.0.1", port), timeout=scaled(5))
         yield s
 
 
@@ -35,13 +37,13 @@ def test_a_thousand_idle_connections_do_not_make_the_server_unreachable(db: str)
         patience = 10 * timeout_scale()  # bounds on a hang, stretched on a loaded machine
         try:
             for _ in range(5):
-                assert httpx.get(server.http_url + "/healthz", timeout=patience).status_code == 200
-            assert httpx.get(server.http_url + "/api/v1/campaigns", timeout=patience).status_code == 200
+                assert web.get(server.http_url + "/healthz", timeout=patience).status_code == 200
+            assert web.get(server.http_url + "/api/v1/campaigns", timeout=patience).status_code == 200
             with Client(server.grpc_target, timeout=patience) as c:
                 assert c.list_campaigns() == []
             # The oldest idle connections were the ones closed (once the server has
             # accepted them all and shed), the newest kept.
-            deadline = time.monotonic() + 6 * patience
+            deadline = time.monotonic() + scaled(6) * patience
             while not all(_closed(s) for s in idle[:100]) and time.monotonic() < deadline:
                 time.sleep(0.1)
             assert all(_closed(s) for s in idle[:100])
@@ -64,17 +66,17 @@ def test_a_swarm_of_idle_clients_does_not_starve_health_or_agents(db: str, tmp_p
     finish a trial, the swarm's connections are the ones shed, and the log says so."""
     log = tmp_path / "server.log"
     with ServerProcess(db, "--header-timeout", "120", nofile=1024, log=log) as server:
-        with Client(server.grpc_target, timeout=60) as c:
+        with Client(server.grpc_target, timeout=scaled(60)) as c:
             campaign = c.create_campaign(make_spec(name="swarmed", folds=1)).id
-        with AgentClient(server.grpc_target, timeout=60) as old:
+        with AgentClient(server.grpc_target, timeout=scaled(60)) as old:
             old_id = old.register(host="old").agent_id
             with swarming(kind, server.grpc_port if kind == "grpc" else server.port, 1100) as swarm:
                 for _ in range(10):
-                    assert httpx.get(server.http_url + "/healthz", timeout=10).status_code == 200
+                    assert web.get(server.http_url + "/healthz", timeout=scaled(10)).status_code == 200
                 _one_trial(old, old_id, campaign)
-                with AgentClient(server.grpc_target, timeout=60) as new:
+                with AgentClient(server.grpc_target, timeout=scaled(60)) as new:
                     _one_trial(new, new.register(host="new").agent_id, campaign)
-                assert httpx.get(server.http_url + "/api/v1/campaigns", timeout=10).status_code == 200
+                assert web.get(server.http_url + "/api/v1/campaigns", timeout=scaled(10)).status_code == 200
     assert swarm.closed_by_server >= 1100 - 500, swarm.closed_by_server  # caps under 1,024 descriptors
     # The swarm is one client address: over HTTP its share (256 of 307 here) is reached first.
     what = "gRPC" if kind == "grpc" else "HTTP (one client address)"
@@ -88,7 +90,7 @@ def test_a_body_over_the_limit_gets_a_readable_413_while_it_is_still_being_sent(
     client once the deadline passed: a broken pipe, the answer never read.)"""
     size, rate = 12 * 1024 * 1024, 3 * 1024 * 1024
     with ServerProcess(db, "--header-timeout", "2", "--idle-timeout", "1") as server:
-        s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=scaled(60))
         head = f"POST /api/v1/campaigns HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {size}"
         s.sendall(head.encode() + b"\r\n\r\n")
         chunk, sent, t0 = b" " * 65536, 0, time.monotonic()
@@ -113,7 +115,7 @@ def test_a_body_over_the_limit_on_a_connection_to_close_gets_a_readable_413_not_
     dropped first."""
     size = 24 * 1024 * 1024
     with ServerProcess(db) as server:
-        s = socket.create_connection(("127.0.0.1", server.port), timeout=60)
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=scaled(60))
         head = (
             f"POST /api/v1/campaigns HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
             f"Content-Type: application/json\r\nContent-Length: {size}"
@@ -127,7 +129,7 @@ def test_a_body_over_the_limit_on_a_connection_to_close_gets_a_readable_413_not_
         while data := s.recv(65536):
             answer += data
         s.close()
-        assert httpx.get(server.http_url + "/healthz", timeout=10).status_code == 200
+        assert web.get(server.http_url + "/healthz", timeout=scaled(10)).status_code == 200
     assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
     assert b"at most 1048576 are accepted" in answer
 
@@ -152,7 +154,7 @@ def _closed(s: socket.socket) -> bool:
 
 def test_a_client_that_trickles_its_headers_is_cut_off(db: str) -> None:
     with ServerProcess(db, "--header-timeout", "1") as server:
-        s = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        s = socket.create_connection(("127.0.0.1", server.port), timeout=scaled(5))
         s.sendall(b"GET /healthz HTTP/1.1\r\n")
         t0 = time.monotonic()
         closed = False
@@ -172,7 +174,7 @@ def test_a_client_that_trickles_its_headers_is_cut_off(db: str) -> None:
         s.close()
         assert closed
         # A normal client after a response keeps its connection for the keep-alive period.
-        with httpx.Client() as h:
+        with web.http() as h:
             assert h.get(server.http_url + "/healthz").status_code == 200
             assert h.get(server.http_url + "/healthz").status_code == 200
 
@@ -181,7 +183,7 @@ def test_a_client_that_trickles_its_headers_is_cut_off(db: str) -> None:
     ("flag", "what", "env"), [("--port", "REST", "HPCOPT_PORT"), ("--grpc-port", "gRPC", "HPCOPT_GRPC_PORT")]
 )
 def test_a_busy_port_is_named_with_the_flag_to_change_it(db: str, flag: str, what: str, env: str) -> None:
-    from tests.conftest import free_port
+    from tests.helpers.live import free_port
     from tests.server.test_auth import _server_cli
 
     with socket.socket() as holder:
@@ -215,21 +217,21 @@ def test_the_health_port_answers_while_1100_slow_header_clients_reopen_every_con
     health = free_port()
     with ServerProcess(db, "--header-timeout", "120", "--health-port", str(health), nofile=1024) as server:
         url = f"http://127.0.0.1:{health}/healthz"
-        assert httpx.get(url, timeout=10).json()["status"] == "ok"
+        assert web.get(url, timeout=scaled(10)).json()["status"] == "ok"
         with swarming("slow", server.port, 1100, "--reconnect", "0.05"):
             for _ in range(20):
-                r = httpx.get(url, timeout=1.0 * timeout_scale())
+                r = web.get(url, timeout=scaled(1.0) * timeout_scale())
                 assert r.status_code == 200 and r.json()["status"] == "ok"
-            assert httpx.get(server.http_url + "/healthz", timeout=30).status_code == 200  # slowed, not stopped
+            assert web.get(server.http_url + "/healthz", timeout=scaled(30)).status_code == 200  # slowed, not stopped
         # It answers /healthz only, and closes a client that sends nothing.
-        assert httpx.get(f"http://127.0.0.1:{health}/api/v1/campaigns", timeout=10).status_code == 404
-        quiet = socket.create_connection(("127.0.0.1", health), timeout=10)
+        assert web.get(f"http://127.0.0.1:{health}/api/v1/campaigns", timeout=scaled(10)).status_code == 404
+        quiet = socket.create_connection(("127.0.0.1", health), timeout=scaled(10))
         quiet.settimeout(10 * timeout_scale())
         assert quiet.recv(1) == b""  # closed after REQUEST_TIMEOUT
         quiet.close()
-        held = [socket.create_connection(("127.0.0.1", health), timeout=10) for _ in range(100)]
+        held = [socket.create_connection(("127.0.0.1", health), timeout=scaled(10)) for _ in range(100)]
         try:  # past 64 open, the oldest go: a probe still gets through
-            assert httpx.get(url, timeout=10).status_code == 200
+            assert web.get(url, timeout=scaled(10)).status_code == 200
         finally:
             for s in held:
                 s.close()
@@ -241,17 +243,17 @@ def test_one_address_holds_at_most_its_share_of_http_connections(db: str) -> Non
     with ServerProcess(db, "--header-timeout", "120", "--max-connections-per-address", "50") as server:
         mine = list(_idle_sockets(server.port, 20))
         theirs = [
-            socket.create_connection(("127.0.0.1", server.port), timeout=5, source_address=("127.0.0.2", 0))
+            socket.create_connection(("127.0.0.1", server.port), timeout=scaled(5), source_address=("127.0.0.2", 0))
             for _ in range(300)
         ]
         try:
-            deadline = time.monotonic() + 60 * timeout_scale()
+            deadline = time.monotonic() + scaled(60) * timeout_scale()
             while sum(not _closed(s) for s in theirs) > 50 and time.monotonic() < deadline:
                 time.sleep(0.2)
             open_ = [not _closed(s) for s in theirs]
             assert sum(open_) <= 50 and all(open_[-40:]), sum(open_)  # the newest kept
             assert not any(_closed(s) for s in mine)
-            assert httpx.get(server.http_url + "/healthz", timeout=30).status_code == 200
+            assert web.get(server.http_url + "/healthz", timeout=scaled(30)).status_code == 200
         finally:
             for s in mine + theirs:
                 s.close()

@@ -13,9 +13,11 @@ from typing import TypeVar
 import pytest
 from sqlalchemy import create_engine, text
 
-from hpcopt import AgentClient, ApiError, Client
-from tests.conftest import make_spec
-from tests.server.process import ServerProcess
+from hpcopt import ApiError
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
 
 T = TypeVar("T")
 #: What a call sees while the server is down or restarting: retry it.
@@ -33,7 +35,7 @@ def test_acknowledged_reports_survive_sigkill(backend: str, tmp_path: Path, requ
     try:
         with Client(target) as c:
             cid = c.create_campaign(make_spec(folds=100, budget={"max_trials": 1, "max_parallel": 1})).id
-        agent = AgentClient(target, timeout=5)
+        agent = AgentClient(target, timeout=scaled(5))
         reg = agent.register(host="crash-test")
         lease = (agent.acquire(reg.agent_id, cid)).lease
         stop = threading.Event()
@@ -65,7 +67,7 @@ def test_acknowledged_reports_survive_sigkill(backend: str, tmp_path: Path, requ
         assert t.is_alive(), "the report stream ended before the kill"
         server.kill()
         stop.set()
-        t.join(timeout=30)
+        t.join(timeout=scaled(30))
         agent.close()
         assert len(acked) >= 200
 
@@ -110,9 +112,9 @@ def test_completions_survive_sigkill_during_a_burst_and_none_counts_twice(
     lock = threading.Lock()
 
     def agent(k: int) -> None:
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + scaled(120)
         try:
-            with AgentClient(server.grpc_target, timeout=5) as a:
+            with AgentClient(server.grpc_target, timeout=scaled(5)) as a:
                 agent_id = _retrying(lambda: a.register(host=f"burst-{k}", campaign_id=cid), deadline).agent_id
                 for _ in range(per_agent):
                     got = _retrying(lambda: a.acquire(agent_id, cid), deadline)
@@ -141,7 +143,7 @@ def test_completions_survive_sigkill_during_a_burst_and_none_counts_twice(
         time.sleep(0.5)
         server.start()
         for t in threads:
-            t.join(timeout=150)
+            t.join(timeout=scaled(150))
         assert not failures, failures
         assert killed_at < agents * per_agent, "the burst ended before the kill"
     finally:

@@ -11,7 +11,7 @@ import pytest
 
 from hpcopt_server.curves import READ_POINTS_PER_FOLD, keep_steps, thin
 from hpcopt_server.service.agents import Lease
-from tests.conftest import make_spec
+from tests.helpers.specs import make_spec
 
 
 @pytest.mark.parametrize("seed", range(20))

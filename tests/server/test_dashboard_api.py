@@ -15,15 +15,18 @@ from typing import Any
 import httpx
 import pytest
 
-from hpcopt import AgentClient, ApiError
+from hpcopt import ApiError
 from hpcopt_server import domain as d
 from hpcopt_server.service.agents import Lease
-from tests.conftest import LiveServer, make_spec
-from tests.seed import MIXED_RESULTS, run_mixed_campaign, seed_campaign
+from tests.helpers import web
+from tests.helpers.clients import AgentClient
+from tests.helpers.live import LiveServer
+from tests.helpers.seed import MIXED_RESULTS, run_mixed_campaign, seed_campaign
+from tests.helpers.specs import make_spec
 
 
 def _get(server: LiveServer, path: str, **kw: Any) -> httpx.Response:
-    return httpx.get(f"{server.http_url}/api/v1{path}", **kw)
+    return web.get(f"{server.http_url}/api/v1{path}", **kw)
 
 
 def _run(service: Any, cid: int, agent: str, value: float, folds: int = 1) -> int:

@@ -12,11 +12,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.conftest import _libpq
-from tests.server.process import ServerProcess
+from tests.helpers import web
+from tests.helpers.env import scaled
+from tests.helpers.pg import libpq
+from tests.helpers.process import ServerProcess
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -30,7 +31,7 @@ class Role:
     def sql(self, statement: str) -> None:
         import psycopg
 
-        with psycopg.connect(_libpq(self.admin), autocommit=True) as conn:
+        with psycopg.connect(libpq(self.admin), autocommit=True) as conn:
             conn.execute(statement)
 
     def limit(self, n: int, *, kick: bool = False) -> None:
@@ -59,7 +60,7 @@ def role(pg_admin: str) -> Iterator[Role]:
         r.sql(f'DROP ROLE IF EXISTS "{r.name}"')
 
 
-def _when_logged(log: Path, text: str, then: Callable[[], None], timeout: float = 120) -> threading.Thread:
+def _when_logged(log: Path, text: str, then: Callable[[], None], timeout: float = scaled(120)) -> threading.Thread:
     def watch() -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -78,8 +79,8 @@ def test_serve_waits_for_a_database_that_refuses_connections_at_start(role: Role
     log = tmp_path / "server.log"
     opener = _when_logged(log, "retrying for up to", lambda: role.limit(-1))
     with ServerProcess(role.url, log=log) as server:  # waits until /healthz answers
-        assert httpx.get(server.http_url + "/api/v1/campaigns", timeout=30).status_code == 200
-    opener.join(timeout=5)
+        assert web.get(server.http_url + "/api/v1/campaigns", timeout=scaled(30)).status_code == 200
+    opener.join(timeout=scaled(5))
     text = log.read_text()
     assert "the database refused" in text and "too many connections" in text, text
 
@@ -93,7 +94,7 @@ def test_serve_gives_up_after_the_documented_deadline_with_a_clear_error(role: R
         [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", role.url, "--db-wait", "2", "--port", "0"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert out.returncode != 0
     assert "still refuses connections after 2 s" in out.stderr and "--db-wait SECONDS" in out.stderr, out.stderr
@@ -104,15 +105,15 @@ def test_a_database_refusing_connections_while_serving_is_503_then_recovers(role
     log = tmp_path / "server.log"
     with ServerProcess(role.url, "--log-level", "warning", log=log) as server:
         url = server.http_url + "/api/v1/campaigns"
-        assert httpx.get(url, timeout=30).status_code == 200
+        assert web.get(url, timeout=scaled(30)).status_code == 200
         role.limit(0, kick=True)  # pooled connections die; new ones are refused
-        statuses = [httpx.get(url, timeout=60).status_code for _ in range(3)]
+        statuses = [web.get(url, timeout=scaled(60)).status_code for _ in range(3)]
         assert set(statuses) <= {503}, statuses  # each waited, then said so: no 500
         reopen = threading.Timer(2.0, lambda: role.limit(-1))
         reopen.start()
-        deadline, status = time.monotonic() + 120, 0
+        deadline, status = time.monotonic() + scaled(120), 0
         while time.monotonic() < deadline and status != 200:
-            status = httpx.get(url, timeout=60).status_code
+            status = web.get(url, timeout=scaled(60)).status_code
             assert status in (200, 503)
         reopen.join()
         assert status == 200

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT, scaled
 
 
 def test_compose_runs_two_replicas_behind_a_balancer_with_health_checks_and_a_volume() -> None:
@@ -58,7 +58,7 @@ def test_docker_compose_accepts_the_file_with_the_documented_env_and_refuses_it_
     import shutil
     import subprocess
 
-    from tests.conftest import IN_CI
+    from tests.helpers.env import IN_CI
 
     tool = shutil.which("docker-compose")
     if tool is None:
@@ -69,16 +69,16 @@ def test_docker_compose_accepts_the_file_with_the_documented_env_and_refuses_it_
     [first] = [line for line in docs.splitlines() if line.startswith("test -f .env")]
     command = first.split("#")[0]
     for _ in range(2):  # a second run keeps the token of the first
-        subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True, timeout=30)
+        subprocess.run(["bash", "-c", command], cwd=tmp_path, check=True, timeout=scaled(30))
     env_text = (tmp_path / ".env").read_text()
     assert re.fullmatch(r"HPCOPT_ADMIN_TOKEN=[0-9a-f]{48}\n", env_text), env_text
     for name in ("docker-compose.yml", "deploy", "Dockerfile"):
         (tmp_path / name).symlink_to(ROOT / name)
     clean = {k: v for k, v in os.environ.items() if not k.startswith("HPCOPT_")}
-    ok = subprocess.run([tool, "config"], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=60)
+    ok = subprocess.run([tool, "config"], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=scaled(60))
     assert ok.returncode == 0, ok.stderr
     config = yaml.safe_load(ok.stdout)
     assert config["services"]["server"]["environment"]["HPCOPT_ADMIN_TOKEN"] == env_text.split("=", 1)[1].strip()
     (tmp_path / ".env").unlink()
-    bad = subprocess.run([tool, "config"], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run([tool, "config"], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=scaled(60))
     assert bad.returncode != 0 and "HPCOPT_ADMIN_TOKEN" in bad.stderr, bad.stderr

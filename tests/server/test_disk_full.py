@@ -15,13 +15,15 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from hpcopt import AgentClient, ApiError, Client
+from hpcopt import ApiError
 from hpcopt_server.storage.migrate import upgrade
-from tests.conftest import make_spec
-from tests.server.process import ServerProcess
+from tests.helpers import web
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.slow
 
@@ -58,9 +60,9 @@ def test_a_full_disk_gets_unavailable_and_the_server_recovers_losing_nothing(sma
     upgrade(db)
     log = tmp_path / "server.log"
     with ServerProcess(db, log=log) as server:
-        with Client(server.grpc_target, timeout=30) as c:
+        with Client(server.grpc_target, timeout=scaled(30)) as c:
             campaign = c.create_campaign(make_spec(name="full", folds=2, budget={"max_trials": 40})).id
-        with AgentClient(server.grpc_target, timeout=30) as agent:
+        with AgentClient(server.grpc_target, timeout=scaled(30)) as agent:
             agent_id = agent.register(host="a").agent_id
             lease = agent.acquire(agent_id, campaign).lease
             assert lease is not None
@@ -74,7 +76,7 @@ def test_a_full_disk_gets_unavailable_and_the_server_recovers_losing_nothing(sma
                     refused = exc
                     break
             assert refused is not None and refused.code == "UNAVAILABLE", refused
-            rest = httpx.post(server.http_url + "/api/v1/campaigns", json=make_spec(name="more"), timeout=30)
+            rest = web.post(server.http_url + "/api/v1/campaigns", json=make_spec(name="more"), timeout=scaled(30))
             assert rest.status_code == 503 and "Retry-After" in rest.headers, (rest.status_code, rest.text[:300])
             assert "cannot write" in rest.json()["detail"]
             filler.unlink()  # space again: the same calls go through

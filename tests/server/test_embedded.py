@@ -17,7 +17,9 @@ from hpcopt_server import Study, TrialPruned
 from hpcopt_server.embedded import LocalChannel
 from hpcopt_server.service import Service
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import run_live_server
+from tests.helpers.clients import Client
+from tests.helpers.env import scaled
+from tests.helpers.live import run_live_server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -56,10 +58,10 @@ def client(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[hpcopt.Cl
     try:
         if request.param == "grpc":
             for live in run_live_server(service):
-                with hpcopt.Client(live.grpc_target) as c:
+                with Client(live.grpc_target) as c:
                     yield c
         else:
-            with hpcopt.Client("embedded", channel=LocalChannel(service)) as c:
+            with Client("embedded", channel=LocalChannel(service)) as c:
                 yield c
     finally:
         storage.close()
@@ -89,7 +91,7 @@ def test_ask_tell_reads_and_errors_are_the_same_on_both_transports(client: hpcop
     with pytest.raises(hpcopt.ApiError) as lost:  # an unknown lease is refused, not obeyed
         client.agent().heartbeat(hpcopt.Lease("nobody", done[0].id, "no-lease"))
     assert lost.value.code in {"NOT_FOUND", "FAILED_PRECONDITION", "PERMISSION_DENIED"}
-    client.wait_ready(timeout=5)
+    client.wait_ready(timeout=scaled(5))
 
 
 # -- the Study --------------------------------------------------------------------------
@@ -269,13 +271,13 @@ def test_the_pages_quick_start_runs_as_written_in_ten_lines_and_its_file_can_be_
     env = {k: v for k, v in os.environ.items() if not k.startswith("HPCOPT_SERVER")}
     env["HPCOPT_HOME"] = str(tmp_path / "home")
     run = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(240)
     )
     assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
     best = eval(run.stdout.strip(), {})  # the printed dict of best params
     assert set(best) == {"x"} and abs(best["x"] - 2) < 1.0, run.stdout
     again = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(240)
     )
     assert again.returncode == 0 and again.stdout == run.stdout  # reopened: nothing more ran
     # The page's serve block, as written, on the file the script left.
@@ -301,16 +303,18 @@ def test_the_pages_quick_start_runs_as_written_in_ten_lines_and_its_file_can_be_
     )
     try:
         cli = [sys.executable, "-m", "hpcopt.cli"]
-        waited = subprocess.run([*cli, "wait"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        waited = subprocess.run(
+            [*cli, "wait"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(120)
+        )
         assert waited.returncode == 0, waited.stderr
         listed = subprocess.run(
-            [*cli, "--json", "list"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+            [*cli, "--json", "list"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(60)
         )
         [campaign] = json.loads(listed.stdout)
         assert campaign["name"] == "quadratic" and campaign["state"] == "COMPLETED" and campaign["finished"] == 100
     finally:
         serve.send_signal(signal.SIGTERM)
-        serve.wait(timeout=30)
+        serve.wait(timeout=scaled(30))
 
 
 def test_bo_leaves_no_refit_thread_behind(tmp_path: Path) -> None:

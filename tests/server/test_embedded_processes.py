@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.env import scaled
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 MAX_TRIALS = 40
@@ -37,11 +39,11 @@ def _work(path: str, spec: dict[str, Any], barrier: Any, out: Any) -> None:
     try:
         from hpcopt_server import Study
 
-        barrier.wait(timeout=300)
+        barrier.wait(timeout=scaled(300))
         told = 0
         with Study(path, spec) as study:
             while True:
-                trial = study.ask(timeout=240)
+                trial = study.ask(timeout=scaled(240))
                 if trial is None:
                     break
                 time.sleep(0.02)  # hold it a moment, so the processes overlap
@@ -78,9 +80,9 @@ def test_processes_on_one_file_share_one_campaign_and_its_budget(
     procs = [ctx.Process(target=_work, args=(path, spec, barrier, out)) for _ in range(processes)]
     for p in procs:
         p.start()
-    results = [out.get(timeout=540) for _ in procs]
+    results = [out.get(timeout=scaled(540)) for _ in procs]
     for p in procs:
-        p.join(timeout=60)
+        p.join(timeout=scaled(60))
     errors = [r for r in results if r[0] != "ok"]
     assert not errors, errors
     assert before + sum(int(n) for _, n in results) == MAX_TRIALS

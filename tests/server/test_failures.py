@@ -18,7 +18,9 @@ from hpcopt_server import domain as d
 from hpcopt_server.failures import digest
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import AcquireStatus, Lease
-from tests.conftest import LiveServer, make_spec
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer
+from tests.helpers.specs import make_spec
 
 TASK = """
 import numpy as np
@@ -149,7 +151,7 @@ def test_hpcopt_show_says_why_it_is_paused(live_server: LiveServer, service: Ser
         [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, "show", str(campaign.id)],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert shown.returncode == 0, shown.stderr
     first = shown.stdout.splitlines()[0]

@@ -17,11 +17,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from hpcopt import AgentClient, Client
 from hpcopt_server.rpc.front import _Client
-from tests.conftest import make_spec
-from tests.server.process import ServerProcess
-from tests.swarm import PREFACE, SETTINGS, half_open_calls, heartbeating, probe_health, swarming
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
+from tests.helpers.swarm import PREFACE, SETTINGS, half_open_calls, heartbeating, probe_health, swarming
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +44,9 @@ def test_half_open_calls_do_not_stall_heartbeats_or_health_checks(
 ) -> None:
     token = _admin_token(db) if auth else None
     with ServerProcess(db, "--lease-seconds", str(LEASE), "--reap-interval", "1") as server:
-        with Client(server.grpc_target, token=token, timeout=30) as c:
+        with Client(server.grpc_target, token=token, timeout=scaled(30)) as c:
             campaign = c.create_campaign(make_spec(name="victim", folds=1)).id
-        with AgentClient(server.grpc_target, token=token, timeout=5) as agent:  # the real agent's deadline
+        with AgentClient(server.grpc_target, token=token, timeout=scaled(5)) as agent:  # the real agent's deadline
             lease = agent.acquire(agent.register(host="victim").agent_id, campaign).lease
             assert lease is not None
             extra = ["--calls", str(calls), *(["--reconnect", "0.2"] if reconnect else [])]
@@ -54,7 +55,7 @@ def test_half_open_calls_do_not_stall_heartbeats_or_health_checks(
                 swarming("halfopen", server.grpc_port, connections, *extra) as swarm,
             ):
                 health = probe_health(server.grpc_target, LEASE + 2, token)
-            with Client(server.grpc_target, token=token, timeout=30) as c:
+            with Client(server.grpc_target, token=token, timeout=scaled(30)) as c:
                 trial = c.get_trial(lease.trial_id)
     # A stall fails every heartbeat and health check for its duration and loses the
     # victim's lease (checked below). One late answer among a dozen is what a loaded
@@ -72,15 +73,15 @@ def test_a_call_whose_request_does_not_arrive_in_time_has_its_connection_closed(
     connection doing honest work meanwhile keeps working."""
     log = tmp_path / "server.log"
     with ServerProcess(db, "--request-timeout", "2", log=log) as server:
-        s = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=60)
+        s = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=scaled(60))
         s.sendall(PREFACE + SETTINGS + half_open_calls(3))
         t0 = time.monotonic()
-        with Client(server.grpc_target, timeout=30) as c:
+        with Client(server.grpc_target, timeout=scaled(30)) as c:
             while s.recv(65536) != b"":
                 c.list_campaigns()
         waited = time.monotonic() - t0
         s.close()
-        with Client(server.grpc_target, timeout=30) as c:
+        with Client(server.grpc_target, timeout=scaled(30)) as c:
             assert c.list_campaigns() == []
     assert waited >= 2.0  # not before the timeout
     assert "closed 1 connection(s) holding calls whose request did not arrive (last: 3 call(s)" in log.read_text()

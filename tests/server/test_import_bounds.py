@@ -12,7 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, make_spec
+from tests.helpers import web
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer
+from tests.helpers.specs import make_spec
 
 NOW = "2026-01-01T00:00:00Z"
 
@@ -39,11 +42,11 @@ def _trial(number: int, **extra: Any) -> dict[str, Any]:
 
 
 def _post(server: LiveServer, doc: dict[str, Any]) -> httpx.Response:
-    return httpx.post(f"{server.http_url}/api/v1/campaigns/import", content=json.dumps(doc), timeout=120)
+    return web.post(f"{server.http_url}/api/v1/campaigns/import", content=json.dumps(doc), timeout=scaled(120))
 
 
 def _campaigns(server: LiveServer) -> int:
-    return int(httpx.get(f"{server.http_url}/api/v1/campaigns", timeout=30).json()["total"])
+    return int(web.get(f"{server.http_url}/api/v1/campaigns", timeout=scaled(30)).json()["total"])
 
 
 def test_a_document_over_the_trial_limit_is_refused_early_naming_it(live_server: LiveServer) -> None:
@@ -87,8 +90,10 @@ def test_an_imported_curve_is_held_to_the_campaigns_cap(live_server: LiveServer)
     doc = _doc([_trial(0, curves=points)], curve_points_per_fold=50)
     r = _post(live_server, copy.deepcopy(doc))
     assert r.status_code == 201, r.text
-    [trial] = httpx.get(f"{live_server.http_url}/api/v1/campaigns/{r.json()['id']}/trials", timeout=30).json()["trials"]
-    got = httpx.get(f"{live_server.http_url}/api/v1/trials/{trial['id']}", timeout=30).json()["curves"]
+    [trial] = web.get(f"{live_server.http_url}/api/v1/campaigns/{r.json()['id']}/trials", timeout=scaled(30)).json()[
+        "trials"
+    ]
+    got = web.get(f"{live_server.http_url}/api/v1/trials/{trial['id']}", timeout=scaled(30)).json()["curves"]
     assert 3 <= len(got) <= 50
     assert {got[0]["step"], got[-1]["step"]} == {0, 1999}
     assert min(p["value"] for p in got) == 0.0 and max(p["value"] for p in got) == 100.0
@@ -99,7 +104,7 @@ def test_an_imported_curve_is_held_to_the_campaigns_cap(live_server: LiveServer)
 )
 def test_control_characters_in_a_campaign_name_are_refused(live_server: LiveServer, name: str) -> None:
     for path in ("/api/v1/campaigns/validate", "/api/v1/campaigns"):
-        r = httpx.post(f"{live_server.http_url}{path}", json=make_spec(name=name), timeout=30)
+        r = web.post(f"{live_server.http_url}{path}", json=make_spec(name=name), timeout=scaled(30))
         body = r.json()
         if path.endswith("validate"):
             assert body["valid"] is False and any(e["field"] == "name" for e in body["errors"]), body
@@ -114,9 +119,9 @@ def test_control_characters_in_a_campaign_name_are_refused(live_server: LiveServ
 
 def test_warm_start_ids_past_the_id_column_are_invalid_everywhere(live_server: LiveServer) -> None:
     spec = make_spec(warm_start={"campaigns": [2**31]})
-    body = httpx.post(f"{live_server.http_url}/api/v1/campaigns/validate", json=spec, timeout=30).json()
+    body = web.post(f"{live_server.http_url}/api/v1/campaigns/validate", json=spec, timeout=scaled(30)).json()
     assert body["valid"] is False, body
-    r = httpx.post(f"{live_server.http_url}/api/v1/campaigns", json=spec, timeout=30)
+    r = web.post(f"{live_server.http_url}/api/v1/campaigns", json=spec, timeout=scaled(30))
     assert r.status_code == 422 and "warm_start" in r.text, r.text
 
 

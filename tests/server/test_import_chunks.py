@@ -17,14 +17,16 @@ from typing import Any
 
 import pytest
 
-from hpcopt import AgentClient
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import Lease
 from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import LiveServer, make_spec, run_live_server
+from tests.helpers.clients import AgentClient
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer, run_live_server
+from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -99,7 +101,7 @@ def test_an_agent_of_another_campaign_heartbeats_between_the_chunks_of_a_large_i
         finally:
             stop.set()
             for t in threads:
-                t.join(timeout=60)
+                t.join(timeout=scaled(60))
         assert set(actions) == {"continue"}  # the lease held throughout
         assert agent.heartbeat(got.lease) == "continue"
     assert imported.state == "COMPLETED" and imported.pause_reason is None

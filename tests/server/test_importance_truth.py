@@ -1,5 +1,5 @@
 """Importance against a known answer: campaigns run through the real agent API whose
-loss has known main effects (``tests.seed.truth_loss``), one parameter conditional on
+loss has known main effects (``tests.helpers.seed.truth_loss``), one parameter conditional on
 another (sgd's momentum). Every method must rank them as the truth does; a conditional
 parameter must never take its parent's effect (the dashboard review found permutation
 importance ranking a momentum that moves the loss by 0.03 first at 42-51%, and the
@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 
 from hpcopt_server.service.importance import METHODS
-from tests.conftest import LiveServer
-from tests.seed import run_truth_campaign, truth_variance
+from tests.helpers import web
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer
+from tests.helpers.seed import run_truth_campaign, truth_variance
 
 
 def _importance(server: LiveServer, cid: int, method: str) -> dict[str, Any]:
-    out = httpx.get(f"{server.http_url}/api/v1/campaigns/{cid}/importance", params={"method": method}, timeout=60)
+    out = web.get(f"{server.http_url}/api/v1/campaigns/{cid}/importance", params={"method": method}, timeout=scaled(60))
     assert out.status_code == 200, out.text
     body: dict[str, Any] = out.json()
     return body

@@ -8,12 +8,13 @@ import io
 from datetime import timedelta
 from typing import Any
 
-import httpx
 import pytest
 
 from hpcopt_server.service.agents import Lease
-from tests.conftest import LiveServer, make_spec
-from tests.seed import seed_campaign
+from tests.helpers import web
+from tests.helpers.live import LiveServer
+from tests.helpers.seed import seed_campaign
+from tests.helpers.specs import make_spec
 
 
 def test_plot_data_keeps_every_point_when_small_and_downsamples_big_campaigns(service: Any) -> None:
@@ -62,7 +63,7 @@ def test_importance_of_a_chosen_objective_and_a_clear_error_for_a_missing_one(li
         p = got.trial.params  # loss follows width only, acc the activation only
         service.agents.report_fold(lease, 0, float(p["width"]), {"acc": 1.0 if p["act"] == "relu" else 0.0})
         service.agents.complete(lease)
-    with httpx.Client(base_url=live_server.http_url) as client:
+    with web.http(base_url=live_server.http_url) as client:
         first = client.get(f"/api/v1/campaigns/{cid}/importance").json()
         second = client.get(f"/api/v1/campaigns/{cid}/importance", params={"objective": 1}).json()
         assert first["params"][0]["name"] == "width" and second["params"][0]["name"] == "act"
@@ -77,28 +78,28 @@ def test_trials_sort_on_the_server_and_refuse_an_unknown_key(live_server: LiveSe
     service = live_server.service
     cid = seed_campaign(service, name="sorting", completed=40, failed=3, queued=2)
     url = f"{live_server.http_url}/api/v1/campaigns/{cid}/trials"
-    page = httpx.get(url, params={"sort": "value", "order": "asc", "limit": 10}).json()
+    page = web.get(url, params={"sort": "value", "order": "asc", "limit": 10}).json()
     values = [t["value"] for t in page["trials"]]
     assert page["total"] == 45 and values == sorted(values)
     with service.ctx.storage.read() as tx:
         assert values[0] == min(v for _, _, v, _, _ in tx.results.completed_points(cid))
-    last = httpx.get(url, params={"sort": "value", "order": "asc", "offset": 40, "limit": 10}).json()["trials"]
+    last = web.get(url, params={"sort": "value", "order": "asc", "offset": 40, "limit": 10}).json()["trials"]
     assert [t["value"] for t in last] == [None] * 5, "trials without a value sort last"
-    desc = httpx.get(url, params={"sort": "value", "order": "desc", "limit": 5}).json()["trials"]
+    desc = web.get(url, params={"sort": "value", "order": "desc", "limit": 5}).json()["trials"]
     assert [t["value"] for t in desc] == sorted((t["value"] for t in desc), reverse=True)
-    failed = httpx.get(url, params={"state": "FAILED", "sort": "number"}).json()
+    failed = web.get(url, params={"state": "FAILED", "sort": "number"}).json()
     assert failed["total"] == 3 and {t["state"] for t in failed["trials"]} == {"FAILED"}
-    bad = httpx.get(url, params={"sort": "colour"})
+    bad = web.get(url, params={"sort": "colour"})
     assert bad.status_code == 422 and bad.json()["errors"][0]["field"] == "sort"
 
 
 def test_learning_curves_of_the_best_or_chosen_trials(live_server: LiveServer) -> None:
     cid = seed_campaign(live_server.service, name="curves", completed=12, folds=2, epochs=3)
     url = f"{live_server.http_url}/api/v1/campaigns/{cid}/curves"
-    best = httpx.get(url, params={"limit": 3}).json()
+    best = web.get(url, params={"limit": 3}).json()
     assert len(best) == 3 and [c["value"] for c in best] == sorted(c["value"] for c in best)
     assert all(len(c["points"]) == 2 * 3 for c in best)
-    chosen = httpx.get(url, params=[("trial_id", best[2]["trial_id"])]).json()
+    chosen = web.get(url, params=[("trial_id", best[2]["trial_id"])]).json()
     assert [c["trial_id"] for c in chosen] == [best[2]["trial_id"]]
 
 
@@ -126,7 +127,7 @@ def test_agents_show_their_trial_and_turn_stale_when_silent(service: Any) -> Non
 
 def test_csv_export_has_a_row_per_trial(live_server: LiveServer) -> None:
     cid = seed_campaign(live_server.service, name="csv", completed=7, failed=1)
-    res = httpx.get(f"{live_server.http_url}/api/v1/campaigns/{cid}/export", params={"format": "csv"})
+    res = web.get(f"{live_server.http_url}/api/v1/campaigns/{cid}/export", params={"format": "csv"})
     assert res.status_code == 200 and res.headers["content-type"].startswith("text/csv")
     assert f"campaign-{cid}-trials.csv" in res.headers["content-disposition"]
     rows = list(csv.DictReader(io.StringIO(res.text)))
@@ -139,18 +140,18 @@ def test_csv_export_has_a_row_per_trial(live_server: LiveServer) -> None:
 def test_validate_answers_200_with_field_errors_and_stores_nothing(live_server: LiveServer) -> None:
     url = f"{live_server.http_url}/api/v1/campaigns/validate"
     bad = make_spec(space={"lr": {"type": "real", "low": 0.0, "high": 1.0, "scale": "log"}})
-    res = httpx.post(url, json=bad)
+    res = web.post(url, json=bad)
     assert res.status_code == 200
     body = res.json()
     assert not body["valid"] and body["errors"][0]["field"] == "space.lr" and "> 0" in body["errors"][0]["message"]
-    yaml_res = httpx.post(url, content="name: [unclosed", headers={"content-type": "application/yaml"})
+    yaml_res = web.post(url, content="name: [unclosed", headers={"content-type": "application/yaml"})
     assert yaml_res.status_code == 200 and yaml_res.json()["errors"][0]["field"] == "body"
-    assert httpx.post(url, json=make_spec()).json() == {"valid": True, "detail": "", "errors": []}
-    assert httpx.get(f"{live_server.http_url}/api/v1/campaigns").json()["campaigns"] == []
+    assert web.post(url, json=make_spec()).json() == {"valid": True, "detail": "", "errors": []}
+    assert web.get(f"{live_server.http_url}/api/v1/campaigns").json()["campaigns"] == []
 
 
 @pytest.mark.parametrize("max_points", [5, 50_000])
 def test_plot_data_bounds_are_enforced(live_server: LiveServer, max_points: int) -> None:
     cid = live_server.service.campaigns.create(make_spec()).id
-    res = httpx.get(f"{live_server.http_url}/api/v1/campaigns/{cid}/plot", params={"max_points": max_points})
+    res = web.get(f"{live_server.http_url}/api/v1/campaigns/{cid}/plot", params={"max_points": max_points})
     assert res.status_code == 422

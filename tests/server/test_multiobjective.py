@@ -10,13 +10,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 
-from hpcopt import AgentClient, ApiError, Client
+from hpcopt import ApiError
 from hpcopt.spec import SpecError, parse_spec, spec_to_json_dict
-from tests.conftest import LiveServer, make_spec
+from tests.helpers import web
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer
+from tests.helpers.specs import make_spec
 
 OBJECTIVES = [{"metric": "loss", "direction": "minimize"}, {"metric": "acc", "direction": "maximize"}]
 SPACE = {"x": {"type": "real", "low": 0.0, "high": 1.0}, "y": {"type": "real", "low": 0.0, "high": 1.0}}
@@ -82,7 +85,7 @@ def test_a_multi_objective_campaign_keeps_each_trials_values_and_serves_its_pare
     def fn(x: float, y: float, k: int) -> tuple[float, float]:
         return x + 0.1 * y + 0.01 * k, 1 - (1 - x) ** 2 - 0.1 * y  # a trade-off along x
 
-    http = httpx.Client(base_url=f"{live_server.http_url}/api/v1")
+    http = web.http(base_url=f"{live_server.http_url}/api/v1")
     with Client(live_server.grpc_target) as c, AgentClient(live_server.grpc_target) as agent:
         cid = int(c.create_campaign(_spec(algorithm={"name": "ea", "seed": 4})).id)
         reg = agent.register(host="n", ranks=1, gpus=0, campaign_id=cid)
@@ -128,7 +131,7 @@ def test_a_multi_objective_campaign_keeps_each_trials_values_and_serves_its_pare
             [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, "--json", "best", str(cid)],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=scaled(60),
         )
         assert cli.returncode == 0, cli.stderr
         assert [t["id"] for t in json.loads(cli.stdout)] == [t["id"] for t in front]
@@ -146,7 +149,7 @@ def test_a_multi_objective_campaign_keeps_each_trials_values_and_serves_its_pare
 
 
 def test_an_import_with_values_that_do_not_fit_the_objectives_is_refused_by_field(live_server: LiveServer) -> None:
-    http = httpx.Client(base_url=f"{live_server.http_url}/api/v1")
+    http = web.http(base_url=f"{live_server.http_url}/api/v1")
     with Client(live_server.grpc_target) as c, AgentClient(live_server.grpc_target) as agent:
         cid = int(c.create_campaign(_spec()).id)
         reg = agent.register(host="n", ranks=1, gpus=0, campaign_id=cid)

@@ -19,11 +19,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from hpcopt import AgentClient, Client
 from hpcopt_server.rpc.front import _Client
-from tests.conftest import make_spec, timeout_scale
-from tests.server.process import ServerProcess
-from tests.swarm import (
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled, timeout_scale
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
+from tests.helpers.swarm import (
     PREFACE,
     SETTINGS,
     health_check_call,
@@ -56,9 +57,9 @@ def _p99(xs: list[float]) -> float:
 )
 def test_connections_that_never_read_do_not_lock_agents_out(db: str, window: list[str], source: str) -> None:
     with ServerProcess(db, "--lease-seconds", str(LEASE), "--reap-interval", "1") as server:
-        with Client(server.grpc_target, timeout=30) as c:
+        with Client(server.grpc_target, timeout=scaled(30)) as c:
             campaign = c.create_campaign(make_spec(name="victim", folds=1)).id
-        with AgentClient(server.grpc_target, timeout=5) as agent:  # the real agent's deadline
+        with AgentClient(server.grpc_target, timeout=scaled(5)) as agent:  # the real agent's deadline
             lease = agent.acquire(agent.register(host="victim").agent_id, campaign).lease
             assert lease is not None
             extra = [*window, "--reconnect", "0.05", "--source", source]
@@ -67,7 +68,7 @@ def test_connections_that_never_read_do_not_lock_agents_out(db: str, window: lis
                 swarming("nowindow", server.grpc_port, 1000, *extra) as swarm,
             ):
                 health = probe_health(server.grpc_target, LEASE + 2, new_channel=True)
-            with Client(server.grpc_target, timeout=30) as c:
+            with Client(server.grpc_target, timeout=scaled(30)) as c:
                 trial = c.get_trial(lease.trial_id)
     assert str(trial.state) == "RUNNING" and trial.attempt == 1, (trial.state, trial.attempt)  # the lease held
     assert beats.failed == 0 and beats.ok >= 5, beats
@@ -114,9 +115,9 @@ def test_the_front_parks_connections_that_never_read_before_it_sheds_any_other(d
     never shed."""
     log = tmp_path / "server.log"
     with ServerProcess(db, "--max-grpc-connections-per-address", "20", log=log) as server:
-        with Client(server.grpc_target, timeout=30) as c:
+        with Client(server.grpc_target, timeout=scaled(30)) as c:
             campaign = c.create_campaign(make_spec(name="victim", folds=1)).id
-        with AgentClient(server.grpc_target, timeout=5) as agent:
+        with AgentClient(server.grpc_target, timeout=scaled(5)) as agent:
             lease = agent.acquire(agent.register(host="victim").agent_id, campaign).lease
             assert lease is not None
             with (
@@ -132,9 +133,9 @@ def test_the_front_parks_connections_that_never_read_before_it_sheds_any_other(d
 
 def test_a_connection_past_its_age_is_asked_to_go_and_honest_clients_carry_on(db: str) -> None:
     with ServerProcess(db, "--connection-age", "1") as server:
-        s = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=30)
+        s = socket.create_connection(("127.0.0.1", server.grpc_port), timeout=scaled(30))
         s.sendall(PREFACE + SETTINGS)
-        kinds, buf, deadline = [], b"", time.monotonic() + 30 * timeout_scale()
+        kinds, buf, deadline = [], b"", time.monotonic() + scaled(30) * timeout_scale()
         while 7 not in kinds and time.monotonic() < deadline:  # 7: GOAWAY
             data = s.recv(65536)
             if not data:
@@ -145,7 +146,7 @@ def test_a_connection_past_its_age_is_asked_to_go_and_honest_clients_carry_on(db
                 kinds.append(buf[3])
                 buf = buf[9 + n :]
         s.close()
-        with Client(server.grpc_target, timeout=30) as c:
+        with Client(server.grpc_target, timeout=scaled(30)) as c:
             for _ in range(6):  # across several ages: the channel reconnects for its next call
                 assert c.list_campaigns() == []
                 time.sleep(0.5)

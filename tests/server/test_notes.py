@@ -12,11 +12,14 @@ import pytest
 
 from hpcopt_server.service.agents import Lease
 from hpcopt_server.service.limits import MAX_NOTE
-from tests.conftest import LiveServer, make_spec
+from tests.helpers import web
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer
+from tests.helpers.specs import make_spec
 
 
 def _api(server: LiveServer) -> httpx.Client:
-    return httpx.Client(base_url=f"{server.http_url}/api/v1", timeout=60)
+    return web.http(base_url=f"{server.http_url}/api/v1", timeout=scaled(60))
 
 
 def _campaign_with_trials(service: Any, n: int = 3) -> int:
@@ -127,7 +130,7 @@ def test_concurrent_first_saves_store_exactly_one(live_server: LiveServer) -> No
     for t in threads:
         t.start()
     for t in threads:
-        t.join(120)
+        t.join(scaled(120))
     assert sorted(codes) == [200] + [409] * 5
     note = _api(live_server).get(f"/campaigns/{cid}/trials/0/note").json()
     assert note["version"] == 1 and note["body"] in {f"w{i}" for i in range(6)}

@@ -13,8 +13,12 @@ from typing import Any
 import httpx
 import pytest
 
-from hpcopt import AgentClient, ApiError, Client
-from tests.conftest import LiveServer, make_spec, run_live_server
+from hpcopt import ApiError
+from tests.helpers import web
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer, run_live_server
+from tests.helpers.specs import make_spec
 
 
 @pytest.fixture
@@ -31,7 +35,9 @@ def secured(service: Any) -> Iterator[tuple[LiveServer, dict[str, str]]]:
 
 
 def _rest(server: LiveServer, token: str) -> httpx.Client:
-    return httpx.Client(base_url=f"{server.http_url}/api/v1", headers={"authorization": f"Bearer {token}"}, timeout=60)
+    return web.http(
+        base_url=f"{server.http_url}/api/v1", headers={"authorization": f"Bearer {token}"}, timeout=scaled(60)
+    )
 
 
 def _campaign(server: LiveServer, tokens: dict[str, str], owner: str | None) -> tuple[int, list[int]]:

@@ -13,7 +13,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine
 
 from hpcopt_server.storage.models import Base
-from tests.conftest import ROOT
+from tests.helpers.env import ROOT, scaled
 
 
 def test_generated_protobuf_code_matches_the_protos(tmp_path: Path) -> None:
@@ -33,7 +33,7 @@ def test_generated_protobuf_code_matches_the_protos(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("module", ["hpcopt", "hpcopt.cli", "hpcopt_server.cli", "hpcopt_agent"])
 def test_each_part_imports_cleanly_on_its_own(module: str) -> None:
-    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", f"import {module}"], check=True, timeout=scaled(60))
 
 
 def test_the_server_never_imports_torch_mpi_or_the_web_stack_into_the_client() -> None:
@@ -45,7 +45,7 @@ def test_the_server_never_imports_torch_mpi_or_the_web_stack_into_the_client() -
         "import hpcopt, hpcopt.cli; web = [m for m in ('fastapi', 'sqlalchemy') if m in sys.modules]; "
         "assert not web, web"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=scaled(60))
 
 
 def test_migrations_create_exactly_the_models(db_url: str) -> None:
@@ -80,16 +80,20 @@ def test_the_agent_never_imports_the_web_or_sql_stack() -> None:
         "bad = [m for m in ('fastapi', 'sqlalchemy', 'uvicorn', 'hpcopt_server') if m in sys.modules];"
         "assert not bad, bad"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=scaled(120))
 
 
 def test_the_agent_help_runs_without_an_mpi_launch() -> None:
-    out = subprocess.run([sys.executable, "-m", "hpcopt_agent", "--help"], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "hpcopt_agent", "--help"], capture_output=True, text=True, timeout=scaled(120)
+    )
     assert out.returncode == 0 and "--checkpoint-dir" in out.stdout and "--groups" in out.stdout
 
 
 def test_generated_docs_pages_match_the_code(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(ROOT / "scripts/gen_docs.py"), "--out", str(tmp_path)], check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, str(ROOT / "scripts/gen_docs.py"), "--out", str(tmp_path)], check=True, timeout=scaled(120)
+    )
     stale = [
         p.name for p in sorted(tmp_path.iterdir()) if p.read_text() != (ROOT / "docs/reference" / p.name).read_text()
     ]

@@ -11,8 +11,8 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import AcquireStatus, Lease
-from tests.conftest import make_spec
-from tests.seed import checkpoint_uri
+from tests.helpers.seed import checkpoint_uri
+from tests.helpers.specs import make_spec
 
 SPACE = {
     "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
@@ -227,7 +227,7 @@ def test_a_bad_member_that_reports_late_copies_a_better_member_at_its_own_epoch(
 def test_the_example_pbt_campaign_is_accepted(service: Service) -> None:
     import yaml
 
-    from tests.conftest import ROOT
+    from tests.helpers.env import ROOT
 
     spec = yaml.safe_load((ROOT / "examples/pbt/campaign.yaml").read_text())
     campaign = service.campaigns.create(spec)

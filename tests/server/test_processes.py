@@ -19,14 +19,15 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import create_engine, text
 
-from hpcopt import Client
-from tests.conftest import ROOT, make_spec
-from tests.server.process import ServerProcess
+from tests.helpers.clients import Client
+from tests.helpers.env import ROOT, scaled
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(300)]
 
 
-def wait_until(what: str, ok: Callable[[], bool], timeout: float = 60) -> None:
+def wait_until(what: str, ok: Callable[[], bool], timeout: float = scaled(60)) -> None:
     deadline = time.monotonic() + timeout
     while not ok():
         assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
@@ -64,7 +65,7 @@ def connect(server: ServerProcess) -> tuple[grpc.Channel, int]:
     the connection's local port once a call went through it."""
     before = {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.raddr}
     channel = grpc.insecure_channel(server.grpc_target, options=[("grpc.use_local_subchannel_pool", 1)])
-    health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=30)
+    health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=scaled(30))
     mine = [
         c.laddr.port
         for c in psutil.Process().net_connections("tcp")
@@ -90,10 +91,10 @@ def three(pg_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
 
 AGENT = """
 import json, sys, time
-from hpcopt import AgentClient
+from tests.helpers.clients import AgentClient
 target, cid, k = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 done = []
-with AgentClient(target, timeout=60) as a:
+with AgentClient(target, timeout=scaled(60)) as a:
     agent = a.register(host=f"proc-{k}", campaign_id=cid).agent_id
     while True:
         got = a.acquire(agent, cid)
@@ -143,7 +144,7 @@ def test_every_process_answers_on_the_one_port_and_a_campaign_is_shared_without_
     ]
     acked: list[int] = []
     for p in agents:
-        out, err = p.communicate(timeout=240)
+        out, err = p.communicate(timeout=scaled(240))
         assert p.returncode == 0, err
         acked += json.loads(out)
     assert len(acked) == len(set(acked)) == 40, sorted(acked)
@@ -181,7 +182,7 @@ def test_no_child_outlives_the_first_process(three: ServerProcess) -> None:
     assert three.proc is not None
     kids = children(three)
     three.proc.send_signal(signal.SIGKILL)  # no chance to stop them: they notice the pipe close
-    three.proc.wait(timeout=30)
+    three.proc.wait(timeout=scaled(30))
     wait_until("the children to exit", lambda: not any(k.is_running() and k.status() != "zombie" for k in kids))
 
 
@@ -191,7 +192,7 @@ def test_a_stopped_server_stops_its_children(three: ServerProcess) -> None:
     three.proc.terminate()
     # It stops its children and itself, then ends by the signal (as with one process:
     # test_shutdown.py).
-    assert three.proc.wait(timeout=60) == -signal.SIGTERM
+    assert three.proc.wait(timeout=scaled(60)) == -signal.SIGTERM
     wait_until("the children to exit", lambda: not any(k.is_running() and k.status() != "zombie" for k in kids))
 
 
@@ -207,7 +208,7 @@ def test_processes_that_cannot_work_are_refused_at_start(tmp_path: Path, db: str
         [sys.executable, "-m", "hpcopt_server.cli", "serve", "--db", db.format(tmp=tmp_path), "--processes", value],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert out.returncode == 2 and says in out.stderr, out.stderr
     assert not (tmp_path / "one.db").exists(), "a refused start must not create the database"

@@ -145,7 +145,7 @@ def test_the_fold_pruner_runs_a_pruner_within_folds(service: Service) -> None:
     ],
 )
 def test_bad_pruner_options_are_refused_by_name(service: Service, pruner: dict[str, Any], field: str) -> None:
-    from tests.conftest import make_spec
+    from tests.helpers.specs import make_spec
 
     with pytest.raises(InvalidArgument) as err:
         service.campaigns.create(make_spec(pruner=pruner))

@@ -10,8 +10,8 @@ import pytest
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition
 from hpcopt_server.service.agents import Lease
-from tests.conftest import make_spec
-from tests.seed import checkpoint_uri
+from tests.helpers.seed import checkpoint_uri
+from tests.helpers.specs import make_spec
 
 
 def _running(service: Any, folds: int = 2) -> Lease:

@@ -16,7 +16,8 @@ from sqlalchemy import event
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import AcquireStatus, Action, Lease
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import make_spec
+from tests.helpers.env import scaled
+from tests.helpers.specs import make_spec
 
 
 def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
@@ -68,14 +69,14 @@ def test_heartbeats_and_reports_go_on_while_the_campaign_lock_is_held(pg_url: st
         ]
         for call in calls:
             t, out = _in_thread(call)
-            t.join(timeout=20)
+            t.join(timeout=scaled(20))
             assert not t.is_alive(), "an agent's own-trial call waited for the campaign lock"
             assert not isinstance(out[0], BaseException), out[0]
         assert waiting.is_alive(), "the acquisition did not wait for the lock: the test proves nothing"
     finally:
         locker.rollback()
         locker.close()
-    waiting.join(timeout=20)
+    waiting.join(timeout=scaled(20))
     assert acquired[0].status == AcquireStatus.GRANTED
 
 
@@ -94,7 +95,7 @@ def test_acquisitions_waiting_for_the_campaign_hold_no_database_connection(pg_ur
         waiting = [_in_thread(lambda a=a: svc.agents.acquire(a, cid)) for a in agents]  # type: ignore[misc]
         # Eight blocked acquisitions and a pool of four: the heartbeat still gets through.
         t, out = _in_thread(lambda: svc.agents.heartbeat(lease))
-        t.join(timeout=20)
+        t.join(timeout=scaled(20))
         assert not t.is_alive(), "waiting acquisitions took every pooled connection"
         assert out[0].action == Action.CONTINUE
         assert all(w.is_alive() for w, _ in waiting)
@@ -102,7 +103,7 @@ def test_acquisitions_waiting_for_the_campaign_hold_no_database_connection(pg_ur
         locker.rollback()
         locker.close()
     for w, _ in waiting:
-        w.join(timeout=30)
+        w.join(timeout=scaled(30))
     results = [out[0] for _, out in waiting]
     assert all(r.status == AcquireStatus.GRANTED for r in results), results
     assert len({r.trial.id for r in results} | {lease.trial_id}) == 9
@@ -168,7 +169,7 @@ def test_waiting_acquisitions_are_served_together_and_the_budget_stays_exact(pg_
     locker = _hold_campaign_lock(pg_url, cid)
     try:
         waiting = [_in_thread(lambda a=a: svc.agents.acquire(a, cid)) for a in agents[1:]]  # type: ignore[misc]
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + scaled(20)
         assert svc.agents.queue is not None
         while svc.agents.queue.waiting() < 28 and time.monotonic() < deadline:
             time.sleep(0.01)  # all but the one at the lock are queued at the gate
@@ -176,7 +177,7 @@ def test_waiting_acquisitions_are_served_together_and_the_budget_stays_exact(pg_
         locker.rollback()
         locker.close()
     for t, _ in waiting:
-        t.join(timeout=30)
+        t.join(timeout=scaled(30))
     transactions = len(commits)
     answers = [out[0] for _, out in waiting]
     granted = [a.trial.id for a in answers if a.status == AcquireStatus.GRANTED]

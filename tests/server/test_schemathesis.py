@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from hpcopt import AgentClient, Client
 from hpcopt_server.service import Service
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import IN_CI, make_spec
-from tests.server.process import ServerProcess
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import IN_CI
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
 
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
 SEED = 20261123

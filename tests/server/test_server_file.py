@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
-from tests.server.process import wait_healthy
+from tests.helpers.env import scaled
+from tests.helpers.live import free_port
+from tests.helpers.process import wait_healthy
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -28,7 +29,7 @@ def serve(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess
     )
 
 
-def wait_file(path: Path, proc: subprocess.Popen[str], timeout: float = 90) -> dict[str, object]:
+def wait_file(path: Path, proc: subprocess.Popen[str], timeout: float = scaled(90)) -> dict[str, object]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -44,14 +45,14 @@ def wait_file(path: Path, proc: subprocess.Popen[str], timeout: float = 90) -> d
 def hpcopt(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k not in ("HPCOPT_SERVER", "HPCOPT_TOKEN", "HPCOPT_SERVER_FILE")}
     cmd = [sys.executable, "-m", "hpcopt.cli", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**base, **env})
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(60), env={**base, **env})
 
 
 def admin_token_file(db: str, folder: Path) -> tuple[str, Path]:
     """An admin token made with ``hpcopt-server token create``, and the owner-only file
     that holds it (what ``serve --token-file`` names)."""
     cmd = [sys.executable, "-m", "hpcopt_server.cli", "token", "create", "--db", db, "--scope", "admin", "--name", "me"]
-    made = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    made = subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(120))
     assert made.returncode == 0, made.stderr
     path = folder / "token"
     path.write_text(made.stdout.strip() + "\n")
@@ -62,7 +63,7 @@ def admin_token_file(db: str, folder: Path) -> tuple[str, Path]:
 def stop(proc: subprocess.Popen[str]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
+        proc.wait(timeout=scaled(30))
 
 
 @pytest.mark.slow
@@ -86,7 +87,7 @@ def test_two_servers_on_free_ports_each_found_through_its_own_file(tmp_path: Pat
         assert len(json.loads(on_a.stdout)) == 1 and json.loads(on_b.stdout) == []
         # A third server on a live server's file is refused, naming it; nothing changes.
         c = serve(tmp_path / "c.db", "--port", "0", "--grpc-port", "0", "--server-file", str(a_file))
-        out, _ = c.communicate(timeout=60)
+        out, _ = c.communicate(timeout=scaled(60))
         assert c.returncode == 2 and str(a_file) in out and "still answers" in out, out
         assert json.loads(a_file.read_text()) == da
     finally:
@@ -131,7 +132,7 @@ def test_the_default_file_is_found_and_a_stale_one_is_replaced(tmp_path: Path) -
 
 
 def wait_file_replaced(path: Path, proc: subprocess.Popen[str], old: str) -> dict[str, object]:
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + scaled(90)
     while time.monotonic() < deadline:
         data = json.loads(path.read_text())
         if data["grpc"] != old:
@@ -152,7 +153,7 @@ def test_a_damaged_file_is_named_and_the_agent_reads_the_file_too(tmp_path: Path
         [sys.executable, "-m", "hpcopt_agent", "--campaign", "1", "--server-file", str(tmp_path / "none.json")],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
     assert agent.returncode == 2 and "none.json" in agent.stderr, agent.stderr
 

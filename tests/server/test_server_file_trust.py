@@ -21,7 +21,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.conftest import free_port
+from tests.helpers.env import scaled
+from tests.helpers.live import free_port
 from tests.server.test_server_file import admin_token_file, hpcopt, serve, stop, wait_file
 
 pytestmark = pytest.mark.timeout(240)
@@ -54,7 +55,7 @@ class Listener:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=scaled(5))
         self.sock.close()
 
 
@@ -107,7 +108,7 @@ def test_an_untrusted_connection_file_is_refused_by_name_and_nothing_is_dialled(
             [sys.executable, "-m", "hpcopt_agent", "--campaign", "1", "--server-file", str(path)],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=scaled(60),
             env={**os.environ, "HPCOPT_TOKEN": "hpc_secret-token"},
         )
         assert agent.returncode == 2 and reason in agent.stderr, agent.stderr
@@ -140,7 +141,7 @@ def test_serve_refuses_a_folder_others_may_write(tmp_path: Path) -> None:
     folder.mkdir()
     folder.chmod(0o777)
     proc = serve(tmp_path / "s.db", "--port", "0", "--grpc-port", "0", "--server-file", str(folder / "server.json"))
-    out, _ = proc.communicate(timeout=120)
+    out, _ = proc.communicate(timeout=scaled(120))
     assert proc.returncode == 2 and f"refusing to write the connection file into {folder}" in out, out
     assert not (folder / "server.json").exists()
 
@@ -172,7 +173,7 @@ def test_a_file_left_by_a_killed_server_never_sends_the_token_to_the_next_proces
         wait_file(conn, proc)
         assert hpcopt("list", HPCOPT_SERVER_FILE=str(conn)).returncode == 0  # the real server proves it
         proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=scaled(30))
     finally:
         stop(proc)
     assert conn.exists()  # a kill -9 leaves the file behind
@@ -184,7 +185,7 @@ def test_a_file_left_by_a_killed_server_never_sends_the_token_to_the_next_proces
             [sys.executable, "-m", "hpcopt_agent", "--campaign", "1", "--server-file", str(conn)],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=scaled(60),
         )
         assert agent.returncode == 2 and "is not the server that wrote" in agent.stderr, agent.stderr
     finally:

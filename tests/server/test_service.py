@@ -13,8 +13,9 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import AcquireStatus, Action, Lease
-from tests.conftest import make_spec
-from tests.seed import checkpoint_uri
+from tests.helpers.env import scaled
+from tests.helpers.seed import checkpoint_uri
+from tests.helpers.specs import make_spec
 
 
 def _start(service: Service, **spec: Any) -> tuple[d.Campaign, str]:
@@ -375,7 +376,7 @@ def test_costly_reads_beyond_the_server_wide_slots_get_retry_after_and_agent_cal
         _finish(service, _acquire(service, agent, campaign)[1], [float(i)])
     heavy = service.ctx.heavy
     for _ in range(SLOTS):
-        assert heavy._free.acquire(timeout=0)
+        assert heavy._free.acquire(timeout=scaled(0))
     try:
         for read in (
             lambda: service.analysis.importance(campaign.id, 0, "permutation"),

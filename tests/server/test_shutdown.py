@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hpcopt import Client
-from tests.conftest import make_spec
-from tests.server.process import ServerProcess
+from tests.helpers.clients import Client
+from tests.helpers.env import scaled
+from tests.helpers.process import ServerProcess
+from tests.helpers.specs import make_spec
 
 
 @pytest.mark.parametrize(
@@ -36,7 +37,7 @@ def test_a_signal_stops_the_server_after_its_clean_up(tmp_path: Path, sig: int, 
             c.create_campaign(make_spec(name="kept"))
         assert [p.name[:12] for p in tmp.iterdir()] == ["hpcopt-grpc-"]  # the socket's directory, while serving
         server.proc.send_signal(sig)
-        assert server.proc.wait(timeout=60) == status, log.read_text()
+        assert server.proc.wait(timeout=scaled(60)) == status, log.read_text()
         said = log.read_text()
         assert list(tmp.iterdir()) == [], said
         assert "Traceback" not in said, said

@@ -13,7 +13,8 @@ import pytest
 from hpcopt.documents import MAX_DEPTH, DocumentError, parse_document
 from hpcopt.spec import MAX_SPEC_BYTES, SpecError, parse_spec, spec_to_json_dict
 from hpcopt.specfile import load_spec_file, locate
-from tests.conftest import ROOT, make_spec
+from tests.helpers.env import ROOT, scaled
+from tests.helpers.specs import make_spec
 
 
 def _when(when: dict[str, Any], parent: dict[str, Any] | None = None, missing: bool = False) -> dict[str, Any]:
@@ -363,6 +364,6 @@ def test_a_pipeline_over_a_task_with_its_own_train_step_is_refused_at_submission
         capture_output=True,
         text=True,
         cwd=ROOT,
-        timeout=120,
+        timeout=scaled(120),
     )
     assert out.returncode == 2 and "custom train_step of PlainBackward" in out.stderr, out.stderr

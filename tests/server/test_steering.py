@@ -15,7 +15,7 @@ from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound
 from hpcopt_server.service import Service
 from hpcopt_server.service.agent_messages import AcquireStatus, Action, Lease
 from hpcopt_server.storage.repository import Storage
-from tests.conftest import make_spec
+from tests.helpers.specs import make_spec
 
 
 @pytest.fixture

@@ -9,18 +9,21 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import LiveServer, make_spec
+from tests.helpers import web
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer
+from tests.helpers.specs import make_spec
 
 
 def _agent(server: LiveServer, cid: int) -> tuple[Any, str]:
-    from hpcopt import AgentClient
+    from tests.helpers.clients import AgentClient
 
     client = AgentClient(server.grpc_target)
     return client, client.register(host="n1", campaign_id=cid).agent_id
 
 
 def _post(server: LiveServer, path: str, **kwargs: Any) -> httpx.Response:
-    return httpx.post(f"{server.http_url}/api/v1{path}", timeout=60, **kwargs)
+    return web.post(f"{server.http_url}/api/v1{path}", timeout=scaled(60), **kwargs)
 
 
 def _campaign(service: Any, **budget: int) -> int:
@@ -70,7 +73,7 @@ def test_pause_resume_and_a_raised_budget_over_rest_reach_a_waiting_agent(
         client.report_fold(got.lease, 0, 0.5)
         client.complete(got.lease)
         assert client.acquire(agent, cid).status == "done"
-        assert httpx.get(f"{live_server.http_url}/api/v1/campaigns/{cid}").json()["state"] == "COMPLETED"
+        assert web.get(f"{live_server.http_url}/api/v1/campaigns/{cid}").json()["state"] == "COMPLETED"
         r = _post(live_server, f"/campaigns/{cid}/budget", json={"max_trials": 2})
         assert r.status_code == 200, r.text
         assert (r.json()["state"], r.json()["max_trials"], r.json()["spec"]["budget"]["max_trials"]) == (
@@ -108,12 +111,12 @@ def test_hostile_steering_requests_get_a_4xx_naming_the_field_and_change_nothing
     client, agent = _agent(live_server, cid)
     with client:
         client.acquire(agent, cid)
-    before = httpx.get(f"{live_server.http_url}/api/v1/campaigns/{cid}").json()
+    before = web.get(f"{live_server.http_url}/api/v1/campaigns/{cid}").json()
     r = _post(live_server, f"/campaigns/{cid}/{path}", json=body)
     assert r.status_code == status, r.text
     if field:
         assert field in [e["field"] for e in r.json()["errors"]], r.json()
-    after = httpx.get(f"{live_server.http_url}/api/v1/campaigns/{cid}").json()
+    after = web.get(f"{live_server.http_url}/api/v1/campaigns/{cid}").json()
     assert after == before
 
 
@@ -135,7 +138,7 @@ def test_the_cli_steers_over_grpc_with_exit_codes_and_json(live_server: LiveServ
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         cmd = [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, *args]
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=scaled(120))
 
     cid = _campaign(service, max_trials=1)
     client, agent = _agent(live_server, cid)
@@ -166,5 +169,5 @@ def test_the_cli_steers_over_grpc_with_exit_codes_and_json(live_server: LiveServ
             assert watching.stdout is not None
             assert "PAUSED" in watching.stdout.readline()
             assert cli("cancel", str(cid)).returncode == 0
-            rest = watching.communicate(timeout=120)[0].splitlines()
+            rest = watching.communicate(timeout=scaled(120))[0].splitlines()
         assert watching.returncode == 0 and rest[-1].startswith(f"campaign {cid} CANCELLED"), rest

@@ -21,7 +21,7 @@ from hpcopt_server.storage import migrate
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.repository import Storage, Tx
 from hpcopt_server.storage.store import Store
-from tests.conftest import make_spec
+from tests.helpers.specs import make_spec
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 LATER = NOW + timedelta(seconds=30)

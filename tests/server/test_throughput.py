@@ -11,7 +11,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, NotFound, PermissionDenied
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import AcquireStatus, Lease
-from tests.conftest import make_spec
+from tests.helpers.specs import make_spec
 
 
 def _fold_metrics(rate: float, ranks: int, nodes: int = 1) -> dict[str, float]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 import re
 
-import httpx
 import pytest
 
 from hpcopt.planner import PlanError, Point, fit
@@ -17,7 +16,10 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument
 from hpcopt_server.service import Service
 from hpcopt_server.storage import models as m
-from tests.conftest import LiveServer, make_spec
+from tests.helpers import web
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer
+from tests.helpers.specs import make_spec
 from tests.server.test_throughput import _run_trials
 
 
@@ -113,7 +115,7 @@ def test_stored_poison_never_breaks_the_document_the_registration_or_a_plan(
     agent = _agent(service, campaign)
     service.agents.report_throughput(agent, campaign.id, [("allreduce", 1, 1, 100.0)], 90)
     _poison(service, campaign)
-    r = httpx.get(f"{live_server.http_url}/api/v1/campaigns/{campaign.id}/throughput", timeout=60)
+    r = web.get(f"{live_server.http_url}/api/v1/campaigns/{campaign.id}/throughput", timeout=scaled(60))
     assert r.status_code == 200, r.text
     doc = r.json()
     assert [(p["ranks"], p["samples_per_second"]) for p in doc["points"]] == [(1, 100.0)]

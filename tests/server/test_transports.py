@@ -9,13 +9,16 @@ import sys
 import urllib.request
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
-from hpcopt import AgentClient, ApiError, Client
-from tests.conftest import ROOT, LiveServer, make_spec
-from tests.seed import checkpoint_uri
+from hpcopt import ApiError
+from tests.helpers import web
+from tests.helpers.clients import AgentClient, Client
+from tests.helpers.env import ROOT, scaled
+from tests.helpers.live import LiveServer
+from tests.helpers.seed import checkpoint_uri
+from tests.helpers.specs import make_spec
 
 
 def _run_one_trial(server: LiveServer, campaign_id: int, values: list[float]) -> int:
@@ -77,10 +80,10 @@ def test_grpc_errors_carry_codes_and_field_names(live_server: LiveServer) -> Non
 
 def test_rest_api_serves_campaigns_trials_and_errors(live_server: LiveServer) -> None:
     base = live_server.http_url
-    r = httpx.post(f"{base}/api/v1/campaigns", json=make_spec(folds=2))
+    r = web.post(f"{base}/api/v1/campaigns", json=make_spec(folds=2))
     assert r.status_code == 201, r.text
     cid = r.json()["id"]
-    r = httpx.post(
+    r = web.post(
         f"{base}/api/v1/campaigns",
         content=yaml.safe_dump(make_spec(name="from-yaml")),
         headers={"content-type": "application/yaml"},
@@ -88,39 +91,39 @@ def test_rest_api_serves_campaigns_trials_and_errors(live_server: LiveServer) ->
     assert r.status_code == 201 and r.json()["name"] == "from-yaml"
     tid = _run_one_trial(live_server, cid, [1.0, 3.0])
 
-    listed = httpx.get(f"{base}/api/v1/campaigns").json()
+    listed = web.get(f"{base}/api/v1/campaigns").json()
     assert listed["total"] == 2 and listed["campaigns"][-1]["id"] == cid  # newest first
-    got = httpx.get(f"{base}/api/v1/campaigns/{cid}").json()
+    got = web.get(f"{base}/api/v1/campaigns/{cid}").json()
     assert got["best_value"] == 2.0 and got["trial_counts"] == {"COMPLETED": 1}
-    page = httpx.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"state": "COMPLETED", "limit": 5}).json()
+    page = web.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"state": "COMPLETED", "limit": 5}).json()
     assert page["total"] == 1 and page["trials"][0]["value"] == 2.0 and page["trials"][0]["curves"] is None
-    trial = httpx.get(f"{base}/api/v1/trials/{tid}").json()
+    trial = web.get(f"{base}/api/v1/trials/{tid}").json()
     assert trial["value_std"] == pytest.approx(2**0.5) and len(trial["curves"]) == 2
-    assert httpx.get(f"{base}/api/v1/campaigns/{cid}/best").json()["id"] == tid
-    agents = httpx.get(f"{base}/api/v1/campaigns/{cid}/agents").json()
+    assert web.get(f"{base}/api/v1/campaigns/{cid}/best").json()["id"] == tid
+    agents = web.get(f"{base}/api/v1/campaigns/{cid}/agents").json()
     assert agents[0]["host"] == "node1" and agents[0]["slurm_job_id"] == "42"
-    export = httpx.get(f"{base}/api/v1/campaigns/{cid}/export")
+    export = web.get(f"{base}/api/v1/campaigns/{cid}/export")
     assert "attachment" in export.headers["content-disposition"]
-    imported = httpx.post(f"{base}/api/v1/campaigns/import", json=export.json())
+    imported = web.post(f"{base}/api/v1/campaigns/import", json=export.json())
     assert imported.status_code == 201 and imported.json()["trial_counts"] == {"COMPLETED": 1}
-    assert httpx.post(f"{base}/api/v1/campaigns/{cid}/cancel").json()["state"] == "CANCELLED"
-    assert httpx.post(f"{base}/api/v1/campaigns/{cid}/cancel").status_code == 409
+    assert web.post(f"{base}/api/v1/campaigns/{cid}/cancel").json()["state"] == "CANCELLED"
+    assert web.post(f"{base}/api/v1/campaigns/{cid}/cancel").status_code == 409
 
-    bad = httpx.post(f"{base}/api/v1/campaigns", json=make_spec(budget={"max_trials": 0}))
+    bad = web.post(f"{base}/api/v1/campaigns", json=make_spec(budget={"max_trials": 0}))
     assert bad.status_code == 422
     assert bad.json()["errors"] == [
         {"field": "budget.max_trials", "message": "Input should be greater than or equal to 1"}
     ]
-    assert httpx.post(f"{base}/api/v1/campaigns", content=b"{not json").status_code == 422
-    assert httpx.get(f"{base}/api/v1/campaigns/999").status_code == 404
-    assert httpx.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"limit": 0}).status_code == 422
-    assert httpx.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"state": "NOPE"}).status_code == 422
+    assert web.post(f"{base}/api/v1/campaigns", content=b"{not json").status_code == 422
+    assert web.get(f"{base}/api/v1/campaigns/999").status_code == 404
+    assert web.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"limit": 0}).status_code == 422
+    assert web.get(f"{base}/api/v1/campaigns/{cid}/trials", params={"state": "NOPE"}).status_code == 422
 
 
 def test_health_docs_metrics_and_dashboard(live_server: LiveServer) -> None:
     base = live_server.http_url
-    assert httpx.get(f"{base}/healthz").json()["status"] == "ok"
-    spec = httpx.get(f"{base}/openapi.json").json()
+    assert web.get(f"{base}/healthz").json()["status"] == "ok"
+    spec = web.get(f"{base}/openapi.json").json()
     ops = {op["operationId"] for path in spec["paths"].values() for op in path.values()}
     assert {"create_campaign", "list_trials", "get_trial", "cancel_campaign", "import_campaign"} <= ops
     # Every answer a route gives is in the document (schemathesis checks them against it).
@@ -130,15 +133,15 @@ def test_health_docs_metrics_and_dashboard(live_server: LiveServer) -> None:
     assert {"application/json", "text/csv"} <= set(exported)
     for path in ("/api/v1/campaigns", "/api/v1/campaigns/validate", "/api/v1/campaigns/import"):
         assert "413" in paths[path]["post"]["responses"], path
-    assert httpx.get(f"{base}/docs").status_code == 200
-    cid = httpx.post(f"{base}/api/v1/campaigns", json=make_spec(folds=1)).json()["id"]
+    assert web.get(f"{base}/docs").status_code == 200
+    cid = web.post(f"{base}/api/v1/campaigns", json=make_spec(folds=1)).json()["id"]
     _run_one_trial(live_server, cid, [0.5])
-    metrics = httpx.get(f"{base}/metrics").text
+    metrics = web.get(f"{base}/metrics").text
     assert 'hpcopt_trials{state="COMPLETED"} 1.0' in metrics
     assert "hpcopt_acquire_seconds_count 1.0" in metrics
     assert 'hpcopt_grpc_requests_total{code="OK",method="ReportFold"} 1.0' in metrics
     assert 'hpcopt_http_requests_total{method="POST",route="/api/v1/campaigns",status="201"}' in metrics
-    assert "<title>hpcopt</title>" in httpx.get(f"{base}/").text
+    assert "<title>hpcopt</title>" in web.get(f"{base}/").text
 
 
 def test_grpc_health_and_reflection_are_on(live_server: LiveServer) -> None:
@@ -165,7 +168,7 @@ def _cli(server: LiveServer, *args: str) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "hpcopt.cli", "--server", server.grpc_target, *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
     )
 
 
@@ -195,7 +198,7 @@ def _cli_after(server: LiveServer, *args: str) -> subprocess.CompletedProcess[st
         [sys.executable, "-m", "hpcopt.cli", *args, "--server", server.grpc_target, "--json"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=scaled(60),
         env={**os.environ, "COLUMNS": "200"},
     )
 
@@ -218,7 +221,7 @@ def test_cli_options_go_anywhere_and_json_is_typed_and_matches_the_text(live_ser
     assert [e["kind"] for e in trial["events"]] == ["acquired", "completed"] and trial["finished_at"].endswith("+00:00")
     # Parameters in the spec's order (lr, width, act: not alphabetical) in every view.
     assert list(trial["params"]) == ["lr", "width", "act"]
-    with urllib.request.urlopen(f"{live_server.http_url}/api/v1/trials/{tid}", timeout=10) as r:
+    with urllib.request.urlopen(f"{live_server.http_url}/api/v1/trials/{tid}", timeout=scaled(10)) as r:
         assert list(json.loads(r.read())["params"]) == ["lr", "width", "act"]  # stored in that order
     assert list(json.loads(_cli_after(live_server, "best", "1").stdout)["params"]) == ["lr", "width", "act"]
     assert list(json.loads(_cli_after(live_server, "trials", "1").stdout)[0]["params"]) == ["lr", "width", "act"]

@@ -14,7 +14,7 @@ from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import Lease
 from hpcopt_server.service.warmstart import warm_trials
-from tests.conftest import make_spec
+from tests.helpers.specs import make_spec
 
 SPACE = {"x1": {"type": "real", "low": -5.0, "high": 10.0}, "x2": {"type": "real", "low": 0.0, "high": 15.0}}
 

@@ -12,17 +12,18 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.conftest import free_port
+from tests.helpers.env import scaled
+from tests.helpers.live import free_port
 
 
-def wait_healthy(url: str, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+def wait_healthy(url: str, proc: subprocess.Popen[str], timeout: float = scaled(60)) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             out = proc.stdout.read() if proc.stdout else ""
             raise AssertionError(f"server exited with {proc.returncode}:\n{out}")
         try:
-            with urllib.request.urlopen(url + "/healthz", timeout=2):
+            with urllib.request.urlopen(url + "/healthz", timeout=scaled(2)):
                 return
         except OSError:
             time.sleep(0.1)
@@ -82,13 +83,13 @@ class ServerProcess:
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
-            self.proc.wait(timeout=30)
+            self.proc.wait(timeout=scaled(30))
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=scaled(30))
             except subprocess.TimeoutExpired:
                 self.kill()
 

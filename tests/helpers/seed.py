@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from hpcopt_server import domain as d
-from tests.conftest import make_spec
+from tests.helpers.specs import make_spec
 
 SPACE: dict[str, Any] = {
     "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
@@ -206,7 +206,7 @@ def truth_loss(params: dict[str, Any], momentum_weight: float, rng: random.Rando
 def run_truth_campaign(grpc_target: str, service: Any, *, trials: int, momentum_weight: float, seed: int) -> int:
     """A campaign over ``TRUTH_SPACE`` (random search, 3 folds) whose ``trials`` trials an
     agent ran through the real gRPC agent API, each fold reporting ``truth_loss``."""
-    from hpcopt import AgentClient
+    from tests.helpers.clients import AgentClient
 
     spec = make_spec(
         name=f"truth-m{momentum_weight}-s{seed}",
@@ -238,7 +238,7 @@ def run_mixed_campaign(grpc_target: str, service: Any, *, name: str, two_objecti
     PRUNED after a point at 0.05, one FAILED after a point (0.01) and a finished fold
     (0.02), and one still RUNNING with points 2.28 then 0.64 on fold 0 and fold 1
     finished at 0.03. ``two_objectives``: minimize loss and latency."""
-    from hpcopt import AgentClient
+    from tests.helpers.clients import AgentClient
 
     space = {"lr": {"type": "real", "low": 1e-4, "high": 1.0}, "batch": {"type": "categorical", "choices": [16, 32]}}
     objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "latency", "direction": "minimize"}]

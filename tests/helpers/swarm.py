@@ -1,15 +1,15 @@
 """A swarm of hostile idle clients, run as its own process so that it does not share an
 interpreter (or its GIL) with whoever measures the server meanwhile:
 
-    python -m tests.swarm grpc PORT N      # N connections that finish the HTTP/2
+    python -m tests.helpers.swarm grpc PORT N      # N connections that finish the HTTP/2
                                           # handshake of a gRPC channel, then sit idle
-    python -m tests.swarm slow PORT N      # N HTTP clients sending their request
+    python -m tests.helpers.swarm slow PORT N      # N HTTP clients sending their request
                                           # headers one byte every 2 s
-    python -m tests.swarm halfopen PORT N --calls M
+    python -m tests.helpers.swarm halfopen PORT N --calls M
                                           # N gRPC connections, each opening M unary
                                           # calls to AgentService/Heartbeat whose request
                                           # never arrives (HEADERS without END_STREAM)
-    python -m tests.swarm nowindow PORT N --window W [--open-once K]
+    python -m tests.helpers.swarm nowindow PORT N --window W [--open-once K]
                                           # N gRPC connections that advertise an initial
                                           # window of W bytes (0: none) and send one
                                           # complete Health/Check call whose response
@@ -40,6 +40,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.helpers.env import scaled
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 SETTINGS = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
@@ -120,7 +122,7 @@ class Swarm:
         self.pending_reopen: list[float] = []
 
     def open_one(self) -> None:
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=10, source_address=self.source)
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=scaled(10), source_address=self.source)
         s.setblocking(False)
         s.sendall(PREFACE + self.settings + self.calls if self.h2 else SLOW_HEAD)
         self.ready[s] = not self.h2
@@ -194,7 +196,7 @@ def probe_health(target: str, seconds: float, token: str | None = None, *, new_c
             t0 = time.monotonic()
             ch = shared or grpc.insecure_channel(target)
             try:
-                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5, metadata=meta)
+                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=scaled(5), metadata=meta)
                 out.append(time.monotonic() - t0)
             except grpc.RpcError:
                 out.append(float("inf"))
@@ -243,12 +245,12 @@ class Outcome:
 
 
 @contextlib.contextmanager
-def swarming(kind: str, port: int, n: int, *extra: str, ready_timeout: float = 180) -> Iterator[Outcome]:
-    """Runs ``python -m tests.swarm KIND PORT N EXTRA...`` until the block ends, once
+def swarming(kind: str, port: int, n: int, *extra: str, ready_timeout: float = scaled(180)) -> Iterator[Outcome]:
+    """Runs ``python -m tests.helpers.swarm KIND PORT N EXTRA...`` until the block ends, once
     it is ready; the outcome holds how many connections the server closed."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.swarm", kind, str(port), str(n), *extra],
-        cwd=Path(__file__).resolve().parents[1],
+        [sys.executable, "-m", "tests.helpers.swarm", kind, str(port), str(n), *extra],
+        cwd=Path(__file__).resolve().parents[2],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -264,7 +266,7 @@ def swarming(kind: str, port: int, n: int, *extra: str, ready_timeout: float = 1
         yield outcome
     finally:
         try:
-            out = proc.communicate(input="", timeout=60)[0]
+            out = proc.communicate(input="", timeout=scaled(60))[0]
         except subprocess.TimeoutExpired:
             proc.kill()
             out = proc.communicate()[0]
@@ -305,7 +307,7 @@ def main() -> None:
     for _ in range(args.n):
         swarm.open_one()
         swarm.step(0)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while not all(swarm.ready.values()) and time.monotonic() < deadline and not stop.is_set():
         swarm.step(0.05)
     print("ready", flush=True)
