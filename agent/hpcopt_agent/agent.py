@@ -13,10 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from hpcopt import AgentClient, ApiError, Lease
+from hpcopt import AgentClient, ApiError, Lease, TrialState
 from hpcopt.records import QueueState, Trial
 from hpcopt_agent.comm import Comms, Notices, any_true, bcast, gather
 from hpcopt_agent.fold import FoldOutcome, FoldTrainer, TrialInfo
+from hpcopt_agent.outcomes import Decision, Outcome
 from hpcopt_agent.pbt import Parent, parent_of, readable_parent
 from hpcopt_agent.runtime import Context, StopSignal, Walltime
 from hpcopt_agent.server import Heartbeat, TrialLink, retrying
@@ -102,45 +103,45 @@ class GroupLoop:
                 try:
                     decision = self._decide(signalled)
                 except ApiError as exc:
-                    decision = ("error", f"the server failed: {exc}")
+                    decision = (Decision.ERROR, f"the server failed: {exc}")
             kind, payload = bcast(self.comms.group, decision)
-            if kind in ("stop", "error", "replan"):
-                self.replan = kind == "replan"
+            if kind.ends:
+                self.replan = kind == Decision.REPLAN
                 if self.replan and self.comms.is_group_leader:
                     log.info("leaving the layout at this trial boundary to re-plan: %s", payload)
-                return str(payload), kind != "error"
-            if kind == "wait":
+                return str(payload), kind != Decision.ERROR
+            if kind == Decision.WAIT:
                 continue
             self._run_trial(payload)
             self.trials += 1
 
     # -- group leader ------------------------------------------------------------------
 
-    def _decide(self, signalled: bool) -> tuple[str, Any]:
+    def _decide(self, signalled: bool) -> tuple[Decision, Any]:
         if signalled and self.stop.name == "WALLTIME":
             left = self.walltime.remaining() or 0.0
-            return "stop", (
+            return Decision.STOP, (
                 f"{left:.0f} s of walltime left, within the last {self.walltime.reserve:.0f} s (--reserve) in which "
                 "trials checkpoint and go back"
             )
         if signalled:
-            return "stop", f"{self.stop.name or 'a signal'} received"
+            return Decision.STOP, f"{self.stop.name or 'a signal'} received"
         if self.max_trials is not None and self.trials >= self.max_trials:
-            return "stop", f"--max-trials {self.max_trials} reached"
+            return Decision.STOP, f"--max-trials {self.max_trials} reached"
         if not self.walltime.fits_another():
-            return "stop", self.walltime.why_not()
+            return Decision.STOP, self.walltime.why_not()
         assert self.client is not None
         client = self.client
         groups = self.comms.layout.groups
         if self.notices is not None and self.notices.pending():
-            return "replan", "another trial group asked for a re-plan"
+            return Decision.REPLAN, "another trial group asked for a re-plan"
         decision = self._acquire(client, groups)
-        if decision[0] == "replan" and self.notices is not None:
+        if decision[0] == Decision.REPLAN and self.notices is not None:
             size = self.comms.layout.group_size
             self.notices.ask([g * size for g in range(groups)])
         return decision
 
-    def _acquire(self, client: AgentClient, groups: int) -> tuple[str, Any]:
+    def _acquire(self, client: AgentClient, groups: int) -> tuple[Decision, Any]:
         if self.drain_below is not None and groups > 1:
             # The last wave is partial: fewer trials are left than the groups that have not
             # started one in this wave (trials started since the plan, modulo the groups).
@@ -149,11 +150,11 @@ class GroupLoop:
                 waiting = groups - (self.wave_base - q.unstarted) % groups
                 if 0 < q.unstarted < min(waiting, self.drain_below):
                     if self.would_change is None or self.would_change(q.unstarted):
-                        return "replan", f"{q.unstarted} trial(s) left to start for {waiting} trial group(s)"
+                        return Decision.REPLAN, f"{q.unstarted} trial(s) left to start for {waiting} trial group(s)"
                     self.drain_below = q.unstarted  # the layout suits them: not again until fewer remain
         got = retrying(lambda: client.acquire(self.agent_id, self.campaign_id), "Acquire", self.patience)
         if got.status == "done":
-            return "stop", "the campaign is finished"
+            return Decision.STOP, "the campaign is finished"
         if got.trial is None or got.lease is None:  # wait: the parallel budget is in use, or paused
             now = time.monotonic()
             if got.wait_reason and (got.wait_reason != self.said_wait or now - self.said_wait_at >= SAY_WAIT_SECONDS):
@@ -166,7 +167,7 @@ class GroupLoop:
                 q = self._queue(client)
                 if q is not None and q.unstarted > 0 and 0 < q.max_parallel <= q.running:
                     waited = now - self.waiting_since
-                    return "replan", (
+                    return Decision.REPLAN, (
                         f"trial group {self.comms.group_index} waited {waited:.0f} s for a trial: max_parallel "
                         f"{q.max_parallel} in use ({q.running} running)"
                     )
@@ -174,7 +175,7 @@ class GroupLoop:
             deadline = time.monotonic() + max(got.retry_after_seconds, 0.2)
             while time.monotonic() < deadline and not self.stop.requested:
                 time.sleep(0.1)
-            return "wait", None
+            return Decision.WAIT, None
         self.waiting_since = None
         trial, lease = got.trial, got.lease
         finished = frozenset(f.index for f in trial.folds if f.finished)
@@ -194,13 +195,13 @@ class GroupLoop:
             )
             if readable is None:  # told to stop while it waited: the next decision stops
                 why = "stopped while waiting for a readable parent checkpoint"
-                retrying(lambda: client.release(lease, "PREEMPTED", why), "Release", self.patience)
-                return "wait", None
+                retrying(lambda: client.release(lease, TrialState.PREEMPTED, why), "Release", self.patience)
+                return Decision.WAIT, None
             trial = readable
         params = {k: trial.params[k] for k in self.trainer.s.param_names if k in trial.params}
         params.update((k, v) for k, v in trial.params.items() if k not in params)
         info = TrialInfo(self.campaign_id, trial.id, trial.number, trial.attempt, params, *_interval(trial))
-        return "trial", Grant(info, lease, finished, resume)
+        return Decision.TRIAL, Grant(info, lease, finished, resume)
 
     def _pause(self, seconds: float) -> bool:
         """Sleeps ``seconds``; False (at once) when the agent is told to stop."""
@@ -244,7 +245,7 @@ class GroupLoop:
             train, validation = self.splits[fold]
             outcome = self.trainer.run(info, fold, train, validation, fold_link, grant.resume.get(fold, ""))
             outcomes.append(outcome)
-            if outcome.status != "completed":
+            if outcome.status != Outcome.COMPLETED:
                 break
         self.context.what = f"trial #{info.number}"
         everything = gather(self.comms.group, outcomes if self.comms.is_fold_leader else [])
@@ -258,21 +259,25 @@ class GroupLoop:
     def _finish(self, link: TrialLink, info: TrialInfo, outcomes: list[FoldOutcome], hb: Heartbeat | None) -> None:
         by = {s: [o for o in outcomes if o.status == s] for s in {o.status for o in outcomes}}
         trained = sum(o.epochs for o in outcomes)
-        if "failed" in by:
-            log.error("FAILED (%s)", by["failed"][0].error.splitlines()[0] if by["failed"][0].error else "error")
-        elif "preempted" in by:
+        if Outcome.FAILED in by:
+            log.error(
+                "FAILED (%s)", by[Outcome.FAILED][0].error.splitlines()[0] if by[Outcome.FAILED][0].error else "error"
+            )
+        elif Outcome.PREEMPTED in by:
             reason = f"{self.stop.name or 'signal'} on {socket.gethostname()}"
             try:
-                link.release("PREEMPTED", reason)
+                link.release(TrialState.PREEMPTED, reason)
                 log.warning(
-                    "PREEMPTED: checkpointed %d fold(s) in progress; %d epochs trained", len(by["preempted"]), trained
+                    "PREEMPTED: checkpointed %d fold(s) in progress; %d epochs trained",
+                    len(by[Outcome.PREEMPTED]),
+                    trained,
                 )
             except Exception as exc:  # the lease may be gone already; the server requeues it then
                 log.warning("could not release as PREEMPTED: %s", exc)
-        elif "lost" in by or (hb is not None and hb.action == "lost"):
+        elif Outcome.LOST in by or (hb is not None and hb.action == Outcome.LOST):
             log.warning("the lease was lost (expired or taken over); the server requeues the trial")
-        elif "pruned" in by or "cancelled" in by:
-            log.info("stopped by the server (%s)", ", ".join(s for s in ("pruned", "cancelled") if s in by))
+        elif Outcome.PRUNED in by or Outcome.CANCELLED in by:
+            log.info("stopped by the server (%s)", ", ".join(s for s in (Outcome.PRUNED, Outcome.CANCELLED) if s in by))
         else:
             try:
                 value = link.complete()

@@ -33,11 +33,12 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from hpcopt import ApiError
+from hpcopt import ApiError, TrialState
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
 from hpcopt_agent.data import Data
 from hpcopt_agent.epoch import Batches, EpochDriver
+from hpcopt_agent.outcomes import Outcome, Verdict
 from hpcopt_agent.pbt import Parent, hyper_parameters, load_parent, restore_hyper_parameters, shape_error
 from hpcopt_agent.precision import Precision
 from hpcopt_agent.runtime import StopSignal
@@ -47,8 +48,6 @@ from hpcopt_agent.settings import TrainingSettings
 from hpcopt_agent.task import Task, as_dict, as_user
 
 log = logging.getLogger("hpcopt_agent")
-
-OK, PREEMPT, FAILED = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -67,8 +66,7 @@ class TrialInfo:
 @dataclass
 class FoldOutcome:
     fold: int
-    #: completed, preempted, failed, pruned, cancelled or lost
-    status: str
+    status: Outcome
     value: float | None = None
     error: str = ""
     epochs: int = 0  # epochs this attempt trained
@@ -145,7 +143,7 @@ class FoldTrainer:
         resume_uri: str = "",
     ) -> FoldOutcome:
         """Trains ``fold`` to the end (or a stop); ``link`` is set on the fold leader only."""
-        out = FoldOutcome(fold, "completed")
+        out = FoldOutcome(fold, Outcome.COMPLETED)
         self.current = (trial, fold, link)
         scheme: Scheme | None = None
         run: _Run | None = None
@@ -162,8 +160,8 @@ class FoldTrainer:
         except Exception as exc:
             error = summarize(exc)
         try:
-            code, error = self._agree(FAILED if error else OK, error)
-            if code == FAILED or scheme is None:
+            code, error = self._agree(Verdict.FAILED if error else Verdict.OK, error)
+            if code == Verdict.FAILED or scheme is None:
                 return self._fail(out, trial, link, f"setting up fold {fold}", error)
             # Every rank resumes or none does (a rank that could not read the file would
             # otherwise train another epoch than its peers).
@@ -178,16 +176,16 @@ class FoldTrainer:
                     )
             if state is None and trial.parent is not None:
                 state, error = load_parent(trial.parent, self.root, self.server_id, trial.campaign_id, fold)
-                code, error = self._agree(FAILED if error else OK, error)
-                if code == FAILED:
+                code, error = self._agree(Verdict.FAILED if error else Verdict.OK, error)
+                if code == Verdict.FAILED:
                     return self._fail(out, trial, link, f"starting fold {fold} {parent}", error)
                 resume_uri = ""
             try:
                 run = self._start(trial, fold, state, resume_uri, scheme)
             except Exception as exc:
                 error = summarize(exc)
-            code, error = self._agree(FAILED if run is None else OK, error)
-            if code == FAILED or run is None:
+            code, error = self._agree(Verdict.FAILED if run is None else Verdict.OK, error)
+            if code == Verdict.FAILED or run is None:
                 return self._fail(out, trial, link, f"setting up fold {fold}", error)
             return self._epochs(out, run, trial, fold, train, validation, link)
         finally:
@@ -215,15 +213,17 @@ class FoldTrainer:
                 ep = self._train_epoch(run, trial, fold, train, batch_size)
             except Exception as exc:
                 error = summarize(exc)
-            code, error = self._agree(FAILED if error else PREEMPT if ep.stop_at is not None else OK, error)
-            if code == FAILED:
+            code, error = self._agree(
+                Verdict.FAILED if error else Verdict.PREEMPT if ep.stop_at is not None else Verdict.OK, error
+            )
+            if code == Verdict.FAILED:
                 return self._fail(out, trial, link, f"epoch {run.epoch + 1}", error)
-            if code == PREEMPT:
+            if code == Verdict.PREEMPT:
                 run.batch = ep.stop_at if ep.stop_at is not None else run.batch
                 uri = self._checkpoint(trial, fold, run)
                 if link is not None:
                     log.info("preempted at %s; checkpoint %s", position(run.epoch, run.batch, self.s.epochs), uri)
-                out.status = "preempted"
+                out.status = Outcome.PREEMPTED
                 return out
             samples = 0
 
@@ -236,8 +236,8 @@ class FoldTrainer:
                 metrics = run.driver.end(run.epoch, run.models, evaluate)
             except Exception as exc:
                 metrics, error = {}, summarize(exc)
-            code, error = self._agree(FAILED if error else OK, error)
-            if code == FAILED:
+            code, error = self._agree(Verdict.FAILED if error else Verdict.OK, error)
+            if code == Verdict.FAILED:
                 return self._fail(out, trial, link, f"evaluation after epoch {run.epoch + 1}", error)
             # Wall seconds of this fold's training and evaluation so far (resumes included):
             # an objective of its own in a multi-objective campaign, unless the task reports one.
@@ -250,9 +250,9 @@ class FoldTrainer:
             if link is not None:
                 answer = self._report_epoch(link, fold, run, uri, samples, time.perf_counter() - t0)
             action, error = bcast(self.fold_comm, answer)
-            if action == "failed":
+            if action == Outcome.FAILED:
                 return self._fail(out, trial, link, f"epoch {run.epoch}", error)
-            if action != "continue":
+            if action != Outcome.CONTINUE:
                 out.status = action
                 return out
         # The fold is done: report its final metrics.
@@ -260,10 +260,10 @@ class FoldTrainer:
         if link is not None:
             answer = self._report_fold(link, fold, run)
         status, error = bcast(self.fold_comm, answer)
-        if status == "failed":  # released as FAILED at once, not left to its lease
+        if status == Outcome.FAILED:  # released as FAILED at once, not left to its lease
             return self._fail(out, trial, link, "its end", error)
         out.status, out.error = status, error
-        if out.status == "completed":
+        if out.status == Outcome.COMPLETED:
             out.value = run.metrics.get(self.s.metric)
         return out
 
@@ -424,21 +424,24 @@ class FoldTrainer:
 
     def _report_epoch(
         self, link: TrialLink, fold: int, run: _Run, uri: str, samples: int, seconds: float
-    ) -> tuple[str, str]:
+    ) -> tuple[Outcome, str]:
         value = run.metrics.get(self.s.metric)
         shown = " ".join(f"{k}={v:.4g}" for k, v in run.metrics.items())
         rate = samples / seconds if seconds > 0 else 0.0
         log.info("epoch %d/%d: %s (%.1f s, %.0f samples/s)", run.epoch, self.s.epochs, shown, seconds, rate)
         if value is None:
-            return "failed", (
+            return Outcome.FAILED, (
                 f"Task.evaluate returned {sorted(run.metrics)}; the campaign's objective metric "
                 f"{self.s.metric!r} is not among them"
             )
         if not math.isfinite(value):
-            return "failed", f"the objective {self.s.metric} is {value} after epoch {run.epoch} (training diverged?)"
+            return (
+                Outcome.FAILED,
+                f"the objective {self.s.metric} is {value} after epoch {run.epoch} (training diverged?)",
+            )
         missing = self._missing_objectives(run)
         if missing:
-            return "failed", missing
+            return Outcome.FAILED, missing
         try:
             return link.intermediate(fold, run.epoch, value, uri), ""
         except (LeaseLost, ApiError) as exc:
@@ -454,37 +457,37 @@ class FoldTrainer:
             "is not among them (or not finite)"
         )
 
-    def _report_fold(self, link: TrialLink, fold: int, run: _Run) -> tuple[str, str]:
+    def _report_fold(self, link: TrialLink, fold: int, run: _Run) -> tuple[Outcome, str]:
         value = run.metrics.get(self.s.metric)
         if value is None or not math.isfinite(value):
-            return "failed", f"no finite {self.s.metric} at the end of fold {fold}"
+            return Outcome.FAILED, f"no finite {self.s.metric} at the end of fold {fold}"
         missing = self._missing_objectives(run)
         if missing:
-            return "failed", missing
+            return Outcome.FAILED, missing
         try:
             action = link.fold(fold, value, run.metrics, run.uri)
         except (LeaseLost, ApiError) as exc:
             return self._report_error(exc)
         log.info("done: %s=%.6g", self.s.metric, value)
-        if action != "continue":
+        if action != Outcome.CONTINUE:
             log.info("the server stopped the trial after fold %d (%s)", fold, action)
             return action, ""
-        return "completed", ""
+        return Outcome.COMPLETED, ""
 
     @staticmethod
-    def _report_error(exc: Exception) -> tuple[str, str]:
+    def _report_error(exc: Exception) -> tuple[Outcome, str]:
         """What a failed report means for the fold group: the trial is gone (lease
         lost, or the server unreachable past the retries), or the report was refused."""
         if isinstance(exc, LeaseLost):
             log.warning("the trial is no longer ours: %s", exc)
-            return "lost", ""
+            return Outcome.LOST, ""
         assert isinstance(exc, ApiError)
         if exc.code in RETRIED:
             log.error("the server did not take the report: %s; leaving the trial to its lease", exc)
-            return "lost", ""
-        return "failed", f"the server refused a report: {exc}"
+            return Outcome.LOST, ""
+        return Outcome.FAILED, f"the server refused a report: {exc}"
 
-    def _agree(self, code: int, error: str) -> tuple[int, str]:
+    def _agree(self, code: Verdict, error: str) -> tuple[Verdict, str]:
         """The fold group's common verdict (failure > preemption > ok) and, on the
         leader, the first error text. A rank that does not arrive within the collective
         timeout fails the trial and ends the job: the fold group cannot go on without it."""
@@ -492,8 +495,8 @@ class FoldTrainer:
             bounded_barrier(self.fold_comm, self.timeout)
         except CollectiveTimeout as exc:
             self._abandon(exc, error)
-        agreed = self.fold_comm.allreduce(code, op=MPI.MAX)
-        if agreed != FAILED:
+        agreed = Verdict(self.fold_comm.allreduce(int(code), op=MPI.MAX))
+        if agreed != Verdict.FAILED:
             return agreed, ""
         errors = gather(self.fold_comm, error)
         first = next((f"rank {r}: {e}" for r, e in enumerate(errors or []) if e), "")
@@ -514,14 +517,14 @@ class FoldTrainer:
         log.error("%s", reason)
         if link is not None:
             with contextlib.suppress(Exception):
-                link.release("FAILED", reason)
+                link.release(TrialState.FAILED, reason)
         self.comms.world.Abort(3)
 
     def _fail(self, out: FoldOutcome, trial: TrialInfo, link: TrialLink | None, where: str, error: str) -> FoldOutcome:
         """Fails the trial right away (the other fold groups learn it at their next report)."""
-        out.status, out.error = "failed", f"fold {out.fold}, {where}: {error}"
+        out.status, out.error = Outcome.FAILED, f"fold {out.fold}, {where}: {error}"
         if link is not None:
             log.error("failed at %s:\n%s", where, error)
             with contextlib.suppress(LeaseLost):
-                link.release("FAILED", out.error)
+                link.release(TrialState.FAILED, out.error)
         return out

@@ -14,8 +14,9 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from hpcopt import Action, Agent, AgentClient, ApiError, Lease
+from hpcopt import Action, Agent, AgentClient, ApiError, Lease, TrialState
 from hpcopt_agent import __version__
+from hpcopt_agent.outcomes import Outcome
 
 log = logging.getLogger("hpcopt_agent")
 T = TypeVar("T")
@@ -62,15 +63,15 @@ class TrialLink:
         self.renewed_at = max(self.renewed_at, sent)
         return reply
 
-    def intermediate(self, fold: int, step: int, value: float, checkpoint_uri: str) -> str:
+    def intermediate(self, fold: int, step: int, value: float, checkpoint_uri: str) -> Outcome:
         """Reports a learning-curve point; the server's answer: continue, pruned, cancelled."""
         answer: Action = self._renewing(
             lambda: self.client.report_intermediate(self.lease, fold, step, value, checkpoint_uri),
             "ReportIntermediate",
         )
-        return str(answer)
+        return Outcome.of(answer)
 
-    def fold(self, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str) -> str:
+    def fold(self, fold: int, value: float, metrics: dict[str, float], checkpoint_uri: str) -> Outcome:
         """Reports a finished fold, then asks whether the trial goes on: the server's
         pruner may have stopped it on this very result (continue, pruned, cancelled)."""
         self._renewing(
@@ -78,7 +79,7 @@ class TrialLink:
             "ReportFold",
         )
         answer: Action = self._renewing(lambda: self.client.heartbeat(self.lease), "Heartbeat")
-        return str(answer)
+        return Outcome.of(answer)
 
     def complete(self) -> float:
         trial = retrying(lambda: self.client.complete(self.lease), "Complete", self.patience)
@@ -92,7 +93,7 @@ class TrialLink:
         except (ApiError, LeaseLost) as exc:
             log.warning("could not record %s for fold %d: %s", kind, fold, exc)
 
-    def release(self, state: str, reason: str) -> None:
+    def release(self, state: TrialState, reason: str) -> None:
         retrying(lambda: self.client.release(self.lease, state, reason), "Release", self.patience)
 
 
@@ -107,7 +108,7 @@ class Heartbeat(threading.Thread):
         self.link = link
         self.interval = interval
         self.stopping = threading.Event()
-        self.action = "continue"
+        self.action = Outcome.CONTINUE
 
     def run(self) -> None:
         next_try = self.link.renewed_at + self.interval
@@ -121,15 +122,15 @@ class Heartbeat(threading.Thread):
                 answer = self.link.client.heartbeat(self.link.lease)
             except ApiError as exc:
                 if exc.code in LOST:
-                    self.action = "lost"
+                    self.action = Outcome.LOST
                     log.warning("heartbeat: %s", exc.message)
                     return
                 log.warning("heartbeat failed (%s); will retry", exc.message)
                 next_try = time.monotonic() + self.interval
                 continue
             self.link.renewed_at = max(self.link.renewed_at, sent)
-            self.action = str(answer)
-            if self.action != "continue":
+            self.action = Outcome.of(answer)
+            if self.action != Outcome.CONTINUE:
                 return
             next_try = self.link.renewed_at + self.interval
 
