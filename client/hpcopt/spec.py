@@ -28,20 +28,28 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from hpcopt.documents import UNSAFE_CHARS, DocumentError, check_values, clip
+from hpcopt.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES
 from hpcopt.options import OptionError
 from hpcopt.schemes import check_space_knobs, expand_search
 from hpcopt.taskref import parse_task_ref
 from hpcopt.training import check_options
 
-#: Algorithms the server knows. The server checks the name against its registry too.
-ALGORITHMS = ("random", "sobol", "grid", "bo", "ea", "skopt", "pbt")
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$"
+
+if TYPE_CHECKING:
+    AlgorithmName: TypeAlias = str
+    PrunerName: TypeAlias = str
+    SchemeName: TypeAlias = str
+else:  # literals built from the one list of each (hpcopt.names): the same checks and messages
+    AlgorithmName = Literal[ALGORITHMS]
+    PrunerName = Literal[PRUNERS]
+    SchemeName = Literal[SCHEME_CHOICES]
 
 # Limits that bound what one campaign costs the server (README: "Security and limits").
 #: Parameters in a space: each one is a coordinate of every GP and EA computation.
@@ -169,7 +177,7 @@ MAX_TRIALS_MANY_OBJECTIVES = 10_000
 class Algorithm(_Strict):
     """The optimizer; ``options`` are passed to it (each optimizer documents its own)."""
 
-    name: Literal["random", "sobol", "grid", "bo", "ea", "skopt", "pbt"] = "random"
+    name: AlgorithmName = "random"
     seed: int | None = Field(default=None, ge=0, le=2**32 - 1)
     options: dict[str, Any] = Field(default_factory=dict)
 
@@ -189,7 +197,7 @@ class Pruner(_Strict):
     """Early stopping, decided by the server where intermediate values and fold results
     arrive; ``options`` are the pruner's own (each documents them; the server checks)."""
 
-    name: Literal["none", "median", "asha", "fold"] = "none"
+    name: PrunerName = "none"
     options: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -213,7 +221,7 @@ class Training(_Strict):
     task: Annotated[str, AfterValidator(_task_ref)] = Field(min_length=1, max_length=MAX_TEXT)
     #: A scheme's name, or ``search``: the trial's ``scheme`` parameter picks it (what
     #: ``scheme: {search: {...}}`` is normalized into).
-    scheme: Literal["allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod", "search"] = "allreduce"
+    scheme: SchemeName = "allreduce"
     #: Ranks that train one fold together; unset, the agent's planner chooses it from
     #: measured throughput (``--groups auto``); set, it is pinned.
     ranks_per_fold: int | None = Field(default=None, ge=1, le=1_000_000)

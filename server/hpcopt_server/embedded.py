@@ -49,7 +49,8 @@ from hpcopt import ActiveTrial, ApiError, Campaign, CampaignSpec, Client, Trial
 from hpcopt.asktell import Session, TrialPruned
 from hpcopt.specfile import load_spec_file
 from hpcopt_server.errors import ServiceError
-from hpcopt_server.rpc.auth import AGENT, CAMPAIGN, bearer, scope_for
+from hpcopt_server.operations import AGENT_SERVICE, CAMPAIGN_SERVICE
+from hpcopt_server.rpc.auth import bearer, scope_for
 from hpcopt_server.rpc.errors import CODES
 from hpcopt_server.rpc.servicers import AgentServicer, CampaignServicer
 from hpcopt_server.service import Service
@@ -106,7 +107,10 @@ class LocalChannel:
 
     def __init__(self, service: Service) -> None:
         self._service = service
-        self._servicers: dict[str, Any] = {CAMPAIGN: CampaignServicer(service), AGENT: AgentServicer(service)}
+        self._servicers: dict[str, Any] = {
+            CAMPAIGN_SERVICE: CampaignServicer(service),
+            AGENT_SERVICE: AgentServicer(service),
+        }
 
     def unary_unary(self, method: str, *args: Any, **kwargs: Any) -> Callable[..., Any]:
         if method == _HEALTH:

@@ -18,7 +18,7 @@ from hpcopt import __version__
 from hpcopt.documents import clip
 from hpcopt_server import errors as e
 from hpcopt_server.api import notes, steering
-from hpcopt_server.api.deps import CanRead, etag_matches
+from hpcopt_server.api.deps import Caller, etag_matches
 from hpcopt_server.api.routes import router
 from hpcopt_server.metrics import Metrics
 from hpcopt_server.service import Service
@@ -120,7 +120,7 @@ def create_app(
         return service.health()
 
     @app.get("/metrics", operation_id="metrics", tags=["system"], response_class=Response)
-    async def prometheus(_: CanRead) -> Response:
+    async def prometheus(_: Caller) -> Response:
         body = await run_in_threadpool(generate_latest, metrics.registry)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 

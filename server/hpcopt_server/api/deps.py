@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, TooLarge
+from hpcopt_server.operations import rest_scope
 from hpcopt_server.service import Service
 
 
@@ -26,17 +27,16 @@ def bearer(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
-def require(scope: str) -> object:
-    """A dependency that checks the request's bearer token for ``scope``."""
+def caller(request: Request, service: ServiceDep) -> d.ApiToken | None:
+    """The request's token, checked for the scope its route needs: the operations
+    table's, by the route's ``operation_id`` (``hpcopt_server.operations``). None for
+    an open route or with auth off."""
+    scope = rest_scope(getattr(request.scope.get("route"), "operation_id", None))
+    return None if scope is None else service.tokens.authorize(bearer(request), scope)
 
-    def check(request: Request, service: ServiceDep) -> d.ApiToken | None:
-        return service.tokens.authorize(bearer(request), scope)
 
-    return Depends(check)
-
-
-CanRead = Annotated[d.ApiToken | None, require("read")]
-CanSubmit = Annotated[d.ApiToken | None, require("submit")]
+#: A route's caller, authorized for the route's scope.
+Caller = Annotated[d.ApiToken | None, Depends(caller)]
 
 
 def etag_matches(if_none_match: str, etag: str) -> bool:

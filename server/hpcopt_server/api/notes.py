@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
 from hpcopt_server import domain as d
-from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, limited_body, parse_json
+from hpcopt_server.api.deps import Caller, ServiceDep, limited_body, parse_json
 from hpcopt_server.api.schemas import COMMON_RESPONSES, ErrorOut
 from hpcopt_server.service import limits as lim
 from hpcopt_server.storage.notes import MAX_VERSIONS
@@ -82,13 +82,13 @@ async def _note_in(request: Request) -> NoteIn:
 
 
 @router.get("/campaigns/{campaign_id}/note", operation_id="get_campaign_note")
-def get_campaign_note(campaign_id: int, service: ServiceDep, _: CanRead) -> NoteOut:
+def get_campaign_note(campaign_id: int, service: ServiceDep, _: Caller) -> NoteOut:
     """The campaign's note (empty, version 0, when none was saved)."""
     return _out(service.notes.get(campaign_id))
 
 
 @router.put("/campaigns/{campaign_id}/note", operation_id="save_campaign_note", **_SAVE)  # type: ignore[arg-type]
-async def save_campaign_note(campaign_id: int, request: Request, service: ServiceDep, token: CanSubmit) -> NoteOut:
+async def save_campaign_note(campaign_id: int, request: Request, service: ServiceDep, token: Caller) -> NoteOut:
     """Saves the campaign's note over ``base_version``; 409 if it changed since."""
     note = await _note_in(request)
     saved = await run_in_threadpool(service.notes.save, campaign_id, None, note.body, note.base_version, token)
@@ -97,7 +97,7 @@ async def save_campaign_note(campaign_id: int, request: Request, service: Servic
 
 @router.get("/campaigns/{campaign_id}/note/versions", operation_id="campaign_note_versions")
 def campaign_note_versions(
-    campaign_id: int, response: Response, service: ServiceDep, _: CanRead, offset: Offset = 0, limit: Limit = 100
+    campaign_id: int, response: Response, service: ServiceDep, _: Caller, offset: Offset = 0, limit: Limit = 100
 ) -> list[NoteVersionOut]:
     """A page of the campaign's note's kept versions, newest first (without their text);
     ``X-Total-Count`` says how many are kept (the newest 100, within 1,000,000
@@ -106,7 +106,7 @@ def campaign_note_versions(
 
 
 @router.get("/campaigns/{campaign_id}/note/versions/{version}", operation_id="campaign_note_version")
-def campaign_note_version(campaign_id: int, version: int, service: ServiceDep, _: CanRead) -> NoteOut:
+def campaign_note_version(campaign_id: int, version: int, service: ServiceDep, _: Caller) -> NoteOut:
     """Version ``version`` of the campaign's note, with its text (restore it by saving it)."""
     return _out(service.notes.version(campaign_id, None, version))
 
@@ -117,7 +117,7 @@ def trial_note_versions(
     number: int,
     response: Response,
     service: ServiceDep,
-    _: CanRead,
+    _: Caller,
     offset: Offset = 0,
     limit: Limit = 100,
 ) -> list[NoteVersionOut]:
@@ -127,20 +127,20 @@ def trial_note_versions(
 
 
 @router.get("/campaigns/{campaign_id}/trials/{number}/note/versions/{version}", operation_id="trial_note_version")
-def trial_note_version(campaign_id: int, number: int, version: int, service: ServiceDep, _: CanRead) -> NoteOut:
+def trial_note_version(campaign_id: int, number: int, version: int, service: ServiceDep, _: Caller) -> NoteOut:
     """Version ``version`` of the note of trial ``#number``, with its text."""
     return _out(service.notes.version(campaign_id, number, version))
 
 
 @router.get("/campaigns/{campaign_id}/trials/{number}/note", operation_id="get_trial_note")
-def get_trial_note(campaign_id: int, number: int, service: ServiceDep, _: CanRead) -> NoteOut:
+def get_trial_note(campaign_id: int, number: int, service: ServiceDep, _: Caller) -> NoteOut:
     """The note of the campaign's trial ``#number``."""
     return _out(service.notes.get(campaign_id, number))
 
 
 @router.put("/campaigns/{campaign_id}/trials/{number}/note", operation_id="save_trial_note", **_SAVE)  # type: ignore[arg-type]
 async def save_trial_note(
-    campaign_id: int, number: int, request: Request, service: ServiceDep, token: CanSubmit
+    campaign_id: int, number: int, request: Request, service: ServiceDep, token: Caller
 ) -> NoteOut:
     """Saves the note of trial ``#number`` over ``base_version``; 409 if it changed since."""
     note = await _note_in(request)
@@ -149,6 +149,6 @@ async def save_trial_note(
 
 
 @router.get("/campaigns/{campaign_id}/notes", operation_id="noted_trials")
-def noted_trials(campaign_id: int, service: ServiceDep, _: CanRead) -> list[int]:
+def noted_trials(campaign_id: int, service: ServiceDep, _: Caller) -> list[int]:
     """Numbers of the campaign's trials that have a note."""
     return service.notes.noted_trials(campaign_id)

@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 from hpcopt import __version__
 from hpcopt.documents import DocumentError, parse_document
 from hpcopt_server import domain as d
-from hpcopt_server.api.deps import CanRead, CanSubmit, ServiceDep, bearer, etag_matches, limited_body
+from hpcopt_server.api.deps import Caller, ServiceDep, bearer, etag_matches, limited_body
 from hpcopt_server.api.schemas import (
     COMMON_RESPONSES,
     AgentOut,
@@ -97,7 +97,7 @@ def whoami(request: Request, service: ServiceDep) -> WhoAmI:
 @router.post(
     "/campaigns/validate", operation_id="validate_campaign", openapi_extra=_DOCUMENT_BODY, responses=_TOO_LARGE
 )
-async def validate_campaign(request: Request, service: ServiceDep, _: CanRead) -> ValidationOut:
+async def validate_campaign(request: Request, service: ServiceDep, _: Caller) -> ValidationOut:
     """Checks a spec without submitting it: 200 with ``valid`` and the field errors (413
     for a body over the size limit)."""
     try:
@@ -115,7 +115,7 @@ async def validate_campaign(request: Request, service: ServiceDep, _: CanRead) -
 @router.get("/campaigns", operation_id="list_campaigns")
 def list_campaigns(
     service: ServiceDep,
-    _: CanRead,
+    _: Caller,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_CAMPAIGN_PAGE)] = 100,
     q: Annotated[str, Query(max_length=255, description="campaigns whose name contains this (any case)")] = "",
@@ -136,7 +136,7 @@ def list_campaigns(
 @router.post(
     "/campaigns", status_code=201, operation_id="create_campaign", openapi_extra=_DOCUMENT_BODY, responses=_TOO_LARGE
 )
-async def create_campaign(request: Request, service: ServiceDep, token: CanSubmit) -> CampaignOut:
+async def create_campaign(request: Request, service: ServiceDep, token: Caller) -> CampaignOut:
     document = await _document(request, service)
     # The service is synchronous (SQL): keep it off the event loop.
     created = await run_in_threadpool(service.campaigns.create, document, token)
@@ -150,14 +150,14 @@ async def create_campaign(request: Request, service: ServiceDep, token: CanSubmi
     openapi_extra=_DOCUMENT_BODY,
     responses=_TOO_LARGE,
 )
-async def import_campaign(request: Request, service: ServiceDep, token: CanSubmit) -> CampaignOut:
+async def import_campaign(request: Request, service: ServiceDep, token: Caller) -> CampaignOut:
     document = await _document(request, service, export=True)
     created = await run_in_threadpool(service.import_campaign, document, token)
     return campaign_out(await run_in_threadpool(service.campaigns.get, created.id))
 
 
 @router.get("/campaigns/{campaign_id}", operation_id="get_campaign")
-def get_campaign(campaign_id: int, service: ServiceDep, _: CanRead) -> CampaignOut:
+def get_campaign(campaign_id: int, service: ServiceDep, _: Caller) -> CampaignOut:
     return campaign_out(service.campaigns.get(campaign_id))
 
 
@@ -186,7 +186,7 @@ TrialRanges = Annotated[
 def list_trials(
     campaign_id: int,
     service: ServiceDep,
-    _: CanRead,
+    _: Caller,
     state: TrialStates = None,
     offset: Annotated[int, Query(ge=0, le=MAX_ID)] = 0,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
@@ -213,7 +213,7 @@ def _range(text: str) -> tuple[str, float, float]:
 
 
 @router.get("/campaigns/{campaign_id}/trials/{number}", operation_id="get_trial_by_number")
-def trial_by_number(campaign_id: int, number: int, service: ServiceDep, _: CanRead) -> TrialOut:
+def trial_by_number(campaign_id: int, number: int, service: ServiceDep, _: Caller) -> TrialOut:
     """A trial by its campaign-local number (``#27``: what the dashboard and CLI show;
     ``/trials/{id}`` takes the global id)."""
     return _detail(service.insights.trial(campaign_id=campaign_id, number=number))
@@ -224,7 +224,7 @@ def _detail(x: TrialDetail) -> TrialOut:
 
 
 @router.get("/campaigns/{campaign_id}/running", operation_id="running_trials")
-def running_trials(campaign_id: int, service: ServiceDep, _: CanRead) -> list[RunningTrial]:
+def running_trials(campaign_id: int, service: ServiceDep, _: Caller) -> list[RunningTrial]:
     """The RUNNING trials: agent, folds done, epochs reported per fold, latest value."""
     page = service.insights.running(campaign_id)
     out = []
@@ -258,7 +258,7 @@ def running_trials(campaign_id: int, service: ServiceDep, _: CanRead) -> list[Ru
 def timeline(
     campaign_id: int,
     service: ServiceDep,
-    _: CanRead,
+    _: Caller,
     limit: Annotated[int, Query(ge=1, le=20_000, description="the latest this many attempts")] = 2000,
 ) -> Timeline:
     """Every attempt of every trial on its agent (from the event log), oldest first."""
@@ -286,7 +286,7 @@ def timeline(
 def importance(
     campaign_id: int,
     service: ServiceDep,
-    _: CanRead,
+    _: Caller,
     objective: Annotated[int, Query(ge=0, le=63, description="which objective (0: the first)")] = 0,
     method: Annotated[str, Query(max_length=32, description=f"one of {list(IMPORTANCE_METHODS)}")] = "first-order",
 ) -> ImportanceOut:
@@ -303,33 +303,33 @@ def importance(
 
 
 @router.get("/campaigns/{campaign_id}/throughput", operation_id="get_throughput")
-def throughput(campaign_id: int, service: ServiceDep, _: CanRead) -> ThroughputOut:
+def throughput(campaign_id: int, service: ServiceDep, _: Caller) -> ThroughputOut:
     """The fold throughput measured at each width (ranks per fold, nodes spanned) and the
     scaling model the allocation planner fits on it (``--groups auto``, ``hpcopt plan``)."""
     return ThroughputOut.model_validate(service.throughput.document(campaign_id))
 
 
 @router.get("/campaigns/{campaign_id}/population", operation_id="get_population")
-def population(campaign_id: int, service: ServiceDep, _: CanRead) -> PopulationOut:
+def population(campaign_id: int, service: ServiceDep, _: Caller) -> PopulationOut:
     """A population-based training campaign's population over time: every interval with
     its lineage, the best member's ancestry and the schedule of each parameter along it."""
     return PopulationOut.model_validate(service.population.document(campaign_id))
 
 
 @router.get("/campaigns/{campaign_id}/best", operation_id="get_best_trial")
-def best_trial(campaign_id: int, service: ServiceDep, _: CanRead) -> TrialOut:
+def best_trial(campaign_id: int, service: ServiceDep, _: Caller) -> TrialOut:
     return trial_out(service.campaigns.best(campaign_id), full=True)
 
 
 @router.get("/campaigns/{campaign_id}/front", operation_id="get_pareto_front")
-def pareto_front(campaign_id: int, service: ServiceDep, _: CanRead) -> list[TrialOut]:
+def pareto_front(campaign_id: int, service: ServiceDep, _: Caller) -> list[TrialOut]:
     """The non-dominated completed trials of a multi-objective campaign (the best trial
     of a single-objective one), best first in the first objective."""
     return [trial_out(t) for t in service.campaigns.front(campaign_id)]
 
 
 @router.get("/campaigns/{campaign_id}/agents", operation_id="list_agents")
-def list_agents(campaign_id: int, service: ServiceDep, _: CanRead) -> list[AgentOut]:
+def list_agents(campaign_id: int, service: ServiceDep, _: Caller) -> list[AgentOut]:
     return [agent_out(v) for v in service.insights.agents(campaign_id)]
 
 
@@ -338,7 +338,7 @@ def plot_data(
     campaign_id: int,
     request: Request,
     service: ServiceDep,
-    _: CanRead,
+    _: Caller,
     max_points: Annotated[int, Query(ge=10, le=20_000, description="downsample past this many trials")] = 2000,
 ) -> Response:
     """Completed trials for the plots. Its ETag changes only when a trial finishes, and
@@ -359,7 +359,7 @@ def plot_data(
 def learning_curves(
     campaign_id: int,
     service: ServiceDep,
-    _: CanRead,
+    _: Caller,
     trial_id: Annotated[list[int] | None, Query(description="these trials (default: the best `limit`)")] = None,
     limit: Annotated[int, Query(ge=1, le=50)] = 5,
     number: Annotated[list[int] | None, Query(description="these trials, by campaign-local number")] = None,
@@ -381,7 +381,7 @@ def learning_curves(
 def export_campaign(
     campaign_id: int,
     service: ServiceDep,
-    _: CanRead,
+    _: Caller,
     format: Annotated[
         Literal["json", "csv"], Query(description="json: the re-importable document; csv: trials")
     ] = "json",
@@ -413,10 +413,10 @@ def export_campaign(
     operation_id="cancel_campaign",
     responses={409: {"model": ErrorOut, "description": "the campaign is not RUNNING"}},
 )
-def cancel_campaign(campaign_id: int, service: ServiceDep, token: CanSubmit) -> CampaignOut:
+def cancel_campaign(campaign_id: int, service: ServiceDep, token: Caller) -> CampaignOut:
     return campaign_out(service.campaigns.cancel(campaign_id, token))
 
 
 @router.get("/trials/{trial_id}", operation_id="get_trial")
-def get_trial(trial_id: int, service: ServiceDep, _: CanRead) -> TrialOut:
+def get_trial(trial_id: int, service: ServiceDep, _: Caller) -> TrialOut:
     return _detail(service.insights.trial(trial_id))

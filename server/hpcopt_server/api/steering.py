@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from hpcopt_server.api.deps import Body, CanSubmit, ServiceDep, limited_body, parse_json
+from hpcopt_server.api.deps import Body, Caller, ServiceDep, limited_body, parse_json
 from hpcopt_server.api.schemas import COMMON_RESPONSES, CampaignOut, ErrorOut, TrialOut, campaign_out, trial_out
 from hpcopt_server.service import limits as lim
 
@@ -49,9 +49,7 @@ def _documented(model: type[BaseModel] | None, conflict: str) -> dict[str, Any]:
     operation_id="stop_trial",
     **_documented(StopIn, "the trial has finished"),
 )
-async def stop_trial(
-    campaign_id: int, number: int, request: Request, service: ServiceDep, token: CanSubmit
-) -> TrialOut:
+async def stop_trial(campaign_id: int, number: int, request: Request, service: ServiceDep, token: Caller) -> TrialOut:
     """Stops a QUEUED or RUNNING trial: it becomes CANCELLED in SQL now, and its agent
     stops at its next heartbeat (and goes on to another trial). It counts against the
     budget."""
@@ -66,7 +64,7 @@ async def stop_trial(
     operation_id="pause_campaign",
     **_documented(None, "the campaign is not RUNNING"),
 )
-def pause_campaign(campaign_id: int, service: ServiceDep, token: CanSubmit) -> CampaignOut:
+def pause_campaign(campaign_id: int, service: ServiceDep, token: Caller) -> CampaignOut:
     """Hands out no new trial until resumed: agents wait (keeping their allocation),
     running trials go on."""
     service.steering.pause(campaign_id, token)
@@ -78,7 +76,7 @@ def pause_campaign(campaign_id: int, service: ServiceDep, token: CanSubmit) -> C
     operation_id="resume_campaign",
     **_documented(None, "the campaign is not PAUSED"),
 )
-def resume_campaign(campaign_id: int, service: ServiceDep, token: CanSubmit) -> CampaignOut:
+def resume_campaign(campaign_id: int, service: ServiceDep, token: Caller) -> CampaignOut:
     """A PAUSED campaign RUNNING again: waiting agents get trials at their next poll."""
     service.steering.resume(campaign_id, token)
     return campaign_out(service.campaigns.get(campaign_id))
@@ -89,7 +87,7 @@ def resume_campaign(campaign_id: int, service: ServiceDep, token: CanSubmit) -> 
     operation_id="raise_budget",
     **_documented(BudgetIn, "the campaign is CANCELLED"),
 )
-async def raise_budget(campaign_id: int, request: Request, service: ServiceDep, token: CanSubmit) -> CampaignOut:
+async def raise_budget(campaign_id: int, request: Request, service: ServiceDep, token: Caller) -> CampaignOut:
     """Raises ``budget.max_trials``; a COMPLETED campaign is RUNNING again (start agents:
     those told it was done have exited)."""
     body = await _body(request, BudgetIn, '{"max_trials": an integer above the present budget}')

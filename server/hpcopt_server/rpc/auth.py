@@ -1,8 +1,9 @@
 """gRPC authentication: a bearer token in the ``authorization`` metadata
 (``Bearer TOKEN``, the same form as REST's header; a bare token is refused), checked
-against the scope each method needs. Health checks and reflection stay open so that
-load balancers and grpcurl can see the server, and so does ``IdentityService`` (a
-client checks the server before it sends a token)."""
+against the scope each method needs, read from the one operations table
+(``hpcopt_server.operations``). Health checks and reflection stay open so that load
+balancers and grpcurl can see the server, and so does ``IdentityService`` (a client
+checks the server before it sends a token)."""
 
 from __future__ import annotations
 
@@ -12,33 +13,15 @@ from typing import Any
 import grpc
 
 from hpcopt_server.errors import ServiceError, Unauthenticated
+from hpcopt_server.operations import rpc_scope
 from hpcopt_server.rpc.errors import CODES
 from hpcopt_server.service.tokens import TokenService
 
-CAMPAIGN = "/hpcopt.v1.CampaignService/"
-AGENT = "/hpcopt.v1.AgentService/"
-#: Open: the server proves it wrote the caller's connection file (``identity.py``).
-IDENTITY = "/hpcopt.v1.IdentityService/"
-SUBMIT_METHODS = {
-    "CreateCampaign",
-    "CancelCampaign",
-    "ImportCampaign",
-    "PauseCampaign",
-    "ResumeCampaign",
-    "RaiseBudget",
-    "StopTrial",
-}
-
 
 def scope_for(method: str) -> str | None:
-    """The scope a full method name needs; None for open ones (health, reflection)."""
-    if method.startswith(AGENT):
-        return "agent"
-    if method.startswith(CAMPAIGN):
-        return "submit" if method.removeprefix(CAMPAIGN) in SUBMIT_METHODS else "read"
-    if method.startswith(("/grpc.health.", "/grpc.reflection.", IDENTITY)):
-        return None
-    return "admin"
+    """The scope a full method name needs (``hpcopt_server.operations``); None for open
+    ones (health, reflection, the identity proof)."""
+    return rpc_scope(method)
 
 
 def bearer(metadata: Any) -> str | None:
