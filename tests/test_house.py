@@ -43,7 +43,7 @@ _FIXED_WAITS = {
     "a fixed deadline": re.compile(r"monotonic\(\) \+ [0-9]"),
     "httpx's fixed 5 s default": re.compile(r"\bhttpx\.(get|post|put|patch|delete|request|stream|Client)\("),
     "hpcopt's client with its fixed 30 s": re.compile(
-        r"\bhpcopt\.(Agent)?Client\((?![^)]*timeout=)|from hpcopt import .*\b(Agent)?Client\b"
+        r"\bhpcopt\.(Agent)?Client\((?!.*timeout=)|from hpcopt import .*\b(Agent)?Client\b"
     ),
 }
 _STRETCHES = {"tests/helpers/env.py", "tests/helpers/web.py", "tests/helpers/clients.py", "tests/test_house.py"}

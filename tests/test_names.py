@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from hpcopt.errors import SpecError
 from hpcopt.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES, SCHEMES
-from hpcopt.spec import SpecError, parse_spec
+from hpcopt.spec import parse_spec
 from tests.helpers.specs import make_spec
 
 

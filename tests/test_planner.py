@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hpcopt.errors import PlanError
 from hpcopt.planner import (
     TIE,
     Allocation,
     Layout,
-    PlanError,
     Point,
     Scaling,
     Work,

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcopt.checkpoints import CheckpointRefused, local_path, relative
+from hpcopt.checkpoints import local_path, relative
+from hpcopt.errors import CheckpointRefused
 
 _SCALARS = (str, int, float, bool, type(None))
 

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from hpcopt import AgentClient, ApiError
 from hpcopt.cliutil import finish
-from hpcopt.serverfile import ServerFileError, resolve, token_of
+from hpcopt.errors import ServerFileError
+from hpcopt.serverfile import resolve, token_of
 from hpcopt.transport import verify
 from hpcopt_agent.server import register
 

@@ -18,7 +18,8 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcopt import AgentClient, ApiError
-from hpcopt.planner import Allocation, Plan, PlanError, Point, Scaling, Work, fit, merge_points, plan
+from hpcopt.errors import PlanError
+from hpcopt.planner import Allocation, Plan, Point, Scaling, Work, fit, merge_points, plan
 from hpcopt.records import QueueState
 from hpcopt_agent.autoplan import Planned, choose
 from hpcopt_agent.comm import Comms, Notices, bcast, quiet, split

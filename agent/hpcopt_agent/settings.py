@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcopt.options import OptionError
+from hpcopt.errors import OptionError
 from hpcopt.schemes import resolve, split_options
 from hpcopt.training import check_options
 

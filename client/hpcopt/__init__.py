@@ -1,7 +1,20 @@
-"""hpcopt: the wire protocol, the Python client and the ``hpcopt`` CLI."""
+"""hpcopt: the wire protocol, the Python client and the ``hpcopt`` CLI. Every error it
+raises on purpose is an ``hpcopt.Error`` (``hpcopt.errors``)."""
 
-from hpcopt.asktell import ActiveTrial, TrialStopped
-from hpcopt.client import AgentClient, ApiError, Client
+from hpcopt.asktell import ActiveTrial
+from hpcopt.client import AgentClient, Client
+from hpcopt.errors import (
+    ApiError,
+    CheckpointRefused,
+    DocumentError,
+    Error,
+    OptionError,
+    PlanError,
+    ServerFileError,
+    SpecError,
+    TrialPruned,
+    TrialStopped,
+)
 from hpcopt.records import (
     Action,
     Agent,
@@ -17,7 +30,7 @@ from hpcopt.records import (
     TrialEvent,
     TrialState,
 )
-from hpcopt.spec import CampaignSpec, SpecError, parse_spec
+from hpcopt.spec import CampaignSpec, parse_spec
 
 __version__ = "0.1.0"
 
@@ -31,15 +44,22 @@ __all__ = [
     "Campaign",
     "CampaignSpec",
     "CampaignState",
+    "CheckpointRefused",
     "Client",
     "CurvePoint",
+    "DocumentError",
+    "Error",
     "Fold",
     "Lease",
+    "OptionError",
     "Page",
     "ParetoFront",
+    "PlanError",
+    "ServerFileError",
     "SpecError",
     "Trial",
     "TrialEvent",
+    "TrialPruned",
     "TrialState",
     "TrialStopped",
     "__version__",

@@ -27,24 +27,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hpcopt.agent_client import AgentClient
+from hpcopt.errors import ApiError, TrialStopped
 from hpcopt.records import Action, Lease, ParamValue, Trial
-from hpcopt.transport import ApiError
 
 log = logging.getLogger("hpcopt.trials")
-
-
-class TrialStopped(RuntimeError):
-    """The trial is over for this script (completed, failed, pruned, cancelled or its lease
-    lost); ``reason`` says which."""
-
-    def __init__(self, number: int, reason: str) -> None:
-        super().__init__(f"trial #{number} is over for this script: {reason}")
-        self.number = number
-        self.reason = reason
-
-
-class TrialPruned(Exception):
-    """Raised by an objective run by ``Study.optimize`` to end its trial as PRUNED."""
 
 
 class ActiveTrial:

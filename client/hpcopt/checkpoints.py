@@ -25,13 +25,10 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
 from hpcopt.documents import UNSAFE_CHARS
+from hpcopt.errors import CheckpointRefused
 
 SERVER_ID = re.compile(r"[0-9a-f]{32}")
 _FOLD_FILE = re.compile(r"fold(\d+)\.pt")
-
-
-class CheckpointRefused(ValueError):
-    """A checkpoint URI (or file) that is not accepted; the message says why."""
 
 
 def relative(server_id: str, campaign_id: int, trial_id: int, fold: int) -> PurePosixPath:

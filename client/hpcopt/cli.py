@@ -21,15 +21,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hpcopt.client import DEFAULT_SERVER, ApiError, Client
+from hpcopt.client import DEFAULT_SERVER, Client
 from hpcopt.cliutil import HelpFormatter, finish
-from hpcopt.spec import SpecError
+from hpcopt.errors import ApiError, Error, SpecError
 
 #: Server answers that mean "what you gave is wrong" (exit 2) rather than "no" (exit 1).
 USAGE_CODES = ("INVALID_ARGUMENT", "UNAVAILABLE", "UNAUTHENTICATED", "PERMISSION_DENIED")
 
 
-class Usage(Exception):
+class Usage(Error):
     """A problem with the command line or a file it names: one line, exit 2."""
 
 
@@ -272,8 +272,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace, out: Any) -> int:
+    from hpcopt.errors import PlanError
     from hpcopt.plancli import PlanUsage, run_plan
-    from hpcopt.planner import PlanError
 
     clients: list[Client] = []
 

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from hpcopt.agent_client import AgentClient
 from hpcopt.asktell import ActiveTrial, trials
+from hpcopt.errors import ApiError
 from hpcopt.records import (
     Campaign,
     Page,
@@ -27,7 +28,7 @@ from hpcopt.records import (
 )
 from hpcopt.serverfile import DEFAULT_SERVER
 from hpcopt.spec import CampaignSpec
-from hpcopt.transport import ApiError, Channel, state_value, wait_for_server
+from hpcopt.transport import Channel, state_value, wait_for_server
 from hpcopt.v1 import campaign_pb2, campaign_pb2_grpc, common_pb2
 
 __all__ = ["DEFAULT_SERVER", "AgentClient", "ApiError", "Client"]

@@ -25,6 +25,8 @@ from typing import Any
 
 import yaml
 
+from hpcopt.errors import DocumentError
+
 #: Deepest nesting of mappings and lists a document may have. A campaign spec needs 4,
 #: an export document 5; 32 leaves room for ``training.options``.
 MAX_DEPTH = 32
@@ -38,14 +40,6 @@ ECHO_CHARS = 64
 UNSAFE_CHARS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 _YAML_LOADER: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-class DocumentError(ValueError):
-    """A document that cannot be accepted; ``errors`` lists ``(field path, message)``."""
-
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{path}: {msg}" if path else msg for path, msg in errors))
 
 
 def clip(text: str, limit: int = ECHO_CHARS) -> str:

@@ -13,14 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-
-class OptionError(ValueError):
-    """A value (or a layout) that cannot work; ``field`` names where it was given."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+from hpcopt.errors import OptionError
 
 
 @dataclass(frozen=True)

@@ -19,23 +19,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpcopt.planner import (
-    Allocation,
-    Plan,
-    PlanError,
-    Point,
-    Scaling,
-    Work,
-    epochs_per_trial,
-    fit,
-    plan,
-    points_from_folds,
-)
+from hpcopt.errors import Error, PlanError
+from hpcopt.planner import Allocation, Plan, Point, Scaling, Work, epochs_per_trial, fit, plan, points_from_folds
 
 RANKED = 10  # rows of the text table
 
 
-class PlanUsage(ValueError):
+class PlanUsage(Error, ValueError):
     """A problem with the command line or the files it names (exit 2)."""
 
 

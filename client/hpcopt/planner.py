@@ -33,16 +33,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hpcopt.errors import PlanError
+
 #: Plans whose figures are within this fraction of each other are a tie.
 TIE = 0.02
 #: The throughput of one rank a measurement may claim, in samples per second: from one
 #: sample in 11 days to a billion a second. Outside it a point is refused when reported
 #: and left out of every fit (a stored 1e308 made the model divide by zero).
 MIN_RATE_PER_RANK, MAX_RATE_PER_RANK = 1e-6, 1e9
-
-
-class PlanError(ValueError):
-    """Input the planner cannot use; the message names the field or flag."""
 
 
 @dataclass(frozen=True)

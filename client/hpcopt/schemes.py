@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from hpcopt.options import Option, OptionError
+from hpcopt.errors import OptionError
+from hpcopt.options import Option
 
 _PS = {
     "sub_masters": Option(

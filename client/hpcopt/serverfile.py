@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcopt.errors import ServerFileError
+
 DEFAULT_SERVER = "127.0.0.1:50051"
 VERSION = 1
 #: The bounds of an identity challenge, in bytes.
@@ -53,10 +55,6 @@ MIN_CHALLENGE, MAX_CHALLENGE = 16, 64
 #: The longest token a token file may hold.
 MAX_TOKEN_CHARS = 1024
 _PROOF_LABEL = b"hpcopt-identity-v1:"
-
-
-class ServerFileError(ValueError):
-    """A connection file that is missing, unreadable or not one of ours."""
 
 
 @dataclass(frozen=True)

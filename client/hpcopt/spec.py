@@ -33,9 +33,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hpcopt.documents import UNSAFE_CHARS, DocumentError, check_values, clip
+from hpcopt.documents import UNSAFE_CHARS, check_values, clip
+from hpcopt.errors import DocumentError, OptionError, SpecError
 from hpcopt.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES
-from hpcopt.options import OptionError
 from hpcopt.schemes import check_space_knobs, expand_search
 from hpcopt.taskref import parse_task_ref
 from hpcopt.training import check_options
@@ -286,14 +286,6 @@ class CampaignSpec(_Strict):
                 "two objectives have no such limit"
             )
         return self
-
-
-class SpecError(ValueError):
-    """A spec that does not validate; ``errors`` lists ``(field path, message)``."""
-
-    def __init__(self, errors: list[tuple[str, str]]):
-        self.errors = errors
-        super().__init__("; ".join(f"{path}: {msg}" if path else msg for path, msg in errors))
 
 
 def _path(loc: tuple[int | str, ...]) -> str:

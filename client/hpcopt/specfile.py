@@ -7,9 +7,10 @@ from typing import Any
 
 import yaml
 
-from hpcopt.documents import DocumentError, parse_document
+from hpcopt.documents import parse_document
+from hpcopt.errors import DocumentError, SpecError
 from hpcopt.schemes import TRAITS, Traits
-from hpcopt.spec import CampaignSpec, SpecError, parse_spec
+from hpcopt.spec import CampaignSpec, parse_spec
 from hpcopt.taskfile import own_method
 
 #: A spec file larger than this is refused before it is parsed (the server's limit too).

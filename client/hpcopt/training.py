@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hpcopt.options import OptionError
+from hpcopt.errors import OptionError
 from hpcopt.schemes import TRAITS, Traits, split_options
 
 #: The options and their defaults.

@@ -12,8 +12,9 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
+from hpcopt.errors import ApiError, ServerFileError
 from hpcopt.records import TrialState
-from hpcopt.serverfile import MIN_CHALLENGE, Found, ServerFileError, proof, resolve, token_of
+from hpcopt.serverfile import MIN_CHALLENGE, Found, proof, resolve, token_of
 from hpcopt.v1 import common_pb2, identity_pb2, identity_pb2_grpc
 
 T = TypeVar("T")
@@ -21,16 +22,6 @@ _HINT = (
     "; start one with `hpcopt-server serve`, or give its address with --server or HPCOPT_SERVER"
     " (or its connection file with --server-file or HPCOPT_SERVER_FILE)"
 )
-
-
-class ApiError(Exception):
-    """A failed call: ``code`` is the gRPC status name (``"INVALID_ARGUMENT"``, ...)."""
-
-    def __init__(self, code: str, message: str, field_errors: list[dict[str, str]] | None = None):
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.field_errors = field_errors or []
 
 
 def _call(fn: Callable[..., T], request: Any, metadata: tuple[tuple[str, str], ...], timeout: float, target: str) -> T:

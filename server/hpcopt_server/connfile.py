@@ -11,7 +11,8 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
-from hpcopt.serverfile import ServerFile, ServerFileError, read, write
+from hpcopt.errors import ServerFileError
+from hpcopt.serverfile import ServerFile, read, write
 
 
 class ServerFileInUse(RuntimeError):

@@ -13,7 +13,8 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
-from hpcopt.options import Option, OptionError
+from hpcopt.errors import OptionError
+from hpcopt.options import Option
 
 T = TypeVar("T")
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -92,6 +92,7 @@ def three(pg_url: str, tmp_path: Path) -> Iterator[ServerProcess]:
 AGENT = """
 import json, sys, time
 from tests.helpers.clients import AgentClient
+from tests.helpers.env import scaled
 target, cid, k = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 done = []
 with AgentClient(target, timeout=scaled(60)) as a:

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from hpcopt.documents import MAX_DEPTH, DocumentError, parse_document
-from hpcopt.spec import MAX_SPEC_BYTES, SpecError, parse_spec, spec_to_json_dict
+from hpcopt.documents import MAX_DEPTH, parse_document
+from hpcopt.errors import DocumentError, SpecError
+from hpcopt.spec import MAX_SPEC_BYTES, parse_spec, spec_to_json_dict
 from hpcopt.specfile import load_spec_file, locate
 from tests.helpers.env import ROOT, scaled
 from tests.helpers.specs import make_spec

@@ -9,7 +9,8 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from hpcopt import __version__
-from hpcopt.documents import DocumentError, parse_document
+from hpcopt.documents import parse_document
+from hpcopt.errors import DocumentError
 from hpcopt_server import domain as d
 from hpcopt_server.api.deps import Caller, ServiceDep, bearer, etag_matches, limited_body
 from hpcopt_server.api.schemas import (

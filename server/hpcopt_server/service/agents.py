@@ -31,8 +31,9 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from hpcopt.checkpoints import CheckpointRefused, check_reported
+from hpcopt.checkpoints import check_reported
 from hpcopt.documents import clip
+from hpcopt.errors import CheckpointRefused
 from hpcopt.planner import Point
 from hpcopt_server import domain as d
 from hpcopt_server import rules

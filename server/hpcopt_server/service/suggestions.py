@@ -20,7 +20,7 @@ import zlib
 from dataclasses import dataclass, replace
 from typing import Any
 
-from hpcopt.options import OptionError
+from hpcopt.errors import OptionError
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument
 from hpcopt_server.optimizers import REGISTRY, Optimizer, Problem, SearchSpace

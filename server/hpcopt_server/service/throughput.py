@@ -11,10 +11,10 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from hpcopt.errors import PlanError
 from hpcopt.planner import (
     MAX_RATE_PER_RANK,
     MIN_RATE_PER_RANK,
-    PlanError,
     Point,
     fit,
     merge_points,
