@@ -172,21 +172,23 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
             finished_at=c.finished_at,
             note=notes.get(None, ""),
         ),
-        trials=[
-            TrialDoc(
-                **d.trial_fields(t, TrialDoc.model_fields),
-                folds=[FoldDoc(**vars(f)) for f in t.folds],
-                curves=[CurveDoc(**vars(p)) for p in t.curves],
-                events=[EventDoc(**vars(e)) for e in t.events],
-                note=notes.get(t.number, ""),
-                lineage=None if t.lineage is None else LineageDoc(**_exported(t.lineage)),
-            )
-            for t in trials
-            if t is not None
-        ],
+        trials=[trial_doc(t, notes.get(t.number, "")) for t in trials if t is not None],
         front=sorted(t.number for t in trials if t is not None and t.id in on_front),
     )
     return doc.model_dump(mode="json")
+
+
+def trial_doc(t: d.Trial, note: str = "") -> TrialDoc:
+    """A trial as the export document carries it: the one mapping of a trial into the
+    document (``tests/server/test_trial_fields.py`` holds it to the domain's fields)."""
+    return TrialDoc(
+        **d.trial_fields(t, TrialDoc.model_fields),
+        folds=[FoldDoc(**vars(f)) for f in t.folds],
+        curves=[CurveDoc(**vars(p)) for p in t.curves],
+        events=[EventDoc(**vars(e)) for e in t.events],
+        note=note,
+        lineage=None if t.lineage is None else LineageDoc(**_exported(t.lineage)),
+    )
 
 
 def check_import_size(document: Any, limits: lim.RequestLimits) -> None:
