@@ -118,12 +118,11 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 @pytest.fixture
 def service(db_url: str) -> Iterator[Any]:
-    from hpcopt_server.service import Service
-    from hpcopt_server.storage.repository import Storage
+    """The service over ``db_url``, assembled as the server assembles it."""
+    from hpcopt_server.local import LocalServer
 
-    storage = Storage(db_url)
-    yield Service(storage)
-    storage.close()
+    with LocalServer.open(db_url) as server:
+        yield server.service
 
 
 @pytest.fixture

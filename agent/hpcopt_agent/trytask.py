@@ -113,26 +113,15 @@ def _beside_python(name: str) -> str:
 def _server(folder: Path) -> Iterator[str]:
     """A throw-away server in this process on ``folder``'s SQLite file; its gRPC address."""
     try:
-        from hpcopt_server.metrics import Metrics
-        from hpcopt_server.rpc.server import GrpcLimits, serve_grpc
-        from hpcopt_server.service import Service
-        from hpcopt_server.storage import migrate
-        from hpcopt_server.storage.repository import Storage
+        from hpcopt_server.local import LocalServer
     except ImportError as exc:
         raise SystemExit(
             f"hpcopt-agent try: needs hpcopt-server beside the agent ({exc.name} is missing): pip install hpcopt-server"
         ) from None
-    url = f"sqlite:///{folder / 'try.db'}"
-    migrate.ensure_schema(url, None)
-    storage = Storage(url, pool_size=4)
-    service = Service(storage)
-    endpoint = serve_grpc(service, Metrics(service), "127.0.0.1", 0, GrpcLimits(workers=16))
-    endpoint.start()
-    try:
+    with LocalServer.open(f"sqlite:///{folder / 'try.db'}", pool_size=4) as server:
+        endpoint = server.serve_grpc("127.0.0.1", 0)
+        endpoint.start()
         yield f"127.0.0.1:{endpoint.port}"
-    finally:
-        endpoint.stop(grace=2)
-        storage.close()
 
 
 def _agent_command(args: argparse.Namespace, campaign: int, target: str, folder: Path) -> list[str]:

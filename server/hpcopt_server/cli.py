@@ -12,7 +12,7 @@ import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcopt.cliutil import finish
 from hpcopt_server.processes import CHILD_PIPE, CHILD_SOCKET, START_SECRET_ENV
@@ -20,8 +20,8 @@ from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.settings import OptionError, ServerSettings, add_flags, from_args
 
 if TYPE_CHECKING:  # the storage stack is imported only by the commands that use it
+    from hpcopt_server.local import LocalServer
     from hpcopt_server.service import Service
-    from hpcopt_server.storage.repository import Storage
 
 
 #: Seconds ``serve`` (and the other commands) wait for a database that refuses connections.
@@ -89,31 +89,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _ready_storage(url: str, pool_size: int = 16, wait: float = DB_WAIT) -> Storage:
-    """Storage on a database at this release's schema (an empty one is migrated). A
-    database that refuses connections (starting up, at ``max_connections``) is retried
-    with back-off for ``wait`` seconds, each wait logged; then the command fails."""
-    from sqlalchemy.exc import OperationalError
-
-    from hpcopt_server.storage import migrate
-    from hpcopt_server.storage.db import transient, with_retries
-    from hpcopt_server.storage.repository import Storage
+def _open(url: str, *, pool_size: int = 16, wait: float = DB_WAIT, **service: Any) -> LocalServer:
+    """The server's parts on a database at this release's schema (``local.LocalServer``);
+    the command ends with the reason when the database cannot be used."""
+    from hpcopt_server.local import LocalServer, StorageUnready
 
     try:
-        current = with_retries(lambda: migrate.current_revision(url), patience=wait, what="the database refused")
-    except OperationalError as exc:
-        if not transient(exc):
-            raise
-        reason = str(exc.orig).strip().splitlines()[0] if exc.orig else str(exc)
-        raise SystemExit(
-            f"hpcopt-server: the database still refuses connections after {wait:.0f} s ({reason}); "
-            "giving up (wait longer with --db-wait SECONDS, env HPCOPT_DB_WAIT)"
-        ) from None
-    try:
-        migrate.ensure_schema(url, current)
-    except migrate.SchemaMismatch as exc:
+        return LocalServer.open(url, pool_size=pool_size, wait=wait, **service)
+    except StorageUnready as exc:
         raise SystemExit(f"hpcopt-server: {exc}") from None
-    return Storage(url, pool_size=pool_size)
+
+
+def _server(settings: ServerSettings, limits: RequestLimits) -> LocalServer:
+    """The server of ``serve``: the service with the lease, reaping and request settings
+    of the command line."""
+    from hpcopt_server.service import ServiceSettings
+
+    return _open(
+        settings.db,
+        pool_size=settings.db_pool,
+        wait=settings.db_wait,
+        settings=ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),
+        require_auth=settings.require_auth,
+        reap_interval=settings.reap_interval,
+        limits=limits,
+    )
 
 
 def _db(args: argparse.Namespace) -> int:
@@ -129,10 +129,7 @@ def _db(args: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from hpcopt_server.service import Service
-
-    storage = _ready_storage(args.db)
-    service = Service(storage)
+    service = _open(args.db).service
     if args.token_command == "create":
         token, secret = service.tokens.create(args.name, args.scope)
         print(secret)
@@ -157,9 +154,7 @@ def _token(args: argparse.Namespace) -> int:
 
 
 def _auth(args: argparse.Namespace) -> int:
-    from hpcopt_server.service import Service
-
-    tokens = Service(_ready_storage(args.db)).tokens
+    tokens = _open(args.db).service.tokens
     if args.auth_command == "enable":
         tokens.turn_on()
     elif args.auth_command == "disable":
@@ -178,11 +173,9 @@ def _auth(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from hpcopt_server.api.app import create_app
     from hpcopt_server.api.connections import HttpServer, uvicorn_config
-    from hpcopt_server.metrics import Metrics
     from hpcopt_server.processes import GrpcProcesses
-    from hpcopt_server.rpc.server import GrpcLimits, serve_grpc
+    from hpcopt_server.rpc.server import GrpcLimits
     from hpcopt_server.sockets import connection_caps, listen
 
     try:
@@ -204,7 +197,8 @@ def _serve(args: argparse.Namespace) -> int:
         return _serve_grpc_child(args, settings, limits)
     server_file = None
     if settings.server_file is not None:
-        from hpcopt.serverfile import ServerFileError, default_path
+        from hpcopt.errors import ServerFileError
+        from hpcopt.serverfile import default_path
         from hpcopt_server.connfile import ServerFileInUse, check_free
 
         server_file = Path(settings.server_file).expanduser() if settings.server_file else default_path()
@@ -213,8 +207,8 @@ def _serve(args: argparse.Namespace) -> int:
         except (ServerFileInUse, ServerFileError) as exc:
             print(f"hpcopt-server: {exc}", file=sys.stderr)
             return 2
-    storage = _ready_storage(settings.db, settings.db_pool, settings.db_wait)
-    service = _service(settings, limits, storage)
+    server = _server(settings, limits)
+    service, storage = server.service, server.storage
     admin = os.environ.get("HPCOPT_ADMIN_TOKEN")
     if admin:
         service.tokens.create("HPCOPT_ADMIN_TOKEN", ["admin"], secret=admin)
@@ -229,7 +223,6 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
     _auth_at_start(service, settings)
     auth_on = service.tokens.enabled()
-    metrics = Metrics(service)
     try:
         http_socket = listen(settings.host, settings.port)
     except OSError as exc:
@@ -240,16 +233,12 @@ def _serve(args: argparse.Namespace) -> int:
     start_secret = secrets.token_bytes(32)
     os.environ[START_SECRET_ENV] = start_secret.hex()
     try:
-        grpc = serve_grpc(
-            service,
-            metrics,
-            settings.host,
-            settings.grpc_port,
-            GrpcLimits.of(settings, caps.grpc),
-            start_secret=start_secret,
+        grpc = server.serve_grpc(
+            settings.host, settings.grpc_port, GrpcLimits.of(settings, caps.grpc), start_secret=start_secret
         )
     except (OSError, RuntimeError) as exc:  # grpc raises RuntimeError("Failed to bind ...")
         http_socket.close()
+        server.close(grace=0)
         return _cannot_listen("gRPC", settings.host, settings.grpc_port, "--grpc-port", "HPCOPT_GRPC_PORT", exc)
     health = None
     if settings.health_port is not None:
@@ -259,7 +248,7 @@ def _serve(args: argparse.Namespace) -> int:
             health = HealthListener(service.health, settings.host, settings.health_port)
         except OSError as exc:
             http_socket.close()
-            grpc.stop(grace=0)
+            server.close(grace=0)
             port = settings.health_port
             return _cannot_listen("health", settings.host, port, "--health-port", "HPCOPT_HEALTH_PORT", exc)
         health.start()
@@ -271,7 +260,7 @@ def _serve(args: argparse.Namespace) -> int:
     children = GrpcProcesses(settings.processes - 1, grpc.front.sock, args.argv)
     children.start()
     where = "localhost" if settings.loopback else socket.gethostname()
-    app = create_app(service, metrics, agent_server=f"{_bracket(where)}:{grpc_port}")
+    app = server.rest_app(agent_server=f"{_bracket(where)}:{grpc_port}")
     processes = f" ({settings.processes} processes)" if settings.processes > 1 else ""
     print(
         f"hpcopt-server {'(auth on)' if auth_on else '(auth off: loopback, and auth never turned on or disabled)'}\n"
@@ -324,8 +313,7 @@ def _serve(args: argparse.Namespace) -> int:
             if health is not None:
                 health.stop()
             service.reaper.stop()
-            grpc.stop(grace=5)
-            storage.close()
+            server.close(grace=5)
     except _Terminated:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.raise_signal(signal.SIGTERM)
@@ -347,40 +335,24 @@ def _terminated(signum: int, frame: object) -> None:
 def _serve_grpc_child(args: argparse.Namespace, settings: ServerSettings, limits: RequestLimits) -> int:
     """A gRPC-only process of ``serve --processes N`` (``processes.py``): clients from the
     inherited listening socket, until the first process goes."""
-    from hpcopt_server.metrics import Metrics
     from hpcopt_server.processes import wait_for_parent
-    from hpcopt_server.rpc.server import GrpcLimits, serve_grpc
+    from hpcopt_server.rpc.server import GrpcLimits
     from hpcopt_server.sockets import connection_caps
 
     sock = socket.socket(fileno=args.grpc_child_socket)
-    storage = _ready_storage(settings.db, settings.db_pool, settings.db_wait)
-    service = _service(settings, limits, storage)
+    server = _server(settings, limits)
+    service = server.service
     _auth_at_start(service, settings)
     caps = connection_caps(settings.max_connections, settings.max_grpc_connections, logging.getLogger("hpcopt"))
     secret = bytes.fromhex(os.environ.get(START_SECRET_ENV, "")) or None
-    grpc = serve_grpc(
-        service, Metrics(service), settings.host, 0, GrpcLimits.of(settings, caps.grpc), sock=sock, start_secret=secret
-    )
+    grpc = server.serve_grpc(settings.host, 0, GrpcLimits.of(settings, caps.grpc), sock=sock, start_secret=secret)
     service.warm_optimizers()
     grpc.start()
     try:
         wait_for_parent(args.grpc_child_pipe)
     finally:
-        grpc.stop(grace=5)
-        storage.close()
+        server.close(grace=5)
     return 0
-
-
-def _service(settings: ServerSettings, limits: RequestLimits, storage: Storage) -> Service:
-    from hpcopt_server.service import Service, ServiceSettings
-
-    return Service(
-        storage,
-        ServiceSettings(lease_seconds=settings.lease_seconds, heartbeat_seconds=settings.lease_seconds / 4),
-        require_auth=settings.require_auth,
-        reap_interval=settings.reap_interval,
-        limits=limits,
-    )
 
 
 def _auth_at_start(service: Service, settings: ServerSettings) -> None:

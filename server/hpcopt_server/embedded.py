@@ -46,17 +46,17 @@ import grpc
 from grpc_health.v1 import health_pb2
 
 from hpcopt import ActiveTrial, ApiError, Campaign, CampaignSpec, Client, Trial
-from hpcopt.asktell import Session, TrialPruned
+from hpcopt.asktell import Session
+from hpcopt.errors import TrialPruned
 from hpcopt.specfile import load_spec_file
 from hpcopt_server.errors import ServiceError
+from hpcopt_server.local import LocalServer
 from hpcopt_server.operations import AGENT_SERVICE, CAMPAIGN_SERVICE
 from hpcopt_server.rpc.auth import bearer, scope_for
 from hpcopt_server.rpc.errors import CODES
 from hpcopt_server.rpc.servicers import AgentServicer, CampaignServicer
 from hpcopt_server.service import Service
 from hpcopt_server.service.campaigns import validate_spec
-from hpcopt_server.storage import migrate
-from hpcopt_server.storage.repository import Storage
 
 log = logging.getLogger("hpcopt.study")
 
@@ -177,10 +177,9 @@ class Study:
         token: str | None = None,
     ) -> None:
         url = _url(path)
-        migrate.ensure_schema(url, migrate.current_revision(url))
         self.path = str(path)
-        self._storage = Storage(url, pool_size=2)
-        self.service = Service(self._storage)
+        self._server = LocalServer.open(url, pool_size=2)
+        self.service = self._server.service
         #: An ordinary client, answered in this process: every ``hpcopt.Client`` call works.
         self.client = Client(f"embedded:{path}", token, channel=LocalChannel(self.service))
         self._token = token
@@ -190,7 +189,7 @@ class Study:
             self.campaign_id = self._open(spec, campaign)
             self.service.reaper.reap()  # a trial a dead process held goes back to the queue
         except BaseException:
-            self._storage.close()
+            self._server.close()
             raise
 
     def _open(self, spec: CampaignSpec | Mapping[str, Any] | str | Path | None, campaign: int | None) -> int:
@@ -414,7 +413,7 @@ class Study:
                 log.warning("could not end the study's registration: %s", exc)
             self._session = None
         self.service.ctx.optimizers.settle()  # a GP refit in its thread ends before we do
-        self._storage.close()
+        self._server.close()
 
     def __enter__(self) -> Study:
         return self

@@ -7,8 +7,6 @@ import asyncio
 import os
 import random
 import socket
-import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,34 +83,22 @@ class LiveServer:
 
 
 def run_live_server(service: Any, *, slow: tuple[float, float] | None = None) -> Iterator[LiveServer]:
-    """``slow=(low, high)``: every REST answer waits a seeded random time in [low, high)
-    seconds first, so answers arrive late and out of order (the dashboard's races)."""
+    """The server's gRPC endpoint and REST app over ``service``, assembled as ``serve``
+    assembles them (``hpcopt_server.local.LocalServer``), on free ports of this process.
+    ``slow=(low, high)``: every REST answer waits a seeded random time in [low, high)
+    seconds first, so answers arrive late and out of order (the dashboard's races). The
+    service's storage stays open: its fixture closes it."""
+    from hpcopt_server.local import LocalServer
 
-    from hpcopt_server.api.app import create_app
-    from hpcopt_server.api.connections import HttpServer, uvicorn_config
-    from hpcopt_server.metrics import Metrics
-    from hpcopt_server.rpc.server import serve_grpc
-
-    metrics = Metrics(service)
-    grpc = serve_grpc(service, metrics, "127.0.0.1", 0)
-    grpc.start()
-    grpc_port = grpc.port
-    http_port = free_port()
-    app = create_app(service, metrics, agent_server=f"127.0.0.1:{grpc_port}")
-    if slow is not None:
-        app = _slowed(app, *slow)
-    config = uvicorn_config(app, "127.0.0.1", http_port, log_level="warning")
-    server = HttpServer(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + scaled(20)
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.02)
+    server = LocalServer(service)
     try:
-        yield LiveServer(service, f"127.0.0.1:{grpc_port}", f"http://127.0.0.1:{http_port}")
+        grpc = server.serve_grpc("127.0.0.1", 0)
+        grpc.start()
+        app = server.rest_app(agent_server=f"127.0.0.1:{grpc.port}")
+        if slow is not None:
+            app = _slowed(app, *slow)
+        http_port = free_port()
+        server.serve_http_thread(app, "127.0.0.1", http_port, timeout=scaled(20), log_level="warning")
+        yield LiveServer(service, f"127.0.0.1:{grpc.port}", f"http://127.0.0.1:{http_port}")
     finally:
-        server.should_exit = True
-        thread.join(timeout=scaled(10))
-        grpc.stop(grace=1)
+        server.stop()
