@@ -132,7 +132,7 @@ def test_ties_go_to_more_trials_in_parallel() -> None:
     flat = Scaling(compute=1e-3)
     work = Work(trials=64, folds=4, epochs=1, train_samples=1000, fold_overhead=0, trial_overhead=0)
     p = plan(Allocation(8, 8), work, flat)
-    assert p.best.layout == Layout(8, 1, 1)
+    assert p.best.layout == Layout(8, 8, 1, 4)
     assert p.runner_up is not None and p.runner_up.layout.groups < 8
 
 
@@ -164,14 +164,14 @@ def test_re_planning_the_drain_beats_every_static_layout_when_the_last_wave_is_p
     alloc = Allocation(8, 8)
     work = Work(trials=9, folds=4, epochs=2, train_samples=180)
     replanned = simulate(alloc, work, model)
-    assert replanned.layouts == (Layout(2, 4, 1), Layout(1, 4, 2))
+    assert replanned.layouts == (Layout(8, 2, 1, 4), Layout(8, 1, 2, 4))
     statics = [simulate(alloc, work, model, fixed=lay) for lay in candidates(8, 4)]
     best = min(statics, key=lambda s: s.makespan)
     assert replanned.makespan < best.makespan
     assert replanned.idle_tail <= 0.5 * best.idle_tail
     # A campaign that fills its waves is never re-planned.
     full = simulate(alloc, replace(work, trials=10), model)
-    assert full.layouts == (Layout(2, 4, 1),)
+    assert full.layouts == (Layout(8, 2, 1, 4),)
 
 
 @settings(max_examples=100, deadline=None)

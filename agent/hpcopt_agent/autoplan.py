@@ -20,9 +20,8 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hpcopt.planner import Allocation, Plan, Point, Scaling, Work, epochs_per_trial, fit, nodes_spanned, plan
+from hpcopt.planner import Allocation, Layout, Plan, Point, Scaling, Work, epochs_per_trial, fit, nodes_spanned, plan
 from hpcopt_agent.data import Data
-from hpcopt_agent.layout import Layout
 from hpcopt_agent.probe import middle_params, probe
 from hpcopt_agent.settings import TrainingSettings
 from hpcopt_agent.task import Task
@@ -109,8 +108,8 @@ def choose(
     if not points and len(only.table) == 1:  # nothing to choose: no probe
         lay = only.best.layout
         if world.rank == 0:
-            log.info("planner: %s is the only layout that fits", lay.describe())
-        return Planned(Layout(world.size, lay.groups, lay.ranks_per_fold, settings.folds), only, None, alloc, work)
+            log.info("planner: %s is the only layout that fits", lay.shape())
+        return Planned(lay, only, None, alloc, work)
     if not points:
         pinned = settings.ranks_per_fold
         widths = [pinned] if pinned is not None else probe_widths(world.size, per_node, valid)
@@ -134,8 +133,7 @@ def choose(
     model = fit(points)
     chosen = plan(alloc, work, model, pinned_ranks=settings.ranks_per_fold, groups=groups, valid_ranks=fits)
     chosen = world.bcast(chosen if world.rank == 0 else None, root=0)
-    best = chosen.best.layout
-    layout = Layout(world.size, best.groups, best.ranks_per_fold, settings.folds)
+    layout = chosen.best.layout
     if world.rank == 0:
         source = ", ".join(f"{p.ranks}r/{p.nodes}n {p.samples_per_second:.4g}/s ({p.source})" for p in model.points)
         log.info("planner: model from %s; %s", source, "; ".join(model.assumptions) or "fitted on every term")

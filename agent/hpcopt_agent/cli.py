@@ -32,7 +32,7 @@ from hpcopt_agent.server import register
 if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts on import)
     from mpi4py import MPI
 
-    from hpcopt_agent.layout import Layout
+    from hpcopt.planner import Layout
     from hpcopt_agent.runtime import Context, StopSignal, Walltime
     from hpcopt_agent.settings import TrainingSettings
     from hpcopt_agent.task import Task

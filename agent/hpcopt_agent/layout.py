@@ -9,50 +9,11 @@ plain arithmetic, checked before any trial is taken.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from hpcopt.planner import Layout
 
 
 class LayoutError(ValueError):
     """A layout that does not divide; the message says what would fit."""
-
-
-@dataclass(frozen=True)
-class Layout:
-    world: int
-    groups: int
-    ranks_per_fold: int
-    folds: int
-
-    @property
-    def group_size(self) -> int:
-        return self.world // self.groups
-
-    @property
-    def fold_groups(self) -> int:
-        """Fold groups per trial group: how many folds train at once."""
-        return self.group_size // self.ranks_per_fold
-
-    def group_of(self, rank: int) -> int:
-        return rank // self.group_size
-
-    def fold_group_of(self, rank: int) -> int:
-        return (rank % self.group_size) // self.ranks_per_fold
-
-    def fold_ranks(self, group: int, fold_group: int) -> list[int]:
-        """World ranks of one fold group."""
-        first = group * self.group_size + fold_group * self.ranks_per_fold
-        return list(range(first, first + self.ranks_per_fold))
-
-    def folds_for(self, fold_group: int, remaining: list[int]) -> list[int]:
-        """The folds (of those still to train) that one fold group trains, in order."""
-        return remaining[fold_group :: self.fold_groups]
-
-    def describe(self) -> str:
-        rounds = -(-self.folds // self.fold_groups)
-        return (
-            f"{self.world} ranks = {self.groups} trial group(s) x {self.fold_groups} fold group(s) x "
-            f"{self.ranks_per_fold} rank(s) per fold; {self.folds} folds in {rounds} round(s)"
-        )
 
 
 def fitting_groups(world: int, ranks_per_fold: int, folds: int) -> list[int]:

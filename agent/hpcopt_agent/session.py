@@ -19,12 +19,11 @@ from mpi4py import MPI
 
 from hpcopt import AgentClient, ApiError
 from hpcopt.errors import PlanError
-from hpcopt.planner import Allocation, Plan, Point, Scaling, Work, fit, merge_points, plan
+from hpcopt.planner import Allocation, Layout, Plan, Point, Scaling, Work, fit, merge_points, plan
 from hpcopt.records import QueueState
 from hpcopt_agent.autoplan import Planned, choose
 from hpcopt_agent.comm import Comms, Notices, bcast, quiet, split
 from hpcopt_agent.data import Data
-from hpcopt_agent.layout import Layout
 from hpcopt_agent.probe import ProbeError
 from hpcopt_agent.runtime import Context, StopSignal, Walltime
 from hpcopt_agent.server import goodbye, register
@@ -153,8 +152,7 @@ class Session:
         """The plan for ``work`` (what the spec pins kept) and the layout of its best."""
         space = (self.reg.campaign_spec or {}).get("space") or {}
         chosen = plan(alloc, work, model, pinned_ranks=self.pinned, valid_ranks=lambda r: self.settings.fits(r, space))
-        best = chosen.best.layout
-        return chosen, Layout(self.world.size, best.groups, best.ranks_per_fold, self.settings.folds)
+        return chosen, chosen.best.layout
 
     def _replan(self) -> bool:
         """Every rank: rank 0 plans for the trials left to start and sends the layout;

@@ -280,7 +280,7 @@ def simulate_scale(doc: dict[str, Any], runs: dict[str, list[dict[str, Any]]], a
         if "x" not in name:
             continue
         g, f, r = (int(x) for x in name.split("x"))
-        pred = predict(Layout(g, f, r), alloc, work, model).makespan
+        pred = predict(Layout(g * f * r, g, r, args.folds), alloc, work, model).makespan
         got = statistics.median(x["seconds"] for x in rs)
         print(f"{name:>10} {pred:>12.1f} {got:>11.1f} {pred / got - 1:>+7.0%}")
     big = Allocation(1000, 4)

@@ -307,20 +307,47 @@ class Work:
 
 @dataclass(frozen=True)
 class Layout:
-    """``groups`` trial groups x ``fold_groups`` fold groups x ``ranks_per_fold`` ranks."""
+    """How an allocation of ``world`` ranks is split: ``groups`` trial groups, each of
+    fold groups of ``ranks_per_fold`` ranks, for a campaign of ``folds`` folds. The one
+    layout type: the planner ranks these, and the agent runs the one it chose."""
 
+    world: int
     groups: int
-    fold_groups: int
     ranks_per_fold: int
+    folds: int
 
     @property
-    def world(self) -> int:
-        return self.groups * self.fold_groups * self.ranks_per_fold
+    def group_size(self) -> int:
+        return self.world // self.groups
 
-    def describe(self) -> str:
+    @property
+    def fold_groups(self) -> int:
+        """Fold groups per trial group: how many folds train at once."""
+        return self.group_size // self.ranks_per_fold
+
+    def group_of(self, rank: int) -> int:
+        return rank // self.group_size
+
+    def fold_group_of(self, rank: int) -> int:
+        return (rank % self.group_size) // self.ranks_per_fold
+
+    def fold_ranks(self, group: int, fold_group: int) -> list[int]:
+        """World ranks of one fold group."""
+        first = group * self.group_size + fold_group * self.ranks_per_fold
+        return list(range(first, first + self.ranks_per_fold))
+
+    def folds_for(self, fold_group: int, remaining: list[int]) -> list[int]:
+        """The folds (of those still to train) that one fold group trains, in order."""
+        return remaining[fold_group :: self.fold_groups]
+
+    def shape(self) -> str:
         return (
             f"{self.groups} trial group(s) x {self.fold_groups} fold group(s) x {self.ranks_per_fold} rank(s) per fold"
         )
+
+    def describe(self) -> str:
+        rounds = -(-self.folds // self.fold_groups)
+        return f"{self.world} ranks = {self.shape()}; {self.folds} folds in {rounds} round(s)"
 
 
 def nodes_spanned(ranks: int, ranks_per_node: int, world: int) -> int:
@@ -355,7 +382,7 @@ def candidates(
                 continue
             if valid_ranks is not None and not valid_ranks(r):
                 continue
-            out.append(Layout(g, size // r, r))
+            out.append(Layout(world, g, r, folds))
     return out
 
 
@@ -439,12 +466,12 @@ class Plan:
     def describe(self, alloc: Allocation) -> str:
         b = self.best
         text = (
-            f"{alloc.world} ranks = {b.layout.describe()}; predicted {b.trials_per_hour:.3g} trials/h, "
+            f"{alloc.world} ranks = {b.layout.shape()}; predicted {b.trials_per_hour:.3g} trials/h, "
             f"{b.utilisation:.0%} of the ranks busy"
         )
         if self.runner_up is not None:
             r = self.runner_up
-            text += f"; runner-up {r.layout.describe()} ({r.trials_per_hour:.3g} trials/h)"
+            text += f"; runner-up {r.layout.shape()} ({r.trials_per_hour:.3g} trials/h)"
         return text
 
 

@@ -72,7 +72,7 @@ def test_the_drain_re_splits_the_world_and_every_fold_trains_once(agent_server: 
     # What the planner predicts for this allocation: the agent must do the same.
     model = fit(Point(r, 1, v) for r, v in MEASURED.items())
     expected = simulate(Allocation(8, 8), Work(trials=trials, folds=4, epochs=2, train_samples=180), model).layouts
-    assert expected == (Layout(2, 4, 1), Layout(1, 4, 2))
+    assert expected == (Layout(8, 2, 1, 4), Layout(8, 1, 2, 4))
 
     # The groups take trials as they finish theirs. When both leaders read "2 left"
     # before either acquires, the last two trials start together and no wave is
@@ -123,7 +123,7 @@ def test_the_drain_does_not_stop_the_groups_for_a_re_plan_that_keeps_the_layout(
     campaign = _with_history(agent_server, spec, slower)
     model = fit(Point(r, 1, v) for r, v in slower.items())
     expected = simulate(Allocation(8, 8), Work(trials=trials, folds=4, epochs=2, train_samples=180), model).layouts
-    assert expected == (Layout(2, 4, 1),)  # no re-plan changes it
+    assert expected == (Layout(8, 2, 1, 4),)  # no re-plan changes it
     result = agent_server.run_agent(8, campaign, timeout=scaled(280))
     assert result.returncode == 0, dump(result)
     assert "8 ranks = 2 trial group(s) x 4 fold group(s) x 1 rank(s) per fold; predicted" in result.stderr, dump(result)
@@ -148,9 +148,9 @@ def test_a_group_held_back_by_max_parallel_re_plans_the_world_for_what_is_free(
     model = fit(Point(r, 1, v) for r, v in MEASURED.items())
     alloc = Allocation(8, 8)
     first = plan(alloc, Work(trials=trials, folds=4, epochs=2, train_samples=180, max_parallel=2), model).best.layout
-    assert first == Layout(2, 4, 1)
+    assert first == Layout(8, 2, 1, 4)
     one = plan(alloc, Work(trials=trials, folds=4, epochs=2, train_samples=180, max_parallel=1), model).best.layout
-    assert one == Layout(1, 4, 2)
+    assert one == Layout(8, 1, 2, 4)
 
     log = tmp_path / "agent.log"
     # Steps sleep, so the job's other group still has trials to train when the held-back
