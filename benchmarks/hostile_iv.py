@@ -46,7 +46,7 @@ PROBES: dict[str, str] = {
     "throughput": """
 import httpx
 from hpcopt import AgentClient, Client
-from hpcopt.planner import Point
+from hpcopt.core.planner import Point
 db = f"sqlite:///{tmp}/t.db"; upgrade(db)
 with ServerProcess(db, env=ENV) as s:
     with Client(s.grpc_target) as c:

@@ -97,7 +97,7 @@ def _type(schema: dict[str, Any] | bool) -> str:
 
 
 def spec_page() -> str:
-    from hpcopt.spec import CampaignSpec
+    from hpcopt.core.spec import CampaignSpec
 
     schema = CampaignSpec.model_json_schema()
     models = {"CampaignSpec": schema, **schema.get("$defs", {})}
@@ -182,7 +182,7 @@ def _option_table(options: dict[str, Any]) -> list[str]:
 
 
 def options_page() -> str:
-    from hpcopt.schemes import KNOBS
+    from hpcopt.core.schemes import KNOBS
     from hpcopt_server.optimizers import REGISTRY as ALGORITHMS
     from hpcopt_server.pruners import REGISTRY as PRUNERS
 

@@ -18,6 +18,16 @@ FORBIDDEN = [
     ("hpcopt_server.domain", ("hpcopt_server.storage", "hpcopt_server.service")),
     ("hpcopt_agent.comm", ("hpcopt_agent.schemes", "hpcopt_agent.fold", "hpcopt_agent.agent")),
     ("hpcopt", ("hpcopt_server", "hpcopt_agent")),
+    # The shared core all three parts import stands on its own: no transport, no CLI.
+    (
+        "hpcopt.core",
+        ("hpcopt.cli", "hpcopt.client", "hpcopt.agent_client", "hpcopt.transport", "hpcopt.asktell"),
+    ),
+    # Nothing but the CLI's own entry points imports the CLI (the server's and agent's
+    # commands share its helpers, hpcopt.cli.util).
+    ("hpcopt.client", ("hpcopt.cli",)),
+    ("hpcopt.transport", ("hpcopt.cli",)),
+    ("hpcopt_server.service", ("hpcopt.cli",)),
 ]
 
 

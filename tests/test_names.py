@@ -1,4 +1,4 @@
-"""The names a spec may use are said once (``hpcopt.names``) and tied here to the
+"""The names a spec may use are said once (``hpcopt.core.names``) and tied here to the
 registries that run them: a new optimizer, pruner or scheme added to its registry but
 not to the list (or the other way round) fails with its name."""
 
@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from hpcopt.core.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES, SCHEMES
+from hpcopt.core.spec import parse_spec
 from hpcopt.errors import SpecError
-from hpcopt.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES, SCHEMES
-from hpcopt.spec import parse_spec
 from tests.helpers.specs import make_spec
 
 
 def _differ(listed: tuple[str, ...], registry: object, where: str) -> str:
     names = set(registry)  # type: ignore[call-overload]
-    return f"hpcopt.names lacks {sorted(names - set(listed))}; {where} lacks {sorted(set(listed) - names)}"
+    return f"hpcopt.core.names lacks {sorted(names - set(listed))}; {where} lacks {sorted(set(listed) - names)}"
 
 
 def test_the_algorithms_are_the_servers_optimizers() -> None:

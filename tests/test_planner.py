@@ -1,4 +1,4 @@
-"""The allocation planner (``hpcopt.planner``) as pure functions: layouts, the model,
+"""The allocation planner (``hpcopt.core.planner``) as pure functions: layouts, the model,
 the ranking, the deadline rule and the drain simulation."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpcopt.errors import PlanError
-from hpcopt.planner import (
+from hpcopt.core.planner import (
     TIE,
     Allocation,
     Layout,
@@ -26,6 +25,7 @@ from hpcopt.planner import (
     predict,
     simulate,
 )
+from hpcopt.errors import PlanError
 
 MODEL = Scaling(compute=1e-3, comm=2e-4, link=5e-4)
 
@@ -185,7 +185,7 @@ def test_the_drain_simulation_trains_every_trial_once(trials: int, world: int, k
 
 
 def test_a_pbt_trial_is_one_interval_for_the_planner() -> None:
-    from hpcopt.planner import epochs_per_trial
+    from hpcopt.core.planner import epochs_per_trial
 
     spec = {"training": {"epochs": 24}, "algorithm": {"name": "pbt", "options": {"interval": 3}}}
     assert epochs_per_trial(spec) == 3

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import sys
 from pathlib import Path
 
 import pytest
 
 import hpcopt
 import hpcopt.errors
-from tests.helpers.env import scaled
+from tests.helpers.env import ROOT, scaled
 
 CLIENT = [
     "Action",
@@ -83,3 +84,20 @@ def test_a_script_catches_a_refused_call_as_hpcopt_error(tmp_path: Path) -> None
         with client as c, pytest.raises(hpcopt.Error) as err:
             c.get_campaign(12345)
         assert isinstance(err.value, hpcopt.ApiError) and err.value.code == "NOT_FOUND"
+
+
+def test_old_module_paths_are_the_moved_modules_and_say_where_they_went() -> None:
+    from hpcopt._moved import MOVED
+
+    for old, new in MOVED.items():
+        sys.modules.pop(old, None)
+        with pytest.warns(DeprecationWarning, match=rf"{old} moved to {new}"):
+            module = importlib.import_module(old)
+        assert module is importlib.import_module(new), old
+    # A name imported from an old path is the new one (state and monkeypatches are shared).
+    sys.modules.pop("hpcopt.spec", None)
+    with pytest.warns(DeprecationWarning):
+        from hpcopt.spec import parse_spec  # type: ignore[import-not-found]
+    assert parse_spec is hpcopt.parse_spec
+    # Nothing in the tree imports an old path: the warning is for users only.
+    assert not [m for m in MOVED if (ROOT / "client" / (m.replace(".", "/") + ".py")).exists()]

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from hpcopt import AgentClient, ApiError, Lease, TrialState
-from hpcopt.records import QueueState, Trial
+from hpcopt.core.records import QueueState, Trial
 from hpcopt_agent.comm import Comms, Notices, any_true, bcast, gather
 from hpcopt_agent.fold import FoldOutcome, FoldTrainer, TrialInfo
 from hpcopt_agent.outcomes import Decision, Outcome

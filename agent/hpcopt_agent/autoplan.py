@@ -1,4 +1,4 @@
-"""``--groups auto``: the agent lays out its allocation itself (``hpcopt.planner``).
+"""``--groups auto``: the agent lays out its allocation itself (``hpcopt.core.planner``).
 
 Every rank takes part: the ranks per node come from the host names (or
 ``--ranks-per-node``); the throughput model from the campaign's measured points (sent
@@ -20,7 +20,18 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from hpcopt.planner import Allocation, Layout, Plan, Point, Scaling, Work, epochs_per_trial, fit, nodes_spanned, plan
+from hpcopt.core.planner import (
+    Allocation,
+    Layout,
+    Plan,
+    Point,
+    Scaling,
+    Work,
+    epochs_per_trial,
+    fit,
+    nodes_spanned,
+    plan,
+)
 from hpcopt_agent.data import Data
 from hpcopt_agent.probe import middle_params, probe
 from hpcopt_agent.settings import TrainingSettings

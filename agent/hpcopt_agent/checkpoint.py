@@ -6,7 +6,7 @@
   ``torch.load(weights_only=True)`` reads back, and it unpickles nothing else: a file
   that holds a pickled object with a ``__reduce__`` is refused, not run.
 - **Where**: ``ROOT/<server_id>/<campaign>/<trial>/fold<k>.pt``
-  (:mod:`hpcopt.checkpoints`); an agent resumes only from the file it would have
+  (:mod:`hpcopt.core.checkpoints`); an agent resumes only from the file it would have
   written itself under its own root, and only if the file says it is that server's,
   campaign's, trial's and fold's checkpoint.
 - **A pipeline** keeps each stage in its own file beside the fold's (:func:`stage_path`),
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcopt.checkpoints import local_path, relative
+from hpcopt.core.checkpoints import local_path, relative
 from hpcopt.errors import CheckpointRefused
 
 _SCALARS = (str, int, float, bool, type(None))

@@ -23,16 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcopt import AgentClient, ApiError
-from hpcopt.cliutil import finish
+from hpcopt.cli.util import finish
+from hpcopt.core.serverfile import resolve, token_of
 from hpcopt.errors import ServerFileError
-from hpcopt.serverfile import resolve, token_of
 from hpcopt.transport import verify
 from hpcopt_agent.server import register
 
 if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts on import)
     from mpi4py import MPI
 
-    from hpcopt.planner import Layout
+    from hpcopt.core.planner import Layout
     from hpcopt_agent.runtime import Context, StopSignal, Walltime
     from hpcopt_agent.settings import TrainingSettings
     from hpcopt_agent.task import Task
@@ -250,8 +250,8 @@ def main(argv: list[str] | None = None) -> int:
 def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[TrainingSettings, Layout | None, Task]:
     """The settings, the layout when it is fixed (``--groups N`` and a pinned
     ``training.ranks_per_fold``; None: the planner chooses it) and the task."""
-    from hpcopt.planner import Allocation, Scaling, Work
-    from hpcopt.planner import plan as plan_layouts
+    from hpcopt.core.planner import Allocation, Scaling, Work
+    from hpcopt.core.planner import plan as plan_layouts
     from hpcopt_agent.layout import plan
     from hpcopt_agent.pbt import check_mutable
     from hpcopt_agent.schemes import check_scheme, check_task

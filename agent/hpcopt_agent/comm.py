@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from hpcopt.planner import Layout
+from hpcopt.core.planner import Layout
 
 
 @dataclass

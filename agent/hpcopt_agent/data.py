@@ -84,7 +84,7 @@ def to_device(obj: Any, device: torch.device, non_blocking: bool = False) -> Any
 
 @dataclass(frozen=True)
 class LoaderOptions:
-    """``training.options.loader`` (checked by :func:`hpcopt.training.check_options`)."""
+    """``training.options.loader`` (checked by :func:`hpcopt.core.training.check_options`)."""
 
     #: Worker processes per rank; None: 0 for a dataset in memory (a ``TensorDataset``),
     #: else the rank's share of its node's cores, at most 4.

@@ -9,7 +9,7 @@ plain arithmetic, checked before any trial is taken.
 
 from __future__ import annotations
 
-from hpcopt.planner import Layout
+from hpcopt.core.planner import Layout
 
 
 class LayoutError(ValueError):

@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
+from hpcopt.core.records import Trial
 from hpcopt.errors import ApiError
-from hpcopt.records import Trial
 from hpcopt_agent import checkpoint
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from mpi4py import MPI
 from torch.nn.parallel import DistributedDataParallel
 
-from hpcopt.planner import Point
+from hpcopt.core.planner import Point
 from hpcopt_agent.comm import CollectiveTimeout, bounded_barrier, quiet
 from hpcopt_agent.data import Data
 from hpcopt_agent.precision import Precision
@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    from hpcopt.specfile import load_spec_file
+    from hpcopt.core.specfile import load_spec_file
     from hpcopt_agent.comm import local_rank, pick_device
     from hpcopt_agent.data import LoaderOptions
     from hpcopt_agent.folds import splits

@@ -94,7 +94,7 @@ class Walltime:
 
     With the planner's prediction (:attr:`to_checkpoint`, seconds from a trial's start
     to its first checkpoint) a trial starts only if it is predicted to reach that
-    checkpoint before the last ``reserve`` seconds (``hpcopt.planner.may_start``);
+    checkpoint before the last ``reserve`` seconds (``hpcopt.core.planner.may_start``);
     without one, only if a trial as long as the longest so far still fits. In the last
     ``reserve`` seconds (:meth:`watch`) trials checkpoint and go back, as on SIGUSR1."""
 
@@ -113,7 +113,7 @@ class Walltime:
         self.longest = max(self.longest, seconds)
 
     def fits_another(self) -> bool:
-        from hpcopt.planner import may_start
+        from hpcopt.core.planner import may_start
 
         left = self.remaining()
         if left is None:

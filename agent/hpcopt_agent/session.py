@@ -1,7 +1,7 @@
 """One agent job from its layout to its exit, in phases: each phase splits the world
 by one layout and runs every trial group's loop (``agent.py``); under ``--groups auto``
 a phase ends when fewer trials remain to start than there are trial groups, and the
-world re-plans (``hpcopt.planner``) for what is left: idle groups join as wider fold
+world re-plans (``hpcopt.core.planner``) for what is left: idle groups join as wider fold
 groups or wider trial groups. Every group ends its phase at a trial boundary, so no
 trial is interrupted; the registered agents follow the layout (a rank that becomes a
 group leader registers, one that stops being one says goodbye).
@@ -18,9 +18,9 @@ import numpy as np
 from mpi4py import MPI
 
 from hpcopt import AgentClient, ApiError
+from hpcopt.core.planner import Allocation, Layout, Plan, Point, Scaling, Work, fit, merge_points, plan
+from hpcopt.core.records import QueueState
 from hpcopt.errors import PlanError
-from hpcopt.planner import Allocation, Layout, Plan, Point, Scaling, Work, fit, merge_points, plan
-from hpcopt.records import QueueState
 from hpcopt_agent.autoplan import Planned, choose
 from hpcopt_agent.comm import Comms, Notices, bcast, quiet, split
 from hpcopt_agent.data import Data

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcopt.core.schemes import resolve, split_options
+from hpcopt.core.training import check_options
 from hpcopt.errors import OptionError
-from hpcopt.schemes import resolve, split_options
-from hpcopt.training import check_options
 
 
 class SettingsError(ValueError):
@@ -65,7 +65,7 @@ class TrainingSettings:
     def fits(self, ranks: int, space: dict[str, Any]) -> bool:
         """Whether every scheme of the campaign (and every knob value its space
         searches) makes a layout that fits ``ranks`` ranks per fold."""
-        from hpcopt.schemes import fits_ranks
+        from hpcopt.core.schemes import fits_ranks
 
         return fits_ranks(self.scheme, self.scheme_options, space, ranks)
 

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
-from hpcopt.taskref import parse_task_ref
+from hpcopt.core.taskref import parse_task_ref
 from hpcopt_agent.trust import TaskPolicy
 
 Params = dict[str, Any]

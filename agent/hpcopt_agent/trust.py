@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcopt.taskref import TaskRef
+from hpcopt.core.taskref import TaskRef
 
 
 def _installed_dirs() -> list[Path]:

@@ -28,9 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from hpcopt.cliutil import finish
-from hpcopt.records import Trial
-from hpcopt.taskref import parse_task_ref
+from hpcopt.cli.util import finish
+from hpcopt.core.records import Trial
+from hpcopt.core.taskref import parse_task_ref
 
 SCHEMES = ("allreduce", "downpour", "easgd", "gem", "daso", "pipeline", "horovod")
 

@@ -45,7 +45,7 @@ import yaml
 from netns import SERVER_ADDR, SlowLink
 from run import ROOT, Server, agent_cmd, env, mpi_cmd
 
-from hpcopt.planner import (
+from hpcopt.core.planner import (
     Allocation,
     Layout,
     Point,

@@ -1,21 +1,10 @@
 """hpcopt: the wire protocol, the Python client and the ``hpcopt`` CLI. Every error it
 raises on purpose is an ``hpcopt.Error`` (``hpcopt.errors``)."""
 
+from hpcopt import _moved
 from hpcopt.asktell import ActiveTrial
 from hpcopt.client import AgentClient, Client
-from hpcopt.errors import (
-    ApiError,
-    CheckpointRefused,
-    DocumentError,
-    Error,
-    OptionError,
-    PlanError,
-    ServerFileError,
-    SpecError,
-    TrialPruned,
-    TrialStopped,
-)
-from hpcopt.records import (
+from hpcopt.core.records import (
     Action,
     Agent,
     Assignment,
@@ -30,9 +19,23 @@ from hpcopt.records import (
     TrialEvent,
     TrialState,
 )
-from hpcopt.spec import CampaignSpec, parse_spec
+from hpcopt.core.spec import CampaignSpec, parse_spec
+from hpcopt.errors import (
+    ApiError,
+    CheckpointRefused,
+    DocumentError,
+    Error,
+    OptionError,
+    PlanError,
+    ServerFileError,
+    SpecError,
+    TrialPruned,
+    TrialStopped,
+)
 
 __version__ = "0.1.0"
+
+_moved.install()  # old module paths (hpcopt.spec, hpcopt.records, ...) keep working, deprecated
 
 __all__ = [
     "Action",

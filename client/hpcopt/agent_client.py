@@ -7,8 +7,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from hpcopt.planner import Point
-from hpcopt.records import Action, Agent, Assignment, Fold, Lease, QueueState, Trial, action
+from hpcopt.core.planner import Point
+from hpcopt.core.records import Action, Agent, Assignment, Fold, Lease, QueueState, Trial, action
 from hpcopt.transport import Channel, state_value
 from hpcopt.v1 import agent_pb2, agent_pb2_grpc
 

@@ -27,8 +27,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from hpcopt.agent_client import AgentClient
+from hpcopt.core.records import Action, Lease, ParamValue, Trial
 from hpcopt.errors import ApiError, TrialStopped
-from hpcopt.records import Action, Lease, ParamValue, Trial
 
 log = logging.getLogger("hpcopt.trials")
 

@@ -19,15 +19,15 @@ from typing import Any, TypeVar
 
 from hpcopt.agent_client import AgentClient
 from hpcopt.asktell import ActiveTrial, trials
-from hpcopt.errors import ApiError
-from hpcopt.records import (
+from hpcopt.core.records import (
     Campaign,
     Page,
     ParetoFront,
     Trial,
 )
-from hpcopt.serverfile import DEFAULT_SERVER
-from hpcopt.spec import CampaignSpec
+from hpcopt.core.serverfile import DEFAULT_SERVER
+from hpcopt.core.spec import CampaignSpec
+from hpcopt.errors import ApiError
 from hpcopt.transport import Channel, state_value, wait_for_server
 from hpcopt.v1 import campaign_pb2, campaign_pb2_grpc, common_pb2
 
@@ -37,7 +37,7 @@ R = TypeVar("R")
 
 class Client(Channel):
     """Submit and watch campaigns. Every getter returns the client's own records
-    (``hpcopt.Campaign``, ``hpcopt.Trial``, ...; see ``hpcopt.records``) with
+    (``hpcopt.Campaign``, ``hpcopt.Trial``, ...; see ``hpcopt.core.records``) with
     parameters as a dict in the order of the campaign's space."""
 
     def __init__(
@@ -70,7 +70,7 @@ class Client(Channel):
     def create_campaign(self, spec: CampaignSpec | dict[str, Any] | str | Path) -> Campaign:
         """Submits a spec: a model, a dict, or the path of a YAML/JSON file."""
         if isinstance(spec, str | Path):
-            from hpcopt.specfile import load_spec_file
+            from hpcopt.core.specfile import load_spec_file
 
             spec = load_spec_file(spec)
         document = spec.model_dump(mode="json") if isinstance(spec, CampaignSpec) else spec

@@ -12,9 +12,9 @@ from typing import Any, TypeVar, cast
 
 import grpc
 
+from hpcopt.core.records import TrialState
+from hpcopt.core.serverfile import MIN_CHALLENGE, Found, proof, resolve, token_of
 from hpcopt.errors import ApiError, ServerFileError
-from hpcopt.records import TrialState
-from hpcopt.serverfile import MIN_CHALLENGE, Found, proof, resolve, token_of
 from hpcopt.v1 import common_pb2, identity_pb2, identity_pb2_grpc
 
 T = TypeVar("T")

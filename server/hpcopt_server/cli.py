@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcopt.cliutil import finish
+from hpcopt.cli.util import finish
 from hpcopt_server.processes import CHILD_PIPE, CHILD_SOCKET, START_SECRET_ENV
 from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.settings import OptionError, ServerSettings, add_flags, from_args
@@ -197,9 +197,9 @@ def _serve(args: argparse.Namespace) -> int:
         return _serve_grpc_child(args, settings, limits)
     server_file = None
     if settings.server_file is not None:
+        from hpcopt.core.serverfile import default_path
         from hpcopt.errors import ServerFileError
-        from hpcopt.serverfile import default_path
-        from hpcopt_server.connfile import ServerFileInUse, check_free
+        from hpcopt_server.serverfile import ServerFileInUse, check_free
 
         server_file = Path(settings.server_file).expanduser() if settings.server_file else default_path()
         try:
@@ -272,7 +272,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     published = None
     if server_file is not None:
-        from hpcopt_server.connfile import publish
+        from hpcopt_server.serverfile import publish
 
         published = publish(
             server_file,
@@ -306,7 +306,7 @@ def _serve(args: argparse.Namespace) -> int:
             HttpServer(config).run(sockets=[http_socket])
         finally:
             if published is not None and server_file is not None:
-                from hpcopt_server.connfile import withdraw
+                from hpcopt_server.serverfile import withdraw
 
                 withdraw(server_file, published)
             children.stop(grace=5)

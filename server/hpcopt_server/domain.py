@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
-from hpcopt.records import CampaignState as CampaignState
-from hpcopt.records import TrialState as TrialState
+from hpcopt.core.records import CampaignState as CampaignState
+from hpcopt.core.records import TrialState as TrialState
 from hpcopt_server.curves import DEFAULT_POINTS_PER_FOLD
 
 ParamValue = bool | int | float | str

@@ -47,8 +47,8 @@ from grpc_health.v1 import health_pb2
 
 from hpcopt import ActiveTrial, ApiError, Campaign, CampaignSpec, Client, Trial
 from hpcopt.asktell import Session
+from hpcopt.core.specfile import load_spec_file
 from hpcopt.errors import TrialPruned
-from hpcopt.specfile import load_spec_file
 from hpcopt_server.errors import ServiceError
 from hpcopt_server.local import LocalServer
 from hpcopt_server.operations import AGENT_SERVICE, CAMPAIGN_SERVICE

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from hpcopt.documents import clip
+from hpcopt.core.documents import clip
 
 #: What an error may echo back: a caller's over-long input must not come back whole (an
 #: 8,000-character name in the gRPC trailer broke the client's metadata limit).

@@ -1,6 +1,6 @@
 """Server configuration, declared once: each ``serve`` flag is a field of
 :class:`ServerSettings` or of :class:`~hpcopt_server.service.limits.RequestLimits` whose
-:class:`~hpcopt.options.Option` gives its default, kind, bounds and help. The command
+:class:`~hpcopt.core.options.Option` gives its default, kind, bounds and help. The command
 line (:func:`add_flags`), its checks (:func:`from_args`), the ``HPCOPT_*`` environment
 defaults and the configuration reference (``scripts/gen_docs.py``) are built from them.
 """
@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
+from hpcopt.core.options import Option
 from hpcopt.errors import OptionError
-from hpcopt.options import Option
 
 T = TypeVar("T")
 LOG_LEVELS = ("debug", "info", "warning", "error")

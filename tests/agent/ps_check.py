@@ -29,7 +29,7 @@ from mpi4py import MPI
 from torch import nn
 
 from examples.gan.task import RingGan
-from hpcopt.schemes import resolve
+from hpcopt.core.schemes import resolve
 from hpcopt_agent.checkpoint import save
 from hpcopt_agent.comm import Comms, limit_threads, split
 from hpcopt_agent.data import Data

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 from hpcopt_agent.comm import Comms, limit_threads
 from hpcopt_agent.data import Data
 from hpcopt_agent.schemes import SCHEMES
@@ -250,7 +250,7 @@ def main() -> int:
 
     limit_threads(MPI.COMM_WORLD, 1)
     with_horovod = sys.argv[1:] == ["horovod"]
-    assert set(SCHEMES) == set(TRAITS), f"the agent's SCHEMES {sorted(SCHEMES)} and hpcopt.schemes.TRAITS differ"
+    assert set(SCHEMES) == set(TRAITS), f"the agent's SCHEMES {sorted(SCHEMES)} and hpcopt.core.schemes.TRAITS differ"
     names = [n for n in SCHEMES if not SCHEMES[n].traits.horovod]
     comms = comms_for(MPI.COMM_WORLD.size)
     acc: dict[str, float] = {}

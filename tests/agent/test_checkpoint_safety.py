@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from hpcopt import ApiError
-from hpcopt.checkpoints import check_reported, local_path
+from hpcopt.core.checkpoints import check_reported, local_path
 from hpcopt.errors import CheckpointRefused
 from hpcopt_agent import checkpoint
 from tests.helpers.agents import AgentServer, agent_spec, dump, trial_json

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hpcopt.planner import Allocation, Layout, Point, Work, fit, plan, simulate
+from hpcopt.core.planner import Allocation, Layout, Point, Work, fit, plan, simulate
 from tests.helpers import web
 from tests.helpers.agents import AgentServer, agent_spec, dump, kill_group, wait_for
 from tests.helpers.clients import AgentClient

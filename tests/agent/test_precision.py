@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 from hpcopt_agent.checkpoint import stage_path
 from tests.helpers.agents import AgentServer, agent_spec, dump, trial_json
 from tests.helpers.clients import Client

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 from tests.helpers.env import ROOT
 
 #: The hooks only the epoch driver (``hpcopt_agent/epoch.py``) may call.
@@ -55,4 +55,4 @@ def test_no_code_compares_a_scheme_name() -> None:
         for n, line in enumerate(path.read_text().splitlines(), 1)
         if compare.search(line)
     ]
-    assert not found, "compare traits (hpcopt.schemes.TRAITS), not scheme names:\n" + "\n".join(found)
+    assert not found, "compare traits (hpcopt.core.schemes.TRAITS), not scheme names:\n" + "\n".join(found)

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 from tests.helpers.agents import (
     AgentServer,
     agent_spec,
@@ -111,7 +111,7 @@ def test_schemes_under_mpiexec(ranks: int, check: str, expected: list[str]) -> N
         assert line in out.stdout, text
 
 
-#: Every scheme the agent registers (``hpcopt.schemes.TRAITS`` is the same table; the
+#: Every scheme the agent registers (``hpcopt.core.schemes.TRAITS`` is the same table; the
 #: conformance script checks the two agree, and this keeps mpi4py out of pytest).
 SCHEME_NAMES = list(TRAITS)
 

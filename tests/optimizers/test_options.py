@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hpcopt.options import Option
+from hpcopt.core.options import Option
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.optimizers import REGISTRY as ALGORITHMS
 from hpcopt_server.pruners import REGISTRY as PRUNERS

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hpcopt.records import Campaign, CampaignState, Fold, Trial, TrialState
-from hpcopt.views import trial_text, trials_table
-from hpcopt.watch import campaign_seconds, duration
+from hpcopt.cli.views import trial_text, trials_table
+from hpcopt.cli.watch import campaign_seconds, duration
+from hpcopt.core.records import Campaign, CampaignState, Fold, Trial, TrialState
 
 NOW = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
 

@@ -130,7 +130,7 @@ def test_checking_a_large_array_of_numbers_costs_no_memory_per_element() -> None
     path string and a stack entry; checking it now allocates next to nothing."""
     import tracemalloc
 
-    from hpcopt.documents import check_values
+    from hpcopt.core.documents import check_values
 
     data = {"trials": [0] * 1_000_000, "ok": [0.5, "x", None, True]}
     tracemalloc.start()

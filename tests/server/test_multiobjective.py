@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from hpcopt import ApiError
+from hpcopt.core.spec import parse_spec, spec_to_json_dict
 from hpcopt.errors import SpecError
-from hpcopt.spec import parse_spec, spec_to_json_dict
 from tests.helpers import web
 from tests.helpers.clients import AgentClient, Client
 from tests.helpers.env import scaled

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from hpcopt.documents import MAX_DEPTH, parse_document
+from hpcopt.core.documents import MAX_DEPTH, parse_document
+from hpcopt.core.spec import MAX_SPEC_BYTES, parse_spec, spec_to_json_dict
+from hpcopt.core.specfile import load_spec_file, locate
 from hpcopt.errors import DocumentError, SpecError
-from hpcopt.spec import MAX_SPEC_BYTES, parse_spec, spec_to_json_dict
-from hpcopt.specfile import load_spec_file, locate
 from tests.helpers.env import ROOT, scaled
 from tests.helpers.specs import make_spec
 
@@ -70,7 +70,7 @@ def test_the_example_specs_are_valid() -> None:
         ({"folds": 0}, "folds", "greater than or equal to 1"),
         ({"training": {"task": "t:T", "scheme": "magic"}}, "training.scheme", "'allreduce'"),
         ({"colour": "blue"}, "colour", "unknown field"),
-        # Scheme knobs and the layouts they make, refused at submission (hpcopt.schemes).
+        # Scheme knobs and the layouts they make, refused at submission (hpcopt.core.schemes).
         (
             {"training": {"task": "t:T", "scheme": "easgd", "ranks_per_fold": 1}},
             "training.ranks_per_fold",

@@ -11,8 +11,8 @@ import re
 
 import pytest
 
+from hpcopt.core.planner import Point, fit
 from hpcopt.errors import PlanError
-from hpcopt.planner import Point, fit
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument
 from hpcopt_server.service import Service

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hpcopt.schemes import may_run_as, runs_as
+from hpcopt.core.schemes import may_run_as, runs_as
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.allreduce import AllReduce
 from hpcopt_agent.schemes.base import Placement, Roles, Scheme, Stop, StopVote
@@ -41,7 +41,7 @@ def check_task(name: str, task: Task) -> None:
 
 def make_scheme(name: str, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> Scheme:
     """A scheme for one fold of one trial (collective over the fold group); a knob may
-    hand ``name`` to another scheme (``hpcopt.schemes.runs_as``)."""
+    hand ``name`` to another scheme (``hpcopt.core.schemes.runs_as``)."""
     return check_scheme(runs_as(name, knobs))(comms, knobs, epochs, timeout)
 
 

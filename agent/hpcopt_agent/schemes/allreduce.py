@@ -5,7 +5,7 @@ consensus, checkpoint and stop vote are right as they are)."""
 
 from __future__ import annotations
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
 
 

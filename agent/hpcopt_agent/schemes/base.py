@@ -20,8 +20,8 @@ is a small core of epoch hooks and two facets with default objects:
 
 What a scheme is (a parameter server, a model split into stages, trained through
 Horovod) is its :attr:`Scheme.traits`, the same object the spec's checks read
-(``hpcopt.schemes.TRAITS``); nothing compares scheme names. Register a new scheme in
-``hpcopt_agent.schemes.SCHEMES``; its knobs and traits go in ``hpcopt.schemes`` so the
+(``hpcopt.core.schemes.TRAITS``); nothing compares scheme names. Register a new scheme in
+``hpcopt_agent.schemes.SCHEMES``; its knobs and traits go in ``hpcopt.core.schemes`` so the
 server checks them at submission. ``docs/development.md`` says how to add one and
 which conformance checks it must pass.
 """
@@ -39,7 +39,7 @@ from mpi4py import MPI
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from hpcopt.schemes import Traits
+from hpcopt.core.schemes import Traits
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.task import Task, as_dict, as_user
 
@@ -254,7 +254,7 @@ class Scheme:
     from plain data parallelism."""
 
     name: ClassVar[str]
-    #: What the scheme is: ``hpcopt.schemes.TRAITS[name]``, the table the spec checks read.
+    #: What the scheme is: ``hpcopt.core.schemes.TRAITS[name]``, the table the spec checks read.
     traits: ClassVar[Traits] = Traits()
 
     def __init__(self, comms: Comms, knobs: dict[str, Any], epochs: int, timeout: float = 300.0) -> None:

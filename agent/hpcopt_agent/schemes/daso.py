@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 from mpi4py import MPI
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme, Stop
 from hpcopt_agent.schemes.flat import Flat

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
 
 

@@ -48,7 +48,7 @@ from mpi4py import MPI
 from torch import nn
 from torch.utils.checkpoint import checkpoint as recompute
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Placement, Roles, Scheme

@@ -15,7 +15,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.concurrency import run_in_threadpool
 
 from hpcopt import __version__
-from hpcopt.documents import clip
+from hpcopt.core.documents import clip
 from hpcopt_server import errors as e
 from hpcopt_server.api import notes, steering
 from hpcopt_server.api.deps import Caller, etag_matches

@@ -9,7 +9,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from hpcopt import __version__
-from hpcopt.documents import parse_document
+from hpcopt.core.documents import parse_document
 from hpcopt.errors import DocumentError
 from hpcopt_server import domain as d
 from hpcopt_server.api.deps import Caller, ServiceDep, bearer, etag_matches, limited_body
@@ -65,7 +65,7 @@ _DOCUMENT_BODY: dict[str, Any] = {
 
 async def _document(request: Request, service: Service, *, export: bool = False) -> Any:
     """The body as a parsed JSON or YAML (by Content-Type) document, under the server's
-    limits (hpcopt.documents); parsed off the event loop so /healthz keeps answering."""
+    limits (hpcopt.core.documents); parsed off the event loop so /healthz keeps answering."""
     yaml_syntax = "yaml" in request.headers.get("content-type", "application/json")
     limits = service.limits
     max_bytes = limits.import_bytes if export and not yaml_syntax else limits.spec_bytes

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from hpcopt.options import Option, unknown
+from hpcopt.core.options import Option, unknown
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.space import SearchSpace
 

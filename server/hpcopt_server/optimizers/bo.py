@@ -38,7 +38,7 @@ from scipy.special import log_ndtr
 from scipy.stats import norm, qmc
 from threadpoolctl import threadpool_limits
 
-from hpcopt.options import Option
+from hpcopt.core.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import acquisition as acq
 from hpcopt_server.optimizers.base import Optimizer, Problem, loss_vector, pruned_loss, to_minimize

@@ -38,7 +38,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from hpcopt.options import Option
+from hpcopt.core.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.base import Optimizer, Problem, loss_vector, to_minimize
 from hpcopt_server.optimizers.pareto import nsga_fronts

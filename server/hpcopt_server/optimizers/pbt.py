@@ -51,8 +51,8 @@ from dataclasses import replace
 
 import numpy as np
 
+from hpcopt.core.options import Option
 from hpcopt.errors import OptionError
-from hpcopt.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import pb2
 from hpcopt_server.optimizers.base import Optimizer, Problem, to_minimize

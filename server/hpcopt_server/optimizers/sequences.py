@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from hpcopt.options import Option
+from hpcopt.core.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.base import Optimizer, Problem
 from hpcopt_server.optimizers.bo import sobol_point

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from hpcopt.options import Option
+from hpcopt.core.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.base import Optimizer, Problem, pruned_loss, to_minimize
 

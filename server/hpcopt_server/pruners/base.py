@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
-from hpcopt.options import Option, unknown
+from hpcopt.core.options import Option, unknown
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.base import read_option
 

@@ -35,8 +35,8 @@ from typing import Any, ClassVar
 
 from scipy.stats import norm
 
+from hpcopt.core.options import Option
 from hpcopt.errors import OptionError
-from hpcopt.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.pruners.base import History, NoPruner, Pruner, PrunerProblem, Verdict, fmt
 from hpcopt_server.pruners.steps import AshaPruner, MedianPruner

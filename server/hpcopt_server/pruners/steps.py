@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import ClassVar
 
-from hpcopt.options import Option
+from hpcopt.core.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.pruners.base import History, Pruner, PrunerProblem, Verdict, fmt
 

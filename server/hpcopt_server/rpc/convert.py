@@ -8,7 +8,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from hpcopt.records import ACTION_VALUES
+from hpcopt.core.records import ACTION_VALUES
 from hpcopt.v1 import agent_pb2, common_pb2
 from hpcopt_server import domain as d
 from hpcopt_server.service.agent_messages import Acquisition, HeartbeatReply

@@ -1,5 +1,5 @@
 """``IdentityService.Prove``: the server proves it is the one that wrote the connection
-file a client read (``hpcopt.serverfile``), before the client sends a token.
+file a client read (``hpcopt.core.serverfile``), before the client sends a token.
 
 ``serve`` makes a random secret at every start, writes it into the owner-only
 connection file and gives it to its gRPC processes (``--processes``: through the
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import grpc
 
-from hpcopt.serverfile import MAX_CHALLENGE, MIN_CHALLENGE, proof
+from hpcopt.core.serverfile import MAX_CHALLENGE, MIN_CHALLENGE, proof
 from hpcopt.v1 import identity_pb2, identity_pb2_grpc
 
 

@@ -7,7 +7,7 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from hpcopt.documents import parse_document
+from hpcopt.core.documents import parse_document
 from hpcopt.errors import DocumentError
 from hpcopt.v1 import agent_pb2, agent_pb2_grpc, campaign_pb2, campaign_pb2_grpc, common_pb2
 from hpcopt_server import domain as d

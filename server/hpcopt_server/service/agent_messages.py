@@ -1,5 +1,5 @@
 """What the agent use cases take and answer: leases, acquisitions, heartbeat replies
-(their :class:`~hpcopt.records.Action` is the client's: one enum on both sides)."""
+(their :class:`~hpcopt.core.records.Action` is the client's: one enum on both sides)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
-from hpcopt.records import Action
+from hpcopt.core.records import Action
 from hpcopt_server import domain as d
 from hpcopt_server.service import limits as lim
 

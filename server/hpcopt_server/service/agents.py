@@ -31,10 +31,10 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from hpcopt.checkpoints import check_reported
-from hpcopt.documents import clip
+from hpcopt.core.checkpoints import check_reported
+from hpcopt.core.documents import clip
+from hpcopt.core.planner import Point
 from hpcopt.errors import CheckpointRefused
-from hpcopt.planner import Point
 from hpcopt_server import domain as d
 from hpcopt_server import rules
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, PermissionDenied, ServiceError

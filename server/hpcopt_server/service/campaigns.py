@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from hpcopt.core.spec import parse_spec, spec_to_json_dict
 from hpcopt.errors import OptionError, SpecError
-from hpcopt.spec import parse_spec, spec_to_json_dict
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument, NotFound, QuotaExceeded, ServiceError
 from hpcopt_server.optimizers.pareto import losses, nondominated

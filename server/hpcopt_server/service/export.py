@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
-from hpcopt.spec import MAX_OBJECTIVES
+from hpcopt.core.spec import MAX_OBJECTIVES
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, TooLarge
 from hpcopt_server.optimizers import SearchSpace

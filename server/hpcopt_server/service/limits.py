@@ -17,8 +17,8 @@ import math
 import re
 from dataclasses import dataclass
 
-from hpcopt.documents import UNSAFE_CHARS, clip
-from hpcopt.options import Option
+from hpcopt.core.documents import UNSAFE_CHARS, clip
+from hpcopt.core.options import Option
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.settings import setting
 
@@ -34,7 +34,7 @@ class RequestLimits:
             int,
             1,
             doc="largest campaign spec document as sent (REST body, gRPC spec_json; YAML or JSON); the spec "
-            "itself, as canonical JSON, is further held to hpcopt.spec.MAX_SPEC_BYTES",
+            "itself, as canonical JSON, is further held to hpcopt.core.spec.MAX_SPEC_BYTES",
         ),
         name="max_spec_bytes",
     )

@@ -2,7 +2,7 @@
 width, read from what folds already report (``samples_per_second`` with the
 ``ranks_per_fold`` and ``fold_nodes`` it was measured at, every epoch) and, at widths no
 fold has trained at, from what an agent's probe measured (``ReportThroughput``); and
-the scaling model fitted on them (``hpcopt.planner``). Agents get the points with
+the scaling model fitted on them (``hpcopt.core.planner``). Agents get the points with
 their registration and the Queue call (``--groups auto`` plans from them instead of
 probing); REST shows the points and the model (``GET /campaigns/{id}/throughput``)."""
 
@@ -11,8 +11,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from hpcopt.errors import PlanError
-from hpcopt.planner import (
+from hpcopt.core.planner import (
     MAX_RATE_PER_RANK,
     MIN_RATE_PER_RANK,
     Point,
@@ -23,6 +22,7 @@ from hpcopt.planner import (
     points_from_probes,
     train_samples_of,
 )
+from hpcopt.errors import PlanError
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service import limits as lim

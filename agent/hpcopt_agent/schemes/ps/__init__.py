@@ -9,7 +9,7 @@ the scheme (downpour, EASGD, GEM).
 - :mod:`.scheme`: the scheme's roles, consensus and checkpoints.
 """
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 from hpcopt_agent.schemes.ps.gem import GemRule
 from hpcopt_agent.schemes.ps.protocol import Halted
 from hpcopt_agent.schemes.ps.rules import DownpourRule, EasgdRule

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import torch
 from mpi4py import MPI
 
-from hpcopt.schemes import PsLayout
+from hpcopt.core.schemes import PsLayout
 from hpcopt_agent.schemes.base import Optimizers, Stop
 from hpcopt_agent.schemes.flat import Collect, Flat
 

@@ -1,7 +1,7 @@
 """The parameter-server scheme: its roles, its state at the epoch's boundaries and in
 checkpoints.
 
-Layout of a fold group (:class:`hpcopt.schemes.PsLayout`): fold rank 0 is the master
+Layout of a fold group (:class:`hpcopt.core.schemes.PsLayout`): fold rank 0 is the master
 (and the fold leader, so it evaluates, checkpoints and reports), ranks 1..M are
 sub-masters, the rest are workers (``worker_ranks`` ranks each) dealt round-robin to
 them. Serving ranks run :class:`~.serving.Server`, workers :class:`~.worker.Worker`;
@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from hpcopt.schemes import PsLayout
+from hpcopt.core.schemes import PsLayout
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Roles, Scheme, Stop, StopVote
 from hpcopt_agent.schemes.flat import Collect, Flat

@@ -1,6 +1,6 @@
 """One declaration of an option: its default, kind, bounds, choices and meaning.
 
-The training schemes' knobs (``hpcopt.schemes``), the optimizers' ``algorithm.options``
+The training schemes' knobs (``hpcopt.core.schemes``), the optimizers' ``algorithm.options``
 and the pruners' ``pruner.options`` are all declared as :class:`Option` tables, on the
 class they configure. The same declaration checks a value at submission (naming the
 field), supplies the default when the value is absent, and writes the options reference

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hpcopt.documents import UNSAFE_CHARS
+from hpcopt.core.documents import UNSAFE_CHARS
 
 MAX_TASK_REF = 256
 

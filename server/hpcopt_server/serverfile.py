@@ -1,5 +1,5 @@
 """``serve --server-file``: the connection file a running server writes for its clients
-(``hpcopt.serverfile`` reads it), so that it can take any free port and two servers on
+(``hpcopt.core.serverfile`` reads it), so that it can take any free port and two servers on
 one login node never collide. Written once both ports are bound, removed at a clean
 exit; a file that names a server that still answers is never overwritten."""
 
@@ -11,8 +11,8 @@ import socket
 from datetime import UTC, datetime
 from pathlib import Path
 
+from hpcopt.core.serverfile import ServerFile, read, write
 from hpcopt.errors import ServerFileError
-from hpcopt.serverfile import ServerFile, read, write
 
 
 class ServerFileInUse(RuntimeError):

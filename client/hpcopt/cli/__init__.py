@@ -1,7 +1,7 @@
 """``hpcopt``: submit and watch campaigns from the shell (over gRPC).
 
 The server address and token come from ``--server``/``--token`` (or ``--server-file``, a
-connection file: ``hpcopt.serverfile``) or ``HPCOPT_SERVER`` /
+connection file: ``hpcopt.core.serverfile``) or ``HPCOPT_SERVER`` /
 ``HPCOPT_TOKEN``; like ``--json`` they go before or after the command. Text is tables
 that fit the terminal without splitting a value; ``--json`` prints the same records
 typed, and errors as ``{"error": {...}}``. Exit status: 0 done, 1 the server refused
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hpcopt.cli.util import HelpFormatter, finish
 from hpcopt.client import DEFAULT_SERVER, Client
-from hpcopt.cliutil import HelpFormatter, finish
 from hpcopt.errors import ApiError, Error, SpecError
 
 #: Server answers that mean "what you gave is wrong" (exit 2) rather than "no" (exit 1).
@@ -107,7 +107,7 @@ def parser() -> argparse.ArgumentParser:
     i = command("import", "import an exported campaign as a new one")
     i.add_argument("file", type=Path, help="a file written by `hpcopt export`")
     i.add_argument("-q", "--quiet", action="store_true", help="print only the new campaign's id")
-    from hpcopt.plancli import add_parser as add_plan
+    from hpcopt.cli.plan import add_parser as add_plan
 
     add_plan(command)
     wt = command("wait", "wait until the server answers (after starting it in the background)")
@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def fail(status: int, code: str, message: str, fields: list[dict[str, str]] | None = None) -> int:
         if as_json:
-            from hpcopt.views import error_json
+            from hpcopt.cli.views import error_json
 
             print(error_json(code, message, fields))
         else:
@@ -180,11 +180,11 @@ def _read_json(path: Path) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from hpcopt import views
+    from hpcopt.cli import views
 
     out = views.Output(args.json)
     if args.command == "submit" and args.dry_run:
-        from hpcopt.specfile import load_spec_file
+        from hpcopt.core.specfile import load_spec_file
 
         spec = load_spec_file(args.spec)
         if args.json:
@@ -247,7 +247,7 @@ def _run(args: argparse.Namespace) -> int:
                 raise Usage("hpcopt trial: give CAMPAIGN NUMBER (as tables show: #27) or --id ID")
             out.trial(t)
         elif args.command == "watch":
-            from hpcopt.watch import watch
+            from hpcopt.cli.watch import watch
 
             return watch(c, args.campaign, args.interval, as_json=args.json)
         elif args.command == "export":
@@ -272,8 +272,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace, out: Any) -> int:
+    from hpcopt.cli.plan import PlanUsage, run_plan
     from hpcopt.errors import PlanError
-    from hpcopt.plancli import PlanUsage, run_plan
 
     clients: list[Client] = []
 
@@ -310,7 +310,3 @@ def entry() -> None:
         os.dup2(devnull, sys.stdout.fileno())
         status = 0
     sys.exit(status)
-
-
-if __name__ == "__main__":
-    entry()

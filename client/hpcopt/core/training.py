@@ -1,4 +1,4 @@
-"""The agent's ``training.options`` (besides the schemes' knobs, :mod:`hpcopt.schemes`):
+"""The agent's ``training.options`` (besides the schemes' knobs, :mod:`hpcopt.core.schemes`):
 their defaults and checks, shared by the server, which refuses a bad value at
 submission naming the field, and the agent, which reads them.
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hpcopt.core.schemes import TRAITS, Traits, split_options
 from hpcopt.errors import OptionError
-from hpcopt.schemes import TRAITS, Traits, split_options
 
 #: The options and their defaults.
 OPTIONS: dict[str, Any] = {

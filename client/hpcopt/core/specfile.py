@@ -7,11 +7,11 @@ from typing import Any
 
 import yaml
 
-from hpcopt.documents import parse_document
+from hpcopt.core.documents import parse_document
+from hpcopt.core.schemes import TRAITS, Traits
+from hpcopt.core.spec import CampaignSpec, parse_spec
+from hpcopt.core.taskfile import own_method
 from hpcopt.errors import DocumentError, SpecError
-from hpcopt.schemes import TRAITS, Traits
-from hpcopt.spec import CampaignSpec, parse_spec
-from hpcopt.taskfile import own_method
 
 #: A spec file larger than this is refused before it is parsed (the server's limit too).
 MAX_SPEC_FILE_BYTES = 1024 * 1024
@@ -19,7 +19,7 @@ MAX_SPEC_FILE_BYTES = 1024 * 1024
 
 def load_document(path: str | Path) -> tuple[Any, str]:
     """Returns the parsed document and its text. Raises SpecError on a syntax error, a
-    YAML alias, too deep nesting, NaN/Infinity or NUL characters (see hpcopt.documents)."""
+    YAML alias, too deep nesting, NaN/Infinity or NUL characters (see hpcopt.core.documents)."""
     text = Path(path).read_text()
     try:
         data = parse_document(

@@ -6,7 +6,7 @@ added here and to its registry, or that test fails naming the one missing."""
 
 from __future__ import annotations
 
-from hpcopt.schemes import TRAITS
+from hpcopt.core.schemes import TRAITS
 
 #: The server's optimizers (``hpcopt_server.optimizers.REGISTRY``).
 ALGORITHMS: tuple[str, ...] = ("random", "sobol", "grid", "bo", "ea", "skopt", "pbt")

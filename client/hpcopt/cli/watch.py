@@ -11,10 +11,10 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from hpcopt.cli.tables import Column, Table
+from hpcopt.cli.views import num, param, width
 from hpcopt.client import Client
-from hpcopt.records import Campaign, Trial
-from hpcopt.tables import Column, Table
-from hpcopt.views import num, param, width
+from hpcopt.core.records import Campaign, Trial
 
 #: Running trials fetched in full (folds and curves) per refresh; the rest are counted.
 MAX_RUNNING = 12

@@ -323,7 +323,7 @@ class Agent(_Record):
     heartbeat_seconds: float
     server_id: str
     campaign_spec: dict[str, Any] | None  # the campaign's spec when one was named
-    #: The campaign's measured fold throughput (planner points as dicts; hpcopt.planner).
+    #: The campaign's measured fold throughput (planner points as dicts; hpcopt.core.planner).
     throughput: tuple[dict[str, Any], ...] = ()
 
     @classmethod

@@ -24,7 +24,7 @@ import re
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote, urlsplit
 
-from hpcopt.documents import UNSAFE_CHARS
+from hpcopt.core.documents import UNSAFE_CHARS
 from hpcopt.errors import CheckpointRefused
 
 SERVER_ID = re.compile(r"[0-9a-f]{32}")

@@ -1,5 +1,5 @@
 """``hpcopt plan SPEC --nodes N --ranks-per-node R [--hours H]``: the layouts an
-allocation could run a campaign with, ranked by the planner (``hpcopt.planner``, the
+allocation could run a campaign with, ranked by the planner (``hpcopt.core.planner``, the
 same code as the agent's ``--groups auto``) before anyone writes an sbatch script.
 
 The throughput model comes from, in this order:
@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from hpcopt.core.planner import Allocation, Plan, Point, Scaling, Work, epochs_per_trial, fit, plan, points_from_folds
 from hpcopt.errors import Error, PlanError
-from hpcopt.planner import Allocation, Plan, Point, Scaling, Work, epochs_per_trial, fit, plan, points_from_folds
 
 RANKED = 10  # rows of the text table
 
@@ -49,7 +49,7 @@ def add_parser(command: Any) -> None:
 
 def _measured(args: argparse.Namespace, client: Any) -> tuple[list[Point], int | None, str]:
     """Points, train samples per epoch if known, and where they came from."""
-    from hpcopt.planner import train_samples_of
+    from hpcopt.core.planner import train_samples_of
 
     if args.throughput is not None:
         try:
@@ -91,7 +91,7 @@ def _probe(path: Path) -> tuple[list[Point], int | None, str]:
 
 def run_plan(args: argparse.Namespace, client: Any) -> tuple[dict[str, Any], str]:
     """The plan as a JSON document and as text."""
-    from hpcopt.specfile import load_spec_file
+    from hpcopt.core.specfile import load_spec_file
 
     spec = load_spec_file(args.spec).model_dump(mode="json")
     training = spec.get("training")
@@ -125,7 +125,7 @@ def run_plan(args: argparse.Namespace, client: Any) -> tuple[dict[str, Any], str
         max_parallel=budget.get("max_parallel"),
         deadline=None if args.hours is None else args.hours * 3600,
     )
-    from hpcopt.schemes import fits_ranks
+    from hpcopt.core.schemes import fits_ranks
 
     def fits(r: int) -> bool:
         return fits_ranks(str(training.get("scheme")), training.get("options") or {}, spec["space"], r)

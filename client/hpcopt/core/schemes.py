@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hpcopt.core.options import Option
 from hpcopt.errors import OptionError
-from hpcopt.options import Option
 
 _PS = {
     "sub_masters": Option(

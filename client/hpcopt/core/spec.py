@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from hpcopt.documents import UNSAFE_CHARS, check_values, clip
+from hpcopt.core.documents import UNSAFE_CHARS, check_values, clip
+from hpcopt.core.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES
+from hpcopt.core.schemes import check_space_knobs, expand_search
+from hpcopt.core.taskref import parse_task_ref
+from hpcopt.core.training import check_options
 from hpcopt.errors import DocumentError, OptionError, SpecError
-from hpcopt.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES
-from hpcopt.schemes import check_space_knobs, expand_search
-from hpcopt.taskref import parse_task_ref
-from hpcopt.training import check_options
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$"
 
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     AlgorithmName: TypeAlias = str
     PrunerName: TypeAlias = str
     SchemeName: TypeAlias = str
-else:  # literals built from the one list of each (hpcopt.names): the same checks and messages
+else:  # literals built from the one list of each (hpcopt.core.names): the same checks and messages
     AlgorithmName = Literal[ALGORITHMS]
     PrunerName = Literal[PRUNERS]
     SchemeName = Literal[SCHEME_CHOICES]
@@ -214,7 +214,7 @@ def _task_ref(text: str) -> str:
 
 class Training(_Strict):
     """Settings the agent reads. The server checks the scheme's knobs and the layout
-    they make (``hpcopt.schemes``) and stores the rest without interpreting it."""
+    they make (``hpcopt.core.schemes``) and stores the rest without interpreting it."""
 
     #: ``relative/path.py:Name`` (under the agent's task root) or ``package.module:Name``;
     #: the agent runs it only if its owner allows it (``--task-root``, ``--allow-module``).
@@ -332,7 +332,7 @@ def parse_spec(data: Any) -> CampaignSpec:
     space = {name: p.model_dump(mode="json") for name, p in spec.space.items()}
     if spec.training is not None:
         # The scheme's knobs, searched or fixed, and the rank layouts they make
-        # (hpcopt.schemes), before any trial.
+        # (hpcopt.core.schemes), before any trial.
         t = spec.training
         try:
             check_space_knobs(space, t.scheme, t.options, t.ranks_per_fold)

@@ -1,5 +1,5 @@
-"""What the CLI prints: the records of ``hpcopt.records`` as plain tables that fit the
-terminal without splitting a value (``hpcopt.tables``), or as JSON (``--json``: the
+"""What the CLI prints: the records of ``hpcopt.core.records`` as plain tables that fit the
+terminal without splitting a value (``hpcopt.cli.tables``), or as JSON (``--json``: the
 same fields, typed)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from hpcopt.records import Campaign, ParetoFront, Trial
-from hpcopt.tables import Column, Table
+from hpcopt.cli.tables import Column, Table
+from hpcopt.core.records import Campaign, ParetoFront, Trial
 
 
 def num(value: float | None, digits: int = 6) -> str:

@@ -1,0 +1,5 @@
+"""``python -m hpcopt.cli``: the ``hpcopt`` command."""
+
+from hpcopt.cli import entry
+
+entry()
