@@ -1,6 +1,6 @@
 """The agent calls' rules, each written once, as pure functions of domain values.
 
-Storage applies them (``storage/agent_calls.py``): some inside its statements' guards,
+Storage applies them (``storage/agent_calls/``): some inside its statements' guards,
 where a call is decided in one statement, and all of them in the read-only diagnosis that
 names why a guarded statement matched nothing. ``tests/server/test_agent_calls.py``
 checks that the guards and these functions agree.

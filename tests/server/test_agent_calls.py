@@ -1,4 +1,4 @@
-"""The agent calls' conformance suite: every call of ``storage/agent_calls.py``, its
+"""The agent calls' conformance suite: every call of ``storage/agent_calls/``, its
 answers and its refusals, on SQLite, on the real PostgreSQL (one-statement calls) and on
 an SQLite without ``RETURNING`` (before 3.35: it reads back what it changed).
 

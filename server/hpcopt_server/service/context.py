@@ -14,6 +14,7 @@ from hpcopt_server.service.heavy import HeavySlots
 from hpcopt_server.service.limits import require_id
 from hpcopt_server.service.shared_answers import SharedAnswers
 from hpcopt_server.service.suggestions import OptimizerCache
+from hpcopt_server.service.wording import ServiceWording
 from hpcopt_server.storage.agent_calls import AgentCalls
 from hpcopt_server.storage.repository import Storage, Tx
 
@@ -51,7 +52,7 @@ class Context:
     """The agents' calls on :attr:`storage` (one per process: it caches campaign specs)."""
 
     def __post_init__(self) -> None:
-        self.agent_calls = AgentCalls(self.storage)
+        self.agent_calls = AgentCalls(self.storage, ServiceWording())
 
 
 def campaign_or_404(tx: Tx, campaign_id: int, *, lock: bool = False) -> d.Campaign:

@@ -1,0 +1,137 @@
+"""Acquisition: a queued trial resumed, or new ones numbered and inserted RUNNING."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection
+
+from hpcopt_server import domain as d
+from hpcopt_server import rules
+from hpcopt_server.storage import agent_sql as S
+from hpcopt_server.storage.agent_calls.base import DONE, PAUSED, WAIT, CallsBase, Suggest, event_params
+from hpcopt_server.storage.repository import Tx
+
+
+class Acquiring(CallsBase):
+    def acquire(
+        self, campaign_id: int, agents: Sequence[str], now: datetime, expires: datetime, suggest: Suggest
+    ) -> list[d.Trial | str] | None:
+        """A trial for each of ``agents`` (RUNNING under a new lease, in its
+        ``lease_id``), or WAIT (PAUSED: the campaign is paused) or DONE, in one
+        transaction under the campaign's lock:
+        queued trials resume first (rules.room_to_acquire). None if there is no such
+        campaign."""
+        with self.storage.write() as tx:
+            c = tx.connection()
+            campaign = self.campaign(campaign_id, c)
+            if campaign is None:
+                return None
+            asking = len(agents)
+            # The campaign lock, to the commit.
+            state, first, finished, budget = self._take_numbers(c, campaign_id, asking)
+            if budget != campaign.spec.get("budget"):  # raised since it was cached
+                campaign = self._reload(c, campaign_id)
+            running, queued = (int(n or 0) for n in c.execute(S.ACTIVE, {"cid": campaign_id}).one())
+            if state != d.CampaignState.RUNNING:
+                c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first})
+                return [PAUSED if state == d.CampaignState.PAUSED else DONE] * asking
+            room = rules.room_to_acquire(
+                asking=asking,
+                running=running,
+                queued=queued,
+                created=first,
+                max_parallel=campaign.max_parallel,
+                max_trials=campaign.max_trials,
+            )
+            queued_ids = self._queued(c, campaign_id, room.resume)
+            out: list[d.Trial | str] = [
+                self._resume(tx, tid, a, now, expires)
+                for tid, a in zip(queued_ids, agents[: len(queued_ids)], strict=True)
+            ]
+            made: list[d.Suggestion] = []
+            if room.new:
+                fresh = replace(campaign, trials_created=first, trials_finished=finished)
+                made = suggest(tx, fresh, room.new, running + room.resume)[: room.new]
+                chosen = list(agents[room.resume : room.resume + len(made)])
+                if made:  # an empty executemany is one execution without parameters
+                    out += self._insert_running(c, campaign, first, made, chosen, now, expires)
+            if len(made) < asking:
+                c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first + len(made)})
+            out += [WAIT] * (asking - len(out))
+            c.execute(S.SEEN_MANY, {"aids": sorted(set(agents)), "now": now})
+        return out
+
+    def _take_numbers(self, c: Connection, campaign_id: int, k: int) -> tuple[str, int, int, Any]:
+        """Takes the campaign's row lock and the next ``k`` trial numbers: (state, the
+        first number, trials finished, the spec's budget now)."""
+        p = {"cid": campaign_id, "k": k}
+        if self.returning:
+            row = S.run(c, S.TAKE_NUMBERS, p).one()
+        else:
+            S.run(c, S.TAKE_NUMBERS_PLAIN, p)
+            row = c.execute(S.NUMBERS, p).one()
+        return str(row[0]), int(row[1]) - k, int(row[2]), row[3]
+
+    def _queued(self, c: Connection, campaign_id: int, k: int) -> list[int]:
+        return [int(r[0]) for r in c.execute(S.QUEUED_IDS, {"cid": campaign_id, "k": k})] if k else []
+
+    def _resume(self, tx: Tx, trial_id: int, agent_id: str, now: datetime, expires: datetime) -> d.Trial:
+        c = tx.connection()
+        lease_id = uuid.uuid4().hex
+        c.execute(S.RESUME, {"tid": trial_id, "aid": agent_id, "lid": lease_id, "exp": expires, "now": now})
+        trial = self._trial_with_folds(c, trial_id)
+        assert trial is not None
+        c.execute(S.EVENT, event_params(trial_id, trial.attempt, "acquired", agent_id, now))
+        return trial
+
+    def _insert_running(
+        self,
+        c: Connection,
+        campaign: d.Campaign,
+        first: int,
+        made: list[d.Suggestion],
+        agents: list[str],
+        now: datetime,
+        expires: datetime,
+    ) -> list[d.Trial]:
+        new = [
+            d.Trial(
+                id=0,
+                campaign_id=campaign.id,
+                number=first + i,
+                state=d.TrialState.RUNNING,
+                attempt=1,
+                params=campaign.in_space_order(m.params),
+                created_at=now,
+                agent_id=a,
+                lease_id=uuid.uuid4().hex,
+                lease_expires_at=expires,
+                started_at=now,
+                lineage=m.lineage,
+            )
+            for i, (m, a) in enumerate(zip(made, agents, strict=True))
+        ]
+        rows = [
+            {
+                "cid": campaign.id,
+                "number": t.number,
+                "params": t.params,
+                "aid": t.agent_id,
+                "lid": t.lease_id,
+                "exp": expires,
+                "now": now,
+                "lineage": None if t.lineage is None else t.lineage.as_dict(),
+            }
+            for t in new
+        ]
+        if self.returning:
+            ids = [int(r[0]) for r in c.execute(S.NEW_TRIALS, rows)]
+        else:
+            ids = [int(c.execute(S.NEW_TRIAL, r).inserted_primary_key[0]) for r in rows]  # type: ignore[index]
+        c.execute(S.EVENT, [event_params(tid, 1, "acquired", t.agent_id, now) for tid, t in zip(ids, new, strict=True)])
+        return [replace(t, id=tid) for tid, t in zip(ids, new, strict=True)]
