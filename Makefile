@@ -16,6 +16,7 @@ FAST = not mpi and not slurm and not browser and not postgres and not slow
 check:
 	bash scripts/setup.sh --dev
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+	.venv/bin/biome ci --error-on-warnings
 	.venv/bin/pytest -n 2 --dist loadfile -m "$(FAST)"
 
 setup:
@@ -48,6 +49,7 @@ protos:
 
 lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+	.venv/bin/biome ci --error-on-warnings
 
 # The benchmarks (tens of minutes): server throughput, optimizer latency and quality, training.
 bench:

@@ -73,6 +73,12 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$inputs" ]; then
   [ "$level" = dev ] && echo "$inputs" > .venv/.hpcopt-installed-runtime
 fi
 
+# Biome, the dashboard's JavaScript formatter and linter (`make check`): its pinned native
+# binary from the npm registry into .venv/bin (no node needed).
+if [ "$level" = dev ]; then
+  .venv/bin/python scripts/install_biome.py || echo "setup: Biome did not install; the JavaScript lint fails"
+fi
+
 if [ "${1:-}" = "--services" ]; then
   if [ "$(id -u)" = 0 ] && command -v pg_ctlcluster >/dev/null 2>&1; then
     if ! pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; then

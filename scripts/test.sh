@@ -11,6 +11,8 @@ ruff check .
 ruff format --check .
 echo "== mypy"
 mypy
+echo "== biome (the dashboard's JavaScript: format and lint)"
+biome ci --error-on-warnings
 echo "== docs (mkdocs build --strict)"
 docs_out=$(mktemp -d)
 # Not --quiet: mkdocs drops warnings under it before --strict counts them.

@@ -65,3 +65,14 @@ def test_every_wait_in_the_tests_stretches_with_the_load() -> None:
                 continue
             found += [f"{rel}:{number}: {what}: {line.strip()}" for what, rx in _FIXED_WAITS.items() if rx.search(line)]
     assert not found, "\n".join(found[:40])
+
+
+def test_the_campaign_page_names_no_card_and_no_algorithm() -> None:
+    """Optional cards go through ``static/js/cards.js``'s interface: the page that lays
+    them out compares no algorithm's or scheme's name (it did, for pbt's population)."""
+    static = ROOT / "server/hpcopt_server/static/js"
+    for name in ("campaign.js", "campaign_layout.js", "campaign_tables.js"):
+        text = (static / name).read_text()
+        assert not re.search(r"algorithm\.name\s*===|scheme\s*===", text), name
+    cards = (static / "cards.js").read_text()
+    assert re.search(r"export const CARDS = \[", cards) and "wants:" in cards and "due:" in cards

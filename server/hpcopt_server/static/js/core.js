@@ -1,7 +1,6 @@
 // What every page shares: the session, the REST calls (conditional: an unchanged answer
 // is a 304 and nothing is redrawn), the connection status, polling that pauses in hidden
 // tabs and stops on "not found", DOM and number-formatting helpers.
-"use strict";
 
 // The poll period: 2 s, or this browser's localStorage "hpcopt.pollMs" (250..60000).
 const storedPoll = Number(localStorage.getItem("hpcopt.pollMs"));
@@ -25,7 +24,9 @@ export const session = {
 
 /** Whether the current view holds an unsaved text (a note being edited). */
 export const unsaved = () => session.unsaved.some((test) => test());
-window.addEventListener("beforeunload", (e) => { if (unsaved()) e.preventDefault(); });
+window.addEventListener("beforeunload", (e) => {
+  if (unsaved()) e.preventDefault();
+});
 
 // ---------------------------------------------------------------- API ---
 
@@ -58,13 +59,23 @@ async function request(path, options = {}, conditional = false) {
   } catch (e) {
     throw new Disconnected(`the server does not answer (${e.message})`);
   }
-  if (res.status === 304 && cached) { answered(); return { body: cached.body, changed: false }; }
+  if (res.status === 304 && cached) {
+    answered();
+    return { body: cached.body, changed: false };
+  }
   if (res.status >= 502 && res.status <= 504) throw new Disconnected(`the server answered HTTP ${res.status}`);
   answered();
   const text = await res.text();
   let body = null;
-  try { body = text ? JSON.parse(text) : null; } catch (_) { body = text; }
-  if (res.status === 401) { askToken(); throw new HttpError(401, body); }
+  try {
+    body = text ? JSON.parse(text) : null;
+  } catch (_) {
+    body = text;
+  }
+  if (res.status === 401) {
+    askToken();
+    throw new HttpError(401, body);
+  }
   if (!res.ok) throw new HttpError(res.status, body);
   const etag = res.headers.get("ETag");
   if (conditional && etag) etags.set(path, { etag, body });
@@ -84,7 +95,10 @@ export function poll(path) {
 export async function download(path, filename) {
   const headers = session.token ? { Authorization: `Bearer ${session.token}` } : {};
   const res = await fetch(`api/v1${path}`, { headers });
-  if (!res.ok) { alert(`download failed: HTTP ${res.status}`); return; }
+  if (!res.ok) {
+    alert(`download failed: HTTP ${res.status}`);
+    return;
+  }
   const url = URL.createObjectURL(await res.blob());
   const a = Object.assign(document.createElement("a"), { href: url, download: filename });
   document.body.appendChild(a);
@@ -112,7 +126,9 @@ export function askToken() {
   const dialog = document.getElementById("token-dialog");
   const err = document.getElementById("token-error");
   if (session.token) {
-    err.textContent = session.tokenTyped ? "The token you entered is unknown or revoked." : "The token stored in this browser is unknown or revoked: enter another.";
+    err.textContent = session.tokenTyped
+      ? "The token you entered is unknown or revoked."
+      : "The token stored in this browser is unknown or revoked: enter another.";
     err.hidden = false;
   }
   if (!dialog.open) dialog.showModal();
@@ -138,7 +154,13 @@ export function connection(ok, why = "") {
   if (ok) lastUpdate = new Date();
   const node = document.getElementById("conn");
   if (!node) return;
-  const text = !ok ? `disconnected — retrying (${why})` : paused ? "paused while the tab is hidden" : lastUpdate ? `updated ${lastUpdate.toLocaleTimeString()}` : "";
+  const text = !ok
+    ? `disconnected — retrying (${why})`
+    : paused
+      ? "paused while the tab is hidden"
+      : lastUpdate
+        ? `updated ${lastUpdate.toLocaleTimeString()}`
+        : "";
   if (node.textContent !== text) node.textContent = text;
   const cls = !ok ? "conn bad" : paused ? "conn paused" : "conn";
   if (node.className !== cls) node.className = cls;
@@ -151,7 +173,11 @@ export function connection(ok, why = "") {
  * stops; a lost server shows "disconnected" and is retried every 2 s. */
 export function live(refresh, onMissing) {
   const gen = session.generation;
-  let busy = false, again = false, timer = null, stopped = false, quiet = 0;
+  let busy = false,
+    again = false,
+    timer = null,
+    stopped = false,
+    quiet = 0;
   const period = () => (quiet < 5 ? POLL_MS : quiet < 10 ? 2.5 * POLL_MS : 5 * POLL_MS);
   const current = () => gen === session.generation && !stopped;
   const schedule = () => {
@@ -161,7 +187,10 @@ export function live(refresh, onMissing) {
   const tick = async (asked = true) => {
     if (!current()) return;
     if (asked) quiet = 0;
-    if (busy) { again = true; return; }
+    if (busy) {
+      again = true;
+      return;
+    }
     busy = true;
     try {
       const changed = await refresh(gen);
@@ -174,20 +203,40 @@ export function live(refresh, onMissing) {
     } catch (e) {
       quiet = 0;
       if (e instanceof Disconnected) connection(false, e.message);
-      else if (e instanceof HttpError && e.status === 404 && onMissing) { stop(); onMissing(e); }
-      else if (!(e instanceof HttpError && e.status === 401)) console.warn("refresh failed:", e.message);
-    } finally { busy = false; }
-    if (again) { again = false; tick(); return; }
+      else if (e instanceof HttpError && e.status === 404 && onMissing) {
+        stop();
+        onMissing(e);
+      } else if (!(e instanceof HttpError && e.status === 401)) console.warn("refresh failed:", e.message);
+    } finally {
+      busy = false;
+    }
+    if (again) {
+      again = false;
+      tick();
+      return;
+    }
     schedule();
   };
-  const poke = () => { if (quiet >= 5) tick(); };
+  const poke = () => {
+    if (quiet >= 5) tick();
+  };
   const visibility = () => {
-    if (gen !== session.generation) { document.removeEventListener("visibilitychange", visibility); return; }
+    if (gen !== session.generation) {
+      document.removeEventListener("visibilitychange", visibility);
+      return;
+    }
     paused = document.hidden;
-    if (document.hidden) { clearTimeout(timer); timer = null; } else tick();
+    if (document.hidden) {
+      clearTimeout(timer);
+      timer = null;
+    } else tick();
     connection(connected);
   };
-  const stop = () => { stopped = true; clearTimeout(timer); timer = null; };
+  const stop = () => {
+    stopped = true;
+    clearTimeout(timer);
+    timer = null;
+  };
   document.addEventListener("visibilitychange", visibility);
   document.addEventListener("pointerdown", poke);
   document.addEventListener("keydown", poke);
@@ -226,14 +275,21 @@ export function fmt(v, digits = 4) {
   if (!Number.isFinite(v)) return String(v);
   if (Number.isInteger(v) && Math.abs(v) < 1e9) return String(v);
   const a = Math.abs(v);
-  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return v.toExponential(Math.max(0, digits - 1)).replace(/\.?0+e/, "e").replace("e+", "e");
+  if (a !== 0 && (a < 1e-3 || a >= 1e6))
+    return v
+      .toExponential(Math.max(0, digits - 1))
+      .replace(/\.?0+e/, "e")
+      .replace("e+", "e");
   return String(Number(v.toPrecision(digits)));
 }
 
 /** A parameter's value, formatted for its scale (a log parameter in exponent form). */
 export function fmtParam(spec, v) {
   if (typeof v === "number" && spec && spec.scale === "log" && spec.type === "real") {
-    return v.toExponential(2).replace(/\.?0+e/, "e").replace("e+", "e");
+    return v
+      .toExponential(2)
+      .replace(/\.?0+e/, "e")
+      .replace("e+", "e");
   }
   return fmt(v);
 }
@@ -244,14 +300,23 @@ export function seconds(s) {
 }
 
 export const when = (iso) => (iso ? new Date(iso).toLocaleString() : "–");
-export const ago = (iso) => { const s = (Date.now() - new Date(iso)) / 1000; return s < 90 ? `${Math.max(0, Math.round(s))} s ago` : s < 5400 ? `${Math.round(s / 60)} min ago` : `${(s / 3600).toFixed(1)} h ago`; };
+export const ago = (iso) => {
+  const s = (Date.now() - new Date(iso)) / 1000;
+  return s < 90 ? `${Math.max(0, Math.round(s))} s ago` : s < 5400 ? `${Math.round(s / 60)} min ago` : `${(s / 3600).toFixed(1)} h ago`;
+};
 /** A trial's time on agents now: the REST answer's ran_seconds (its ended attempts) plus
  * the attempt running since running_since. The server leaves the running attempt out so
  * that its answers change when something happens, not every second. */
-export const ranNow = (t) => (t.ran_seconds === null || t.ran_seconds === undefined ? null
-  : t.ran_seconds + (t.running_since ? Math.max(0, (Date.now() - Date.parse(t.running_since)) / 1000) : 0));
+export const ranNow = (t) =>
+  t.ran_seconds === null || t.ran_seconds === undefined
+    ? null
+    : t.ran_seconds + (t.running_since ? Math.max(0, (Date.now() - Date.parse(t.running_since)) / 1000) : 0);
 /** Attributes of an element that shows ranNow(t) and keeps it current (refreshAgo). */
-export const clockAttrs = (t) => ({ text: seconds(ranNow(t)), "data-ran": t.running_since ? t.ran_seconds : undefined, "data-since": t.running_since || undefined });
+export const clockAttrs = (t) => ({
+  text: seconds(ranNow(t)),
+  "data-ran": t.running_since ? t.ran_seconds : undefined,
+  "data-since": t.running_since || undefined,
+});
 /** Brings every "… ago" text (elements with data-ago) and every running clock (data-since)
  * up to now; text only where it changed. Runs after every poll (live), in the same frame
  * as what the poll changed: a timer of its own repainted the page every second. */
@@ -272,8 +337,14 @@ let sortFocus = null;
 
 export function sortableHeader(label, key, current, onSort, cls = "") {
   const on = current.key === key;
-  const th = el("th", { class: `sortable ${cls} ${on ? "sorted" : ""} ${on && current.desc ? "desc" : ""}`, text: label, "data-sort": key, title: `sort by ${label}`,
-    tabindex: 0, "aria-sort": on ? (current.desc ? "descending" : "ascending") : "none" });
+  const th = el("th", {
+    class: `sortable ${cls} ${on ? "sorted" : ""} ${on && current.desc ? "desc" : ""}`,
+    text: label,
+    "data-sort": key,
+    title: `sort by ${label}`,
+    tabindex: 0,
+    "aria-sort": on ? (current.desc ? "descending" : "ascending") : "none",
+  });
   th.addEventListener("click", () => onSort(key));
   // Sorting needs no mouse: Enter or Space on a focused header sorts by it.
   th.addEventListener("keydown", (e) => {
@@ -282,7 +353,13 @@ export function sortableHeader(label, key, current, onSort, cls = "") {
     sortFocus = key;
     onSort(key);
   });
-  if (sortFocus === key) queueMicrotask(() => { if (th.isConnected) { th.focus(); sortFocus = null; } });
+  if (sortFocus === key)
+    queueMicrotask(() => {
+      if (th.isConnected) {
+        th.focus();
+        sortFocus = null;
+      }
+    });
   return th;
 }
 
@@ -291,7 +368,8 @@ export function sortableHeader(label, key, current, onSort, cls = "") {
 export function patchRows(tbody, items, key, signature, render) {
   const old = new Map([...tbody.rows].filter((r) => r.dataset.key).map((r) => [r.dataset.key, r]));
   const rows = items.map((it) => {
-    const k = String(key(it)), sig = signature(it);
+    const k = String(key(it)),
+      sig = signature(it);
     const prev = old.get(k);
     if (prev && prev.dataset.sig === sig) return prev;
     const row = render(it);
@@ -302,7 +380,9 @@ export function patchRows(tbody, items, key, signature, render) {
   const same = rows.length === tbody.rows.length && rows.every((r, i) => tbody.rows[i] === r);
   if (same) return;
   if (rows.length === tbody.rows.length && rows.every((r, i) => tbody.rows[i].dataset.key === r.dataset.key)) {
-    rows.forEach((r, i) => { if (tbody.rows[i] !== r) tbody.replaceChild(r, tbody.rows[i]); });
+    rows.forEach((r, i) => {
+      if (tbody.rows[i] !== r) tbody.replaceChild(r, tbody.rows[i]);
+    });
     return;
   }
   tbody.replaceChildren(...rows);

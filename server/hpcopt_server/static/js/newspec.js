@@ -1,6 +1,5 @@
 // New campaign: paste or load a spec, the server validates it, errors are shown under
 // the line they concern (a field's line, or the line and column of a syntax error).
-"use strict";
 
 import { api, can, el } from "./core.js";
 
@@ -20,12 +19,37 @@ training: {task: examples/digits/task.py:DigitsTask, epochs: 10}
 export function newPage() {
   const text = el("textarea", { id: "spec-text", spellcheck: "false" });
   text.value = EXAMPLE;
-  const file = el("input", { type: "file", id: "spec-file", accept: ".yaml,.yml,.json", onchange: async (e) => { if (e.target.files[0]) text.value = await e.target.files[0].text(); } });
-  const submit = el("button", { id: "submit", class: "primary", text: "Submit", disabled: !can("submit"), title: can("submit") ? "" : "this token has no submit scope", onclick: () => submitSpec(text.value) });
-  app.replaceChildren(el("h1", { text: "New campaign" }), el("div", { class: "card" },
-    el("p", { class: "muted", text: "Paste a campaign spec in YAML or JSON, or load a file. The server validates it; errors appear next to the offending lines." }),
-    el("div", { class: "row" }, file), text, el("div", { class: "row", style: "margin-top:.6rem" }, submit, el("span", { id: "submit-status", class: "muted" })),
-    el("div", { id: "spec-errors" })));
+  const file = el("input", {
+    type: "file",
+    id: "spec-file",
+    accept: ".yaml,.yml,.json",
+    onchange: async (e) => {
+      if (e.target.files[0]) text.value = await e.target.files[0].text();
+    },
+  });
+  const submit = el("button", {
+    id: "submit",
+    class: "primary",
+    text: "Submit",
+    disabled: !can("submit"),
+    title: can("submit") ? "" : "this token has no submit scope",
+    onclick: () => submitSpec(text.value),
+  });
+  app.replaceChildren(
+    el("h1", { text: "New campaign" }),
+    el(
+      "div",
+      { class: "card" },
+      el("p", {
+        class: "muted",
+        text: "Paste a campaign spec in YAML or JSON, or load a file. The server validates it; errors appear next to the offending lines.",
+      }),
+      el("div", { class: "row" }, file),
+      text,
+      el("div", { class: "row", style: "margin-top:.6rem" }, submit, el("span", { id: "submit-status", class: "muted" })),
+      el("div", { id: "spec-errors" }),
+    ),
+  );
 }
 
 // The line of a dotted field path (space.lr.low) in a YAML or JSON text: each key is
@@ -76,14 +100,33 @@ async function submitSpec(textValue) {
   for (const err of errors) {
     const at = syntaxPosition(err.message);
     err.column = at ? at[1] : null;
-    (byLine[at ? at[0] : err.field && err.field !== "body" ? locate(textValue, err.field) : 1] ||= []).push(err);
+    const line = at ? at[0] : err.field && err.field !== "body" ? locate(textValue, err.field) : 1;
+    byLine[line] = byLine[line] || [];
+    byLine[line].push(err);
   }
-  box.append(el("ul", { class: "errors" }, errors.map((err) => el("li", { class: "field-error-item", "data-field": err.field }, el("code", { text: err.field || "spec" }), `: ${err.message}`))));
+  box.append(
+    el(
+      "ul",
+      { class: "errors" },
+      errors.map((err) => el("li", { class: "field-error-item", "data-field": err.field }, el("code", { text: err.field || "spec" }), `: ${err.message}`)),
+    ),
+  );
   const lines = textValue.split("\n");
-  box.append(el("div", { class: "annotated", id: "annotated" }, lines.flatMap((l, i) => [
-    el("div", { class: `line ${byLine[i + 1] ? "bad" : ""}`, "data-line": i + 1 }, el("span", { class: "ln", text: i + 1 }), l),
-    ...(byLine[i + 1] || []).map((err) => el("div", { class: "field-error", "data-field": err.field, "data-column": err.column || "" },
-      err.column ? el("span", { class: "caret", text: `${" ".repeat(Math.max(0, err.column - 1))}^` }) : null,
-      el("span", { text: `${err.column ? " " : "↑ "}${err.field || "spec"}: ${err.message}` }))),
-  ])));
+  box.append(
+    el(
+      "div",
+      { class: "annotated", id: "annotated" },
+      lines.flatMap((l, i) => [
+        el("div", { class: `line ${byLine[i + 1] ? "bad" : ""}`, "data-line": i + 1 }, el("span", { class: "ln", text: i + 1 }), l),
+        ...(byLine[i + 1] || []).map((err) =>
+          el(
+            "div",
+            { class: "field-error", "data-field": err.field, "data-column": err.column || "" },
+            err.column ? el("span", { class: "caret", text: `${" ".repeat(Math.max(0, err.column - 1))}^` }) : null,
+            el("span", { text: `${err.column ? " " : "↑ "}${err.field || "spec"}: ${err.message}` }),
+          ),
+        ),
+      ]),
+    ),
+  );
 }

@@ -1,12 +1,15 @@
 // The campaign page's plots. Each draws one element from data the page already has, and
 // is called only when that data changed (see campaign.js): every draw leaves a
 // performance mark "hpcopt:draw:<id>", which the idle-redraw test and the benchmark count.
-"use strict";
 
-import { el, fmt, fmtParam, agentLabel, seconds } from "./core.js";
+import { agentLabel, el, fmt, fmtParam, seconds } from "./core.js";
 
 const plotConfig = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
-const baseLayout = (extra) => Object.assign({ margin: { l: 60, r: 20, t: 10, b: 45 }, font: { size: 11 }, paper_bgcolor: "#fff", plot_bgcolor: "#fff", uirevision: "keep", hovermode: "closest" }, extra);
+const baseLayout = (extra) =>
+  Object.assign(
+    { margin: { l: 60, r: 20, t: 10, b: 45 }, font: { size: 11 }, paper_bgcolor: "#fff", plot_bgcolor: "#fff", uirevision: "keep", hovermode: "closest" },
+    extra,
+  );
 
 export function draw(id, traces, layout) {
   const node = document.getElementById(id);
@@ -18,7 +21,10 @@ export function draw(id, traces, layout) {
 
 function onClick(node, handler) {
   if (node && node.on && !node.dataset.clicks) {
-    node.on("plotly_click", (e) => { const p = e.points && e.points[0]; if (p && p.customdata !== undefined) handler(p.customdata); });
+    node.on("plotly_click", (e) => {
+      const p = e.points && e.points[0];
+      if (p && p.customdata !== undefined) handler(p.customdata);
+    });
     node.dataset.clicks = "1";
   }
 }
@@ -28,7 +34,12 @@ const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948
 export const colour = (i) => (i < PALETTE.length ? PALETTE[i] : `hsl(${Math.round((i * 137.508) % 360)}, 60%, 45%)`);
 const DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
 // Best (low when minimizing) dark red, through orange, to light grey: the best stand out.
-const BEST_FIRST = [[0, "#7f0000"], [0.25, "#d7301f"], [0.55, "#fc8d59"], [1, "#d9dde3"]];
+const BEST_FIRST = [
+  [0, "#7f0000"],
+  [0.25, "#d7301f"],
+  [0.55, "#fc8d59"],
+  [1, "#d9dde3"],
+];
 const SCHEME_COLORS = ["#2b5fd9", "#e67e22", "#27ae60", "#8e44ad", "#c0392b", "#16a085", "#7f8c8d"];
 
 /** A user's string (a name, a choice, a host) as Plotly text: Plotly reads a subset of
@@ -41,9 +52,11 @@ const sign = (plot) => (plot.direction === "maximize" ? -1 : 1);
 /** Colour scale settings for values: the best end strong, the worst tenth all grey. */
 export function valueColours(plot, values, bar) {
   const sorted = [...values].sort((a, b) => a - b);
-  const lo = sorted[0], hi = sorted[sorted.length - 1];
+  const lo = sorted[0],
+    hi = sorted[sorted.length - 1];
   const minimize = plot.direction !== "maximize";
-  const cmin = minimize ? lo : quantile(sorted, 0.1), cmax = minimize ? quantile(sorted, 0.9) : hi;
+  const cmin = minimize ? lo : quantile(sorted, 0.1),
+    cmax = minimize ? quantile(sorted, 0.9) : hi;
   return { color: values, colorscale: BEST_FIRST, reversescale: !minimize, cmin, cmax: cmax > cmin ? cmax : cmin + 1e-12, showscale: !!bar, colorbar: bar };
 }
 
@@ -54,7 +67,9 @@ export function rankColours(plot, values, bar) {
   const s = plot.direction === "maximize" ? -1 : 1;
   const order = values.map((v, i) => [s * v, i]).sort((a, b) => a[0] - b[0]);
   const ranks = new Array(values.length);
-  order.forEach(([v, i], k) => { ranks[i] = k && order[k - 1][0] === v ? ranks[order[k - 1][1]] : k; });
+  order.forEach(([v, i], k) => {
+    ranks[i] = k && order[k - 1][0] === v ? ranks[order[k - 1][1]] : k;
+  });
   const n = Math.max(1, values.length - 1);
   return { marker: { color: ranks.map((r) => r / n), colorscale: BEST_FIRST, cmin: 0, cmax: 1, showscale: !!bar, colorbar: bar }, ranks };
 }
@@ -70,7 +85,16 @@ export function forObjective(plot, k) {
   if (!o) return plot;
   const at = objectives.indexOf(o);
   const points = at ? plot.points.map((p) => Object.assign({}, p, { value: p.values ? p.values[at] : p.value, value_std: null })) : plot.points;
-  return Object.assign({}, plot, { metric: o.metric, direction: o.direction, best: o.best, edf: o.edf, limit: o.limit, off_scale: o.off_scale, points, objective: at });
+  return Object.assign({}, plot, {
+    metric: o.metric,
+    direction: o.direction,
+    best: o.best,
+    edf: o.edf,
+    limit: o.limit,
+    off_scale: o.off_scale,
+    points,
+    objective: at,
+  });
 }
 
 /** A robust value axis (issue 31, item 1): the server's limit (Tukey's far-out fence on
@@ -84,14 +108,22 @@ export function robustRange(plot, view, values, log = false) {
   const minimize = plot.direction !== "maximize";
   const off = (v) => (minimize ? v > limit : v < limit);
   const t = (v) => (log ? Math.log10(v) : v);
-  let far = null, any = false;
+  let far = null,
+    any = false;
   for (const v of values) {
     if (off(v)) any = true;
     else if ((!log || v > 0) && (far === null || (minimize ? t(v) < far : t(v) > far))) far = t(v);
   }
   if (far === null || !any) return null; // nothing to leave off: the axis spans every value
-  const lim = t(limit), pad = Math.abs(lim - far) * 0.06 || 1;
-  return { range: minimize ? [far - pad, lim + pad] : [lim - pad, far + pad], edge: log ? 10 ** (lim + (minimize ? 0.6 : -0.6) * pad) : lim + (minimize ? 0.6 : -0.6) * pad, off, limit, symbol: minimize ? "triangle-up" : "triangle-down" };
+  const lim = t(limit),
+    pad = Math.abs(lim - far) * 0.06 || 1;
+  return {
+    range: minimize ? [far - pad, lim + pad] : [lim - pad, far + pad],
+    edge: log ? 10 ** (lim + (minimize ? 0.6 : -0.6) * pad) : lim + (minimize ? 0.6 : -0.6) * pad,
+    off,
+    limit,
+    symbol: minimize ? "triangle-up" : "triangle-down",
+  };
 }
 
 /** Marker y values, symbols and hover text of points on a robust axis `r` (or none). */
@@ -118,7 +150,11 @@ export function renderHistory(plot, view, brushed, openTrial) {
   const x = (p) => (view.byTime ? p.finished_at : p.number);
   const byNumber = new Map(pts.map((p) => [p.number, p]));
   const best = plot.best.map((b) => [view.byTime ? (byNumber.get(b.number) || {}).finished_at : b.number, b.value]).filter((b) => b[0] !== undefined);
-  if (best.length && pts.length) best.push([x(pts.reduce((a, p) => (view.byTime ? (p.finished_at > a.finished_at ? p : a) : p.number > a.number ? p : a), pts[0])), best[best.length - 1][1]]);
+  if (best.length && pts.length)
+    best.push([
+      x(pts.reduce((a, p) => (view.byTime ? (p.finished_at > a.finished_at ? p : a) : p.number > a.number ? p : a), pts[0])),
+      best[best.length - 1][1],
+    ]);
   const positive = pts.every((p) => p.value > 0);
   const groups = schemeGroups(plot, pts);
   const log = view.logY && positive;
@@ -126,35 +162,79 @@ export function renderHistory(plot, view, brushed, openTrial) {
   const r = robustRange(plot, view, [...pts.map((p) => p.value), ...pruned], log);
   const traces = groups.map(([name, color, members]) => {
     const shown = onScale(r, members);
-    return { type: "scatter", mode: "markers", name: plain(name), x: members.map(x), y: shown.y, customdata: members.map((p) => p.number), text: shown.text,
-      error_y: { type: "data", array: members.map((p) => (r && r.off(p.value) ? 0 : p.value_std || 0)), visible: !view.byTime && members.length <= 2000, thickness: 1, width: 0, color: "rgba(80,90,110,.3)" },
-      marker: { size: 6, color, symbol: shown.symbol, opacity: brushed ? 0.25 : 0.8 }, hovertemplate: `trial #%{customdata}${name === "trial" ? "" : ` (${plain(name)})`}<br>%{text}<extra></extra>` };
+    return {
+      type: "scatter",
+      mode: "markers",
+      name: plain(name),
+      x: members.map(x),
+      y: shown.y,
+      customdata: members.map((p) => p.number),
+      text: shown.text,
+      error_y: {
+        type: "data",
+        array: members.map((p) => (r && r.off(p.value) ? 0 : p.value_std || 0)),
+        visible: !view.byTime && members.length <= 2000,
+        thickness: 1,
+        width: 0,
+        color: "rgba(80,90,110,.3)",
+      },
+      marker: { size: 6, color, symbol: shown.symbol, opacity: brushed ? 0.25 : 0.8 },
+      hovertemplate: `trial #%{customdata}${name === "trial" ? "" : ` (${plain(name)})`}<br>%{text}<extra></extra>`,
+    };
   });
   const ended = view.ended ? endedTraces(plot, x, r, log) : [];
   traces.push(...ended);
-  traces.push({ type: "scatter", mode: "lines", name: `best ${plain(plot.metric)}`, x: best.map((b) => b[0]), y: best.map((b) => b[1]), line: { shape: "hv", color: "#c0392b", width: 2 }, hoverinfo: "skip" });
+  traces.push({
+    type: "scatter",
+    mode: "lines",
+    name: `best ${plain(plot.metric)}`,
+    x: best.map((b) => b[0]),
+    y: best.map((b) => b[1]),
+    line: { shape: "hv", color: "#c0392b", width: 2 },
+    hoverinfo: "skip",
+  });
   if (brushed) {
     const chosen = pts.filter((p) => brushed.has(p.trial_id));
-    traces.push({ type: "scatter", mode: "markers", name: "brushed", x: chosen.map(x), y: chosen.map((p) => p.value), customdata: chosen.map((p) => p.number),
-      marker: { size: 8, color: "#e67e22", line: { color: "#7a3d00", width: 1 } }, hovertemplate: "trial #%{customdata} (brushed)<br>%{y:.4g}<extra></extra>" });
+    traces.push({
+      type: "scatter",
+      mode: "markers",
+      name: "brushed",
+      x: chosen.map(x),
+      y: chosen.map((p) => p.value),
+      customdata: chosen.map((p) => p.number),
+      marker: { size: 8, color: "#e67e22", line: { color: "#7a3d00", width: 1 } },
+      hovertemplate: "trial #%{customdata} (brushed)<br>%{y:.4g}<extra></extra>",
+    });
   }
   const yaxis = { title: { text: plain(plot.metric) }, type: log ? "log" : "linear", autorange: !r };
   if (r) yaxis.range = r.range;
-  if (log && pts.length) { // ticks over what is shown
+  if (log && pts.length) {
+    // ticks over what is shown
     const vs = pts.map((p) => p.value);
     const [lo, hi] = r ? r.range.map((e) => 10 ** e) : [Math.min(...vs), Math.max(...vs)];
     Object.assign(yaxis, logAxis(lo, hi));
   }
-  const node = draw("plot-history", traces, { xaxis: { title: { text: view.byTime ? "finish time" : "trial number" }, type: view.byTime ? "date" : "linear" }, yaxis,
-    yaxis2: { overlaying: "y", range: [0, 1], visible: false, fixedrange: true }, legend: { orientation: "h", y: 1.12 } });
+  const node = draw("plot-history", traces, {
+    xaxis: { title: { text: view.byTime ? "finish time" : "trial number" }, type: view.byTime ? "date" : "linear" },
+    yaxis,
+    yaxis2: { overlaying: "y", range: [0, 1], visible: false, fixedrange: true },
+    legend: { orientation: "h", y: 1.12 },
+  });
   onClick(node, openTrial);
   const logNote = view.logY && !positive ? " Log scale needs positive values: shown linear." : "";
   const offNote = r ? ` ${offScale(plot)}` : "";
-  const endedNote = view.ended && plot.ended_total ? ` Pruned trials at the value they reached; failed ones as × along the bottom${plot.ended.length < plot.ended_total ? ` (${plot.ended.length} of ${plot.ended_total} drawn)` : ""}.` : "";
+  const endedNote =
+    view.ended && plot.ended_total
+      ? ` Pruned trials at the value they reached; failed ones as × along the bottom${plot.ended.length < plot.ended_total ? ` (${plot.ended.length} of ${plot.ended_total} drawn)` : ""}.`
+      : "";
   const note = document.getElementById("history-note");
-  note.textContent = (plot.downsampled
-    ? `Drawn: ${pts.length} of ${plot.completed} completed trials (every improvement, the best tenth, a random sample of the rest); the best line uses all.`
-    : `${plot.completed} completed trials; error bars: std over folds.`) + offNote + endedNote + logNote;
+  note.textContent =
+    (plot.downsampled
+      ? `Drawn: ${pts.length} of ${plot.completed} completed trials (every improvement, the best tenth, a random sample of the rest); the best line uses all.`
+      : `${plot.completed} completed trials; error bars: std over folds.`) +
+    offNote +
+    endedNote +
+    logNote;
   note.classList.toggle("sampled", !!plot.downsampled);
 }
 
@@ -171,10 +251,28 @@ function endedTraces(plot, x, r, log) {
   const failed = plot.ended.filter((e) => e.state === "FAILED" || e.value === null);
   const shown = onScale(r, pruned);
   return [
-    { type: "scatter", mode: "markers", name: "pruned", x: pruned.map(x), y: shown.y, text: shown.text, customdata: pruned.map((p) => p.number),
-      marker: { size: 5, color: "#9aa5b1", symbol: shown.symbol.map((sym) => (sym === "circle" ? "circle-open" : sym)) }, hovertemplate: "trial #%{customdata} (pruned)<br>%{text}<extra></extra>" },
-    { type: "scatter", mode: "markers", name: "failed", x: failed.map(x), y: failed.map(() => (minimize ? 0.02 : 0.98)), yaxis: "y2", customdata: failed.map((p) => p.number),
-      marker: { size: 6, color: "#e15759", symbol: "x-thin", line: { width: 1.5, color: "#e15759" } }, hovertemplate: "trial #%{customdata} failed<extra></extra>" },
+    {
+      type: "scatter",
+      mode: "markers",
+      name: "pruned",
+      x: pruned.map(x),
+      y: shown.y,
+      text: shown.text,
+      customdata: pruned.map((p) => p.number),
+      marker: { size: 5, color: "#9aa5b1", symbol: shown.symbol.map((sym) => (sym === "circle" ? "circle-open" : sym)) },
+      hovertemplate: "trial #%{customdata} (pruned)<br>%{text}<extra></extra>",
+    },
+    {
+      type: "scatter",
+      mode: "markers",
+      name: "failed",
+      x: failed.map(x),
+      y: failed.map(() => (minimize ? 0.02 : 0.98)),
+      yaxis: "y2",
+      customdata: failed.map((p) => p.number),
+      marker: { size: 6, color: "#e15759", symbol: "x-thin", line: { width: 1.5, color: "#e15759" } },
+      hovertemplate: "trial #%{customdata} failed<extra></extra>",
+    },
   ].filter((t) => t.x.length);
 }
 
@@ -186,17 +284,34 @@ export function renderCurves(curves, plot, chosen, openTrial) {
     const folds = [...new Set(c.points.map((p) => p.fold))].sort((a, b) => a - b);
     folds.forEach((f, j) => {
       const pts = c.points.filter((p) => p.fold === f);
-      traces.push({ type: "scatter", mode: "lines+markers", name: `#${c.number}`, legendgroup: `t${c.trial_id}`, showlegend: j === 0,
-        x: pts.map((p) => p.step), y: pts.map((p) => p.value), customdata: pts.map(() => c.number),
-        line: { color: colour(i), dash: DASHES[f % DASHES.length], width: 1.5 }, marker: { size: 4, color: colour(i) },
-        hovertemplate: `trial #${c.number}, fold ${f}<br>epoch %{x}: %{y:.4g}<extra></extra>` });
+      traces.push({
+        type: "scatter",
+        mode: "lines+markers",
+        name: `#${c.number}`,
+        legendgroup: `t${c.trial_id}`,
+        showlegend: j === 0,
+        x: pts.map((p) => p.step),
+        y: pts.map((p) => p.value),
+        customdata: pts.map(() => c.number),
+        line: { color: colour(i), dash: DASHES[f % DASHES.length], width: 1.5 },
+        marker: { size: 4, color: colour(i) },
+        hovertemplate: `trial #${c.number}, fold ${f}<br>epoch %{x}: %{y:.4g}<extra></extra>`,
+      });
     });
   });
   const maxStep = Math.max(1, ...curves.flatMap((c) => c.points.map((p) => p.step)));
-  const node = draw("plot-curves", traces, { xaxis: { title: { text: "epoch" }, tick0: 0, dtick: Math.max(1, Math.ceil(maxStep / 10)) }, yaxis: { title: { text: plain(plot.metric) } }, showlegend: curves.length <= 25, legend: { title: { text: "trial (folds: line styles)" } } });
+  const node = draw("plot-curves", traces, {
+    xaxis: { title: { text: "epoch" }, tick0: 0, dtick: Math.max(1, Math.ceil(maxStep / 10)) },
+    yaxis: { title: { text: plain(plot.metric) } },
+    showlegend: curves.length <= 25,
+    legend: { title: { text: "trial (folds: line styles)" } },
+  });
   onClick(node, openTrial);
-  const picker = document.getElementById("curve-picker");
-  let text = chosen && chosen.length ? `trials ${curves.map((c) => `#${c.number}`).join(", ")} (ticked in the table)` : `the ${curves.length} best trials; tick trials in the table to choose`;
+
+  let text =
+    chosen && chosen.length
+      ? `trials ${curves.map((c) => `#${c.number}`).join(", ")} (ticked in the table)`
+      : `the ${curves.length} best trials; tick trials in the table to choose`;
   if (curves.length && !traces.length) text += " — they reported no learning-curve points";
   return text;
 }
@@ -215,30 +330,58 @@ export function renderFront(plot, view, openTrial) {
   const [a, b] = objectives;
   const onFront = new Set(plot.front);
   const pts = plot.points.filter((p) => p.values);
-  const rx = robustRange(forObjective(plot, 0), view, pts.map((p) => p.values[0]));
-  const ry = robustRange(forObjective(plot, 1), view, pts.map((p) => p.values[1]));
-  const offX = (p) => !!rx && rx.off(p.values[0]), offY = (p) => !!ry && ry.off(p.values[1]);
+  const rx = robustRange(
+    forObjective(plot, 0),
+    view,
+    pts.map((p) => p.values[0]),
+  );
+  const ry = robustRange(
+    forObjective(plot, 1),
+    view,
+    pts.map((p) => p.values[1]),
+  );
+  const offX = (p) => !!rx && rx.off(p.values[0]),
+    offY = (p) => !!ry && ry.off(p.values[1]);
   const sideways = a.direction === "maximize" ? "triangle-left" : "triangle-right";
   const symbol = (p) => (offX(p) && offY(p) ? "diamond" : offX(p) ? sideways : offY(p) ? ry.symbol : "circle");
-  const trace = (ps, extra) => Object.assign({
-    type: "scatter", x: ps.map((p) => (offX(p) ? rx.edge : p.values[0])), y: ps.map((p) => (offY(p) ? ry.edge : p.values[1])),
-    customdata: ps.map((p) => p.number),
-    text: ps.map((p) => `${plain(a.metric)}=${fmt(p.values[0])}<br>${plain(b.metric)}=${fmt(p.values[1])}${offX(p) || offY(p) ? " (off the scale)" : ""}`),
-    hovertemplate: "trial #%{customdata}<br>%{text}<extra></extra>",
-  }, extra);
+  const trace = (ps, extra) =>
+    Object.assign(
+      {
+        type: "scatter",
+        x: ps.map((p) => (offX(p) ? rx.edge : p.values[0])),
+        y: ps.map((p) => (offY(p) ? ry.edge : p.values[1])),
+        customdata: ps.map((p) => p.number),
+        text: ps.map((p) => `${plain(a.metric)}=${fmt(p.values[0])}<br>${plain(b.metric)}=${fmt(p.values[1])}${offX(p) || offY(p) ? " (off the scale)" : ""}`),
+        hovertemplate: "trial #%{customdata}<br>%{text}<extra></extra>",
+      },
+      extra,
+    );
   const rest = pts.filter((p) => !onFront.has(p.trial_id));
   const front = pts.filter((p) => onFront.has(p.trial_id)).sort((p, q) => p.values[0] - q.values[0]);
-  const axis = (o, r) => Object.assign({ title: { text: `${plain(o.metric)} (${o.direction})` } }, r ? { range: r.range, autorange: false } : { autorange: true });
-  const node = draw("plot-front", [
-    trace(rest, { mode: "markers", name: "dominated", marker: { size: 5, color: "#b0b8c4", symbol: rest.map(symbol) } }),
-    trace(front, { mode: objectives.length === 2 ? "lines+markers" : "markers", name: "Pareto front", marker: { size: 8, color: "#c0392b", symbol: front.map(symbol) }, line: { shape: "hv", color: "#c0392b" } }),
-  ], { xaxis: axis(a, rx), yaxis: axis(b, ry), legend: { orientation: "h", y: 1.12 } });
+  const axis = (o, r) =>
+    Object.assign({ title: { text: `${plain(o.metric)} (${o.direction})` } }, r ? { range: r.range, autorange: false } : { autorange: true });
+  const node = draw(
+    "plot-front",
+    [
+      trace(rest, { mode: "markers", name: "dominated", marker: { size: 5, color: "#b0b8c4", symbol: rest.map(symbol) } }),
+      trace(front, {
+        mode: objectives.length === 2 ? "lines+markers" : "markers",
+        name: "Pareto front",
+        marker: { size: 8, color: "#c0392b", symbol: front.map(symbol) },
+        line: { shape: "hv", color: "#c0392b" },
+      }),
+    ],
+    { xaxis: axis(a, rx), yaxis: axis(b, ry), legend: { orientation: "h", y: 1.12 } },
+  );
   onClick(node, openTrial);
   const shown = objectives.length > 2 ? `; the plot shows the first two of ${objectives.map((o) => o.metric).join(", ")}` : "";
   const drawn = plot.front_size > front.length ? ` (${front.length} of them drawn)` : "";
   const off = pts.filter((p) => offX(p) || offY(p)).length;
-  const edge = off ? ` ${off} trial${off === 1 ? " lies" : "s lie"} past the robust limit of an axis, drawn at its edge (show every value above the plots for all).` : "";
-  document.getElementById("front-note").textContent = `${plot.front_size} of ${plot.completed} completed trials are on the front${drawn}: no other completed trial is better in every objective${shown}.${edge} Click a point for its trial.`;
+  const edge = off
+    ? ` ${off} trial${off === 1 ? " lies" : "s lie"} past the robust limit of an axis, drawn at its edge (show every value above the plots for all).`
+    : "";
+  document.getElementById("front-note").textContent =
+    `${plot.front_size} of ${plot.completed} completed trials are on the front${drawn}: no other completed trial is better in every objective${shown}.${edge} Click a point for its trial.`;
 }
 
 // ------------------------------------------------- parallel coordinates ---
@@ -247,7 +390,11 @@ export function renderFront(plot, view, openTrial) {
  * decades past 8 ticks, four even steps when fewer than 3 fall inside. */
 function logTickExponents(lo, hi) {
   const ticks = [];
-  for (let e = Math.floor(lo); e <= Math.ceil(hi); e++) for (const m of [1, 2, 5]) { const t = e + Math.log10(m); if (t >= lo - 1e-9 && t <= hi + 1e-9) ticks.push(t); }
+  for (let e = Math.floor(lo); e <= Math.ceil(hi); e++)
+    for (const m of [1, 2, 5]) {
+      const t = e + Math.log10(m);
+      if (t >= lo - 1e-9 && t <= hi + 1e-9) ticks.push(t);
+    }
   const keep = ticks.length > 8 ? ticks.filter((t) => Math.abs(t - Math.round(t)) < 1e-9) : ticks;
   return keep.length >= 3 ? keep : [0, 1, 2, 3].map((i) => lo + (i * (hi - lo)) / 3);
 }
@@ -261,7 +408,8 @@ function logTicks(spec, lo, hi) {
  * Plotly's own labels a decade's 2 … 9 as bare digits, so 0.3 read as "3" (and a width
  * axis as "2 5 10² 2 5"). Ticks outside [lo, hi] stretch the range. */
 export function logAxis(lo, hi) {
-  const a = Math.log10(lo), b = Math.log10(hi);
+  const a = Math.log10(lo),
+    b = Math.log10(hi);
   const vals = logTickExponents(a, b).map((t) => 10 ** t);
   return { type: "log", tickvals: vals, ticktext: vals.map((v) => fmt(Number(v.toPrecision(2)))) };
 }
@@ -273,15 +421,22 @@ export const axisValue = (spec, v) => (spec.type === "categorical" ? spec.choice
 /** Parallel coordinates draw tick text as plain text (no markup, no entities), unlike
  * their labels and every other plot: the choices go in as they are. */
 export function paramAxis(spec, values) {
-  const axis = paramAxisOf(spec, values.map((v) => (v === undefined ? null : axisValue(spec, v))));
+  const axis = paramAxisOf(
+    spec,
+    values.map((v) => (v === undefined ? null : axisValue(spec, v))),
+  );
   if (!spec.when) return axis;
   // A conditional parameter: the trials where it is inactive sit on a slot of their own
   // below the axis, labelled "inactive" (a brush there selects no trial: the table's
   // filter holds where the parameter has a value).
   const [lo, hi] = axis.range;
   const slot = spec.type === "categorical" ? -1 : lo - 0.12 * (hi - lo || 1);
-  return Object.assign(axis, { values: axis.values.map((v) => (v === null ? slot : v)), range: [spec.type === "categorical" ? -1.25 : slot - 0.03 * (hi - lo || 1), hi],
-    tickvals: [slot, ...axis.tickvals], ticktext: ["inactive", ...axis.ticktext] });
+  return Object.assign(axis, {
+    values: axis.values.map((v) => (v === null ? slot : v)),
+    range: [spec.type === "categorical" ? -1.25 : slot - 0.03 * (hi - lo || 1), hi],
+    tickvals: [slot, ...axis.tickvals],
+    ticktext: ["inactive", ...axis.ticktext],
+  });
 }
 
 function paramAxisOf(spec, shown) {
@@ -290,17 +445,22 @@ function paramAxisOf(spec, shown) {
     return { values: shown, tickvals: labels.map((_, i) => i), ticktext: labels, range: [-0.25, labels.length - 0.75] };
   }
   if (spec.scale === "log") {
-    const lo = Math.log10(spec.low), hi = Math.log10(spec.high);
+    const lo = Math.log10(spec.low),
+      hi = Math.log10(spec.high);
     return Object.assign({ values: shown, range: [lo, hi] }, logTicks(spec, lo, hi));
   }
-  return Object.assign({ values: shown, range: [spec.low, spec.high] }, linearTicks(spec.low, spec.high, (v) => fmtParam(spec, spec.type === "int" ? Math.round(v) : v)));
+  return Object.assign(
+    { values: shown, range: [spec.low, spec.high] },
+    linearTicks(spec.low, spec.high, (v) => fmtParam(spec, spec.type === "int" ? Math.round(v) : v)),
+  );
 }
 
 /** Ticks from lo to hi, both ends labelled (parallel coordinates' own range labels are off:
  * beside the ticks they read as doubled labels), steps of 1, 2 or 5 between. */
 export function linearTicks(lo, hi, label = fmt, top = null) {
   if (!(hi > lo)) return { tickvals: [lo], ticktext: [label(lo)] };
-  const raw = (hi - lo) / 5, mag = 10 ** Math.floor(Math.log10(raw));
+  const raw = (hi - lo) / 5,
+    mag = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * mag).find((x) => x >= raw);
   const inner = [];
   for (let t = Math.ceil(lo / step) * step; t < hi; t += step) if (t - lo > 0.4 * step && hi - t > 0.4 * step) inner.push(Number(t.toPrecision(12)));
@@ -323,8 +483,12 @@ const TICK_SHADOW = "1px 1px 2px #fff, -1px -1px 2px #fff, 1px -1px 2px #fff, -1
 export function objectiveAxis(plot, view, values) {
   const r = robustRange(plot, view, values);
   const shown = r ? values.map((v) => (r.off(v) ? r.limit : v)) : values;
-  let lo = Infinity, hi = -Infinity;
-  for (const v of shown) { if (v < lo) lo = v; if (v > hi) hi = v; }
+  let lo = Infinity,
+    hi = -Infinity;
+  for (const v of shown) {
+    if (v < lo) lo = v;
+    if (v > hi) hi = v;
+  }
   if (!shown.length) return { values: shown };
   const minimize = plot.direction !== "maximize";
   const ticks = linearTicks(lo, hi, fmt, r && minimize ? `≥ ${fmt(hi)}` : null);
@@ -338,9 +502,18 @@ export function objectiveAxis(plot, view, values) {
 function goodnessColours(plot, values, bar) {
   const good = values.map((v) => sign(plot) * -v);
   const sorted = [...good].sort((a, b) => a - b);
-  const cmin = quantile(sorted, 0.1), cmax = sorted[sorted.length - 1];
+  const cmin = quantile(sorted, 0.1),
+    cmax = sorted[sorted.length - 1];
   const ticks = linearTicks(cmin, cmax > cmin ? cmax : cmin + 1e-12, (g) => fmt(Number((sign(plot) * -g).toPrecision(4))));
-  return { color: good, colorscale: BEST_FIRST, reversescale: true, cmin, cmax: cmax > cmin ? cmax : cmin + 1e-12, showscale: !!bar, colorbar: Object.assign({ tickvals: ticks.tickvals, ticktext: ticks.ticktext }, bar) };
+  return {
+    color: good,
+    colorscale: BEST_FIRST,
+    reversescale: true,
+    cmin,
+    cmax: cmax > cmin ? cmax : cmin + 1e-12,
+    showscale: !!bar,
+    colorbar: Object.assign({ tickvals: ticks.tickvals, ticktext: ticks.ticktext }, bar),
+  };
 }
 
 /** brush: {label: [lo, hi]} in axis units; onBrush(newBrush) when the user brushes. */
@@ -350,20 +523,52 @@ export function renderParcoords(plot, view, brush, onBrush) {
   const pts = plot.points;
   const values = pts.map((p) => p.value);
   const keys = [...names, plot.metric]; // the brush's keys, axis by axis
-  const dims = names.map((n) => Object.assign({ label: plain(n) }, paramAxis(plot.space[n], pts.map((p) => p.params[n]))));
+  const dims = names.map((n) =>
+    Object.assign(
+      { label: plain(n) },
+      paramAxis(
+        plot.space[n],
+        pts.map((p) => p.params[n]),
+      ),
+    ),
+  );
   dims.push(Object.assign({ label: plain(plot.metric) }, objectiveAxis(plot, view, values)));
   // One range per axis: a new drag replaces the old one (with several, the table's filter
   // took their span, trials the plot showed as unselected included).
-  dims.forEach((d, i) => { d.multiselect = false; if (brush[keys[i]]) d.constraintrange = brush[keys[i]]; });
-  const node = draw("plot-parcoords", [{ type: "parcoords", dimensions: dims, labelfont: { size: 12 }, tickfont: { size: 10, shadow: TICK_SHADOW }, rangefont: { size: 1, color: "rgba(0,0,0,0)" },
-    line: goodnessColours(plot, values, { title: { text: plain(plot.metric), side: "top" }, thickness: 10, orientation: "h", x: 0.5, xanchor: "center", y: -0.08, yanchor: "top", len: 0.5 }) }],
-  { margin: { l: 70, r: 70, t: 50, b: 70 } });
+  dims.forEach((d, i) => {
+    d.multiselect = false;
+    if (brush[keys[i]]) d.constraintrange = brush[keys[i]];
+  });
+  const node = draw(
+    "plot-parcoords",
+    [
+      {
+        type: "parcoords",
+        dimensions: dims,
+        labelfont: { size: 12 },
+        tickfont: { size: 10, shadow: TICK_SHADOW },
+        rangefont: { size: 1, color: "rgba(0,0,0,0)" },
+        line: goodnessColours(plot, values, {
+          title: { text: plain(plot.metric), side: "top" },
+          thickness: 10,
+          orientation: "h",
+          x: 0.5,
+          xanchor: "center",
+          y: -0.08,
+          yanchor: "top",
+          len: 0.5,
+        }),
+      },
+    ],
+    { margin: { l: 70, r: 70, t: 50, b: 70 } },
+  );
   // The handler is bound once; the axes' keys are this render's (the objective's axis
   // changes name when the reader picks another objective).
   if (node) node.brushKeys = keys;
   if (node && node.on && !node.dataset.brush) {
     node.on("plotly_restyle", () => {
-      const out = {}, keys = node.brushKeys;
+      const out = {},
+        keys = node.brushKeys;
       for (const [i, d] of node.data[0].dimensions.entries()) {
         let r = d.constraintrange;
         if (!r || !r.length) continue;
@@ -383,7 +588,9 @@ export function clearParcoords() {
   const node = document.getElementById("plot-parcoords");
   if (!node || !node.data || !node.data[0] || !window.Plotly) return;
   const update = {};
-  node.data[0].dimensions.forEach((d, i) => { if (d.constraintrange) update[`dimensions[${i}].constraintrange`] = null; });
+  node.data[0].dimensions.forEach((d, i) => {
+    if (d.constraintrange) update[`dimensions[${i}].constraintrange`] = null;
+  });
   if (Object.keys(update).length) Plotly.restyle(node, update, [0]);
 }
 
@@ -392,16 +599,21 @@ export function clearParcoords() {
 export function brushedIds(plot, view, brush) {
   const labels = Object.keys(brush);
   if (!labels.length) return null;
-  const r = robustRange(plot, view, plot.points.map((p) => p.value));
+  const r = robustRange(
+    plot,
+    view,
+    plot.points.map((p) => p.value),
+  );
   const drawn = (v) => (r && r.off(v) ? r.limit : v);
-  const inside = (p) => labels.every((label) => {
-    const [lo, hi] = brush[label];
-    if (label === plot.metric && !(label in plot.space)) return drawn(p.value) >= lo && drawn(p.value) <= hi;
-    const spec = plot.space[label];
-    if (!spec || p.params[label] === undefined) return false;
-    const v = axisValue(spec, p.params[label]);
-    return v >= lo - 1e-9 && v <= hi + 1e-9;
-  });
+  const inside = (p) =>
+    labels.every((label) => {
+      const [lo, hi] = brush[label];
+      if (label === plot.metric && !(label in plot.space)) return drawn(p.value) >= lo && drawn(p.value) <= hi;
+      const spec = plot.space[label];
+      if (!spec || p.params[label] === undefined) return false;
+      const v = axisValue(spec, p.params[label]);
+      return v >= lo - 1e-9 && v <= hi + 1e-9;
+    });
   return new Set(plot.points.filter(inside).map((p) => p.trial_id));
 }
 
@@ -418,14 +630,19 @@ function balanceSlices(box) {
   let cols = fit(280);
   if (n > cols && n % cols === 1 && fit(240) > cols) cols += 1; // 3 at 800 px: one row of 3, not 2 and 1
   const rows = Math.ceil(n / cols);
-  const base = Math.floor(n / rows), extra = n % rows; // the first `extra` rows hold one more
-  let changed = false, i = 0;
+  const base = Math.floor(n / rows),
+    extra = n % rows; // the first `extra` rows hold one more
+  let changed = false,
+    i = 0;
   for (let r = 0; r < rows; r++) {
     const k = base + (r < extra ? 1 : 0);
     for (let j = 0; j < k; j++, i++) {
       const basis = `calc((100% - ${(k - 1) * gap}px) / ${k})`;
       const node = box.children[i];
-      if (node.style.flexBasis !== basis) { node.style.flexBasis = basis; changed = true; }
+      if (node.style.flexBasis !== basis) {
+        node.style.flexBasis = basis;
+        changed = true;
+      }
     }
   }
   return changed;
@@ -445,7 +662,11 @@ export function renderSlices(plot, view, openTrial) {
       for (const node of box.querySelectorAll(".js-plotly-plot")) if (shown(node)) Plotly.Plots.resize(node).catch(() => {});
     }).observe(box);
   }
-  const r = robustRange(plot, view, plot.points.map((p) => p.value));
+  const r = robustRange(
+    plot,
+    view,
+    plot.points.map((p) => p.value),
+  );
   names.forEach((n, i) => {
     const spec = plot.space[n];
     const xaxis = { title: { text: plain(n) } };
@@ -458,11 +679,39 @@ export function renderSlices(plot, view, openTrial) {
     const ordered = bestOnTop(plot, pts);
     const on = onScale(r, ordered);
     const traces = groups
-      ? groups.map(([name, color, members]) => { const on = onScale(r, members); return { type: "scatter", mode: "markers", name: plain(name), x: xs(members), y: on.y, text: on.text, customdata: members.map((p) => p.number),
-        marker: { size: 5, color, symbol: on.symbol }, hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{text} (${plain(name)})<extra></extra>` }; })
-      : [{ type: "scatter", mode: "markers", x: xs(ordered), y: on.y, text: on.text, customdata: ordered.map((p) => p.number),
-        marker: Object.assign({ size: 6, symbol: on.symbol, line: { width: 0.5, color: "rgba(0,0,0,.25)" } }, valueColours(plot, ordered.map((p) => p.value), i === 0 ? { title: { text: plain(plot.metric) }, thickness: 8, len: 0.9 } : null)),
-        hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{text}<extra></extra>` }];
+      ? groups.map(([name, color, members]) => {
+          const on = onScale(r, members);
+          return {
+            type: "scatter",
+            mode: "markers",
+            name: plain(name),
+            x: xs(members),
+            y: on.y,
+            text: on.text,
+            customdata: members.map((p) => p.number),
+            marker: { size: 5, color, symbol: on.symbol },
+            hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{text} (${plain(name)})<extra></extra>`,
+          };
+        })
+      : [
+          {
+            type: "scatter",
+            mode: "markers",
+            x: xs(ordered),
+            y: on.y,
+            text: on.text,
+            customdata: ordered.map((p) => p.number),
+            marker: Object.assign(
+              { size: 6, symbol: on.symbol, line: { width: 0.5, color: "rgba(0,0,0,.25)" } },
+              valueColours(
+                plot,
+                ordered.map((p) => p.value),
+                i === 0 ? { title: { text: plain(plot.metric) }, thickness: 8, len: 0.9 } : null,
+              ),
+            ),
+            hovertemplate: `trial #%{customdata}<br>${plain(n)}=%{x}<br>${plain(plot.metric)}=%{text}<extra></extra>`,
+          },
+        ];
     const yaxis = r ? { title: { text: plain(plot.metric) }, range: r.range, autorange: false } : { title: { text: plain(plot.metric) } };
     onClick(draw(`slice-${n}`, traces, { xaxis, yaxis, margin: { l: 55, r: i === 0 ? 70 : 10, t: 10, b: 40 }, showlegend: false }), openTrial);
   });
@@ -474,21 +723,36 @@ const GRID = 20;
 
 /** The best value per cell of a grid over two parameters, contoured, with the trials on top. */
 export function renderContour(plot, view, xName, yName, openTrial) {
-  const sx = plot.space[xName], sy = plot.space[yName];
+  const sx = plot.space[xName],
+    sy = plot.space[yName];
   if (!sx || !sy) return;
   const axis = (spec) => {
-    if (spec.type === "categorical") return { cells: spec.choices.map(plain), at: (v) => spec.choices.map(String).indexOf(String(v)), show: plain, layout: { type: "category", categoryorder: "array", categoryarray: spec.choices.map(plain) } };
+    if (spec.type === "categorical")
+      return {
+        cells: spec.choices.map(plain),
+        at: (v) => spec.choices.map(String).indexOf(String(v)),
+        show: plain,
+        layout: { type: "category", categoryorder: "array", categoryarray: spec.choices.map(plain) },
+      };
     const log = spec.scale === "log";
-    const lo = log ? Math.log10(spec.low) : spec.low, hi = log ? Math.log10(spec.high) : spec.high;
+    const lo = log ? Math.log10(spec.low) : spec.low,
+      hi = log ? Math.log10(spec.high) : spec.high;
     const to = (v) => (log ? Math.log10(v) : v);
     const centres = [...Array(GRID)].map((_, i) => lo + ((i + 0.5) * (hi - lo)) / GRID).map((c) => (log ? 10 ** c : c));
-    return { cells: centres, show: (v) => v, at: (v) => Math.min(GRID - 1, Math.max(0, Math.floor(((to(v) - lo) / (hi - lo || 1)) * GRID))), layout: log ? logAxis(spec.low, spec.high) : {} };
+    return {
+      cells: centres,
+      show: (v) => v,
+      at: (v) => Math.min(GRID - 1, Math.max(0, Math.floor(((to(v) - lo) / (hi - lo || 1)) * GRID))),
+      layout: log ? logAxis(spec.low, spec.high) : {},
+    };
   };
-  const ax = axis(sx), ay = axis(sy);
+  const ax = axis(sx),
+    ay = axis(sy);
   const pts = plot.points.filter((p) => p.params[xName] !== undefined && p.params[yName] !== undefined);
   const z = ay.cells.map(() => ax.cells.map(() => null));
   for (const p of pts) {
-    const i = ay.at(p.params[yName]), j = ax.at(p.params[xName]);
+    const i = ay.at(p.params[yName]),
+      j = ax.at(p.params[xName]);
     if (i < 0 || j < 0) continue;
     if (z[i][j] === null || sign(plot) * p.value < sign(plot) * z[i][j]) z[i][j] = p.value;
   }
@@ -498,10 +762,42 @@ export function renderContour(plot, view, xName, yName, openTrial) {
   const r = robustRange(plot, view, cells);
   const scale = r ? (plot.direction === "maximize" ? { zmin: r.limit, zmax: Math.max(...cells) } : { zmin: Math.min(...cells), zmax: r.limit }) : {};
   if (r) Object.assign(scale, { zauto: false, autocontour: false, contours: { start: scale.zmin, end: scale.zmax, size: (scale.zmax - scale.zmin) / 15 } });
-  const node = draw("plot-contour", [
-    Object.assign({ type: "contour", x: ax.cells, y: ay.cells, z, connectgaps: true, colorscale: BEST_FIRST, reversescale: plot.direction === "maximize", ncontours: 15, line: { width: 0.5 }, colorbar: { title: { text: `best ${plain(plot.metric)}` }, thickness: 10 }, hovertemplate: `${plain(xName)}=%{x}<br>${plain(yName)}=%{y}<br>best ${plain(plot.metric)}≈%{z:.4g}<extra></extra>` }, scale),
-    { type: "scatter", mode: "markers", x: ordered.map((p) => ax.show(p.params[xName])), y: ordered.map((p) => ay.show(p.params[yName])), customdata: ordered.map((p) => p.number), marker: { size: 4, color: "rgba(20,33,61,.55)" }, hovertemplate: `trial #%{customdata}: %{text}<extra></extra>`, text: ordered.map((p) => fmt(p.value)) },
-  ], { xaxis: Object.assign({ title: { text: plain(xName) } }, ax.layout), yaxis: Object.assign({ title: { text: plain(yName) } }, ay.layout), showlegend: false });
+  const node = draw(
+    "plot-contour",
+    [
+      Object.assign(
+        {
+          type: "contour",
+          x: ax.cells,
+          y: ay.cells,
+          z,
+          connectgaps: true,
+          colorscale: BEST_FIRST,
+          reversescale: plot.direction === "maximize",
+          ncontours: 15,
+          line: { width: 0.5 },
+          colorbar: { title: { text: `best ${plain(plot.metric)}` }, thickness: 10 },
+          hovertemplate: `${plain(xName)}=%{x}<br>${plain(yName)}=%{y}<br>best ${plain(plot.metric)}≈%{z:.4g}<extra></extra>`,
+        },
+        scale,
+      ),
+      {
+        type: "scatter",
+        mode: "markers",
+        x: ordered.map((p) => ax.show(p.params[xName])),
+        y: ordered.map((p) => ay.show(p.params[yName])),
+        customdata: ordered.map((p) => p.number),
+        marker: { size: 4, color: "rgba(20,33,61,.55)" },
+        hovertemplate: `trial #%{customdata}: %{text}<extra></extra>`,
+        text: ordered.map((p) => fmt(p.value)),
+      },
+    ],
+    {
+      xaxis: Object.assign({ title: { text: plain(xName) } }, ax.layout),
+      yaxis: Object.assign({ title: { text: plain(yName) } }, ay.layout),
+      showlegend: false,
+    },
+  );
   onClick(node, openTrial);
 }
 
@@ -512,9 +808,22 @@ export function renderEdf(plot, view) {
   const y = v.map((_, i) => (v.length > 1 ? i / (v.length - 1) : 1));
   const r = robustRange(plot, view, v);
   const xaxis = r ? { title: { text: plain(plot.metric) }, range: r.range, autorange: false } : { title: { text: plain(plot.metric) } };
-  draw("plot-edf", [{ type: "scatter", mode: "lines", x: v, y, line: { shape: "hv", color: "#2b5fd9", width: 2 }, hovertemplate: `${plain(plot.metric)} ≤ %{x:.4g}: %{y:.0%} of trials<extra></extra>` }],
-    { xaxis, yaxis: { title: { text: "fraction of completed trials" }, range: [0, 1.02], tickformat: ".0%" }, showlegend: false });
-  document.getElementById("edf-note").textContent = `The fraction of completed trials at or below each value: a steep rise early means many trials are near the best.${r ? ` The x axis stops at ${fmt(r.limit)}: ${plot.off_scale} trials lie beyond.` : ""}`;
+  draw(
+    "plot-edf",
+    [
+      {
+        type: "scatter",
+        mode: "lines",
+        x: v,
+        y,
+        line: { shape: "hv", color: "#2b5fd9", width: 2 },
+        hovertemplate: `${plain(plot.metric)} ≤ %{x:.4g}: %{y:.0%} of trials<extra></extra>`,
+      },
+    ],
+    { xaxis, yaxis: { title: { text: "fraction of completed trials" }, range: [0, 1.02], tickformat: ".0%" }, showlegend: false },
+  );
+  document.getElementById("edf-note").textContent =
+    `The fraction of completed trials at or below each value: a steep rise early means many trials are near the best.${r ? ` The x axis stops at ${fmt(r.limit)}: ${plot.off_scale} trials lie beyond.` : ""}`;
 }
 
 // ---------------------------------------------------------- importance ---
@@ -527,14 +836,37 @@ export function renderImportance(imp, plot) {
     return;
   }
   const ps = [...imp.params].reverse();
-  draw("plot-importance", [{ type: "bar", orientation: "h", y: ps.map((p) => plain(p.name)), x: ps.map((p) => p.importance), marker: { color: "#4e79a7" }, text: ps.map((p) => `${(100 * p.importance).toFixed(0)}%`), textposition: "outside", cliponaxis: false,
-    hovertemplate: "%{y}: %{x:.0%} of the explained variance<extra></extra>" }],
-  { xaxis: { title: { text: "share of the explained variance" }, tickformat: ".0%", range: [0, Math.min(1.15, Math.max(...ps.map((p) => p.importance)) * 1.2 + 0.05)] }, yaxis: { automargin: true }, margin: { l: 90, r: 20, t: 10, b: 45 } });
+  draw(
+    "plot-importance",
+    [
+      {
+        type: "bar",
+        orientation: "h",
+        y: ps.map((p) => plain(p.name)),
+        x: ps.map((p) => p.importance),
+        marker: { color: "#4e79a7" },
+        text: ps.map((p) => `${(100 * p.importance).toFixed(0)}%`),
+        textposition: "outside",
+        cliponaxis: false,
+        hovertemplate: "%{y}: %{x:.0%} of the explained variance<extra></extra>",
+      },
+    ],
+    {
+      xaxis: {
+        title: { text: "share of the explained variance" },
+        tickformat: ".0%",
+        range: [0, Math.min(1.15, Math.max(...ps.map((p) => p.importance)) * 1.2 + 0.05)],
+      },
+      yaxis: { automargin: true },
+      margin: { l: 90, r: 20, t: 10, b: 45 },
+    },
+  );
   const explained = imp.params.reduce((a, p) => a + p.raw, 0);
   const rank = `${plot && plot.objectives && plot.objectives.length > 1 ? `${plot.metric}'s` : "the objective's"} rank`;
-  note.textContent = imp.method === "permutation"
-    ? `Over ${imp.completed} completed trials: how much a nearest-neighbour model of ${rank} loses when the parameter's values are shuffled among the trials, interactions included; shares of their sum.`
-    : `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of ${rank} (binned; chance-corrected; a conditional parameter over the trials where it is active), as a share of their sum. ${explainedNote(explained)}`;
+  note.textContent =
+    imp.method === "permutation"
+      ? `Over ${imp.completed} completed trials: how much a nearest-neighbour model of ${rank} loses when the parameter's values are shuffled among the trials, interactions included; shares of their sum.`
+      : `Over ${imp.completed} completed trials: each parameter's first-order share of the variance of ${rank} (binned; chance-corrected; a conditional parameter over the trials where it is active), as a share of their sum. ${explainedNote(explained)}`;
 }
 
 /** What the first-order shares' raw sum says: over 100% the parameters varied together
@@ -548,7 +880,15 @@ function explainedNote(explained) {
 
 // ------------------------------------------------------------ timeline ---
 
-const OUTCOME_COLORS = { completed: "#59a14f", running: "#2b5fd9", failed: "#e15759", pruned: "#9aa5b1", preempted: "#f28e2b", lease_expired: "#b7791f", cancelled: "#bab0ac" };
+const OUTCOME_COLORS = {
+  completed: "#59a14f",
+  running: "#2b5fd9",
+  failed: "#e15759",
+  pruned: "#9aa5b1",
+  preempted: "#f28e2b",
+  lease_expired: "#b7791f",
+  cancelled: "#bab0ac",
+};
 
 export function renderTimeline(tl, openTrial) {
   document.getElementById("card-timeline").hidden = !tl.total;
@@ -565,16 +905,36 @@ export function renderTimeline(tl, openTrial) {
   }
   const label = (s) => plain(agentsOf.get(base(s)).size > 1 && s.agent_host ? `${base(s)} · ${(s.agent_id || "?").slice(0, 8)}` : base(s));
   const lanes = [...new Set(tl.spans.map(label))];
-  const traces = Object.entries(OUTCOME_COLORS).map(([outcome, color]) => {
-    const spans = tl.spans.filter((s) => s.outcome === outcome);
-    const ms = spans.map((s) => Math.max(500, (s.end ? new Date(s.end) : now) - new Date(s.start)));
-    return { type: "bar", orientation: "h", name: outcome.replace("_", " "), y: spans.map(label), base: spans.map((s) => s.start), x: ms, customdata: spans.map((s) => s.number),
-      text: spans.map((s, i) => `trial #${s.number} attempt ${s.attempt}: ${outcome.replace("_", " ")} after ${seconds(ms[i] / 1000)}`), hovertemplate: "%{text}<extra></extra>", textposition: "none",
-      marker: { color, line: { width: 0 } } };
-  }).filter((t) => t.y.length);
-  const node = draw("plot-timeline", traces, { barmode: "overlay", bargap: 0.3, xaxis: { type: "date", title: { text: "wall time" } }, yaxis: { type: "category", categoryorder: "array", categoryarray: lanes, tickmode: "array", tickvals: lanes, ticktext: lanes, automargin: true }, legend: { orientation: "h", y: 1.15 }, height: Math.max(220, 60 + 28 * lanes.length) });
+  const traces = Object.entries(OUTCOME_COLORS)
+    .map(([outcome, color]) => {
+      const spans = tl.spans.filter((s) => s.outcome === outcome);
+      const ms = spans.map((s) => Math.max(500, (s.end ? new Date(s.end) : now) - new Date(s.start)));
+      return {
+        type: "bar",
+        orientation: "h",
+        name: outcome.replace("_", " "),
+        y: spans.map(label),
+        base: spans.map((s) => s.start),
+        x: ms,
+        customdata: spans.map((s) => s.number),
+        text: spans.map((s, i) => `trial #${s.number} attempt ${s.attempt}: ${outcome.replace("_", " ")} after ${seconds(ms[i] / 1000)}`),
+        hovertemplate: "%{text}<extra></extra>",
+        textposition: "none",
+        marker: { color, line: { width: 0 } },
+      };
+    })
+    .filter((t) => t.y.length);
+  const node = draw("plot-timeline", traces, {
+    barmode: "overlay",
+    bargap: 0.3,
+    xaxis: { type: "date", title: { text: "wall time" } },
+    yaxis: { type: "category", categoryorder: "array", categoryarray: lanes, tickmode: "array", tickvals: lanes, ticktext: lanes, automargin: true },
+    legend: { orientation: "h", y: 1.15 },
+    height: Math.max(220, 60 + 28 * lanes.length),
+  });
   onClick(node, openTrial);
-  document.getElementById("timeline-note").textContent = tl.total > tl.spans.length
-    ? `The latest ${tl.spans.length} of ${tl.total} attempts, one lane per agent. Gaps in a lane: the agent was idle.`
-    : `${tl.total} attempts, one lane per agent, coloured by how each ended. Gaps in a lane: the agent was idle.`;
+  document.getElementById("timeline-note").textContent =
+    tl.total > tl.spans.length
+      ? `The latest ${tl.spans.length} of ${tl.total} attempts, one lane per agent. Gaps in a lane: the agent was idle.`
+      : `${tl.total} attempts, one lane per agent, coloured by how each ended. Gaps in a lane: the agent was idle.`;
 }

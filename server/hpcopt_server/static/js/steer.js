@@ -1,12 +1,11 @@
 // Steering a running campaign from the page: pause and resume it, raise its budget,
 // stop a trial. Each is a POST that needs the submit scope (the server checks it; the
 // buttons say why they are off without it), and the page refreshes from the answer.
-"use strict";
 
-import { session, api, el, cannotChange } from "./core.js";
+import { api, cannotChange, el, session } from "./core.js";
 
-const post = (path, body) => api(path, body === undefined ? { method: "POST" }
-  : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
+const post = (path, body) =>
+  api(path, body === undefined ? { method: "POST" } : { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body) });
 
 async function act(what, call) {
   try {
@@ -33,12 +32,19 @@ export function steerCampaign(c) {
   pause.textContent = paused ? "Resume" : "Pause";
   pause.dataset.state = c.state;
   pause.disabled = Boolean(scope) || !(paused || c.state === "RUNNING");
-  pause.title = scope || (pause.disabled ? `the campaign is ${c.state}`
-    : paused ? "agents get trials again at their next poll" : "agents get no new trial (they wait, keeping their allocation); running trials go on");
+  pause.title =
+    scope ||
+    (pause.disabled
+      ? `the campaign is ${c.state}`
+      : paused
+        ? "agents get trials again at their next poll"
+        : "agents get no new trial (they wait, keeping their allocation); running trials go on");
   const raise = document.getElementById("raise-budget");
   raise.dataset.max = c.max_trials;
   raise.disabled = Boolean(scope) || c.state === "CANCELLED";
-  raise.title = scope || (c.state === "CANCELLED" ? "the campaign is CANCELLED" : `more trials than ${c.max_trials}${c.state === "COMPLETED" ? "; the campaign runs again" : ""}`);
+  raise.title =
+    scope ||
+    (c.state === "CANCELLED" ? "the campaign is CANCELLED" : `more trials than ${c.max_trials}${c.state === "COMPLETED" ? "; the campaign runs again" : ""}`);
 }
 
 function togglePause(id, state) {
@@ -50,7 +56,10 @@ function raiseBudget(id, max) {
   const answer = prompt(`Raise the budget of campaign ${id} from ${max} trials to:`, String(max * 2));
   if (answer === null) return;
   const n = Number(answer.trim());
-  if (!Number.isInteger(n) || n <= max) { alert(`The budget can only be raised: give a whole number above ${max}.`); return; }
+  if (!Number.isInteger(n) || n <= max) {
+    alert(`The budget can only be raised: give a whole number above ${max}.`);
+    return;
+  }
   act("raising the budget", () => post(`/campaigns/${id}/budget`, { max_trials: n }));
 }
 
@@ -59,7 +68,10 @@ export function stopButton(cid, t, id) {
   const open = t.state === "QUEUED" || t.state === "RUNNING";
   const scope = cannotChange(cid);
   return el("button", {
-    id, class: "danger small", text: "Stop", disabled: Boolean(scope) || !open,
+    id,
+    class: "danger small",
+    text: "Stop",
+    disabled: Boolean(scope) || !open,
     title: scope || (open ? `stop trial #${t.number}: its agent stops at its next heartbeat and goes on with another trial` : `the trial is ${t.state}`),
     onclick: (e) => {
       e.stopPropagation();
