@@ -6,6 +6,21 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --services
 export PATH="$PWD/.venv/bin:$PATH"
 
+# HPCOPT_TEST_BUSY=N runs the suite next to N busy loops (one core each), the way CI's
+# machine may be shared: `HPCOPT_TEST_BUSY=2 make test` on the 2-core development
+# machine. The loops start before the lint, so the load is up when pytest starts, and
+# end with this script.
+busy=${HPCOPT_TEST_BUSY:-0}
+case "$busy" in '' | *[!0-9]*) echo "HPCOPT_TEST_BUSY must be a whole number of busy loops, not '$busy'"; exit 2 ;; esac
+loops=()
+stop_loops() { [ ${#loops[@]} -eq 0 ] || kill "${loops[@]}" 2>/dev/null || true; }
+trap stop_loops EXIT
+for _ in $(seq 1 "$busy"); do
+  bash -c 'while :; do :; done' &
+  loops+=($!)
+done
+[ "$busy" = 0 ] || echo "== $busy busy loop(s) running beside the suite (HPCOPT_TEST_BUSY)"
+
 echo "== ruff"
 ruff check .
 ruff format --check .

@@ -43,6 +43,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_tmpdir_key] = path
 
 
+#: A test's own limit in seconds as written (its marker's, else the ini's), before any stretch.
+_written_limit = pytest.StashKey[float]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks what a test's fixtures show it needs (the ``browser`` and ``slurm``
     fixtures), then stretches every test's timeout (its marker's, else the ini's 300 s)
@@ -51,17 +55,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for part in ("browser", "slurm"):
             if part in getattr(item, "fixturenames", ()):
                 item.add_marker(part)
-    scale = timeout_scale()
-    if scale == 1.0:
-        return
     default = float(config.getini("timeout") or 0)
+    scale = timeout_scale()
     for item in items:
         marker = item.get_closest_marker("timeout")
         seconds = default
         if marker is not None:
             seconds = float(marker.args[0] if marker.args else marker.kwargs.get("timeout", default))
         if seconds > 0:
-            item.add_marker(pytest.mark.timeout(seconds * scale), append=False)
+            item.stash[_written_limit] = seconds
+            if scale > 1.0:
+                item.add_marker(pytest.mark.timeout(seconds * scale), append=False)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    """Stretches the test's limit again as it starts, by the load now if that is more
+    than at collection: a machine that got busy during the run (another job, CI's
+    neighbours) stretches the tests that start after. Runs before pytest-timeout's own
+    wrapper, which reads the marker to arm its timer."""
+    seconds = item.stash.get(_written_limit, 0.0)
+    if seconds > 0:
+        item.add_marker(pytest.mark.timeout(seconds * timeout_scale()), append=False)
+    yield
 
 
 @pytest.hookimpl(tryfirst=True)
