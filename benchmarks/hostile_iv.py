@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PRELUDE = """
 import json, os, sys, tempfile, time, socket, threading, copy
 sys.path.insert(0, {root!r})
-from tests.conftest import make_spec, free_port
-from tests.server.process import ServerProcess
+from tests.helpers.specs import make_spec
+from tests.helpers.live import free_port
+from tests.helpers.process import ServerProcess
 from hpcopt_server.storage.migrate import upgrade
 tmp = tempfile.mkdtemp()
 def out(**kw): print("RESULT " + json.dumps(kw), flush=True)

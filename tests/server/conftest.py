@@ -11,7 +11,7 @@ from hpcopt_server.storage.migrate import upgrade
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
-    """A migrated SQLite file for a ``tests.server.process.ServerProcess``."""
+    """A migrated SQLite file for a ``tests.helpers.process.ServerProcess``."""
     url = f"sqlite:///{tmp_path / 'server.db'}"
     upgrade(url)
     return url
