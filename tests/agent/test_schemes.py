@@ -164,7 +164,7 @@ def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninter
             "options": {"downpour": {"sub_masters": 1, "order": "round_robin", "sync_every": 2}},
         },
     )
-    slow = {"HPCOPT_TEST_STEP_SLEEP": "0.03"}
+    slow = {"HPCOPT_TEST_STEP_SLEEP": "0.1"}
     whole = agent_server.submit(spec)
     result = agent_server.run_agent(4, whole)
     assert result.returncode == 0, dump(result)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.helpers.env import IN_CI, ROOT, require_marker, scaled
+from tests.helpers.env import IN_CI, ROOT, require_marker, scaled, timeout_scale
 from tests.helpers.specs import make_spec
 
 BIN = Path(sys.executable).parent
@@ -228,7 +228,12 @@ def trial_json(server: AgentServer, trial_id: int) -> dict[str, Any]:
 def preempt_after_first_epoch(server: AgentServer, campaign: int, **env: str) -> str:
     """Starts a 4-rank agent on ``campaign``, and once its trial reported an epoch sends
     SIGTERM to every process of the ranks (as Slurm does); returns the agent's log after
-    it exited 0 and said PREEMPTED."""
+    it exited 0 and said PREEMPTED. ``HPCOPT_TEST_STEP_SLEEP`` (a pause per training
+    step, which leaves the signal time to arrive mid-training) is stretched by the
+    load: on a busy machine the poll that sees the first epoch answers late, and with
+    the pause as written the trial had finished its last epoch before the signal."""
+    if "HPCOPT_TEST_STEP_SLEEP" in env:
+        env["HPCOPT_TEST_STEP_SLEEP"] = f"{float(env['HPCOPT_TEST_STEP_SLEEP']) * timeout_scale():.3f}"
     log = server.workdir / f"preempted-{campaign}.log"
     agent = server.start_agent(4, campaign, log=log, **env)
 
