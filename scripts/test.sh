@@ -27,7 +27,7 @@ ruff format --check .
 echo "== mypy"
 mypy
 echo "== biome (the dashboard's JavaScript: format and lint)"
-biome ci --error-on-warnings
+biome ci --error-on-warnings --colors=off
 echo "== docs (mkdocs build --strict)"
 docs_out=$(mktemp -d)
 # Not --quiet: mkdocs drops warnings under it before --strict counts them.
