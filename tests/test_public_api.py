@@ -99,5 +99,10 @@ def test_old_module_paths_are_the_moved_modules_and_say_where_they_went() -> Non
     with pytest.warns(DeprecationWarning):
         from hpcopt.spec import parse_spec  # type: ignore[import-not-found]
     assert parse_spec is hpcopt.parse_spec
+    # An old name read as the package's attribute, as `import hpcopt; hpcopt.planner.X` did.
+    sys.modules.pop("hpcopt.planner", None)
+    vars(hpcopt).pop("planner", None)
+    with pytest.warns(DeprecationWarning, match="hpcopt.planner moved to hpcopt.core.planner"):
+        assert hpcopt.planner.Layout is importlib.import_module("hpcopt.core.planner").Layout
     # Nothing in the tree imports an old path: the warning is for users only.
     assert not [m for m in MOVED if (ROOT / "client" / (m.replace(".", "/") + ".py")).exists()]

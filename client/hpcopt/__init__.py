@@ -37,6 +37,17 @@ __version__ = "0.1.0"
 
 _moved.install()  # old module paths (hpcopt.spec, hpcopt.records, ...) keep working, deprecated
 
+
+def __getattr__(name: str) -> object:
+    # ``import hpcopt; hpcopt.records.Trial`` worked while the package imported its
+    # modules by their old names: an old name is the moved module, with the warning.
+    if f"hpcopt.{name}" in _moved.MOVED:
+        import importlib
+
+        return importlib.import_module(f"hpcopt.{name}")
+    raise AttributeError(f"module 'hpcopt' has no attribute {name!r}")
+
+
 __all__ = [
     "Action",
     "ActiveTrial",
