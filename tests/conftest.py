@@ -49,31 +49,27 @@ _written_limit = pytest.StashKey[float]()
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Marks what a test's fixtures show it needs (the ``browser`` and ``slurm``
-    fixtures), then stretches every test's timeout (its marker's, else the ini's 300 s)
-    by :func:`timeout_scale`."""
+    fixtures), and keeps each test's timeout as written (its marker's, else the ini's
+    300 s) for :func:`pytest_runtest_protocol` to stretch."""
+    default = float(config.getini("timeout") or 0)
     for item in items:
         for part in ("browser", "slurm"):
             if part in getattr(item, "fixturenames", ()):
                 item.add_marker(part)
-    default = float(config.getini("timeout") or 0)
-    scale = timeout_scale()
-    for item in items:
         marker = item.get_closest_marker("timeout")
         seconds = default
         if marker is not None:
             seconds = float(marker.args[0] if marker.args else marker.kwargs.get("timeout", default))
         if seconds > 0:
             item.stash[_written_limit] = seconds
-            if scale > 1.0:
-                item.add_marker(pytest.mark.timeout(seconds * scale), append=False)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
-    """Stretches the test's limit again as it starts, by the load now if that is more
-    than at collection: a machine that got busy during the run (another job, CI's
-    neighbours) stretches the tests that start after. Runs before pytest-timeout's own
-    wrapper, which reads the marker to arm its timer."""
+    """Stretches the test's limit as it starts by :func:`timeout_scale` (the load at
+    collection or now, whichever is more): a machine that got busy during the run
+    (another job, CI's neighbours) stretches the tests that start after. Runs before
+    pytest-timeout's own wrapper, which reads the marker to arm its timer."""
     seconds = item.stash.get(_written_limit, 0.0)
     if seconds > 0:
         item.add_marker(pytest.mark.timeout(seconds * timeout_scale()), append=False)

@@ -6,18 +6,7 @@ health, and a CSV of the trials."""
 
 from __future__ import annotations
 
-from hpcopt_server.service.insights.base import (
-    EXTRA_SORT_KEYS,
-    MAX_CURVE_TRIALS,
-    MAX_PLOT_POINTS,
-    MAX_RANGES,
-    MAX_SPANS,
-    AgentView,
-    Ran,
-    RunningPage,
-    TablePage,
-    TrialDetail,
-)
+from hpcopt_server.service.insights.base import AgentView, Ran, RunningPage, TablePage, TrialDetail
 from hpcopt_server.service.insights.plots import Plots
 from hpcopt_server.service.insights.runs import Runs
 from hpcopt_server.service.insights.table import Table
@@ -30,11 +19,6 @@ class InsightService(Plots, Table, Runs):
 
 
 __all__ = [
-    "EXTRA_SORT_KEYS",
-    "MAX_CURVE_TRIALS",
-    "MAX_PLOT_POINTS",
-    "MAX_RANGES",
-    "MAX_SPANS",
     "AgentView",
     "InsightService",
     "Ran",
