@@ -15,6 +15,17 @@ cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY="$VENV/bin/python"
 [ -x "$PY" ] || { echo "build_horovod: $PY missing; run 'bash scripts/setup.sh' first" >&2; exit 1; }
+# One build at a time per machine: a second setup.sh while the first one's background build
+# runs (make test right after make setup) started a second compile beside it, each taking
+# both cores. The later one waits for the first, then installs its wheel from the cache; a
+# HOROVOD_CACHED_ONLY call does not wait (exit 3, as with no cached wheel).
+mkdir -p "${HPCOPT_CACHE:-$HOME/.cache/hpcopt}/wheels"
+exec 9>"${HPCOPT_CACHE:-$HOME/.cache/hpcopt}/wheels/.horovod-build.lock"
+if ! flock -n 9; then
+    [ -n "${HOROVOD_CACHED_ONLY:-}" ] && { echo "build_horovod: another build is running (HOROVOD_CACHED_ONLY: not waiting)"; exit 3; }
+    echo "build_horovod: another build is running; waiting for it"
+    flock 9
+fi
 if "$PY" -c "import horovod.torch" 2>/dev/null; then
     echo "build_horovod: horovod.torch already imports in $VENV; nothing to do"
     exit 0

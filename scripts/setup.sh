@@ -122,7 +122,11 @@ if [ "${1:-}" = "--services" ]; then
   # cached outside the tree, then installed from the cache in seconds. A first build runs
   # in the background while the tests start; the Horovod tests wait for it
   # (tests/helpers/agents.py: require_horovod), its log in .venv/horovod-build.log.
-  if ! .venv/bin/python -c "import horovod.torch" 2>/dev/null; then
+  # A build already under way (this script run twice: make setup, then make test) is
+  # left to finish; the tests wait for the pid recorded here either way.
+  if [ -f .venv/horovod-build.pid ] && kill -0 "$(cat .venv/horovod-build.pid)" 2>/dev/null; then
+    echo "setup: Horovod's background build is already running (log: .venv/horovod-build.log)"
+  elif ! .venv/bin/python -c "import horovod.torch" 2>/dev/null; then
     if ! HOROVOD_CACHED_ONLY=1 bash scripts/build_horovod.sh; then
       echo "setup: building Horovod in the background (log: .venv/horovod-build.log)"
       nohup bash scripts/build_horovod.sh > .venv/horovod-build.log 2>&1 &

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from hpcopt_server.service.agents import Lease
+from tests.helpers.db import migrated_sqlite
 from tests.helpers.env import IN_CI, ROOT, scaled
 from tests.helpers.live import LiveServer, run_live_server
 from tests.helpers.netlock import network_lock
@@ -48,11 +49,9 @@ def seed_and_serve(
     """A live server over a fresh database with the small, (big) and spare campaigns;
     ``slow``: its REST answers are delayed (``run_live_server``)."""
     from hpcopt_server.service import Service
-    from hpcopt_server.storage.migrate import upgrade
     from hpcopt_server.storage.repository import Storage
 
-    url = f"sqlite:///{tmp_path_factory.mktemp('dash') / 'hpcopt.db'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path_factory.mktemp("dash") / "hpcopt.db")
     storage = Storage(url)
     service = Service(storage)
     small = seed_campaign(service, name="mlp-small", completed=60, failed=3, queued=2, curves_for=60)

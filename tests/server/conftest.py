@@ -6,12 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcopt_server.storage.migrate import upgrade
+from tests.helpers.db import migrated_sqlite
 
 
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     """A migrated SQLite file for a ``tests.helpers.process.ServerProcess``."""
-    url = f"sqlite:///{tmp_path / 'server.db'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "server.db")
     return url

@@ -25,6 +25,7 @@ from hpcopt_server.storage import models as m
 from hpcopt_server.storage.agent_calls import DONE, PAUSED, WAIT, AgentCalls, FoldDone, Refused, Reported
 from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
+from tests.helpers.db import migrated_sqlite
 from tests.helpers.env import scaled
 from tests.helpers.specs import make_spec
 
@@ -44,8 +45,7 @@ def svc(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[Service]:
     if request.param == "postgresql":
         url: str = request.getfixturevalue("pg_url")
     else:
-        url = f"sqlite:///{tmp_path / 'calls.db'}"
-        upgrade(url)
+        url = migrated_sqlite(tmp_path / "calls.db")
     storage = Storage(url)
     if request.param == "sqlite-without-returning":
         dialect = storage.db.engine.dialect

@@ -17,9 +17,9 @@ import pytest
 from hpcopt.v1 import agent_pb2, campaign_pb2
 from hpcopt_server.operations import BY_REST, BY_RPC
 from hpcopt_server.service import Service
-from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
 from tests.helpers import web
+from tests.helpers.db import migrated_sqlite
 from tests.helpers.env import scaled
 from tests.helpers.live import LiveServer, free_port, run_live_server
 from tests.helpers.specs import make_spec
@@ -31,8 +31,7 @@ WRONG = {"read": "agent", "submit": "read", "agent": "submit"}
 
 @pytest.fixture
 def secured(tmp_path: Path) -> Iterator[tuple[LiveServer, dict[str, str], int]]:
-    url = f"sqlite:///{tmp_path / 'auth.db'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "auth.db")
     storage = Storage(url)
     service = Service(storage)
     tokens = {scope: service.tokens.create(f"{scope}-token", [scope])[1] for scope in SCOPES}

@@ -21,9 +21,9 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import Lease
-from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
 from tests.helpers.clients import AgentClient
+from tests.helpers.db import migrated_sqlite
 from tests.helpers.env import scaled
 from tests.helpers.live import LiveServer, run_live_server
 from tests.helpers.specs import make_spec
@@ -33,8 +33,7 @@ pytestmark = pytest.mark.timeout(900)
 
 @pytest.fixture
 def sqlite_server(tmp_path: Path) -> Iterator[LiveServer]:
-    url = f"sqlite:///{tmp_path / 'import.db'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "import.db")
     storage = Storage(url)
     try:
         yield from run_live_server(Service(storage))

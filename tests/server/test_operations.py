@@ -14,8 +14,8 @@ from hpcopt_server.api.app import create_app
 from hpcopt_server.metrics import Metrics
 from hpcopt_server.operations import BY_REST, BY_RPC, OPERATIONS, rest_scope, rpc_scope
 from hpcopt_server.service import Service
-from hpcopt_server.storage.migrate import upgrade
 from hpcopt_server.storage.repository import Storage
+from tests.helpers.db import migrated_sqlite
 
 #: Routes that answer a POST without changing anything: a spec checked, not stored.
 READ_ONLY_POSTS = {"validate_campaign"}
@@ -31,8 +31,7 @@ def _protos() -> list[str]:
 
 
 def _routes(tmp_path: Path) -> dict[str, set[str]]:
-    url = f"sqlite:///{tmp_path / 'ops.db'}"
-    upgrade(url)
+    url = migrated_sqlite(tmp_path / "ops.db")
     storage = Storage(url)
     try:
         service = Service(storage)

@@ -21,6 +21,7 @@ from hpcopt_server.storage import migrate
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.repository import Storage, Tx
 from hpcopt_server.storage.store import Store
+from tests.helpers.db import migrated_sqlite
 from tests.helpers.specs import make_spec
 
 NOW = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -34,8 +35,7 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]
     if request.param == "postgresql":
         url: str = request.getfixturevalue("pg_url")
     else:
-        url = f"sqlite:///{tmp_path / 'hpcopt.db'}"
-        migrate.upgrade(url)
+        url = migrated_sqlite(tmp_path / "hpcopt.db")
     s = Storage(url)
     if request.param == "sqlite-without-returning":
         dialect = s.db.engine.dialect
