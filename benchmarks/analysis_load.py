@@ -72,7 +72,7 @@ def seed(db: str, campaigns: int, params: int, trials: int) -> list[int]:
                 v = x[0] + 0.5 * x[1] ** 2 + 0.1 * rng.random()
                 at = t0 + timedelta(seconds=number)
                 trial = tx.trials.insert(cid, number, p, d.TrialState.RUNNING, at, started_at=at)
-                tx.trials.put_fold(trial.id, d.Fold(0, True, v, {"loss": v}, "", 1), at)
+                tx.trials.put_folds(trial.id, [d.Fold(0, True, v, {"loss": v}, "", 1)], at)
                 tx.trials.finish(trial.id, d.TrialState.COMPLETED, at + timedelta(seconds=1), value=v, value_std=0.0)
             tx.campaigns.set_next_number(cid, trials)
         ids.append(cid)

@@ -90,8 +90,7 @@ def seed_campaign(
             elif number < completed + pruned:
                 trial = tx.trials.insert(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
                 base = loss(params) + 1.0
-                for e in (1, 2):
-                    tx.trials.put_curve_point(trial.id, 0, e, base + (epochs - e) * 0.3)
+                tx.trials.put_curve(trial.id, 0, [(e, base + (epochs - e) * 0.3) for e in (1, 2)])
                 reached = base + (epochs - 2) * 0.3
                 why = f"median: its best loss in fold 0 up to epoch 2 ({reached:.4g}) is worse than the median"
                 tx.trials.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
@@ -144,11 +143,14 @@ def write_completed(
     mean = sum(values) / folds
     std = (sum((v - mean) ** 2 for v in values) / max(1, folds - 1)) ** 0.5
     trial = tx.trials.insert(cid, number, params, d.TrialState.RUNNING, started, started_at=started)
+    uris = [f"file:///ckpt/{cid}/{trial.id}/fold{k}.pt" for k in range(folds)]
+    tx.trials.put_folds(
+        trial.id,
+        [d.Fold(k, True, v, {"loss": v, "acc": 1 / (1 + v)}, uris[k], 1) for k, v in enumerate(values)],
+        started,
+    )
     for k, v in enumerate(values):
-        uri = f"file:///ckpt/{cid}/{trial.id}/fold{k}.pt"
-        tx.trials.put_fold(trial.id, d.Fold(k, True, v, {"loss": v, "acc": 1 / (1 + v)}, uri, 1), started)
-        for e in range(1, epochs + 1):
-            tx.trials.put_curve_point(trial.id, k, e, v + (epochs - e) * 0.3 * (1 + k * 0.1))
+        tx.trials.put_curve(trial.id, k, [(e, v + (epochs - e) * 0.3 * (1 + k * 0.1)) for e in range(1, epochs + 1)])
     tx.trials.add_event(trial.id, 1, "acquired", started, agent_id=agent_id)
     done = started + timedelta(seconds=30)
     tx.trials.finish(trial.id, d.TrialState.COMPLETED, done, value=mean, value_std=std, agent_id=agent_id)

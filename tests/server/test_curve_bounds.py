@@ -70,8 +70,7 @@ def test_an_agent_reporting_every_step_leaves_a_bounded_curve_with_its_best_poin
 def test_reads_return_at_most_the_read_bound_per_fold_whatever_is_stored(service: Any) -> None:
     lease, cid = _running(service, 10_000)
     with service.ctx.storage.write() as tx:  # stored before the cap existed, say
-        for step in range(READ_POINTS_PER_FOLD * 3):
-            tx.trials.put_curve_point(lease.trial_id, 0, step, float(step % 17))
+        tx.trials.put_curve(lease.trial_id, 0, [(step, float(step % 17)) for step in range(READ_POINTS_PER_FOLD * 3)])
     trial = service.campaigns.trial(lease.trial_id)
     assert len(trial.curves) <= READ_POINTS_PER_FOLD
     assert {trial.curves[0].step, trial.curves[-1].step} == {0, READ_POINTS_PER_FOLD * 3 - 1}

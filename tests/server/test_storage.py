@@ -192,9 +192,11 @@ class TestTrials:
         c = _campaign(storage)
         t = _trial(storage, c.id)
         with storage.write() as tx:
-            tx.trials.put_fold(t.id, d.Fold(1, False, None, {}, "file:///b", 1), NOW)
-            tx.trials.put_fold(t.id, d.Fold(1, True, 0.5, {"acc": 0.9}, "file:///a", 1), NOW)
-            tx.trials.put_fold(t.id, d.Fold(0, False, None, {}, "", 1), NOW)
+            tx.trials.put_folds(t.id, [d.Fold(1, False, None, {}, "file:///b", 1)], NOW)
+            tx.trials.put_folds(
+                t.id, [d.Fold(1, True, 0.5, {"acc": 0.9}, "file:///a", 1), d.Fold(0, False, None, {}, "", 1)], NOW
+            )
+            tx.trials.put_folds(t.id, [], NOW)
         with storage.read() as tx:
             got = tx.trials.get(t.id)
             bare = tx.trials.get(t.id, folds=False)
@@ -207,9 +209,8 @@ class TestTrials:
         c = _campaign(storage)
         t = _trial(storage, c.id)
         with storage.write() as tx:
-            tx.trials.put_curve_point(t.id, 0, 1, 0.9)
-            tx.trials.put_curve_point(t.id, 0, 0, 1.0)
-            tx.trials.put_curve_point(t.id, 0, 1, 0.8)
+            tx.trials.put_curve(t.id, 0, [(1, 0.7), (0, 1.0)])
+            tx.trials.put_curve(t.id, 0, [(1, 0.9), (1, 0.8)])  # a stored step; a repeated one: the last
             tx.trials.add_event(t.id, 1, "acquired", NOW, agent_id="a1")
         with storage.read() as tx:
             got = tx.trials.get(t.id, full=True)
@@ -217,8 +218,7 @@ class TestTrials:
         assert got.curves == (d.CurvePoint(0, 0, 1.0), d.CurvePoint(0, 1, 0.8))
         assert [(e.kind, e.agent_id) for e in got.events] == [("acquired", "a1")]
         with storage.write() as tx:
-            for step in range(2, 40):
-                tx.trials.put_curve_point(t.id, 0, step, 1.0 / step)
+            tx.trials.put_curve(t.id, 0, [(step, 1.0 / step) for step in range(2, 40)])
             gone = tx.trials.thin_curve(t.id, 0, 10)
         with storage.read() as tx:
             kept = tx.results.curves_of([t.id], None)[t.id]
@@ -486,9 +486,8 @@ class TestViews:
             tx.trials.add_event(t0.id, 1, "acquired", NOW, agent_id="a1")
             tx.trials.add_event(t1.id, 1, "acquired", NOW + timedelta(seconds=1), agent_id="a2")
             tx.trials.add_event(t1.id, 1, "failed", LATER, agent_id="a2")
-            tx.trials.put_curve_point(t0.id, 0, 1, 0.9)
-            tx.trials.put_curve_point(t0.id, 0, 2, 0.7)
-            tx.trials.put_fold(t0.id, d.Fold(0, True, 0.7, {}, "", 1), NOW)
+            tx.trials.put_curve(t0.id, 0, [(1, 0.9), (2, 0.7)])
+            tx.trials.put_folds(t0.id, [d.Fold(0, True, 0.7, {}, "", 1)], NOW)
             tx.campaigns.lock(c.id)
             tx.trials.finish(t1.id, d.TrialState.FAILED, LATER)
         with storage.read() as tx:
@@ -514,9 +513,12 @@ class TestResults:
         with storage.write() as tx:
             for i, v in enumerate([0.5, 0.1, 0.9]):
                 t = tx.trials.insert(c.id, i, {"lr": v}, d.TrialState.RUNNING, NOW)
-                tx.trials.put_fold(t.id, d.Fold(0, True, v, {"samples_per_second": 10.0 * (i + 1)}, "", 1), NOW)
-                tx.trials.put_fold(t.id, d.Fold(1, True, v + 1, {}, "", 1), NOW)
-                tx.trials.put_curve_point(t.id, 0, 3, v)
+                folds = [
+                    d.Fold(0, True, v, {"samples_per_second": 10.0 * (i + 1)}, "", 1),
+                    d.Fold(1, True, v + 1, {}, "", 1),
+                ]
+                tx.trials.put_folds(t.id, folds, NOW)
+                tx.trials.put_curve(t.id, 0, [(3, v)])
                 out.append(t)
             tx.campaigns.lock(c.id)
             for t, v in zip(out[:2], [0.5, 0.1], strict=True):

@@ -144,19 +144,19 @@ def _trial(tx: Tx, c: d.Campaign, doc: ExportDoc, t: TrialDoc, ids: dict[int, in
         started_at=t.started_at,
         lineage=_imported(t.lineage, ids),
     )
-    for f in t.folds:
-        # A checkpoint URI names a file of the exporting server's agents and trials:
-        # never offered to an agent here (an unfinished fold of an imported trial trains
-        # from its start).
-        copied = d.Fold(f.index, f.finished, f.value if f.finished else None, dict(f.metrics), "", f.attempt)
-        tx.trials.put_fold(new.id, copied, now)
+    # A checkpoint URI names a file of the exporting server's agents and trials: never
+    # offered to an agent here (an unfinished fold of an imported trial trains from its
+    # start).
+    folds = [
+        d.Fold(f.index, f.finished, f.value if f.finished else None, dict(f.metrics), "", f.attempt) for f in t.folds
+    ]
+    tx.trials.put_folds(new.id, folds, now)
     # Held to the campaign's cap per fold, as reports are (hpcopt_server.curves).
     by_fold: dict[int, list[tuple[int, float]]] = {}
     for p in sorted(t.curves, key=lambda p: (p.fold, p.step)):
         by_fold.setdefault(p.fold, []).append((p.step, p.value))
     for fold, points in by_fold.items():
-        for step, value in thin(points, c.curve_points):
-            tx.trials.put_curve_point(new.id, fold, step, value)
+        tx.trials.put_curve(new.id, fold, thin(points, c.curve_points))
     for e in t.events:
         tx.trials.add_event(new.id, e.attempt, e.kind, e.at, agent_id=e.agent_id, reason=e.reason)
     tx.trials.add_event(new.id, t.attempt, "imported", now, reason=f"from campaign {doc.campaign.id}")

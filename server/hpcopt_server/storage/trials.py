@@ -5,6 +5,7 @@ final state goes through :mod:`~hpcopt_server.storage.finishing`."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
@@ -238,24 +239,34 @@ class TrialStore(Store):
         self._forget(m.CampaignRow, campaign_id)
         return seq
 
-    def put_fold(self, trial_id: int, fold: d.Fold, now: datetime) -> None:
-        """Stores the fold as given (an import, a fixture), replacing one of that index."""
-        row = self.s.get(m.FoldRow, (trial_id, fold.index))
-        if row is None:
-            row = m.FoldRow(trial_id=trial_id, index=fold.index)
-            self.s.add(row)
-        row.finished, row.value, row.metrics = fold.finished, fold.value, dict(fold.metrics)
-        row.checkpoint_uri, row.attempt, row.updated_at = fold.checkpoint_uri, fold.attempt, now
-        self.s.flush()
+    def put_folds(self, trial_id: int, folds: Iterable[d.Fold], now: datetime) -> None:
+        """Stores the folds as given (an import, a fixture), each replacing the stored one
+        of its index (the last of an index given wins), in one statement."""
+        rows = {
+            f.index: {
+                "trial_id": trial_id,
+                "fold": f.index,
+                "finished": f.finished,
+                "value": f.value,
+                "metrics": dict(f.metrics),
+                "checkpoint_uri": f.checkpoint_uri,
+                "attempt": f.attempt,
+                "updated_at": now,
+            }
+            for f in folds
+        }
+        self._put(m.FoldRow.__table__, ("trial_id", "fold"), list(rows.values()))
 
-    def put_curve_point(self, trial_id: int, fold: int, step: int, value: float) -> None:
-        """Stores one learning-curve point; a repeated (fold, step) replaces the old value."""
-        row = self.s.get(m.CurveRow, (trial_id, fold, step))
-        if row is None:
-            self.s.add(m.CurveRow(trial_id=trial_id, fold=fold, step=step, value=value))
-        else:
-            row.value = value
-        self.s.flush()
+    def put_curve(self, trial_id: int, fold: int, points: Iterable[tuple[int, float]]) -> None:
+        """Stores the fold's learning-curve points ``(step, value)`` in one statement; a
+        stored (or repeated) step takes the last value given."""
+        rows = {step: {"trial_id": trial_id, "fold": fold, "step": step, "value": value} for step, value in points}
+        self._put(m.CurveRow.__table__, ("trial_id", "fold", "step"), list(rows.values()))
+
+    def _put(self, table: Any, key: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
+        """Inserts ``rows`` (at most one per ``key``), replacing those already stored."""
+        if rows:
+            self.s.execute(_replacing(self._upsert(), table, key), rows)
 
     def thin_curve(self, trial_id: int, fold: int, target: int) -> int:
         """Thins the fold's curve to at most ``target`` points (see hpcopt_server.curves);
@@ -294,3 +305,13 @@ class TrialStore(Store):
         row = self.s.identity_map.get(self.s.identity_key(model, key))
         if row is not None:
             self.s.expire(row)
+
+
+@functools.cache
+def _replacing(insert: Any, table: Any, key: tuple[str, ...]) -> Any:
+    """The dialect's ``INSERT … ON CONFLICT (key) DO UPDATE`` of every other column (built
+    once: building ``excluded`` costs more than a small insert)."""
+    q = insert(table)
+    return q.on_conflict_do_update(
+        index_elements=list(key), set_={c.name: q.excluded[c.name] for c in table.columns if c.name not in key}
+    )
