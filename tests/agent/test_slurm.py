@@ -145,20 +145,29 @@ def test_a_request_the_cluster_can_never_run_is_refused_at_submission(slurm: Non
 def test_a_short_walltime_stops_trials_in_time_and_the_job_ends_before_it(
     slurm: None, agent_server: AgentServer
 ) -> None:
-    # A 4-minute job whose last 190 s are the agent's reserve (the script's own USR1 comes
-    # 120 s before the end, later): the agent plans from a probe, starts trials while one
-    # is predicted to reach a checkpoint before the reserve, then checkpoints what runs
-    # and gives it back; neither the script's signal nor Slurm has to stop it.
+    # A 6-minute job whose last minutes are the agent's reserve (the script's own USR1
+    # comes 120 s before the end, later): the agent plans from a probe, starts trials
+    # while one is predicted to reach a checkpoint before the reserve, then checkpoints
+    # what runs and gives it back; neither the script's signal nor Slurm has to stop it.
     spec = agent_spec(
         budget={"max_trials": 200, "max_parallel": 4}, training={"task": "tests/agent/tasks.py:Regression", "epochs": 4}
     )
     campaign = agent_server.submit(spec)
-    # On a loaded machine the job's start (srun, imports, the probe) ate the 50 s before
-    # the reserve and no trial could start (the suite under a make demo loop, load 3.6
-    # per core): the job is then 6 minutes, 170 s before the reserve.
-    minutes = 4 if timeout_scale() < 1.5 else 6
+    # The agent works until the reserve, so the window before it is what the test costs:
+    # 50 s on a quiet machine. On a loaded one the job's start (srun, imports, the probe)
+    # ate 50 s and no trial could start (the suite under a make demo loop, load 3.6 per
+    # core): the window stretches with the load, the reserve staying past the USR1.
+    minutes = 6
+    window = min(50 * timeout_scale(), 60 * minutes - 130)
+    reserve = round(60 * minutes - window)
     job = sbatch(
-        agent_server, "agent.sbatch", campaign, "--reserve", "190", time=str(minutes), HPCOPT_TEST_STEP_SLEEP="0.3"
+        agent_server,
+        "agent.sbatch",
+        campaign,
+        "--reserve",
+        str(reserve),
+        time=str(minutes),
+        HPCOPT_TEST_STEP_SLEEP="0.3",
     )
     assert wait_job(job, timeout=scaled(60) * minutes + 120) == "COMPLETED", output(agent_server, job)  # not TIMEOUT
     text = output(agent_server, job)
