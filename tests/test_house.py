@@ -38,7 +38,7 @@ def test_no_line_is_packed_past_the_formatter() -> None:
 #: client whose fixed default it is (httpx's 5 s; use ``tests.helpers.web`` and
 #: ``tests.helpers.clients``).
 _FIXED_WAITS = {
-    "a fixed timeout=": re.compile(r"\btimeout=[0-9]"),
+    "a fixed timeout=": re.compile(r"\btimeout=([0-9]|[A-Z][A-Z0-9_]*\b)"),  # a figure, or a constant's
     "a fixed timeout default": re.compile(r"\w*timeout: float = [0-9]"),
     "a fixed deadline": re.compile(r"monotonic\(\) \+ [0-9]"),
     "httpx's fixed 5 s default": re.compile(r"\bhttpx\.(get|post|put|patch|delete|request|stream|Client)\("),

@@ -16,14 +16,15 @@ import pytest
 from hpcopt_server.service import Service
 from hpcopt_server.storage.repository import Storage
 from tests.helpers.clients import AgentClient, Client
-from tests.helpers.env import IN_CI
+from tests.helpers.env import IN_CI, scaled
 from tests.helpers.process import ServerProcess
 from tests.helpers.specs import make_spec
 
 CHECKS = "not_a_server_error,response_schema_conformance,status_code_conformance,content_type_conformance"
 SEED = 20261123
 MAX_EXAMPLES = 15  # per operation and phase: ~450 requests (20 took 56 s of a 25-minute CI budget)
-#: A hard stop only. (schemathesis's own --max-time makes it repeat until the time is spent.)
+#: A hard stop only, stretched with the load as every test limit is (schemathesis's own
+#: --max-time makes it repeat until the time is spent).
 TIMEOUT_SECONDS = 300
 
 
@@ -68,14 +69,14 @@ def test_schemathesis_finds_nothing_on_postgresql_with_auth(pg_url: str, tmp_pat
                 "--max-examples",
                 str(MAX_EXAMPLES),
                 "--request-timeout",
-                "20",
+                str(round(scaled(20))),
                 "--workers",
                 "1",
                 "--no-color",
             ],
             capture_output=True,
             text=True,
-            timeout=TIMEOUT_SECONDS,
+            timeout=scaled(TIMEOUT_SECONDS),
             cwd=tmp_path,  # its .schemathesis/ cache stays out of the tree
             env={**os.environ, "SCHEMATHESIS_HOOKS": ""},
         )
