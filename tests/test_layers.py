@@ -116,20 +116,3 @@ def test_layers_point_one_way() -> None:
         if any(dep == b or dep.startswith(b + ".") for b in banned)
     ]
     assert wrong == []
-
-
-def test_a_server_starts_without_loading_what_only_a_fit_needs() -> None:
-    """scipy.stats and scipy.optimize were 1.3 s of CPU of every server's start (and of
-    every test that starts one); bo, the GP and the fold pruner load them on first use."""
-    import subprocess
-    import sys
-
-    from tests.helpers.env import ROOT, scaled
-
-    heavy = ("scipy.stats", "scipy.optimize", "sklearn", "skopt")
-    code = "import sys, hpcopt_server.cli, hpcopt_server.embedded; print(' '.join(m for m in %r if m in sys.modules))"
-    out = subprocess.run(
-        [sys.executable, "-c", code % (heavy,)], capture_output=True, text=True, cwd=ROOT, timeout=scaled(120)
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [], f"loaded at import: {out.stdout}"

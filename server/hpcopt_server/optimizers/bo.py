@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from scipy.optimize import minimize
 from scipy.special import log_ndtr
+from scipy.stats import norm, qmc
 from threadpoolctl import threadpool_limits
 
 from hpcopt.core.options import Option
@@ -76,9 +78,6 @@ DENSE_REFITS = 150
 INFORMATIVE = 4
 
 
-_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
-
-
 def blas_threads(n: int) -> threadpool_limits:
     """One BLAS thread below n = 2000: on small matrices OpenBLAS threads cost more than
     they give (a 2-core machine: p50 step at n = 1000 went from 41 to 29 ms, the first
@@ -88,8 +87,6 @@ def blas_threads(n: int) -> threadpool_limits:
 
 def sobol_point(dims: int, seed: int, index: int) -> np.ndarray:
     """Point ``index`` of a scrambled Sobol sequence in [0,1)^dims."""
-    from scipy.stats import qmc  # scipy.stats and scipy.optimize load on first use: 1.3 s of a server's start
-
     sampler = qmc.Sobol(dims, scramble=True, seed=seed)
     if index:
         sampler.fast_forward(index)
@@ -450,8 +447,6 @@ class BayesianOptimization(Optimizer):
         """Half scrambled Sobol over the space, half Gaussian steps around the best points."""
         m = self.model
         n_global = count // 2
-        from scipy.stats import qmc
-
         sobol = qmc.Sobol(len(self.encoder.slots), scramble=True, seed=self.rng)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -487,8 +482,6 @@ class BayesianOptimization(Optimizer):
 
         # Each step reads the whole factor (two triangular solves): fewer steps at large n.
         steps = 15 if self.model.n < 2000 else 5
-        from scipy.optimize import minimize
-
         res = minimize(
             negative,
             x0[mask],
@@ -543,7 +536,7 @@ class _Balls:
     def log_penalty_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
         u, diff, dist = self._u(x[None, :])
         u, diff, dist = u[0], diff[0], np.maximum(dist[0], 1e-12)
-        ratio = np.exp(-0.5 * u * u - _HALF_LOG_2PI - log_ndtr(u))  # phi / Phi
+        ratio = np.exp(norm.logpdf(u) - log_ndtr(u))  # phi / Phi
         du = (self.lipschitz / np.maximum(self.sigma, 1e-6))[:, None] * diff / dist[:, None]
         return float(log_ndtr(u).sum()), (ratio[:, None] * du).sum(0)
 

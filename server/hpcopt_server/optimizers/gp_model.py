@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
+from scipy import stats as st
 
 from hpcopt_server.optimizers import gp
 
@@ -76,14 +77,6 @@ def _compress(y: np.ndarray, median: float, scale: float) -> np.ndarray:
     return np.where(y > thr, thr + scale * np.minimum(np.log1p(_over(y, median, scale)), 3.0), y)
 
 
-def _stats() -> Any:
-    """scipy.stats, loaded on first use: importing it is 1.3 s of a server's start, and
-    a campaign that never fits a GP never needs it."""
-    from scipy import stats
-
-    return stats
-
-
 def _warp_exponent(z: np.ndarray) -> float:
     """The Yeo-Johnson exponent of largest Gaussian likelihood for z, within WARP_BOUNDS
     (1 when there is too little to fit: fewer than 4 distinct values)."""
@@ -92,7 +85,7 @@ def _warp_exponent(z: np.ndarray) -> float:
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         try:
-            lam = float(_stats().yeojohnson_normmax(z))
+            lam = float(st.yeojohnson_normmax(z))
         except (ValueError, FloatingPointError, RuntimeError):
             return 1.0
     return float(np.clip(lam, *WARP_BOUNDS)) if np.isfinite(lam) else 1.0
@@ -122,7 +115,7 @@ def output_stats(y: np.ndarray, censored: np.ndarray | None = None, warp: bool =
         scale = float(np.std(ok)) or 1.0
     z = _z(ok, OutputStats(median, scale, 1.0, 0.0, 1.0, warp))
     lam = _warp_exponent(z) if warp else 1.0
-    warped = _stats().yeojohnson(z, lam)
+    warped = st.yeojohnson(z, lam)
     std = float(np.std(warped))
     return OutputStats(median, scale, lam, float(np.mean(warped)), std if std > 1e-12 else 1.0, warp)
 
@@ -148,7 +141,7 @@ def standardize(y: np.ndarray, stats: OutputStats, censored: np.ndarray | None =
     y = np.where(ok, y, bad)
     if censored is not None:
         y = np.where(censored, np.maximum(y, stats.median), y)
-    t = (_stats().yeojohnson(_z(y, stats), stats.lam) - stats.mean) / stats.std
+    t = (st.yeojohnson(_z(y, stats), stats.lam) - stats.mean) / stats.std
     return np.asarray(t - t.mean())
 
 

@@ -33,7 +33,7 @@ import math
 import statistics
 from typing import Any, ClassVar
 
-from scipy.special import ndtr
+from scipy.stats import norm
 
 from hpcopt.core.options import Option
 from hpcopt.errors import OptionError
@@ -105,7 +105,7 @@ class FoldPruner(Pruner):
         diffs = [seen[j] - incumbent[j] for j in seen]
         mean_diff = statistics.fmean(diffs)
         sd = spread * (K - m) / K * math.sqrt(1.0 / m + 1.0 / (K - m))
-        p_better = float(ndtr(-mean_diff / max(sd, 1e-300)))  # the normal CDF
+        p_better = float(norm.cdf(-mean_diff / max(sd, 1e-300)))
         if p_better >= 1.0 - self.confidence:
             return None
         partial = statistics.fmean(self.sign * v for v in seen.values())
