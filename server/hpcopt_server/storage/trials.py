@@ -18,6 +18,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.curves import READ_POINTS_PER_FOLD, keep_steps
 from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
+from hpcopt_server.storage.agent_sql import UPSERTS
 from hpcopt_server.storage.finishing import Finishing
 from hpcopt_server.storage.results import curves_of
 from hpcopt_server.storage.store import Store, must
@@ -258,10 +259,11 @@ class TrialStore(Store):
         self._put(m.FoldRow.__table__, ("trial_id", "fold"), list(rows.values()))
 
     def put_curve(self, trial_id: int, fold: int, points: Iterable[tuple[int, float]]) -> None:
-        """Stores the fold's learning-curve points ``(step, value)`` in one statement; a
-        stored (or repeated) step takes the last value given."""
-        rows = {step: {"trial_id": trial_id, "fold": fold, "step": step, "value": value} for step, value in points}
-        self._put(m.CurveRow.__table__, ("trial_id", "fold", "step"), list(rows.values()))
+        """Stores the fold's learning-curve points ``(step, value)`` in one statement (the
+        agents' curve upsert); a stored (or repeated) step takes the last value given."""
+        rows = {step: {"tid": trial_id, "fold": fold, "step": step, "value": value} for step, value in points}
+        if rows:
+            self.s.execute(UPSERTS[(self.s.get_bind().dialect.name, False)][2], list(rows.values()))
 
     def _put(self, table: Any, key: tuple[str, ...], rows: list[dict[str, Any]]) -> None:
         """Inserts ``rows`` (at most one per ``key``), replacing those already stored."""
