@@ -4,6 +4,7 @@ runs more ranks than cores without a flag, and as root)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import time
@@ -18,10 +19,12 @@ from tests.helpers.env import scaled
 from tests.helpers.live import free_port
 
 
-@pytest.fixture
-def agent_server(tmp_path: Path) -> Iterator[AgentServer]:
-    """A real ``hpcopt-server serve`` on SQLite: 4 s leases, reaped every 0.5 s. A port
-    taken between picking and binding it is picked again (3 tries)."""
+@pytest.fixture(scope="module")
+def _module_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AgentServer]:
+    """A real ``hpcopt-server serve`` on SQLite: 4 s leases, reaped every 0.5 s, shared by
+    a test module's tests (each on its own campaigns; starting a server costs seconds of
+    CPU). A port taken between picking and binding it is picked again (3 tries)."""
+    tmp_path = tmp_path_factory.mktemp("agent-server")
     for attempt in range(3):
         rest, grpc_port = free_port(), free_port()
         log = open(tmp_path / "server.log", "wb")  # noqa: SIM115 - the server process writes it until the end
@@ -73,3 +76,15 @@ def agent_server(tmp_path: Path) -> Iterator[AgentServer]:
         proc.terminate()
         proc.wait(timeout=scaled(30))
         log.close()
+
+
+@pytest.fixture
+def agent_server(_module_server: AgentServer, tmp_path: Path) -> AgentServer:
+    """The module's server, with this test's own directory for checkpoints and logs. A
+    test after one that stopped the server fails here, naming it, rather than on a
+    refused connection."""
+    proc = _module_server.proc
+    if proc.poll() is not None:
+        said = (_module_server.workdir / "server.log").read_text(errors="replace")
+        pytest.fail(f"the module's agent server exited ({proc.returncode}) before this test:\n{said[-4000:]}")
+    return dataclasses.replace(_module_server, workdir=tmp_path)

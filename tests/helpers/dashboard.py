@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import re
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,15 +55,54 @@ def seed_and_serve(
     from hpcopt_server.service import Service
     from hpcopt_server.storage.repository import Storage
 
-    url = migrated_sqlite(tmp_path_factory.mktemp("dash") / "hpcopt.db")
+    path = tmp_path_factory.mktemp("dash") / "hpcopt.db"
+    if big:  # the same three campaigns every time: seeded once per run, then copied
+        shutil.copyfile(_seeded_template(tmp_path_factory), path)
+        url, (small, large, spare) = f"sqlite:///{path}", SEEDED_IDS
+    else:
+        url = migrated_sqlite(path)
     storage = Storage(url)
     service = Service(storage)
-    small = seed_campaign(service, name="mlp-small", completed=60, failed=3, queued=2, curves_for=60)
-    large = seed_campaign(service, name="big-10k", completed=10_000, folds=1, curves_for=0, seed=1) if big else -1
-    spare = seed_campaign(service, name="to-cancel", completed=5, queued=1, seed=2)
+    if not big:
+        small, large, spare = _seed(service, big=False)
     for server in run_live_server(service, slow=slow):
         yield Seeded(server, small, large, spare)
     storage.close()
+
+
+#: The ids of the small, big and spare campaigns in the seeded template.
+SEEDED_IDS = (1, 2, 3)
+
+
+def _seed(service: Any, *, big: bool) -> tuple[int, int, int]:
+    small = seed_campaign(service, name="mlp-small", completed=60, failed=3, queued=2, curves_for=60)
+    large = seed_campaign(service, name="big-10k", completed=10_000, folds=1, curves_for=0, seed=1) if big else -1
+    spare = seed_campaign(service, name="to-cancel", completed=5, queued=1, seed=2)
+    return small, large, spare
+
+
+def _seeded_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The database with the small, big and spare campaigns, seeded once per run (its
+    10,000 trials cost about a minute of CPU) in the directory the run's workers share
+    (pytest-xdist's base temp), under a lock so that one worker seeds it and the others
+    wait for it."""
+    from hpcopt_server.service import Service
+    from hpcopt_server.storage.repository import Storage
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base  # this run's, not the last run's
+    done = shared / "dashboard-seeded.db"
+    with open(shared / "dashboard-seeded.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            work = shared / "dashboard-seeding" / "hpcopt.db"
+            work.parent.mkdir(exist_ok=True)
+            storage = Storage(migrated_sqlite(work))
+            assert _seed(Service(storage), big=True) == SEEDED_IDS
+            storage.close()
+            assert [p.name for p in work.parent.iterdir()] == [work.name], list(work.parent.iterdir())
+            work.rename(done)
+    return done
 
 
 @dataclass
