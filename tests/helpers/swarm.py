@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -214,6 +214,19 @@ def probe_health(target: str, seconds: float, token: str | None = None, *, new_c
 class Beats:
     ok: int = 0
     failed: int = 0
+    #: Each heartbeat in order: seconds from the start to its answer, or ``-1`` where it
+    #: failed (its deadline passed, or the call failed).
+    seen: list[float] = field(default_factory=list)
+    ended: float = 0.0  # seconds from the start to the last heartbeat's end
+
+    @property
+    def longest_gap(self) -> float:
+        """The longest time without an answer (from the start, between answers, and to
+        the last heartbeat sent): a stall answers none for its duration, and a gap as
+        long as the lease loses it, where a loaded machine fails a beat here and there,
+        which the agent retries."""
+        answered = [0.0, *(at for at in self.seen if at >= 0)]
+        return max(b - a for a, b in zip(answered, [*answered[1:], self.ended], strict=True))
 
 
 @contextlib.contextmanager
@@ -223,12 +236,16 @@ def heartbeating(agent: Any, lease: Any, period: float = 1.0) -> Iterator[Beats]
     beats, stop = Beats(), threading.Event()
 
     def beat() -> None:
+        t0 = time.monotonic()
         while not stop.wait(period):
             try:
                 agent.heartbeat(lease)
                 beats.ok += 1
+                beats.seen.append(round(time.monotonic() - t0, 1))
             except Exception:
                 beats.failed += 1
+                beats.seen.append(-1)
+        beats.ended = round(time.monotonic() - t0, 1)
 
     thread = threading.Thread(target=beat, daemon=True)
     thread.start()

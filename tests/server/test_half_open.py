@@ -57,14 +57,15 @@ def test_half_open_calls_do_not_stall_heartbeats_or_health_checks(
                 health = probe_health(server.grpc_target, LEASE + 2, token)
             with Client(server.grpc_target, token=token, timeout=scaled(30)) as c:
                 trial = c.get_trial(lease.trial_id)
-    # A stall fails every heartbeat and health check for its duration and loses the
-    # victim's lease (checked below). One late answer among a dozen is what a loaded
-    # machine does without any stall (the full suite under load: one beat of 11 missed
-    # its 5 s deadline while the lease held), and fails no agent.
+    # A stall answers no heartbeat or health check for its duration and loses the
+    # victim's lease. A loaded machine fails a beat here and there without one, which the
+    # agent retries ("heartbeat failed ...; will retry"): beside two busy loops and a
+    # 4-rank agent test, 10 of 244 beats in 26 runs came back CANCELLED (twice two in a row),
+    # while the lease held and the front had closed only the attack's connections.
+    assert str(trial.state) == "RUNNING" and trial.attempt == 1, (trial.state, trial.attempt, beats)  # the lease held
     failed = [x for x in health if x == float("inf")]
     assert len(failed) <= 1, f"{len(failed)} of {len(health)} health checks failed within 5 s"
-    assert beats.failed <= 1 and beats.ok >= 5, beats
-    assert str(trial.state) == "RUNNING" and trial.attempt == 1, (trial.state, trial.attempt)  # the lease held
+    assert beats.ok >= 5 and beats.longest_gap < LEASE, beats
     assert swarm.closed_by_server >= connections  # the attack's connections were the ones closed
 
 
