@@ -49,9 +49,9 @@ case "$workers" in '' | *[!0-9]*) echo "HPCOPT_TEST_WORKERS must be a whole numb
 # run starts: tests/helpers/env.py's timeout_scale); this bounds the whole run so a
 # systematic hang ends with pytest's summary instead of an outside kill. It is a bound
 # for hangs, not a time target: a quiet fresh-clone run on the 2-core development machine
-# spent 42 minutes in pytest, and 80 stays inside CI's 90. Busy loops take their share of
-# the cores, so the bound grows with them: beside 2 loops on 2 cores the suite had passed
-# 1,411 tests and failed none when the fixed 80 minutes ran out.
+# spent 37 minutes in pytest, and 80 stays inside CI's 90. Busy loops take their share of
+# the cores, so the bound grows with them: beside 2 loops on 2 cores pytest took 65
+# minutes (HPCOPT_TEST_BUSY=2), and the fixed 80 had run out before.
 cores=$(nproc)
 limit=${HPCOPT_TEST_LIMIT_S:-$((4800 * (cores + busy) / cores))}
 set +e
