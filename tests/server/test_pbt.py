@@ -195,6 +195,31 @@ def test_agents_wait_while_every_member_is_busy_even_with_parallel_room(service:
     assert nxt[0].lineage is not None and nxt[0].lineage.member == t.lineage.member  # type: ignore[union-attr]
 
 
+def test_with_fewer_trials_at_once_than_members_the_member_furthest_behind_goes_first(service: Service) -> None:
+    """Two trials at a time for a population of 4: no member starts an interval while
+    another has not started the one before it (offered in index order, members 0 and 1
+    trained every epoch before member 2 started, and the late ones copied stale
+    checkpoints)."""
+    campaign = service.campaigns.create(_pbt())
+    agent = service.agents.register(host="node", ranks=2, gpus=0).agent_id
+    started: dict[int, int] = {}  # member -> the epoch its latest interval starts at
+    order: list[tuple[int, int]] = []
+    while True:
+        batch = [g for g in (_acquire(service, agent, campaign.id) for _ in range(2)) if g is not None]
+        if not batch:
+            break
+        for trial, _ in batch:
+            lin = trial.lineage
+            assert lin is not None
+            behind = min(started.get(m, -2) for m in range(4) if m != lin.member)
+            assert behind >= lin.start_epoch - 2, (lin.member, lin.start_epoch, started, order)
+            started[lin.member] = lin.start_epoch
+            order.append((lin.member, lin.start_epoch))
+        for k, (trial, lease) in enumerate(batch):
+            _finish(service, trial, lease, 1.0 + 0.1 * trial.number + 0.01 * k)
+    assert sorted(order) == [(m, e) for m in range(4) for e in (0, 2, 4)], order
+
+
 def test_a_bad_member_that_reports_late_copies_a_better_member_at_its_own_epoch(service: Service) -> None:
     campaign = service.campaigns.create(_pbt())
     agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id

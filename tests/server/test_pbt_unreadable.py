@@ -194,13 +194,16 @@ def test_a_member_whose_own_interval_is_unreadable_waits_for_a_readable_one_at_i
     assert [e.kind for e in service.campaigns.trial(own.id).events].count("checkpoint_unreadable") == 1
 
 
-def test_a_member_waits_too_when_the_others_have_not_started_yet(service: Service) -> None:
+def test_a_member_waits_too_when_the_others_have_not_reached_its_epoch_yet(service: Service) -> None:
     campaign = service.campaigns.create(_pbt())
     agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
     got = _acquire(service, agent, campaign.id)  # member 0's first interval only
     assert got is not None
     _finish(service, *got, 0.1)
-    nxt = _acquire(service, agent, campaign.id)  # its continuation, before members 1-3 have any
+    # The members furthest behind go first: 1-3 start (and keep training) before member 0 goes on.
+    others = [_acquire(service, agent, campaign.id) for _ in range(3)]
+    assert [o[0].lineage.member for o in others if o and o[0].lineage] == [1, 2, 3]
+    nxt = _acquire(service, agent, campaign.id)  # its continuation, while 1-3 train toward epoch 2
     assert nxt is not None and nxt[0].lineage is not None and nxt[0].lineage.member == 0
     waits = service.agents.parent_unreadable(nxt[1], got[0].id, 0, WHY)
     assert waits.lineage is not None and waits.lineage.parent == got[0].number  # it waits: no restart

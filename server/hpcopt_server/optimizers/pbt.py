@@ -170,18 +170,21 @@ class PopulationBasedTraining(Optimizer):
             held = latest.get(trial.lineage.member)
             if held is None or trial.number > held.number:
                 latest[trial.lineage.member] = trial
-        out: list[d.Suggestion] = []
+        ready: list[d.Suggestion] = []
         for member in range(self.population):
-            if len(out) >= n:
-                break
             last = latest.get(member)
             if last is None:
-                out.append(self._first(member))
+                ready.append(self._first(member))
             elif last.state.finished:
                 nxt = self._next(last, pending)
                 if nxt is not None:
-                    out.append(nxt)
-        return out
+                    ready.append(nxt)
+        # The member furthest behind goes first (Ray Tune's order too): with fewer trials
+        # at once than members, offering them in index order trained the population in
+        # waves, the first members finishing every epoch before the last had started, so
+        # late members were ranked against finished ones and copied stale checkpoints.
+        ready.sort(key=lambda s: (s.lineage.start_epoch if s.lineage else 0, s.lineage.member if s.lineage else 0))
+        return ready[:n]
 
     # -- decisions -----------------------------------------------------------------------
 
