@@ -212,12 +212,18 @@ def probe_health(target: str, seconds: float, token: str | None = None, *, new_c
 
 @dataclass
 class Beats:
-    ok: int = 0
-    failed: int = 0
     #: Each heartbeat in order: seconds from the start to its answer, or ``-1`` where it
     #: failed (its deadline passed, or the call failed).
     seen: list[float] = field(default_factory=list)
     ended: float = 0.0  # seconds from the start to the last heartbeat's end
+
+    @property
+    def ok(self) -> int:
+        return sum(1 for at in self.seen if at >= 0)
+
+    @property
+    def failed(self) -> int:
+        return len(self.seen) - self.ok
 
     @property
     def longest_gap(self) -> float:
@@ -240,10 +246,8 @@ def heartbeating(agent: Any, lease: Any, period: float = 1.0) -> Iterator[Beats]
         while not stop.wait(period):
             try:
                 agent.heartbeat(lease)
-                beats.ok += 1
                 beats.seen.append(round(time.monotonic() - t0, 1))
             except Exception:
-                beats.failed += 1
                 beats.seen.append(-1)
         beats.ended = round(time.monotonic() - t0, 1)
 

@@ -170,21 +170,23 @@ class PopulationBasedTraining(Optimizer):
             held = latest.get(trial.lineage.member)
             if held is None or trial.number > held.number:
                 latest[trial.lineage.member] = trial
-        ready: list[d.Suggestion] = []
+        ready: list[tuple[int, int, d.Suggestion]] = []  # (start epoch, member, interval)
         for member in range(self.population):
             last = latest.get(member)
             if last is None:
-                ready.append(self._first(member))
+                nxt: d.Suggestion | None = self._first(member)
             elif last.state.finished:
                 nxt = self._next(last, pending)
-                if nxt is not None:
-                    ready.append(nxt)
+            else:
+                continue  # its interval is still training
+            if nxt is not None:
+                assert nxt.lineage is not None
+                ready.append((nxt.lineage.start_epoch, member, nxt))
         # The member furthest behind goes first (Ray Tune's order too): with fewer trials
         # at once than members, offering them in index order trained the population in
         # waves, the first members finishing every epoch before the last had started, so
         # late members were ranked against finished ones and copied stale checkpoints.
-        ready.sort(key=lambda s: (s.lineage.start_epoch if s.lineage else 0, s.lineage.member if s.lineage else 0))
-        return ready[:n]
+        return [s for _, _, s in sorted(ready, key=lambda r: r[:2])[:n]]
 
     # -- decisions -----------------------------------------------------------------------
 
