@@ -75,6 +75,15 @@ class Campaign:
         return int(self.spec["budget"].get("curve_points_per_fold", DEFAULT_POINTS_PER_FOLD))
 
     @property
+    def final_epoch(self) -> int | None:
+        """The epoch a population-based training campaign's final intervals stop at
+        (``training.epochs``): its result is its best member there, not its best interval.
+        None for every other algorithm."""
+        if self.algorithm != "pbt":
+            return None
+        return int((self.spec.get("training") or {}).get("epochs") or 0)
+
+    @property
     def max_attempts(self) -> int:
         return int(self.spec["max_attempts"])
 

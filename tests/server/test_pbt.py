@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hpcopt_server import domain as d
-from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import AcquireStatus, Lease
 from tests.helpers.seed import checkpoint_uri
@@ -280,3 +280,30 @@ def test_the_population_document_follows_the_best_member_back_to_epoch_0(service
     # Another algorithm's campaign has no population.
     other = service.campaigns.create(make_spec())
     assert service.population.document(other.id)["intervals"] == []
+
+
+def test_the_campaigns_best_is_its_best_member_at_the_last_epoch_not_its_best_interval(service: Service) -> None:
+    """An early interval that scored best (a model that then trained on and got worse)
+    is not the campaign's best: what the summary, ``best`` and the front report is a
+    member trained to all 6 epochs."""
+    campaign = service.campaigns.create(_pbt())
+    agent = service.agents.register(host="node", ranks=2, gpus=0).agent_id
+    finals: list[d.Trial] = []
+    while (got := _acquire(service, agent, campaign.id)) is not None:
+        trial, lease = got
+        lin = trial.lineage
+        assert lin is not None
+        if lin.stop_epoch < 6:
+            with pytest.raises(NotFound, match="no member that has trained all 6 epochs yet"):
+                service.campaigns.best(campaign.id)
+        # Early intervals look best (0.1 at epoch 2); the final ones are worse (>= 0.5).
+        value = 0.1 + 0.01 * lin.member if lin.stop_epoch == 2 else 0.5 + 0.1 * lin.member
+        _finish(service, trial, lease, value)
+        if lin.stop_epoch == 6:
+            finals.append(service.campaigns.trial(trial.id))
+    best = service.campaigns.best(campaign.id)
+    assert best.lineage is not None and best.lineage.stop_epoch == 6
+    assert best.value == min(t.value for t in finals if t.value is not None)
+    summary = service.campaigns.get(campaign.id)
+    assert summary.best_value == best.value and summary.best_trial_id == best.id
+    assert [t.id for t in service.campaigns.front(campaign.id)] == [best.id]

@@ -170,6 +170,9 @@ class CampaignService:
             campaign = campaign_or_404(tx, campaign_id)
             best = tx.results.best_trials([campaign]).get(campaign_id)
             if best is None:
+                last = campaign.final_epoch
+                if last is not None:
+                    raise NotFound(f"campaign {campaign_id} has no member that has trained all {last} epochs yet")
                 raise NotFound(f"campaign {campaign_id} has no completed trial yet")
             full = tx.trials.get(best.id, full=True)
         assert full is not None

@@ -155,11 +155,17 @@ class ResultStore(Store):
         return list(self.s.scalars(q))
 
     def best_trials(self, campaigns: list[d.Campaign]) -> dict[int, d.Trial]:
-        """The best COMPLETED trial of each campaign that has one."""
+        """The best COMPLETED trial of each campaign that has one. A population-based
+        training campaign's best is its best *final* interval (trained to the campaign's
+        last epoch): an earlier interval's value is that of a model that trained on, so
+        its best member, not its best interval, is the campaign's result."""
         out = {}
         for c in campaigns:
             order = m.TrialRow.value.asc() if c.direction == "minimize" else m.TrialRow.value.desc()
             q = select(m.TrialRow).where(m.TrialRow.campaign_id == c.id, m.TrialRow.state == _COMPLETED)
+            last = c.final_epoch
+            if last is not None:
+                q = q.where(m.TrialRow.lineage["stop_epoch"].as_integer() >= last)
             row = self.s.scalars(q.order_by(order, m.TrialRow.id).limit(1)).one_or_none()
             if row is not None:
                 out[c.id] = mapping.trial(row)
