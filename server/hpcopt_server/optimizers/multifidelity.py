@@ -18,6 +18,10 @@ configuration starts at the lowest rung: the candidate of largest log EI at full
 fidelity, less the log of its predicted seconds per fold-epoch (the geometric mean of the
 nearest measured configurations' cost), so a configuration that is as promising but
 cheaper goes first. The first ``n_initial`` configurations are drawn at random.
+
+It is pure numerics, driven by ``next`` and ``tell``; ``benchmarks/multifidelity``
+replays it on recorded training. It is not yet a campaign algorithm: that needs leases
+that carry a unit's folds and epochs, and a state for a configuration between rungs.
 """
 
 from __future__ import annotations
@@ -111,7 +115,7 @@ class MultiFidelitySearch:
         if rung != c.done + 1:
             raise ValueError(f"configuration {config} finished rung {c.done}; rung {rung} is not the next")
         before = self.rungs[c.done] if c.done >= 0 else Rung(-1, 0, 0)
-        added = r.resource - (before.folds * before.epochs if c.done >= 0 else 0)
+        added = r.resource - before.resource
         c.folds[rung] = [float(v) for v in fold_values]
         c.done, c.running = rung, None
         c.seconds += seconds
@@ -198,6 +202,10 @@ class MultiFidelitySearch:
         near = np.argpartition(d2, k - 1, axis=1)[:, :k]
         return np.exp(logs[near].mean(1))
 
+    @staticmethod
+    def _own_cost(c: Config) -> float:
+        return c.seconds / c.fold_epochs if c.fold_epochs and c.seconds > 0 else 1.0
+
     def _fantasise(self) -> None:
         running = [(c.x, c.running) for c in self.configs if c.running is not None]
         if not running:
@@ -233,11 +241,8 @@ class MultiFidelitySearch:
             return None
         if len(due) > 1 and self._ready():
             X = np.array([self.configs[p.config].x for p in due])
-            cost = self._cost(X)
-            for i, p in enumerate(due):
-                c = self.configs[p.config]
-                if c.fold_epochs:
-                    cost[i] = c.seconds / c.fold_epochs
+            # Its own measured seconds per fold-epoch (every promotable one has some).
+            cost = np.array([self._own_cost(self.configs[p.config]) for p in due])
             steps = np.array([p.rung.resource - self.rungs[p.rung.index - 1].resource for p in due])
             score = self._log_ei(X) - np.log(cost * steps)
             pick = due[int(np.argmax(score))]
