@@ -87,7 +87,8 @@ def test_every_unit_climbs_one_rung_and_the_reported_best_has_every_fold(seed: i
     search, handed = _campaign(seed, values, workers, configs=40)
     climbed: dict[int, int] = {}
     for work in handed:
-        assert work.rung.index == climbed.get(work.config, -1) + 1, "a unit is the next rung of its configuration"
+        first = search.configs[work.config].start
+        assert work.rung.index == climbed.get(work.config, first - 1) + 1, "each unit is its next rung"
         assert work.rung.folds <= 5 and work.rung.epochs <= 9
         climbed[work.config] = work.rung.index
     best = search.incumbent()
@@ -142,6 +143,24 @@ def test_once_the_ranking_is_stable_only_a_possible_leader_is_confirmed() -> Non
     # Without the rule (an unsettled ranking) both would climb: p_more_folds is 0.
     unsettled = Rules(rungs, 3.0, p_more_folds=0.0, stable_rank=0.9, patience=3)
     assert {10, 11} <= {p.config for p in unsettled.promotable([*top, behind, ahead, *fillers])}
+
+
+def test_new_configurations_start_above_a_rung_that_the_next_one_does_not_confirm() -> None:
+    rungs = ladder(9, 3, 1, 3.0)  # (1,1) (1,3) (1,9) (3,9)
+    rules = Rules(rungs, 3.0, p_more_folds=0.05, stable_rank=0.9, patience=3)
+    # One epoch ranks the six the other way round from three epochs; three agree with nine.
+    reversed_ = [_config(i, {0: [1.0 + 0.1 * i], 1: [0.9 - 0.1 * i], 2: [0.5 - 0.05 * i]}) for i in range(6)]
+    assert rules.first_rung(reversed_, min_rank=0.5) == 1
+    agreeing = [_config(i, {0: [1.0 + 0.1 * i], 1: [0.4 + 0.1 * i], 2: [0.3 + 0.05 * i]}) for i in range(6)]
+    assert rules.first_rung(agreeing, min_rank=0.5) == 0
+    assert rules.first_rung(reversed_[:5], min_rank=0.5) == 0, "five pairs are too few to judge"
+    # A configuration that starts at rung 1 trains to it in its first unit.
+    search = MultiFidelitySearch(SPACE, folds=3, epochs=9, seed=0, n_initial=2)
+    search.configs.extend(reversed_)
+    for c in search.configs:
+        c.x, c.running = np.zeros(search.encoder.dim), 3  # all busy: the next unit is a new one
+    work = search.next()
+    assert work is not None and work.rung.index == 1 and "starts at rung 1" in work.why
 
 
 def test_a_failed_unit_climbs_no_further_and_is_never_the_best() -> None:

@@ -98,9 +98,15 @@ class Config:
     done: int = -1  # the highest rung finished
     running: int | None = None  # the rung it is trained to now
     failed: bool = False  # a unit of it ended without a result: it climbs no further
+    start: int = 0  # the rung its first unit trains to (``Rules.first_rung`` when it was made)
 
     def mean(self, rung: int) -> float:
         return float(np.mean(self.folds[rung]))
+
+    @property
+    def next_rung(self) -> int:
+        """The rung its next unit trains to: one above its last, or where it starts."""
+        return self.done + 1 if self.done >= 0 else self.start
 
 
 @dataclass(frozen=True)
@@ -170,13 +176,28 @@ class Rules:
                     break
         return math.sqrt(var / dof) if dof else 0.0
 
+    def first_rung(self, configs: Sequence[Config], min_rank: float, pairs: int = 6) -> int:
+        """The rung a new configuration starts at: above every epoch rung whose ranking
+        the rung after it does not confirm (Spearman below ``min_rank`` over at least
+        ``pairs`` configurations that finished both). Where a short run says little about
+        a longer one (an SGD regression whose first epochs rank by learning rate alone),
+        screening there only discards the configurations that would have won."""
+        start = 0
+        for r in range(self.top):
+            if self.rungs[r].epochs == self.rungs[-1].epochs:
+                break  # fold rungs average noise; they do not reorder by budget
+            both = [c for c in configs if r in c.folds and r + 1 in c.folds]
+            if len(both) >= pairs and spearman([c.mean(r) for c in both], [c.mean(r + 1) for c in both]) < min_rank:
+                start = r + 1
+        return start
+
     def stable(self, configs: Sequence[Config]) -> bool:
         """The ranking at the top two rungs has settled (the module's stop rule)."""
         if self.top < 1 or len(self.leaders) < self.patience:
             return False
         if len(set(self.leaders[-self.patience :])) > 1:
             return False
-        both = [c for c in configs if c.done == self.top]
+        both = [c for c in configs if c.done == self.top and self.top - 1 in c.folds]
         if len(both) < 4:
             return False
         below = [c.mean(self.top - 1) for c in both]
@@ -220,7 +241,7 @@ class Rules:
         stable = self.stable(configs)
         pooled = self.pooled_std(configs)
         for r in range(self.top):
-            at = [c for c in configs if c.done >= r]
+            at = [c for c in configs if c.done >= r and r in c.folds]
             waiting = [c for c in at if c.done == r and c.running is None and not c.failed]
             if not waiting:
                 continue

@@ -62,10 +62,6 @@ class Work:
     params: d.Params
     why: str
 
-    @property
-    def promoted(self) -> bool:
-        return self.rung.index > 0
-
 
 class MultiFidelitySearch:
     def __init__(
@@ -82,6 +78,7 @@ class MultiFidelitySearch:
         p_more_folds: float = 0.05,
         stable_rank: float = 0.9,
         patience: int = 3,
+        min_rank: float = 0.5,
         candidates: int = 512,
         max_points: int = 2000,
     ):
@@ -91,6 +88,7 @@ class MultiFidelitySearch:
         self.epochs = epochs
         self.seed = seed
         self.n_initial = n_initial
+        self.min_rank = min_rank
         self.n_candidates = candidates
         self.max_points = max_points
         self.configs: list[Config] = []
@@ -112,8 +110,8 @@ class MultiFidelitySearch:
         r = self.rungs[rung]
         if len(fold_values) != r.folds:
             raise ValueError(f"{r.label()} has {r.folds} folds; got {len(fold_values)} values")
-        if rung != c.done + 1:
-            raise ValueError(f"configuration {config} finished rung {c.done}; rung {rung} is not the next")
+        if rung != c.next_rung:
+            raise ValueError(f"configuration {config} trains to rung {c.next_rung}; rung {rung} is not it")
         before = self.rungs[c.done] if c.done >= 0 else Rung(-1, 0, 0)
         added = r.resource - before.resource
         c.folds[rung] = [float(v) for v in fold_values]
@@ -280,6 +278,9 @@ class MultiFidelitySearch:
         params = self.encoder.decode(x)
         if snap is not None:
             params = snap(params)
-        c = Config(len(self.configs), self.encoder.encode(params), dict(params))
+        start = self.rules.first_rung(self.configs, self.min_rank)
+        c = Config(len(self.configs), self.encoder.encode(params), dict(params), start=start)
         self.configs.append(c)
-        return Work(c.index, self.rungs[0], c.params, why)
+        if start:
+            why += f"; it starts at {self.rungs[start].label()}, since the rungs below rank unlike the ones above"
+        return Work(c.index, self.rungs[start], c.params, why)
