@@ -38,10 +38,10 @@ def branin(x: np.ndarray) -> float:
     return float((x[1] - b * x[0] ** 2 + c * x[0] - 6) ** 2 + 10 * (1 - t) * math.cos(x[0]) + 10)
 
 
-_H6_A = np.array(
+H6_A = np.array(
     [[10, 3, 17, 3.5, 1.7, 8], [0.05, 10, 17, 0.1, 8, 14], [3, 3.5, 1.7, 10, 17, 8], [17, 8, 0.05, 10, 0.1, 14]]
 )
-_H6_P = 1e-4 * np.array(
+H6_P = 1e-4 * np.array(
     [
         [1312, 1696, 5569, 124, 8283, 5886],
         [2329, 4135, 8307, 3736, 1004, 9991],
@@ -49,11 +49,11 @@ _H6_P = 1e-4 * np.array(
         [4047, 8828, 8732, 5743, 1091, 381],
     ]
 )
-_H6_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
+H6_ALPHA = np.array([1.0, 1.2, 3.0, 3.2])
 
 
 def hartmann6(x: np.ndarray) -> float:
-    return float(-np.sum(_H6_ALPHA * np.exp(-np.sum(_H6_A * (x - _H6_P) ** 2, axis=1))))
+    return float(-np.sum(H6_ALPHA * np.exp(-np.sum(H6_A * (x - H6_P) ** 2, axis=1))))
 
 
 def rosenbrock(x: np.ndarray) -> float:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ from hypothesis import strategies as st
 from hpcopt_server.optimizers import SearchSpace
 from hpcopt_server.optimizers.fidelity import MIN_STEP, Config, Rules, ladder
 from hpcopt_server.optimizers.multifidelity import MultiFidelitySearch
+from tests.helpers.env import ROOT, scaled
 
 SPACE = SearchSpace(
     {
@@ -173,3 +177,33 @@ def test_a_failed_unit_climbs_no_further_and_is_never_the_best() -> None:
         search.tell(w.config, 0, [0.5], 1.0)
     assert all(p.config != works[0].config for p in search.promotions(drained=True))  # type: ignore[union-attr]
     assert math.isfinite(search.configs[1].mean(0))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_compute_to_target_benchmark_runs_and_prints_its_table() -> None:
+    """The benchmark end to end on one seed of a recorded table and a synthetic one (its
+    numbers are not checked beyond being there)."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks/multifidelity/compute_to_target.py"),
+            "digits",
+            "mfh6-bad",
+            "--seeds",
+            "1",
+            "--full-configs",
+            "8",
+            "--limit",
+            "1",
+            "--methods",
+            "mf,top-k after 1 epoch,random",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=scaled(280),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    for task in ("digits", "mfh6-bad"):
+        assert f"## {task}: 300 configurations x 5 folds x" in out.stdout, out.stdout
+    assert len(re.findall(r"^\| mf \| [\d,]+|^\| mf \| never", out.stdout, re.M)) == 2, out.stdout
