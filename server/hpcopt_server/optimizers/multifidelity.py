@@ -160,9 +160,10 @@ class MultiFidelitySearch:
                 refit = self.model.compute_refit(*rows, rng, subsample=FIT_SUBSAMPLE, select_output=False)
                 self.model.install(refit, rows)
                 self._refit_at = n
-            elif n <= self.max_points:
-                X, y, extra, cens = self._arrays()
-                self.model.add(X[-1:], y[-1:], extra[-1:], cens[-1:])
+            elif n <= self.max_points:  # the new row only: O(n^2), no arrays of the whole history
+                x, value, folds = self._rows[-1]
+                extra = self.rules.pooled_std(self.configs) ** 2 / folds
+                self.model.add(x[None, :], np.array([value]), np.array([extra]), np.zeros(1, bool))
 
     def _ready(self) -> bool:
         return self.model.n_real >= 2 and sum(1 for c in self.configs if c.done >= 0) >= self.n_initial
