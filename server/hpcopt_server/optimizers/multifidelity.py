@@ -162,8 +162,8 @@ class MultiFidelitySearch:
                 self._refit_at = n
             elif n <= self.max_points:  # the new row only: O(n^2), no arrays of the whole history
                 x, value, folds = self._rows[-1]
-                extra = self.rules.pooled_std(self.configs) ** 2 / folds
-                self.model.add(x[None, :], np.array([value]), np.array([extra]), np.zeros(1, bool))
+                noise = self.rules.pooled_std(self.configs) ** 2 / folds
+                self.model.add(x[None, :], np.array([value]), np.array([noise]), np.zeros(1, bool))
 
     def _ready(self) -> bool:
         return self.model.n_real >= 2 and sum(1 for c in self.configs if c.done >= 0) >= self.n_initial
