@@ -37,6 +37,9 @@ class Grant:
     lease: Lease
     finished: frozenset[int]
     resume: dict[int, str]
+    #: The folds this lease trains, ``0 .. folds-1`` (a multi-fidelity unit of work; the
+    #: campaign's K otherwise).
+    folds: int
 
 
 class GroupLoop:
@@ -201,7 +204,10 @@ class GroupLoop:
         params = {k: trial.params[k] for k in self.trainer.s.param_names if k in trial.params}
         params.update((k, v) for k, v in trial.params.items() if k not in params)
         info = TrialInfo(self.campaign_id, trial.id, trial.number, trial.attempt, params, *_interval(trial))
-        return Decision.TRIAL, Grant(info, lease, finished, resume)
+        folds = (
+            self.comms.layout.folds if trial.fidelity is None else min(trial.fidelity.folds, self.comms.layout.folds)
+        )
+        return Decision.TRIAL, Grant(info, lease, finished, resume, folds)
 
     def _pause(self, seconds: float) -> bool:
         """Sleeps ``seconds``; False (at once) when the agent is told to stop."""
@@ -234,10 +240,19 @@ class GroupLoop:
             params = ", ".join(f"{k}={_fmt(v)}" for k, v in info.params.items())
             again = f", attempt {info.attempt}" if info.attempt > 1 else ""
             skipped = f"; folds {sorted(grant.finished)} already done" if grant.finished else ""
-            log.info("trial #%d (id %d%s): %s%s%s", info.number, info.trial_id, again, params, skipped, _pbt(grant))
+            log.info(
+                "trial #%d (id %d%s): %s%s%s%s",
+                info.number,
+                info.trial_id,
+                again,
+                params,
+                skipped,
+                _pbt(grant),
+                _unit(grant, layout.folds),
+            )
             heartbeat = Heartbeat(link, self.heartbeat_seconds)
             heartbeat.start()
-        remaining = [k for k in range(layout.folds) if k not in grant.finished]
+        remaining = [k for k in range(grant.folds) if k not in grant.finished]
         outcomes: list[FoldOutcome] = []
         fold_link = link if self.comms.is_fold_leader else None
         for fold in layout.folds_for(self.comms.fold_index, remaining):
@@ -280,18 +295,44 @@ class GroupLoop:
             log.info("stopped by the server (%s)", ", ".join(s for s in (Outcome.PRUNED, Outcome.CANCELLED) if s in by))
         else:
             try:
-                value = link.complete()
+                done = link.complete()
             except Exception as exc:
                 log.error("could not complete: %s", exc)
                 return
+            if done.state == TrialState.PAUSED and done.fidelity is not None:
+                f = done.fidelity
+                log.info(
+                    "PAUSED after rung %d: value %.6g over %d of %d folds at %d epochs (%d epochs trained now); the "
+                    "searcher promotes it or stops it",
+                    f.rung,
+                    done.value,
+                    f.folds,
+                    self.comms.layout.folds,
+                    f.epochs,
+                    trained,
+                )
+                return
             log.info(
-                "COMPLETED: value %.6g over %d folds (%d epochs trained now)", value, self.comms.layout.folds, trained
+                "COMPLETED: value %.6g over %d folds (%d epochs trained now)",
+                done.value,
+                self.comms.layout.folds,
+                trained,
             )
 
 
 def _interval(trial: Trial) -> tuple[int, Parent | None]:
-    """A PBT interval's stop epoch and parent checkpoint ((0, None) for other trials)."""
+    """A PBT interval's stop epoch and parent checkpoint, a multi-fidelity unit's epochs
+    ((0, None) for other trials)."""
+    if trial.fidelity is not None:
+        return trial.fidelity.epochs, None
     return (0, None) if trial.lineage is None else (trial.lineage.stop_epoch, parent_of(trial))
+
+
+def _unit(grant: Grant, k: int) -> str:
+    """A multi-fidelity unit of work, for the trial's log line ("" for other trials)."""
+    if grant.folds >= k and not grant.info.stop_epoch:
+        return ""
+    return f"; rung: folds 0..{grant.folds - 1} of {k} to epoch {grant.info.stop_epoch}"
 
 
 def _pbt(grant: Grant) -> str:

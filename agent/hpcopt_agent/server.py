@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from hpcopt import Action, Agent, AgentClient, ApiError, Lease, TrialState
+from hpcopt.core.records import Trial
 from hpcopt_agent import __version__
 from hpcopt_agent.outcomes import Outcome
 
@@ -81,10 +82,12 @@ class TrialLink:
         answer: Action = self._renewing(lambda: self.client.heartbeat(self.lease), "Heartbeat")
         return Outcome.of(answer)
 
-    def complete(self) -> float:
+    def complete(self) -> Trial:
+        """The trial as its completion left it: COMPLETED, or PAUSED after a
+        multi-fidelity rung below the top (with its value either way)."""
         trial = retrying(lambda: self.client.complete(self.lease), "Complete", self.patience)
-        assert trial.value is not None  # a completed trial has its value
-        return float(trial.value)
+        assert trial.value is not None  # a completed (or paused) trial has its value
+        return trial
 
     def event(self, fold: int, kind: str, reason: str) -> None:
         """Keeps ``reason`` in the trial's event log; a failure to is logged, not raised."""

@@ -84,6 +84,22 @@ class Campaign:
         return int((self.spec.get("training") or {}).get("epochs") or 0)
 
     @property
+    def promotes(self) -> bool:
+        """Whether its optimizer promotes PAUSED trials to more folds and epochs
+        (``algorithm: mf``): ``max_trials`` then counts configurations, and a promotion
+        starts no new trial."""
+        return self.algorithm == "mf"
+
+    @property
+    def epochs(self) -> int:
+        """``training.epochs`` (0 without a training section)."""
+        return int((self.spec.get("training") or {}).get("epochs") or 0)
+
+    def full_fidelity(self, fidelity: Fidelity) -> bool:
+        """Whether a unit of work covers all K folds and all epochs (the top rung)."""
+        return fidelity.folds >= self.folds and fidelity.epochs >= self.epochs
+
+    @property
     def max_attempts(self) -> int:
         return int(self.spec["max_attempts"])
 
@@ -188,11 +204,80 @@ class Lineage:
 
 
 @dataclass(frozen=True)
+class RungResult:
+    """A rung a multi-fidelity trial finished: the mean over its folds (``value``), each
+    fold's value at the rung's epochs (``values``, fold order) and the wall seconds its
+    folds had trained in all when it finished (the folds' ``train_seconds``)."""
+
+    rung: int
+    folds: int
+    epochs: int
+    value: float
+    values: tuple[float, ...]
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rung": self.rung,
+            "folds": self.folds,
+            "epochs": self.epochs,
+            "value": self.value,
+            "values": list(self.values),
+            "seconds": self.seconds,
+        }
+
+
+@dataclass(frozen=True)
+class Fidelity:
+    """A multi-fidelity trial (``algorithm: mf``): the unit of work it trains now, its
+    folds ``0 .. folds-1`` to ``epochs`` (the ladder's ``rung``), why the searcher gave it
+    that rung, and the rungs it finished, lowest first. A promotion keeps the trial and
+    its checkpoints and raises its rung; only the top rung (all K folds, all epochs)
+    completes it."""
+
+    rung: int
+    folds: int
+    epochs: int
+    why: str = ""
+    history: tuple[RungResult, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rung": self.rung,
+            "folds": self.folds,
+            "epochs": self.epochs,
+            "why": self.why,
+            "history": [r.as_dict() for r in self.history],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Fidelity:
+        history = tuple(
+            RungResult(
+                int(r["rung"]),
+                int(r["folds"]),
+                int(r["epochs"]),
+                float(r["value"]),
+                tuple(float(v) for v in r["values"]),
+                float(r["seconds"]),
+            )
+            for r in data.get("history") or ()
+        )
+        return cls(int(data["rung"]), int(data["folds"]), int(data["epochs"]), str(data.get("why", "")), history)
+
+
+@dataclass(frozen=True)
 class Suggestion:
-    """What an optimizer proposes: the params, and for a PBT interval its lineage."""
+    """What an optimizer proposes: the params, and for a PBT interval its lineage. A
+    multi-fidelity suggestion carries its unit of work (``fidelity``); with ``promote``
+    set it is no new trial but that PAUSED trial's next rung (``params`` are its own),
+    or, with ``retire`` (why), that trial's end: PRUNED below the top rung."""
 
     params: Params
     lineage: Lineage | None = None
+    fidelity: Fidelity | None = None
+    promote: int | None = None  # a PAUSED trial's id
+    retire: str = ""
 
 
 #: Event kinds that end an attempt's time on an agent (an attempt starts at "acquired").
@@ -225,13 +310,15 @@ class Trial:
     events: tuple[TrialEvent, ...] = ()
     #: A population-based training interval's place in its population (``pbt``); None otherwise.
     lineage: Lineage | None = None
+    #: A multi-fidelity trial's unit of work and finished rungs (``mf``); None otherwise.
+    fidelity: Fidelity | None = None
 
 
 #: A trial's fields that never leave the server: its lease's secret and expiry, and
 #: the finish number the optimizer cache reads by.
 PRIVATE_TRIAL_FIELDS = frozenset({"lease_id", "lease_expires_at", "finish_seq"})
 #: The fields that are records of their own (each transport maps them with its types).
-NESTED_TRIAL_FIELDS = frozenset({"folds", "curves", "events", "lineage"})
+NESTED_TRIAL_FIELDS = frozenset({"folds", "curves", "events", "lineage", "fidelity"})
 
 
 def trial_fields(t: Trial, wanted: Iterable[str]) -> dict[str, Any]:

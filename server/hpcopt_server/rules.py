@@ -112,14 +112,24 @@ class Room:
 
 
 def room_to_acquire(
-    *, asking: int, running: int, queued: int, created: int, max_parallel: int, max_trials: int
+    *,
+    asking: int,
+    running: int,
+    queued: int,
+    created: int,
+    max_parallel: int,
+    max_trials: int,
+    promotes: bool = False,
 ) -> Room:
     """How many of ``asking`` acquisitions get a trial: queued trials first, then new
     ones while the budget (``max_trials`` created) allows, never more than
-    ``max_parallel`` running. New trials start only once no trial waits in the queue."""
+    ``max_parallel`` running. New trials start only once no trial waits in the queue.
+    ``promotes`` (``algorithm: mf``): ``new`` may also be promotions of PAUSED trials,
+    which the budget does not count; the optimizer creates at most the rest of it."""
     free = max(0, min(max_parallel - running, asking))
     resume = min(queued, free)
-    new = 0 if queued > resume else max(0, min(free - resume, max_trials - created))
+    left = free - resume if promotes else min(free - resume, max_trials - created)
+    new = 0 if queued > resume else max(0, left)
     return Room(resume, new)
 
 

@@ -69,7 +69,7 @@ def test_a_stopped_trial_is_cancelled_in_sql_and_its_agent_told_at_the_next_hear
     # It goes on with another trial: the campaign runs on.
     again = _take(a, agent, cid)
     assert again.trial_id != lease.trial_id
-    with pytest.raises(FailedPrecondition, match="CANCELLED; only a QUEUED or RUNNING"):
+    with pytest.raises(FailedPrecondition, match="CANCELLED; only a QUEUED, RUNNING or PAUSED"):
         b.steering.stop_trial(cid, number)
     with pytest.raises(NotFound, match="no trial #99"):
         b.steering.stop_trial(cid, 99)

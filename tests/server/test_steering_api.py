@@ -150,7 +150,7 @@ def test_the_cli_steers_over_grpc_with_exit_codes_and_json(live_server: LiveServ
         assert out.stdout.strip() == f"trial #0 of campaign {cid} CANCELLED: wrong data path"
         assert client.heartbeat(got.lease) == "cancelled"
         again = cli("stop", str(cid), "0")
-        assert again.returncode != 0 and "only a QUEUED or RUNNING trial" in again.stderr
+        assert again.returncode != 0 and "only a QUEUED, RUNNING or PAUSED trial" in again.stderr
         assert cli("pause", str(cid)).returncode != 0  # the stop spent the budget: COMPLETED
         raised = cli("--json", "budget", str(cid), "3")
         assert raised.returncode == 0, raised.stderr

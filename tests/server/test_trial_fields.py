@@ -82,6 +82,13 @@ def full_trial() -> d.Trial:
             parent_id=5,
             unreadable=(0,),
         ),
+        fidelity=d.Fidelity(
+            rung=2,
+            folds=3,
+            epochs=9,
+            why="in the best 1/3",
+            history=(d.RungResult(1, 1, 9, 0.4, (0.4,), 12.5),),
+        ),
     )
 
 

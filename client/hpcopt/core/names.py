@@ -9,7 +9,7 @@ from __future__ import annotations
 from hpcopt.core.schemes import TRAITS
 
 #: The server's optimizers (``hpcopt_server.optimizers.REGISTRY``).
-ALGORITHMS: tuple[str, ...] = ("random", "sobol", "grid", "bo", "ea", "skopt", "pbt")
+ALGORITHMS: tuple[str, ...] = ("random", "sobol", "grid", "bo", "ea", "skopt", "pbt", "mf")
 #: The server's pruners (``hpcopt_server.pruners.REGISTRY``); ``none`` prunes nothing.
 PRUNERS: tuple[str, ...] = ("none", "median", "asha", "fold")
 #: The agent's training schemes (``hpcopt_agent.schemes.SCHEMES``): the schemes' knob

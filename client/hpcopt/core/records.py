@@ -54,6 +54,9 @@ class TrialState(_Named):
     FAILED = "FAILED"
     CANCELLED = "CANCELLED"
     PREEMPTED = "PREEMPTED"
+    #: Multi-fidelity (``algorithm: mf``): it finished a rung below all folds and epochs
+    #: and waits to be promoted (RUNNING again, the same trial) or stopped (PRUNED).
+    PAUSED = "PAUSED"
 
     @property
     def finished(self) -> bool:
@@ -144,7 +147,7 @@ class Campaign(_Record):
             metric=c.metric,
             direction=c.direction,
             max_trials=int(c.max_trials),
-            finished=sum(n for s, n in counts.items() if s not in ("QUEUED", "RUNNING", "PREEMPTED")),
+            finished=sum(n for s, n in counts.items() if s not in ("QUEUED", "RUNNING", "PREEMPTED", "PAUSED")),
             trial_counts=counts,
             best_value=_opt(c, "best_value"),
             best_trial_id=_opt(c, "best_trial_id"),
@@ -216,6 +219,37 @@ class Lineage(_Record):
 
 
 @dataclass(frozen=True)
+class RungResult(_Record):
+    """A rung a multi-fidelity trial finished: the mean over its folds, each fold's value
+    at its epochs, and the wall seconds its folds had trained in all by then."""
+
+    rung: int
+    folds: int
+    epochs: int
+    value: float
+    values: tuple[float, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Fidelity(_Record):
+    """A multi-fidelity trial (``algorithm: mf``): the unit it trains now (folds ``0 ..
+    folds-1`` to ``epochs``, the ladder's ``rung``), why it was given it, and the rungs it
+    finished (``history``)."""
+
+    rung: int
+    folds: int
+    epochs: int
+    why: str
+    history: tuple[RungResult, ...] = ()
+
+    @classmethod
+    def from_proto(cls, x: common_pb2.Fidelity) -> Fidelity:
+        history = tuple(RungResult(r.rung, r.folds, r.epochs, r.value, tuple(r.values), r.seconds) for r in x.history)
+        return cls(x.rung, x.folds, x.epochs, x.why, history)
+
+
+@dataclass(frozen=True)
 class Fold(_Record):
     index: int
     finished: bool
@@ -267,6 +301,8 @@ class Trial(_Record):
     values: list[float] = field(default_factory=list)
     #: Where a population-based training interval comes from (``algorithm: pbt``).
     lineage: Lineage | None = None
+    #: A multi-fidelity trial's rung and the rungs it finished (``algorithm: mf``).
+    fidelity: Fidelity | None = None
 
     @classmethod
     def from_proto(cls, t: common_pb2.Trial, order: Iterable[str] = ()) -> Trial:
@@ -289,6 +325,7 @@ class Trial(_Record):
             events=[TrialEvent(e.attempt, e.kind, e.agent_id, e.reason, _time(e, "at")) for e in t.events],
             values=list(t.values),
             lineage=Lineage.from_proto(t.lineage) if t.HasField("lineage") else None,
+            fidelity=Fidelity.from_proto(t.fidelity) if t.HasField("fidelity") else None,
         )
 
 

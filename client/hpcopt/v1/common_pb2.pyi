@@ -57,6 +57,10 @@ class _TrialStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_TrialState
     TRIAL_STATE_FAILED: _TrialState.ValueType  # 5
     TRIAL_STATE_CANCELLED: _TrialState.ValueType  # 6
     TRIAL_STATE_PREEMPTED: _TrialState.ValueType  # 7
+    TRIAL_STATE_PAUSED: _TrialState.ValueType  # 8
+    """Multi-fidelity (algorithm mf): it finished a rung below all folds and epochs and
+    waits to be promoted (back to RUNNING, the same trial) or stopped (PRUNED).
+    """
 
 class TrialState(_TrialState, metaclass=_TrialStateEnumTypeWrapper):
     """QUEUED -> RUNNING -> COMPLETED | PRUNED | FAILED | CANCELLED, and
@@ -71,6 +75,10 @@ TRIAL_STATE_PRUNED: TrialState.ValueType  # 4
 TRIAL_STATE_FAILED: TrialState.ValueType  # 5
 TRIAL_STATE_CANCELLED: TrialState.ValueType  # 6
 TRIAL_STATE_PREEMPTED: TrialState.ValueType  # 7
+TRIAL_STATE_PAUSED: TrialState.ValueType  # 8
+"""Multi-fidelity (algorithm mf): it finished a rung below all folds and epochs and
+waits to be promoted (back to RUNNING, the same trial) or stopped (PRUNED).
+"""
 Global___TrialState: _TypeAlias = TrialState  # noqa: Y015
 
 @_typing.final
@@ -383,6 +391,7 @@ class Trial(_message.Message):
     EVENTS_FIELD_NUMBER: _builtins.int
     VALUES_FIELD_NUMBER: _builtins.int
     LINEAGE_FIELD_NUMBER: _builtins.int
+    FIDELITY_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     campaign_id: _builtins.int
     number: _builtins.int
@@ -422,6 +431,12 @@ class Trial(_message.Message):
         for every other algorithm.
         """
 
+    @_builtins.property
+    def fidelity(self) -> Global___Fidelity:
+        """A multi-fidelity trial (algorithm mf): its rung, and the rungs it finished. Unset
+        for every other algorithm.
+        """
+
     def __init__(
         self,
         *,
@@ -443,10 +458,11 @@ class Trial(_message.Message):
         events: _abc.Iterable[Global___TrialEvent] | None = ...,
         values: _abc.Iterable[_builtins.float] | None = ...,
         lineage: Global___Lineage | None = ...,
+        fidelity: Global___Fidelity | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "created_at", b"created_at", "finished_at", b"finished_at", "lineage", b"lineage", "started_at", b"started_at", "value", b"value", "value_std", b"value_std"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "created_at", b"created_at", "fidelity", b"fidelity", "finished_at", b"finished_at", "lineage", b"lineage", "started_at", b"started_at", "value", b"value", "value_std", b"value_std"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "agent_id", b"agent_id", "attempt", b"attempt", "campaign_id", b"campaign_id", "created_at", b"created_at", "curves", b"curves", "error", b"error", "events", b"events", "finished_at", b"finished_at", "folds", b"folds", "id", b"id", "lineage", b"lineage", "number", b"number", "params", b"params", "started_at", b"started_at", "state", b"state", "value", b"value", "value_std", b"value_std", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "agent_id", b"agent_id", "attempt", b"attempt", "campaign_id", b"campaign_id", "created_at", b"created_at", "curves", b"curves", "error", b"error", "events", b"events", "fidelity", b"fidelity", "finished_at", b"finished_at", "folds", b"folds", "id", b"id", "lineage", b"lineage", "number", b"number", "params", b"params", "started_at", b"started_at", "state", b"state", "value", b"value", "value_std", b"value_std", "values", b"values"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
     _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
@@ -458,6 +474,81 @@ class Trial(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__value_std) -> _WhichOneofReturnType__value_std | None: ...
 
 Global___Trial: _TypeAlias = Trial  # noqa: Y015
+
+@_typing.final
+class Fidelity(_message.Message):
+    """A multi-fidelity trial's unit of work: folds 0 .. folds-1 trained to `epochs`, the
+    ladder's rung `rung`, and why it was given it. `history` holds the rungs it finished.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNG_FIELD_NUMBER: _builtins.int
+    FOLDS_FIELD_NUMBER: _builtins.int
+    EPOCHS_FIELD_NUMBER: _builtins.int
+    WHY_FIELD_NUMBER: _builtins.int
+    HISTORY_FIELD_NUMBER: _builtins.int
+    rung: _builtins.int
+    folds: _builtins.int
+    epochs: _builtins.int
+    why: _builtins.str
+    @_builtins.property
+    def history(self) -> _containers.RepeatedCompositeFieldContainer[Global___RungResult]: ...
+    def __init__(
+        self,
+        *,
+        rung: _builtins.int = ...,
+        folds: _builtins.int = ...,
+        epochs: _builtins.int = ...,
+        why: _builtins.str = ...,
+        history: _abc.Iterable[Global___RungResult] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epochs", b"epochs", "folds", b"folds", "history", b"history", "rung", b"rung", "why", b"why"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Fidelity: _TypeAlias = Fidelity  # noqa: Y015
+
+@_typing.final
+class RungResult(_message.Message):
+    """A finished rung: the mean over its folds, each fold's value at its epochs (fold
+    order), and the wall seconds its folds had trained in all by then.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUNG_FIELD_NUMBER: _builtins.int
+    FOLDS_FIELD_NUMBER: _builtins.int
+    EPOCHS_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    VALUES_FIELD_NUMBER: _builtins.int
+    SECONDS_FIELD_NUMBER: _builtins.int
+    rung: _builtins.int
+    folds: _builtins.int
+    epochs: _builtins.int
+    value: _builtins.float
+    seconds: _builtins.float
+    @_builtins.property
+    def values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        rung: _builtins.int = ...,
+        folds: _builtins.int = ...,
+        epochs: _builtins.int = ...,
+        value: _builtins.float = ...,
+        values: _abc.Iterable[_builtins.float] | None = ...,
+        seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epochs", b"epochs", "folds", b"folds", "rung", b"rung", "seconds", b"seconds", "value", b"value", "values", b"values"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RungResult: _TypeAlias = RungResult  # noqa: Y015
 
 @_typing.final
 class Lineage(_message.Message):

@@ -50,6 +50,29 @@ class LineageOut(BaseModel):
     unreadable: list[int] = []
 
 
+class RungResultOut(BaseModel):
+    """A rung a multi-fidelity trial finished: the mean over its folds, each fold's
+    value at the rung's epochs, and the seconds its folds had trained by then."""
+
+    rung: int
+    folds: int
+    epochs: int
+    value: float
+    values: list[float]
+    seconds: float
+
+
+class FidelityOut(BaseModel):
+    """A multi-fidelity trial's unit of work (folds 0 .. folds-1 to epochs, the ladder's
+    rung), why it was given it, and the rungs it finished."""
+
+    rung: int
+    folds: int
+    epochs: int
+    why: str
+    history: list[RungResultOut]
+
+
 class TrialOut(BaseModel):
     id: int
     campaign_id: int
@@ -71,6 +94,8 @@ class TrialOut(BaseModel):
     events: list[TrialEventOut] | None = None
     #: Where a PBT interval comes from (``algorithm: pbt``); null otherwise.
     lineage: LineageOut | None = None
+    #: A multi-fidelity trial's rung and finished rungs (``algorithm: mf``); null otherwise.
+    fidelity: FidelityOut | None = None
     #: Seconds it spent on agents, summed over its ended attempts (a requeued trial's
     #: clock stops while it waits); in the trials table and a single trial, else null.
     ran_seconds: float | None = None
@@ -392,6 +417,7 @@ def trial_out(
         **d.trial_fields(t, TrialOut.model_fields),
         folds=[FoldOut(**vars(f)) for f in t.folds],
         lineage=None if t.lineage is None else lineage_out(t.lineage),
+        fidelity=None if t.fidelity is None else FidelityOut(**t.fidelity.as_dict()),
         curves=[CurvePointOut(**vars(p)) for p in t.curves] if full else None,
         events=[
             TrialEventOut(**vars(e), agent_host=host(e.agent_id)[0], agent_job=host(e.agent_id)[1]) for e in t.events

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hpcopt_server.optimizers.base import Optimizer, OptimizerFactory, Problem
 from hpcopt_server.optimizers.bo import BayesianOptimization
 from hpcopt_server.optimizers.ea import Evolutionary
+from hpcopt_server.optimizers.mf import MultiFidelity
 from hpcopt_server.optimizers.pbt import PopulationBasedTraining
 from hpcopt_server.optimizers.random import RandomSearch
 from hpcopt_server.optimizers.sequences import GridSearch, SobolSearch
@@ -20,6 +21,7 @@ REGISTRY: dict[str, OptimizerFactory] = {
     "ea": Evolutionary,
     "skopt": SkoptOptimizer,
     "pbt": PopulationBasedTraining,
+    "mf": MultiFidelity,
 }
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "BayesianOptimization",
     "Evolutionary",
     "GridSearch",
+    "MultiFidelity",
     "Optimizer",
     "OptimizerFactory",
     "PopulationBasedTraining",

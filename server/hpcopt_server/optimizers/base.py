@@ -68,6 +68,10 @@ class Optimizer(ABC):
     """Whether the server calls :meth:`plan` (with the pending trials themselves, lineage
     included) instead of ``suggest``: an algorithm that continues trials (PBT)."""
 
+    pauses = False
+    """With ``plans``: whether :meth:`plan` also gets the campaign's PAUSED trials (a
+    multi-fidelity searcher promotes them)."""
+
     #: The options this algorithm accepts (anything else is refused by name). Every
     #: numeric option has a ``high`` bound too where its cost grows with it: a request
     #: must not buy unbounded work.

@@ -20,8 +20,7 @@ nearest measured configurations' cost), so a configuration that is as promising 
 cheaper goes first. The first ``n_initial`` configurations are drawn at random.
 
 It is pure numerics, driven by ``next`` and ``tell``; ``benchmarks/multifidelity``
-replays it on recorded training. It is not yet a campaign algorithm: that needs leases
-that carry a unit's folds and epochs, and a state for a configuration between rungs.
+replays it on recorded training, and ``mf.py`` runs it as a campaign's ``algorithm: mf``.
 """
 
 from __future__ import annotations
@@ -220,16 +219,18 @@ class MultiFidelitySearch:
     def promotions(self, drained: bool = False) -> list[Promotion]:
         return self.rules.promotable(self.configs, drained)
 
-    def next(self, *, new: bool = True, snap: Snapper | None = None) -> Work | None:
+    def next(self, *, new: bool = True, snap: Snapper | None = None, drained: bool | None = None) -> Work | None:
         """The next unit of work: a promotion if one is due, else (``new``) a new
         configuration; None when neither (nothing may climb now, and no new one is
         allowed). ``snap`` maps a new configuration's parameters to the ones that will be
-        run (a tabular benchmark's nearest configuration); the model records those."""
+        run (a tabular benchmark's nearest configuration); the model records those.
+        ``drained`` (default: ``not new``): the rules' last resort, the best waiting
+        configuration climbs (``fidelity.Rules.promotable``)."""
         with self.model.lock:
             try:
                 if self._ready():
                     self._fantasise()
-                work = self._promote(not new) or (self._start(snap) if new else None)
+                work = self._promote(not new if drained is None else drained) or (self._start(snap) if new else None)
             finally:
                 self.model.drop_fantasies()
         if work is not None:

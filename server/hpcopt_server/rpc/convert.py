@@ -92,6 +92,17 @@ def trial(t: d.Trial) -> common_pb2.Trial:
             for e in t.events
         ],
         lineage=None if t.lineage is None else lineage(t.lineage),
+        fidelity=None if t.fidelity is None else fidelity(t.fidelity),
+    )
+
+
+def fidelity(x: d.Fidelity) -> common_pb2.Fidelity:
+    return common_pb2.Fidelity(
+        rung=x.rung,
+        folds=x.folds,
+        epochs=x.epochs,
+        why=x.why,
+        history=[common_pb2.RungResult(**r.as_dict()) for r in x.history],
     )
 
 

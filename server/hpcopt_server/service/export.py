@@ -99,6 +99,32 @@ class LineageDoc(_Doc):
     unreadable: list[Index] = Field(default=[], max_length=lim.MAX_UNREADABLE)
 
 
+#: Rungs a multi-fidelity trial's history may hold (a ladder has a handful).
+MAX_RUNGS = 64
+Count = Annotated[int, Field(ge=1, le=lim.MAX_ID)]
+
+
+class RungResultDoc(_Doc):
+    """A rung a multi-fidelity trial finished (:class:`hpcopt_server.domain.RungResult`)."""
+
+    rung: Index
+    folds: Annotated[int, Field(ge=1, le=MAX_FOLDS)]
+    epochs: Count
+    value: float
+    values: list[float] = Field(max_length=MAX_FOLDS)
+    seconds: float = Field(ge=0)
+
+
+class FidelityDoc(_Doc):
+    """A multi-fidelity trial's rung and finished rungs (:class:`hpcopt_server.domain.Fidelity`)."""
+
+    rung: Index
+    folds: Annotated[int, Field(ge=1, le=MAX_FOLDS)]
+    epochs: Count
+    why: Text(lim.MAX_REASON) = ""  # type: ignore[valid-type]
+    history: list[RungResultDoc] = Field(default=[], max_length=MAX_RUNGS)
+
+
 class TrialDoc(_Doc):
     number: Index
     state: d.TrialState
@@ -116,6 +142,7 @@ class TrialDoc(_Doc):
     events: list[EventDoc] = []
     note: Text(lim.MAX_NOTE) = ""  # type: ignore[valid-type]
     lineage: LineageDoc | None = None
+    fidelity: FidelityDoc | None = None
 
 
 class CampaignDoc(_Doc):
@@ -188,6 +215,7 @@ def trial_doc(t: d.Trial, note: str = "") -> TrialDoc:
         events=[EventDoc(**vars(e)) for e in t.events],
         note=note,
         lineage=None if t.lineage is None else LineageDoc(**_exported(t.lineage)),
+        fidelity=None if t.fidelity is None else FidelityDoc(**t.fidelity.as_dict()),
     )
 
 

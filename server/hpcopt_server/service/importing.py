@@ -128,13 +128,15 @@ def _trial(tx: Tx, c: d.Campaign, doc: ExportDoc, t: TrialDoc, ids: dict[int, in
     # Only a COMPLETED trial has a result and a PRUNED one the value it reached: the
     # values an older SQLite server left on running and failed trials (and on open
     # folds: below) are not carried over (migration 0011).
-    kept = t.state in (d.TrialState.COMPLETED, d.TrialState.PRUNED)
+    # A PAUSED one (multi-fidelity, between rungs) keeps its rung's value and state: the
+    # campaign's searcher promotes or stops it.
+    kept = t.state in (d.TrialState.COMPLETED, d.TrialState.PRUNED, d.TrialState.PAUSED)
     # RUNNING (and the transient PREEMPTED) come back QUEUED: their lease is gone.
     new = tx.trials.insert(
         c.id,
         t.number,
         c.in_space_order(t.params),
-        t.state if t.state.finished else d.TrialState.QUEUED,
+        t.state if t.state.finished or t.state == d.TrialState.PAUSED else d.TrialState.QUEUED,
         t.created_at,
         attempt=t.attempt,
         value=t.value if kept else None,
@@ -143,6 +145,7 @@ def _trial(tx: Tx, c: d.Campaign, doc: ExportDoc, t: TrialDoc, ids: dict[int, in
         error=t.error,
         started_at=t.started_at,
         lineage=_imported(t.lineage, ids),
+        fidelity=None if t.fidelity is None else d.Fidelity.from_dict(t.fidelity.model_dump()),
     )
     # A checkpoint URI names a file of the exporting server's agents and trials: never
     # offered to an agent here (an unfinished fold of an imported trial trains from its

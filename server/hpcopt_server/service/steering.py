@@ -63,10 +63,10 @@ class SteeringService:
             trial = None if trial_id is None else tx.trials.get(trial_id, lock=True, folds=False)
             if trial is None:
                 raise NotFound(f"campaign {campaign_id} has no trial #{number}")
-            if trial.state not in (d.TrialState.QUEUED, d.TrialState.RUNNING):
+            if trial.state not in (d.TrialState.QUEUED, d.TrialState.RUNNING, d.TrialState.PAUSED):
                 raise FailedPrecondition(
-                    f"trial #{number} is {trial.state.value}; only a QUEUED or RUNNING trial can be stopped",
-                    [("state", f"{trial.state.value}, not QUEUED or RUNNING")],
+                    f"trial #{number} is {trial.state.value}; only a QUEUED, RUNNING or PAUSED trial can be stopped",
+                    [("state", f"{trial.state.value}, not QUEUED, RUNNING or PAUSED")],
                 )
             # The lease stays, so a holder's next heartbeat learns of the stop.
             tx.trials.finish(trial.id, d.TrialState.CANCELLED, now, error=said)

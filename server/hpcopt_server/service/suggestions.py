@@ -88,7 +88,7 @@ class OptimizerCache:
         QUEUED + RUNNING count, if the caller has just read it."""
         optimizer = self._caught_up(tx, campaign)
         if optimizer.plans:
-            made = optimizer.plan(n, _active(tx, campaign.id))
+            made = optimizer.plan(n, _active(tx, campaign.id, paused=optimizer.pauses))
         else:
             pending: list[d.Params]
             if optimizer.pending_params:
@@ -140,9 +140,11 @@ class OptimizerCache:
         return entry
 
 
-def _active(tx: Tx, campaign_id: int) -> list[d.Trial]:
-    """The campaign's QUEUED and RUNNING trials (without folds)."""
-    return tx.trials.page(campaign_id, states=(d.TrialState.QUEUED, d.TrialState.RUNNING), with_folds=False)[0]
+def _active(tx: Tx, campaign_id: int, *, paused: bool = False) -> list[d.Trial]:
+    """The campaign's QUEUED and RUNNING trials (without folds); and PAUSED ones with
+    ``paused``."""
+    states = (d.TrialState.QUEUED, d.TrialState.RUNNING) + ((d.TrialState.PAUSED,) if paused else ())
+    return tx.trials.page(campaign_id, states=states, with_folds=False)[0]
 
 
 def _finished_after(tx: Tx, campaign_id: int, entry: _Entry) -> list[d.Trial]:

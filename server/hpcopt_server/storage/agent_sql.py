@@ -114,6 +114,7 @@ NEW_TRIAL = T.insert().values(
     created_at=_p("now", T.c.created_at),
     started_at=_p("now", T.c.started_at),
     lineage=_p("lineage", T.c.lineage),
+    fidelity=_p("fidelity", T.c.fidelity),
 )
 NEW_TRIALS = NEW_TRIAL.returning(T.c.id, sort_by_parameter_order=True)
 EVENT = EVENTS.insert().values(

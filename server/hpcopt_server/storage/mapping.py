@@ -42,6 +42,10 @@ def _lineage(data: Any) -> d.Lineage | None:
     return None if data is None else d.Lineage.from_dict(dict(data))
 
 
+def _fidelity(data: Any) -> d.Fidelity | None:
+    return None if data is None else d.Fidelity.from_dict(dict(data))
+
+
 def trial(
     row: m.TrialRow | Any,
     folds: list[m.FoldRow] | None = None,
@@ -67,6 +71,7 @@ def trial(
         finished_at=row.finished_at,
         finish_seq=row.finish_seq,
         lineage=_lineage(getattr(row, "lineage", None)),
+        fidelity=_fidelity(getattr(row, "fidelity", None)),
         folds=tuple(fold(f) for f in sorted(folds or [], key=lambda f: f.index)),
         curves=tuple(
             d.CurvePoint(fold=c.fold, step=c.step, value=c.value)

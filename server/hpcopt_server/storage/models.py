@@ -108,6 +108,9 @@ class TrialRow(Base):
     # A population-based training interval's lineage (domain.Lineage.as_dict, parent
     # and previous as trial numbers); NULL for every other algorithm.
     lineage: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    # A multi-fidelity trial's rung and finished rungs (domain.Fidelity.as_dict); NULL
+    # for every other algorithm.
+    fidelity: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
     # A trial its agent failed: the failure's signature (exception type and the task's
     # innermost frame, ``failures.py``); NULL otherwise. Repeated ones pause the campaign.
     failure: Mapped[str | None] = mapped_column(String(300), default=None)

@@ -64,6 +64,7 @@ class TrialStore(Store):
         started_at: datetime | None = None,
         finished_at: datetime | None = None,
         lineage: d.Lineage | None = None,
+        fidelity: d.Fidelity | None = None,
     ) -> d.Trial:
         """A trial as given, held by no agent (an import, a fixture; agents' new trials are
         ``AgentCalls.acquire``'s)."""
@@ -83,6 +84,7 @@ class TrialStore(Store):
             started_at=started_at,
             finished_at=finished_at,
             lineage=None if lineage is None else lineage.as_dict(),
+            fidelity=None if fidelity is None else fidelity.as_dict(),
         )
         self.s.add(row)
         self.s.flush()
@@ -184,8 +186,9 @@ class TrialStore(Store):
         return int(self.s.scalar(q) or 0)
 
     def unfinished_ids(self, campaign_id: int) -> list[int]:
-        """Ids of the campaign's QUEUED and RUNNING trials."""
-        q = select(m.TrialRow.id).where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state.in_(_ACTIVE))
+        """Ids of the campaign's QUEUED, RUNNING and PAUSED trials."""
+        unfinished = (*_ACTIVE, d.TrialState.PAUSED)
+        q = select(m.TrialRow.id).where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state.in_(unfinished))
         return list(self.s.scalars(q.order_by(m.TrialRow.id)))
 
     def expired(self, now: datetime, limit: int = 100) -> list[d.Trial]:
@@ -204,6 +207,64 @@ class TrialStore(Store):
         q = update(m.TrialRow).where(m.TrialRow.id == trial_id)
         q = q.values(state=d.TrialState.QUEUED, attempt=attempt, agent_id="", lease_id="", lease_expires_at=None)
         must(self.s.execute(q).rowcount, f"trial {trial_id}")  # type: ignore[attr-defined]
+        self._forget(m.TrialRow, trial_id)
+
+    def pause(
+        self, trial_id: int, fidelity: d.Fidelity, value: float, value_std: float, values: list[float] | None
+    ) -> None:
+        """A multi-fidelity trial that finished a rung below the top: PAUSED with the
+        rung's value, its lease ended (its id kept: a completion retried under it is
+        answered with the trial), until it is promoted or stopped."""
+        q = update(m.TrialRow).where(m.TrialRow.id == trial_id)
+        q = q.values(
+            state=d.TrialState.PAUSED,
+            value=value,
+            value_std=value_std,
+            values=values,
+            fidelity=fidelity.as_dict(),
+            lease_expires_at=None,
+        )
+        must(self.s.execute(q).rowcount, f"trial {trial_id}")  # type: ignore[attr-defined]
+        self._forget(m.TrialRow, trial_id)
+
+    def promote(self, trial_id: int, fidelity: d.Fidelity, agent_id: str, lease_id: str, expires: datetime) -> bool:
+        """A PAUSED multi-fidelity trial RUNNING again under a new lease, for the unit of
+        work ``fidelity``: its value is cleared (it is the next rung's to give), and where
+        the unit has more epochs its folds are open again, their checkpoints kept, so the
+        agent resumes each where it stopped. False if it was not PAUSED."""
+        q = update(m.TrialRow).where(m.TrialRow.id == trial_id, m.TrialRow.state == d.TrialState.PAUSED)
+        q = q.values(
+            state=d.TrialState.RUNNING,
+            value=None,
+            value_std=None,
+            values=None,
+            fidelity=fidelity.as_dict(),
+            agent_id=agent_id,
+            lease_id=lease_id,
+            lease_expires_at=expires,
+            error="",
+        )
+        if not self.s.execute(q).rowcount:  # type: ignore[attr-defined]
+            return False
+        before = fidelity.history[-1] if fidelity.history else None
+        if before is not None and fidelity.epochs > before.epochs:
+            F = m.FoldRow
+            self.s.execute(
+                update(F)
+                .where(F.trial_id == trial_id, F.index < fidelity.folds)
+                .values(finished=False)
+                .execution_options(synchronize_session=False)
+            )
+        self._forget(m.TrialRow, trial_id)
+        return True
+
+    def set_fidelity(self, trial_id: int, fidelity: d.Fidelity) -> None:
+        self.s.execute(
+            update(m.TrialRow)
+            .where(m.TrialRow.id == trial_id)
+            .values(fidelity=fidelity.as_dict())
+            .execution_options(synchronize_session=False)
+        )
         self._forget(m.TrialRow, trial_id)
 
     def finish(

@@ -47,6 +47,7 @@ class Acquiring(CallsBase):
                 created=first,
                 max_parallel=campaign.max_parallel,
                 max_trials=campaign.max_trials,
+                promotes=campaign.promotes,
             )
             queued_ids = self._queued(c, campaign_id, room.resume)
             out: list[d.Trial | str] = [
@@ -56,14 +57,53 @@ class Acquiring(CallsBase):
             made: list[d.Suggestion] = []
             if room.new:
                 fresh = replace(campaign, trials_created=first, trials_finished=finished)
-                made = suggest(tx, fresh, room.new, running + room.resume)[: room.new]
-                chosen = list(agents[room.resume : room.resume + len(made)])
+                made = suggest(tx, fresh, room.new, running + room.resume)
+                if campaign.promotes:
+                    out += self._promote(tx, campaign, made, list(agents[len(out) :]), now, expires)
+                    made = [m for m in made if m.promote is None][: max(0, campaign.max_trials - first)]
+                made = made[: asking - len(out)]
+                chosen = list(agents[len(out) : len(out) + len(made)])
                 if made:  # an empty executemany is one execution without parameters
                     out += self._insert_running(c, campaign, first, made, chosen, now, expires)
             if len(made) < asking:
                 c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first + len(made)})
             out += [WAIT] * (asking - len(out))
             c.execute(S.SEEN_MANY, {"aids": sorted(set(agents)), "now": now})
+        return out
+
+    def _promote(
+        self,
+        tx: Tx,
+        campaign: d.Campaign,
+        made: list[d.Suggestion],
+        agents: list[str],
+        now: datetime,
+        expires: datetime,
+    ) -> list[d.Trial]:
+        """The suggestions that name a PAUSED trial: each promotion RUNNING again under a
+        new lease for one of ``agents`` (the same trial, its checkpoints kept); each stop
+        (``retire``) PRUNED with why. Returns the promoted trials."""
+        out: list[d.Trial] = []
+        for m in made:
+            if m.promote is None:
+                continue
+            if m.retire:
+                paused = tx.trials.get(m.promote, lock=True, folds=False)
+                if paused is not None and paused.state == d.TrialState.PAUSED:
+                    tx.trials.finish(m.promote, d.TrialState.PRUNED, now, error=m.retire)
+                    tx.trials.add_event(m.promote, paused.attempt, "pruned", now, reason=m.retire)
+                    self._finish_campaign_if_done(tx, campaign.id, now)
+                continue
+            if len(out) >= len(agents) or m.fidelity is None:
+                continue
+            agent, lease_id = agents[len(out)], uuid.uuid4().hex
+            if not tx.trials.promote(m.promote, m.fidelity, agent, lease_id, expires):
+                continue  # no longer PAUSED (another replica promoted or stopped it)
+            trial = self._trial_with_folds(tx.connection(), m.promote)
+            assert trial is not None
+            tx.trials.add_event(trial.id, trial.attempt, "promoted", now, agent_id=agent, reason=m.fidelity.why)
+            tx.trials.add_event(trial.id, trial.attempt, "acquired", now, agent_id=agent)
+            out.append(trial)
         return out
 
     def _take_numbers(self, c: Connection, campaign_id: int, k: int) -> tuple[str, int, int, Any]:
@@ -113,6 +153,7 @@ class Acquiring(CallsBase):
                 lease_expires_at=expires,
                 started_at=now,
                 lineage=m.lineage,
+                fidelity=m.fidelity,
             )
             for i, (m, a) in enumerate(zip(made, agents, strict=True))
         ]
@@ -126,6 +167,7 @@ class Acquiring(CallsBase):
                 "exp": expires,
                 "now": now,
                 "lineage": None if t.lineage is None else t.lineage.as_dict(),
+                "fidelity": None if t.fidelity is None else t.fidelity.as_dict(),
             }
             for t in new
         ]

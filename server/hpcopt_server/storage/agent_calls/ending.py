@@ -29,16 +29,22 @@ class Ending(CallsBase):
         """RUNNING -> COMPLETED with the mean and spread of its folds (rules.fold_summary);
         completing again under the same lease answers with the completed trial."""
         try:
-            return self._complete_one(lease, now) if self.one_statement else self._complete_tx(lease, now)
+            if self.one_statement:
+                try:
+                    return self._complete_one(lease, now)
+                except _Transaction:
+                    pass
+            return self._complete_tx(lease, now)
         except Rollback:
             pass
         trial, campaign = self._read(lease.trial_id)
-        if trial is not None and trial.state == d.TrialState.COMPLETED and holds(trial, lease):
+        done = (d.TrialState.COMPLETED, d.TrialState.PAUSED)
+        if trial is not None and trial.state in done and holds(trial, lease):
             return trial  # a retry whose first reply was lost
         why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now)
         if why is not None or trial is None or campaign is None:
             return Refused(why or Refusal.NO_CAMPAIGN, trial)
-        summary = rules.fold_summary(trial.folds, campaign.folds, campaign.objectives)
+        summary = rules.fold_summary(trial.folds, _fold_count(trial, campaign), campaign.objectives)
         if not isinstance(summary, rules.FoldSummary):
             return Refused(Refusal.FOLDS_MISSING, trial, tuple(summary))
         return Refused(Refusal.CHANGED, trial)
@@ -48,7 +54,7 @@ class Ending(CallsBase):
     ) -> rules.FoldSummary:
         if trial is None or campaign is None or rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now):
             raise Rollback
-        summary = rules.fold_summary(trial.folds, campaign.folds, campaign.objectives)
+        summary = rules.fold_summary(trial.folds, _fold_count(trial, campaign), campaign.objectives)
         if not isinstance(summary, rules.FoldSummary):
             raise Rollback
         return summary
@@ -61,6 +67,8 @@ class Ending(CallsBase):
             campaign = None if trial is None else self.campaign(trial.campaign_id, c)
             summary = self._summary(trial, campaign, lease, now)
             assert trial is not None and campaign is not None
+            if trial.fidelity is not None:  # its rung is written with it, in a transaction
+                raise _Transaction
             p = {
                 **lease_params(lease, now, now),
                 "cid": campaign.id,
@@ -82,6 +90,12 @@ class Ending(CallsBase):
             summary = self._summary(trial, campaign, lease, now)
             assert trial is not None and campaign is not None
             # The campaign's lock is held from here to the commit.
+            fidelity = None
+            if trial.fidelity is not None:
+                rung = _rung_result(trial, trial.fidelity, summary)
+                fidelity = replace(trial.fidelity, history=(*trial.fidelity.history, rung))
+                if not campaign.full_fidelity(trial.fidelity):
+                    return self._pause(tx, campaign, trial, fidelity, summary, lease, now)
             done = {
                 "cid": campaign.id,
                 "now2": now,
@@ -93,10 +107,39 @@ class Ending(CallsBase):
             if taken is None:
                 raise Rollback
             seq, state, max_trials = taken
+            if fidelity is not None:  # the top rung: its history ends with it
+                tx.trials.set_fidelity(trial.id, fidelity)
+                trial = replace(trial, fidelity=fidelity)
             c.execute(S.EVENT, event_params(trial.id, trial.attempt, "completed", lease.agent_id, now))
             if rules.campaign_done(d.CampaignState(state), seq, max_trials):
                 tx.campaigns.set_state(campaign.id, d.CampaignState.COMPLETED, now)
             return _completed(trial, summary, now, seq)
+
+    def _pause(
+        self,
+        tx: Tx,
+        campaign: d.Campaign,
+        trial: d.Trial,
+        fidelity: d.Fidelity,
+        summary: rules.FoldSummary,
+        lease: HeldLease,
+        now: datetime,
+    ) -> d.Trial:
+        """A multi-fidelity trial's rung below the top, done: PAUSED with the rung's
+        value, for its campaign's searcher to promote or stop. It takes no finish number:
+        the configuration is not finished."""
+        tx.campaigns.lock(campaign.id)
+        current = tx.trials.get(trial.id, lock=True, folds=False)
+        if current is None or current.state != d.TrialState.RUNNING or not holds(current, lease):
+            raise Rollback  # the lease ended meanwhile
+        tx.trials.pause(trial.id, fidelity, summary.value, summary.std, summary.values)
+        rung = fidelity.history[-1]
+        of = f"{rung.folds} of {campaign.folds} folds, {rung.epochs} epochs"
+        why = f"finished rung {rung.rung} ({of}): {rung.value:.6g}"
+        tx.trials.add_event(trial.id, trial.attempt, "paused", now, agent_id=lease.agent_id, reason=why)
+        out = tx.trials.get(trial.id)
+        assert out is not None
+        return out
 
     def release(self, lease: HeldLease, state: d.TrialState, reason: str, now: datetime) -> d.Trial | Refused:
         """FAILED or PRUNED (final), or PREEMPTED: back to the queue as attempt + 1."""
@@ -193,6 +236,24 @@ class Ending(CallsBase):
         tx.campaigns.set_state(campaign.id, d.CampaignState.PAUSED, None)
         tx.campaigns.set_pause_reason(campaign.id, why)
         log.warning("campaign %d paused: %s", campaign.id, why)
+
+
+class _Transaction(Exception):
+    """A completion that needs the transaction path (a multi-fidelity trial's rung)."""
+
+
+def _fold_count(trial: d.Trial, campaign: d.Campaign) -> int:
+    """The folds a completion needs: the unit's (multi-fidelity), else all K."""
+    return campaign.folds if trial.fidelity is None else trial.fidelity.folds
+
+
+def _rung_result(trial: d.Trial, fidelity: d.Fidelity, summary: rules.FoldSummary) -> d.RungResult:
+    """The rung a completion finishes: each fold's value, and the seconds the folds had
+    trained in all (their ``train_seconds``, resumes included)."""
+    folds = {f.index: f for f in trial.folds}
+    values = tuple(float(folds[k].value or 0.0) for k in range(fidelity.folds))
+    seconds = sum(float(folds[k].metrics.get("train_seconds", 0.0)) for k in range(fidelity.folds))
+    return d.RungResult(fidelity.rung, fidelity.folds, fidelity.epochs, summary.value, values, seconds)
 
 
 def _completed(trial: d.Trial, summary: rules.FoldSummary, now: datetime, seq: int) -> d.Trial:

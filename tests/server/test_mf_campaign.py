@@ -1,0 +1,199 @@
+"""``algorithm: mf`` through the real service and SQL (SQLite and PostgreSQL), with
+simulated agents: a trial climbs rungs as the same trial, PAUSED between them; what the
+campaign reports is always K-fold; the waiting trials end when the budget is spent; a
+restart of the optimizer cache loses nothing; bad options are refused by field."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from hpcopt_server import domain as d
+from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.service import Service
+from hpcopt_server.service.agents import AcquireStatus, Lease
+from tests.helpers.seed import checkpoint_uri
+from tests.helpers.specs import make_spec
+
+FOLDS, EPOCHS = 3, 9
+SPACE = {"lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"}, "width": {"type": "int", "low": 8, "high": 64}}
+
+
+def _spec(max_trials: int = 24, max_parallel: int = 3, **options: Any) -> dict[str, Any]:
+    return make_spec(
+        space=SPACE,
+        algorithm={"name": "mf", "seed": 5, "options": {"n_initial": 6, **options}},
+        budget={"max_trials": max_trials, "max_parallel": max_parallel},
+        folds=FOLDS,
+        training={"task": "tests:task", "epochs": EPOCHS},
+    )
+
+
+def loss(params: d.Params, fold: int, epochs: int) -> float:
+    """A learning curve that falls with epochs, best at lr 1e-2, with a fold offset."""
+    lr, width = float(params["lr"]), float(params["width"])  # type: ignore[arg-type]
+    return (math.log10(lr) + 2) ** 2 + 0.002 * abs(width - 40) + 1.0 / epochs + 0.05 * fold
+
+
+class Agents:
+    """Agents that train a unit's folds as a real agent would: each fold from the epoch
+    its checkpoint holds to the unit's epochs, counting every fold-epoch it trains."""
+
+    def __init__(self, service: Service, campaign_id: int):
+        self.service = service
+        self.cid = campaign_id
+        self.agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
+        self.sid = service.agents.server_id()
+        self.at: dict[tuple[int, int], int] = {}  # (trial id, fold) -> epochs its checkpoint holds
+        self.trained: dict[tuple[int, int, int], int] = {}  # (trial, fold, epoch) -> times trained
+        self.granted: list[d.Trial] = []
+
+    def acquire(self) -> tuple[d.Trial, Lease] | None:
+        got = self.service.agents.acquire(self.agent, self.cid)
+        if got.status != AcquireStatus.GRANTED:
+            return None
+        assert got.trial is not None
+        self.granted.append(got.trial)
+        return got.trial, Lease(self.agent, got.trial.id, got.lease_id)
+
+    def train(self, trial: d.Trial, lease: Lease) -> d.Trial:
+        assert trial.fidelity is not None
+        f = trial.fidelity
+        finished = {x.index for x in trial.folds if x.finished}
+        resume = {x.index: x.checkpoint_uri for x in trial.folds if not x.finished and x.checkpoint_uri}
+        for k in range(f.folds):
+            if k in finished:
+                continue
+            start = self.at.get((trial.id, k), 0) if k in resume else 0
+            for e in range(start, f.epochs):
+                key = (trial.id, k, e)
+                self.trained[key] = self.trained.get(key, 0) + 1
+            self.at[(trial.id, k)] = f.epochs
+            uri = checkpoint_uri(self.sid, self.cid, trial.id, k)
+            value = loss(trial.params, k, f.epochs)
+            seconds = 0.1 * f.epochs
+            self.service.agents.report_fold(lease, k, value, {"loss": value, "train_seconds": seconds}, uri)
+        return self.service.agents.complete(lease)
+
+
+def _run(service: Service, agents: Agents, *, forget_at: int | None = None, limit: int = 400) -> list[d.Trial]:
+    """Runs the campaign to its end, up to ``max_parallel`` units at once."""
+    ended = []
+    for step in range(limit):
+        if forget_at is not None and step == forget_at:
+            service.ctx.optimizers.forget(agents.cid)  # as after a restart: rebuilt from SQL
+        held = [h for h in (agents.acquire() for _ in range(3)) if h]
+        if not held:
+            state = service.campaigns.get(agents.cid).campaign.state
+            if state == d.CampaignState.COMPLETED:
+                return ended
+            continue
+        for trial, lease in held:
+            ended.append(agents.train(trial, lease))
+    raise AssertionError(f"the campaign did not end in {limit} rounds")
+
+
+def _all(service: Service, cid: int) -> list[d.Trial]:
+    trials = service.campaigns.trials(cid, limit=1000)[0]
+    return [service.campaigns.trial(t.id) for t in trials]
+
+
+@pytest.mark.parametrize("forget_at", [None, 7], ids=["one-cache", "restarted"])
+def test_trials_climb_as_themselves_and_every_reported_result_is_k_fold(service: Service, forget_at: int | None) -> None:
+    campaign = service.campaigns.create(_spec())
+    agents = Agents(service, campaign.id)
+    _run(service, agents, forget_at=forget_at)
+    trials = _all(service, campaign.id)
+    assert len(trials) == 24  # max_trials counts configurations: a promotion is no new trial
+    assert {t.state for t in trials} <= {d.TrialState.COMPLETED, d.TrialState.PRUNED}
+    completed = [t for t in trials if t.state == d.TrialState.COMPLETED]
+    assert completed, "the campaign must end with at least one K-fold result"
+    for t in trials:
+        assert t.fidelity is not None
+        rungs = [(r.folds, r.epochs) for r in t.fidelity.history]
+        assert rungs == sorted(rungs) and len(set(rungs)) == len(rungs), rungs
+        assert all(f <= FOLDS and e <= EPOCHS for f, e in rungs)  # never past K folds or the epochs
+        if t.state == d.TrialState.COMPLETED:
+            assert rungs[-1] == (FOLDS, EPOCHS)
+            assert sorted(f.index for f in t.folds if f.finished) == list(range(FOLDS))
+            mean = sum(loss(t.params, k, EPOCHS) for k in range(FOLDS)) / FOLDS
+            assert t.value == pytest.approx(mean)
+        else:
+            assert rungs[-1] != (FOLDS, EPOCHS) and "not promoted past" in t.error
+    summary = service.campaigns.get(campaign.id)
+    best = min(completed, key=lambda t: t.value or math.inf)
+    assert summary.best_trial_id == best.id
+    assert summary.campaign.state == d.CampaignState.COMPLETED
+    # Promotions happened, to more epochs and to more folds, each as the same trial.
+    climbed = [t for t in trials if t.fidelity and len(t.fidelity.history) > 1]
+    assert any(r.epochs > t.fidelity.history[0].epochs for t in climbed if t.fidelity for r in t.fidelity.history)
+    assert any(r.folds > 1 for t in climbed if t.fidelity for r in t.fidelity.history)
+    # Every fold-epoch was trained exactly once: each promotion resumed its folds.
+    assert set(agents.trained.values()) == {1}
+    seconds = {t.id: t.fidelity.history[-1].seconds for t in trials if t.fidelity}
+    assert all(s > 0 for s in seconds.values())
+
+
+def test_a_promotion_reopens_the_folds_it_extends_and_keeps_their_checkpoints(service: Service) -> None:
+    campaign = service.campaigns.create(_spec())
+    agents = Agents(service, campaign.id)
+    _run(service, agents)
+    promoted = [t for t in agents.granted if t.fidelity and t.fidelity.history]
+    assert promoted
+    for t in promoted:
+        assert t.fidelity is not None
+        before = t.fidelity.history[-1]
+        assert (t.fidelity.folds, t.fidelity.epochs) > (before.folds, before.epochs)
+        for f in t.folds:
+            if f.index >= before.folds:
+                continue
+            if t.fidelity.epochs > before.epochs:  # more epochs: the fold resumes from its checkpoint
+                assert not f.finished and f.checkpoint_uri.endswith(f"/{t.id}/fold{f.index}.pt")
+            else:  # more folds: the folds it has are done
+                assert f.finished
+        assert t.fidelity.why
+
+
+def test_a_paused_trial_holds_no_lease_and_counts_as_unfinished(service: Service) -> None:
+    campaign = service.campaigns.create(_spec())
+    agents = Agents(service, campaign.id)
+    held = agents.acquire()
+    assert held is not None
+    paused = agents.train(*held)
+    assert paused.state == d.TrialState.PAUSED and paused.value is not None
+    assert paused.fidelity is not None and paused.fidelity.history[0].rung == 0
+    assert paused.lease_expires_at is None
+    summary = service.campaigns.get(campaign.id)
+    assert summary.best_trial_id is None  # a one-fold rung is never the campaign's result
+    assert summary.campaign.trials_finished == 0
+    # A retried completion (its reply lost) is answered with the paused trial.
+    again = service.agents.complete(held[1])
+    assert again.state == d.TrialState.PAUSED and again.id == paused.id
+    # Cancelling the campaign ends a PAUSED trial too.
+    service.campaigns.cancel(campaign.id)
+    assert service.campaigns.trial(paused.id).state == d.TrialState.CANCELLED
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"algorithm": {"name": "mf", "options": {"min_epochs": 12}}}, "algorithm.options.min_epochs"),
+        ({"algorithm": {"name": "mf", "options": {"fold_promotion": True}}, "folds": 1}, "algorithm.options.fold_promotion"),
+        ({"algorithm": {"name": "mf", "options": {"eta": 1.0}}}, "algorithm.options.eta"),
+        ({"algorithm": {"name": "mf", "options": {"rungs": 3}}}, "algorithm.options.rungs"),
+        ({"algorithm": {"name": "mf"}, "pruner": {"name": "asha"}}, "pruner"),
+        ({"algorithm": {"name": "mf"}, "training": None}, "training"),
+        ({"algorithm": {"name": "pbt", "options": {"min_epochs": 2}}}, "algorithm.options.min_epochs"),
+    ],
+    ids=["min-above-max", "fold-promotion-one-fold", "eta", "unknown", "pruner", "no-training", "pbt-fidelity"],
+)
+def test_bad_options_are_refused_naming_the_field(service: Service, change: dict[str, Any], field: str) -> None:
+    spec = _spec()
+    spec.update(change)
+    if spec.get("training") is None:
+        spec.pop("training")
+    with pytest.raises(InvalidArgument) as err:
+        service.campaigns.create(spec)
+    assert field in str(err.value), str(err.value)
