@@ -18,7 +18,10 @@ from tests.helpers.seed import checkpoint_uri
 from tests.helpers.specs import make_spec
 
 FOLDS, EPOCHS = 3, 9
-SPACE = {"lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"}, "width": {"type": "int", "low": 8, "high": 64}}
+SPACE = {
+    "lr": {"type": "real", "low": 1e-4, "high": 1.0, "scale": "log"},
+    "width": {"type": "int", "low": 8, "high": 64},
+}
 
 
 def _spec(max_trials: int = 24, max_parallel: int = 3, **options: Any) -> dict[str, Any]:
@@ -101,7 +104,9 @@ def _all(service: Service, cid: int) -> list[d.Trial]:
 
 
 @pytest.mark.parametrize("forget_at", [None, 7], ids=["one-cache", "restarted"])
-def test_trials_climb_as_themselves_and_every_reported_result_is_k_fold(service: Service, forget_at: int | None) -> None:
+def test_trials_climb_as_themselves_and_every_reported_result_is_k_fold(
+    service: Service, forget_at: int | None
+) -> None:
     campaign = service.campaigns.create(_spec())
     agents = Agents(service, campaign.id)
     _run(service, agents, forget_at=forget_at)
@@ -180,7 +185,10 @@ def test_a_paused_trial_holds_no_lease_and_counts_as_unfinished(service: Service
     ("change", "field"),
     [
         ({"algorithm": {"name": "mf", "options": {"min_epochs": 12}}}, "algorithm.options.min_epochs"),
-        ({"algorithm": {"name": "mf", "options": {"fold_promotion": True}}, "folds": 1}, "algorithm.options.fold_promotion"),
+        (
+            {"algorithm": {"name": "mf", "options": {"fold_promotion": True}}, "folds": 1},
+            "algorithm.options.fold_promotion",
+        ),
         ({"algorithm": {"name": "mf", "options": {"eta": 1.0}}}, "algorithm.options.eta"),
         ({"algorithm": {"name": "mf", "options": {"rungs": 3}}}, "algorithm.options.rungs"),
         ({"algorithm": {"name": "mf"}, "pruner": {"name": "asha"}}, "pruner"),
