@@ -238,9 +238,13 @@ class PlotData(BaseModel):
     #: The empirical distribution of every completed trial's value: at most 200 values
     #: evenly spaced over the sorted values (the least and greatest included).
     edf: list[float] = []
-    #: PRUNED and FAILED trials (at most max_points, evenly over their numbers).
+    #: PRUNED and FAILED trials, and a multi-fidelity campaign's PAUSED ones (at most
+    #: max_points, evenly over their numbers).
     ended: list[EndedPoint] = []
     ended_total: int = 0
+    #: Whether ``ended`` values are partial estimates (``algorithm: mf``: a rung below
+    #: all folds and epochs), never K-fold results as every point is.
+    partial: bool = False
 
 
 class RunningTrial(BaseModel):

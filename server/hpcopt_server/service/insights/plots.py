@@ -26,8 +26,11 @@ class Plots(InsightBase):
         ``max_points``; otherwise every trial that improved the best, the best tenth of
         the budget, and an even random sample of the rest (``downsampled`` says so).
         ``objectives`` gives each objective its own best line, empirical distribution and
-        robust axis limit (:func:`robust_limit`); ``ended`` the PRUNED and FAILED trials
-        (at most ``max_points``, evenly over their numbers; ``ended_total`` counts all).
+        robust axis limit (:func:`robust_limit`); ``ended`` the PRUNED and FAILED trials,
+        and a multi-fidelity campaign's PAUSED ones (at most ``max_points``, evenly over
+        their numbers; ``ended_total`` counts all). ``partial``: the campaign's PRUNED and
+        PAUSED values are one-rung estimates (fewer folds or epochs: ``algorithm: mf``),
+        never K-fold results; every point of ``points`` is one.
         """
         if not 10 <= max_points <= MAX_PLOT_POINTS:
             raise InvalidArgument(
@@ -37,7 +40,8 @@ class Plots(InsightBase):
             campaign = campaign_or_404(tx, campaign_id)
             rows = tx.results.completed_points_at(campaign_id)
             vectors = dict(tx.results.completed_values(campaign_id)) if len(campaign.objectives) > 1 else {}
-            ended = tx.views.listed_trials(campaign_id, (d.TrialState.PRUNED, d.TrialState.FAILED))
+            stopped = (d.TrialState.PRUNED, d.TrialState.FAILED) + ((d.TrialState.PAUSED,) if campaign.promotes else ())
+            ended = tx.views.listed_trials(campaign_id, stopped)
         ended_total = len(ended)
         sign = 1.0 if campaign.direction == "minimize" else -1.0
         objectives = []
@@ -77,6 +81,7 @@ class Plots(InsightBase):
                 for r in ended
             ],
             "ended_total": ended_total,
+            "partial": campaign.promotes,
             "points": [
                 {
                     "trial_id": tid,

@@ -225,6 +225,7 @@ export function renderTrials(id, c, page, st, { onChange, onCurves }) {
   const names = Object.keys(c.spec.space).filter((n) => shown(`param:${n}`));
   const others = (c.spec.objectives || []).slice(1); // a multi-objective campaign's further objectives
   const [withAttempt, withDuration, withAgent] = ["attempt", "duration", "agent"].map(shown);
+  const withRung = c.algorithm === "mf"; // a multi-fidelity campaign: each trial's rung
   const desc = st.desc === null ? c.direction === "maximize" && st.sort === "value" : st.desc;
   const cur = { key: st.sort, desc };
   const onSort = (key) => {
@@ -247,6 +248,7 @@ export function renderTrials(id, c, page, st, { onChange, onCurves }) {
         sortableHeader("#", "number", cur, onSort),
         sortableHeader("State", "state", cur, onSort),
         sortableHeader(c.metric, "value", cur, onSort, "num"),
+        withRung && el("th", { title: "the folds and epochs of the rung it trains or last finished", text: "Rung" }),
         ...others.map((o) =>
           el("th", {
             class: "num",
@@ -268,7 +270,7 @@ export function renderTrials(id, c, page, st, { onChange, onCurves }) {
         "tr",
         {},
         el("td", {
-          colspan: 4 + withAttempt + withDuration + withAgent + names.length + others.length,
+          colspan: 4 + withRung + withAttempt + withDuration + withAgent + names.length + others.length,
           class: "muted",
           text: Object.keys(st.brush).length || st.states.length ? "No trials match the filter." : "No trials yet.",
         }),
@@ -290,6 +292,7 @@ export function renderTrials(id, c, page, st, { onChange, onCurves }) {
           t.agent_job,
           t.ran_seconds,
           t.running_since,
+          t.fidelity,
           st.curves.includes(t.number),
           st.hidden,
         ]),
@@ -315,6 +318,7 @@ export function renderTrials(id, c, page, st, { onChange, onCurves }) {
           el("td", { class: "nowrap" }, el("a", { href: `#/campaign/${id}/trial/${t.number}`, title: `trial id ${t.id}`, text: `#${t.number}` })),
           el("td", {}, badge(t.state)),
           valueCell(t),
+          withRung && rungCell(t),
           ...others.map((_o, k) =>
             el("td", { class: "num nowrap", text: t.state === "COMPLETED" && t.values && t.values.length > k + 1 ? fmt(t.values[k + 1]) : "–" }),
           ),
@@ -377,13 +381,19 @@ export function renderTrials(id, c, page, st, { onChange, onCurves }) {
 /** A trial's value in the table: a result (mean ± spread over the folds) for a COMPLETED
  * trial; for a PRUNED one the value it reached, marked as such (it is not a result and
  * sorts after every completed trial); nothing for the others. */
+function rungCell(t) {
+  const f = t.fidelity;
+  if (!f) return el("td", { text: "–" });
+  return el("td", { class: "nowrap rung", title: f.why || "", text: `${f.rung} (${f.folds} fold${f.folds > 1 ? "s" : ""}, ${f.epochs} ep.)` });
+}
+
 function valueCell(t) {
   if (t.value === null || t.value === undefined) return el("td", { class: "num", text: "–" });
   if (t.state !== "COMPLETED")
     return el("td", {
       class: "num nowrap reached",
       title: "the value it had reached when it stopped: not a result, so it sorts after every completed trial",
-      text: `${fmt(t.value)} ${t.state === "PRUNED" ? "when pruned" : "(not a result)"}`,
+      text: `${fmt(t.value)} ${t.state === "PRUNED" ? "when pruned" : t.state === "PAUSED" ? "at its rung" : "(not a result)"}`,
     });
   return el("td", { class: "num nowrap", text: t.value_std !== null && t.value_std !== undefined ? `${fmt(t.value)} ± ${fmt(t.value_std, 2)}` : fmt(t.value) });
 }

@@ -8,7 +8,7 @@ export const POLL_MS = Number.isInteger(storedPoll) && storedPoll >= 250 && stor
 /** How many trials the compare page takes (#/campaign/ID/compare?trials=…). */
 export const MIN_COMPARED = 2;
 export const MAX_COMPARED = 4;
-export const STATES = ["QUEUED", "RUNNING", "COMPLETED", "PRUNED", "FAILED", "CANCELLED", "PREEMPTED"];
+export const STATES = ["QUEUED", "RUNNING", "PAUSED", "COMPLETED", "PRUNED", "FAILED", "CANCELLED", "PREEMPTED"];
 
 export const session = {
   token: localStorage.getItem("hpcopt.token") || "",

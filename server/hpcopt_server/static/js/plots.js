@@ -225,13 +225,13 @@ export function renderHistory(plot, view, brushed, openTrial) {
   const offNote = r ? ` ${offScale(plot)}` : "";
   const endedNote =
     view.ended && plot.ended_total
-      ? ` Pruned trials at the value they reached; failed ones as × along the bottom${plot.ended.length < plot.ended_total ? ` (${plot.ended.length} of ${plot.ended_total} drawn)` : ""}.`
+      ? ` ${plot.partial ? "Partial results (a rung below all folds and epochs: stopped or waiting) as open circles" : "Pruned trials at the value they reached"}; failed ones as × along the bottom${plot.ended.length < plot.ended_total ? ` (${plot.ended.length} of ${plot.ended_total} drawn)` : ""}.`
       : "";
   const note = document.getElementById("history-note");
   note.textContent =
     (plot.downsampled
       ? `Drawn: ${pts.length} of ${plot.completed} completed trials (every improvement, the best tenth, a random sample of the rest); the best line uses all.`
-      : `${plot.completed} completed trials; error bars: std over folds.`) +
+      : `${plot.completed} completed trials${plot.partial ? " (each on all folds and epochs)" : ""}; error bars: std over folds.`) +
     offNote +
     endedNote +
     logNote;
@@ -247,20 +247,24 @@ export function offScale(plot) {
 /** Pruned trials (at the value they reached) and failed ones (× along the bottom). */
 function endedTraces(plot, x, r, log) {
   const minimize = plot.direction !== "maximize";
-  const pruned = plot.ended.filter((e) => e.state === "PRUNED" && e.value !== null && (!log || e.value > 0));
+  const reached = (e) => e.state === "PRUNED" || e.state === "PAUSED";
+  const pruned = plot.ended.filter((e) => reached(e) && e.value !== null && (!log || e.value > 0));
   const failed = plot.ended.filter((e) => e.state === "FAILED" || e.value === null);
   const shown = onScale(r, pruned);
+  // A multi-fidelity campaign's stopped and waiting trials: values at a rung below all
+  // folds and epochs, drawn apart from the K-fold results.
+  const name = plot.partial ? "partial (fewer folds or epochs)" : "pruned";
   return [
     {
       type: "scatter",
       mode: "markers",
-      name: "pruned",
+      name,
       x: pruned.map(x),
       y: shown.y,
       text: shown.text,
       customdata: pruned.map((p) => p.number),
       marker: { size: 5, color: "#9aa5b1", symbol: shown.symbol.map((sym) => (sym === "circle" ? "circle-open" : sym)) },
-      hovertemplate: "trial #%{customdata} (pruned)<br>%{text}<extra></extra>",
+      hovertemplate: `trial #%{customdata} (${name})<br>%{text}<extra></extra>`,
     },
     {
       type: "scatter",

@@ -73,6 +73,65 @@ export function trialPage(cid, number) {
   );
 }
 
+// A multi-fidelity trial (algorithm mf): the unit it trains or last trained, and why.
+function fidelityRows(f, c) {
+  if (!f) return [];
+  const epochs = (c.spec.training || {}).epochs;
+  return [
+    el("dt", { text: "Rung" }),
+    el("dd", { id: "trial-rung", text: `${f.rung}: ${f.folds} of ${c.spec.folds} folds, ${f.epochs} of ${epochs} epochs` }),
+    el("dt", { text: "Why this rung" }),
+    el("dd", { id: "trial-rung-why", text: f.why || "–" }),
+  ];
+}
+
+// The rungs it finished: the mean over its folds at each, and the compute it had used.
+function fidelityHistory(f, c) {
+  if (!f || !f.history.length) return "";
+  const full = (r) => r.folds >= c.spec.folds && r.epochs >= ((c.spec.training || {}).epochs || 0);
+  return el(
+    "div",
+    { class: "section" },
+    el("h2", { text: "Rungs finished" }),
+    el(
+      "table",
+      { id: "trial-rungs" },
+      el(
+        "thead",
+        {},
+        el(
+          "tr",
+          {},
+          el("th", { text: "Rung" }),
+          el("th", { text: "Folds" }),
+          el("th", { text: "Epochs" }),
+          el("th", { class: "num", text: c.metric }),
+          el("th", { class: "num", text: "Seconds" }),
+        ),
+      ),
+      el(
+        "tbody",
+        {},
+        ...f.history.map((r) =>
+          el(
+            "tr",
+            {},
+            el("td", { text: r.rung }),
+            el("td", { text: r.folds }),
+            el("td", { text: r.epochs }),
+            el("td", {
+              class: "num",
+              title: full(r) ? "all folds, all epochs" : "a partial estimate: fewer folds or epochs",
+              text: `${fmt(r.value, 6)}${full(r) ? "" : " (partial)"}`,
+            }),
+            el("td", { class: "num", text: fmt(r.seconds, 3) }),
+          ),
+        ),
+      ),
+    ),
+  );
+}
+
 function render(t, c) {
   session.owners[c.id] = c.owner;
   const total = Object.values(c.trial_counts).reduce((a, n) => a + n, 0);
@@ -94,7 +153,7 @@ function render(t, c) {
     .replaceChildren(
       nav(t.number - 1, `‹ #${t.number - 1}`, "trial-prev"),
       nav(t.number + 1, `#${t.number + 1} ›`, "trial-next"),
-      t.state === "QUEUED" || t.state === "RUNNING" ? stopButton(c.id, t, "stop-trial") : "",
+      t.state === "QUEUED" || t.state === "RUNNING" || t.state === "PAUSED" ? stopButton(c.id, t, "stop-trial") : "",
     );
   const box = document.getElementById("trial");
   if (!box.children.length) {
@@ -127,7 +186,7 @@ function render(t, c) {
         { class: "spec" },
         ...Object.entries(t.params).flatMap(([k, v]) => [el("dt", { text: k }), el("dd", { class: "mono", text: fmtParam(space[k], v) })]),
         ...schemeRow(c.spec.training || null, t.params),
-        el("dt", { text: t.state === "PRUNED" ? "Value when pruned" : c.metric }),
+        el("dt", { text: t.state === "PRUNED" ? "Value when pruned" : t.state === "PAUSED" ? `${c.metric} at its rung` : c.metric }),
         el("dd", { id: "trial-value", text: value }),
         ...(t.values
           ? [el("dt", { text: "Objectives" }), el("dd", { id: "trial-values", class: "mono", text: t.values.map((v) => fmt(v, 6)).join(", ") })]
@@ -138,7 +197,9 @@ function render(t, c) {
         el("dd", { id: "trial-ran", title: "time on agents, over all attempts", ...clockAttrs(t) }),
         el("dt", { text: "Agent" }),
         el("dd", { title: t.agent_id || "", text: agentLabel(t.agent_host, t.agent_job) }),
+        ...fidelityRows(t.fidelity, c),
       ),
+      fidelityHistory(t.fidelity, c),
       t.error && t.state === "PRUNED"
         ? el("div", { class: "section" }, el("h2", { text: "Why it was pruned" }), el("p", { id: "trial-pruned", text: t.error }))
         : "",
