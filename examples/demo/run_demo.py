@@ -88,7 +88,9 @@ def progress(c: Campaign, t0: float, metric: str) -> str:
 
 def leaderboard(client: Client, campaign_id: int, metric: str) -> None:
     c = client.get_campaign(campaign_id)
-    trials = sorted(client.list_trials(campaign_id, ["COMPLETED"]), key=lambda t: t.value)
+    trials = sorted(
+        client.list_trials(campaign_id, ["COMPLETED"]), key=lambda t: float("inf") if t.value is None else t.value
+    )
     if c.direction == "maximize":
         trials.reverse()
     print(f"\ncampaign {c.id} is {c.state}; the five best of {len(trials)} completed trials:")
