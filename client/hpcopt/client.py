@@ -176,7 +176,7 @@ class Client(Channel):
         return self._campaign(self._do(self._stub.RaiseBudget, req))
 
     def stop_trial(self, campaign_id: int, number: int, reason: str = "") -> Trial:
-        """Cancels trial ``number`` (QUEUED or RUNNING); its agent stops at its next heartbeat."""
+        """Cancels trial ``number`` (QUEUED, RUNNING or PAUSED); its agent stops at its next heartbeat."""
         req = campaign_pb2.StopTrialRequest(campaign_id=campaign_id, number=number, reason=reason)
         return self._trial(self._do(self._stub.StopTrial, req))
 

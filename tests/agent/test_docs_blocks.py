@@ -120,6 +120,7 @@ def test_the_plan_block_ranks_the_layouts_of_the_allocation_it_names() -> None:
 def test_every_marked_block_belongs_to_a_test() -> None:
     names = {m.group(1) for page in (ROOT / "docs").rglob("*.md") for m in MARK.finditer(page.read_text())}
     # first-campaign and plan run here; task-skeleton and task-try in test_try.py;
-    # embedded-quickstart in tests/server/test_embedded.py.
-    tested = {"first-campaign", "plan", "task-skeleton", "task-try", "embedded-quickstart"}
+    # embedded-quickstart in tests/server/test_embedded.py; mf-campaign in
+    # tests/server/test_mf_campaign.py.
+    tested = {"first-campaign", "plan", "task-skeleton", "task-try", "embedded-quickstart", "mf-campaign"}
     assert names == tested, f"a docs-test name without a test (or a test without its block): {names ^ tested}"

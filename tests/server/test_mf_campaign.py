@@ -6,13 +6,16 @@ restart of the optimizer cache loses nothing; bad options are refused by field."
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
+from hpcopt_server.optimizers.fidelity import ladder
 from hpcopt_server.service import Service
+from tests.agent.test_docs_blocks import docs_blocks
 from tests.helpers.fidelity import EPOCHS, FOLDS, Agents, loss, mf_spec, run_campaign
 
 _spec = mf_spec
@@ -126,3 +129,19 @@ def test_bad_options_are_refused_naming_the_field(service: Service, change: dict
     with pytest.raises(InvalidArgument) as err:
         service.campaigns.create(spec)
     assert field in str(err.value), str(err.value)
+
+
+def test_the_guides_campaign_is_accepted_and_its_ladder_is_the_one_the_guide_tabulates(service: Service) -> None:
+    import re
+
+    import yaml
+
+    [(lang, text)] = docs_blocks("mf-campaign")
+    assert lang == "yaml"
+    spec = yaml.safe_load(text)
+    campaign = service.campaigns.create(spec)
+    assert campaign.algorithm == "mf"
+    page = (Path(__file__).resolve().parents[2] / "docs/guides/multifidelity.md").read_text()
+    table = re.findall(r"^\| (\d+) \| (\d+) \| (\d+) \|$", page, re.M)
+    rungs = ladder(spec["training"]["epochs"], spec["folds"], 1, 3.0)
+    assert [(int(r), int(f), int(e)) for r, f, e in table] == [(r.index, r.folds, r.epochs) for r in rungs]

@@ -201,7 +201,7 @@ class CampaignServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def StopTrial(self, request, context):
-        """Cancels a QUEUED or RUNNING trial; its agent stops at its next heartbeat.
+        """Cancels a QUEUED, RUNNING or PAUSED trial; its agent stops at its next heartbeat.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

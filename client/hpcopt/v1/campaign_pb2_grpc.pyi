@@ -60,7 +60,7 @@ class CampaignServiceStub:
     RaiseBudget: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.RaiseBudgetRequest, _common_pb2.Campaign]
     """Raises budget.max_trials; a COMPLETED campaign runs again."""
     StopTrial: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.StopTrialRequest, _common_pb2.Trial]
-    """Cancels a QUEUED or RUNNING trial; its agent stops at its next heartbeat."""
+    """Cancels a QUEUED, RUNNING or PAUSED trial; its agent stops at its next heartbeat."""
 
 @_typing.type_check_only
 class CampaignServiceAsyncStub(CampaignServiceStub):
@@ -93,7 +93,7 @@ class CampaignServiceAsyncStub(CampaignServiceStub):
     RaiseBudget: _aio.UnaryUnaryMultiCallable[_campaign_pb2.RaiseBudgetRequest, _common_pb2.Campaign]  # type: ignore[assignment]
     """Raises budget.max_trials; a COMPLETED campaign runs again."""
     StopTrial: _aio.UnaryUnaryMultiCallable[_campaign_pb2.StopTrialRequest, _common_pb2.Trial]  # type: ignore[assignment]
-    """Cancels a QUEUED or RUNNING trial; its agent stops at its next heartbeat."""
+    """Cancels a QUEUED, RUNNING or PAUSED trial; its agent stops at its next heartbeat."""
 
 class CampaignServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -207,6 +207,6 @@ class CampaignServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _campaign_pb2.StopTrialRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Trial, _abc.Awaitable[_common_pb2.Trial]]:
-        """Cancels a QUEUED or RUNNING trial; its agent stops at its next heartbeat."""
+        """Cancels a QUEUED, RUNNING or PAUSED trial; its agent stops at its next heartbeat."""
 
 def add_CampaignServiceServicer_to_server(servicer: CampaignServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

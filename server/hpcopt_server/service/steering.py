@@ -3,7 +3,7 @@
 Each is one transaction under the campaign's row lock, in SQL before it is answered,
 and reaches the agents through what they already ask:
 
-- **Stop a trial.** A QUEUED or RUNNING trial becomes CANCELLED, its lease kept: the
+- **Stop a trial.** A QUEUED, RUNNING or PAUSED trial becomes CANCELLED, its lease kept: the
   holder's next heartbeat or report is answered CANCELLED and it moves on to its next
   trial. The trial counts against ``max_trials`` like any finished one (raise the
   budget to replace it).
@@ -49,7 +49,7 @@ class SteeringService:
         self.ctx = ctx
 
     def stop_trial(self, campaign_id: int, number: int, token: d.ApiToken | None = None, reason: str = "") -> d.Trial:
-        """Cancels trial ``number`` of the campaign if it is QUEUED or RUNNING; its agent
+        """Cancels trial ``number`` of the campaign if it is QUEUED, RUNNING or PAUSED; its agent
         stops at its next heartbeat. FailedPrecondition if it has finished."""
         require_id("campaign_id", campaign_id)
         require_range("number", number, 0)
