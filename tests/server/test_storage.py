@@ -100,10 +100,64 @@ class TestUnitOfWork:
             lambda tx: tx.campaigns.set_next_number(999, 3),
             lambda tx: tx.campaigns.set_spec(999, make_spec()),
             lambda tx: tx.tokens.revoke(999, NOW),
+            lambda tx: tx.fidelity.pause(999, d.Fidelity(0, 1, 1), 0.5, 0.0, None),
+            lambda tx: tx.fidelity.record(999, d.Fidelity(0, 1, 1)),
         ]
         for change in changes:
             with storage.write() as tx, pytest.raises(KeyError):
                 change(tx)
+
+
+class TestFidelity:
+    """A multi-fidelity trial's rung: paused between rungs, promoted as itself."""
+
+    def test_a_paused_trial_keeps_its_rung_and_value_and_ends_its_lease(self, storage: Storage) -> None:
+        c = _campaign(storage)
+        t = _trial(storage, c.id)
+        _hold(storage, t.id, "a1", "l1", LATER)
+        rung = d.RungResult(0, 1, 2, 0.4, (0.4,), 1.5)
+        fidelity = d.Fidelity(0, 1, 2, "at random", (rung,))
+        with storage.write() as tx:
+            assert tx.trials.get(t.id) is not None  # loaded into the session first
+            tx.fidelity.pause(t.id, fidelity, 0.4, 0.0, None)
+            got = tx.trials.get(t.id)
+        assert got is not None and got.state == d.TrialState.PAUSED and got.value == 0.4
+        assert got.fidelity == fidelity and got.lease_expires_at is None and got.lease_id == "l1"
+        with storage.read() as tx:
+            assert tx.trials.count_active(c.id) == 0 and tx.trials.unfinished_ids(c.id) == [t.id]
+
+    @pytest.mark.parametrize(("folds", "epochs", "reopened"), [(1, 6, True), (3, 2, False)], ids=["epochs", "folds"])
+    def test_a_promotion_runs_the_same_trial_and_reopens_only_folds_it_extends(
+        self, storage: Storage, folds: int, epochs: int, reopened: bool
+    ) -> None:
+        c = _campaign(storage)
+        t = _trial(storage, c.id)
+        rung = d.RungResult(0, 1, 2, 0.4, (0.4,), 1.5)
+        uri = "file:///ck/s/1/1/fold0.pt"
+        with storage.write() as tx:
+            tx.trials.put_folds(t.id, [d.Fold(0, True, 0.4, {"loss": 0.4}, uri, 1)], NOW)
+            tx.fidelity.pause(t.id, d.Fidelity(0, 1, 2, "", (rung,)), 0.4, 0.0, None)
+        nxt = d.Fidelity(1, folds, epochs, "in the best 1/3", (rung,))
+        with storage.write() as tx:
+            assert tx.fidelity.promote(t.id, nxt, "a2", "l2", LATER)
+            assert not tx.fidelity.promote(t.id, nxt, "a3", "l3", LATER)  # no longer PAUSED
+            assert not tx.fidelity.promote(999, nxt, "a3", "l3", LATER)
+        with storage.read() as tx:
+            got = tx.trials.get(t.id)
+        assert got is not None and got.id == t.id and got.state == d.TrialState.RUNNING
+        assert (got.agent_id, got.lease_id, got.value, got.fidelity) == ("a2", "l2", None, nxt)
+        [fold] = got.folds
+        assert fold.finished is not reopened and fold.checkpoint_uri == uri
+
+    def test_recorded_fidelity_replaces_the_stored_one(self, storage: Storage) -> None:
+        c = _campaign(storage)
+        t = _trial(storage, c.id)
+        top = d.Fidelity(2, 3, 2, "why", (d.RungResult(2, 3, 2, 0.3, (0.3, 0.3, 0.3), 4.0),))
+        with storage.write() as tx:
+            tx.fidelity.record(t.id, top)
+        with storage.read() as tx:
+            got = tx.trials.get(t.id)
+        assert got is not None and got.fidelity == top
 
 
 class TestCampaigns:
@@ -592,7 +646,7 @@ class TestResults:
 
 # -- the suite itself ---------------------------------------------------------------------
 
-REPOSITORIES = ("campaigns", "trials", "agents", "tokens", "flags", "notes", "views", "results")
+REPOSITORIES = ("campaigns", "trials", "fidelity", "agents", "tokens", "flags", "notes", "views", "results")
 READ_ONLY = ("views", "results")
 
 

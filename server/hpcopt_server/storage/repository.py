@@ -11,6 +11,7 @@ Usage::
 ===================  ==========================================================
 ``tx.campaigns``     campaign rows, their row lock, state and trial numbering
 ``tx.trials``        trial rows, folds, curve points, the event log; ``finish``
+``tx.fidelity``      a multi-fidelity trial's rung: its pause and its promotion
 ``tx.agents``        agent rows, when each was heard from, the trials it holds
 ``tx.tokens``        API tokens (hashes only); ``tx.flags`` the server's flags
 ``tx.notes``         notes, saved with optimistic concurrency
@@ -50,6 +51,7 @@ from sqlalchemy.orm import Session
 from hpcopt_server.storage.agents import AgentStore
 from hpcopt_server.storage.campaigns import CAMPAIGN_SORT_KEYS, CampaignStore
 from hpcopt_server.storage.db import Database
+from hpcopt_server.storage.fidelity import FidelityStore
 from hpcopt_server.storage.finishing import Finishing
 from hpcopt_server.storage.notes import NoteStore
 from hpcopt_server.storage.results import ResultStore
@@ -105,6 +107,7 @@ class Tx:
         self.s = session
         self.campaigns = CampaignStore(session)
         self.trials = TrialStore(session, finishing)
+        self.fidelity = FidelityStore(session)
         self.agents = AgentStore(session)
         self.tokens = TokenStore(session)
         self.flags = FlagStore(session)

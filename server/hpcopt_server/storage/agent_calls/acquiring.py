@@ -97,7 +97,7 @@ class Acquiring(CallsBase):
             if len(out) >= len(agents) or m.fidelity is None:
                 continue
             agent, lease_id = agents[len(out)], uuid.uuid4().hex
-            if not tx.trials.promote(m.promote, m.fidelity, agent, lease_id, expires):
+            if not tx.fidelity.promote(m.promote, m.fidelity, agent, lease_id, expires):
                 continue  # no longer PAUSED (another replica promoted or stopped it)
             trial = self._trial_with_folds(tx.connection(), m.promote)
             assert trial is not None

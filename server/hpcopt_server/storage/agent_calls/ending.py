@@ -108,7 +108,7 @@ class Ending(CallsBase):
                 raise Rollback
             seq, state, max_trials = taken
             if fidelity is not None:  # the top rung: its history ends with it
-                tx.trials.set_fidelity(trial.id, fidelity)
+                tx.fidelity.record(trial.id, fidelity)
                 trial = replace(trial, fidelity=fidelity)
             c.execute(S.EVENT, event_params(trial.id, trial.attempt, "completed", lease.agent_id, now))
             if rules.campaign_done(d.CampaignState(state), seq, max_trials):
@@ -132,7 +132,7 @@ class Ending(CallsBase):
         current = tx.trials.get(trial.id, lock=True, folds=False)
         if current is None or current.state != d.TrialState.RUNNING or not holds(current, lease):
             raise Rollback  # the lease ended meanwhile
-        tx.trials.pause(trial.id, fidelity, summary.value, summary.std, summary.values)
+        tx.fidelity.pause(trial.id, fidelity, summary.value, summary.std, summary.values)
         rung = fidelity.history[-1]
         of = f"{rung.folds} of {campaign.folds} folds, {rung.epochs} epochs"
         why = f"finished rung {rung.rung} ({of}): {rung.value:.6g}"
