@@ -3,7 +3,7 @@
 units running (fantasised), as a campaign's optimizer makes them under the campaign's
 lock.
 
-    .venv/bin/python benchmarks/multifidelity/latency.py [--ns 1000,10000] [--reps 20]
+    .venv/bin/python benchmarks/multifidelity/decision_cost.py [--ns 1000,10000] [--reps 20]
 
 The searcher is driven by itself on a synthetic multi-fidelity Hartmann-6 (the value
 at z, the log share of the epochs, is the full value plus (1 - z) times a bias and a
