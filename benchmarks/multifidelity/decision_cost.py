@@ -41,7 +41,7 @@ def hartmann(x: np.ndarray) -> float:
 
 
 def result(work: Work, rng: np.random.Generator) -> list[float]:
-    x = np.array([float(work.params[f"x{i}"]) for i in range(D)])  # type: ignore[arg-type]
+    x = np.array([float(work.params[f"x{i}"]) for i in range(D)])
     z = math.log(work.rung.epochs) / math.log(EPOCHS)
     base = hartmann(x) + (1 - z) * 0.5
     return [base + 0.05 * float(rng.normal()) for _ in range(work.rung.folds)]
