@@ -10,6 +10,12 @@ at z, the log share of the epochs, is the full value plus (1 - z) times a bias a
 little noise) with 5 folds and 20 epochs, keeping 16 units running, until it has n
 reports; then ``--reps`` more steps are timed. Printed: p50, p90 and max of tell +
 next, and of next alone; how many configurations it holds; and the time to reach n.
+
+``--direct`` builds the n reports without asking the searcher for them (each new
+configuration at random, its rung 0 told, and each rung above with chance 1/eta, as
+successive halving leaves a ladder): reaching 10,000 reports by the searcher's own
+steps takes most of an hour here, and the cost of a step depends on how many reports
+and configurations it holds, not on how they were chosen.
 """
 
 from __future__ import annotations
@@ -47,12 +53,28 @@ def result(work: Work, rng: np.random.Generator) -> list[float]:
     return [base + 0.05 * float(rng.normal()) for _ in range(work.rung.folds)]
 
 
-def run(n: int, reps: int, seed: int = 0) -> dict[str, float]:
+def build(search: MultiFidelitySearch, n: int, rng: np.random.Generator) -> int:
+    """``n`` reports told directly (``--direct``); returns how many."""
+    reports = 0
+    while reports < n:
+        x = search.encoder.random(1, rng)[0]
+        work = search._new(x, "direct", None)
+        for rung in search.rungs[search.configs[work.config].start :]:
+            w = Work(work.config, rung, work.params, "direct")
+            search.tell(work.config, rung.index, result(w, rng), 1.0)
+            reports += 1
+            if reports >= n or rng.random() > 1 / 3:
+                break
+    return reports
+
+
+def run(n: int, reps: int, seed: int = 0, direct: bool = False) -> dict[str, float]:
     search = MultiFidelitySearch(SPACE, folds=FOLDS, epochs=EPOCHS, seed=seed)
     rng = np.random.default_rng(seed)
     running: list[Work] = []
-    reports = 0
     t0 = time.perf_counter()
+    reports = build(search, n, rng) if direct else 0
+    reached = time.perf_counter() - t0
     steps: list[float] = []
     nexts: list[float] = []
     while reports < n + reps:
@@ -91,13 +113,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ns", default="1000,10000")
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--direct", action="store_true", help="build the history by telling it (see above)")
     args = ap.parse_args()
     print(
         f"{'n':>7} {'configs':>7} {'step p50 ms':>11} {'p90 ms':>8} {'max ms':>8} {'next p50 ms':>11} "
         f"{'to reach n s':>12}"
     )
     for n in (int(v) for v in args.ns.split(",")):
-        r = run(n, args.reps)
+        r = run(n, args.reps, direct=args.direct)
         print(
             f"{r['n']:>7} {r['configs']:>7} {1000 * r['p50']:>11.1f} {1000 * r['p90']:>8.1f} {1000 * r['max']:>8.1f} "
             f"{1000 * r['next_p50']:>11.1f} {r['reach']:>12.1f}",

@@ -91,7 +91,7 @@ def test_an_agent_preempted_in_the_middle_of_a_promotion_leaves_it_to_another_la
     campaign = agent_server.submit(_spec())
     log = agent_server.workdir / f"mf-preempted-{campaign}.log"
     # A pause per training step leaves the signal time to land in the middle of an epoch.
-    step_sleep = f"{0.02 * timeout_scale():.3f}"
+    step_sleep = f"{0.05 * timeout_scale():.3f}"
     agent = agent_server.start_agent(6, campaign, "--groups", "3", log=log, HPCOPT_TEST_STEP_SLEEP=step_sleep)
 
     def promoted_and_training() -> bool:

@@ -99,9 +99,15 @@ class Config:
     running: int | None = None  # the rung it is trained to now
     failed: bool = False  # a unit of it ended without a result: it climbs no further
     start: int = 0  # the rung its first unit trains to (``Rules.first_rung`` when it was made)
+    #: Each rung's mean, kept once computed: a rung's fold values are told once and
+    #: never change, and the rules read every configuration's means at every decision.
+    _means: dict[int, float] = field(default_factory=dict, repr=False, compare=False)
 
     def mean(self, rung: int) -> float:
-        return float(np.mean(self.folds[rung]))
+        found = self._means.get(rung)
+        if found is None:
+            found = self._means[rung] = float(np.mean(self.folds[rung]))
+        return found
 
     @property
     def next_rung(self) -> int:
