@@ -280,8 +280,9 @@ class Suggestion:
     retire: str = ""
 
 
-#: Event kinds that end an attempt's time on an agent (an attempt starts at "acquired").
-ENDS_ATTEMPT = frozenset({"completed", "failed", "pruned", "preempted", "lease_expired", "cancelled"})
+#: Event kinds that end an attempt's time on an agent (an attempt starts at "acquired");
+#: "paused": a multi-fidelity trial finished a rung, and its agent let it go.
+ENDS_ATTEMPT = frozenset({"completed", "failed", "pruned", "preempted", "lease_expired", "cancelled", "paused"})
 
 
 @dataclass(frozen=True)

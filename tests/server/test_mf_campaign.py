@@ -145,3 +145,15 @@ def test_the_guides_campaign_is_accepted_and_its_ladder_is_the_one_the_guide_tab
     table = re.findall(r"^\| (\d+) \| (\d+) \| (\d+) \|$", page, re.M)
     rungs = ladder(spec["training"]["epochs"], spec["folds"], 1, 3.0)
     assert [(int(r), int(f), int(e)) for r, f, e in table] == [(r.index, r.folds, r.epochs) for r in rungs]
+
+
+def test_each_rung_is_an_attempt_span_of_its_own_on_the_timeline(service: Service) -> None:
+    campaign = service.campaigns.create(_spec())
+    agents = Agents(service, campaign.id)
+    _run(service, agents)
+    climbed = next(t for t in agents.granted if t.fidelity and t.fidelity.history)
+    with service.ctx.storage.read() as tx:
+        spans = tx.views.spans(campaign.id, [climbed.id])
+    # One span per rung trained, each ended ("paused" below the top): none left running.
+    assert len(spans) >= 2 and all(s.end is not None for s in spans)
+    assert {s.outcome for s in spans[:-1]} == {"paused"}

@@ -889,6 +889,7 @@ const OUTCOME_COLORS = {
   running: "#2b5fd9",
   failed: "#e15759",
   pruned: "#9aa5b1",
+  paused: "#76b7b2",
   preempted: "#f28e2b",
   lease_expired: "#b7791f",
   cancelled: "#bab0ac",
