@@ -7,13 +7,12 @@ middle of a promotion and another agent, laid out differently, finishes it."""
 from __future__ import annotations
 
 import re
-import subprocess
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from tests.helpers.agents import AgentServer, agent_spec, dump, kill_group, rank_pids, trial_json, wait_for
+from tests.helpers.agents import AgentServer, agent_spec, dump, preempt_when, trial_json
 from tests.helpers.env import scaled, timeout_scale
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(900)]
@@ -89,10 +88,8 @@ def test_an_agent_preempted_in_the_middle_of_a_promotion_leaves_it_to_another_la
     agent_server: AgentServer,
 ) -> None:
     campaign = agent_server.submit(_spec())
-    log = agent_server.workdir / f"mf-preempted-{campaign}.log"
     # A pause per training step leaves the signal time to land in the middle of an epoch.
     step_sleep = f"{0.05 * timeout_scale():.3f}"
-    agent = agent_server.start_agent(6, campaign, "--groups", "3", log=log, HPCOPT_TEST_STEP_SLEEP=step_sleep)
 
     def promoted_and_training() -> bool:
         with agent_server.client() as c:
@@ -104,16 +101,16 @@ def test_an_agent_preempted_in_the_middle_of_a_promotion_leaves_it_to_another_la
                 return True
         return False
 
-    try:
-        wait_for(promoted_and_training, scaled(300), "a promoted trial training past its last rung")
-        for pid in rank_pids(agent):
-            subprocess.run(["kill", "-TERM", str(pid)], check=False)
-        assert agent.wait(timeout=scaled(120)) == 0, log.read_text()
-    finally:
-        if agent.poll() is None:
-            kill_group(agent)
-    first = log.read_text()
-    assert "PREEMPTED" in first, first
+    first = preempt_when(
+        agent_server,
+        campaign,
+        promoted_and_training,
+        "a promoted trial training past its last rung",
+        6,
+        "--groups",
+        "3",
+        HPCOPT_TEST_STEP_SLEEP=step_sleep,
+    )
     # Another layout finishes the campaign: four trial groups of one rank.
     result = agent_server.run_agent(4, campaign, "--groups", "4", timeout=scaled(600))
     assert result.returncode == 0, dump(result)

@@ -234,15 +234,22 @@ def preempt_after_first_epoch(server: AgentServer, campaign: int, **env: str) ->
     the pause as written the trial had finished its last epoch before the signal."""
     if "HPCOPT_TEST_STEP_SLEEP" in env:
         env["HPCOPT_TEST_STEP_SLEEP"] = f"{float(env['HPCOPT_TEST_STEP_SLEEP']) * timeout_scale():.3f}"
-    log = server.workdir / f"preempted-{campaign}.log"
-    agent = server.start_agent(4, campaign, log=log, **env)
 
     def one_epoch() -> bool:
         trials = server.client().list_trials(campaign)
         return bool(trials) and len(trial_json(server, trials[0].id)["curves"]) >= 1
 
+    return preempt_when(server, campaign, one_epoch, "an epoch reported", 4, **env)
+
+
+def preempt_when(server: AgentServer, campaign: int, due: Any, what: str, ranks: int, *extra: str, **env: str) -> str:
+    """Starts a ``ranks``-rank agent on ``campaign`` (``extra``: its options), and once
+    ``due()`` holds sends SIGTERM to every process of the ranks (as Slurm does); returns
+    the agent's log after it exited 0 and said PREEMPTED."""
+    log = server.workdir / f"preempted-{campaign}.log"
+    agent = server.start_agent(ranks, campaign, *extra, log=log, **env)
     try:
-        wait_for(one_epoch, scaled(180), "an epoch reported")
+        wait_for(due, scaled(300), what)
         for pid in rank_pids(agent):
             subprocess.run(["kill", "-TERM", str(pid)], check=False)
         assert agent.wait(timeout=scaled(120)) == 0, log.read_text()

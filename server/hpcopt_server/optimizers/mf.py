@@ -99,21 +99,9 @@ class MultiFidelity(Optimizer):
             raise OptionError(
                 "options.min_epochs", f"must be at most training.epochs ({problem.epochs}); got {opts['min_epochs']}"
             )
+        # Every option is a keyword of the searcher, by the same name.
         self.search = MultiFidelitySearch(
-            self.space,
-            folds=problem.folds,
-            epochs=problem.epochs,
-            seed=problem.seed,
-            min_epochs=opts["min_epochs"],
-            eta=opts["eta"],
-            n_initial=opts["n_initial"],
-            fold_promotion=opts["fold_promotion"],
-            p_more_folds=opts["p_more_folds"],
-            stable_rank=opts["stable_rank"],
-            patience=opts["patience"],
-            min_rank=opts["min_rank"],
-            candidates=opts["candidates"],
-            max_points=opts["max_points"],
+            self.space, folds=problem.folds, epochs=problem.epochs, seed=problem.seed, **opts
         )
         self.rungs = self.search.rungs
         self.budget = problem.budget

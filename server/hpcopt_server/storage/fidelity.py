@@ -31,7 +31,7 @@ class FidelityStore(Store):
             lease_expires_at=None,
         )
         must(self.s.execute(q).rowcount, f"trial {trial_id}")  # type: ignore[attr-defined]
-        self._forget(trial_id)
+        self._forget(m.TrialRow, trial_id)
 
     def promote(self, trial_id: int, fidelity: d.Fidelity, agent_id: str, lease_id: str, expires: datetime) -> bool:
         """A PAUSED multi-fidelity trial RUNNING again under a new lease, for the unit of
@@ -62,16 +62,11 @@ class FidelityStore(Store):
                 .values(finished=False)
                 .execution_options(synchronize_session=False)
             )
-        self._forget(trial_id)
+        self._forget(m.TrialRow, trial_id)
         return True
 
     def record(self, trial_id: int, fidelity: d.Fidelity) -> None:
         """The trial's fidelity as given (its top rung added to its history)."""
         q = update(m.TrialRow).where(m.TrialRow.id == trial_id).values(fidelity=fidelity.as_dict())
         must(self.s.execute(q.execution_options(synchronize_session=False)).rowcount, f"trial {trial_id}")  # type: ignore[attr-defined]
-        self._forget(trial_id)
-
-    def _forget(self, key: int) -> None:
-        row = self.s.identity_map.get(self.s.identity_key(m.TrialRow, key))
-        if row is not None:
-            self.s.expire(row)
+        self._forget(m.TrialRow, trial_id)

@@ -17,6 +17,12 @@ class Store:
     def __init__(self, session: Session):
         self.s = session
 
+    def _forget(self, model: type[Any], key: int) -> None:
+        """Drops what the session remembers of a row that a statement changed behind it."""
+        row = self.s.identity_map.get(self.s.identity_key(model, key))
+        if row is not None:
+            self.s.expire(row)
+
     def _upsert(self) -> Any:
         """The dialect's ``insert`` that knows ``on_conflict_do_*``."""
         return pg_insert if self.s.get_bind().dialect.name == "postgresql" else sqlite_insert

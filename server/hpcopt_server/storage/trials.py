@@ -305,12 +305,6 @@ class TrialStore(Store):
             m.TrialEventRow(trial_id=trial_id, attempt=attempt, kind=kind, agent_id=agent_id, reason=reason, at=now)
         )
 
-    def _forget(self, model: type[Any], key: int) -> None:
-        """Drops what the session remembers of a row that a statement changed behind it."""
-        row = self.s.identity_map.get(self.s.identity_key(model, key))
-        if row is not None:
-            self.s.expire(row)
-
 
 @functools.cache
 def _replacing(insert: Any, table: Any, key: tuple[str, ...]) -> Any:
