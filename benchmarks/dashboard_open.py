@@ -1,7 +1,7 @@
 """How the dashboard behaves on a big campaign, in Debian's chromium (headless).
 
     python benchmarks/dashboard_open.py [--trials 10000] [--reps 7] [--idle 30] [--live 2] [--running 4]
-        [--live-window 180] [--live-reps 7]
+        [--live-window 180] [--live-reps 7] [--busy 2]
 
 Seeds a campaign like a real one: N completed trials with 5 folds each (1% of them
 diverged, loss 1,000 to 10,000; curves for the first 500), 5% pruned ones with their curves, 2%
@@ -23,7 +23,11 @@ performance marks:
   target < 5%, and how many plots were redrawn meanwhile (should be 0); then the same
   share over ``--live-window`` seconds while a trial completes every ``--live`` seconds
   (long enough to hold the plots' redraws, which wait in proportion to their cost),
-  target < 5%;
+  target < 5%, and how long the history lagged behind each completion meanwhile: from
+  the commit to the first drawn history that counts it (bound: 60 s, however slow the
+  machine);
+- ``--busy N`` runs N busy loops (one core each) from the seeding's end to the last
+  measurement, the way a shared login node or a loaded laptop is busy;
 - the REST calls of one refresh, cold and conditional (If-None-Match → 304).
 
 Interactions run --reps times each, interleaved (a round does every interaction once);
@@ -38,6 +42,7 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -135,18 +140,22 @@ class Running:
 
 
 class Live:
-    """One more completed trial every ``period`` seconds (none for 0), until stopped."""
+    """One more completed trial every ``period`` seconds (none for 0), until stopped;
+    ``made`` lists each one's commit (epoch seconds) and the campaign's completed count
+    after it, from ``completed`` before the first."""
 
-    def __init__(self, service: object, cid: int, period: float):
+    def __init__(self, service: object, cid: int, period: float, completed: int):
         from tests.helpers.seed import add_completed
 
         self.added, self._stop = 0, threading.Event()
+        self.made: list[tuple[float, int]] = []
 
         def run() -> None:
-            rng = random.Random(cid)
+            rng = random.Random(cid + completed)
             while period and not self._stop.wait(period):
                 add_completed(service, cid, rng, folds=5)
                 self.added += 1
+                self.made.append((time.time(), completed + self.added))
 
         self._thread = threading.Thread(target=run, daemon=True)
         self._thread.start()
@@ -154,6 +163,41 @@ class Live:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class Busy:
+    """``n`` busy loops, one process each, until stopped (or the run ends)."""
+
+    def __init__(self, n: int):
+        self._procs = [subprocess.Popen(["bash", "-c", "while :; do :; done"]) for _ in range(n)]
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        for proc in self._procs:
+            proc.kill()
+            proc.wait()
+        self._procs = []
+
+
+# Each drawn history: when (epoch ms) and how many completed trials it counts
+# (campaign.js marks "hpcopt:history-of" with the count).
+HISTORIES = (
+    "() => performance.getEntriesByName('hpcopt:history-of')"
+    ".map(m => [(performance.timeOrigin + m.startTime) / 1000, m.detail])"
+)
+
+
+def history_lags(made: list[tuple[float, int]], drawn: list[tuple[float, int]], end: float) -> tuple[list[float], int]:
+    """For each completion (commit time, count after it), the seconds until the first
+    history drawn after it that counts it; and how many none showed before ``end``."""
+    lags, missed = [], 0
+    for at, count in made:
+        shown = [t for t, n in drawn if n >= count and t >= at]
+        if shown:
+            lags.append(min(shown) - at)
+        elif end - at > 60:  # a completion in the window's last minute may still show
+            missed += 1
+    return lags, missed
 
 
 def task_seconds(cdp: object) -> float:
@@ -194,6 +238,7 @@ def main() -> int:
         help="consecutive live windows: the share's median and spread over them (a figure near its target needs 7)",
     )
     ap.add_argument("--running", type=int, default=4, help="trials held by heartbeating agents throughout (<= 4)")
+    ap.add_argument("--busy", type=int, default=0, help="busy loops (one core each) beside the measurement")
     args = ap.parse_args()
     if (
         args.trials < 100
@@ -203,10 +248,11 @@ def main() -> int:
         or args.live < 0
         or not 0 <= args.running <= 4
         or args.live_reps < 1
+        or not 0 <= args.busy <= 64
     ):
         ap.error(
             "--trials must be at least 100, --reps and --live-reps at least 1, --idle positive, --live >= 0, "
-            "--running in 0..4"
+            "--running in 0..4, --busy in 0..64"
         )
     tmp = Path(tempfile.mkdtemp(prefix="hpcopt-dash-"))
     atexit.register(shutil.rmtree, tmp, True)  # the seeded database, gone when the run ends
@@ -229,6 +275,8 @@ def main() -> int:
     )
     running = Running(service, cid, args.running)
     print(f"seeded {args.trials} trials in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    busy_loops = Busy(args.busy)
+    completed = n
     parts = ("tables", "history", "curves", "importance", "edf", "slices", "contour", "parcoords", "timeline")
     opened: dict[str, list[float]] = {p: [] for p in parts}
     acted: dict[str, list[float]] = {k: [] for k in INTERACTIONS}
@@ -265,7 +313,7 @@ def main() -> int:
             busy, wall = task_seconds(cdp) - busy0, time.perf_counter() - wall0
             redraws = page.evaluate(DRAWS)
             page.evaluate(INPUT_MARK)
-            live = Live(service, cid, args.live)
+            live = Live(service, cid, args.live, completed)
             for rep in range(args.reps):
                 print(f"interactions {rep + 1}/{args.reps}", file=sys.stderr)
                 for name, action in INTERACTIONS.items():
@@ -285,8 +333,9 @@ def main() -> int:
                             # From the mouse release (a drag redraws the axes as it goes).
                             acted[name].append((marks["hpcopt:table"] - marks["input"]) / 1000)
             live.stop()
+            completed += live.added
             # The same while trials complete: every change redraws, at most as often as it allows.
-            live = Live(service, cid, args.live)
+            live = Live(service, cid, args.live, completed)
             shares: list[float] = []  # one per consecutive window
             page.evaluate("() => performance.clearMarks()")
             lwall0 = time.perf_counter()
@@ -298,6 +347,7 @@ def main() -> int:
             lwall = time.perf_counter() - lwall0
             ldraws = page.evaluate(DRAWS)
             live.stop()
+            lags, unshown = history_lags(live.made, page.evaluate(HISTORIES), time.time())
             browser.close()
         calls = {
             "campaign": f"/api/v1/campaigns/{cid}",
@@ -322,11 +372,12 @@ def main() -> int:
                     again = client.get(path, headers={"if-none-match": r.headers["etag"]})
                     warm[name].append(time.perf_counter() - t)
                     assert again.status_code == 304, (name, again.status_code)
+    busy_loops.stop()
     running.stop()
     storage.close()
     print(
         f"\ndashboard, campaign of {args.trials} completed trials, {os.cpu_count()} cores, "
-        "chromium headless (software GL)"
+        f"{args.busy} busy loop(s) beside it, chromium headless (software GL)"
     )
     print(f"\nopening it ({args.reps} opens): ms from the hash change until each part is drawn")
     print(f"{'':30} {'median':>8} {'min-max':^15}")
@@ -354,6 +405,17 @@ def main() -> int:
             f"{args.live_window:g} s): main thread busy {100 * mid:.2f}% median, {100 * min(shares):.2f}-"
             f"{100 * max(shares):.2f}% (target < 5%: {verdict}); plots redrawn: {ldraws}"
         )
+        if lags:
+            lags.sort()
+            p90 = lags[min(len(lags) - 1, round(0.9 * (len(lags) - 1)))]
+            bound = "met" if lags[-1] <= 60 and not unshown else "NOT met"
+            print(
+                f"history's lag behind a completion, s ({len(lags)} shown): median {statistics.median(lags):.1f}, "
+                f"p90 {p90:.1f}, max {lags[-1]:.1f} (bound 60 s: {bound})"
+                + (f"; {unshown} never shown" if unshown else "")
+            )
+        else:
+            print(f"history's lag: no completion was shown ({unshown} missed)")
     print(f"\nREST calls of one refresh, ms ({args.reps} each): cold, and conditional (304)")
     print(f"{'':30} {'cold':>8} {'min-max':^15} {'304':>8} {'min-max':^15}")
     for name in calls:

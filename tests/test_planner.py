@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcopt.core.planner import (
+    FEEDBACK,
     TIE,
     Allocation,
     Layout,
@@ -19,6 +20,7 @@ from hpcopt.core.planner import (
     Work,
     candidates,
     fit,
+    learns_of,
     may_start,
     nodes_spanned,
     plan,
@@ -136,6 +138,50 @@ def test_ties_go_to_more_trials_in_parallel() -> None:
     assert p.runner_up is not None and p.runner_up.layout.groups < 8
 
 
+def test_a_search_that_learns_gets_its_results_sooner_at_the_same_finish() -> None:
+    # The review's case: dear collectives, no walltime, 500 trials on 1,000 ranks. Every
+    # trial at once (500 x 2 x 1: no result for 27 h, a random search for bo) tied with
+    # 200 x 5 x 1 (200 results at 9 h) and won on more trials at once.
+    alloc, model = Allocation(1000, 4), Scaling(1.0, 1.0, 0.2, points=(Point(1, 1, 1.0), Point(4, 1, 1.0)))
+    work = Work(trials=500, folds=5, epochs=10, train_samples=3000)
+    blind = plan(alloc, work, model).best
+    assert blind.layout == Layout(1000, 500, 1, 5) and blind.active == 500  # random search: all at once
+    fed = plan(alloc, replace(work, learns=True), model)
+    assert fed.best.layout == Layout(1000, 200, 1, 5)
+    assert fed.best.trial_seconds < blind.trial_seconds / 2 and fed.best.makespan <= blind.makespan * (1 + TIE)
+    sim = simulate(alloc, replace(work, learns=True), model)
+    assert sim.waves == 3 and sim.first_results == pytest.approx(fed.best.trial_seconds)
+    assert simulate(alloc, work, model).waves == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(world=st.sampled_from([4, 8, 12, 16, 24, 32]), k=folds, trials=st.integers(1, 200), comm=st.floats(0, 2e-3))
+def test_feedback_costs_at_most_its_price_and_never_trials_by_the_deadline(
+    world: int, k: int, trials: int, comm: float
+) -> None:
+    alloc, model = Allocation(world, 4), Scaling(compute=1e-3, comm=comm, link=comm / 2)
+    for deadline in (None, 60.0):
+        work = Work(trials=trials, folds=k, epochs=3, train_samples=500, deadline=deadline)
+        blind, fed = plan(alloc, work, model).best, plan(alloc, replace(work, learns=True), model).best
+        assert fed.by_deadline == blind.by_deadline
+        assert fed.makespan <= min(blind.makespan, fed.makespan) * (1 + FEEDBACK) + 1e-9
+        assert fed.trial_seconds <= blind.trial_seconds + 1e-9  # its results never come later
+
+
+def test_the_algorithms_that_learn_from_results_are_named_once() -> None:
+    assert [
+        n
+        for n in ("random", "sobol", "grid", "bo", "ea", "skopt", "pbt", "mf")
+        if learns_of({"algorithm": {"name": n}})
+    ] == [
+        "bo",
+        "ea",
+        "skopt",
+        "mf",
+    ]
+    assert learns_of({"algorithm": "bo"}) and not learns_of({})
+
+
 def test_a_costly_link_keeps_fold_groups_on_one_node() -> None:
     slow_link = Scaling(compute=1e-2, comm=1e-4, link=5e-2)
     work = Work(trials=2, folds=2, epochs=1, train_samples=1000, max_parallel=2)
@@ -191,3 +237,92 @@ def test_a_pbt_trial_is_one_interval_for_the_planner() -> None:
     assert epochs_per_trial(spec) == 3
     assert epochs_per_trial({**spec, "algorithm": {"name": "pbt"}}) == 4  # the default interval, epochs / 5
     assert epochs_per_trial({**spec, "algorithm": {"name": "bo"}}) == 24
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    epochs=st.integers(1, 40),
+    k=st.integers(1, 8),
+    min_epochs=st.integers(1, 40),
+    eta=st.sampled_from([1.5, 2.0, 3.0, 4.0]),
+    fold_promotion=st.booleans(),
+)
+def test_an_mf_trial_s_leases_train_every_fold_epoch_of_its_ladder_once(
+    epochs: int, k: int, min_epochs: int, eta: float, fold_promotion: bool
+) -> None:
+    from hpcopt.core.fidelity import ladder_of
+    from hpcopt.core.planner import units_of
+
+    opts = {"min_epochs": min(min_epochs, epochs), "eta": eta, "fold_promotion": fold_promotion}
+    spec = {"algorithm": {"name": "mf", "options": opts}, "folds": k, "training": {"epochs": epochs}}
+    found = ladder_of(spec)
+    assert found is not None
+    climbs = found.climbs()
+    # Climbing the whole ladder trains K folds x all epochs: each climb adds what is new.
+    assert sum(c.folds * c.epochs for c in climbs) == k * epochs
+    assert [c.reach for c in climbs] == sorted((c.reach for c in climbs), reverse=True) and climbs[0].reach == 1
+    units = units_of(spec)
+    assert all(1 <= u.folds <= k and 1 <= u.epochs <= epochs and 0 < u.share <= 1 for u in units)
+    assert units_of({**spec, "algorithm": {"name": "bo"}}) == ()  # a bo trial is one lease of everything
+
+
+def test_mf_work_is_planned_narrow_where_full_trials_are_planned_wide() -> None:
+    from hpcopt.core.planner import Unit, trial_work, units_of
+
+    spec = {"algorithm": {"name": "mf"}, "folds": 5, "training": {"epochs": 10}}
+    units = units_of(spec)
+    assert [(u.folds, u.epochs) for u in units] == [(1, 1), (1, 2), (1, 7), (2, 10), (2, 10)]
+    alloc, model = Allocation(8, 8), Scaling(compute=1e-3, comm=2e-4)
+    full = Work(trials=10, folds=5, epochs=10, train_samples=1000)
+    mf = replace(full, units=units)
+    # Ten full 5-fold trials on 8 ranks: 4 trial groups of 2 fold groups beat 8 groups' 2
+    # waves of 5 rounds. The same ten configurations climbing the ladder are mostly
+    # one-fold leases, on which a second fold group sits idle: 8 narrow groups.
+    assert plan(alloc, full, model).best.layout.fold_groups == 2
+    best = plan(alloc, mf, model).best
+    assert (best.layout.groups, best.layout.fold_groups) == (8, 1)
+    # The prediction is the leases' sum: rounds of each lease's folds over the fold groups.
+    wide = Layout(8, 4, 1, 5)
+    seconds, busy = trial_work(wide, alloc, mf, model)
+    per_epoch = 1000 * model.seconds_per_sample(1) * (1 + mf.eval_fraction)
+    expect = sum(
+        u.share * (-(-u.folds // 2) * (u.epochs * per_epoch + mf.fold_overhead) + mf.trial_overhead) for u in units
+    )
+    assert seconds == pytest.approx(expect)
+    assert busy == pytest.approx(sum(u.share * u.folds * (u.epochs * per_epoch + mf.fold_overhead) for u in units))
+    # One lease of everything is the full trial.
+    assert trial_work(wide, alloc, replace(full, units=(Unit(5, 10),)), model) == trial_work(wide, alloc, full, model)
+
+
+@settings(max_examples=100, deadline=None)
+@given(trials=st.integers(1, 80), world=st.sampled_from([4, 6, 8, 12]), k=st.integers(2, 6))
+def test_an_mf_campaign_s_simulation_keeps_the_ranks_no_more_than_busy(trials: int, world: int, k: int) -> None:
+    from hpcopt.core.planner import units_of
+
+    spec = {"algorithm": {"name": "mf"}, "folds": k, "training": {"epochs": 9}}
+    work = Work(trials=trials, folds=k, epochs=9, train_samples=500, units=units_of(spec))
+    sim = simulate(Allocation(world, 4), work, MODEL)
+    assert sim.completed_by_deadline == trials
+    assert sim.makespan > 0 and 0 < sim.utilisation(world) <= 1 + 1e-9
+
+
+def test_the_feedback_benchmark_prints_the_table_the_docs_quote() -> None:
+    import subprocess
+    import sys
+
+    from tests.helpers.env import ROOT, scaled
+
+    script = ROOT / "benchmarks/training/planner_feedback.py"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=scaled(300))
+    assert out.returncode == 0, out.stderr
+    rows = {
+        ln.split()[0]: ln.split()
+        for ln in out.stdout.splitlines()
+        if ln.strip().startswith(("before", "0%", "2%", "5%", "10%", "25%"))
+    }
+    assert set(rows) == {"before", "0%", "2%", "5%", "10%", "25%"}, out.stdout
+    chosen = f"{FEEDBACK:.0%}"
+    # The price in use starves fewer campaigns of rounds than the rule before, at the
+    # median time of the fastest plan, and finishes as many trials by the walltime.
+    assert int(rows[chosen][5].rstrip("%")) < int(rows["before"][5].rstrip("%")), out.stdout
+    assert rows[chosen][1] == "1.000x" and rows[chosen][-1] == "1.000x", out.stdout

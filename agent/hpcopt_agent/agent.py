@@ -20,6 +20,7 @@ from hpcopt_agent.fold import FoldOutcome, FoldTrainer, TrialInfo
 from hpcopt_agent.outcomes import Decision, Outcome
 from hpcopt_agent.pbt import Parent, parent_of, readable_parent
 from hpcopt_agent.runtime import Context, StopSignal, Walltime
+from hpcopt_agent.script.fold import ScriptFold
 from hpcopt_agent.server import Heartbeat, TrialLink, retrying
 
 log = logging.getLogger("hpcopt_agent")
@@ -51,7 +52,7 @@ class GroupLoop:
         agent_id: str,
         campaign_id: int,
         heartbeat_seconds: float,
-        trainer: FoldTrainer,
+        trainer: FoldTrainer | ScriptFold,
         splits: list[tuple[np.ndarray, np.ndarray]],
         stop: StopSignal,
         walltime: Walltime,
@@ -252,6 +253,12 @@ class GroupLoop:
             )
             heartbeat = Heartbeat(link, self.heartbeat_seconds)
             heartbeat.start()
+        tracking = self.trainer.tracking
+        if tracking.uses_mlflow:  # the trial's run, which every fold's run nests in
+            run = ""
+            if self.comms.is_group_leader and link is not None:
+                run = tracking.trial_run(info.campaign_id, info.trial_id, info.number, dict(info.params))
+            tracking.set_trial(info.campaign_id, info.number, bcast(self.comms.group, run))
         remaining = [k for k in range(grant.folds) if k not in grant.finished]
         outcomes: list[FoldOutcome] = []
         fold_link = link if self.comms.is_fold_leader else None
@@ -267,11 +274,18 @@ class GroupLoop:
         if heartbeat is not None:
             heartbeat.stop()
         if everything is not None and link is not None:
-            self._finish(link, info, [o for part in everything for o in part], heartbeat)
+            ended = [o for part in everything for o in part]
+            value = self._finish(link, info, ended, heartbeat)
+            if tracking.uses_mlflow:
+                status = _run_status(ended, len(remaining))
+                tracking.trial_end(info.campaign_id, info.number, status, value if status == "FINISHED" else None)
         self.walltime.record(time.monotonic() - t0)
         self.context.what = ""
 
-    def _finish(self, link: TrialLink, info: TrialInfo, outcomes: list[FoldOutcome], hb: Heartbeat | None) -> None:
+    def _finish(
+        self, link: TrialLink, info: TrialInfo, outcomes: list[FoldOutcome], hb: Heartbeat | None
+    ) -> float | None:
+        """Ends the attempt on the server; the trial's value once it COMPLETED (else None)."""
         by = {s: [o for o in outcomes if o.status == s] for s in {o.status for o in outcomes}}
         trained = sum(o.epochs for o in outcomes)
         if Outcome.FAILED in by:
@@ -298,7 +312,7 @@ class GroupLoop:
                 done = link.complete()
             except Exception as exc:
                 log.error("could not complete: %s", exc)
-                return
+                return None
             if done.state == TrialState.PAUSED and done.fidelity is not None:
                 f = done.fidelity
                 log.info(
@@ -311,13 +325,24 @@ class GroupLoop:
                     f.epochs,
                     trained,
                 )
-                return
+                return None
             log.info(
                 "COMPLETED: value %.6g over %d folds (%d epochs trained now)",
                 done.value,
                 self.comms.layout.folds,
                 trained,
             )
+            return done.value
+        return None
+
+
+def _run_status(outcomes: list[FoldOutcome], folds: int) -> str:
+    """The MLflow status of a trial's run after this attempt (``folds``: the folds it
+    trained): FAILED, KILLED (preempted, pruned, lost: not a result) or FINISHED."""
+    states = {o.status for o in outcomes}
+    if Outcome.FAILED in states:
+        return "FAILED"
+    return "KILLED" if states - {Outcome.COMPLETED} or len(outcomes) < folds else "FINISHED"
 
 
 def _interval(trial: Trial) -> tuple[int, Parent | None]:

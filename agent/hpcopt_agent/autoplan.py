@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -29,11 +31,15 @@ from hpcopt.core.planner import (
     Work,
     epochs_per_trial,
     fit,
+    learns_of,
     nodes_spanned,
     plan,
+    units_of,
 )
+from hpcopt.errors import PlanError
 from hpcopt_agent.data import Data
-from hpcopt_agent.probe import middle_params, probe
+from hpcopt_agent.probe import Stopped, middle_params, probe
+from hpcopt_agent.script import Script
 from hpcopt_agent.settings import TrainingSettings
 from hpcopt_agent.task import Task
 
@@ -48,6 +54,10 @@ class Planned:
     model: Scaling | None
     allocation: Allocation
     work: Work
+    #: Seconds the probe took (0: no probe ran); the plan's deadline is read after it.
+    probe_seconds: float = 0.0
+    #: Widths (ranks per fold) the probe could not train: no plan, nor re-plan, uses them.
+    failed: frozenset[int] = frozenset()
 
 
 def ranks_per_node(world: MPI.Comm, given: int | None) -> int:
@@ -78,22 +88,27 @@ def choose(
     *,
     spec: dict[str, Any],
     settings: TrainingSettings,
-    task: Task,
-    data: Data,
+    task: Task | Script,
+    data: Data | None,
     train: np.ndarray,
     measured: list[dict[str, Any]],
     per_node: int | None,
     groups: int | None,
-    deadline: float | None,
+    window: Callable[[], float | None],
     timeout: float,
     master_addr: str | None,
     trials: int | None = None,
     max_parallel: int | None = None,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> Planned:
     """The layout for this allocation (every rank calls; all get the same answer);
     ``max_parallel``: the trials the campaign lets this job run at once (default: the
-    budget's).
-    Raises :class:`PlanError` or :class:`ProbeError` with a message naming the field."""
+    budget's); ``window()``: the seconds trials may still train (the walltime left less
+    ``--reserve``; None without a deadline), read after the probe, so that the plan's
+    deadline is the window the trials have.
+    Raises :class:`PlanError` or :class:`ProbeError` with a message naming the field, and
+    :class:`Stopped` on every rank once ``stopping()`` is true on any (a stop signal
+    during start-up: no probe runs, or the one running ends within a few steps)."""
     per_node = ranks_per_node(world, per_node)
     alloc = Allocation(world.size, per_node)
     space = spec.get("space") or {}
@@ -108,12 +123,16 @@ def choose(
         epochs=epochs_per_trial(spec),
         train_samples=max(1, len(train)),
         max_parallel=max_parallel or budget.get("max_parallel"),
-        deadline=deadline,
+        units=units_of(spec),
+        learns=learns_of(spec),
     )
 
-    # Check what the user pinned before spending time on a probe.
+    # Check what the user pinned before spending time on a probe. A width the probe
+    # could not train is out of every later plan.
+    failed: set[int] = set()
+
     def fits(r: int) -> bool:
-        return settings.fits(r, space)
+        return settings.fits(r, space) and r not in failed
 
     only = plan(alloc, work, Scaling(1.0), pinned_ranks=settings.ranks_per_fold, groups=groups, valid_ranks=fits)
     if not points and len(only.table) == 1:  # nothing to choose: no probe
@@ -121,14 +140,28 @@ def choose(
         if world.rank == 0:
             log.info("planner: %s is the only layout that fits", lay.shape())
         return Planned(lay, only, None, alloc, work)
-    if not points:
+    if world.allreduce(stopping(), op=MPI.LOR):
+        raise Stopped("stopped before laying out the allocation")
+    probed = 0.0
+    if not points and (isinstance(task, Script) or data is None):
+        # A probe would run the user's training: until the script's folds report
+        # samples_per_second, plan as if training scaled perfectly with ranks.
+        if world.rank == 0:
+            log.info(
+                "planner: no throughput measured for this campaign yet and a script is not probed: planning as if "
+                "it scaled perfectly with ranks until its folds report samples_per_second (pin "
+                "training.ranks_per_fold or pass --groups N to choose yourself)"
+            )
+    elif not points:
+        assert isinstance(task, Task) and data is not None
         pinned = settings.ranks_per_fold
         widths = [pinned] if pinned is not None else probe_widths(world.size, per_node, valid)
         if world.rank == 0:
             log.info("no throughput measured for this campaign yet: probing %s rank(s) per fold", widths)
         nodes_of = {r: nodes_spanned(r, per_node, world.size) for r in widths}
         scheme = settings.schemes[0] if settings.schemes else settings.scheme
-        points = probe(
+        started = time.monotonic()
+        points, dropped = probe(
             world,
             task,
             data,
@@ -140,8 +173,28 @@ def choose(
             precision=settings.precision,
             timeout=timeout,
             master_addr=master_addr,
+            stopping=stopping,
         )
-    model = fit(points)
+        probed = time.monotonic() - started
+        if world.allreduce(stopping(), op=MPI.LOR):
+            raise Stopped("stopped during the throughput probe")
+        failed.update(dropped)
+        if failed and world.rank == 0:
+            log.warning(
+                "planner: without %s rank(s) per fold (the probe failed there); pin training.ranks_per_fold to "
+                "skip the probe",
+                ", ".join(map(str, sorted(failed))),
+            )
+    model = fit(points) if points else Scaling(1.0, assumptions=("a script: perfect scaling assumed",))
+    left = world.bcast(window() if world.rank == 0 else None, root=0)
+    if left is not None and left <= 0:
+        raise PlanError(
+            "no walltime is left for a trial: the allocation ends within --reserve, the seconds kept for "
+            "checkpointing and giving trials back"
+        )
+    work = replace(work, deadline=left)
+    if world.rank == 0 and left is not None:
+        log.info("planner: the trials have %.0f s of walltime (after the probe, less --reserve)", left)
     chosen = plan(alloc, work, model, pinned_ranks=settings.ranks_per_fold, groups=groups, valid_ranks=fits)
     chosen = world.bcast(chosen if world.rank == 0 else None, root=0)
     layout = chosen.best.layout
@@ -149,7 +202,8 @@ def choose(
         source = ", ".join(f"{p.ranks}r/{p.nodes}n {p.samples_per_second:.4g}/s ({p.source})" for p in model.points)
         log.info("planner: model from %s; %s", source, "; ".join(model.assumptions) or "fitted on every term")
         log.info("planner: %s", chosen.describe(alloc))
-    return Planned(layout, chosen, model, alloc, work)
+    # A script's first plan has no model (its walltime rule then uses the longest trial so far).
+    return Planned(layout, chosen, model if points else None, alloc, work, probed, frozenset(failed))
 
 
 __all__ = ["Planned", "choose", "probe_widths", "ranks_per_node"]

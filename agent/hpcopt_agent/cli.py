@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # the runtime imports wait until after argparse (MPI starts o
 
     from hpcopt.core.planner import Layout
     from hpcopt_agent.runtime import Context, StopSignal, Walltime
+    from hpcopt_agent.script import Script
     from hpcopt_agent.settings import TrainingSettings
     from hpcopt_agent.task import Task
 
@@ -138,6 +139,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="the allocation's walltime (SECONDS, HH:MM:SS or D-HH:MM:SS); default: "
         "Slurm's end time of this job, none outside Slurm",
     )
+    ap.add_argument(
+        "--tensorboard",
+        type=Path,
+        default=Path(os.environ["HPCOPT_TENSORBOARD"]) if os.environ.get("HPCOPT_TENSORBOARD") else None,
+        metavar="DIR",
+        help="write TensorBoard event files to DIR/campaign-<id>/trial-<n>/fold-<k>/: every epoch's metrics and the "
+        "trial's parameters as hparams (env HPCOPT_TENSORBOARD; needs the tensorboard package)",
+    )
+    ap.add_argument(
+        "--mlflow",
+        default=os.environ.get("HPCOPT_MLFLOW") or None,
+        metavar="URI",
+        help="log to this MLflow tracking URI (http://host:5000, sqlite:///mlflow.db): a run per trial with its "
+        "parameters, a nested run per fold with its metrics per epoch and checkpoint (env HPCOPT_MLFLOW; needs "
+        "mlflow-skinny)",
+    )
     ap.add_argument("--max-trials", type=int, help="stop after this many trials per group")
     ap.add_argument(
         "--collective-timeout",
@@ -201,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     from hpcopt_agent.comm import limit_threads
 
     threads = limit_threads(world, args.threads)
+    if world.rank == 0:
+        how = "--threads" if args.threads else "the node's cores over its ranks; --threads to change"
+        log.info("torch: %d thread(s) per rank (%s)", threads, how)
 
     flag = "--time-limit"
     try:
@@ -247,9 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args, world, reg, settings, layout, task, context, stop, Walltime(limit, args.reserve), threads)
 
 
-def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[TrainingSettings, Layout | None, Task]:
+def _check(
+    spec: dict[str, Any], args: argparse.Namespace, world: int
+) -> tuple[TrainingSettings, Layout | None, Task | Script]:
     """The settings, the layout when it is fixed (``--groups N`` and a pinned
-    ``training.ranks_per_fold``; None: the planner chooses it) and the task."""
+    ``training.ranks_per_fold``; None: the planner chooses it) and the task (a Task, or
+    a script the agent starts per fold)."""
     from hpcopt.core.planner import Allocation, Scaling, Work
     from hpcopt.core.planner import plan as plan_layouts
     from hpcopt_agent.layout import plan
@@ -260,6 +283,14 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
     from hpcopt_agent.trust import TaskPolicy
 
     policy = TaskPolicy.of(args.task_root, args.allow_module)  # checked even under --task: a typo is an error
+    if args.tensorboard is not None:
+        from hpcopt_agent.tracking import check_tensorboard
+
+        check_tensorboard()
+    if args.mlflow is not None:
+        from hpcopt_agent.tracking import check_mlflow
+
+        check_mlflow(args.mlflow)
     settings = TrainingSettings.from_spec(spec, args.task)
     layout = None
     if isinstance(args.groups, int) and settings.ranks_per_fold is not None:
@@ -276,6 +307,10 @@ def _check(spec: dict[str, Any], args: argparse.Namespace, world: int) -> tuple[
         )
     for name in settings.schemes:
         check_scheme(name)
+    if settings.script is not None:
+        from hpcopt_agent.script import load_script
+
+        return settings, layout, load_script(*settings.script, policy)
     task = load_task(settings.task, None if args.task else policy)
     for name in settings.schemes:
         check_task(name, task)
@@ -289,7 +324,7 @@ def _run(
     reg0: Any,
     settings: TrainingSettings,
     layout: Layout | None,
-    task: Task,
+    task: Task | Script,
     context: Context,
     stop: StopSignal,
     walltime: Walltime,
@@ -299,11 +334,19 @@ def _run(
 
     from hpcopt_agent.comm import local_rank, pick_device, quiet
     from hpcopt_agent.data import Data, LoaderOptions
+    from hpcopt_agent.script import Script
     from hpcopt_agent.session import Session
 
     torch.backends.cudnn.benchmark = settings.cudnn_benchmark
-    data = Data(task.dataset, pick_device(local_rank(world)), LoaderOptions.from_options(settings.loader), threads)
-    splits, problem = _splits(world, task, data, settings)
+    device = pick_device(local_rank(world))
+    data: Data | None = None
+    if isinstance(task, Script):  # the script splits its own data (hpcopt_agent.trial.split)
+        import numpy as np
+
+        splits, problem = [(np.arange(0), np.arange(0))] * settings.folds, ""
+    else:
+        data = Data(task.dataset, device, LoaderOptions.from_options(settings.loader), threads)
+        splits, problem = _splits(world, task, data, settings)
     if problem:
         if world.rank == 0:
             log.error("refusing to train: %s", problem)
@@ -319,6 +362,12 @@ def _run(
                 _goodbye_refused(args, reg0.agent_id, f"refused to start: {problem}")
             session.close()
             return 2
+        if session.stopped:  # a stop signal while laying out: no trial was taken
+            if world.rank == 0:
+                log.info("stopping before the first trial: %s", session.stopped)
+                _goodbye_refused(args, reg0.agent_id, f"stopped before its first trial: {session.stopped}")
+            session.close()
+            return 0
     else:
         session.layout = layout
     return session.run()

@@ -25,7 +25,7 @@ import random
 import socket
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +41,13 @@ from hpcopt_agent.epoch import Batches, EpochDriver
 from hpcopt_agent.outcomes import Outcome, Verdict
 from hpcopt_agent.pbt import Parent, hyper_parameters, load_parent, restore_hyper_parameters, shape_error
 from hpcopt_agent.precision import Precision
+from hpcopt_agent.reads import ReadParams, unread_note
 from hpcopt_agent.runtime import StopSignal
 from hpcopt_agent.schemes import Scheme, make_scheme
 from hpcopt_agent.server import RETRIED, LeaseLost, TrialLink
 from hpcopt_agent.settings import TrainingSettings
 from hpcopt_agent.task import Task, as_dict, as_user
+from hpcopt_agent.tracking import Tracking
 
 log = logging.getLogger("hpcopt_agent")
 
@@ -100,6 +102,20 @@ def position(epoch: int, batch: int, epochs: int) -> str:
     return f"{where}, after batch {batch}" if batch else f"the start of {where}"
 
 
+def report_error(exc: Exception) -> tuple[Outcome, str]:
+    """What a failed report means for a fold group (a Task's or a script's): the trial is
+    gone (lease lost, or the server unreachable past the retries), or the report was
+    refused."""
+    if isinstance(exc, LeaseLost):
+        log.warning("the trial is no longer ours: %s", exc)
+        return Outcome.LOST, ""
+    assert isinstance(exc, ApiError)
+    if exc.code in RETRIED:
+        log.error("the server did not take the report: %s; leaving the trial to its lease", exc)
+        return Outcome.LOST, ""
+    return Outcome.FAILED, f"the server refused a report: {exc}"
+
+
 def seed_for(*parts: int) -> int:
     return int(np.random.SeedSequence([abs(p) for p in parts]).generate_state(1)[0])
 
@@ -116,7 +132,9 @@ class FoldTrainer:
         checkpoint_root: Path,
         server_id: str,
         timeout: float = 300.0,
+        tracking: Tracking | None = None,
     ) -> None:
+        self.tracking = tracking or Tracking(None)
         self.comms = comms
         self.fold_comm = comms.fold
         self.task = task
@@ -127,6 +145,8 @@ class FoldTrainer:
         self.server_id = server_id
         self.timeout = timeout
         self.current: tuple[TrialInfo, int, TrialLink | None] | None = None
+        #: What :meth:`_say_unread` logged already (it logs each note once).
+        self.said_unread: set[str] = set()
         #: Nodes this fold group spans (by host name): with ranks_per_fold, where the
         #: throughput measured in each epoch belongs in the planner's model.
         self.fold_nodes = len(set(self.fold_comm.allgather(socket.gethostname())))
@@ -153,6 +173,7 @@ class FoldTrainer:
         try:  # the same knobs on every rank: all build the scheme (a collective) or none does
             name = self.s.scheme_for(trial.params)
             scheme = make_scheme(name, self.comms, self.s.knobs(trial.params), self.s.epochs, self.timeout)
+            trial = replace(trial, params=ReadParams(trial.params))  # what the task reads of them
             if resume_uri:
                 state, why = checkpoint.load(
                     resume_uri, self.root, self.server_id, trial.campaign_id, trial.trial_id, fold
@@ -192,6 +213,7 @@ class FoldTrainer:
             self.data.close()
             if scheme is not None:
                 scheme.close()
+            self.tracking.close(trial.campaign_id, trial.number, fold)
 
     def _epochs(
         self,
@@ -248,6 +270,7 @@ class FoldTrainer:
             uri = self._checkpoint(trial, fold, run) if due else ""
             answer = None
             if link is not None:
+                self.tracking.epoch(trial.campaign_id, trial.number, fold, run.epoch, run.metrics)
                 answer = self._report_epoch(link, fold, run, uri, samples, time.perf_counter() - t0)
             action, error = bcast(self.fold_comm, answer)
             if action == Outcome.FAILED:
@@ -262,9 +285,15 @@ class FoldTrainer:
         status, error = bcast(self.fold_comm, answer)
         if status == Outcome.FAILED:  # released as FAILED at once, not left to its lease
             return self._fail(out, trial, link, "its end", error)
+        if link is not None and fold == 0 and out.epochs > 0 and isinstance(trial.params, ReadParams):
+            self._say_unread(link, trial.params)
         out.status, out.error = status, error
         if out.status == Outcome.COMPLETED:
             out.value = run.metrics.get(self.s.metric)
+            if link is not None:
+                self.tracking.fold_end(
+                    trial.campaign_id, trial.number, fold, dict(dict.items(trial.params)), run.metrics, run.uri
+                )
         return out
 
     # -- pieces ----------------------------------------------------------------------------
@@ -445,7 +474,7 @@ class FoldTrainer:
         try:
             return link.intermediate(fold, run.epoch, value, uri), ""
         except (LeaseLost, ApiError) as exc:
-            return self._report_error(exc)
+            return report_error(exc)
 
     def _missing_objectives(self, run: _Run) -> str:
         """Why the metrics lack an objective of a multi-objective campaign ('' if none)."""
@@ -457,6 +486,17 @@ class FoldTrainer:
             "is not among them (or not finite)"
         )
 
+    def _say_unread(self, link: TrialLink, params: ReadParams) -> None:
+        """Fold 0's leader, once it trained: the trial's parameters the task never read,
+        as a warning (once per agent) and an event on the trial."""
+        note = unread_note(params)
+        if not note:
+            return
+        if note not in self.said_unread:
+            self.said_unread.add(note)
+            log.warning("%s: a misspelt name, or a parameter the search spends a dimension on for nothing", note)
+        link.event(0, "params_unread", note)  # a refusal is logged: the fold is reported already
+
     def _report_fold(self, link: TrialLink, fold: int, run: _Run) -> tuple[Outcome, str]:
         value = run.metrics.get(self.s.metric)
         if value is None or not math.isfinite(value):
@@ -467,25 +507,12 @@ class FoldTrainer:
         try:
             action = link.fold(fold, value, run.metrics, run.uri)
         except (LeaseLost, ApiError) as exc:
-            return self._report_error(exc)
+            return report_error(exc)
         log.info("done: %s=%.6g", self.s.metric, value)
         if action != Outcome.CONTINUE:
             log.info("the server stopped the trial after fold %d (%s)", fold, action)
             return action, ""
         return Outcome.COMPLETED, ""
-
-    @staticmethod
-    def _report_error(exc: Exception) -> tuple[Outcome, str]:
-        """What a failed report means for the fold group: the trial is gone (lease
-        lost, or the server unreachable past the retries), or the report was refused."""
-        if isinstance(exc, LeaseLost):
-            log.warning("the trial is no longer ours: %s", exc)
-            return Outcome.LOST, ""
-        assert isinstance(exc, ApiError)
-        if exc.code in RETRIED:
-            log.error("the server did not take the report: %s; leaving the trial to its lease", exc)
-            return Outcome.LOST, ""
-        return Outcome.FAILED, f"the server refused a report: {exc}"
 
     def _agree(self, code: Verdict, error: str) -> tuple[Verdict, str]:
         """The fold group's common verdict (failure > preemption > ok) and, on the

@@ -15,9 +15,11 @@ over the slowest rank's time.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -40,6 +42,11 @@ WARMUP = 3
 
 class ProbeError(RuntimeError):
     """The probe could not train; the message says which phase and why."""
+
+
+class Stopped(Exception):
+    """A stop signal (SIGTERM, SIGUSR1) came while the job was laying itself out: it
+    ends before its first trial, at once, on every rank."""
 
 
 def middle_params(space: dict[str, Any]) -> dict[str, Any]:
@@ -88,17 +95,26 @@ def probe(
     master_addr: str | None = None,
     steps: int = 30,
     seconds: float = 2.0,
-) -> list[Point]:
-    """One :class:`Point` per fold-group width in ``ranks`` (each divides the world);
-    ``nodes_of[r]`` is how many nodes such a fold group spans."""
+    stopping: Callable[[], bool] = lambda: False,
+) -> tuple[list[Point], dict[int, str]]:
+    """One :class:`Point` per fold-group width in ``ranks`` (each divides the world) that
+    trained, and why each other width failed (``{ranks: reason}``, logged): the planner
+    plans without those. ``nodes_of[r]`` is how many nodes such a fold group spans.
+    :class:`ProbeError` when no width trained; :class:`Stopped` when ``stopping()`` became
+    true on any rank (checked between widths and every few steps)."""
     device = data.device
     if any(r > 1 for r in ranks) and world.size > 1:
         init_torch(world, device, timeout, master_addr)
-    points = []
+    points: list[Point] = []
+    dropped: dict[int, str] = {}
     for r in ranks:
+        if world.allreduce(stopping(), op=MPI.LOR):
+            raise Stopped(f"stopped during the throughput probe, before {r} rank(s) per fold")
         t0 = time.perf_counter()
         try:
-            rate = _phase(world, task, data, train, params, r, steps, seconds, timeout, Precision(precision, device))
+            rate = _phase(
+                world, task, data, train, params, r, steps, seconds, timeout, Precision(precision, device), stopping
+            )
         except Exception as exc:
             rate, problem = 0.0, f"{type(exc).__name__}: {exc}"
         else:
@@ -106,13 +122,22 @@ def probe(
         _bounded(world, timeout, r)
         problems = [p for p in world.allgather(problem) if p]
         if problems:
-            raise ProbeError(f"the throughput probe at {r} rank(s) per fold failed: {problems[0]}")
+            dropped[r] = problems[0]
+            if world.rank == 0:
+                log.warning("probe: %d rank(s) per fold failed, so no layout uses that width: %s", r, problems[0])
+            continue
         points.append(Point(r, nodes_of.get(r, 1), rate, scheme, "probe"))
         if world.rank == 0:
             log.info(
                 "probe: %d rank(s) per fold: %.4g samples/s per fold group (%.1f s)", r, rate, time.perf_counter() - t0
             )
-    return points
+    if not points:
+        why = "; ".join(f"at {r} rank(s) per fold: {p}" for r, p in dropped.items())
+        raise ProbeError(
+            f"the throughput probe failed at every width it measured ({why}); pin training.ranks_per_fold, "
+            "and --groups, to skip the probe"
+        )
+    return points, dropped
 
 
 def _bounded(world: MPI.Comm, timeout: float, r: int) -> None:
@@ -132,6 +157,26 @@ def _bounded(world: MPI.Comm, timeout: float, r: int) -> None:
         world.Abort(3)
 
 
+@contextlib.contextmanager
+def _width_groups(world: MPI.Comm, r: int, device: torch.device, timeout: float) -> Iterator[Any]:
+    """The process group of this rank's fold group at ``r`` ranks (None for one rank),
+    destroyed with the others of the width on the way out, also where the width failed:
+    the next width builds its own."""
+    if r == 1:
+        yield None
+        return
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    groups = [
+        dist.new_group(list(range(g * r, g * r + r)), timeout=timedelta(seconds=timeout), backend=backend)
+        for g in range(world.size // r)
+    ]
+    try:
+        yield groups[world.rank // r]
+    finally:
+        for g in groups:
+            dist.destroy_process_group(g)
+
+
 def _phase(
     world: MPI.Comm,
     task: Task,
@@ -143,66 +188,59 @@ def _phase(
     seconds: float,
     timeout: float,
     precision: Precision,
+    stopping: Callable[[], bool] = lambda: False,
 ) -> float:
-    color = world.rank // r
-    pg = None
-    if r > 1:
-        backend = "nccl" if data.device.type == "cuda" else "gloo"
-        groups = [
-            dist.new_group(list(range(g * r, g * r + r)), timeout=timedelta(seconds=timeout), backend=backend)
-            for g in range(world.size // r)
-        ]
-        pg = groups[color]
-    torch.manual_seed(0)
-    built = task.build(params)
-    single = isinstance(built, torch.nn.Module)
-    models = {k: m.to(data.device) for k, m in as_dict(built).items()}
-    optimizers = precision.wrap(as_dict(task.optimizer(params, as_user(models, single))))
-    wrapped: dict[str, Any] = (
-        dict(models) if pg is None else {k: DistributedDataParallel(m, process_group=pg) for k, m in models.items()}
-    )
-    precision.compress(wrapped)
-    step_models, step_optimizers = as_user(wrapped, single), as_user(optimizers, single)
-    batch = max(1, task.batch_size(params) // r)
-    order = np.random.default_rng(world.rank).permutation(train)
-    need = (WARMUP + steps) * batch
-    order = np.resize(order, max(need, batch))
-    chunks = Data.batches(order[:need], batch)
-    data.open(0)
-    done, elapsed, t0 = 0, 0.0, 0.0
-    try:
-        for i, b in enumerate(data.read(chunks)):
-            if i == WARMUP:
-                quiet(world)
-                t0 = time.perf_counter()
-            with precision.active():
-                task.train_step(step_models, step_optimizers, b, params)
-            precision.end_step()
-            if i >= WARMUP:
-                done += 1
-                # Every few steps, all ranks agree whether the time is up.
-                if done % 4 == 0:
-                    over = time.perf_counter() - t0 > seconds
-                    _bounded(world, timeout, r)
-                    if world.allreduce(over, op=MPI.LOR):
-                        break
-        if data.device.type == "cuda":
-            torch.cuda.synchronize(data.device)
-        elapsed = time.perf_counter() - t0
-    finally:
-        data.close()
-    _bounded(world, timeout, r)
-    done = world.allreduce(done, op=MPI.MIN)
-    slowest = world.allreduce(elapsed, op=MPI.MAX)
-    if pg is not None:  # as Comms.close: a barrier and a pause before gloo's groups go
-        dist.barrier(group=pg)
-        quiet(world)
-        time.sleep(0.1)
-        for g in groups:
-            dist.destroy_process_group(g)
-    if done < 1 or slowest <= 0:
-        raise ProbeError(f"no step timed at {r} rank(s) per fold")
-    return float(r * batch * done / slowest)
+    """The samples per second of one fold group at ``r`` ranks."""
+    with _width_groups(world, r, data.device, timeout) as pg:
+        torch.manual_seed(0)
+        built = task.build(params)
+        single = isinstance(built, torch.nn.Module)
+        models = {k: m.to(data.device) for k, m in as_dict(built).items()}
+        optimizers = precision.wrap(as_dict(task.optimizer(params, as_user(models, single))))
+        wrapped: dict[str, Any] = (
+            dict(models) if pg is None else {k: DistributedDataParallel(m, process_group=pg) for k, m in models.items()}
+        )
+        precision.compress(wrapped)
+        step_models, step_optimizers = as_user(wrapped, single), as_user(optimizers, single)
+        batch = max(1, task.batch_size(params) // r)
+        order = np.random.default_rng(world.rank).permutation(train)
+        need = (WARMUP + steps) * batch
+        order = np.resize(order, max(need, batch))
+        chunks = Data.batches(order[:need], batch)
+        data.open(0)
+        done, elapsed, t0 = 0, 0.0, 0.0
+        try:
+            for i, b in enumerate(data.read(chunks)):
+                if i == WARMUP:
+                    quiet(world)
+                    t0 = time.perf_counter()
+                with precision.active():
+                    task.train_step(step_models, step_optimizers, b, params)
+                precision.end_step()
+                if i >= WARMUP:
+                    done += 1
+                    # Every few steps, all ranks agree whether the time is up.
+                    if done % 4 == 0:
+                        over = time.perf_counter() - t0 > seconds or stopping()
+                        _bounded(world, timeout, r)
+                        if world.allreduce(over, op=MPI.LOR):
+                            break
+            if data.device.type == "cuda":
+                torch.cuda.synchronize(data.device)
+            elapsed = time.perf_counter() - t0
+        finally:
+            data.close()
+        _bounded(world, timeout, r)
+        done = world.allreduce(done, op=MPI.MIN)
+        slowest = world.allreduce(elapsed, op=MPI.MAX)
+        if pg is not None:  # as Comms.close: a barrier and a pause before gloo's groups go
+            dist.barrier(group=pg)
+            quiet(world)
+            time.sleep(0.1)
+
+        if done < 1 or slowest <= 0:
+            raise ProbeError(f"no step timed at {r} rank(s) per fold")
+        return float(r * batch * done / slowest)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     task = load_task(settings.task, None)  # the user's own spec, on their own machine
     data = Data(task.dataset, pick_device(local_rank(world)), LoaderOptions.from_options(settings.loader), 1)
     train = splits(len(data), settings.folds, settings.fold_seed, None, None)[0][0]
-    points = probe(
+    points, _ = probe(
         world,
         task,
         data,

@@ -109,6 +109,12 @@ class Walltime:
     def remaining(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
+    def window(self) -> float | None:
+        """The seconds trials may still train: what is left less the ``reserve`` kept for
+        checkpointing and giving trials back (None without a deadline)."""
+        left = self.remaining()
+        return None if left is None else left - self.reserve
+
     def record(self, seconds: float) -> None:
         self.longest = max(self.longest, seconds)
 

@@ -142,14 +142,19 @@ class Heartbeat(threading.Thread):
         self.join(timeout=self.link.client.timeout + 1)
 
 
-def register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Agent:
-    """Registers a group leader as an agent of ``args.campaign``."""
+def gpus_of(ranks: int) -> int:
+    """The GPUs a trial group of ``ranks`` ranks uses here (one per rank, as many as there are)."""
     import torch
 
+    return min(ranks, torch.cuda.device_count()) if torch.cuda.is_available() else 0
+
+
+def register(client: AgentClient, args: argparse.Namespace, ranks: int) -> Agent:
+    """Registers a group leader as an agent of ``args.campaign``."""
     return client.register(
         host=socket.gethostname(),
         ranks=ranks,
-        gpus=min(ranks, torch.cuda.device_count()) if torch.cuda.is_available() else 0,
+        gpus=gpus_of(ranks),
         slurm_job_id=os.environ.get("SLURM_JOB_ID", ""),
         campaign_id=args.campaign,
         version=__version__,

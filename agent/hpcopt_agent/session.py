@@ -24,13 +24,21 @@ from hpcopt.errors import PlanError
 from hpcopt_agent.autoplan import Planned, choose
 from hpcopt_agent.comm import Comms, Notices, bcast, quiet, split
 from hpcopt_agent.data import Data
-from hpcopt_agent.probe import ProbeError
+from hpcopt_agent.probe import ProbeError, Stopped
 from hpcopt_agent.runtime import Context, StopSignal, Walltime
-from hpcopt_agent.server import goodbye, register
+from hpcopt_agent.script import Script
+from hpcopt_agent.server import goodbye, gpus_of, register
 from hpcopt_agent.settings import TrainingSettings
 from hpcopt_agent.task import Task
 
 log = logging.getLogger("hpcopt_agent")
+
+
+def script_grace(reserve: float) -> float:
+    """Seconds a script may take to checkpoint and exit after a stop before it is
+    terminated: half the walltime's ``--reserve`` (so it ends before the allocation
+    does), at least 5."""
+    return max(5.0, reserve / 2)
 
 
 def free_parallel(q: QueueState) -> int | None:
@@ -46,8 +54,8 @@ class Session:
         world: MPI.Comm,
         reg0: Any,
         settings: TrainingSettings,
-        task: Task,
-        data: Data,
+        task: Task | Script,
+        data: Data | None,
         splits: list[tuple[np.ndarray, np.ndarray]],
         context: Context,
         stop: StopSignal,
@@ -62,6 +70,9 @@ class Session:
         self.planned: Planned | None = None
         #: The agent this rank registered (rank 0 at start; group leaders after).
         self.agent_id: str | None = reg0.agent_id if world.rank == 0 else None
+        #: The ranks this rank's registration says its group has (rank 0 registered
+        #: before the layout split the world: its group's size may differ).
+        self.registered_ranks = world.size // (args.groups if isinstance(args.groups, int) else 1)
         self.client: AgentClient | None = None
         self.trials = 0
         #: Re-plan only when fewer trials than this remain (None: never, a fixed layout).
@@ -72,6 +83,8 @@ class Session:
         #: (None: never); doubled after a re-plan that kept the layout.
         self.replan_wait: float | None = None
         self.notices = Notices(world)
+        #: Why the job stopped while it laid itself out ('' if it did not).
+        self.stopped = ""
 
     # -- the layout -------------------------------------------------------------------
 
@@ -99,12 +112,16 @@ class Session:
                 measured=list(getattr(self.reg, "throughput", ()) or ()),
                 per_node=self.args.ranks_per_node,
                 groups=groups,
-                deadline=self.walltime.remaining(),
+                window=self.walltime.window,
                 timeout=self.args.collective_timeout,
                 master_addr=self.args.master_addr,
                 trials=left,
                 max_parallel=free,
+                stopping=lambda: self.stop.requested,
             )
+        except Stopped as exc:  # before the first trial: nothing to give back
+            self.stopped = f"{exc}: {self.stop.name or 'a signal'} received"
+            return ""
         except (PlanError, ProbeError) as exc:
             return str(exc)
         self.layout = self.planned.layout
@@ -131,8 +148,10 @@ class Session:
             log.warning("could not store the probe's measurements on the server: %s", exc)
 
     def _predict(self, planned: Planned) -> None:
-        """The walltime rule's figure: seconds from a trial's start to its first checkpoint."""
-        if planned.model is None:
+        """The walltime rule's figure: seconds from a trial's start to its first checkpoint
+        (none for a script: the agent knows neither its samples nor when it checkpoints,
+        so the rule takes the longest trial so far)."""
+        if planned.model is None or isinstance(self.task, Script):
             return
         best, work = planned.plan.best, planned.work
         per_epoch = (best.fold_seconds - work.fold_overhead) / work.epochs
@@ -151,7 +170,12 @@ class Session:
     def _plan_for(self, alloc: Allocation, work: Work, model: Scaling) -> tuple[Plan, Layout]:
         """The plan for ``work`` (what the spec pins kept) and the layout of its best."""
         space = (self.reg.campaign_spec or {}).get("space") or {}
-        chosen = plan(alloc, work, model, pinned_ranks=self.pinned, valid_ranks=lambda r: self.settings.fits(r, space))
+        failed = self.planned.failed if self.planned is not None else frozenset()
+
+        def fits(r: int) -> bool:
+            return self.settings.fits(r, space) and r not in failed
+
+        chosen = plan(alloc, work, model, pinned_ranks=self.pinned, valid_ranks=fits)
         return chosen, chosen.best.layout
 
     def _replan(self) -> bool:
@@ -192,7 +216,7 @@ class Session:
         measured = [Point.from_dict(p) for p in q.throughput]
         earlier = old.model.points if old.model is not None else ()
         model = fit(merge_points([p for p in measured if p.scheme in schemes], earlier))
-        left = self.walltime.remaining()
+        left = self.walltime.window()  # the trials' window: the walltime less --reserve
         # Every group of this job is at a trial boundary: what runs is other agents'.
         work = replace(
             old.work,
@@ -246,12 +270,20 @@ class Session:
         self.context.where = f"r{self.world.rank} g{comms.group_index}"
         if comms.is_fold_leader and self.client is None:
             self.client = AgentClient(args.server, args.token)
+        if comms.is_group_leader and self.agent_id is not None and self.registered_ranks != layout.group_size:
+            assert self.client is not None
+            try:  # the agents list counts this group's ranks, not the world's
+                self.client.resize(self.agent_id, layout.group_size, gpus_of(layout.group_size))
+                self.registered_ranks = layout.group_size
+            except ApiError as exc:  # a server older than this call: the list keeps the old count
+                log.warning("could not tell the server this group's size: %s", exc)
         if comms.is_group_leader and self.agent_id is not None and self.world.rank == 0 and not self.trials:
             log.info("registered as agent %s (%d ranks)", self.agent_id, layout.group_size)
         if comms.is_group_leader and self.agent_id is None:
             assert self.client is not None
             self.reg = register(self.client, args, layout.group_size)
             self.agent_id = self.reg.agent_id
+            self.registered_ranks = layout.group_size
             log.info("registered as agent %s (%d ranks)", self.agent_id, layout.group_size)
         elif not comms.is_group_leader and self.agent_id is not None:
             assert self.client is not None
@@ -275,21 +307,40 @@ class Session:
     def _phase(self, comms: Comms) -> tuple[str, bool, bool]:
         from hpcopt_agent.agent import GroupLoop
         from hpcopt_agent.fold import FoldTrainer
+        from hpcopt_agent.script.fold import ScriptFold
+        from hpcopt_agent.tracking import Tracking
 
         args = self.args
         agent_id = bcast(comms.group, self.agent_id)
         # Every rank holds a registration (rank 0's, sent to all at start): one server, one lease term.
         server_id, heartbeat = self.reg.server_id, self.reg.heartbeat_seconds
-        trainer = FoldTrainer(
-            comms=comms,
-            task=self.task,
-            data=self.data,
-            settings=self.settings,
-            stop=self.stop,
-            checkpoint_root=args.checkpoint_dir.resolve(),
-            server_id=server_id,
-            timeout=args.collective_timeout,
-        )
+        tracking = Tracking(args.tensorboard, args.mlflow, str((self.reg.campaign_spec or {}).get("name", "")))
+        trainer: FoldTrainer | ScriptFold
+        if isinstance(self.task, Script):
+            trainer = ScriptFold(
+                comms=comms,
+                script=self.task,
+                settings=self.settings,
+                stop=self.stop,
+                checkpoint_root=args.checkpoint_dir.resolve(),
+                server_id=server_id,
+                grace=script_grace(args.reserve),
+                master_addr=args.master_addr,
+                tracking=tracking,
+            )
+        else:
+            assert self.data is not None
+            trainer = FoldTrainer(
+                comms=comms,
+                task=self.task,
+                data=self.data,
+                settings=self.settings,
+                stop=self.stop,
+                checkpoint_root=args.checkpoint_dir.resolve(),
+                server_id=server_id,
+                timeout=args.collective_timeout,
+                tracking=tracking,
+            )
         loop = GroupLoop(
             comms=comms,
             client=self.client if comms.is_fold_leader else None,

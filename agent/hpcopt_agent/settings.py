@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hpcopt.core.schemes import resolve, split_options
+from hpcopt.core.schemes import TRAITS, Traits, resolve, split_options
 from hpcopt.core.training import check_options
 from hpcopt.errors import OptionError
 
@@ -45,6 +45,9 @@ class TrainingSettings:
 
     #: The schemes this campaign trains with (``scheme: search``: the choices of ``scheme``).
     schemes: tuple[str, ...] = ()
+    #: ``training.task: {script, args}``: the script's path and argument templates
+    #: (None: ``task`` names a Task).
+    script: tuple[str, tuple[str, ...]] | None = None
 
     def scheme_for(self, params: dict[str, Any]) -> str:
         """The scheme one trial trains with: its ``scheme`` parameter under ``scheme: search``."""
@@ -100,8 +103,18 @@ class TrainingSettings:
                 resolve(name, sections, ranks)
         except OptionError as exc:
             raise SettingsError(str(exc)) from None
+        task = training.get("task", "")
+        script = None
+        if isinstance(task, dict) and not task_override:
+            if not TRAITS.get(scheme, Traits()).scripts:  # the server refuses it at submission; an older one may not
+                raise SettingsError(
+                    f"training.scheme: a script task (training.task.script) trains with allreduce only, since the "
+                    f"script owns its training loop; got {scheme!r}"
+                )
+            script = (str(task.get("script", "")), tuple(str(a) for a in task.get("args") or ()))
         return cls(
-            task=task_override or str(training.get("task", "")),
+            task=task_override or ("" if script else str(task)),
+            script=script,
             scheme=scheme,
             ranks_per_fold=ranks,
             epochs=int(training.get("epochs", 10)),

@@ -90,6 +90,11 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--epochs", type=int, default=1, help="epochs per fold (default 1)")
     ap.add_argument("--ranks", type=int, default=1, help="MPI ranks; above 1 runs mpiexec (default 1)")
     ap.add_argument("--ranks-per-fold", type=int, help="ranks that train one fold (default: the planner's)")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        help="torch threads per rank (default: cores / ranks on this machine; give 1 on a shared login node)",
+    )
     ap.add_argument("--scheme", default="allreduce", choices=SCHEMES, help="the parallel scheme (default allreduce)")
     ap.add_argument("--metric", default="val_loss", help="the objective: a key evaluate() returns (default val_loss)")
     ap.add_argument("--direction", default="minimize", choices=["minimize", "maximize"])
@@ -128,6 +133,8 @@ def _agent_command(args: argparse.Namespace, campaign: int, target: str, folder:
     agent = ["-m", "hpcopt_agent", "--campaign", str(campaign), "--server", target]
     agent += ["--task-root", str(args.task_root), "--checkpoint-dir", str(folder / "checkpoints")]
     agent += ["--groups", "1", "--reserve", "0", *(f"--allow-module={m}" for m in args.allow_module)]
+    if args.threads is not None:
+        agent += ["--threads", str(args.threads)]
     if args.ranks == 1:
         return [sys.executable, *agent]
     if shutil.which(args.mpiexec) is None:
@@ -158,8 +165,13 @@ def main(argv: Sequence[str]) -> int:
     args = parser().parse_args(argv)
     args.task_root = args.task_root or Path.cwd()
     args.mpiexec = args.mpiexec or os.environ.get("MPIEXEC") or _beside_python("mpiexec")
-    for flag, value in (("--folds", args.folds), ("--epochs", args.epochs), ("--ranks", args.ranks)):
-        if value < 1:
+    for flag, value in (
+        ("--folds", args.folds),
+        ("--epochs", args.epochs),
+        ("--ranks", args.ranks),
+        ("--threads", args.threads),
+    ):
+        if value is not None and value < 1:
             print(f"hpcopt-agent try: {flag} must be at least 1, got {value}", file=sys.stderr)
             return 2
     try:
@@ -194,5 +206,10 @@ def main(argv: Sequence[str]) -> int:
         if not trials:
             print(f"hpcopt-agent try: the agent trained nothing (exit {rc}); its log is above", file=sys.stderr)
             return 2 if rc == 2 else 1
-        print("\n" + report(client.get_trial(trials[0].id), args.metric), flush=True)
-        return 0 if trials[0].state == "COMPLETED" else 1
+        trial = client.get_trial(trials[0].id)
+        print("\n" + report(trial, args.metric), flush=True)
+        unread = [e.reason.removeprefix("fold 0: ") for e in trial.events if e.kind == "params_unread"]
+        if unread:  # the run trained on something other than what --params says
+            print(f"hpcopt-agent try: --params: {unread[0]}", file=sys.stderr)
+            return 2
+        return 0 if trial.state == "COMPLETED" else 1

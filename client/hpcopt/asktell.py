@@ -60,6 +60,15 @@ class ActiveTrial:
     def __repr__(self) -> str:
         return f"ActiveTrial(number={self.number}, id={self.id}, attempt={self.attempt}, params={self.params})"
 
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("suggest_") or name in ("should_prune", "set_user_attr"):
+            raise AttributeError(
+                f"ActiveTrial has no {name}: its parameters come from the campaign's space (trial.params[...]); "
+                "an Optuna objective that defines its space as it runs takes `from hpcopt_server import optuna` "
+                "(docs/getting-started/from-optuna.md)"
+            )
+        raise AttributeError(f"'ActiveTrial' object has no attribute {name!r}")
+
     # -- results ------------------------------------------------------------------------
 
     def report(self, step: int, value: float, fold: int = 0) -> bool:
@@ -68,6 +77,16 @@ class ActiveTrial:
         stop working on it (it is no longer held)."""
         self._check_open()
         return self._act(self._call(lambda: self._agent.report_intermediate(self._lease, fold, step, float(value))))
+
+    @property
+    def lease(self) -> Lease:
+        """The lease this script holds the trial under (every report quotes it)."""
+        return self._lease
+
+    def event(self, kind: str, text: str) -> None:
+        """Adds an event of ``kind`` to the trial's log (``AgentClient.report_event``)."""
+        self._check_open()
+        self._call(lambda: self._agent.report_event(self._lease, 0, kind, text))
 
     def should_stop(self) -> bool:
         """Whether the trial ended for this script since the last report (pruned,

@@ -186,6 +186,14 @@ class Client(Channel):
         document: dict[str, Any] = json.loads(resp.document_json)
         return document
 
+    def get_throughput(self, campaign_id: int) -> dict[str, Any]:
+        """The campaign's measured fold throughput and the planner's model of it, as
+        REST's ``GET /campaigns/{id}/throughput`` serves it: ``points`` (what agents plan
+        from under ``--groups auto``), ``models`` by scheme, and ``train_samples``."""
+        resp = self._do(self._stub.GetThroughput, campaign_pb2.GetCampaignRequest(campaign_id=campaign_id))
+        document: dict[str, Any] = json.loads(resp.document_json)
+        return document
+
     def import_campaign(self, document: dict[str, Any]) -> Campaign:
         """Imports an exported document as a new campaign."""
         req = campaign_pb2.ImportCampaignRequest(document_json=json.dumps(document))

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import logging
 import math
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -145,9 +147,33 @@ class LocalChannel:
         """Nothing to close: the storage is the Study's."""
 
 
-def _url(path: str | Path) -> str:
-    text = str(path)
-    return text if "://" in text else f"sqlite:///{Path(text).expanduser()}"
+class Where:
+    """The database of a study: a URL (``sqlite:///f.db``, ``postgresql://...``), a file
+    path, or ``None``/``":memory:"``: a SQLite file in memory (``/dev/shm`` where there is
+    one, else the temporary folder) removed when the study closes. That is the same
+    storage as a file (its locks, its pool, several threads), nothing kept; SQLite's own
+    ``:memory:`` is one database per connection."""
+
+    def __init__(self, storage: Any) -> None:
+        self.scratch: Path | None = None
+        if storage is None or storage in (":memory:", "sqlite://", "sqlite:///:memory:"):
+            shm = Path("/dev/shm")
+            self.scratch = Path(tempfile.mkdtemp(prefix="hpcopt-study-", dir=shm if shm.is_dir() else None))
+            self.url, self.path = f"sqlite:///{self.scratch / 'study.db'}", ":memory:"
+        elif isinstance(storage, str | Path):
+            text = str(storage)
+            self.url = text if "://" in text else f"sqlite:///{Path(text).expanduser()}"
+            self.path = text
+        else:
+            raise TypeError(
+                f"storage={type(storage).__name__}(...): give a database URL (sqlite:///f.db, postgresql://...), a "
+                "file path, or None for memory (see docs/getting-started/from-optuna.md)"
+            )
+
+    def close(self) -> None:
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
 
 def _document(spec: CampaignSpec | Mapping[str, Any] | str | Path) -> dict[str, Any]:
@@ -164,8 +190,9 @@ class Study:
     ``Study(path, spec)`` opens (creating the file and its schema when missing) and
     reopens the newest campaign of that name and spec, or creates one;
     ``Study(path, campaign=ID)`` opens an existing campaign; ``Study(path)`` the file's
-    only campaign. ``token``: when the file's server has auth on, a token with the
-    ``agent`` and ``submit`` scopes.
+    only campaign. ``path`` may be a database URL, or ``":memory:"`` (:class:`Where`).
+    ``token``: when the file's server has auth on, a token with the ``agent`` and
+    ``submit`` scopes.
     """
 
     def __init__(
@@ -176,21 +203,29 @@ class Study:
         campaign: int | None = None,
         token: str | None = None,
     ) -> None:
-        url = _url(path)
-        self.path = str(path)
-        self._server = LocalServer.open(url, pool_size=2)
-        self.service = self._server.service
-        #: An ordinary client, answered in this process: every ``hpcopt.Client`` call works.
-        self.client = Client(f"embedded:{path}", token, channel=LocalChannel(self.service))
-        self._token = token
-        self._session: Session | None = None
-        self._held: dict[int, ActiveTrial] = {}
+        self._start(Where(path), token)
         try:
             self.campaign_id = self._open(spec, campaign)
             self.service.reaper.reap()  # a trial a dead process held goes back to the queue
         except BaseException:
             self._server.close()
+            self._where.close()
             raise
+
+    def _start(self, where: Where, token: str | None, pool_size: int = 2) -> None:
+        """The storage, the service and the in-process client (no campaign yet)."""
+        self._where, self.path = where, where.path
+        try:
+            self._server = LocalServer.open(where.url, pool_size=pool_size)
+        except BaseException:
+            where.close()
+            raise
+        self.service = self._server.service
+        #: An ordinary client, answered in this process: every ``hpcopt.Client`` call works.
+        self.client = Client(f"embedded:{self.path}", token, channel=LocalChannel(self.service))
+        self._token = token
+        self._session: Session | None = None
+        self._held: dict[int, ActiveTrial] = {}
 
     def _open(self, spec: CampaignSpec | Mapping[str, Any] | str | Path | None, campaign: int | None) -> int:
         if campaign is not None:
@@ -414,6 +449,7 @@ class Study:
             self._session = None
         self.service.ctx.optimizers.settle()  # a GP refit in its thread ends before we do
         self._server.close()
+        self._where.close()
 
     def __enter__(self) -> Study:
         return self

@@ -61,6 +61,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("submit", _c("ResumeCampaign"), "resume_campaign"),
     Operation("submit", _c("RaiseBudget"), "raise_budget"),
     Operation("submit", _c("StopTrial"), "stop_trial"),
+    Operation("read", _c("GetThroughput"), "get_throughput"),
     # -- the agent's calls: gRPC only -------------------------------------------------
     Operation("agent", _a("Register")),
     Operation("agent", _a("Acquire")),
@@ -71,6 +72,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("agent", _a("Release")),
     Operation("agent", _a("ReportEvent")),
     Operation("agent", _a("Deregister")),
+    Operation("agent", _a("Resize")),
     Operation("agent", _a("Queue")),
     Operation("agent", _a("ReportThroughput")),
     Operation("agent", _a("ReportUnreadableParent")),
@@ -85,7 +87,6 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("read", rest="running_trials"),
     Operation("read", rest="timeline"),
     Operation("read", rest="param_importance"),
-    Operation("read", rest="get_throughput"),
     Operation("read", rest="get_population"),
     Operation("read", rest="list_agents"),
     Operation("read", rest="plot_data"),

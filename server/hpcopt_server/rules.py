@@ -60,6 +60,13 @@ def lease_refusal(trial: d.Trial | None, agent_id: str, lease_id: str, now: date
     return None
 
 
+def unit_folds(fidelity_folds: int | None, campaign_folds: int) -> int:
+    """The folds a lease trains: a multi-fidelity unit's ``0 .. f-1`` (``fidelity_folds``,
+    its trial's ``fidelity.folds``), else all the campaign's. A fold outside them takes
+    no report (FOLD_RANGE)."""
+    return campaign_folds if fidelity_folds is None else min(fidelity_folds, campaign_folds)
+
+
 def fold_refusal(fold: int, folds: int, finished: Iterable[int]) -> Refusal | None:
     """Why ``fold`` cannot take a report, for a campaign of ``folds`` folds of which the
     indices ``finished`` are finished; None if it can."""

@@ -109,6 +109,34 @@ class Exploding(Regression):
         return super().build(params)
 
 
+class NoDdp(Regression):
+    """Trains on one rank per fold only: a step on a DDP-wrapped model raises (as a model
+    with unused parameters, say, does under DistributedDataParallel)."""
+
+    def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
+        from torch.nn.parallel import DistributedDataParallel
+
+        if isinstance(models, DistributedDataParallel):
+            raise RuntimeError("this model does not train under DistributedDataParallel")
+        return super().train_step(models, optimizers, batch, params)
+
+
+class SignalledAtFirstStep(Regression):
+    """Each rank sends itself SIGTERM at its first training step (as Slurm's scancel
+    would, early): in a job laying itself out, that step is the throughput probe's."""
+
+    signalled = False
+
+    def train_step(self, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float:
+        import os
+        import signal
+
+        if not SignalledAtFirstStep.signalled:
+            SignalledAtFirstStep.signalled = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().train_step(models, optimizers, batch, params)
+
+
 class Hanging(Regression):
     """World rank 1 stops answering at its first step, as user code stuck in I/O would."""
 

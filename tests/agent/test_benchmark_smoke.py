@@ -48,3 +48,22 @@ def test_input_pipeline_benchmark_runs_and_prints_its_tables() -> None:
         assert re.search(rf"ratio hpcopt / plain DDP \({step}\): \d+\.\d{{3}}", out.stdout), out.stdout
         assert re.search(rf"ratio hpcopt / item by item \({step}\): [\d.]+x", out.stdout), out.stdout
     assert re.search(r"memory growth 16x data / 1x: [\d.]+x", out.stdout), out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_script_overhead_benchmark_runs_and_prints_its_ratios() -> None:
+    mpiexec_path()
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks/training/script_overhead.py"),
+            *("--reps", "1", "--epochs", "2", "--small"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=scaled(380),
+        env=mpi_env(),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"script / Task, per repetition: epoch \d\.\d{3} .* whole trial \d\.\d{3}", out.stdout), out.stdout

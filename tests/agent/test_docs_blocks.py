@@ -107,20 +107,73 @@ def test_the_plan_block_ranks_the_layouts_of_the_allocation_it_names() -> None:
     lines = out.stdout.splitlines()
     assert lines[0].startswith("8 ranks (2 node(s) x 4); 30 trials x 5 folds x 10 epochs") and "1 h" in lines[0], lines
     assert "model from examples/digits/throughput.json" in lines[1], lines
-    rows = [ln.split() for ln in lines if ln.strip()[:1].isdigit() and len(ln.split()) == 8]
+    rows = [ln.split() for ln in lines if ln.strip()[:1].isdigit() and len(ln.split()) == 9]
     assert rows, out.stdout
     # Every ranked layout divides the 8 ranks, the best first by trials in the hour.
     for row in rows:
         g, f, r = int(row[1]), int(row[2]), int(row[3])
         assert g * f * r == 8 and f <= 5 and r == 1  # the spec pins ranks_per_fold: 1
-    by_deadline = [int(row[6]) for row in rows]
+    by_deadline = [int(row[7]) for row in rows]
     assert by_deadline == sorted(by_deadline, reverse=True), rows
+
+
+def test_the_mf_plan_block_plans_the_ladder_s_leases_narrow(tmp_path: Path) -> None:
+    # `hpcopt plan` of the mf guide's campaign, as written, beside the spec it names.
+    [(_, spec_text)] = docs_blocks("mf-campaign")
+    [(lang, text)] = docs_blocks("mf-plan")
+    assert lang == "bash"
+    (tmp_path / "campaign-mf.yaml").write_text(spec_text)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = dict(os.environ, PATH=os.pathsep.join([str(ROOT / ".venv/bin"), os.environ.get("PATH", "")]))
+
+    def rows(script: str) -> tuple[list[str], list[list[int]]]:
+        out = subprocess.run(
+            ["bash", "-c", "set -e\n" + script],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=scaled(60),
+        )
+        assert out.returncode == 0, out.stderr
+        lines = out.stdout.splitlines()
+        return lines, [
+            [int(v) for v in ln.split()[:4]] for ln in lines if ln.strip()[:1].isdigit() and len(ln.split()) == 8
+        ]
+
+    lines, table = rows(text)
+    assert lines[1].startswith("each trial a configuration climbing its mf ladder: leases of 1f x 1e by 1, "), lines
+    assert table and all(g * f * r == 8 and r == 1 for _, g, f, r in table), table
+    # Without the campaign's max_parallel of 2, every trial group may run a configuration:
+    # the ladder's one-fold leases put one fold group in each, eight of them.
+    spec = yaml.safe_load(spec_text)
+    del spec["budget"]["max_parallel"]
+    (tmp_path / "campaign-mf.yaml").write_text(yaml.safe_dump(spec))
+    _, table = rows(text)
+    assert table[0][1:] == [8, 1, 1], table
+    # The same campaign under bo trains all five folds of every trial: wider groups win.
+    spec["algorithm"] = {"name": "bo", "seed": 0}
+    (tmp_path / "campaign-mf.yaml").write_text(yaml.safe_dump(spec))
+    lines, table = rows(text)
+    assert not lines[1].startswith("each trial"), lines
+    assert table[0][2] > 1, table
 
 
 def test_every_marked_block_belongs_to_a_test() -> None:
     names = {m.group(1) for page in (ROOT / "docs").rglob("*.md") for m in MARK.finditer(page.read_text())}
     # first-campaign and plan run here; task-skeleton and task-try in test_try.py;
     # embedded-quickstart in tests/server/test_embedded.py; mf-campaign in
-    # tests/server/test_mf_campaign.py.
-    tested = {"first-campaign", "plan", "task-skeleton", "task-try", "embedded-quickstart", "mf-campaign"}
+    # tests/server/test_mf_campaign.py; mf-plan here; optuna-quickstart in
+    # tests/server/test_optuna_facade.py. (The docs-file blocks of the scripts guide are
+    # written out and run by tests/agent/test_script_task.py.)
+    tested = {
+        "first-campaign",
+        "plan",
+        "task-skeleton",
+        "task-try",
+        "embedded-quickstart",
+        "mf-campaign",
+        "mf-plan",
+        "optuna-quickstart",
+    }
     assert names == tested, f"a docs-test name without a test (or a test without its block): {names ^ tested}"

@@ -162,34 +162,50 @@ def test_a_group_held_back_by_max_parallel_re_plans_the_world_for_what_is_free(
     held: list[Any] = []
     done = threading.Event()
 
-    def hold() -> None:
-        """The other agent: takes a slot as soon as one is free, and keeps its lease."""
-        with AgentClient(agent_server.target) as c:
-            me = c.register(host="other", campaign_id=campaign).agent_id
-            while not done.is_set():
-                if not held:
-                    got = c.acquire(me, campaign)
-                    if got.lease is not None:
-                        held.append(got.lease)
-                    continue
-                c.heartbeat(held[0])
-                time.sleep(0.5)
-            if held:
-                c.release(held[0], "PREEMPTED", "the test's other agent is done")
-            c.deregister(me)
+    def waiting(predicate: Any, timeout: float, what: str) -> Any:
+        try:
+            return wait_for(predicate, timeout, what)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; the job's log:\n{log.read_text()[-6000:]}") from None
 
-    try:
-        wait_for(lambda: "4 ranks = 2 trial group(s)" in log.read_text(), scaled(120), "the job's first layout")
-        holder = threading.Thread(target=hold, daemon=True)
-        holder.start()
-        wait_for(lambda: "re-plan for" in log.read_text() or proc.poll() is not None, scaled(200), "a re-plan")
-        done.set()
-        holder.join(timeout=scaled(60))
-        assert proc.wait(timeout=scaled(200)) == 0, log.read_text()
-    finally:
-        done.set()
-        if proc.poll() is None:
-            kill_group(proc)
+    def running(c: Any) -> int:
+        return int(c.get_campaign(campaign).trial_counts.get("RUNNING", 0))
+
+    def keep(c: AgentClient) -> None:
+        while not done.is_set():
+            c.heartbeat(held[0])
+            time.sleep(0.5)
+
+    with AgentClient(agent_server.target) as other, agent_server.client() as api:
+        me = other.register(host="other", campaign_id=campaign).agent_id
+        keeper = threading.Thread(target=keep, args=(other,), daemon=True)
+        try:
+            waiting(lambda: "4 ranks = 2 trial group(s)" in log.read_text(), scaled(120), "the job's first layout")
+            # The other agent takes a slot the job cannot race it for: the campaign pauses
+            # until the job's trials have ended, and the other agent acquires as it resumes,
+            # before the job's groups poll again (the server's retry). A race at a trial
+            # boundary instead can lose every time, and then it holds the last trial, and
+            # nothing is left that max_parallel holds back.
+            for _ in range(5):
+                api.pause_campaign(campaign)
+                waiting(lambda: running(api) == 0 or proc.poll() is not None, scaled(120), "the job's trials to end")
+                api.resume_campaign(campaign)
+                got = other.acquire(me, campaign)
+                if got.lease is not None:
+                    held.append(got.lease)
+                    break
+            assert held, f"the other agent never got a slot; the job's log:\n{log.read_text()[-6000:]}"
+            keeper.start()
+            waiting(lambda: "re-plan for" in log.read_text() or proc.poll() is not None, scaled(200), "a re-plan")
+            done.set()
+            keeper.join(timeout=scaled(60))
+            other.release(held[0], "PREEMPTED", "the test's other agent is done")
+            other.deregister(me)
+            assert proc.wait(timeout=scaled(200)) == 0, log.read_text()
+        finally:
+            done.set()
+            if proc.poll() is None:
+                kill_group(proc)
     text = log.read_text()
     assert held, "the other agent never got a slot"
     assert re.search(r"waited \d+ s for a trial: max_parallel 2 in use \(2 running\)", text), text
@@ -222,6 +238,40 @@ def test_the_probe_is_stored_so_the_next_job_plans_without_one(agent_server: Age
         assert c.get_campaign(campaign).trial_counts == {"COMPLETED": 6}
 
 
+def test_the_plan_s_deadline_is_the_trials_window_after_the_probe_less_the_reserve(
+    agent_server: AgentServer,
+) -> None:
+    # The review's case: the deadline was read before the probe and without --reserve,
+    # so the planner counted 70 s where the trials had 44 s.
+    training = {"task": "tests/agent/tasks.py:Regression", "epochs": 1}
+    campaign = agent_server.submit(agent_spec(budget={"max_trials": 2, "max_parallel": 2}, training=training))
+    result = agent_server.run_agent(4, campaign, "--time-limit", "600", "--reserve", "300", "--max-trials", "1")
+    assert result.returncode == 0, dump(result)
+
+    def at(pattern: str) -> int:
+        found = re.search(r"(\d\d):(\d\d):(\d\d) \[[^]]*\][^\n]*" + pattern, result.stderr)
+        assert found, dump(result)
+        h, m, sec = (int(v) for v in found.groups()[:3])
+        return h * 3600 + m * 60 + sec
+
+    window = re.search(
+        r"planner: the trials have (\d+) s of walltime \(after the probe, less --reserve\)", result.stderr
+    )
+    assert window, dump(result)
+    probe_seconds = (at("planner: the trials have") - at("probing \\[")) % 86400
+    # 600 s less the 300 s reserve, less what start-up and the probe took (the log's
+    # whole seconds round each end).
+    assert int(window.group(1)) <= 300 - probe_seconds + 2, dump(result)
+    # Each group leader is an agent with its own group's ranks: rank 0 registered with
+    # all 4 before the layout split them, and was listed as 4 + 1 + 1 + 1.
+    shape = re.search(r"campaign \d+: 4 ranks = (\d+) trial group\(s\)", result.stderr)
+    assert shape, dump(result)
+    groups = int(shape.group(1))
+    agents = web.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=scaled(30)).json()
+    assert len(agents) == groups and sum(a["ranks"] for a in agents) == 4, (groups, agents)
+    assert {a["ranks"] for a in agents} == {4 // groups}, agents
+
+
 def test_a_pinned_width_that_fits_no_layout_is_refused_by_name(agent_server: AgentServer) -> None:
     spec = agent_spec(training={"task": "tests/agent/tasks.py:Regression", "epochs": 1, "ranks_per_fold": 3})
     campaign = agent_server.submit(spec)
@@ -251,9 +301,53 @@ def test_a_probe_that_fails_is_refused_with_its_reason(agent_server: AgentServer
     result = agent_server.run_agent(4, campaign)
     assert result.returncode == 2, dump(result)
     assert "probing [1, 4] rank(s) per fold" in result.stderr, dump(result)
-    assert "refusing to start: the throughput probe at 1 rank(s) per fold failed: RuntimeError: boom" in result.stderr
+    assert (
+        "refusing to start: the throughput probe failed at every width it measured (at 1 rank(s) per fold: "
+        "RuntimeError: boom" in result.stderr
+    ), dump(result)
+    assert "at 4 rank(s) per fold: RuntimeError: boom" in result.stderr, dump(result)
+    assert "pin training.ranks_per_fold, and --groups, to skip the probe" in result.stderr, dump(result)
     assert result.stderr.count("refusing to start") == 1 and "MPI_Abort" not in result.stderr, dump(result)
     with agent_server.client() as c:
         assert c.get_campaign(campaign).trial_counts == {}  # nothing was taken
     agents = web.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=scaled(30)).json()
     assert len(agents) == 1 and "the throughput probe" in agents[0]["exit_reason"], agents
+
+
+def test_a_width_the_probe_cannot_train_is_dropped_and_the_job_plans_with_the_rest(agent_server: AgentServer) -> None:
+    # The review's case: one failing width refused the whole job, although a width it
+    # measured works.
+    training = {"task": "tests/agent/tasks.py:NoDdp", "epochs": 1}
+    spec = agent_spec(task="tests/agent/tasks.py:NoDdp", budget={"max_trials": 4, "max_parallel": 4}, training=training)
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(4, campaign)
+    assert result.returncode == 0, dump(result)
+    assert "probing [1, 4] rank(s) per fold" in result.stderr, dump(result)
+    assert (
+        "probe: 4 rank(s) per fold failed, so no layout uses that width: RuntimeError: this model does not train "
+        "under DistributedDataParallel" in result.stderr
+    ), dump(result)
+    assert "planner: without 4 rank(s) per fold (the probe failed there)" in result.stderr, dump(result)
+    widths = {int(w) for w in re.findall(r"ranks_per_fold=(\d+)", result.stderr)}
+    assert widths == {1}, dump(result)
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {"COMPLETED": 4}
+
+
+def test_a_stop_signal_during_the_probe_ends_the_job_before_its_first_trial(agent_server: AgentServer) -> None:
+    # The review's case: a stop during start-up still ran the whole probe before the job
+    # gave up. Every rank is signalled at its first step of the probe's first width.
+    task = "tests/agent/tasks.py:SignalledAtFirstStep"
+    campaign = agent_server.submit(agent_spec(task=task, training={"task": task, "epochs": 1}))
+    result = agent_server.run_agent(4, campaign)
+    assert result.returncode == 0, dump(result)
+    assert "probing [1, 4] rank(s) per fold" in result.stderr, dump(result)
+    assert (
+        "stopping before the first trial: stopped during the throughput probe, before 4 rank(s) per fold: SIGTERM "
+        "received" in result.stderr
+    ), dump(result)
+    assert "probe: 4 rank(s) per fold" not in result.stderr, dump(result)  # the next width never ran
+    with agent_server.client() as c:
+        assert c.get_campaign(campaign).trial_counts == {}  # nothing was taken
+    agents = web.get(f"{agent_server.url}/api/v1/campaigns/{campaign}/agents", timeout=scaled(30)).json()
+    assert len(agents) == 1 and agents[0]["exit_reason"].startswith("stopped before its first trial"), agents

@@ -95,12 +95,29 @@ def test_a_task_that_raises_is_shown_with_its_own_traceback(tmp_path: Path) -> N
         (["/etc/passwd.py:X", "--params", "lr=1"], "the task"),
         (["examples/digits/task.py:DigitsTask", "--params", "lr=1", "--folds", "0"], "--folds"),
         (["examples/digits/task.py:DigitsTask", "--params", "lr=1", "--options", "{nope"], "Expecting"),
+        (["examples/digits/task.py:DigitsTask", "--params", "lr=1", "--threads", "0"], "--threads must be at least 1"),
     ],
 )
 def test_bad_input_is_refused_naming_what_is_wrong(tmp_path: Path, args: list[str], names: str) -> None:
     out = agent_cli("try", *args, cwd=ROOT)
     assert out.returncode == 2 and names in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_a_misspelt_params_name_is_refused_with_what_the_task_asked_for(tmp_path: Path) -> None:
+    """The task reads ``params.get("width", 16)``: ``widht=32`` trained a width of 16,
+    so the run ends with status 2 naming the slip; the trial keeps it as an event."""
+    args = ["try", "tests/agent/tasks.py:Regression", "--metric", "loss", "--threads", "1"]
+    out = agent_cli(*args, "--params", "lr=0.05,widht=32", cwd=ROOT)
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text
+    assert "trial: COMPLETED" in text and "torch: 1 thread(s) per rank (--threads)" in text, text
+    assert (
+        "hpcopt-agent try: --params: the task never read parameter(s) widht; it asked for batch_size, width, which the "
+        "trial does not have (a slip? 'widht' for 'width')"
+    ) in out.stderr, text
+    fine = agent_cli(*args, "--params", "lr=0.05,width=32", cwd=ROOT)
+    assert fine.returncode == 0 and "never read" not in fine.stdout + fine.stderr, fine.stdout + fine.stderr
 
 
 def test_four_ranks_run_under_mpiexec(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
-from tests.helpers.seed import seed_campaign
+from tests.helpers.seed import run_mixed_campaign, seed_campaign
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -60,3 +60,46 @@ def test_comparing_a_campaign_that_does_not_exist_says_so(page: Page, seeded: Se
     page.page.locator("#not-found").wait_for()
     assert "999999" in page.page.inner_text("#not-found")
     page.errors.clear()  # the 404 the page asked for is logged by the browser
+
+
+def test_the_compared_distributions_leave_out_diverged_runs_as_every_other_plot_does(
+    page: Page, seeded: Seeded
+) -> None:
+    """The review: one diverged run (loss 1,000 to 10,000 here) stretched the shared
+    value axis so that both curves sat in its left 5%. The axes stop at the campaigns'
+    robust limits, the note says how many trials of which campaign lie beyond, and
+    *every value* spans them all."""
+    wild = seed_campaign(seeded.service, name="mlp-wild", completed=40, seed=3, diverged=0.1)
+    tame = seed_campaign(seeded.service, name="mlp-tame", completed=40, seed=4)
+    page.open(f"/campaigns/compare?ids={wild},{tame}")
+    edf = page.wait_plot("plot-compare-edf", "d => d.length === 2")
+    highest = max(max(t["x"]) for t in edf)
+    assert highest >= 1000, "the seed has diverged runs"
+    x_range = page.page.evaluate("() => document.getElementById('plot-compare-edf')._fullLayout.xaxis.range")
+    tame_values = next(t["x"] for t in edf if "mlp-tame" in t["name"])
+    assert x_range[1] < 100 and x_range[1] >= max(tame_values), (x_range, max(tame_values))
+    y_range = page.page.evaluate("() => document.getElementById('plot-compare-best')._fullLayout.yaxis.range")
+    assert y_range == x_range
+    note = page.page.inner_text("#compare-note")
+    off = sum(v >= 1000 for v in next(t["x"] for t in edf if "mlp-wild" in t["name"]))
+    assert f"{off} trials of mlp-wild lie beyond" in note, note
+    page.page.check("#compare-all")
+    page.page.wait_for_function(
+        f"() => document.getElementById('plot-compare-edf')._fullLayout.xaxis.range[1] >= {highest}"
+    )
+    assert "lie beyond" not in page.page.inner_text("#compare-note")
+
+
+def test_a_one_and_a_two_objective_campaign_are_not_said_to_share_their_objective(page: Page, seeded: Seeded) -> None:
+    """The review: the note claimed "the same objective" for a campaign minimizing loss
+    and one minimizing loss and latency. The lines show the shared first objective and
+    the note says the second campaign trades it against another."""
+    one = run_mixed_campaign(seeded.server.grpc_target, seeded.service, name="loss-only")
+    two = run_mixed_campaign(seeded.server.grpc_target, seeded.service, name="loss-latency", two_objectives=True)
+    page.open(f"/campaigns/compare?ids={one},{two}")
+    page.wait_plot("plot-compare-edf", "d => d.length === 2")
+    note = page.page.inner_text("#compare-note")
+    assert "same objective" not in note and "compare directly" not in note, note
+    assert "loss-latency trades it against another" in note and "loss-latency: minimize loss, minimize latency" in note
+    title = page.page.evaluate("() => document.getElementById('plot-compare-edf')._fullLayout.xaxis.title.text")
+    assert title == "loss"

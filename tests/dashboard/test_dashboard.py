@@ -150,22 +150,19 @@ def test_cancel_asks_for_confirmation_and_works(page: Page, seeded: Seeded) -> N
     page.open(f"/campaign/{seeded.spare}")
     button = page.page.locator("#cancel")
     page.page.wait_for_function("() => document.getElementById('cancel')?.disabled === false")
-    asked: list[str] = []
-
-    def dismiss(dialog: Any) -> None:
-        asked.append(dialog.message)
-        dialog.dismiss()
-
-    page.page.once("dialog", dismiss)
+    browser_boxes: list[str] = []
+    page.page.on("dialog", lambda dialog: (browser_boxes.append(dialog.message), dialog.dismiss()))
     button.click()
-    page.page.wait_for_timeout(500)
-    assert asked and "Cancel campaign" in asked[0]
+    asked = page.answer("cancel-dialog", accept=False)
+    assert "Cancel campaign" in asked and "finished trials and folds keep their values" in asked, asked
+    page.page.wait_for_function("() => !document.getElementById('cancel-dialog')")
     assert seeded.service.campaigns.get(seeded.spare).campaign.state == d.CampaignState.RUNNING
-    page.page.once("dialog", lambda dialog: dialog.accept())
     button.click()
+    page.answer("cancel-dialog")
     page.page.wait_for_function("() => document.querySelector('#summary .badge')?.textContent === 'CANCELLED'")
     assert seeded.service.campaigns.get(seeded.spare).campaign.state == d.CampaignState.CANCELLED
     page.page.wait_for_function("() => document.getElementById('cancel')?.disabled === true")
+    assert browser_boxes == [], "the page asks in its own dialog, never the browser's confirm()"
 
 
 def test_exports_download_json_and_csv(page: Page, seeded: Seeded) -> None:

@@ -4,6 +4,7 @@ state in the URL, the analysis views, and one test per defect of issue 14."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -14,7 +15,7 @@ from hpcopt_server import domain as d
 from hpcopt_server.service.agents import Lease
 from tests.helpers.clients import AgentClient
 from tests.helpers.dashboard import DRAWS, Page, Seeded, assert_calm, finish_one, loaded, make_page, seed_and_serve
-from tests.helpers.env import scaled
+from tests.helpers.env import ROOT, scaled
 from tests.helpers.specs import make_spec
 
 pytestmark = pytest.mark.timeout(180)
@@ -208,11 +209,32 @@ def test_an_empty_campaign_says_how_to_start_an_agent(page: Page, seeded: Seeded
     command = page.page.inner_text("#agent-command")
     assert f"--campaign {cid}" in command and f"--server {seeded.server.grpc_target}" in command
     assert "hpcopt_agent" in command
+    # What it points to for a batch job exists (it named a README section there is not).
+    note = page.page.inner_text("#agent-note")
+    named = re.findall(r"(?:examples|docs)/[\w./-]+\w", note)
+    assert "examples/slurm/agent.sbatch" in named and "docs/guides/slurm.md" in named, note
+    assert all((ROOT / path).is_file() for path in named), named
+    assert "README" not in note, note
     for card in ("card-history", "card-parcoords", "card-slices", "card-importance", "card-contour"):
         assert page.page.locator(f"#{card}").is_hidden(), card
     assert page.plot("plot-parcoords") is None and page.plot("plot-history") is None, "no empty Plotly axes"
     assert "0 best" not in page.page.inner_text("body")
     assert "No trials yet" in page.page.inner_text("#trials")
+
+
+def test_the_spec_summary_says_when_a_conditional_parameter_is_active(page: Page, seeded: Seeded) -> None:
+    space = {
+        "opt": {"type": "categorical", "choices": ["sgd", "adam", "rmsprop"]},
+        "momentum": {"type": "real", "low": 0.5, "high": 0.99, "when": {"opt": ["sgd"]}},
+        "beta2": {"type": "real", "low": 0.9, "high": 0.999, "when": {"opt": ["adam", "rmsprop"]}},
+    }
+    cid = seeded.service.campaigns.create(make_spec(name="conditional", space=space)).id
+    page.open(f"/campaign/{cid}")
+    page.page.wait_for_function("() => document.getElementById('summary')?.innerText.includes('momentum')")
+    summary = page.page.inner_text("#summary")
+    assert "momentum ∈ [0.5, 0.99] when opt = sgd" in summary, summary
+    assert "beta2 ∈ [0.9, 0.999] when opt ∈ {adam, rmsprop}" in summary, summary
+    assert "opt ∈ {sgd, adam, rmsprop}\n" in summary + "\n" and "opt ∈ {sgd, adam, rmsprop} when" not in summary
 
 
 def test_an_unknown_campaign_or_trial_says_not_found_and_stops_polling(page: Page, seeded: Seeded) -> None:
@@ -397,6 +419,21 @@ def test_tables_fit_their_cards_at_800_and_1440_px(
                 got.trial.id,
             )
             assert lines == 1, f"the trial number takes {lines} lines"
+            # The Stop button inside the card, whole; the agent label on at most 2 lines
+            # (at 800 px the review saw Stop clipped and the label over 4 lines).
+            stop, card, agent, line = page.page.evaluate(
+                "(id) => { const row = document.querySelector(`#running tr[data-trial='${id}']`);"
+                " const box = (e) => { const r = e.getBoundingClientRect(); return [r.left, r.right]; };"
+                " const cell = row.children[1];"
+                " return [box(row.querySelector('button')), box(document.getElementById('card-running')),"
+                " cell.getBoundingClientRect().height, parseFloat(getComputedStyle(cell).lineHeight) || 18]; }",
+                got.trial.id,
+            )
+            assert card[0] <= stop[0] and stop[1] <= card[1], f"Stop at {stop} in the card's {card}"
+            assert agent <= 2.5 * line + 10, f"the agent label is {agent:.0f} px high ({line:.0f} px lines)"
+            cell = page.page.locator(f"#running tr[data-trial='{got.trial.id}'] td.agent")
+            assert cell.inner_text() == "gpu-node-0042 · job 123456789"  # the host's own name
+            assert cell.get_attribute("title") == "gpu-node-0042.cluster.example.org · job 123456789"
     finally:
         service.agents.release(lease, d.TrialState.FAILED, "done with the test")
 

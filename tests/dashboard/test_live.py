@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hpcopt_server import domain as d
 from hpcopt_server.service.agents import Lease
 from tests.helpers.dashboard import DRAWS, Page, Seeded, finish_one, loaded, make_page, seed_and_serve
 from tests.helpers.env import scaled
@@ -87,3 +88,68 @@ def test_after_a_live_redraw_the_plots_say_how_old_they_are_and_redraw_on_demand
     history = page.plot("plot-history")
     assert any(0.02 in (t.get("y") or []) for t in history), "the new trial is drawn"
     page.page.locator("#redraw-now").wait_for(state="detached", timeout=scaled(30_000))
+
+
+def _slices(drawn: list[str]) -> list[str]:
+    """The slice plots among the drawn ones: one per parameter, ``slice-<name>``."""
+    return [name for name in drawn if name.startswith("slice-")]
+
+
+@pytest.fixture
+def bounded(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A page whose live redraws may take 0.1% of its time (so that each would wait 1000
+    times its cost) and whose history may lag at most 10 s (the others 50 s)."""
+    yield from make_page(
+        browser, seeded.server.http_url, request, poll_ms=POLL_MS, live_share=0.001, live_lag_ms=10_000
+    )
+
+
+def test_the_history_redraws_within_its_lag_bound_however_long_the_others_wait(bounded: Page, seeded: Seeded) -> None:
+    """The review: on a slow machine the plots waited 50 times their 11-14 s redraw and
+    did not redraw once in 100 s. The history has a bound of its own (60 s; 10 s here),
+    whatever the redraw cost; the other plots wait on, and the page says both."""
+    page = bounded
+    cid = seed_campaign(seeded.service, name="lag-bound", completed=30, queued=6, seed=13)
+    page.open(f"/campaign/{cid}")
+    loaded(page)
+    page.page.evaluate("() => performance.clearMarks()")
+    finish_one(seeded.service, cid, 0.01, folds=3)  # the first after the opening shows at once
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-parcoords')", timeout=scaled(60_000))
+    page.page.evaluate("() => performance.clearMarks()")
+    finish_one(seeded.service, cid, 0.005, folds=3)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=scaled(60_000))
+    drawn = page.page.evaluate(DRAWS)
+    assert not _slices(drawn) and "plot-parcoords" not in drawn, drawn
+    assert any(0.005 in (t.get("y") or []) for t in page.plot("plot-history")), "the new best is drawn"
+    note = page.page.inner_text("#plots-asof")
+    assert "1 completed trial ago" in note and "the history within 10 s" in note, note
+
+
+@pytest.fixture
+def eager(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A page whose live redraws may take all its time: every change redraws at once."""
+    yield from make_page(browser, seeded.server.http_url, request, poll_ms=POLL_MS, live_share=1.0)
+
+
+def test_a_change_redraws_only_the_plots_it_changes(eager: Page, seeded: Seeded) -> None:
+    """The review asked to redraw only what a completion changes. A pruned trial is no
+    point of the plots of completed trials: the history (which lists it with *pruned &
+    failed*) redraws, the slices, contour and parallel coordinates do not; a completed
+    one redraws them."""
+    page = eager
+    cid = seed_campaign(seeded.service, name="only-changes", completed=30, queued=6, seed=14)
+    page.open(f"/campaign/{cid}")
+    loaded(page)
+    page.page.evaluate("() => performance.clearMarks()")
+    reg = seeded.service.agents.register(host="pruner", ranks=1, gpus=0, campaign_id=cid)
+    got = seeded.service.agents.acquire(reg.agent_id, cid)
+    lease = Lease(reg.agent_id, got.trial.id, got.lease_id)
+    seeded.service.agents.report_intermediate(lease, 0, 1, 3.0)
+    seeded.service.agents.release(lease, d.TrialState.PRUNED, "plateau")
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-history')", timeout=scaled(60_000))
+    drawn = page.page.evaluate(DRAWS)
+    assert not _slices(drawn) and not {"plot-contour", "plot-parcoords", "plot-edf"} & set(drawn), drawn
+    page.page.evaluate("() => performance.clearMarks()")
+    finish_one(seeded.service, cid, 0.02, folds=3)
+    page.page.wait_for_function(f"() => ({DRAWS})().includes('plot-parcoords')", timeout=scaled(60_000))
+    assert _slices(page.page.evaluate(DRAWS))

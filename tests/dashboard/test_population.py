@@ -75,6 +75,20 @@ def test_a_pbt_campaign_shows_its_population_copies_and_the_best_schedule(page: 
         assert steps[0]["y"][::2] == pytest.approx([s["value"] for s in doc["schedule"][name]])
     note = page.page.locator("#population-note").inner_text()
     assert f"{len(exploited)} copies" in note and "4 members, 12 intervals" in note
+    # The review's case: lr (a log parameter) on a log axis; the loss and the schedules
+    # over the same epochs, 0 to the last; the legend clear of the x title.
+    axes = page.page.evaluate(
+        "() => ['plot-population', 'pbt-schedule-0', 'pbt-schedule-1'].map((id) => {"
+        " const gd = document.getElementById(id); return [gd._fullLayout.xaxis.range, gd._fullLayout.yaxis.type]; })"
+    )
+    assert axes[1][1] == "log" and axes[2][1] == "linear", axes
+    for x_range, _ in axes:
+        assert x_range == pytest.approx([0, 6], abs=0.01), axes
+    legend, title = page.page.evaluate(
+        "() => { const box = (s) => document.querySelector(`#plot-population ${s}`).getBoundingClientRect();"
+        " const r = [box('.legend'), box('.xtitle')]; return r.map((b) => [b.top, b.bottom]); }"
+    )
+    assert legend[1] <= title[0] or title[1] <= legend[0], f"the legend {legend} overlaps the x title {title}"
 
 
 def test_the_population_card_stays_hidden_for_other_algorithms(page: Page, seeded: Seeded) -> None:

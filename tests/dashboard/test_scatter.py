@@ -67,6 +67,10 @@ def test_the_hypervolume_grows_with_each_trial_that_moves_the_front(page: Page, 
     assert hv["y"][:5] == pytest.approx([0.0, 2.0, 2.0, 3.0, 3.0])
     assert hv["y"][-1] == pytest.approx(3.0)
     assert "reference point (3, 3)" in page.page.inner_text("#hypervolume-note")
+    # The axis spans the positive hypervolumes (2 to 3, padded), not 0 to 3: the gain of
+    # trial #3 is a third of the plot's height, not a step lost above a flat line from 0.
+    low, high = page.page.evaluate("() => document.getElementById('plot-hypervolume').layout.yaxis.range")
+    assert 1.9 <= low <= 2.0 and 3.0 <= high <= 3.1, (low, high)
 
 
 def test_the_rank_plot_colours_by_place_so_a_diverged_run_does_not_wash_out_the_rest(

@@ -94,8 +94,8 @@ def test_cancel_confirmed_then_leaving_before_the_answer_cancels_and_raises_no_e
 ) -> None:
     page.open(f"/campaign/{seeded.spare}")
     page.page.wait_for_function("() => document.getElementById('cancel')?.disabled === false", timeout=scaled(60_000))
-    page.page.once("dialog", lambda dialog: dialog.accept())
-    _leave_while(page, lambda r: r.url.endswith("/cancel") and r.method == "POST", page.page.locator("#cancel").click)
+    page.page.locator("#cancel").click()
+    _leave_while(page, lambda r: r.url.endswith("/cancel") and r.method == "POST", lambda: page.answer("cancel-dialog"))
     _list_drawn(page)
     state = f"#campaigns tbody tr[data-id='{seeded.spare}'] td:nth-child(3) .badge"
     row = page.page.locator(state)

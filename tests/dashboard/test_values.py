@@ -101,4 +101,15 @@ def test_the_csv_of_the_table_holds_its_selection_in_its_order(page: Page, seede
     rows = list(csv.DictReader(io.StringIO(text)))
     assert [r["state"] for r in rows] == ["COMPLETED"] * 3 + ["PRUNED"]
     assert [float(r["loss"]) for r in rows[:3]] == sorted((loss for loss, _ in MIXED_RESULTS), reverse=True)
+    assert [float(r["fold_1_latency"]) for r in rows[:3]] == [lat for _, lat in sorted(MIXED_RESULTS, reverse=True)]
+    # The review: the columns the reader hides in the chooser stay out of the CSV too.
+    page.page.locator("#table-tools summary").click()
+    for key in ("param:batch", "agent"):
+        page.page.uncheck(f"input[data-column='{key}']")
+    page.page.wait_for_function("() => !document.querySelector('#trials thead').innerText.includes('Agent')")
+    with page.page.expect_download() as got:
+        page.page.click("#export-table")
+    header = Path(got.value.path()).read_text().splitlines()[0].split(",")
+    assert "param_lr" in header and "fold_0_loss" in header, header
+    assert not {"param_batch", "agent_id", "agent_host"} & set(header), header
     assert got.value.suggested_filename == f"campaign-{cid}-trials-selected.csv"

@@ -124,6 +124,18 @@ class Page:
             element_id,
         )
 
+    def answer(self, dialog_id: str, value: str | None = None, *, accept: bool = True) -> str:
+        """Answers the page's own steering dialog ``dialog_id`` (dialog.js) as a user:
+        waits for it, types ``value`` into its field, presses OK (or Cancel); returns
+        the text it showed, as shown before the answer (what will change, live)."""
+        box = self.page.locator(f"#{dialog_id}[open]")
+        box.wait_for(timeout=scaled(30_000))
+        if value is not None:
+            self.page.fill(f"#{dialog_id}-input", value)
+        text = str(box.inner_text())
+        self.page.click(f"#{dialog_id}-ok" if accept else f"#{dialog_id}-cancel")
+        return text
+
     def wait_plot(self, element_id: str, predicate: str = "d => d.length > 0", timeout: float = scaled(30_000)) -> Any:
         self.page.wait_for_function(
             f"() => {{ const gd = document.getElementById({element_id!r});"
@@ -140,16 +152,23 @@ def make_page(
     *,
     poll_ms: int | None = None,
     live_share: float | None = None,
+    live_lag_ms: int | None = None,
 ) -> Iterator[Page]:
-    """A page in a fresh context; ``poll_ms`` sets the dashboard's poll period and
-    ``live_share`` the share of the page's time its live redraws may take (its
-    localStorage knobs), so that tests of refreshes wait less, or wait for sure."""
+    """A page in a fresh context; ``poll_ms`` sets the dashboard's poll period,
+    ``live_share`` the share of the page's time its live redraws may take and
+    ``live_lag_ms`` the longest the history may wait for it (the others 5 times that;
+    its localStorage knobs), so that tests of refreshes wait less, or wait for sure."""
     with network_lock(exclusive=False):  # no interface changes while the page is open
-        yield from _page(browser, base, request, poll_ms, live_share)
+        yield from _page(browser, base, request, poll_ms, live_share, live_lag_ms)
 
 
 def _page(
-    browser: Any, base: str, request: pytest.FixtureRequest, poll_ms: int | None, live_share: float | None
+    browser: Any,
+    base: str,
+    request: pytest.FixtureRequest,
+    poll_ms: int | None,
+    live_share: float | None,
+    live_lag_ms: int | None,
 ) -> Iterator[Page]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     # Playwright's fixed 30 s default for every wait and action, stretched like the rest.
@@ -158,6 +177,8 @@ def _page(
         context.add_init_script(f"localStorage.setItem('hpcopt.pollMs', '{poll_ms}')")
     if live_share is not None:
         context.add_init_script(f"localStorage.setItem('hpcopt.liveShare', '{live_share}')")
+    if live_lag_ms is not None:
+        context.add_init_script(f"localStorage.setItem('hpcopt.liveLagMs', '{live_lag_ms}')")
     page = context.new_page()
     wrapped = Page(page, base)
     # A refresh that throws is logged as a warning by the page (core.js live()): here it is

@@ -182,14 +182,16 @@ def test_a_failed_unit_climbs_no_further_and_is_never_the_best() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_the_compute_to_target_benchmark_runs_and_prints_its_table() -> None:
-    """The benchmark end to end on one seed of a recorded table and a synthetic one (its
-    numbers are not checked beyond being there)."""
+    """The benchmark end to end on one seed of a recorded table, a synthetic one and a
+    tabular one of one epoch, where the folds are the only fidelity (its numbers are not
+    checked beyond being there)."""
     out = subprocess.run(
         [
             sys.executable,
             str(ROOT / "benchmarks/multifidelity/compute_to_target.py"),
             "digits",
             "mfh6-bad",
+            "fcnet-naval",
             "--seeds",
             "1",
             "--full-configs",
@@ -206,4 +208,5 @@ def test_the_compute_to_target_benchmark_runs_and_prints_its_table() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     for task in ("digits", "mfh6-bad"):
         assert f"## {task}: 300 configurations x 5 folds x" in out.stdout, out.stdout
-    assert len(re.findall(r"^\| mf \| [\d,]+|^\| mf \| never", out.stdout, re.M)) == 2, out.stdout
+    assert "## fcnet-naval: 500 configurations x 4 folds x 1 epochs" in out.stdout, out.stdout
+    assert len(re.findall(r"^\| mf \| [\d,]+|^\| mf \| never", out.stdout, re.M)) == 3, out.stdout

@@ -329,6 +329,13 @@ def test_grid_and_sobol_walk_their_sequences() -> None:
         ("bo", {"n_initial": 0}, "options.n_initial: must be an integer >= 1 and <= 100000, got 0"),
         ("bo", {"acquisition": "pi"}, "options.acquisition: must be one of logei, ucb; got 'pi'"),
         ("bo", {"bogus": 1}, "options.bogus: is not an option of this algorithm; known: n_initial, acquisition"),
+        ("bo", {"n_inital": 3}, "options.n_inital: is not an option of this algorithm; known: n_initial,"),
+        ("bo", {"n_inital": 3}, "informative_every; did you mean 'n_initial'?"),
+        (
+            "bo",
+            {"batch": "believe"},
+            "options.batch: must be one of believer, penalize; got 'believe'; did you mean 'believer'?",
+        ),
         ("bo", {"batch": "constant_liar"}, "options.batch: must be one of believer, penalize; got 'constant_liar'"),
         ("bo", {"fold_noise": 1}, "options.fold_noise: must be true or false, got 1"),
         ("bo", {"candidates": 10**6}, "options.candidates: must be an integer >= 8 and <= 8192, got 1000000"),

@@ -354,3 +354,33 @@ def test_the_csv_holds_what_the_table_selects_in_its_order(live_server: LiveServ
     for bad, field in bad_filters:
         r = _get(live_server, url, params=[("format", "csv"), bad])
         assert r.status_code == 422 and r.json()["errors"][0]["field"].startswith(field), r.text
+
+
+def test_the_csv_leaves_out_the_columns_the_table_hides_and_holds_each_folds_values(live_server: LiveServer) -> None:
+    """The review: the filtered CSV ignored the column chooser and had no fold values or
+    fold metrics. ``hide`` (the chooser's keys) leaves columns out; each fold's value and
+    metrics are columns of their own, empty where a trial has no such fold; a key the
+    table cannot hide is refused by name, with what is allowed."""
+    cid = run_mixed_campaign(live_server.grpc_target, live_server.service, name="csv-columns")
+    url = f"/campaigns/{cid}/export"
+
+    def rows(*params: tuple[str, str]) -> list[dict[str, str]]:
+        r = _get(live_server, url, params=[("format", "csv"), *params])
+        assert r.status_code == 200, r.text
+        return list(csv.DictReader(io.StringIO(r.text)))
+
+    every = rows()
+    assert {"param_lr", "param_batch", "attempt", "duration_s", "agent_id", "agent_host"} <= set(every[0])
+    assert {"fold_0_loss", "fold_0_latency", "fold_1_loss", "fold_1_latency"} <= set(every[0])
+    completed = [r for r in every if r["state"] == "COMPLETED"]
+    assert [(float(r["fold_0_loss"]), float(r["fold_1_latency"])) for r in completed] == list(MIXED_RESULTS)
+    failed = next(r for r in every if r["state"] == "FAILED")
+    assert (failed["fold_0_loss"], failed["fold_1_loss"]) == ("0.02", ""), failed
+    assert all(r["agent_host"] == "n1" for r in every) and float(completed[0]["duration_s"]) >= 0
+    narrow = rows(("hide", "param:batch"), ("hide", "agent"), ("hide", "duration"), ("state", "COMPLETED"))
+    assert len(narrow) == 3
+    gone = {"param_batch", "agent_id", "agent_host", "duration_s"}
+    assert not gone & set(narrow[0]) and {"param_lr", "attempt", "fold_1_loss"} <= set(narrow[0]), list(narrow[0])
+    r = _get(live_server, url, params=[("format", "csv"), ("hide", "param:bacth")])
+    assert r.status_code == 422 and r.json()["errors"][0]["field"] == "hide", r.text
+    assert "did you mean 'param:batch'?" in r.json()["detail"] and "param:lr" in r.json()["detail"], r.text

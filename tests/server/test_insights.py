@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import random
 from datetime import timedelta
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 from hpcopt_server.service.agents import Lease
 from tests.helpers import web
 from tests.helpers.live import LiveServer
-from tests.helpers.seed import seed_campaign
+from tests.helpers.seed import add_completed, seed_campaign
 from tests.helpers.specs import make_spec
 
 
@@ -35,6 +36,15 @@ def test_plot_data_keeps_every_point_when_small_and_downsamples_big_campaigns(se
     drawn = sorted(p["value"] for p in data["points"])
     assert drawn[:20] == values[:20], "the best trials are all drawn"
     assert service.insights.plot_data(big, max_points=200) == data, "the sample is stable between polls"
+    # ... and as trials complete: each one enters the sample or not, and the others stay
+    # (a fresh random sample on every completion made a live page redraw every plot).
+    rng = random.Random(5)
+    for _ in range(10):
+        add_completed(service, big, rng, folds=1)
+        now = service.insights.plot_data(big, max_points=200)
+        after = {p["trial_id"] for p in now["points"]}
+        assert len(kept - after) <= 1 and len(after - kept) <= 1, (kept - after, after - kept)
+        kept = after
 
 
 def test_plot_data_gives_each_objective_its_limit_and_lists_pruned_and_failed_trials(service: Any) -> None:

@@ -105,6 +105,34 @@ def test_a_paused_trial_holds_no_lease_and_counts_as_unfinished(service: Service
     assert service.campaigns.trial(paused.id).state == d.TrialState.CANCELLED
 
 
+def test_a_lease_takes_reports_only_for_the_folds_of_its_unit(service: Service) -> None:
+    campaign = service.campaigns.create(_spec())
+    agents = Agents(service, campaign.id)
+    held = agents.acquire()
+    assert held is not None
+    trial, lease = held
+    assert trial.fidelity is not None and trial.fidelity.folds == 1 < FOLDS
+    # Fold 1 is in the campaign, but not in this rung-0 lease (fold 0 only): refused by
+    # name, for a finished fold and for a learning-curve point alike, and nothing stored.
+    for call in (
+        lambda: service.agents.report_fold(lease, 1, 0.5),
+        lambda: service.agents.report_intermediate(lease, 1, 0, 0.5),
+    ):
+        unit = rf"fold 1 is not part of this lease.*folds 0\.\.0 of {FOLDS}"
+        with pytest.raises(InvalidArgument, match=unit) as info:
+            call()
+        assert info.value.errors == [("fold", "must be in 0..0 for this lease")]
+    with pytest.raises(InvalidArgument, match=rf"fold {FOLDS} does not exist"):
+        service.agents.report_fold(lease, FOLDS, 0.5)
+    stored = service.campaigns.trial(trial.id)
+    assert stored.state == d.TrialState.RUNNING and stored.folds == () and stored.lease_id == lease.lease_id
+    assert stored.curves == ()
+    # The unit's own fold still reports, and the rung ends PAUSED as it should.
+    paused = agents.train(trial, lease)
+    assert paused.state == d.TrialState.PAUSED
+    assert sorted(f.index for f in paused.folds if f.finished) == [0]
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [

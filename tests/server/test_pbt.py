@@ -3,6 +3,9 @@ exploit from a checkpointed interval, the lineage in SQL, and the refusals by fi
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from typing import Any
 
 import pytest
@@ -11,6 +14,8 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import AcquireStatus, Lease
+from tests.helpers.env import scaled
+from tests.helpers.live import LiveServer
 from tests.helpers.seed import checkpoint_uri
 from tests.helpers.specs import make_spec
 
@@ -307,3 +312,46 @@ def test_the_campaigns_best_is_its_best_member_at_the_last_epoch_not_its_best_in
     summary = service.campaigns.get(campaign.id)
     assert summary.best_value == best.value and summary.best_trial_id == best.id
     assert [t.id for t in service.campaigns.front(campaign.id)] == [best.id]
+
+
+def test_hpcopt_trials_and_trial_show_each_interval_s_member_epochs_and_parent(live_server: LiveServer) -> None:
+    service = live_server.service
+    campaign = service.campaigns.create(_pbt())
+    agent = service.agents.register(host="node", ranks=4, gpus=0).agent_id
+    held = [got for got in (_acquire(service, agent, campaign.id) for _ in range(4)) if got]
+    values = {0: 0.1, 1: 0.2, 2: 0.3, 3: 0.9}
+    for t, lease in held:
+        assert t.lineage is not None
+        _finish(service, t, lease, values[t.lineage.member])
+    second = {t.lineage.member: t for t, _ in (_acquire(service, agent, campaign.id) for _ in range(4)) if t.lineage}
+    worst, best = second[3].lineage, second[0].lineage
+    assert worst is not None and worst.exploited and best is not None and not best.exploited
+
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "hpcopt.cli", "--server", live_server.grpc_target, *args],
+            capture_output=True,
+            text=True,
+            timeout=scaled(60),
+            env={**os.environ, "COLUMNS": "200"},
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    table = cli("trials", str(campaign.id))
+    header = table.splitlines()[0].split()
+    assert header[:6] == ["#", "state", "attempt", "member", "epochs", "from"], table
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[2:] if line.strip()}
+    assert rows[str(second[3].number)][3:7] == ["3", "2-4", f"#{worst.parent}", "copied"], table
+    assert rows[str(second[0].number)][3:6] == ["0", "2-4", f"#{best.parent}"], table
+    assert rows[str(held[0][0].number)][3:6] == [str(held[0][0].lineage.member), "0-2", "-"], table
+    changed = ", ".join(f"{k} {a:.4g} -> {b:.4g}" for k, (a, b) in worst.changed.items())  # as the table rounds
+    shown = cli("trial", "--id", str(second[3].id))
+    assert f"  lineage member 3, epochs 2-4, copied #{worst.parent} ({changed})" in shown, shown
+    assert f"  lineage member 0, epochs 2-4, continues #{best.parent}" in cli("trial", "--id", str(second[0].id))
+    assert "  lineage member" in cli("trial", "--id", str(held[0][0].id)) and ", fresh" in cli(
+        "trial", "--id", str(held[0][0].id)
+    )
+    # A campaign without PBT has no such columns.
+    plain = service.campaigns.create(make_spec())
+    assert "member" not in cli("trials", str(plain.id)).splitlines()[0]

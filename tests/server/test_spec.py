@@ -229,6 +229,69 @@ def test_errors_name_the_field_and_what_is_allowed(change: dict[str, Any], field
     assert any(f == field and message in m for f, m in errors), errors
 
 
+@pytest.mark.parametrize(
+    ("change", "field", "guess"),
+    [
+        ({"budgt": {"max_trials": 5}}, "budgt", "budget"),
+        ({"budget": {"max_trials": 5, "max_paralel": 2}}, "budget.max_paralel", "max_parallel"),
+        ({"space": {"lr": {"type": "real", "low": 0.1, "high": 1, "scael": "log"}}}, "space.lr.scael", "scale"),
+        ({"space": {"a": {"type": "categorical", "choices": [1], "choice": [2]}}}, "space.a.choice", "choices"),
+        (
+            {"objectives": [{"metric": "a"}, {"metric": "b", "Direction": "maximize"}]},
+            "objectives.1.Direction",
+            "direction",
+        ),
+        ({"training": {"task": "t:T", "epoch": 3}}, "training.epoch", "epochs"),
+        ({"objective": {"metric": "loss", "direction": "max"}}, "objective.direction", "maximize"),
+        ({"algorithm": {"name": "BO"}}, "algorithm.name", "bo"),
+        ({"pruner": {"name": "ash"}}, "pruner.name", "asha"),
+        ({"training": {"task": "t:T", "scheme": "allreduc"}}, "training.scheme", "allreduce"),
+        (
+            {"training": {"task": "t:T", "options": {"allreduce": {"backen": "gloo"}}}},
+            "training.options.allreduce.backen",
+            "backend",
+        ),
+        (_search({"easgd": {"tua": {"type": "int", "low": 1, "high": 4}}}), "training.scheme.search.easgd.tua", "tau"),
+        (
+            _search({"gem": {}}, ranks=3)
+            | {
+                "space": {"x": {"type": "real", "low": 0, "high": 1}, "gem.kapa": {"type": "real", "low": 0, "high": 1}}
+            },
+            "training.scheme.search.gem.kapa",
+            "kappa",
+        ),
+    ],
+)
+def test_a_slip_in_a_key_or_a_name_says_what_was_meant(change: dict[str, Any], field: str, guess: str) -> None:
+    """A misspelt field, knob or name gets "did you mean" with the one it is closest to,
+    beside the list of what is allowed there."""
+    errors = dict(_errors({**make_spec(), **change}))
+    assert errors.get(field, "").endswith(f"; did you mean {guess!r}?"), errors
+    assert "allowed" in errors[field] or "must be one of" in errors[field], errors
+
+
+def test_a_key_like_nothing_allowed_gets_no_guess() -> None:
+    errors = dict(_errors({**make_spec(), "colour": "blue", "budget": {"max_trials": 5, "speed": 2}}))
+    assert (
+        errors["colour"].startswith("unknown field; allowed: name, objective,")
+        and "did you mean" not in errors["colour"]
+    )
+    assert errors["budget.speed"] == "unknown field; allowed: max_trials, max_parallel, curve_points_per_fold"
+
+
+def test_hpcopt_submit_says_what_a_misspelt_key_meant_at_its_line(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(
+        "name: slip\nobjective: {metric: loss}\nspace: {lr: {type: real, low: 0.1, high: 1}}\n"
+        "budget: {max_trials: 5, max_paralel: 2}\n"
+    )
+    cli = [str(Path(sys.executable).parent / "hpcopt"), "submit", "--dry-run", str(path)]
+    out = subprocess.run(cli, capture_output=True, text=True, timeout=scaled(120))
+    assert out.returncode == 2, out.stderr
+    assert "budget.max_paralel: unknown field; allowed: max_trials, max_parallel, curve_points_per_fold; " in out.stderr
+    assert f"did you mean 'max_parallel'? ({path}:4:" in out.stderr, out.stderr
+
+
 def test_a_scheme_search_is_normalized_into_a_conditional_space() -> None:
     spec = make_spec(
         training={

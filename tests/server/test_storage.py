@@ -333,6 +333,20 @@ class TestTrials:
         assert got is not None and (got.number, got.agent_id, got.lease_id, got.attempt) == (5, "a1", "l1", 1)
         assert got.params == {"x": 0.2} and got.lineage == lineage and got.lease_expires_at == LATER
 
+    def test_a_grown_trial_keeps_its_lease_and_state_with_its_new_params(self, storage: Storage) -> None:
+        c = _campaign(storage)
+        t = _trial(storage, c.id, number=2)
+        _hold(storage, t.id, "a1", "l1", NOW)
+        with storage.write() as tx:
+            assert tx.trials.get(t.id, lock=True) is not None  # loaded into the session first
+            tx.trials.set_params(t.id, {"x": 0.5, "y": 3})
+            got = tx.trials.get(t.id)
+        assert got is not None and (got.number, got.state, got.agent_id, got.lease_id) == (2, "RUNNING", "a1", "l1")
+        assert got.params == {"x": 0.5, "y": 3}
+        with storage.read() as tx:
+            again = tx.trials.get(t.id)
+        assert again is not None and again.params == {"x": 0.5, "y": 3}, "committed"
+
 
 class TestFinishing:
     """Every transition that takes a finish number: ``trials.finish`` and the writer
@@ -432,6 +446,16 @@ class TestAgents:
             got = tx.agents.get("a1")
         assert got is not None and got.exited_at == LATER + timedelta(seconds=1)
         assert got.exit_reason == "refused the task"
+
+    def test_a_resized_agent_keeps_its_new_ranks_and_gpus(self, storage: Storage) -> None:
+        with storage.write() as tx:
+            tx.agents.insert(_agent("a1", None))
+            tx.agents.insert(_agent("a2", None))
+            tx.agents.resize("a1", 1, 0, LATER)
+        with storage.read() as tx:
+            got, other = tx.agents.get("a1"), tx.agents.get("a2")
+        assert got is not None and (got.ranks, got.gpus, got.last_seen_at) == (1, 0, LATER)
+        assert other == _agent("a2", None)  # only the one named
 
     def test_listings_hosts_and_live_counts(self, storage: Storage) -> None:
         a, b = _campaign(storage), _campaign(storage)

@@ -3,7 +3,10 @@ over REST, the points with an agent's registration, and the Queue call's counts.
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,3 +138,54 @@ def test_queue_refuses_bad_input_by_name(service: Service) -> None:
         service.agents.queue_state(agent, campaign.id + 100)
     with pytest.raises((NotFound, PermissionDenied, InvalidArgument)):
         service.agents.queue_state("no-such-agent", campaign.id)
+
+
+def test_plan_campaign_plans_from_the_points_the_agents_get(live_server: Any, tmp_path: Path, capsys: Any) -> None:
+    # The review's case: the campaign's folds ran at one rank only, and its stored probe
+    # says a 4-rank fold group is 7.8 times slower. `hpcopt plan --campaign` read the folds
+    # alone, assumed collectives cost nothing and ranked 4 ranks per fold first.
+    from hpcopt.cli import main
+
+    service = live_server.service
+    spec = make_spec(folds=2, budget={"max_trials": 8, "max_parallel": 8})
+    campaign = service.campaigns.create(spec)
+    agent = service.agents.register(host="n", ranks=4, gpus=0, campaign_id=campaign.id).agent_id
+    assert service.agents.report_throughput(agent, campaign.id, [("allreduce", 4, 1, 100.0 / 7.8)], 90) == 1
+    _run_trials(service, campaign, agent, [(1, 100.0), (1, 104.0)])
+    got = service.agents.register(host="m", ranks=4, gpus=0, campaign_id=campaign.id).throughput
+    assert {(p["ranks"], p["source"]) for p in got} == {(1, "fold"), (4, "probe")}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    (tmp_path / "throughput.json").write_text(json.dumps(service.throughput.document(campaign.id)))
+    common = ["plan", str(tmp_path / "spec.json"), "--nodes", "1", "--ranks-per-node", "4", "--json"]
+
+    def planned(*source: str) -> dict[str, Any]:
+        assert main(["--server", live_server.grpc_target, *common, *source]) == 0
+        out: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return out
+
+    by_campaign = planned("--campaign", str(campaign.id))
+    by_document = planned("--throughput", str(tmp_path / "throughput.json"))
+    # The same points as the agents', so the same model and the same order as the document.
+    assert {(p["ranks"], p["source"]) for p in by_campaign["model"]["points"]} == {(1, "fold"), (4, "probe")}
+    assert by_campaign["model"]["seconds_per_sample"] == by_document["model"]["seconds_per_sample"]
+    assert by_campaign["layouts"] == by_document["layouts"]
+    assert by_campaign["layouts"][0]["ranks_per_fold"] == 1
+    assert "probes" in by_campaign["model"]["source"]
+
+
+def test_an_agent_resized_to_its_group_is_listed_with_those_ranks_and_bad_sizes_are_refused(
+    service: Service,
+) -> None:
+    campaign = service.campaigns.create(make_spec())
+    agent = service.agents.register(host="n", ranks=8, gpus=8, campaign_id=campaign.id).agent_id
+    service.agents.resize(agent, 2, 2)
+    [listed] = service.campaigns.agents(campaign.id)
+    assert (listed.ranks, listed.gpus) == (2, 2)
+    for ranks, gpus, field in ((0, 0, "ranks"), (2, -1, "gpus")):
+        with pytest.raises(InvalidArgument) as info:
+            service.agents.resize(agent, ranks, gpus)
+        assert [f for f, _ in info.value.errors] == [field]
+    with pytest.raises(NotFound):
+        service.agents.resize("no-such-agent", 1, 0)
+    [listed] = service.campaigns.agents(campaign.id)
+    assert (listed.ranks, listed.gpus) == (2, 2)  # a refused call changed nothing

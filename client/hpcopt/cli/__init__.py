@@ -164,6 +164,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(status, exc.code, f"{exc.code}: {exc.message}", exc.field_errors)
     except Usage as exc:
         return fail(2, "INVALID_ARGUMENT", str(exc))
+    except BrokenPipeError:  # `hpcopt show 1 | head`: the reader left; entry() ends quietly
+        raise
     except OSError as exc:
         return fail(2, "INVALID_ARGUMENT", str(exc))
     except KeyboardInterrupt:
@@ -292,6 +294,9 @@ def _plan(args: argparse.Namespace, out: Any) -> int:
         out.json(doc)
     else:
         print(text)
+    if args.strict and doc.get("warning"):
+        print(f"hpcopt plan --strict: {doc['warning']}", file=sys.stderr)
+        return 1
     return 0
 
 

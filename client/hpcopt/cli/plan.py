@@ -6,7 +6,9 @@ The throughput model comes from, in this order:
 
 - ``--throughput FILE``: the document ``GET /api/v1/campaigns/{id}/throughput`` serves
   (or a JSON list of points);
-- ``--campaign ID``: that campaign's folds, read from the server (its export);
+- ``--campaign ID``: that campaign's measured points, read from the server: its trained
+  folds, and the probes agents stored at widths no fold measured (the points the
+  agents' ``--groups auto`` plans from);
 - ``--probe``: the agent's probe in this process, on one rank (hpcopt-agent and the
   task must be importable here; wider fold groups are then extrapolated, and the
   table says so).
@@ -19,7 +21,21 @@ import json
 from pathlib import Path
 from typing import Any
 
-from hpcopt.core.planner import Allocation, Plan, Point, Scaling, Work, epochs_per_trial, fit, plan, points_from_folds
+from hpcopt.core.planner import (
+    EXTRAPOLATE,
+    FEEDBACK,
+    Allocation,
+    Plan,
+    Point,
+    Scaling,
+    Unit,
+    Work,
+    epochs_per_trial,
+    fit,
+    learns_of,
+    plan,
+    units_of,
+)
 from hpcopt.errors import Error, PlanError
 
 RANKED = 10  # rows of the text table
@@ -41,16 +57,21 @@ def add_parser(command: Any) -> None:
         type=int,
         help="samples a fold trains per epoch (default: what the campaign's folds or the probe measured)",
     )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when no layout finishes a trial within --hours (the table still prints)",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--throughput", type=Path, help="measured points: the REST document of a campaign's throughput")
-    src.add_argument("--campaign", type=int, help="a campaign on the server whose folds were measured")
+    src.add_argument(
+        "--campaign", type=int, help="a campaign on the server: its folds' and probes' throughput, as agents plan from"
+    )
     src.add_argument("--probe", action="store_true", help="measure one rank here with the agent's probe")
 
 
 def _measured(args: argparse.Namespace, client: Any) -> tuple[list[Point], int | None, str]:
     """Points, train samples per epoch if known, and where they came from."""
-    from hpcopt.core.planner import train_samples_of
-
     if args.throughput is not None:
         try:
             doc = json.loads(args.throughput.read_text())
@@ -62,9 +83,13 @@ def _measured(args: argparse.Namespace, client: Any) -> tuple[list[Point], int |
         samples = doc.get("train_samples") if isinstance(doc, dict) else None
         return [Point.from_dict(p) for p in raw], samples, str(args.throughput)
     if args.campaign is not None:
-        export = client().export_campaign(args.campaign)
-        rows = [(t.get("params") or {}, f.get("metrics") or {}) for t in export["trials"] for f in t.get("folds", [])]
-        return points_from_folds(rows, export["spec"]), train_samples_of(rows), f"campaign {args.campaign}'s folds"
+        # The document the agents plan from (their registration carries its points):
+        # trained folds, and stored probes at widths no fold measured.
+        doc = client().get_throughput(args.campaign)
+        points = [Point.from_dict(p) for p in doc.get("points") or []]
+        kinds = sorted({p.source for p in points})
+        what = " and ".join({"fold": "folds", "probe": "probes"}.get(k, k) for k in kinds) or "throughput"
+        return points, doc.get("train_samples"), f"campaign {args.campaign}'s {what}"
     return _probe(args.spec)
 
 
@@ -124,6 +149,8 @@ def run_plan(args: argparse.Namespace, client: Any) -> tuple[dict[str, Any], str
         train_samples=samples,
         max_parallel=budget.get("max_parallel"),
         deadline=None if args.hours is None else args.hours * 3600,
+        units=_units(spec),
+        learns=learns_of(spec),
     )
     from hpcopt.core.schemes import fits_ranks
 
@@ -132,6 +159,13 @@ def run_plan(args: argparse.Namespace, client: Any) -> tuple[dict[str, Any], str
 
     chosen = plan(alloc, work, model, pinned_ranks=training.get("ranks_per_fold"), valid_ranks=fits)
     return _document(chosen, alloc, work, model, source), _text(chosen, alloc, work, model, source)
+
+
+def _units(spec: dict[str, Any]) -> tuple[Unit, ...]:
+    try:
+        return units_of(spec)
+    except ValueError as exc:  # the message names the option
+        raise PlanUsage(f"algorithm.{exc}") from None
 
 
 def _document(chosen: Plan, alloc: Allocation, work: Work, model: Scaling, source: str) -> dict[str, Any]:
@@ -144,10 +178,36 @@ def _document(chosen: Plan, alloc: Allocation, work: Work, model: Scaling, sourc
             "train_samples": work.train_samples,
             "max_parallel": work.max_parallel,
             "hours": None if work.deadline is None else work.deadline / 3600,
+            "units": [{"folds": u.folds, "epochs": u.epochs, "share": u.share} for u in work.units],
+            "learns": work.learns,
         },
         "model": {**model.as_dict(), "source": source},
         "layouts": [p.as_dict() for p in chosen.table],
+        "warning": _none_finish(chosen, work),
     }
+
+
+def _none_finish(chosen: Plan, work: Work) -> str | None:
+    """The one line that says no layout finishes a trial by the deadline, or None."""
+    best = chosen.best
+    if work.deadline is None or best.by_deadline > 0 or work.trials == 0:
+        return None
+    fastest = min(chosen.table, key=lambda p: p.trial_seconds)
+    return (
+        f"no layout finishes a trial in {work.deadline / 3600:g} h: the fastest, {fastest.layout.shape()}, takes "
+        f"{duration(fastest.trial_seconds)} a trial; ask for more walltime or fewer epochs"
+    )
+
+
+def duration(seconds: float) -> str:
+    """One token: ``41s``, ``12.5min``, ``3.2h``, ``2.1d``."""
+    if seconds < 90:
+        return f"{seconds:.3g}s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.3g}min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.3g}h"
+    return f"{seconds / 86400:.3g}d"
 
 
 def _text(chosen: Plan, alloc: Allocation, work: Work, model: Scaling, source: str) -> str:
@@ -155,20 +215,40 @@ def _text(chosen: Plan, alloc: Allocation, work: Work, model: Scaling, source: s
         f"{alloc.world} ranks ({alloc.nodes} node(s) x {alloc.ranks_per_node}); {work.trials} trials x {work.folds} "
         f"folds x {work.epochs} epochs of {work.train_samples} samples"
         + (f"; {work.deadline / 3600:g} h" if work.deadline else ""),
+    ]
+    if work.units:
+        climbs = ", ".join(f"{u.folds}f x {u.epochs}e by {u.share:.2g}" for u in work.units)
+        lines.append(f"each trial a configuration climbing its mf ladder: leases of {climbs} of the configurations")
+    lines += [
         f"model from {source}: {model.as_dict()['formula']}, compute {model.compute:.3g} s, comm {model.comm:.3g} s, "
         f"link {model.link:.3g} s; median error {model.error():.1%} on {len(model.points)} point(s)",
     ]
     lines += [f"  assumed: {a}" for a in model.assumptions]
-    head = f"{'#':>3} {'trial groups':>12} {'fold groups':>11} {'ranks/fold':>10} {'trials/h':>9} {'finish h':>9}"
+    if work.learns:
+        lines.append(
+            f"the search learns from finished trials: plans within {FEEDBACK:.0%} of the fastest count as equal, "
+            "and the one whose first trials finish soonest ranks first"
+        )
+    warning = _none_finish(chosen, work)
+    if warning:
+        lines.append(f"warning: {warning}")
+    head = f"{'#':>3} {'trial groups':>12} {'fold groups':>11} {'ranks/fold':>10} {'trials/h':>9} {'first':>9}"
+    head += f" {'finish':>9}"
     head += f" {'by deadline':>11} {'busy':>5}" if work.deadline else f" {'busy':>5}"
     lines.append(head)
     for i, p in enumerate(chosen.table[:RANKED], 1):
         row = (
             f"{i:>3} {p.layout.groups:>12} {p.layout.fold_groups:>11} {p.layout.ranks_per_fold:>10} "
-            f"{p.trials_per_hour:>9.3g} {p.makespan / 3600:>9.3g}"
+            f"{p.trials_per_hour:>9.3g} {duration(p.trial_seconds):>9} {duration(p.makespan):>9}"
         )
         row += f" {p.by_deadline:>11} {p.utilisation:>5.0%}" if work.deadline else f" {p.utilisation:>5.0%}"
-        lines.append(row)
+        lines.append(row + ("  extrapolated" if p.extrapolated else ""))
     if len(chosen.table) > RANKED:
         lines.append(f"... {len(chosen.table) - RANKED} more (--json lists all)")
+    if any(p.extrapolated for p in chosen.table[:RANKED]):
+        widths = ", ".join(str(w) for w in sorted({p.ranks for p in model.points})) or "none"
+        lines.append(
+            f"extrapolated: ranks per fold more than {EXTRAPOLATE}x outside the measured widths ({widths}); their "
+            "figures rest on the model's form alone (they rank after every measured width): measure that width first"
+        )
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from hpcopt.cli.tables import Column, Table
-from hpcopt.core.records import Campaign, ParetoFront, Trial
+from hpcopt.core.records import Campaign, Lineage, ParetoFront, Trial
 
 
 def num(value: float | None, digits: int = 6) -> str:
@@ -61,15 +61,45 @@ def is_result(t: Trial) -> bool:
     return t.state == "COMPLETED"
 
 
+def lineage_text(x: Lineage) -> str:
+    """Where a PBT interval starts: ``member 3, epochs 4-6, copied #12 (lr 0.01 -> 0.02)``,
+    ``member 0, epochs 2-4, continues #5``, or ``member 1, epochs 0-2, fresh``."""
+    text = f"member {x.member}, epochs {x.start_epoch}-{x.stop_epoch}, "
+    if x.parent is None:
+        text += "fresh"
+    elif x.exploited:
+        changed = ", ".join(f"{k} {param(a)} -> {param(b)}" for k, (a, b) in x.changed.items())
+        text += f"copied #{x.parent}" + (f" ({changed})" if changed else "")
+    else:
+        text += f"continues #{x.parent}"
+    if x.unreadable:
+        text += f"; unreadable parent(s) {', '.join(f'#{n}' for n in x.unreadable)}"
+    return text
+
+
+def _from(x: Lineage) -> str:
+    """The trials table's ``from`` cell: ``#12 copied``, ``#5`` or ``-``."""
+    if x.parent is None:
+        return "-"
+    return f"#{x.parent} copied" if x.exploited else f"#{x.parent}"
+
+
 def trials_table(rows: list[Trial], order: list[str], title: str | None = None) -> Table:
     fixed = [Column("#", "right"), Column("state"), Column("attempt", "right")]
     latest = any(x.value is not None and not is_result(x) for x in rows)
     extra = [Column("latest report", "right")] if latest else []
-    t = Table([*fixed, Column("value", "right"), Column("± std", "right"), *extra, *_params(order)], title)
+    pbt = any(x.lineage is not None for x in rows)  # a PBT campaign: each interval's place
+    lineage = [Column("member", "right"), Column("epochs", "right"), Column("from", "right")] if pbt else []
+    t = Table([*fixed, *lineage, Column("value", "right"), Column("± std", "right"), *extra, *_params(order)], title)
     for x in rows:
         result = is_result(x)
-        cells = [str(x.number), x.state, str(x.attempt), num(x.value if result else None)]
-        cells.append(num(x.value_std if result else None))
+        cells = [str(x.number), x.state, str(x.attempt)]
+        if pbt:
+            lin = x.lineage
+            cells += (
+                ["-", "-", "-"] if lin is None else [str(lin.member), f"{lin.start_epoch}-{lin.stop_epoch}", _from(lin)]
+            )
+        cells += [num(x.value if result else None), num(x.value_std if result else None)]
         if latest:
             cells.append("" if result or x.value is None else num(x.value))
         t.add_row(*cells, *(param(x.params.get(k, "")) for k in order))
@@ -113,6 +143,8 @@ def trial_text(t: Trial, fit: int | None = None) -> str:
     ]
     if t.values:
         head.append("  values  " + ", ".join(num(v) for v in t.values))
+    if t.lineage is not None:
+        head.append("  lineage " + lineage_text(t.lineage))
     head += [f"  {k:<{max(map(len, t.params))}}  {param(v)}" for k, v in t.params.items()] if t.params else []
     if t.error:
         head.append(f"  error   {t.error}")

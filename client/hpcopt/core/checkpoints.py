@@ -1,7 +1,8 @@
 """Where fold checkpoints live, and which checkpoint URIs anyone accepts.
 
 A fold checkpoint is one file, ``ROOT/<server_id>/<campaign>/<trial>/fold<k>.pt``, under
-an agent's checkpoint root, named to the server by a ``file:///absolute/path`` URI. The
+an agent's checkpoint root (a script task's is the folder ``.../fold<k>/`` beside it,
+which the script fills), named to the server by a ``file:///absolute/path`` URI. The
 rule is shared by both sides so that it is one rule:
 
 - the server stores a reported URI only if it has that form and ends in *its own*
@@ -68,7 +69,8 @@ def uri_path(uri: str) -> PurePosixPath:
 
 def check_reported(uri: str, server_id: str, trial_id: int, fold: int) -> None:
     """What the server accepts from the lease holder of ``trial_id``: empty (no
-    checkpoint), or a file URI ending in ``<server_id>/<campaign>/<trial_id>/fold<fold>.pt``."""
+    checkpoint), or a file URI ending in ``<server_id>/<campaign>/<trial_id>/fold<fold>.pt``
+    (or ``.../fold<fold>``, a script task's checkpoint folder)."""
     if not uri:
         return
     path = uri_path(uri)
@@ -79,9 +81,12 @@ def check_reported(uri: str, server_id: str, trial_id: int, fold: int) -> None:
         or tail[0] != server_id
         or not tail[1].isdigit()
         or tail[2] != str(trial_id)
-        or tail[3] != f"fold{fold}.pt"
+        or tail[3] not in (f"fold{fold}.pt", f"fold{fold}")
     ):
-        raise CheckpointRefused(f"a checkpoint of trial {trial_id} fold {fold} must be a file named {expected}")
+        raise CheckpointRefused(
+            f"a checkpoint of trial {trial_id} fold {fold} must be a file named {expected} (or a script's folder "
+            f"named fold{fold})"
+        )
 
 
 def local_path(uri: str, root: Path, server_id: str, campaign_id: int, trial_id: int, fold: int) -> Path:

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from hpcopt.core.closest import did_you_mean
 from hpcopt.errors import OptionError
 
 
@@ -48,7 +49,8 @@ class Option:
             return value
         if self.kind is str:
             if self.choices and value not in self.choices:
-                raise OptionError(field, f"must be one of {', '.join(self.choices)}; got {value!r}")
+                hint = did_you_mean(value, self.choices) if isinstance(value, str) else ""
+                raise OptionError(field, f"must be one of {', '.join(self.choices)}; got {value!r}{hint}")
             if not isinstance(value, str):
                 raise OptionError(field, f"must be text, got {value!r}")
             return value
@@ -109,4 +111,5 @@ def unknown(given: dict[str, Any], declared: dict[str, Option], field: str, what
     extra = sorted(set(given) - set(declared))
     if extra:
         known = ", ".join(declared) or "none"
-        raise OptionError(f"{field}.{extra[0]}", f"is not an option of {what}; known: {known}")
+        hint = did_you_mean(extra[0], declared)
+        raise OptionError(f"{field}.{extra[0]}", f"is not an option of {what}; known: {known}{hint}")

@@ -19,10 +19,17 @@ fold group spans nodes (the network between them). With points at one rank count
 **A plan's prediction.** A fold trains ``epochs x train_samples`` samples at ``t(r, n)``
 plus evaluation (a forward pass over a (K-1)-times smaller share, about a third of a
 training step's cost per sample) and a fixed ``fold_overhead``; a trial trains its K
-folds in ``ceil(K / fold_groups)`` rounds plus ``trial_overhead``. At most
+folds in ``ceil(K / fold_groups)`` rounds plus ``trial_overhead``. A trial of an ``mf``
+campaign is a configuration climbing its ladder (:mod:`hpcopt.core.fidelity`): each
+climb is a lease of its own, of the folds and epochs it adds, weighted by the share of
+configurations that make it (``eta ** -rung``). Most of that work is one fold, so a
+layout whose trial groups have several fold groups leaves them idle on it, and the
+planner lays out narrow groups unless there are fewer configurations than groups. At most
 ``min(groups, max_parallel)`` trials train at once, in waves. Plans are ranked by trials
 completed by the deadline, then by time to finish the campaign; within 2 % the plan
-with more trials in parallel wins (it helps the search).
+with more trials in parallel wins. For a search that learns from results (bo, ea, skopt,
+mf) plans within 5 % are equal and the one whose trials finish first wins: its results
+come back sooner, in more waves (:data:`FEEDBACK`).
 """
 
 from __future__ import annotations
@@ -33,10 +40,22 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from hpcopt.core.fidelity import ladder_of
 from hpcopt.errors import PlanError
 
 #: Plans whose figures are within this fraction of each other are a tie.
 TIE = 0.02
+#: For a search that learns from results, plans within this fraction of the fastest are
+#: a tie too, and of those the one whose trials finish first wins: results come back
+#: sooner and in more waves, and a wave of every trial at once is a random search
+#: (chosen by ``benchmarks/training/planner_feedback.py``; docs "Laying out the allocation").
+FEEDBACK = 0.05
+#: The algorithms that learn from finished trials (``Work.learns``). ``pbt`` is not one
+#: here: its members learn from each other as they train, so all of them at once is best.
+LEARNING = ("bo", "ea", "skopt", "mf")
+#: A fold group more than this many times wider (or narrower) than every measured one
+#: is *extrapolated*: its figure rests on the model's form, not on a measurement.
+EXTRAPOLATE = 2
 #: The throughput of one rank a measurement may claim, in samples per second: from one
 #: sample in 11 days to a billion a second. Outside it a point is refused when reported
 #: and left out of every fit (a stored 1e308 made the model divide by zero).
@@ -158,6 +177,15 @@ class Scaling:
         errs = sorted(abs(self.samples_per_second(p.ranks, p.nodes) / p.samples_per_second - 1) for p in self.points)
         return errs[len(errs) // 2] if errs else 0.0
 
+    def extrapolated(self, ranks: int) -> bool:
+        """Whether a fold group of ``ranks`` ranks lies far outside the measured widths:
+        wider than :data:`EXTRAPOLATE` times the widest point, or narrower than the
+        narrowest over it (a model without points extrapolates everywhere)."""
+        widths = [p.ranks for p in self.points]
+        if not widths:
+            return True
+        return ranks > EXTRAPOLATE * max(widths) or ranks * EXTRAPOLATE < min(widths)
+
     @property
     def confirmed(self) -> bool:
         """Whether a trained fold measured any of its points (not only probes)."""
@@ -273,6 +301,33 @@ class Allocation:
 
 
 @dataclass(frozen=True)
+class Unit:
+    """One lease of a trial: ``folds`` folds trained ``epochs`` epochs, taken by ``share``
+    of the trials."""
+
+    folds: int
+    epochs: int
+    share: float = 1.0
+
+
+def learns_of(spec: dict[str, Any]) -> bool:
+    """Whether the campaign's algorithm learns from finished trials (:data:`LEARNING`)."""
+    algorithm = spec.get("algorithm") or {}
+    name = algorithm if isinstance(algorithm, str) else algorithm.get("name", "random")
+    return name in LEARNING
+
+
+def units_of(spec: dict[str, Any]) -> tuple[Unit, ...]:
+    """The leases one trial of the campaign takes: for ``algorithm: mf`` the climbs of its
+    ladder, each by the share of configurations that reach it; otherwise () (one lease
+    of all folds and epochs)."""
+    found = ladder_of(spec)
+    if found is None:
+        return ()
+    return tuple(Unit(c.folds, c.epochs, c.reach) for c in found.climbs() if c.folds and c.epochs)
+
+
+@dataclass(frozen=True)
 class Work:
     """What is left to train."""
 
@@ -284,10 +339,14 @@ class Work:
     max_parallel: int | None = None
     #: Seconds until the allocation ends (None: no deadline).
     deadline: float | None = None
-    #: Folds of a trial left to train (default: all ``folds``).
-    folds_left: int | None = None
+    #: The leases one trial takes (default: one, all ``folds`` to all ``epochs``): for
+    #: ``mf``, the climbs of its ladder (:func:`units_of`).
+    units: tuple[Unit, ...] = ()
     fold_overhead: float = 2.0
     trial_overhead: float = 1.0
+    #: The search learns from finished trials (bo, ea, skopt, mf: :func:`learns_of`): the
+    #: planner then pays up to :data:`FEEDBACK` of time for results that come back sooner.
+    learns: bool = False
 
     def __post_init__(self) -> None:
         for name in ("folds", "epochs", "train_samples"):
@@ -400,6 +459,8 @@ class Prediction:
     trials_per_hour: float
     #: Busy rank-seconds over the allocation's rank-seconds until the makespan.
     utilisation: float
+    #: Its width is far outside the measured ones (:meth:`Scaling.extrapolated`).
+    extrapolated: bool = False
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -413,45 +474,75 @@ class Prediction:
             "trials_by_deadline": self.by_deadline,
             "trials_per_hour": self.trials_per_hour,
             "utilisation": self.utilisation,
+            "extrapolated": self.extrapolated,
         }
 
 
-def fold_seconds(layout: Layout, alloc: Allocation, work: Work, model: Scaling) -> float:
+def fold_seconds(layout: Layout, alloc: Allocation, work: Work, model: Scaling, epochs: int | None = None) -> float:
+    """Seconds one fold takes to train ``epochs`` (default: all ``work.epochs``) on the layout."""
     n = nodes_spanned(layout.ranks_per_fold, alloc.ranks_per_node, alloc.world)
     per_sample = model.seconds_per_sample(layout.ranks_per_fold, n)
-    return work.epochs * work.train_samples * per_sample * (1 + work.eval_fraction) + work.fold_overhead
+    e = work.epochs if epochs is None else epochs
+    return e * work.train_samples * per_sample * (1 + work.eval_fraction) + work.fold_overhead
+
+
+def trial_work(layout: Layout, alloc: Allocation, work: Work, model: Scaling) -> tuple[float, float]:
+    """One trial's (seconds on its trial group, busy rank-seconds): each lease trains its
+    folds in ``ceil(folds / fold_groups)`` rounds, weighted by its share."""
+    seconds = busy = 0.0
+    for u in work.units or (Unit(work.folds, work.epochs),):
+        fold = fold_seconds(layout, alloc, work, model, u.epochs)
+        seconds += u.share * (-(-u.folds // layout.fold_groups) * fold + work.trial_overhead)
+        busy += u.share * u.folds * layout.ranks_per_fold * fold
+    return seconds, busy
 
 
 def predict(layout: Layout, alloc: Allocation, work: Work, model: Scaling) -> Prediction:
     fold = fold_seconds(layout, alloc, work, model)
-    folds = work.folds if work.folds_left is None else work.folds_left
-    rounds = -(-folds // layout.fold_groups)
-    trial = rounds * fold + work.trial_overhead
+    trial, busy_per_trial = trial_work(layout, alloc, work, model)
     active = min(layout.groups, work.max_parallel or layout.groups, max(work.trials, 1))
     waves = -(-work.trials // active) if work.trials else 0
     makespan = waves * trial
     by_deadline = work.trials if work.deadline is None else min(work.trials, int(work.deadline // trial) * active)
-    busy = work.trials * folds * layout.ranks_per_fold * fold
+    busy = work.trials * busy_per_trial
     util = busy / (alloc.world * makespan) if makespan > 0 else 0.0
-    return Prediction(layout, fold, trial, active, makespan, by_deadline, 3600.0 * active / trial, util)
+    far = model.extrapolated(layout.ranks_per_fold)
+    return Prediction(layout, fold, trial, active, makespan, by_deadline, 3600.0 * active / trial, util, far)
 
 
 def _key(p: Prediction) -> tuple[float, float, float]:
     return (-p.by_deadline, p.makespan if p.makespan > 0 else 0.0, -p.layout.groups)
 
 
-def ranked(preds: Sequence[Prediction]) -> list[Prediction]:
+def ranked(preds: Sequence[Prediction], *, learns: bool = False) -> list[Prediction]:
     """Best first: most trials by the deadline, then the shortest time to finish; plans
-    within :data:`TIE` of the best time count as equal, and more trials at once wins."""
+    within :data:`TIE` of the best time count as equal, and more trials at once wins.
+    For a search that learns from results (``learns``) plans within :data:`FEEDBACK` are
+    equal, and the one whose trials finish soonest wins (then more trials at once).
+    Plans at widths far outside the measured ones (``extrapolated``) come after every
+    plan the measurements cover: their figures rest on the model's form alone."""
+    near = [p for p in preds if not p.extrapolated]
+    if near and len(near) < len(preds):
+        return _ranked(near, learns) + _ranked([p for p in preds if p.extrapolated], learns)
+    return _ranked(preds, learns)
+
+
+def _ranked(preds: Sequence[Prediction], learns: bool) -> list[Prediction]:
     if not preds:
         return []
     order = sorted(preds, key=_key)
+    window = FEEDBACK if learns else TIE
     out: list[Prediction] = []
     rest = list(order)
     while rest:
         lead = rest[0]
-        tied = [p for p in rest if p.by_deadline == lead.by_deadline and p.makespan <= lead.makespan * (1 + TIE) + 1e-9]
-        tied.sort(key=lambda p: (-p.layout.groups, p.makespan, -p.layout.fold_groups))
+        tied = [
+            p for p in rest if p.by_deadline == lead.by_deadline and p.makespan <= lead.makespan * (1 + window) + 1e-9
+        ]
+        if learns:
+            tied.sort(key=lambda p: (p.trial_seconds, -p.active, p.makespan))
+        else:
+            tied.sort(key=lambda p: (-p.layout.groups, p.makespan, -p.layout.fold_groups))
         out += tied
         rest = [p for p in rest if p not in tied]
     return out
@@ -502,7 +593,7 @@ def plan(
             f"no layout of {alloc.world} ranks fits {' and '.join(what) or 'the campaign'} with {work.folds} folds; "
             f"ranks per fold that fit this allocation: {', '.join(map(str, fits)) or 'none'}"
         )
-    table = ranked([predict(lay, alloc, work, model) for lay in layouts])
+    table = ranked([predict(lay, alloc, work, model) for lay in layouts], learns=work.learns)
     return Plan(table[0], table[1] if len(table) > 1 else None, table)
 
 
@@ -525,6 +616,10 @@ class Simulation:
     #: Idle rank-seconds in the last 20 % of the makespan.
     idle_tail: float
     layouts: tuple[Layout, ...]
+    #: Waves of trials: the rounds of results a search that learns gets.
+    waves: int = 0
+    #: Seconds until the first trials finish (the first results a search sees).
+    first_results: float = 0.0
 
     def utilisation(self, world: int) -> float:
         return self.busy_rank_seconds / (world * self.makespan) if self.makespan else 0.0
@@ -555,8 +650,7 @@ def simulate(
         assert layout is not None
         p = predict(layout, alloc, w, model)
         start = min(p.active, left)
-        folds = work.folds if work.folds_left is None else work.folds_left
-        ranks_busy = start * folds * layout.ranks_per_fold * p.fold_seconds / p.trial_seconds
+        ranks_busy = start * trial_work(layout, alloc, w, model)[1] / p.trial_seconds
         spans.append((t, t + p.trial_seconds, ranks_busy))
         busy += ranks_busy * p.trial_seconds
         t += p.trial_seconds
@@ -567,4 +661,5 @@ def simulate(
             used.append(layout)
     tail_from = 0.8 * t
     idle = sum((alloc.world - b) * (e - max(s, tail_from)) for s, e, b in spans if e > tail_from)
-    return Simulation(t, done_by, busy, idle, tuple(used))
+    first = spans[0][1] if spans else 0.0
+    return Simulation(t, done_by, busy, idle, tuple(used), len(spans), first)

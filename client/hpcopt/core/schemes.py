@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from hpcopt.core.closest import did_you_mean
 from hpcopt.core.options import Option
 from hpcopt.errors import OptionError
 
@@ -219,13 +220,16 @@ class Traits:
     divides: tuple[str, ...] = ()
     #: Trains through Horovod, which the agent initializes once per job.
     horovod: bool = False
+    #: A script task (``training.task: {script}``, its own loop) may train under it: the
+    #: agent gives the script the fold group's ranks and rendezvous, nothing more.
+    scripts: bool = False
 
 
 _PS_TRAITS = Traits(parameter_server=True)
 
 #: Every scheme's traits, by name (the agent's classes carry the same object).
 TRAITS: dict[str, Traits] = {
-    "allreduce": Traits(),
+    "allreduce": Traits(scripts=True),
     "horovod": Traits(horovod=True),
     "daso": Traits(divides=("node_size",)),
     "pipeline": Traits(own_step=True, splits_model=True, divides=("stages",)),
@@ -341,8 +345,7 @@ def resolve(
         table = KNOBS[name]
         for knob in given:
             if knob not in table:
-                allowed = ", ".join(table) or "none"
-                raise OptionError(f"training.options.{name}.{knob}", f"unknown knob for {name}; allowed: {allowed}")
+                raise unknown_knob(f"training.options.{name}.{knob}", name, knob)
     table = KNOBS.get(scheme, {})
     knobs: dict[str, Any] = {}
     for knob, spec in table.items():
@@ -448,18 +451,24 @@ def expand_search(data: Any) -> Any:
     for name, knobs in search.items():
         at = f"training.scheme.search.{name}"
         if name not in KNOBS:
-            raise OptionError(at, f"unknown scheme; allowed: {', '.join(KNOBS)}")
+            raise OptionError(at, f"unknown scheme; allowed: {', '.join(KNOBS)}{did_you_mean(name, KNOBS)}")
         if not isinstance(knobs, dict | None):
             raise OptionError(at, "must be a mapping of knob: parameter ({} to search the scheme with its defaults)")
         for knob, param in (knobs or {}).items():
             if knob not in KNOBS[name]:
-                raise OptionError(
-                    f"{at}.{knob}", f"unknown knob for {name}; allowed: {', '.join(KNOBS[name]) or 'none'}"
-                )
+                raise unknown_knob(f"{at}.{knob}", name, knob)
             if not isinstance(param, dict) or "when" in param:
                 raise OptionError(f"{at}.{knob}", "must be a parameter such as {type: int, low: 1, high: 16} (no when)")
             out[f"{name}.{knob}"] = {**param, "when": {"scheme": [name]}}
     return {**data, "space": out, "training": {**training, "scheme": "search"}}
+
+
+def unknown_knob(at: str, scheme: str, knob: str) -> OptionError:
+    """The error for a knob ``scheme`` does not have, at field ``at``."""
+    table = KNOBS[scheme]
+    return OptionError(
+        at, f"unknown knob for {scheme}; allowed: {', '.join(table) or 'none'}{did_you_mean(knob, table)}"
+    )
 
 
 def _probes(param: dict[str, Any]) -> list[Any]:
@@ -497,7 +506,7 @@ def check_space_knobs(
             continue
         at = f"space.{name}"
         if knob not in KNOBS[head]:
-            raise OptionError(at, f"unknown knob for {head}; allowed: {', '.join(KNOBS[head]) or 'none'}")
+            raise unknown_knob(at, head, knob)
         if head not in schemes:
             raise OptionError(at, f"{head} is not a scheme this campaign trains with ({', '.join(schemes)})")
         if scheme == "search" and (p.get("when") or {}).get("scheme") != [head]:

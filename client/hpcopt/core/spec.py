@@ -28,15 +28,18 @@ from __future__ import annotations
 
 import json
 import math
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+import re
+import string
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, get_args
 
 import pydantic
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
+from hpcopt.core.closest import did_you_mean
 from hpcopt.core.documents import UNSAFE_CHARS, check_values, clip
 from hpcopt.core.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES
-from hpcopt.core.schemes import check_space_knobs, expand_search
-from hpcopt.core.taskref import parse_task_ref
+from hpcopt.core.schemes import TRAITS, Traits, check_space_knobs, expand_search
+from hpcopt.core.taskref import parse_script_path, parse_task_ref
 from hpcopt.core.training import check_options
 from hpcopt.errors import DocumentError, OptionError, SpecError
 
@@ -212,13 +215,70 @@ def _task_ref(text: str) -> str:
     return text
 
 
+#: Arguments of a script task: at most this many, each at most MAX_TEXT characters.
+MAX_SCRIPT_ARGS = 200
+#: What a script's arguments may name besides the space's parameters (``{fold}``...).
+SCRIPT_FIELDS = ("trial", "fold", "folds", "epochs", "params_file", "checkpoint_dir")
+
+
+def _script_path(text: str) -> str:
+    return parse_script_path(text)
+
+
+def template_fields(arg: str) -> list[str]:
+    """The ``{name}`` fields of one script argument (``{{`` and ``}}`` are literal
+    braces); a ValueError for a field that is not a plain name (``{lr.real}``,
+    ``{lr[0]}``, ``{lr!r}``, ``{lr:.3f}``) or unbalanced braces."""
+    try:
+        parts = list(string.Formatter().parse(arg))
+    except ValueError as exc:
+        raise ValueError(f"{arg!r}: {exc} (write {{{{ and }}}} for literal braces)") from None
+    names = []
+    for _, name, spec, conversion in parts:
+        if name is None:
+            continue
+        if not name.isidentifier() or spec or conversion:
+            raise ValueError(
+                f"{arg!r}: a field is a plain name such as {{lr}}, got {{{name}{'!' + conversion if conversion else ''}"
+                f"{':' + spec if spec else ''}}}"
+            )
+        names.append(name)
+    return names
+
+
+def _script_arg(text: str) -> str:
+    _plain(text)
+    template_fields(text)
+    return text
+
+
+class ScriptTask(_Strict):
+    """A training script the agent starts once per fold on the fold group's ranks, with
+    the environment ``torchrun`` sets (docs: "Tune the code you already have")."""
+
+    #: A ``.py`` file relative to the agent's task root (``--task-root``).
+    script: Annotated[str, AfterValidator(_script_path)] = Field(min_length=1, max_length=MAX_TEXT)
+    #: Its command-line arguments; ``{name}`` is filled with the trial's parameter (or
+    #: one of :data:`SCRIPT_FIELDS`), ``{{``/``}}`` are literal braces.
+    args: list[Annotated[str, AfterValidator(_script_arg)]] = Field(default_factory=list, max_length=MAX_SCRIPT_ARGS)
+
+
+def _task_kind(value: Any) -> str:
+    return "script" if isinstance(value, dict | ScriptTask) else "ref"
+
+
 class Training(_Strict):
     """Settings the agent reads. The server checks the scheme's knobs and the layout
     they make (``hpcopt.core.schemes``) and stores the rest without interpreting it."""
 
-    #: ``relative/path.py:Name`` (under the agent's task root) or ``package.module:Name``;
-    #: the agent runs it only if its owner allows it (``--task-root``, ``--allow-module``).
-    task: Annotated[str, AfterValidator(_task_ref)] = Field(min_length=1, max_length=MAX_TEXT)
+    #: ``relative/path.py:Name`` (under the agent's task root) or ``package.module:Name``:
+    #: a Task; or ``{script: train.py, args: [...]}``: a script. The agent runs either only
+    #: if its owner allows it (``--task-root``, ``--allow-module``).
+    task: Annotated[
+        Annotated[Annotated[str, AfterValidator(_task_ref)], Field(min_length=1, max_length=MAX_TEXT), Tag("ref")]
+        | Annotated[ScriptTask, Tag("script")],
+        Discriminator(_task_kind),
+    ]
     #: A scheme's name, or ``search``: the trial's ``scheme`` parameter picks it (what
     #: ``scheme: {search: {...}}`` is normalized into).
     scheme: SchemeName = "allreduce"
@@ -292,7 +352,45 @@ def _path(loc: tuple[int | str, ...]) -> str:
     # pydantic puts the union tag in the location (space.lr.real.low): drop it.
     if len(loc) > 2 and loc[0] == "space" and loc[2] in ("real", "int", "categorical"):
         loc = loc[:2] + loc[3:]
+    if loc[:2] == ("training", "task") and len(loc) > 2 and loc[2] in ("ref", "script"):
+        loc = loc[:2] + loc[3:]
     return ".".join(str(p) for p in loc)
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The model a field holds, through ``X | None`` and ``list[X]``."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+_PARAMS: dict[str, type[BaseModel]] = {"real": RealParam, "int": IntParam, "categorical": CategoricalParam}
+
+
+def _fields_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The fields allowed where pydantic found an unknown one (``loc`` less its last part),
+    for the error's "did you mean" and its list; [] where that cannot be said."""
+    model: type[BaseModel] | None = CampaignSpec
+    parts = list(loc[:-1])
+    while parts and model is not None:
+        head = parts.pop(0)
+        if isinstance(head, int):  # an item of a list: the same model
+            continue
+        if model is CampaignSpec and head == "space":  # space.<name>.<type tag>
+            if len(parts) < 2 or str(parts[1]) not in _PARAMS:
+                return []
+            model, parts = _PARAMS[str(parts[1])], parts[2:]
+            continue
+        if model is Training and head == "task":  # training.task.<tag>: a script's fields
+            model, parts = ScriptTask, parts[1:]
+            continue
+        field = model.model_fields.get(str(head))
+        model = None if field is None else _model_in(field.annotation)
+    return [] if model is None else list(model.model_fields)
 
 
 def parse_spec(data: Any) -> CampaignSpec:
@@ -315,14 +413,19 @@ def parse_spec(data: Any) -> CampaignSpec:
         for err in exc.errors(include_url=False):
             msg = err["msg"]
             if err["type"] == "literal_error" and "expected" in err.get("ctx", {}):
-                msg = f"must be one of {err['ctx']['expected']}"
+                expected = str(err["ctx"]["expected"])
+                msg = f"must be one of {expected}"
+                if isinstance(err.get("input"), str):
+                    msg += did_you_mean(err["input"], re.findall(r"'([^']*)'", expected))
             elif err["type"] == "extra_forbidden":
-                msg = "unknown field"
+                known = _fields_at(err["loc"])
+                msg = "unknown field" + (f"; allowed: {', '.join(known)}" if known else "")
+                msg += did_you_mean(str(err["loc"][-1]), known)
             elif err["type"] == "union_tag_invalid":
                 msg = "type must be one of 'real', 'int', 'categorical'"
             errors.append((_path(tuple(clip(str(p)) for p in err["loc"])), msg.removeprefix("Value error, ")))
         raise SpecError(errors) from None
-    errors = _check_conditions(spec.space)
+    errors = _check_conditions(spec.space) + _check_script(spec)
     if errors:
         raise SpecError(errors)
     # The whole size first: deeper checks then run on bounded input.
@@ -343,6 +446,43 @@ def parse_spec(data: Any) -> CampaignSpec:
                 field = "training.scheme.search." + field.removeprefix("space.")  # where the user wrote it
             raise SpecError([(field, exc.message)]) from None
     return spec
+
+
+def _check_script(spec: CampaignSpec) -> list[tuple[str, str]]:
+    """A script task trains with allreduce, outside PBT, and its arguments name only the
+    space's parameters and :data:`SCRIPT_FIELDS`."""
+    t = spec.training
+    if t is None or not isinstance(t.task, ScriptTask):
+        return []
+    errors = []
+    if not TRAITS.get(t.scheme, Traits()).scripts:
+        errors.append(
+            (
+                "training.scheme",
+                f"a script task (training.task.script) trains with allreduce only, since the script owns its "
+                f"training loop; got {t.scheme!r}. Write a Task subclass to use the other schemes",
+            )
+        )
+    if spec.algorithm.name == "pbt":
+        errors.append(
+            (
+                "algorithm.name",
+                "pbt copies weights between trials through the agent's own checkpoints, which a script task "
+                "(training.task.script) does not write; use a Task subclass, or another algorithm",
+            )
+        )
+    known = [*spec.space, *SCRIPT_FIELDS]
+    for i, arg in enumerate(t.task.args):
+        for name in template_fields(arg):
+            if name not in known:
+                errors.append(
+                    (
+                        f"training.task.args.{i}",
+                        f"{{{name}}} names no parameter of the space nor one of {', '.join(SCRIPT_FIELDS)}"
+                        + did_you_mean(name, known),
+                    )
+                )
+    return errors
 
 
 def _check_conditions(space: dict[str, Any]) -> list[tuple[str, str]]:

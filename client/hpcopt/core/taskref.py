@@ -47,14 +47,35 @@ def parse_task_ref(ref: str) -> TaskRef:
     if not name.isidentifier():
         raise ValueError(f"the name after ':' must be a Python identifier, got {name!r}")
     if target.endswith(".py"):
-        if ":" in target or "\\" in target:
-            raise ValueError(f"a task file is a relative POSIX path without ':' or '\\', got {target!r}")
-        if target.startswith(("/", "~")):
-            raise ValueError(f"a task file must be relative to the agent's task root, not absolute: {target!r}")
-        parts = target.split("/")
-        if any(p in ("", "..") for p in parts):
-            raise ValueError(f"a task file path must not hold '..' or empty components: {target!r}")
+        check_relative_file(target, "a task file")
         return TaskRef(file=target, module=None, name=name)
     if not all(part.isidentifier() for part in target.split(".")):
         raise ValueError(f"a task module must be a dotted Python module name, got {target!r} (a file ends in .py)")
     return TaskRef(file=None, module=target, name=name)
+
+
+def check_relative_file(path: str, what: str) -> None:
+    """A ValueError unless ``path`` is a relative POSIX path under the agent's task
+    root (no absolute path, ``~``, ``..``, empty component, ``:`` or backslash)."""
+    if ":" in path or "\\" in path:
+        raise ValueError(f"{what} is a relative POSIX path without ':' or '\\', got {path!r}")
+    if path.startswith(("/", "~")):
+        raise ValueError(f"{what} must be relative to the agent's task root, not absolute: {path!r}")
+    if any(p in ("", "..") for p in path.split("/")):
+        raise ValueError(f"{what} path must not hold '..' or empty components: {path!r}")
+
+
+def parse_script_path(path: str) -> str:
+    """A training script's path (``training.task.script``): a relative ``.py`` file under
+    the agent's task root; a ValueError saying what is wrong otherwise."""
+    if not isinstance(path, str) or not path:
+        raise ValueError("must be a relative path such as 'train.py'")
+    if len(path) > MAX_TASK_REF:
+        raise ValueError(f"must be at most {MAX_TASK_REF} characters, got {len(path)}")
+    bad = UNSAFE_CHARS.search(path)
+    if bad:
+        raise ValueError(f"must not contain control characters (found U+{ord(bad.group()):04X})")
+    if not path.endswith(".py"):
+        raise ValueError(f"must be a Python file ending in .py, got {path!r}")
+    check_relative_file(path, "a script")
+    return path

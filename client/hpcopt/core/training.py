@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from hpcopt.core.closest import did_you_mean
 from hpcopt.core.schemes import TRAITS, Traits, split_options
 from hpcopt.errors import OptionError
 
@@ -59,7 +60,8 @@ def _bool(field: str, value: Any, nullable: bool = False) -> bool | None:
 
 def _choice(field: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise OptionError(field, f"must be one of {', '.join(allowed)}, got {value!r}")
+        hint = did_you_mean(value, allowed) if isinstance(value, str) else ""
+        raise OptionError(field, f"must be one of {', '.join(allowed)}, got {value!r}{hint}")
     return str(value)
 
 

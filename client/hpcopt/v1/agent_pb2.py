@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from hpcopt.v1 import common_pb2 as hpcopt_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hpcopt/v1/agent.proto\x12\thpcopt.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16hpcopt/v1/common.proto\"|\n\x1dReportUnreadableParentRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x17\n\x0fparent_trial_id\x18\x02 \x01(\x03\x12\x0c\n\x04\x66old\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\t\"[\n\x0fThroughputPoint\x12\x0e\n\x06scheme\x18\x01 \x01(\t\x12\r\n\x05ranks\x18\x02 \x01(\x05\x12\r\n\x05nodes\x18\x03 \x01(\x05\x12\x1a\n\x12samples_per_second\x18\x04 \x01(\x01\"\x83\x01\n\x17ReportThroughputRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\x12*\n\x06points\x18\x03 \x03(\x0b\x32\x1a.hpcopt.v1.ThroughputPoint\x12\x15\n\rtrain_samples\x18\x04 \x01(\x03\"*\n\x18ReportThroughputResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x05\"N\n\x0cQueueRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\x12\x17\n\x0fwith_throughput\x18\x03 \x01(\x08\"p\n\rQueueResponse\x12\x11\n\tunstarted\x18\x01 \x01(\x05\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x14\n\x0cmax_parallel\x18\x03 \x01(\x05\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x17\n\x0fthroughput_json\x18\x05 \x01(\t\"5\n\x11\x44\x65registerRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x12\x44\x65registerResponse\x12\x1a\n\x12requeued_trial_ids\x18\x01 \x03(\x03\"\x85\x01\n\x0fRegisterRequest\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\r\n\x05ranks\x18\x02 \x01(\x05\x12\x0c\n\x04gpus\x18\x03 \x01(\x05\x12\x14\n\x0cslurm_job_id\x18\x04 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x05 \x01(\x03\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x0f\n\x07version\x18\x07 \x01(\t\"\x9e\x01\n\x10RegisterResponse\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\x19\n\x11heartbeat_seconds\x18\x03 \x01(\x01\x12\x1a\n\x12\x63\x61mpaign_spec_json\x18\x04 \x01(\t\x12\x11\n\tserver_id\x18\x05 \x01(\t\x12\x17\n\x0fthroughput_json\x18\x06 \x01(\t\"7\n\x0e\x41\x63quireRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\"\xd3\x02\n\x0f\x41\x63quireResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.hpcopt.v1.AcquireResponse.Status\x12\x1f\n\x05trial\x18\x02 \x01(\x0b\x32\x10.hpcopt.v1.Trial\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13retry_after_seconds\x18\x05 \x01(\x01\x12\x1a\n\x12\x63\x61mpaign_spec_json\x18\x06 \x01(\t\x12\x13\n\x0bwait_reason\x18\x07 \x01(\t\"V\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATUS_GRANTED\x10\x01\x12\x0f\n\x0bSTATUS_WAIT\x10\x02\x12\x0f\n\x0bSTATUS_DONE\x10\x03\"B\n\nTrialLease\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x10\n\x08trial_id\x18\x02 \x01(\x03\x12\x10\n\x08lease_id\x18\x03 \x01(\t\"8\n\x10HeartbeatRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\"\xe8\x01\n\x11HeartbeatResponse\x12\x33\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32#.hpcopt.v1.HeartbeatResponse.Action\x12\x34\n\x10lease_expires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"h\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x43TION_CONTINUE\x10\x01\x12\x16\n\x12\x41\x43TION_STOP_PRUNED\x10\x02\x12\x19\n\x15\x41\x43TION_STOP_CANCELLED\x10\x03\"\x84\x01\n\x19ReportIntermediateRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\r\n\x05value\x18\x04 \x01(\x01\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\"\xda\x01\n\x11ReportFoldRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\r\n\x05value\x18\x03 \x01(\x01\x12:\n\x07metrics\x18\x04 \x03(\x0b\x32).hpcopt.v1.ReportFoldRequest.MetricsEntry\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"l\n\x0eReleaseRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.hpcopt.v1.TrialState\x12\x0e\n\x06reason\x18\x03 \x01(\t\"f\n\x12ReportEventRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x15\n\x13ReportEventResponse2\xe9\x06\n\x0c\x41gentService\x12\x43\n\x08Register\x12\x1a.hpcopt.v1.RegisterRequest\x1a\x1b.hpcopt.v1.RegisterResponse\x12@\n\x07\x41\x63quire\x12\x19.hpcopt.v1.AcquireRequest\x1a\x1a.hpcopt.v1.AcquireResponse\x12\x46\n\tHeartbeat\x12\x1b.hpcopt.v1.HeartbeatRequest\x1a\x1c.hpcopt.v1.HeartbeatResponse\x12X\n\x12ReportIntermediate\x12$.hpcopt.v1.ReportIntermediateRequest\x1a\x1c.hpcopt.v1.HeartbeatResponse\x12;\n\nReportFold\x12\x1c.hpcopt.v1.ReportFoldRequest\x1a\x0f.hpcopt.v1.Fold\x12\x33\n\x08\x43omplete\x12\x15.hpcopt.v1.TrialLease\x1a\x10.hpcopt.v1.Trial\x12\x36\n\x07Release\x12\x19.hpcopt.v1.ReleaseRequest\x1a\x10.hpcopt.v1.Trial\x12L\n\x0bReportEvent\x12\x1d.hpcopt.v1.ReportEventRequest\x1a\x1e.hpcopt.v1.ReportEventResponse\x12I\n\nDeregister\x12\x1c.hpcopt.v1.DeregisterRequest\x1a\x1d.hpcopt.v1.DeregisterResponse\x12:\n\x05Queue\x12\x17.hpcopt.v1.QueueRequest\x1a\x18.hpcopt.v1.QueueResponse\x12[\n\x10ReportThroughput\x12\".hpcopt.v1.ReportThroughputRequest\x1a#.hpcopt.v1.ReportThroughputResponse\x12T\n\x16ReportUnreadableParent\x12(.hpcopt.v1.ReportUnreadableParentRequest\x1a\x10.hpcopt.v1.Trialb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15hpcopt/v1/agent.proto\x12\thpcopt.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16hpcopt/v1/common.proto\"|\n\x1dReportUnreadableParentRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x17\n\x0fparent_trial_id\x18\x02 \x01(\x03\x12\x0c\n\x04\x66old\x18\x03 \x01(\x05\x12\x0e\n\x06reason\x18\x04 \x01(\t\"[\n\x0fThroughputPoint\x12\x0e\n\x06scheme\x18\x01 \x01(\t\x12\r\n\x05ranks\x18\x02 \x01(\x05\x12\r\n\x05nodes\x18\x03 \x01(\x05\x12\x1a\n\x12samples_per_second\x18\x04 \x01(\x01\"\x83\x01\n\x17ReportThroughputRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\x12*\n\x06points\x18\x03 \x03(\x0b\x32\x1a.hpcopt.v1.ThroughputPoint\x12\x15\n\rtrain_samples\x18\x04 \x01(\x03\"*\n\x18ReportThroughputResponse\x12\x0e\n\x06stored\x18\x01 \x01(\x05\"N\n\x0cQueueRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\x12\x17\n\x0fwith_throughput\x18\x03 \x01(\x08\"p\n\rQueueResponse\x12\x11\n\tunstarted\x18\x01 \x01(\x05\x12\x0f\n\x07running\x18\x02 \x01(\x05\x12\x14\n\x0cmax_parallel\x18\x03 \x01(\x05\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x17\n\x0fthroughput_json\x18\x05 \x01(\t\"5\n\x11\x44\x65registerRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\"0\n\x12\x44\x65registerResponse\x12\x1a\n\x12requeued_trial_ids\x18\x01 \x03(\x03\">\n\rResizeRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\r\n\x05ranks\x18\x02 \x01(\x05\x12\x0c\n\x04gpus\x18\x03 \x01(\x05\"\x10\n\x0eResizeResponse\"\x85\x01\n\x0fRegisterRequest\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\r\n\x05ranks\x18\x02 \x01(\x05\x12\x0c\n\x04gpus\x18\x03 \x01(\x05\x12\x14\n\x0cslurm_job_id\x18\x04 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x05 \x01(\x03\x12\x0b\n\x03pid\x18\x06 \x01(\x05\x12\x0f\n\x07version\x18\x07 \x01(\t\"\x9e\x01\n\x10RegisterResponse\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x15\n\rlease_seconds\x18\x02 \x01(\x01\x12\x19\n\x11heartbeat_seconds\x18\x03 \x01(\x01\x12\x1a\n\x12\x63\x61mpaign_spec_json\x18\x04 \x01(\t\x12\x11\n\tserver_id\x18\x05 \x01(\t\x12\x17\n\x0fthroughput_json\x18\x06 \x01(\t\"7\n\x0e\x41\x63quireRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\"\xd3\x02\n\x0f\x41\x63quireResponse\x12\x31\n\x06status\x18\x01 \x01(\x0e\x32!.hpcopt.v1.AcquireResponse.Status\x12\x1f\n\x05trial\x18\x02 \x01(\x0b\x32\x10.hpcopt.v1.Trial\x12\x10\n\x08lease_id\x18\x03 \x01(\t\x12\x34\n\x10lease_expires_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13retry_after_seconds\x18\x05 \x01(\x01\x12\x1a\n\x12\x63\x61mpaign_spec_json\x18\x06 \x01(\t\x12\x13\n\x0bwait_reason\x18\x07 \x01(\t\"V\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x12\n\x0eSTATUS_GRANTED\x10\x01\x12\x0f\n\x0bSTATUS_WAIT\x10\x02\x12\x0f\n\x0bSTATUS_DONE\x10\x03\"B\n\nTrialLease\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x10\n\x08trial_id\x18\x02 \x01(\x03\x12\x10\n\x08lease_id\x18\x03 \x01(\t\"8\n\x10HeartbeatRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\"\xe8\x01\n\x11HeartbeatResponse\x12\x33\n\x06\x61\x63tion\x18\x01 \x01(\x0e\x32#.hpcopt.v1.HeartbeatResponse.Action\x12\x34\n\x10lease_expires_at\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"h\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41\x43TION_CONTINUE\x10\x01\x12\x16\n\x12\x41\x43TION_STOP_PRUNED\x10\x02\x12\x19\n\x15\x41\x43TION_STOP_CANCELLED\x10\x03\"\x84\x01\n\x19ReportIntermediateRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\r\n\x05value\x18\x04 \x01(\x01\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\"\xda\x01\n\x11ReportFoldRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\r\n\x05value\x18\x03 \x01(\x01\x12:\n\x07metrics\x18\x04 \x03(\x0b\x32).hpcopt.v1.ReportFoldRequest.MetricsEntry\x12\x16\n\x0e\x63heckpoint_uri\x18\x05 \x01(\t\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"l\n\x0eReleaseRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12$\n\x05state\x18\x02 \x01(\x0e\x32\x15.hpcopt.v1.TrialState\x12\x0e\n\x06reason\x18\x03 \x01(\t\"f\n\x12ReportEventRequest\x12$\n\x05lease\x18\x01 \x01(\x0b\x32\x15.hpcopt.v1.TrialLease\x12\x0c\n\x04\x66old\x18\x02 \x01(\x05\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x15\n\x13ReportEventResponse2\xa8\x07\n\x0c\x41gentService\x12\x43\n\x08Register\x12\x1a.hpcopt.v1.RegisterRequest\x1a\x1b.hpcopt.v1.RegisterResponse\x12@\n\x07\x41\x63quire\x12\x19.hpcopt.v1.AcquireRequest\x1a\x1a.hpcopt.v1.AcquireResponse\x12\x46\n\tHeartbeat\x12\x1b.hpcopt.v1.HeartbeatRequest\x1a\x1c.hpcopt.v1.HeartbeatResponse\x12X\n\x12ReportIntermediate\x12$.hpcopt.v1.ReportIntermediateRequest\x1a\x1c.hpcopt.v1.HeartbeatResponse\x12;\n\nReportFold\x12\x1c.hpcopt.v1.ReportFoldRequest\x1a\x0f.hpcopt.v1.Fold\x12\x33\n\x08\x43omplete\x12\x15.hpcopt.v1.TrialLease\x1a\x10.hpcopt.v1.Trial\x12\x36\n\x07Release\x12\x19.hpcopt.v1.ReleaseRequest\x1a\x10.hpcopt.v1.Trial\x12L\n\x0bReportEvent\x12\x1d.hpcopt.v1.ReportEventRequest\x1a\x1e.hpcopt.v1.ReportEventResponse\x12I\n\nDeregister\x12\x1c.hpcopt.v1.DeregisterRequest\x1a\x1d.hpcopt.v1.DeregisterResponse\x12=\n\x06Resize\x12\x18.hpcopt.v1.ResizeRequest\x1a\x19.hpcopt.v1.ResizeResponse\x12:\n\x05Queue\x12\x17.hpcopt.v1.QueueRequest\x1a\x18.hpcopt.v1.QueueResponse\x12[\n\x10ReportThroughput\x12\".hpcopt.v1.ReportThroughputRequest\x1a#.hpcopt.v1.ReportThroughputResponse\x12T\n\x16ReportUnreadableParent\x12(.hpcopt.v1.ReportUnreadableParentRequest\x1a\x10.hpcopt.v1.Trialb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -51,36 +51,40 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_DEREGISTERREQUEST']._serialized_end=737
   _globals['_DEREGISTERRESPONSE']._serialized_start=739
   _globals['_DEREGISTERRESPONSE']._serialized_end=787
-  _globals['_REGISTERREQUEST']._serialized_start=790
-  _globals['_REGISTERREQUEST']._serialized_end=923
-  _globals['_REGISTERRESPONSE']._serialized_start=926
-  _globals['_REGISTERRESPONSE']._serialized_end=1084
-  _globals['_ACQUIREREQUEST']._serialized_start=1086
-  _globals['_ACQUIREREQUEST']._serialized_end=1141
-  _globals['_ACQUIRERESPONSE']._serialized_start=1144
-  _globals['_ACQUIRERESPONSE']._serialized_end=1483
-  _globals['_ACQUIRERESPONSE_STATUS']._serialized_start=1397
-  _globals['_ACQUIRERESPONSE_STATUS']._serialized_end=1483
-  _globals['_TRIALLEASE']._serialized_start=1485
-  _globals['_TRIALLEASE']._serialized_end=1551
-  _globals['_HEARTBEATREQUEST']._serialized_start=1553
-  _globals['_HEARTBEATREQUEST']._serialized_end=1609
-  _globals['_HEARTBEATRESPONSE']._serialized_start=1612
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1844
-  _globals['_HEARTBEATRESPONSE_ACTION']._serialized_start=1740
-  _globals['_HEARTBEATRESPONSE_ACTION']._serialized_end=1844
-  _globals['_REPORTINTERMEDIATEREQUEST']._serialized_start=1847
-  _globals['_REPORTINTERMEDIATEREQUEST']._serialized_end=1979
-  _globals['_REPORTFOLDREQUEST']._serialized_start=1982
-  _globals['_REPORTFOLDREQUEST']._serialized_end=2200
-  _globals['_REPORTFOLDREQUEST_METRICSENTRY']._serialized_start=2154
-  _globals['_REPORTFOLDREQUEST_METRICSENTRY']._serialized_end=2200
-  _globals['_RELEASEREQUEST']._serialized_start=2202
-  _globals['_RELEASEREQUEST']._serialized_end=2310
-  _globals['_REPORTEVENTREQUEST']._serialized_start=2312
-  _globals['_REPORTEVENTREQUEST']._serialized_end=2414
-  _globals['_REPORTEVENTRESPONSE']._serialized_start=2416
-  _globals['_REPORTEVENTRESPONSE']._serialized_end=2437
-  _globals['_AGENTSERVICE']._serialized_start=2440
-  _globals['_AGENTSERVICE']._serialized_end=3313
+  _globals['_RESIZEREQUEST']._serialized_start=789
+  _globals['_RESIZEREQUEST']._serialized_end=851
+  _globals['_RESIZERESPONSE']._serialized_start=853
+  _globals['_RESIZERESPONSE']._serialized_end=869
+  _globals['_REGISTERREQUEST']._serialized_start=872
+  _globals['_REGISTERREQUEST']._serialized_end=1005
+  _globals['_REGISTERRESPONSE']._serialized_start=1008
+  _globals['_REGISTERRESPONSE']._serialized_end=1166
+  _globals['_ACQUIREREQUEST']._serialized_start=1168
+  _globals['_ACQUIREREQUEST']._serialized_end=1223
+  _globals['_ACQUIRERESPONSE']._serialized_start=1226
+  _globals['_ACQUIRERESPONSE']._serialized_end=1565
+  _globals['_ACQUIRERESPONSE_STATUS']._serialized_start=1479
+  _globals['_ACQUIRERESPONSE_STATUS']._serialized_end=1565
+  _globals['_TRIALLEASE']._serialized_start=1567
+  _globals['_TRIALLEASE']._serialized_end=1633
+  _globals['_HEARTBEATREQUEST']._serialized_start=1635
+  _globals['_HEARTBEATREQUEST']._serialized_end=1691
+  _globals['_HEARTBEATRESPONSE']._serialized_start=1694
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1926
+  _globals['_HEARTBEATRESPONSE_ACTION']._serialized_start=1822
+  _globals['_HEARTBEATRESPONSE_ACTION']._serialized_end=1926
+  _globals['_REPORTINTERMEDIATEREQUEST']._serialized_start=1929
+  _globals['_REPORTINTERMEDIATEREQUEST']._serialized_end=2061
+  _globals['_REPORTFOLDREQUEST']._serialized_start=2064
+  _globals['_REPORTFOLDREQUEST']._serialized_end=2282
+  _globals['_REPORTFOLDREQUEST_METRICSENTRY']._serialized_start=2236
+  _globals['_REPORTFOLDREQUEST_METRICSENTRY']._serialized_end=2282
+  _globals['_RELEASEREQUEST']._serialized_start=2284
+  _globals['_RELEASEREQUEST']._serialized_end=2392
+  _globals['_REPORTEVENTREQUEST']._serialized_start=2394
+  _globals['_REPORTEVENTREQUEST']._serialized_end=2496
+  _globals['_REPORTEVENTRESPONSE']._serialized_start=2498
+  _globals['_REPORTEVENTRESPONSE']._serialized_end=2519
+  _globals['_AGENTSERVICE']._serialized_start=2522
+  _globals['_AGENTSERVICE']._serialized_end=3458
 # @@protoc_insertion_point(module_scope)

@@ -244,6 +244,48 @@ class DeregisterResponse(_message.Message):
 Global___DeregisterResponse: _TypeAlias = DeregisterResponse  # noqa: Y015
 
 @_typing.final
+class ResizeRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    RANKS_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    ranks: _builtins.int
+    """At least 1."""
+    gpus: _builtins.int
+    """At least 0."""
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        ranks: _builtins.int = ...,
+        gpus: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "gpus", b"gpus", "ranks", b"ranks"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResizeRequest: _TypeAlias = ResizeRequest  # noqa: Y015
+
+@_typing.final
+class ResizeResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ResizeResponse: _TypeAlias = ResizeResponse  # noqa: Y015
+
+@_typing.final
 class RegisterRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -621,7 +663,7 @@ class ReportEventRequest(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     fold: _builtins.int
     kind: _builtins.str
-    """One of the kinds an agent may report: "checkpoint_refused"."""
+    """One of the kinds an agent may report: "checkpoint_refused", "params_unread"."""
     reason: _builtins.str
     @_builtins.property
     def lease(self) -> Global___TrialLease: ...

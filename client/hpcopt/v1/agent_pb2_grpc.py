@@ -80,6 +80,11 @@ class AgentServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.DeregisterRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_agent__pb2.DeregisterResponse.FromString,
                 _registered_method=True)
+        self.Resize = channel.unary_unary(
+                '/hpcopt.v1.AgentService/Resize',
+                request_serializer=hpcopt_dot_v1_dot_agent__pb2.ResizeRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_agent__pb2.ResizeResponse.FromString,
+                _registered_method=True)
         self.Queue = channel.unary_unary(
                 '/hpcopt.v1.AgentService/Queue',
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.QueueRequest.SerializeToString,
@@ -163,6 +168,15 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Resize(self, request, context):
+        """The agent's trial group has another size now: --groups auto laid the allocation out
+        after rank 0 registered with all of it, or a re-plan re-split it. The agents list
+        shows the ranks and GPUs given here from now on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Queue(self, request, context):
         """What is left to start of the campaign, leasing nothing: an agent that lays out its
         allocation itself (--groups auto) re-plans when fewer trials remain than groups.
@@ -237,6 +251,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.Deregister,
                     request_deserializer=hpcopt_dot_v1_dot_agent__pb2.DeregisterRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_agent__pb2.DeregisterResponse.SerializeToString,
+            ),
+            'Resize': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resize,
+                    request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ResizeRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_agent__pb2.ResizeResponse.SerializeToString,
             ),
             'Queue': grpc.unary_unary_rpc_method_handler(
                     servicer.Queue,
@@ -497,6 +516,33 @@ class AgentService:
             '/hpcopt.v1.AgentService/Deregister',
             hpcopt_dot_v1_dot_agent__pb2.DeregisterRequest.SerializeToString,
             hpcopt_dot_v1_dot_agent__pb2.DeregisterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resize(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.AgentService/Resize',
+            hpcopt_dot_v1_dot_agent__pb2.ResizeRequest.SerializeToString,
+            hpcopt_dot_v1_dot_agent__pb2.ResizeResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -51,6 +51,11 @@ class AgentServiceStub:
     """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
     still holds is requeued (as after a lost lease).
     """
+    Resize: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ResizeRequest, _agent_pb2.ResizeResponse]
+    """The agent's trial group has another size now: --groups auto laid the allocation out
+    after rank 0 registered with all of it, or a re-plan re-split it. The agents list
+    shows the ranks and GPUs given here from now on.
+    """
     Queue: _grpc.UnaryUnaryMultiCallable[_agent_pb2.QueueRequest, _agent_pb2.QueueResponse]
     """What is left to start of the campaign, leasing nothing: an agent that lays out its
     allocation itself (--groups auto) re-plans when fewer trials remain than groups.
@@ -88,6 +93,11 @@ class AgentServiceAsyncStub(AgentServiceStub):
     Deregister: _aio.UnaryUnaryMultiCallable[_agent_pb2.DeregisterRequest, _agent_pb2.DeregisterResponse]  # type: ignore[assignment]
     """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
     still holds is requeued (as after a lost lease).
+    """
+    Resize: _aio.UnaryUnaryMultiCallable[_agent_pb2.ResizeRequest, _agent_pb2.ResizeResponse]  # type: ignore[assignment]
+    """The agent's trial group has another size now: --groups auto laid the allocation out
+    after rank 0 registered with all of it, or a re-plan re-split it. The agents list
+    shows the ranks and GPUs given here from now on.
     """
     Queue: _aio.UnaryUnaryMultiCallable[_agent_pb2.QueueRequest, _agent_pb2.QueueResponse]  # type: ignore[assignment]
     """What is left to start of the campaign, leasing nothing: an agent that lays out its
@@ -177,6 +187,17 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agent_pb2.DeregisterResponse, _abc.Awaitable[_agent_pb2.DeregisterResponse]]:
         """Ends the registration on a normal exit: the agent shows as gone at once. A trial it
         still holds is requeued (as after a lost lease).
+        """
+
+    @_abc_1.abstractmethod
+    def Resize(
+        self,
+        request: _agent_pb2.ResizeRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ResizeResponse, _abc.Awaitable[_agent_pb2.ResizeResponse]]:
+        """The agent's trial group has another size now: --groups auto laid the allocation out
+        after rank 0 registered with all of it, or a re-plan re-split it. The agents list
+        shows the ranks and GPUs given here from now on.
         """
 
     @_abc_1.abstractmethod

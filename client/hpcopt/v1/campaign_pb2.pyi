@@ -261,6 +261,26 @@ class ExportCampaignResponse(_message.Message):
 Global___ExportCampaignResponse: _TypeAlias = ExportCampaignResponse  # noqa: Y015
 
 @_typing.final
+class ThroughputResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DOCUMENT_JSON_FIELD_NUMBER: _builtins.int
+    document_json: _builtins.str
+    """{"points": [...], "models": {scheme: ...}, "train_samples": n or null}"""
+    def __init__(
+        self,
+        *,
+        document_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_json", b"document_json"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ThroughputResponse: _TypeAlias = ThroughputResponse  # noqa: Y015
+
+@_typing.final
 class ImportCampaignRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -105,6 +105,11 @@ class CampaignServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_campaign__pb2.StopTrialRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
                 _registered_method=True)
+        self.GetThroughput = channel.unary_unary(
+                '/hpcopt.v1.CampaignService/GetThroughput',
+                request_serializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_campaign__pb2.ThroughputResponse.FromString,
+                _registered_method=True)
 
 
 class CampaignServiceServicer:
@@ -207,6 +212,15 @@ class CampaignServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetThroughput(self, request, context):
+        """The fold throughput measured at each width and the planner's model of it, as JSON:
+        the points the agents plan from (trained folds, and stored probes at widths no fold
+        measured), the same document as REST's GET /campaigns/{id}/throughput.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CampaignServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -279,6 +293,11 @@ def add_CampaignServiceServicer_to_server(servicer, server):
                     servicer.StopTrial,
                     request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.StopTrialRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_common__pb2.Trial.SerializeToString,
+            ),
+            'GetThroughput': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetThroughput,
+                    request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_campaign__pb2.ThroughputResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -659,6 +678,33 @@ class CampaignService:
             '/hpcopt.v1.CampaignService/StopTrial',
             hpcopt_dot_v1_dot_campaign__pb2.StopTrialRequest.SerializeToString,
             hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetThroughput(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.CampaignService/GetThroughput',
+            hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
+            hpcopt_dot_v1_dot_campaign__pb2.ThroughputResponse.FromString,
             options,
             channel_credentials,
             insecure,

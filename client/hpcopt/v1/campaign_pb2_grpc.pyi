@@ -61,6 +61,11 @@ class CampaignServiceStub:
     """Raises budget.max_trials; a COMPLETED campaign runs again."""
     StopTrial: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.StopTrialRequest, _common_pb2.Trial]
     """Cancels a QUEUED, RUNNING or PAUSED trial; its agent stops at its next heartbeat."""
+    GetThroughput: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _campaign_pb2.ThroughputResponse]
+    """The fold throughput measured at each width and the planner's model of it, as JSON:
+    the points the agents plan from (trained folds, and stored probes at widths no fold
+    measured), the same document as REST's GET /campaigns/{id}/throughput.
+    """
 
 @_typing.type_check_only
 class CampaignServiceAsyncStub(CampaignServiceStub):
@@ -94,6 +99,11 @@ class CampaignServiceAsyncStub(CampaignServiceStub):
     """Raises budget.max_trials; a COMPLETED campaign runs again."""
     StopTrial: _aio.UnaryUnaryMultiCallable[_campaign_pb2.StopTrialRequest, _common_pb2.Trial]  # type: ignore[assignment]
     """Cancels a QUEUED, RUNNING or PAUSED trial; its agent stops at its next heartbeat."""
+    GetThroughput: _aio.UnaryUnaryMultiCallable[_campaign_pb2.GetCampaignRequest, _campaign_pb2.ThroughputResponse]  # type: ignore[assignment]
+    """The fold throughput measured at each width and the planner's model of it, as JSON:
+    the points the agents plan from (trained folds, and stored probes at widths no fold
+    measured), the same document as REST's GET /campaigns/{id}/throughput.
+    """
 
 class CampaignServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -208,5 +218,16 @@ class CampaignServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_common_pb2.Trial, _abc.Awaitable[_common_pb2.Trial]]:
         """Cancels a QUEUED, RUNNING or PAUSED trial; its agent stops at its next heartbeat."""
+
+    @_abc_1.abstractmethod
+    def GetThroughput(
+        self,
+        request: _campaign_pb2.GetCampaignRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_campaign_pb2.ThroughputResponse, _abc.Awaitable[_campaign_pb2.ThroughputResponse]]:
+        """The fold throughput measured at each width and the planner's model of it, as JSON:
+        the points the agents plan from (trained folds, and stored probes at widths no fold
+        measured), the same document as REST's GET /campaigns/{id}/throughput.
+        """
 
 def add_CampaignServiceServicer_to_server(servicer: CampaignServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -390,14 +390,23 @@ def export_campaign(
     sort: TrialSort = "number",
     order: TrialOrder = "asc",
     range: TrialRanges = None,
+    hide: Annotated[
+        list[str] | None,
+        Query(
+            max_length=300,
+            description="csv: a column the table's chooser hides (param:NAME, attempt, duration or agent), "
+            "left out of the CSV; repeat for several",
+        ),
+    ] = None,
 ) -> Response:
     """``format=csv``: the trials the table's ``state``, ``range``, ``sort`` and ``order``
-    select (every trial by number without them)."""
+    select (every trial by number without them), without the columns ``hide`` names,
+    with each fold's value and metrics."""
     if format == "csv":
         name = f"campaign-{campaign_id}-trials.csv"
         ranges = [_range(r) for r in range or []]
         return Response(
-            service.insights.trials_csv(campaign_id, state or (), sort, order == "desc", ranges),
+            service.insights.trials_csv(campaign_id, state or (), sort, order == "desc", ranges, hide or ()),
             media_type="text/csv",
             headers={"Content-Disposition": f'attachment; filename="{name}"'},
         )

@@ -5,7 +5,8 @@ folds-1`` trained to ``epochs``. The *ladder* is the sequence of rungs a configu
 climbs: first epochs on one fold (``min_epochs``, ``min_epochs * eta``, ... up to the
 campaign's ``training.epochs``), then folds at all epochs (1, ``eta``, ``eta**2``, ... up
 to K). A rung whose resource is less than 1.5 times the one below it is left out (18
-epochs below 20 is not a rung of its own). Climbing is incremental: a promoted
+epochs below 20 is not a rung of its own); the ladder is said once, in
+:mod:`hpcopt.core.fidelity`, which the planner reads too. Climbing is incremental: a promoted
 configuration trains only the new fold-epochs, from its own checkpoints.
 
 Promotion is asynchronous successive halving (ASHA, Li et al. 2020), so no worker waits
@@ -36,51 +37,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hpcopt.core.fidelity import MIN_STEP as MIN_STEP
+from hpcopt.core.fidelity import Rung as Rung
+from hpcopt.core.fidelity import ladder as ladder
 from hpcopt_server import domain as d
-
-#: A rung is kept only if its resource (folds x epochs) is this many times the one below.
-MIN_STEP = 1.5
-
-
-@dataclass(frozen=True)
-class Rung:
-    index: int
-    folds: int
-    epochs: int
-
-    @property
-    def resource(self) -> int:
-        """Fold-epochs a configuration has trained once it finished this rung."""
-        return self.folds * self.epochs
-
-    def label(self) -> str:
-        return f"rung {self.index} ({self.folds} fold{'s' if self.folds > 1 else ''}, {self.epochs} epochs)"
-
-
-def ladder(epochs: int, folds: int, min_epochs: int, eta: float, fold_promotion: bool = True) -> tuple[Rung, ...]:
-    """The rungs, lowest first; the last is (K folds, all epochs). ValueError naming the
-    option when they cannot be built."""
-    if epochs < 1:
-        raise ValueError("training.epochs: the multi-fidelity searcher needs a training section with epochs >= 1")
-    if min_epochs > epochs:
-        raise ValueError(f"options.min_epochs: must be at most training.epochs ({epochs}); got {min_epochs}")
-    steps: list[tuple[int, int]] = []
-    e = float(min_epochs)
-    while e < epochs:
-        steps.append((1, round(e)))
-        e *= eta
-    steps.append((1, epochs))
-    if folds > 1:
-        f = eta if fold_promotion else float(folds)
-        while f < folds:
-            steps.append((round(f), epochs))
-            f *= eta
-        steps.append((folds, epochs))
-    kept: list[tuple[int, int]] = [steps[-1]]
-    for step in reversed(steps[:-1]):  # from the top down: the top rung always stays
-        if kept[-1][0] * kept[-1][1] >= MIN_STEP * step[0] * step[1]:
-            kept.append(step)
-    return tuple(Rung(i, f, e) for i, (f, e) in enumerate(reversed(kept)))
 
 
 @dataclass

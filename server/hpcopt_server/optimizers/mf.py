@@ -22,6 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import ClassVar
 
+from hpcopt.core.fidelity import ETA, FOLD_PROMOTION, MIN_EPOCHS
 from hpcopt.core.options import Option
 from hpcopt.errors import OptionError
 from hpcopt_server import domain as d
@@ -38,16 +39,16 @@ class MultiFidelity(Optimizer):
     pauses = True
 
     OPTIONS: ClassVar[dict[str, Option]] = {
-        "min_epochs": Option(1, int, low=1, high=1_000_000, doc="epochs of a new configuration's first rung"),
+        "min_epochs": Option(MIN_EPOCHS, int, low=1, high=1_000_000, doc="epochs of a new configuration's first rung"),
         "eta": Option(
-            3.0,
+            ETA,
             float,
             low=1.5,
             high=10.0,
             doc="each rung has eta times the epochs (then folds) of the one below; the best 1/eta of a rung climbs",
         ),
         "fold_promotion": Option(
-            True,
+            FOLD_PROMOTION,
             bool,
             doc="folds are rungs of their own (1, eta, ..., K at all epochs); false: from one fold straight to K",
         ),

@@ -113,6 +113,11 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
         return campaign_pb2.ExportCampaignResponse(document_json=self.svc.export_json(request.campaign_id))
 
     @handles_errors
+    def GetThroughput(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> campaign_pb2.ThroughputResponse:
+        document = self.svc.throughput.document(request.campaign_id)
+        return campaign_pb2.ThroughputResponse(document_json=json.dumps(document))
+
+    @handles_errors
     def ImportCampaign(self, request: campaign_pb2.ImportCampaignRequest, context: Ctx) -> common_pb2.Campaign:
         document = _json("document_json", request.document_json, self.svc.limits.import_bytes)
         created = self.svc.import_campaign(document, self._token(context))
@@ -151,6 +156,11 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
     def Deregister(self, request: agent_pb2.DeregisterRequest, context: Ctx) -> agent_pb2.DeregisterResponse:
         requeued = self.svc.agents.deregister(request.agent_id, request.reason, caller=self._caller(context))
         return agent_pb2.DeregisterResponse(requeued_trial_ids=requeued)
+
+    @handles_errors
+    def Resize(self, request: agent_pb2.ResizeRequest, context: Ctx) -> agent_pb2.ResizeResponse:
+        self.svc.agents.resize(request.agent_id, request.ranks, request.gpus, caller=self._caller(context))
+        return agent_pb2.ResizeResponse()
 
     @handles_errors
     def Queue(self, request: agent_pb2.QueueRequest, context: Ctx) -> agent_pb2.QueueResponse:

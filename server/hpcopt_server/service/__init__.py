@@ -18,6 +18,7 @@ from hpcopt_server.service.analysis import AnalysisService
 from hpcopt_server.service.campaigns import CampaignService
 from hpcopt_server.service.context import Context, ServiceSettings
 from hpcopt_server.service.export import export_campaign
+from hpcopt_server.service.growing import SpaceGrowth
 from hpcopt_server.service.importing import import_campaign
 from hpcopt_server.service.insights import InsightService
 from hpcopt_server.service.limits import RequestLimits
@@ -53,6 +54,7 @@ class Service:
         self.throughput = ThroughputService(self.ctx)
         self.population = PopulationService(self.ctx)
         self.steering = SteeringService(self.ctx)
+        self.growth = SpaceGrowth(self.ctx)
         self.reaper = LeaseReaper(self.ctx, reap_interval)
 
     def warm_optimizers(self) -> threading.Thread:

@@ -66,8 +66,9 @@ from hpcopt_server.storage.agent_calls import DONE, PAUSED, Refused
 
 RELEASE_STATES = (d.TrialState.FAILED, d.TrialState.PREEMPTED, d.TrialState.PRUNED)
 #: Event kinds an agent may add to a trial's log (ReportEvent), and how many of each one
-#: attempt may hold: a fold group reports a refused checkpoint once per fold it starts.
-AGENT_EVENTS = ("checkpoint_refused",)
+#: attempt may hold: a fold group reports a refused checkpoint once per fold it starts, and
+#: the parameters the task never read once per attempt (after fold 0).
+AGENT_EVENTS = ("checkpoint_refused", "params_unread", "params_outside_space")
 MAX_AGENT_EVENTS = 100
 _MAX_CACHED = 200_000
 
@@ -273,6 +274,17 @@ class AgentService:
         self._check_agent(agent_id, caller)
         return self.calls.deregister(agent_id, self.ctx.clock(), reason)
 
+    def resize(self, agent_id: str, ranks: int, gpus: int, *, caller: int | None = None) -> None:
+        """The agent's trial group has ``ranks`` ranks and ``gpus`` GPUs now (``--groups
+        auto`` laid its allocation out after registering, or re-planned); the agents list
+        shows them from now on."""
+        lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
+        lim.require_range("ranks", ranks, 1)
+        lim.require_range("gpus", gpus, 0)
+        self._check_agent(agent_id, caller)
+        with self.ctx.storage.write() as tx:
+            tx.agents.resize(agent_id, ranks, gpus, self.ctx.clock())
+
     # -- while the trial runs ----------------------------------------------------------
 
     def heartbeat(self, lease: Lease, *, caller: int | None = None) -> HeartbeatReply:
@@ -468,6 +480,14 @@ class AgentService:
             return FailedPrecondition(
                 f"the lease of trial {t.id} expired at {t.lease_expires_at.isoformat()}; "
                 "the trial goes back to the queue"
+            )
+        unit = t.fidelity
+        if why == Refusal.FOLD_RANGE and campaign is not None and unit is not None and (fold or 0) < campaign.folds:
+            f = unit
+            return InvalidArgument(
+                f"fold {fold} is not part of this lease: trial {t.id}'s rung {f.rung} trains folds 0..{f.folds - 1} of "
+                f"{campaign.folds} (multi-fidelity); the next folds come with a promotion",
+                [("fold", f"must be in 0..{f.folds - 1} for this lease")],
             )
         if why == Refusal.FOLD_RANGE and campaign is not None:
             n = campaign.folds

@@ -58,8 +58,8 @@ LEASE_HELD = (
     & (T.c.lease_expires_at >= _p("now", T.c.lease_expires_at))
 )
 RENEW_PLAIN = update(T).where(LEASE_HELD).values(lease_expires_at=_p("exp", T.c.lease_expires_at))
-RENEW = RENEW_PLAIN.returning(T.c.campaign_id, T.c.attempt)
-OF_TRIAL = select(T.c.campaign_id, T.c.attempt).where(T.c.id == _p("tid"))
+RENEW = RENEW_PLAIN.returning(T.c.campaign_id, T.c.attempt, T.c.fidelity)
+OF_TRIAL = select(T.c.campaign_id, T.c.attempt, T.c.fidelity).where(T.c.id == _p("tid"))
 COMPLETE = (
     update(T)
     .where(LEASE_HELD)
@@ -238,6 +238,7 @@ WITH t AS (
   UPDATE trials SET lease_expires_at = :exp
   WHERE {_HELD}
     AND :fold < (SELECT (c.spec ->> 'folds')::int FROM campaigns c WHERE c.id = trials.campaign_id)
+    AND :fold < COALESCE((trials.fidelity ->> 'folds')::int, :fold + 1)
     AND NOT EXISTS (SELECT 1 FROM folds WHERE trial_id = :tid AND fold = :fold AND finished)
   RETURNING campaign_id, attempt),
 f AS (
@@ -264,6 +265,7 @@ t AS (
   UPDATE trials SET lease_expires_at = :exp
   WHERE {_HELD}
     AND :fold < (SELECT folds FROM c)
+    AND :fold < COALESCE((trials.fidelity ->> 'folds')::int, :fold + 1)
     AND NOT EXISTS (SELECT 1 FROM c, json_array_elements(c.objectives) WITH ORDINALITY AS o(objective, i)
                     WHERE o.i > 1 AND (CAST(:metrics AS json) -> (o.objective ->> 'metric')) IS NULL)
     AND NOT EXISTS (SELECT 1 FROM folds WHERE trial_id = :tid AND fold = :fold AND finished)

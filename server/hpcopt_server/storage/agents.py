@@ -44,6 +44,11 @@ class AgentStore(Store):
         """The agent was heard from at ``now``."""
         self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(last_seen_at=now))
 
+    def resize(self, agent_id: str, ranks: int, gpus: int, now: datetime) -> None:
+        """The agent's trial group has ``ranks`` ranks and ``gpus`` GPUs now; heard from at ``now``."""
+        values = {"ranks": ranks, "gpus": gpus, "last_seen_at": now}
+        self.s.execute(update(m.AgentRow).where(m.AgentRow.id == agent_id).values(**values))
+
     def end(self, agent_id: str, now: datetime, reason: str = "") -> None:
         """The agent said goodbye at ``now``; a second goodbye without a reason keeps the first's."""
         values: dict[str, object] = {"exited_at": now, "last_seen_at": now}

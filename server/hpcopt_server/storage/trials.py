@@ -297,6 +297,15 @@ class TrialStore(Store):
             .execution_options(synchronize_session=False)
         )
 
+    def set_params(self, trial_id: int, params: d.Params) -> None:
+        """A running trial's params, grown by a define-by-run study (``service/growing.py``)."""
+        self.s.execute(
+            update(m.TrialRow)
+            .where(m.TrialRow.id == trial_id)
+            .values(params=dict(params))
+            .execution_options(synchronize_session=False)
+        )
+
     def add_event(
         self, trial_id: int, attempt: int, kind: str, now: datetime, *, agent_id: str = "", reason: str = ""
     ) -> None:

@@ -3,8 +3,8 @@ empirical distribution), its revision for conditional GETs, and learning curves.
 
 from __future__ import annotations
 
+import heapq
 import math
-import random
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,7 +24,8 @@ class Plots(InsightBase):
         ``best`` is the best-so-far line over *all* completed trials (only the points
         where it changes). ``points`` holds every completed trial when there are at most
         ``max_points``; otherwise every trial that improved the best, the best tenth of
-        the budget, and an even random sample of the rest (``downsampled`` says so).
+        the budget, and an even sample of the rest, the same trials from one answer to the
+        next (``downsampled`` says so).
         ``objectives`` gives each objective its own best line, empirical distribution and
         robust axis limit (:func:`robust_limit`); ``ended`` the PRUNED and FAILED trials,
         and a multi-fidelity campaign's PAUSED ones (at most ``max_points``, evenly over
@@ -58,7 +59,11 @@ class Plots(InsightBase):
             chosen = set(improved) | {r[0] for r in by_quality[: max_points // 10]}
             rest = [r[0] for r in rows if r[0] not in chosen]
             room = max(0, max_points - len(chosen))
-            chosen |= set(random.Random(campaign_id).sample(rest, min(room, len(rest))))
+            # The sample is the rest's smallest keys, each trial's key fixed by its id: a
+            # trial that completes enters or not, and the others stay, so that a live
+            # page's plots change only where a completion changed them (a fresh random
+            # sample on every completion made every plot redraw everything).
+            chosen |= set(heapq.nsmallest(room, rest, key=_sample_key))
             keep = [r for r in rows if r[0] in chosen]
         front = front_ids(campaign, list(vectors.items())) if vectors else []
         front_size = len(front)
@@ -178,3 +183,9 @@ def _quantiles(values: list[float]) -> list[float]:
     if n <= EDF_POINTS:
         return values
     return [values[round(i * (n - 1) / (EDF_POINTS - 1))] for i in range(EDF_POINTS)]
+
+
+def _sample_key(trial_id: int) -> int:
+    """A trial's place in the plot data's sample: Knuth's multiplicative hash of its id,
+    spread evenly over the ids and the same in every answer."""
+    return (trial_id * 2654435761) % 2**32

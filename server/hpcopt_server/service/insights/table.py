@@ -10,6 +10,7 @@ from datetime import datetime
 from operator import itemgetter
 from typing import Any
 
+from hpcopt.core.closest import did_you_mean
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.service.context import campaign_or_404
@@ -106,12 +107,18 @@ class Table(InsightBase):
         sort: str = "number",
         descending: bool = False,
         ranges: Sequence[tuple[str, float, float]] = (),
+        hide: Sequence[str] = (),
     ) -> str:
         """One row per trial that the table's ``states``, ``ranges`` and order select (all
-        by number by default): ids, state, attempt, value ± std, params, times, agent (in
-        one of the slots for costly reads, ``heavy.py``)."""
+        by number by default): ids, state, attempt, value ± std, params, times, the time
+        ran, agent, and each fold's value and metrics (in one of the slots for costly
+        reads, ``heavy.py``). ``hide``: the columns the table's chooser hides
+        (``param:NAME``, ``attempt``, ``duration``, ``agent``), left out here too."""
+        with self.ctx.storage.read() as tx:
+            space = campaign_or_404(tx, campaign_id).spec.get("space", {})
+        hidden = _hidden(hide, space)
         with self.ctx.heavy.slot("CSV export"):
-            return self._trials_csv(campaign_id, list(states), sort, descending, ranges)
+            return self._trials_csv(campaign_id, list(states), sort, descending, ranges, hidden)
 
     def _trials_csv(
         self,
@@ -120,54 +127,95 @@ class Table(InsightBase):
         sort: str,
         descending: bool,
         ranges: Sequence[tuple[str, float, float]],
+        hidden: set[str],
     ) -> str:
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
         trials: list[d.Trial] = []
+        ran: dict[int, Ran] = {}
+        agents: dict[str, tuple[str, str]] = {}
         while True:  # the table's pages, so that the CSV holds what the table lists
             page = self.table(campaign_id, states, len(trials), MAX_PAGE, sort, descending, ranges)
             trials.extend(page.trials)
+            ran.update(page.ran)
+            agents.update(page.agents)
             if not page.trials or len(trials) >= page.total:
                 break
-        names = list(campaign.spec.get("space", {}))
+        names = [n for n in campaign.spec.get("space", {}) if f"param:{n}" not in hidden]
         others = [metric for metric, _ in campaign.objectives[1:]]  # a multi-objective campaign's
+        folds = sorted({f.index for t in trials for f in t.folds})
+        metrics = sorted({m for t in trials for f in t.folds for m in f.metrics})
+        now = self.ctx.clock()
+        # Each column: its header and its cell of a trial, in the table's order, those the
+        # chooser hides left out; then each fold's value and metrics.
+        columns: list[tuple[str, Callable[[d.Trial], object]]] = [
+            ("trial_id", lambda t: t.id),
+            ("number", lambda t: t.number),
+            ("state", lambda t: t.state.value),
+            ("attempt", lambda t: t.attempt),
+            (campaign.metric, lambda t: _num(t.value)),
+            (f"{campaign.metric}_std", lambda t: _num(t.value_std)),
+            *[(m, _objective(k + 1)) for k, m in enumerate(others)],
+            *[(f"param_{n}", _param(n)) for n in names],
+            ("started_at", lambda t: t.started_at.isoformat() if t.started_at else ""),
+            ("finished_at", lambda t: t.finished_at.isoformat() if t.finished_at else ""),
+            ("duration_s", lambda t: _ran(ran.get(t.id), now)),
+            ("agent_id", lambda t: t.agent_id),
+            ("agent_host", lambda t: agents.get(t.agent_id, ("", ""))[0]),
+            ("error", lambda t: t.error.splitlines()[0] if t.error else ""),
+        ]
+        gone = {c for key, cs in _HIDES.items() if key in hidden for c in cs}
+        columns = [c for c in columns if c[0] not in gone]
+        for k in folds:
+            columns.append((f"fold_{k}_{campaign.metric}", _fold(k, None)))
+            columns += [(f"fold_{k}_{m}", _fold(k, m)) for m in metrics if m != campaign.metric]
         out = io.StringIO()
         writer = csv.writer(out)
-        writer.writerow(
-            [
-                "trial_id",
-                "number",
-                "state",
-                "attempt",
-                campaign.metric,
-                f"{campaign.metric}_std",
-                *others,
-                *[f"param_{n}" for n in names],
-                "started_at",
-                "finished_at",
-                "agent_id",
-                "error",
-            ]
-        )
+        writer.writerow([name for name, _ in columns])
         for t in trials:
-            values = [_num(v) for v in t.values[1:]] if t.values else [""] * len(others)
-            writer.writerow(
-                [
-                    t.id,
-                    t.number,
-                    t.state.value,
-                    t.attempt,
-                    _num(t.value),
-                    _num(t.value_std),
-                    *values,
-                    *[t.params.get(n, "") for n in names],
-                    t.started_at.isoformat() if t.started_at else "",
-                    t.finished_at.isoformat() if t.finished_at else "",
-                    t.agent_id,
-                    t.error.splitlines()[0] if t.error else "",
-                ]
-            )
+            writer.writerow([cell(t) for _, cell in columns])
         return out.getvalue()
+
+
+#: The table's hideable columns other than parameters, as the CSV's columns.
+_HIDES = {"attempt": ("attempt",), "duration": ("duration_s",), "agent": ("agent_id", "agent_host")}
+
+
+def _hidden(hide: Sequence[str], space: dict[str, Any]) -> set[str]:
+    """The ``hide`` keys, each one the table's chooser has; an unknown one is refused by name."""
+    allowed = [*(f"param:{n}" for n in space), *_HIDES]
+    for key in hide:
+        if key not in allowed:
+            raise InvalidArgument(
+                f"hide: {key[:100]!r} is not a column the table can hide; allowed: {', '.join(allowed)}"
+                + did_you_mean(key, allowed),
+                [("hide", f"one of {', '.join(allowed)}")],
+            )
+    return set(hide)
+
+
+def _objective(k: int) -> Callable[[d.Trial], object]:
+    return lambda t: _num(t.values[k]) if t.values and len(t.values) > k else ""
+
+
+def _param(name: str) -> Callable[[d.Trial], object]:
+    return lambda t: t.params.get(name, "")
+
+
+def _fold(index: int, metric: str | None) -> Callable[[d.Trial], object]:
+    """A fold's value (``metric`` None) or one of its metrics; empty where it has none."""
+
+    def cell(t: d.Trial) -> object:
+        fold = next((f for f in t.folds if f.index == index), None)
+        if fold is None:
+            return ""
+        return _num(fold.value if metric is None else fold.metrics.get(metric))
+
+    return cell
+
+
+def _ran(r: Ran | None, now: datetime) -> str:
+    return "" if r is None else repr(round(r.seconds + _since(r, now), 3))
 
 
 def _num(v: float | None) -> str:

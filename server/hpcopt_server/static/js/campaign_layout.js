@@ -26,6 +26,7 @@ export function layout(id) {
       ...campaignButtons(id),
       el("button", { id: "cancel", class: "danger", text: "Cancel campaign", disabled: true, onclick: () => cancelCampaign(id) }),
     ),
+    el("div", { class: "banner", id: "paused-banner", role: "status", hidden: true }),
     el("div", { class: "card", id: "summary" }),
     noteCard(`/campaigns/${id}/note`, "campaign"),
     card("empty-state", "No completed trials yet", { hidden: true }, el("div", { id: "empty-text" })),

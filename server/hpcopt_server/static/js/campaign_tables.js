@@ -16,6 +16,7 @@ import {
   sortableHeader,
   when,
 } from "./core.js";
+import { ask } from "./dialog.js";
 import { steerCampaign, stopButton } from "./steer.js";
 
 // ------------------------------------------------------------- summary ---
@@ -32,10 +33,18 @@ export function renderSummary(c) {
   cancel.title = why || (!open ? `the campaign is ${c.state}` : "");
   steerCampaign(c);
   const training = spec.training || {};
-  const space = Object.entries(spec.space).map(([k, p]) =>
-    p.type === "categorical"
-      ? `${k} ∈ {${p.choices.join(", ")}}`
-      : `${k} ∈ [${fmtParam(p, p.low)}, ${fmtParam(p, p.high)}]${p.scale === "log" ? " log" : ""}${p.type === "int" ? " int" : ""}`,
+  // A conditional parameter says when it is active (`when: {opt: [sgd]}` reads "when opt = sgd").
+  const condition = (p) =>
+    p.when
+      ? ` when ${Object.entries(p.when)
+          .map(([name, values]) => `${name} ${values.length === 1 ? "=" : "∈"} ${values.length === 1 ? values[0] : `{${values.join(", ")}}`}`)
+          .join(" and ")}`
+      : "";
+  const space = Object.entries(spec.space).map(
+    ([k, p]) =>
+      (p.type === "categorical"
+        ? `${k} ∈ {${p.choices.join(", ")}}`
+        : `${k} ∈ [${fmtParam(p, p.low)}, ${fmtParam(p, p.high)}]${p.scale === "log" ? " log" : ""}${p.type === "int" ? " int" : ""}`) + condition(p),
   );
   const best =
     c.best_trial_number !== null
@@ -80,7 +89,7 @@ export function renderSummary(c) {
         el("dt", { text: "Training" }),
         el("dd", {
           class: "mono",
-          text: `${training.task} · ${training.scheme} · ${training.epochs} epochs · ${training.ranks_per_fold ? `${training.ranks_per_fold} rank(s)/fold` : "ranks per fold: planned by the agents"}`,
+          text: `${typeof training.task === "string" ? training.task : `script ${training.task.script} ${training.task.args.join(" ")}`.trim()} · ${training.scheme} · ${training.epochs} epochs · ${training.ranks_per_fold ? `${training.ranks_per_fold} rank(s)/fold` : "ranks per fold: planned by the agents"}`,
         }),
         el("dt", { text: "Created" }),
         el("dd", { text: when(c.created_at) }),
@@ -142,14 +151,20 @@ function prunerAndWarmStart(spec) {
   return out;
 }
 
-export async function cancelCampaign(id) {
-  if (!confirm(`Cancel campaign ${id}? Its queued and running trials are cancelled; agents stop at their next heartbeat.`)) return;
-  try {
-    await api(`/campaigns/${id}/cancel`, { method: "POST" });
-    session.refresh();
-  } catch (e) {
-    alert(`cancel failed: ${e.message}`);
-  }
+export function cancelCampaign(id) {
+  ask({
+    id: "cancel-dialog",
+    title: `Cancel campaign ${id}?`,
+    lines: [
+      "Its queued and running trials are cancelled, and agents stop them at their next heartbeat; " +
+        "finished trials and folds keep their values. A cancelled campaign cannot run again.",
+    ],
+    ok: "Cancel the campaign",
+    run: async () => {
+      await api(`/campaigns/${id}/cancel`, { method: "POST" });
+      session.refresh();
+    },
+  });
 }
 
 // ------------------------------------------------------------- running ---
@@ -175,7 +190,13 @@ export function renderRunning(id, rows, c) {
         "tr",
         { "data-trial": r.trial_id },
         el("td", { class: "nowrap" }, el("a", { href: `#/campaign/${id}/trial/${r.number}`, text: `#${r.number}` })),
-        el("td", { text: agentLabel(r.agent_host, r.agent_job) }),
+        // The host's own name (its first label, not an IP's), the full one on hover: a
+        // cluster's FQDN took the column over four lines at 800 px.
+        el("td", {
+          class: "agent",
+          title: agentLabel(r.agent_host, r.agent_job),
+          text: agentLabel(r.agent_host && !/^[\d.]+$|:/.test(r.agent_host) ? r.agent_host.split(".")[0] : r.agent_host, r.agent_job),
+        }),
         el("td", { class: "num", text: r.attempt }),
         el("td", { class: "nowrap", text: `${r.folds_finished} / ${r.folds}` }),
         el(
@@ -186,7 +207,7 @@ export function renderRunning(id, rows, c) {
         ),
         el("td", { class: "num nowrap", text: r.latest ? `${fmt(r.latest.value)} (fold ${r.latest.fold}, epoch ${r.latest.step})` : "–" }),
         el("td", { class: "nowrap running-for", ...clockAttrs(r) }), // its clock ticks in refreshAgo
-        el("td", {}, stopButton(id, { number: r.number, state: "RUNNING" }, `stop-${r.number}`)),
+        el("td", {}, stopButton(id, { number: r.number, state: "RUNNING" }, `stop-${r.number}`, { finished: r.folds_finished, total: r.folds })),
       );
     },
   );

@@ -4,7 +4,7 @@
 
 import { done, notFound } from "./campaign.js";
 import { badge, el, fmt, live, MAX_COMPARED, MIN_COMPARED, poll, session } from "./core.js";
-import { colour, draw, plain } from "./plots.js";
+import { colour, draw, forObjective, plain, robustRange } from "./plots.js";
 
 const app = document.getElementById("app");
 
@@ -41,14 +41,22 @@ export function compareCampaignsPage(query) {
       el("div", { class: "card" }, el("h2", { text: "Best value by trial" }), el("div", { id: "plot-compare-best", class: "plot" })),
       el("div", { class: "card" }, el("h2", { text: "Distribution of the values" }), el("div", { id: "plot-compare-edf", class: "plot" })),
     ),
+    el(
+      "label",
+      { class: "check", title: "value axes span every completed trial, outliers included" },
+      el("input", { type: "checkbox", id: "compare-all", onchange: () => shown && render(shown) }),
+      " every value",
+    ),
     el("div", { id: "compare-note", class: "note" }),
   );
+  let shown = null; // the campaigns last drawn: the checkbox draws them again
   live(
     async (gen) => {
       const answers = await Promise.all(ids.flatMap((id) => [poll(`/campaigns/${id}`), poll(`/campaigns/${id}/plot?max_points=1000`)]));
       if (gen !== session.generation) return false;
       if (!answers.some((a) => a.changed)) return false;
       const campaigns = ids.map((_, i) => ({ c: answers[2 * i].body, plot: answers[2 * i + 1].body }));
+      shown = campaigns;
       render(campaigns);
       return true;
     },
@@ -111,11 +119,20 @@ function render(campaigns) {
       ),
     ),
   );
-  // Each campaign's first objective: the overlay is only a comparison when they agree.
-  const goal = ({ plot }) => `${plot.direction} ${plot.metric}`;
-  const same = new Set(campaigns.map(goal)).size === 1;
+  // Each campaign's first objective is what its lines show: the overlay compares
+  // directly only when every campaign has the same objectives, all of them.
+  const firsts = campaigns.map(({ plot }) => forObjective(plot, 0));
+  const goal = (v) => `${v.direction} ${v.metric}`;
+  const goals = ({ c }) => (c.spec.objectives || [c.spec.objective]).map((o) => `${o.direction} ${o.metric}`).join(", ");
+  const sameFirst = new Set(firsts.map(goal)).size === 1;
+  const same = sameFirst && new Set(campaigns.map(goals)).size === 1;
+  // One value axis for all, with the outlier handling of every other plot: it stops past
+  // the worst value inside any campaign's robust limit (a diverged run at 16 squeezed every
+  // line into the left 5%), unless the reader asks for every value.
+  const all = document.getElementById("compare-all").checked;
+  const axis = sameFirst ? sharedAxis(firsts, all) : { layout: {}, off: [], limit: null }; // one scale only for one objective
   const best = campaigns.map(({ c, plot }, i) => {
-    const steps = plot.best || [];
+    const steps = firsts[i].best || [];
     const last = Math.max(0, ...(plot.points || []).map((p) => p.number));
     const x = [...steps.map((b) => b.number), last],
       y = [...steps.map((b) => b.value), steps.length ? steps[steps.length - 1].value : null];
@@ -129,13 +146,14 @@ function render(campaigns) {
       hovertemplate: `${plain(c.name)}: %{y:.4g} after trial #%{x}<extra></extra>`,
     };
   });
+  const title = sameFirst ? plain(firsts[0].metric) : "value (each its own objective)";
   draw("plot-compare-best", best, {
     xaxis: { title: { text: "trial number" } },
-    yaxis: { title: { text: same ? plain(campaigns[0].plot.metric) : "best value (each its own objective)" } },
+    yaxis: Object.assign({ title: { text: sameFirst ? title : "best value (each its own objective)" } }, axis.layout),
     legend: { orientation: "h", y: 1.15 },
   });
-  const edf = campaigns.map(({ c, plot }, i) => {
-    const q = plot.edf || [];
+  const edf = campaigns.map(({ c }, i) => {
+    const q = firsts[i].edf || [];
     return {
       type: "scatter",
       mode: "lines",
@@ -147,11 +165,47 @@ function render(campaigns) {
     };
   });
   draw("plot-compare-edf", edf, {
-    xaxis: { title: { text: same ? plain(campaigns[0].plot.metric) : "value" } },
+    xaxis: Object.assign({ title: { text: title } }, axis.layout),
     yaxis: { title: { text: "fraction of completed trials" }, range: [0, 1.02] },
     legend: { orientation: "h", y: 1.15 },
   });
-  document.getElementById("compare-note").textContent = same
-    ? `All minimize or maximize the same objective (${goal(campaigns[0])}): the lines compare directly.`
-    : `The campaigns' objectives differ (${campaigns.map(goal).join("; ")}): each line is on its own objective's scale, so read the shapes, not the levels.`;
+  const cut = axis.off.length
+    ? ` The value axes stop at ${fmt(axis.limit)}: ${axis.off.map(([k, n]) => `${n} trial${n === 1 ? "" : "s"} of ${campaigns[k].c.name}`).join(", ")} lie beyond (tick every value for all).`
+    : "";
+  const many = goals(campaigns[0]).includes(","); // the shared objectives are several: the lines show the first
+  const others = campaigns.filter((x, k) => goals(x) !== goal(firsts[k])).map((x) => x.c.name); // those with more objectives
+  let note;
+  if (same)
+    note = `All have the same objective${many ? `s (${goals(campaigns[0])}); the lines show the first` : ` (${goals(campaigns[0])})`}: the lines compare directly.`;
+  else if (sameFirst)
+    note =
+      `The lines show ${goal(firsts[0])}, the first objective of each, but the objectives differ (${campaigns.map((x) => `${x.c.name}: ${goals(x)}`).join("; ")}): ` +
+      `${others.join(", ")} trade${others.length === 1 ? "s" : ""} it against another, so a worse ${plain(firsts[0].metric)} there may be the price of that, not a worse search.`;
+  else
+    note = `The campaigns' objectives differ (${campaigns.map(goals).join("; ")}): each line is on its own first objective's scale, so read the shapes, not the levels.`;
+  document.getElementById("compare-note").textContent = note + cut;
+}
+
+/** The value axis the compared campaigns share: each one's robust range (robustRange:
+ * the worse side stops at its limit) joined, when any has values past its limit; the
+ * layout for that axis, the widest limit and how many trials of each lie past it. */
+function sharedAxis(firsts, all) {
+  const view = { all };
+  const ranges = firsts.map((v) => ({ v, r: robustRange(v, view, v.edf || []) }));
+  if (!ranges.some(({ r }) => r)) return { layout: {}, off: [], limit: null };
+  let lo = Infinity,
+    hi = -Infinity;
+  for (const { v, r } of ranges) {
+    const span = r ? r.range : (v.edf || []).length ? [Math.min(...v.edf), Math.max(...v.edf)] : null;
+    if (!span) continue;
+    lo = Math.min(lo, span[0]);
+    hi = Math.max(hi, span[1]);
+  }
+  const off = [];
+  ranges.forEach(({ v }, k) => {
+    const n = (v.edf || []).filter((x) => x < lo || x > hi).length;
+    if (n) off.push([k, n]);
+  });
+  const minimize = firsts[0].direction !== "maximize";
+  return { layout: { range: [lo, hi], autorange: false }, off, limit: minimize ? hi : lo };
 }

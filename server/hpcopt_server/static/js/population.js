@@ -84,11 +84,16 @@ export function renderPopulation(doc, spec, openTrial) {
     line: { color: "#000", width: 3 },
     hoverinfo: "skip",
   });
+  // The same epochs on this plot and the schedules below it (0 to the last), and the
+  // legend above the plot: below it, Plotly drew the x title over it.
+  const epochs = epochSpan(doc, spec);
+  for (const t of traces) t.cliponaxis = false; // a marker at epoch 0 or the last is whole
   const node = draw("plot-population", traces, {
-    xaxis: { title: { text: "epoch" } },
+    xaxis: { title: { text: "epoch" }, range: [0, epochs] },
     yaxis: { title: { text: plain(spec.objective.metric) } },
     showlegend: true,
-    legend: { orientation: "h" },
+    legend: { orientation: "h", x: 0, y: 1.02, xanchor: "left", yanchor: "bottom" },
+    margin: { l: 60, r: 20, t: 40, b: 45 },
   });
   if (node && node.on && !node.dataset.clicks) {
     node.on("plotly_click", (e) => {
@@ -102,6 +107,12 @@ export function renderPopulation(doc, spec, openTrial) {
     `${members.length} members, ${doc.intervals.length} intervals, ${copies} copies (a member in the bottom share took a top member's weights and perturbed its hyper-parameters). ` +
     `The black line is the best member at the furthest epoch, traced back through the members it copied.${doc.truncated ? " Only the first 20,000 intervals are shown." : ""}`;
   renderSchedule(doc, spec);
+}
+
+/** The last epoch the population trains to: the x axes of its plots run 0 to it. */
+function epochSpan(doc, spec) {
+  const last = Math.max(0, ...doc.intervals.map((i) => i.stop_epoch));
+  return last || (spec.training && spec.training.epochs) || 1;
 }
 
 function renderSchedule(doc, spec) {
@@ -122,7 +133,7 @@ function renderSchedule(doc, spec) {
     draw(
       `pbt-schedule-${k}`,
       [{ type: "scatter", mode: "lines", x, y, line: { color: colour(k), width: 2 }, hovertemplate: `${plain(name)} = %{y}<br>epoch %{x}<extra></extra>` }],
-      { xaxis: { title: { text: "epoch" } }, yaxis, showlegend: false, margin: { l: 60, r: 10, t: 10, b: 40 } },
+      { xaxis: { title: { text: "epoch" }, range: [0, epochSpan(doc, spec)] }, yaxis, showlegend: false, margin: { l: 60, r: 10, t: 10, b: 40 } },
     );
   });
 }

@@ -159,11 +159,21 @@ export function renderHypervolume(plot, view) {
     xs.push(p.number);
     ys.push(hypervolume(seen, ref));
   }
+  // The axis spans what the hypervolume did once it was positive, not 0 to its top: from
+  // 0 the gains after the first trials read as a flat line.
+  const positive = ys.filter((y) => y > 0);
+  const lo = positive.length ? Math.min(...positive) : 0;
+  const hi = positive.length ? Math.max(...positive) : 1;
+  const pad = (hi - lo) * 0.05 || Math.abs(hi) * 0.05 || 1;
   draw(
     "plot-hypervolume",
     [{ type: "scatter", mode: "lines", x: xs, y: ys, line: { shape: "hv", color: "#c0392b" }, hovertemplate: "after trial #%{x}: %{y:.4g}<extra></extra>" }],
-    { xaxis: { title: { text: "trial number" } }, yaxis: { title: { text: "hypervolume" }, rangemode: "tozero" }, margin: { l: 60, r: 20, t: 10, b: 45 } },
+    {
+      xaxis: { title: { text: "trial number" } },
+      yaxis: { title: { text: "hypervolume" }, range: [lo - pad, hi + pad] },
+      margin: { l: 60, r: 20, t: 10, b: 45 },
+    },
   );
   document.getElementById("hypervolume-note").textContent =
-    `The area of ${a.metric} × ${b.metric} that the completed trials dominate, up to the reference point (${fmt(s[0] * ref[0])}, ${fmt(s[1] * ref[1])}): each objective's robust limit, or its worst value${plot.completed > pts.length ? `; over the plots' sample of ${pts.length} of ${plot.completed} trials` : ""}.`;
+    `The area of ${a.metric} × ${b.metric} that the completed trials dominate, up to the reference point (${fmt(s[0] * ref[0])}, ${fmt(s[1] * ref[1])}): each objective's robust limit, or its worst value; the axis starts near the first positive value, not at 0${plot.completed > pts.length ? `; over the plots' sample of ${pts.length} of ${plot.completed} trials` : ""}.`;
 }

@@ -153,7 +153,9 @@ function render(t, c) {
     .replaceChildren(
       nav(t.number - 1, `‹ #${t.number - 1}`, "trial-prev"),
       nav(t.number + 1, `#${t.number + 1} ›`, "trial-next"),
-      t.state === "QUEUED" || t.state === "RUNNING" || t.state === "PAUSED" ? stopButton(c.id, t, "stop-trial") : "",
+      t.state === "QUEUED" || t.state === "RUNNING" || t.state === "PAUSED"
+        ? stopButton(c.id, t, "stop-trial", { finished: (t.folds || []).filter((f) => f.finished).length, total: c.spec.folds })
+        : "",
     );
   const box = document.getElementById("trial");
   if (!box.children.length) {

@@ -133,6 +133,11 @@ class CallsBase:
                 self._campaigns[campaign_id] = found
         return found
 
+    def forget_campaign(self, campaign_id: int) -> None:
+        """Drops the cached campaign: its space grew (``service/growing.py``, in process)."""
+        with self._lock:
+            self._campaigns.pop(campaign_id, None)
+
     def _reload(self, c: Connection, campaign_id: int) -> d.Campaign:
         """The campaign read again, and cached in place of the spec it replaces."""
         found = mapping.campaign(c.execute(S.CAMPAIGN, {"cid": campaign_id}).one())
@@ -152,19 +157,26 @@ class CallsBase:
         with self.storage.write() as tx:
             yield tx.connection()
 
-    def _renew(self, c: Connection, p: dict[str, Any]) -> tuple[int, int] | None:
+    def _renew(self, c: Connection, p: dict[str, Any]) -> tuple[int, int, int | None] | None:
+        """Extends a held lease: (campaign id, attempt, the folds of its multi-fidelity
+        unit or None), or None when the lease does not hold."""
         if self.returning:
             row = S.run(c, S.RENEW, p).first()
         else:
             row = c.execute(S.OF_TRIAL, p).first() if S.run(c, S.RENEW_PLAIN, p).rowcount else None
-        return (int(row[0]), int(row[1])) if row else None
+        if not row:
+            return None
+        unit = row[2].get("folds") if isinstance(row[2], dict) else None
+        return int(row[0]), int(row[1]), None if unit is None else int(unit)
 
-    def _renewed_campaign(self, c: Connection, p: dict[str, Any]) -> tuple[d.Campaign, int]:
+    def _renewed_campaign(self, c: Connection, p: dict[str, Any]) -> tuple[d.Campaign, int, int]:
+        """The renewed lease's campaign, attempt, and the folds the lease may report
+        (``rules.unit_folds``); Rollback when it does not hold."""
         renewed = self._renew(c, p)
         campaign = None if renewed is None else self.campaign(renewed[0], c)
         if renewed is None or campaign is None:
             raise Rollback
-        return campaign, renewed[1]
+        return campaign, renewed[1], rules.unit_folds(renewed[2], campaign.folds)
 
     def _trial_with_folds(self, c: Connection, trial_id: int) -> d.Trial | None:
         return mapping.trial_with_folds(list(c.execute(S.TRIAL_WITH_FOLDS, {"tid": trial_id})))
@@ -203,7 +215,8 @@ class CallsBase:
         trial, campaign = self._read(lease.trial_id)
         why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now)
         if why is None and fold is not None and campaign is not None and trial is not None:
-            why = rules.fold_refusal(fold, campaign.folds, (f.index for f in trial.folds if f.finished))
+            folds = rules.unit_folds(trial.fidelity.folds if trial.fidelity else None, campaign.folds)
+            why = rules.fold_refusal(fold, folds, (f.index for f in trial.folds if f.finished))
         return Refused(why or Refusal.CHANGED, trial)
 
     def _diagnose_fold(
@@ -218,7 +231,8 @@ class CallsBase:
                 return FoldDone(campaign, done, replayed=True) if same else Refused(Refusal.FOLD_FINISHED, trial)
         why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now)
         if why is None and trial is not None and campaign is not None:
-            why = rules.fold_refusal(fold, campaign.folds, (f.index for f in trial.folds if f.finished))
+            folds = rules.unit_folds(trial.fidelity.folds if trial.fidelity else None, campaign.folds)
+            why = rules.fold_refusal(fold, folds, (f.index for f in trial.folds if f.finished))
             missing = rules.missing_metrics(campaign.objectives, metrics)
             if why is None and missing:
                 return Refused(Refusal.METRICS_MISSING, trial, tuple(missing))

@@ -58,8 +58,8 @@ class Running(CallsBase):
             return self._diagnose(lease, now, fold=fold)
         try:
             with self._write() as c:
-                campaign, attempt = self._renewed_campaign(c, p)
-                if rules.fold_refusal(fold, campaign.folds, ()) or not self._open_fold(c, {**p, "attempt": attempt}):
+                campaign, attempt, folds = self._renewed_campaign(c, p)
+                if rules.fold_refusal(fold, folds, ()) or not self._open_fold(c, {**p, "attempt": attempt}):
                     raise Rollback
                 S.run(c, S.UPSERTS[c.dialect.name, self.returning][2], p)
                 return Reported(campaign, int(c.execute(S.CURVE_POINTS, p).scalar() or 0))
@@ -95,8 +95,8 @@ class Running(CallsBase):
             return self._diagnose_fold(lease, now, fold, value, metrics, checkpoint_uri)
         try:
             with self._write() as c:
-                campaign, attempt = self._renewed_campaign(c, p)
-                if rules.fold_refusal(fold, campaign.folds, ()) or rules.missing_metrics(campaign.objectives, metrics):
+                campaign, attempt, folds = self._renewed_campaign(c, p)
+                if rules.fold_refusal(fold, folds, ()) or rules.missing_metrics(campaign.objectives, metrics):
                     raise Rollback
                 kept = self._close_fold(c, {**p, "attempt": attempt})
                 if kept is None:
