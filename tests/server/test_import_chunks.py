@@ -21,7 +21,9 @@ from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition
 from hpcopt_server.service import Service
 from hpcopt_server.service.agents import Lease
+from hpcopt_server.storage.db import FairLock
 from hpcopt_server.storage.repository import Storage
+from tests.helpers.agents import wait_for
 from tests.helpers.clients import AgentClient
 from tests.helpers.db import migrated_sqlite
 from tests.helpers.env import scaled
@@ -165,3 +167,25 @@ def test_a_campaign_being_imported_takes_no_trial_cannot_be_resumed_and_a_failed
     assert seen["acquire"] == "WAIT" and "is being imported" in seen["resume"]
     names = [c.campaign.name for c in service.campaigns.page(0, 1000)[0]]
     assert "second" not in names and len(names) == before  # the failed import left nothing
+
+
+def test_the_sqlite_write_lock_goes_to_the_oldest_waiter_not_back_to_the_thread_that_released_it() -> None:
+    """What lets a heartbeat in between two chunks: the importing thread asks for the
+    write lock again at once, and still queues behind the threads that were waiting
+    (``threading.Lock`` gives it back to the importing thread, nearly always)."""
+    lock, order = FairLock(), []
+
+    def writer(name: str) -> None:
+        with lock:
+            order.append(name)
+
+    lock.__enter__()  # the import's first chunk
+    waiting = [threading.Thread(target=writer, args=(name,)) for name in ("heartbeat", "report")]
+    for i, t in enumerate(waiting):
+        t.start()  # each in the queue before the next asks
+        wait_for(lambda i=i: len(lock._waiters) == i + 1, scaled(30), f"writer {i} to queue", poll=0.01)
+    lock.__exit__()
+    writer("import")  # the next chunk, asked for at once
+    for t in waiting:
+        t.join(timeout=scaled(30))
+    assert order == ["heartbeat", "report", "import"]

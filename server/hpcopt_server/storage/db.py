@@ -4,7 +4,9 @@ SQLite: WAL, ``synchronous=FULL`` (a commit is on disk before it is acknowledged
 foreign keys on, a 30 s busy timeout across processes, and write transactions opened
 with ``BEGIN IMMEDIATE`` so that two writers never deadlock upgrading a read lock.
 Inside one process writers also take a lock, so threads queue on it instead of
-sleep-polling SQLite's busy handler.
+sleep-polling SQLite's busy handler. That lock is first come, first served
+(:class:`FairLock`): a thread that writes in a loop (a chunked import) cannot take it
+back ahead of an agent's heartbeat that has been waiting.
 
 PostgreSQL: a connection pool sized for the gRPC thread pool; transactions run at
 READ COMMITTED and take row locks explicitly (``FOR UPDATE [SKIP LOCKED]``).
@@ -16,6 +18,7 @@ import logging
 import sqlite3
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -143,13 +146,52 @@ def with_retries(fn: Callable[[], T], *, patience: float, what: str) -> T:
             delay = min(delay * 2, 5.0)
 
 
+class FairLock:
+    """A lock handed to its waiters in the order they asked for it.
+
+    ``threading.Lock`` is not fair: the thread that releases it usually takes it again
+    before a waiter wakes, so a writer in a loop (an import in chunks) starved an
+    agent's heartbeat for the whole import on a loaded machine. Here a release hands the
+    lock straight to the oldest waiter, so a thread that asks again queues behind it."""
+
+    def __init__(self) -> None:
+        self._mutex = threading.Lock()
+        self._held = False
+        self._waiters: deque[threading.Lock] = deque()
+
+    def __enter__(self) -> None:
+        with self._mutex:
+            if not self._held:
+                self._held = True
+                return
+            turn = threading.Lock()
+            turn.acquire()
+            self._waiters.append(turn)
+        try:
+            turn.acquire()  # released by the holder that hands us the lock
+        except BaseException:  # interrupted while waiting: give up the place, or the lock
+            with self._mutex:
+                if turn in self._waiters:
+                    self._waiters.remove(turn)
+                    raise
+            self.__exit__()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        with self._mutex:
+            if self._waiters:
+                self._waiters.popleft().release()  # still held: it is theirs now
+            else:
+                self._held = False
+
+
 class Database:
     """One engine and its session factory. ``url`` is any SQLAlchemy URL."""
 
     def __init__(self, url: str, *, pool_size: int = 16, echo: bool = False):
         self.url = make_url(url)
         self.dialect = self.url.get_backend_name()
-        self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
+        self._write_lock = FairLock() if self.dialect == "sqlite" else None
         self.engine: Engine = _create_engine(url, pool_size=pool_size, echo=echo)
         self._writers = sessionmaker(self.engine, expire_on_commit=False, autoflush=False)
         readers = self.engine.execution_options(hpcopt_write=False)
