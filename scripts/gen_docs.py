@@ -182,15 +182,17 @@ def _option_table(options: dict[str, Any]) -> list[str]:
 
 
 def options_page() -> str:
+    from hpcopt.core import analysis as ANALYSIS
     from hpcopt.core.schemes import KNOBS
     from hpcopt_server.optimizers import REGISTRY as ALGORITHMS
     from hpcopt_server.pruners import REGISTRY as PRUNERS
 
     parts = [HEADER, "# Options\n\n"]
     parts.append(
-        "Every option of the algorithms (`algorithm.options`), the pruners (`pruner.options`) and the "
-        "training schemes (`training.options.<scheme>`), as the code declares it: the server checks a "
-        "campaign's options against these at submission and names the field it refuses. The guides say "
+        "Every option of the algorithms (`algorithm.options`), the pruners (`pruner.options`), the "
+        "training schemes (`training.options.<scheme>`) and the analysis (`analysis`), as the code "
+        "declares it: the server checks a campaign's options against these at submission and names the "
+        "field it refuses. The guides say "
         "when to use which: [Optimizers](../guides/optimizers.md), [Pruning](../guides/pruning.md), "
         "[Schemes](../guides/schemes.md).\n\n"
     )
@@ -203,6 +205,13 @@ def options_page() -> str:
     parts.append("## Training schemes\n\n")
     for name, knobs in KNOBS.items():
         parts += [f"### `{name}`\n\n", *_option_table(knobs)]
+    parts.append(
+        "## Analysis\n\nThe campaign's `analysis` section ([Curvature and landscapes](../guides/curvature.md)): "
+        "its own options, then those of `analysis.hessian` and `analysis.landscape`.\n\n"
+    )
+    parts += ["### `analysis`\n\n", *_option_table(ANALYSIS.GENERAL)]
+    for name, table in ANALYSIS.SECTIONS.items():
+        parts += [f"### `analysis.{name}`\n\n", *_option_table(table)]
     return "".join(parts).rstrip("\n") + "\n"
 
 

@@ -19,6 +19,7 @@ serve the epoch instead of running the batch loop.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import random
@@ -36,6 +37,7 @@ from mpi4py import MPI
 from hpcopt import ApiError, TrialState
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
+from hpcopt_agent.curvature.fold import Snapshots, analyse_fold, fold_metrics
 from hpcopt_agent.data import Data
 from hpcopt_agent.epoch import Batches, EpochDriver
 from hpcopt_agent.outcomes import Outcome, Verdict
@@ -228,6 +230,7 @@ class FoldTrainer:
         params = trial.params
         batch_size = run.scheme.roles.rank_batch(self.task.batch_size(params))
         until = trial.stop_epoch or self.s.epochs
+        snapshots = Snapshots(self.s.analysis if run.single else None, self.s.epochs, self.fold_comm.rank == 0)
         while run.epoch < until:
             t0 = time.perf_counter()
             ep, error = Batches(), ""
@@ -266,6 +269,7 @@ class FoldTrainer:
             metrics.setdefault("train_seconds", run.metrics.get("train_seconds", 0.0) + time.perf_counter() - t0)
             run.epoch, run.batch, run.metrics = run.epoch + 1, 0, metrics
             out.epochs += 1
+            snapshots.keep(run.epoch, next(iter(run.models.values())))
             due = run.epoch == until or (self.s.checkpoint_every > 0 and run.epoch % self.s.checkpoint_every == 0)
             uri = self._checkpoint(trial, fold, run) if due else ""
             answer = None
@@ -278,7 +282,9 @@ class FoldTrainer:
             if action != Outcome.CONTINUE:
                 out.status = action
                 return out
-        # The fold is done: report its final metrics.
+        # The fold is done: its analysis (when the campaign asks), then its final metrics.
+        if self.s.analysis is not None and run.epoch == self.s.epochs:
+            self._analyse(run, trial, fold, train, link, snapshots)
         answer = None
         if link is not None:
             answer = self._report_fold(link, fold, run)
@@ -450,6 +456,55 @@ class FoldTrainer:
         }
         run.uri = checkpoint.save(path, state)
         return run.uri
+
+    def _analyse(
+        self, run: _Run, trial: TrialInfo, fold: int, train: np.ndarray, link: TrialLink | None, snaps: Snapshots
+    ) -> None:
+        """The fold's curvature and landscape (``curvature/fold.py``), on every rank of the
+        fold group: its scalars join the fold's metrics, the whole result is written
+        beside the fold's checkpoint. A task of several models is skipped, saying so; a
+        failure is said and the fold goes on (it is a diagnostic, not the fold's result)."""
+        assert self.s.analysis is not None
+        result, error = None, ""
+        if not run.single:
+            error = f"the task builds several models ({', '.join(run.models)}); the analysis takes one"
+        else:
+            size = self.data.eval_size(run.scheme.roles.rank_batch(self.task.batch_size(trial.params)))
+            try:
+                result = analyse_fold(
+                    options=self.s.analysis,
+                    model=next(iter(run.models.values())),
+                    loss=lambda m, b: self.task.loss(m(b[0]), b),
+                    read=lambda idx: list(self.data.read(self.data.batches(idx, size))),
+                    train=train,
+                    epochs=self.s.epochs,
+                    comm=self.fold_comm,
+                    pg=self.comms.pg,
+                    device=self.comms.device,
+                    snapshots=snaps,
+                    seed=seed_for(self.s.seed, trial.number, fold, 3),
+                )
+            except Exception as exc:
+                error = summarize(exc, 1000)
+        code, error = self._agree(Verdict.FAILED if error else Verdict.OK, error)
+        if link is None:
+            return
+        if code == Verdict.FAILED or result is None:
+            log.warning("fold %d: no analysis: %s", fold, error)
+            link.event(fold, "analysis", f"not computed: {error}")
+            return
+        run.metrics.update(fold_metrics(result))
+        path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, trial.trial_id, fold)
+        where = path.with_name(f"{path.stem}.analysis.json")
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_text(json.dumps(result))
+        c = result["cost"]
+        summary = (
+            f"{c['hvps']} HVPs and {c['passes']} loss passes on {result['samples']} samples in {c['seconds']:.3g} s "
+            f"(planned share {c['share_planned']:.1%}); written to {where}"
+        )
+        log.info("fold %d analysis: %s", fold, summary)
+        link.event(fold, "analysis", summary)
 
     def _report_epoch(
         self, link: TrialLink, fold: int, run: _Run, uri: str, samples: int, seconds: float

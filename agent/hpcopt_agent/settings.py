@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hpcopt.core.analysis import check as check_analysis
 from hpcopt.core.schemes import TRAITS, Traits, resolve, split_options
 from hpcopt.core.training import check_options
 from hpcopt.errors import OptionError
@@ -48,6 +49,9 @@ class TrainingSettings:
     #: ``training.task: {script, args}``: the script's path and argument templates
     #: (None: ``task`` names a Task).
     script: tuple[str, tuple[str, ...]] | None = None
+    #: The campaign's ``analysis`` section with its defaults (``hpcopt.core.analysis``),
+    #: or None.
+    analysis: dict[str, Any] | None = None
 
     def scheme_for(self, params: dict[str, Any]) -> str:
         """The scheme one trial trains with: its ``scheme`` parameter under ``scheme: search``."""
@@ -101,6 +105,7 @@ class TrainingSettings:
             merged = check_options(dict(training.get("options") or {}), schemes)
             for name in schemes:
                 resolve(name, sections, ranks)
+            analysis = None if spec.get("analysis") is None else check_analysis(spec["analysis"])
         except OptionError as exc:
             raise SettingsError(str(exc)) from None
         task = training.get("task", "")
@@ -133,4 +138,5 @@ class TrainingSettings:
             param_names=tuple(spec.get("space") or ()),
             scheme_options=sections,
             schemes=tuple(schemes),
+            analysis=analysis,
         )

@@ -67,3 +67,18 @@ def test_script_overhead_benchmark_runs_and_prints_its_ratios() -> None:
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"script / Task, per repetition: epoch \d\.\d{3} .* whole trial \d\.\d{3}", out.stdout), out.stdout
+
+
+@pytest.mark.timeout(300)
+def test_curvature_cost_benchmark_runs_and_prints_its_tables() -> None:
+    # Without the peer's checkout: its rows say so, ours are measured.
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks/curvature/cost.py"), "--reps", "1", "--epochs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=scaled(280),
+        env=mpi_env(),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "(no --eigenthings)" in out.stdout and re.search(r"λ_1 +\d", out.stdout), out.stdout
+    assert re.search(r"2 epochs x 1437 +[\d.]+ +64 ", out.stdout), out.stdout

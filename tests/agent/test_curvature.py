@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from hpcopt.core.analysis import check, cost
+from hpcopt.core.analysis import check, cost, planned_share, samples_for
 from hpcopt.errors import OptionError
 from hpcopt_agent.curvature import landscape as ls
 from hpcopt_agent.curvature.analysis import analyse
@@ -191,6 +191,9 @@ def test_an_analysis_costs_what_its_options_said_and_reports_it() -> None:
         ({"landscape": {"points": 0, "grid": 0}}, "analysis.landscape", "no surface"),
         ({"landscape": {"grid": 1}}, "analysis.landscape.grid", "at least 2"),
         ({}, "analysis", "nothing to compute"),
+        ({"hessian": {}, "min_samples": 600}, "analysis.min_samples", "at most samples (512)"),
+        ({"hessian": {}, "max_share": -0.1}, "analysis.max_share", ">= 0"),
+        ({"hessian": {}, "on": "best"}, "analysis.on", "is not an option of the analysis"),
         ([1], "analysis", "must be a mapping"),
     ],
 )
@@ -204,3 +207,25 @@ def test_the_defaults_fit_their_own_bounds() -> None:
     a = check({"hessian": {}, "landscape": None})
     c = cost(a)
     assert c.hvps == 20 + 30 and c.passes == 21 + 121 and c.samples == 512
+
+
+def test_the_samples_fit_the_share_of_the_folds_training_by_counted_work() -> None:
+    a = check({"hessian": {}, "landscape": {}})  # 50 HVPs and 142 loss passes a sample
+    per_sample = 1.5 * 50 + 0.35 * 142
+    # A long fold: the share buys every sample the options allow.
+    assert samples_for(a, epochs=100, train_samples=40_000) == 512
+    # A middling one: the share decides, and the plan stays inside it.
+    s = samples_for(a, epochs=20, train_samples=20_000)
+    assert s == int(0.03 * 20 * 20_000 / per_sample) and 64 < s < 512
+    assert planned_share(a, s, epochs=20, train_samples=20_000) <= 0.03
+    # A fold that trains in a second: the floor, and the share it then costs is said.
+    assert samples_for(a, epochs=20, train_samples=1437) == 64
+    assert planned_share(a, 64, epochs=20, train_samples=1437) > 0.03
+    # Never more than the fold has; no share bound: the cap.
+    assert samples_for(a, epochs=1, train_samples=40) == 40
+    assert samples_for(check({"hessian": {}, "max_share": 0}), epochs=1, train_samples=1000) == 512
+    # The trace's HVPs per epoch count too.
+    traced = check({"hessian": {"trace": True}})
+    assert samples_for(traced, epochs=20, train_samples=20_000) < samples_for(
+        check({"hessian": {}}), epochs=20, train_samples=20_000
+    )

@@ -164,7 +164,8 @@ def test_every_marked_block_belongs_to_a_test() -> None:
     # first-campaign and plan run here; task-skeleton and task-try in test_try.py;
     # embedded-quickstart in tests/server/test_embedded.py; mf-campaign in
     # tests/server/test_mf_campaign.py; mf-plan here; optuna-quickstart in
-    # tests/server/test_optuna_facade.py. (The docs-file blocks of the scripts guide are
+    # tests/server/test_optuna_facade.py; analysis-campaign in
+    # tests/agent/test_analysis_agent.py. (The docs-file blocks of the scripts guide are
     # written out and run by tests/agent/test_script_task.py.)
     tested = {
         "first-campaign",
@@ -175,5 +176,6 @@ def test_every_marked_block_belongs_to_a_test() -> None:
         "mf-campaign",
         "mf-plan",
         "optuna-quickstart",
+        "analysis-campaign",
     }
     assert names == tested, f"a docs-test name without a test (or a test without its block): {names ^ tested}"

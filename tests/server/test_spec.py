@@ -49,6 +49,12 @@ def test_a_full_spec_gets_its_defaults() -> None:
     assert spec.space["lr"].scale == "log"  # type: ignore[union-attr]
 
 
+def test_an_analysis_is_kept_as_given_and_left_out_of_the_canonical_form_when_absent() -> None:
+    given = {"hessian": {"top_k": 2}, "max_share": 0.05}
+    assert parse_spec({**make_spec(), "analysis": given}).analysis == given
+    assert "analysis" not in spec_to_json_dict(parse_spec(make_spec()))
+
+
 def test_the_example_specs_are_valid() -> None:
     for path in ROOT.glob("examples/**/*.yaml"):
         load_spec_file(path)
@@ -213,6 +219,24 @@ def test_the_example_specs_are_valid() -> None:
             "under scheme easgd: easgd needs at least 2 ranks",
         ),
         (_search({"easgd": {"tau": 4}}), "training.scheme.search.easgd.tau", "must be a parameter such as"),
+        ({"analysis": {"landscape": {"grid": 41}}}, "analysis.landscape.max_points", "past the bound of 500"),
+        ({"analysis": {"hessian": {"top_k": 0}}}, "analysis.hessian.top_k", "must be an integer >= 1"),
+        ({"analysis": {"hessian": {}}, "training": None}, "analysis", "needs training"),
+        (
+            {"analysis": {"hessian": {}}, "training": {"task": {"script": "train.py"}}},
+            "analysis",
+            "needs a Task subclass",
+        ),
+        (
+            {"analysis": {"hessian": {}}, "training": {"task": "t:T", "scheme": "pipeline"}},
+            "analysis",
+            "scheme pipeline splits it into stages",
+        ),
+        (
+            {"analysis": {"hessian": {}}, **_search({"pipeline": {}})},
+            "analysis",
+            "scheme pipeline splits it into stages",
+        ),
         ({"training": {"task": "t:T", "scheme": {"grid": ["easgd"]}}}, "training.scheme", "must be a scheme's name or"),
         (
             {

@@ -75,13 +75,14 @@ class FoldLoss:
     def at(self, flat: torch.Tensor) -> Iterator[None]:
         """The model's weights set to ``flat`` for the block, restored after."""
         saved = self.weights()
-        self._assign(flat)
+        self.assign(flat)
         try:
             yield
         finally:
-            self._assign(saved)
+            self.assign(saved)
 
-    def _assign(self, flat: torch.Tensor) -> None:
+    def assign(self, flat: torch.Tensor) -> None:
+        """Sets the model's weights to ``flat``."""
         with torch.no_grad():
             for p, value in zip(self.params, self.unflatten(flat), strict=True):
                 p.copy_(value)

@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, get_args
 import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
+from hpcopt.core import analysis
 from hpcopt.core.closest import did_you_mean
 from hpcopt.core.documents import UNSAFE_CHARS, check_values, clip
 from hpcopt.core.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES
-from hpcopt.core.schemes import TRAITS, Traits, check_space_knobs, expand_search
+from hpcopt.core.schemes import TRAITS, Traits, check_space_knobs, expand_search, may_run_as
 from hpcopt.core.taskref import parse_script_path, parse_task_ref
 from hpcopt.core.training import check_options
 from hpcopt.errors import DocumentError, OptionError, SpecError
@@ -310,6 +311,9 @@ class CampaignSpec(_Strict):
     #: task's line, not the message), the server pauses the campaign and says why; 0:
     #: never. ``hpcopt resume`` goes on.
     pause_after_failures: int = Field(default=3, ge=0, le=1_000_000)
+    #: The curvature and landscape of trained folds (``hpcopt.core.analysis``): Hessian
+    #: eigenvalues and spectral density, loss surfaces; None: none.
+    analysis: dict[str, Any] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -425,7 +429,7 @@ def parse_spec(data: Any) -> CampaignSpec:
                 msg = "type must be one of 'real', 'int', 'categorical'"
             errors.append((_path(tuple(clip(str(p)) for p in err["loc"])), msg.removeprefix("Value error, ")))
         raise SpecError(errors) from None
-    errors = _check_conditions(spec.space) + _check_script(spec)
+    errors = _check_conditions(spec.space) + _check_script(spec) + _check_analysis(spec)
     if errors:
         raise SpecError(errors)
     # The whole size first: deeper checks then run on bounded input.
@@ -446,6 +450,43 @@ def parse_spec(data: Any) -> CampaignSpec:
                 field = "training.scheme.search." + field.removeprefix("space.")  # where the user wrote it
             raise SpecError([(field, exc.message)]) from None
     return spec
+
+
+def _check_analysis(spec: CampaignSpec) -> list[tuple[str, str]]:
+    """The analysis section's options and bounds; it needs the agent to hold the whole
+    model: a ``Task`` (not a script), under a scheme that does not split it."""
+    if spec.analysis is None:
+        return []
+    try:
+        analysis.check(spec.analysis)
+    except OptionError as exc:
+        return [(exc.field, exc.message)]
+    t = spec.training
+    if t is None:
+        return [("analysis", "needs training: the agent computes it on the folds it trains")]
+    if isinstance(t.task, ScriptTask):
+        return [("analysis", "needs a Task subclass: a script task (training.task.script) keeps its model to itself")]
+    schemes = sorted(may_run_as(_schemes_of(spec), {}, ()))
+    split = [s for s in schemes if TRAITS.get(s, Traits()).splits_model]
+    if split:
+        return [
+            (
+                "analysis",
+                f"needs the whole model on each rank; scheme {split[0]} splits it into stages (take the "
+                "analysis under allreduce, or leave it out)",
+            )
+        ]
+    return []
+
+
+def _schemes_of(spec: CampaignSpec) -> tuple[str, ...]:
+    t = spec.training
+    if t is None:
+        return ()
+    if t.scheme != "search":
+        return (t.scheme,)
+    choices = spec.space.get("scheme")
+    return tuple(str(c) for c in getattr(choices, "choices", ()))
 
 
 def _check_script(spec: CampaignSpec) -> list[tuple[str, str]]:
@@ -522,4 +563,6 @@ def spec_to_json_dict(spec: CampaignSpec) -> dict[str, Any]:
         out.pop("warm_start", None)
     if out.get("objectives") is None:
         out.pop("objectives", None)
+    if out.get("analysis") is None:
+        out.pop("analysis", None)
     return out

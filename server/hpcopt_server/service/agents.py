@@ -68,7 +68,7 @@ RELEASE_STATES = (d.TrialState.FAILED, d.TrialState.PREEMPTED, d.TrialState.PRUN
 #: Event kinds an agent may add to a trial's log (ReportEvent), and how many of each one
 #: attempt may hold: a fold group reports a refused checkpoint once per fold it starts, and
 #: the parameters the task never read once per attempt (after fold 0).
-AGENT_EVENTS = ("checkpoint_refused", "params_unread", "params_outside_space")
+AGENT_EVENTS = ("checkpoint_refused", "params_unread", "params_outside_space", "analysis")
 MAX_AGENT_EVENTS = 100
 _MAX_CACHED = 200_000
 

@@ -1,0 +1,86 @@
+"""A campaign's ``analysis`` with the real agent under mpiexec against a real server: at
+each fold's end the fold group (2 ranks, Hessian-vector products summed over both)
+computes what the spec asks, within its planned cost; the scalars arrive with the
+fold's metrics, the event log says what it cost, and the whole result lies beside the
+fold's checkpoint as plain JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.agent.test_docs_blocks import docs_blocks
+from tests.helpers.agents import AgentServer, agent_spec, dump
+from tests.helpers.env import scaled
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(900)]
+
+EPOCHS = 3
+ANALYSIS = {
+    "hessian": {"top_k": 2, "steps": 8, "density_samples": 1, "density_steps": 6, "trace": True},
+    "landscape": {"points": 5, "grid": 3},
+    "samples": 40,
+    "min_samples": 40,
+}
+
+
+def test_each_fold_is_analysed_on_its_own_ranks_and_reports_what_it_cost(agent_server: AgentServer) -> None:
+    spec: dict[str, Any] = agent_spec(
+        budget={"max_trials": 2, "max_parallel": 2},
+        training={"task": "tests/agent/tasks.py:Regression", "epochs": EPOCHS, "ranks_per_fold": 2},
+    )
+    campaign = agent_server.submit({**spec, "analysis": ANALYSIS})
+    result = agent_server.run_agent(4, campaign, "--groups", "1", timeout=scaled(600))
+    assert result.returncode == 0, dump(result)
+    with agent_server.client() as c:
+        trials = [c.get_trial(t.id) for t in c.list_trials(campaign, limit=10)]
+    assert [t.state for t in trials] == ["COMPLETED", "COMPLETED"], dump(result)
+    files = sorted((agent_server.workdir / "ckpt").rglob("fold*.analysis.json"))
+    assert len(files) == 4, files
+    for t in trials:
+        for fold in t.folds:
+            m = fold.metrics
+            assert m["hessian_eig_1"] >= m["hessian_eig_2"] > 0, m  # a least-squares fit: positive curvature
+            assert m["analysis_samples"] == 40 and m["analysis_seconds"] > 0
+        said = [e.reason for e in t.events if e.kind == "analysis"]
+        # 8 + 6 + 3 x 8 HVPs: top-k, the density, the trace at each epoch's snapshot.
+        heads = sorted(s.split(" in ")[0] for s in said)
+        assert heads == [f"fold {k}: 38 HVPs and 14 loss passes on 40 samples" for k in (0, 1)], said
+    for path in files:
+        out = json.loads(path.read_text())
+        assert out["cost"]["hvps"] == 8 + 6 + EPOCHS * 8 and out["cost"]["passes"] == 5 + 9
+        assert out["epochs"] == [1, 2, 3] and len(out["hessian"]["trace"]) == EPOCHS
+        assert len(out["landscape"]["trajectory"]["xs"]) == EPOCHS
+        # The last epoch's snapshot is the final weights: the plane's origin.
+        assert out["landscape"]["trajectory"]["xs"][-1] == pytest.approx(0, abs=1e-9)
+        assert out["hessian"]["trace"][-1] == pytest.approx(out["hessian"]["eigenvalues"][0], rel=1e-4)
+
+
+def test_the_guides_campaign_runs_as_written_and_each_fold_says_what_its_analysis_cost(
+    agent_server: AgentServer,
+) -> None:
+    # The guide's spec as written, cut to 1 trial of 2 epochs (as the first-campaign test
+    # cuts its own); the analysis options are the page's.
+    [(lang, text)] = docs_blocks("analysis-campaign")
+    assert lang == "yaml"
+    spec = yaml.safe_load(text)
+    spec["budget"], spec["training"]["epochs"] = {"max_trials": 1, "max_parallel": 1}, 2
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(2, campaign, "--groups", "1", timeout=scaled(600))
+    assert result.returncode == 0, dump(result)
+    with agent_server.client() as c:
+        [t] = [c.get_trial(t.id) for t in c.list_trials(campaign, limit=10)]
+    assert t.state == "COMPLETED" and len(t.folds) == 5, dump(result)
+    # 2 epochs of 1,437 samples buy fewer than min_samples at 3%: the floor, said.
+    assert all(f.metrics["analysis_samples"] == 64 for f in t.folds)
+    assert all(f.metrics["hessian_eig_1"] >= f.metrics["hessian_eig_3"] for f in t.folds)
+    said = [e.reason for e in t.events if e.kind == "analysis"]
+    # 20 (top 3) + 30 (one density vector) + 2 x 20 (the trace) HVPs; 21 + 11 x 11 points.
+    assert len(said) == 5 and all(": 90 HVPs and 142 loss passes on 64 samples in " in s for s in said), said
+    [path] = sorted((agent_server.workdir / "ckpt").rglob("fold0.analysis.json"))
+    out = json.loads(path.read_text())
+    assert len(out["landscape"]["surface"]["loss"]) == 11 and out["epochs"] == [1, 2]
+    assert len(out["hessian"]["trace"]) == 2 and out["landscape"]["directions"] == "random"
