@@ -461,8 +461,8 @@ class FoldTrainer:
         self, run: _Run, trial: TrialInfo, fold: int, train: np.ndarray, link: TrialLink | None, snaps: Snapshots
     ) -> None:
         """The fold's curvature and landscape (``curvature/fold.py``), on every rank of the
-        fold group: its scalars join the fold's metrics, the whole result is written
-        beside the fold's checkpoint. A task of several models is skipped, saying so; a
+        fold group: its scalars join the fold's metrics, the whole result is stored with
+        the trial (``ReportAnalysis``). A task of several models is skipped, saying so; a
         failure is said and the fold goes on (it is a diagnostic, not the fold's result)."""
         assert self.s.analysis is not None
         result, error = None, ""
@@ -494,14 +494,11 @@ class FoldTrainer:
             link.event(fold, "analysis", f"not computed: {error}")
             return
         run.metrics.update(fold_metrics(result))
-        path = checkpoint.fold_path(self.root, self.server_id, trial.campaign_id, trial.trial_id, fold)
-        where = path.with_name(f"{path.stem}.analysis.json")
-        where.parent.mkdir(parents=True, exist_ok=True)
-        where.write_text(json.dumps(result))
+        refused = link.analysis(fold, json.dumps(result))
         c = result["cost"]
         summary = (
             f"{c['hvps']} HVPs and {c['passes']} loss passes on {result['samples']} samples in {c['seconds']:.3g} s "
-            f"(planned share {c['share_planned']:.1%}); written to {where}"
+            f"(planned share {c['share_planned']:.1%})" + (f"; not stored: {refused}" if refused else "")
         )
         log.info("fold %d analysis: %s", fold, summary)
         link.event(fold, "analysis", summary)

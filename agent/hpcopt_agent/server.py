@@ -96,6 +96,15 @@ class TrialLink:
         except (ApiError, LeaseLost) as exc:
             log.warning("could not record %s for fold %d: %s", kind, fold, exc)
 
+    def analysis(self, fold: int, document: str) -> str:
+        """Stores the fold's analysis with the trial: '' when stored, else why not (it is
+        a diagnostic: a refusal is said, never raised)."""
+        try:
+            retrying(lambda: self.client.report_analysis(self.lease, fold, document), "ReportAnalysis", self.patience)
+        except (ApiError, LeaseLost) as exc:
+            return str(exc)
+        return ""
+
     def release(self, state: TrialState, reason: str) -> None:
         retrying(lambda: self.client.release(self.lease, state, reason), "Release", self.patience)
 

@@ -93,10 +93,16 @@ class AgentClient(Channel):
         return Trial.from_proto(self._do(self._stub.Release, req), order)
 
     def report_event(self, lease: Lease, fold: int, kind: str, reason: str) -> None:
-        """Adds an event to the trial's log; ``kind`` is ``"checkpoint_refused"``, ``"params_unread"`` or
-        ``"params_outside_space"`` (a define-by-run study's parameters outside its space, as JSON)."""
+        """Adds an event to the trial's log; ``kind`` is ``"checkpoint_refused"``, ``"params_unread"``,
+        ``"params_outside_space"`` (a define-by-run study's parameters outside its space, as JSON) or
+        ``"analysis"`` (what a fold's analysis cost, or why it was not computed)."""
         req = agent_pb2.ReportEventRequest(lease=lease.to_proto(), fold=fold, kind=kind, reason=reason)
         self._do(self._stub.ReportEvent, req)
+
+    def report_analysis(self, lease: Lease, fold: int, document: str) -> None:
+        """Stores a fold's analysis (JSON of ``hpcopt.core.analysis_doc``) with the trial."""
+        req = agent_pb2.ReportAnalysisRequest(lease=lease.to_proto(), fold=fold, document=document)
+        self._do(self._stub.ReportAnalysis, req)
 
     def parent_unreadable(self, lease: Lease, parent_trial_id: int, fold: int, reason: str) -> Trial:
         """Says that the PBT interval's parent (``Lineage.parent_trial_id``) cannot be

@@ -148,6 +148,18 @@ class TrialEvent:
 
 
 @dataclass(frozen=True)
+class FoldAnalysis:
+    """What the agent computed of a trained fold (the spec's ``analysis``): a document of
+    plain numbers, as ``hpcopt_agent.curvature.analysis`` describes it."""
+
+    trial_id: int
+    fold: int
+    attempt: int
+    document: dict[str, Any]
+    computed_at: datetime
+
+
+@dataclass(frozen=True)
 class Lineage:
     """Where a population-based training (``algorithm: pbt``) trial comes from: it trains
     population ``member`` from epoch ``start_epoch`` to ``stop_epoch``, starting from the

@@ -1,14 +1,14 @@
 """A campaign's ``analysis`` with the real agent under mpiexec against a real server: at
 each fold's end the fold group (2 ranks, Hessian-vector products summed over both)
 computes what the spec asks, within its planned cost; the scalars arrive with the
-fold's metrics, the event log says what it cost, and the whole result lies beside the
-fold's checkpoint as plain JSON."""
+fold's metrics, the event log says what it cost, and the whole result is stored with
+the trial and served over REST."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 
@@ -38,9 +38,11 @@ def test_each_fold_is_analysed_on_its_own_ranks_and_reports_what_it_cost(agent_s
     with agent_server.client() as c:
         trials = [c.get_trial(t.id) for t in c.list_trials(campaign, limit=10)]
     assert [t.state for t in trials] == ["COMPLETED", "COMPLETED"], dump(result)
-    files = sorted((agent_server.workdir / "ckpt").rglob("fold*.analysis.json"))
-    assert len(files) == 4, files
+    docs = []
     for t in trials:
+        got = httpx.get(f"{agent_server.url}/api/v1/trials/{t.id}/analysis").json()
+        assert [f["fold"] for f in got["folds"]] == [0, 1], got
+        docs += [f["document"] for f in got["folds"]]
         for fold in t.folds:
             m = fold.metrics
             assert m["hessian_eig_1"] >= m["hessian_eig_2"] > 0, m  # a least-squares fit: positive curvature
@@ -49,8 +51,7 @@ def test_each_fold_is_analysed_on_its_own_ranks_and_reports_what_it_cost(agent_s
         # 8 + 6 + 3 x 8 HVPs: top-k, the density, the trace at each epoch's snapshot.
         heads = sorted(s.split(" in ")[0] for s in said)
         assert heads == [f"fold {k}: 38 HVPs and 14 loss passes on 40 samples" for k in (0, 1)], said
-    for path in files:
-        out = json.loads(path.read_text())
+    for out in docs:
         assert out["cost"]["hvps"] == 8 + 6 + EPOCHS * 8 and out["cost"]["passes"] == 5 + 9
         assert out["epochs"] == [1, 2, 3] and len(out["hessian"]["trace"]) == EPOCHS
         assert len(out["landscape"]["trajectory"]["xs"]) == EPOCHS
@@ -80,7 +81,7 @@ def test_the_guides_campaign_runs_as_written_and_each_fold_says_what_its_analysi
     said = [e.reason for e in t.events if e.kind == "analysis"]
     # 20 (top 3) + 30 (one density vector) + 2 x 20 (the trace) HVPs; 21 + 11 x 11 points.
     assert len(said) == 5 and all(": 90 HVPs and 142 loss passes on 64 samples in " in s for s in said), said
-    [path] = sorted((agent_server.workdir / "ckpt").rglob("fold0.analysis.json"))
-    out = json.loads(path.read_text())
-    assert len(out["landscape"]["surface"]["loss"]) == 11 and out["epochs"] == [1, 2]
+    got = httpx.get(f"{agent_server.url}/api/v1/trials/{t.id}/analysis").json()
+    out = got["folds"][0]["document"]
+    assert len(got["folds"]) == 5 and len(out["landscape"]["surface"]["loss"]) == 11 and out["epochs"] == [1, 2]
     assert len(out["hessian"]["trace"]) == 2 and out["landscape"]["directions"] == "random"

@@ -540,6 +540,35 @@ class TestNotes:
             assert tx.notes.versions(c.id, 2) == ([], 0)
 
 
+class TestAnalyses:
+    """A fold's curvature and landscape: one per trial and fold, replaced when computed
+    again, gone with the trial."""
+
+    def test_an_analysis_is_kept_per_fold_replaced_when_computed_again_and_read_by_campaign(
+        self, storage: Storage
+    ) -> None:
+        c = _campaign(storage)
+        t, u = _trial(storage, c.id), _trial(storage, c.id, 1)
+        doc = {"hessian": {"eigenvalues": [2.5, 1.0]}, "cost": {"hvps": 20}}
+        with storage.write() as tx:
+            tx.analyses.save(t.id, 1, 1, doc, NOW)
+            tx.analyses.save(t.id, 0, 1, {"landscape": {"line": {"loss": [0.5]}}}, NOW)
+            tx.analyses.save(u.id, 0, 1, doc, NOW)
+            tx.analyses.save(t.id, 1, 2, {**doc, "cost": {"hvps": 30}}, LATER)  # a later attempt's
+        with storage.read() as tx:
+            got = tx.analyses.of_trial(t.id)
+            assert [(a.fold, a.attempt, a.computed_at) for a in got] == [(0, 1, NOW), (1, 2, LATER)]
+            assert got[1].document == {**doc, "cost": {"hvps": 30}}
+            assert tx.analyses.of_trial(999) == []
+            by_trial = tx.analyses.of_campaign(c.id)
+            assert sorted(by_trial) == [t.id, u.id] and [a.fold for a in by_trial[t.id]] == [0, 1]
+            assert tx.analyses.of_campaign(999) == {}
+        with storage.write() as tx:
+            tx.campaigns.delete(c.id)
+        with storage.read() as tx:
+            assert tx.analyses.of_trial(t.id) == []
+
+
 class TestViews:
     def test_listed_trials_carry_the_asked_parameters(self, storage: Storage) -> None:
         c = _campaign(storage)
@@ -670,7 +699,7 @@ class TestResults:
 
 # -- the suite itself ---------------------------------------------------------------------
 
-REPOSITORIES = ("campaigns", "trials", "fidelity", "agents", "tokens", "flags", "notes", "views", "results")
+REPOSITORIES = ("campaigns", "trials", "fidelity", "agents", "tokens", "flags", "notes", "analyses", "views", "results")
 READ_ONLY = ("views", "results")
 
 

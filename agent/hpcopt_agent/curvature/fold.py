@@ -31,6 +31,7 @@ from mpi4py import MPI
 from torch import nn
 
 from hpcopt.core import analysis as spec
+from hpcopt.core.analysis_doc import check_document
 from hpcopt_agent.curvature.analysis import analyse
 from hpcopt_agent.curvature.loss import FoldLoss, Reduce, no_reduce
 
@@ -133,7 +134,7 @@ def analyse_fold(
     result["cost"]["share_planned"] = round(
         spec.planned_share(options, samples, epochs=epochs, train_samples=len(train)), 4
     )
-    return result
+    return check_document(result)  # what the server will take, or why not, here
 
 
 def fold_metrics(result: dict[str, Any]) -> dict[str, float]:

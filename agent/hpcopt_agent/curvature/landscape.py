@@ -19,6 +19,7 @@ plane.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,19 +58,25 @@ def grid(extent: float, points: int) -> list[float]:
     return [-extent + 2 * extent * i / (points - 1) for i in range(points)]
 
 
-def surface_1d(op: FoldLoss, d: torch.Tensor, offsets: Sequence[float]) -> list[float]:
-    """The loss at ``w + a d`` for each offset ``a`` (one pass each)."""
+def _finite(x: float) -> float | None:
+    """A loss that overflowed far from the weights is None (JSON has no infinity)."""
+    return x if math.isfinite(x) else None
+
+
+def surface_1d(op: FoldLoss, d: torch.Tensor, offsets: Sequence[float]) -> list[float | None]:
+    """The loss at ``w + a d`` for each offset ``a`` (one pass each; None where it is
+    not finite)."""
     w = op.weights()
     out = []
     for a in offsets:
         with op.at(w + a * d):
-            out.append(op.value())
+            out.append(_finite(op.value()))
     return out
 
 
 def surface_2d(
     op: FoldLoss, d1: torch.Tensor, d2: torch.Tensor, xs: Sequence[float], ys: Sequence[float]
-) -> list[list[float]]:
+) -> list[list[float | None]]:
     """The loss at ``w + a d1 + b d2``: row ``j`` is ``b = ys[j]`` over ``a`` in ``xs``."""
     w = op.weights()
     rows = []
@@ -77,7 +84,7 @@ def surface_2d(
         row = []
         for a in xs:
             with op.at(w + a * d1 + b * d2):
-                row.append(op.value())
+                row.append(_finite(op.value()))
         rows.append(row)
     return rows
 

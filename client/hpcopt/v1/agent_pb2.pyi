@@ -663,7 +663,9 @@ class ReportEventRequest(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     fold: _builtins.int
     kind: _builtins.str
-    """One of the kinds an agent may report: "checkpoint_refused", "params_unread"."""
+    """One of the kinds an agent may report: "checkpoint_refused", "params_unread",
+    "params_outside_space", "analysis".
+    """
     reason: _builtins.str
     @_builtins.property
     def lease(self) -> Global___TrialLease: ...
@@ -697,3 +699,47 @@ class ReportEventResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReportEventResponse: _TypeAlias = ReportEventResponse  # noqa: Y015
+
+@_typing.final
+class ReportAnalysisRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    FOLD_FIELD_NUMBER: _builtins.int
+    DOCUMENT_FIELD_NUMBER: _builtins.int
+    fold: _builtins.int
+    document: _builtins.str
+    """The analysis document as JSON: plain numbers in bounded lists
+    (hpcopt.core.analysis_doc); anything else is refused, naming the field.
+    """
+    @_builtins.property
+    def lease(self) -> Global___TrialLease: ...
+    def __init__(
+        self,
+        *,
+        lease: Global___TrialLease | None = ...,
+        fold: _builtins.int = ...,
+        document: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document", b"document", "fold", b"fold", "lease", b"lease"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportAnalysisRequest: _TypeAlias = ReportAnalysisRequest  # noqa: Y015
+
+@_typing.final
+class ReportAnalysisResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReportAnalysisResponse: _TypeAlias = ReportAnalysisResponse  # noqa: Y015

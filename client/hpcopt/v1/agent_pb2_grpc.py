@@ -100,6 +100,11 @@ class AgentServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportUnreadableParentRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
                 _registered_method=True)
+        self.ReportAnalysis = channel.unary_unary(
+                '/hpcopt.v1.AgentService/ReportAnalysis',
+                request_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -204,6 +209,14 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReportAnalysis(self, request, context):
+        """A fold's curvature and landscape (the spec's `analysis`), computed at the fold's end:
+        stored with the trial (replacing an earlier attempt's), served over REST, exported.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -271,6 +284,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ReportUnreadableParent,
                     request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportUnreadableParentRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_common__pb2.Trial.SerializeToString,
+            ),
+            'ReportAnalysis': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReportAnalysis,
+                    request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -624,6 +642,33 @@ class AgentService:
             '/hpcopt.v1.AgentService/ReportUnreadableParent',
             hpcopt_dot_v1_dot_agent__pb2.ReportUnreadableParentRequest.SerializeToString,
             hpcopt_dot_v1_dot_common__pb2.Trial.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReportAnalysis(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.AgentService/ReportAnalysis',
+            hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisRequest.SerializeToString,
+            hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisResponse.FromString,
             options,
             channel_credentials,
             insecure,

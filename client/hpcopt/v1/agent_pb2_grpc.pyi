@@ -71,6 +71,10 @@ class AgentServiceStub:
     previous interval). Answers the interval as it now is: with the same parent, there
     was nothing else to start from.
     """
+    ReportAnalysis: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReportAnalysisRequest, _agent_pb2.ReportAnalysisResponse]
+    """A fold's curvature and landscape (the spec's `analysis`), computed at the fold's end:
+    stored with the trial (replacing an earlier attempt's), served over REST, exported.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -113,6 +117,10 @@ class AgentServiceAsyncStub(AgentServiceStub):
     and re-plans the interval in place (the next-best parent, or the member's own
     previous interval). Answers the interval as it now is: with the same parent, there
     was nothing else to start from.
+    """
+    ReportAnalysis: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReportAnalysisRequest, _agent_pb2.ReportAnalysisResponse]  # type: ignore[assignment]
+    """A fold's curvature and landscape (the spec's `analysis`), computed at the fold's end:
+    stored with the trial (replacing an earlier attempt's), served over REST, exported.
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -231,6 +239,16 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         and re-plans the interval in place (the next-best parent, or the member's own
         previous interval). Answers the interval as it now is: with the same parent, there
         was nothing else to start from.
+        """
+
+    @_abc_1.abstractmethod
+    def ReportAnalysis(
+        self,
+        request: _agent_pb2.ReportAnalysisRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ReportAnalysisResponse, _abc.Awaitable[_agent_pb2.ReportAnalysisResponse]]:
+        """A fold's curvature and landscape (the spec's `analysis`), computed at the fold's end:
+        stored with the trial (replacing an earlier attempt's), served over REST, exported.
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from hpcopt import __version__
 from hpcopt.core.documents import clip
 from hpcopt_server import errors as e
-from hpcopt_server.api import notes, steering
+from hpcopt_server.api import analyses, notes, steering
 from hpcopt_server.api.deps import Caller, etag_matches
 from hpcopt_server.api.routes import router
 from hpcopt_server.metrics import Metrics
@@ -126,6 +126,7 @@ def create_app(
 
     app.include_router(router)
     app.include_router(notes.router)
+    app.include_router(analyses.router)
     app.include_router(steering.router)
     dashboard = dashboard_dir or default_dashboard_dir()
     if dashboard is not None:

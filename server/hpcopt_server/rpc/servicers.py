@@ -232,6 +232,14 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         return agent_pb2.ReportEventResponse()
 
     @handles_errors
+    def ReportAnalysis(
+        self, request: agent_pb2.ReportAnalysisRequest, context: Ctx
+    ) -> agent_pb2.ReportAnalysisResponse:
+        lease = _lease(request.lease)
+        self.svc.agents.report_analysis(lease, request.fold, request.document, caller=self._caller(context))
+        return agent_pb2.ReportAnalysisResponse()
+
+    @handles_errors
     def ReportUnreadableParent(
         self, request: agent_pb2.ReportUnreadableParentRequest, context: Ctx
     ) -> common_pb2.Trial:

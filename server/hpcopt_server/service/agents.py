@@ -25,12 +25,14 @@ first call did and change nothing, so an agent whose reply was lost can call aga
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from hpcopt.core.analysis_doc import MAX_DOCUMENT_BYTES, check_document
 from hpcopt.core.checkpoints import check_reported
 from hpcopt.core.documents import clip
 from hpcopt.core.planner import Point
@@ -364,6 +366,26 @@ class AgentService:
         refused = self.calls.add_event(lease, kind, f"fold {fold}: {reason}", self.ctx.clock(), MAX_AGENT_EVENTS)
         if refused is not None:
             raise self._error(refused, lease, kind=kind)
+
+    def report_analysis(self, lease: Lease, fold: int, document: str, *, caller: int | None = None) -> None:
+        """Stores a fold's analysis (``hpcopt.core.analysis_doc``) with the leased trial,
+        replacing an earlier attempt's; refused, naming the field, unless it is the
+        schema's plain numbers."""
+        lim.require_range("fold", fold, 0)
+        if len(document) > MAX_DOCUMENT_BYTES:
+            raise InvalidArgument(
+                f"document: {len(document):,} characters; an analysis is at most {MAX_DOCUMENT_BYTES:,}",
+                [("document", f"at most {MAX_DOCUMENT_BYTES:,} characters")],
+            )
+        try:
+            doc = check_document(json.loads(document))
+        except ValueError as exc:  # not JSON, or not the schema (DocumentError)
+            errors = getattr(exc, "errors", None) or [("document", f"not JSON: {exc}")]
+            raise InvalidArgument("; ".join(f"{f}: {m}" for f, m in errors), errors) from None
+        self._check_agent(lease.agent_id, caller)
+        refused = self.calls.save_analysis(lease, fold, doc, self.ctx.clock())
+        if refused is not None:
+            raise self._error(refused, lease, kind="analysis")
 
     def parent_unreadable(
         self, lease: Lease, parent_trial_id: int, fold: int, reason: str, *, caller: int | None = None

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import pydantic
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
+from hpcopt.core.analysis_doc import AnalysisDoc
 from hpcopt.core.spec import MAX_OBJECTIVES
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, TooLarge
@@ -125,6 +126,15 @@ class FidelityDoc(_Doc):
     history: list[RungResultDoc] = Field(default=[], max_length=MAX_RUNGS)
 
 
+class FoldAnalysisDoc(_Doc):
+    """A fold's analysis (``domain.FoldAnalysis``): its document is the agent's schema."""
+
+    fold: Annotated[int, Field(ge=0, lt=MAX_FOLDS)]
+    attempt: Attempt = 1
+    computed_at: Time
+    document: AnalysisDoc
+
+
 class TrialDoc(_Doc):
     number: Index
     state: d.TrialState
@@ -143,6 +153,7 @@ class TrialDoc(_Doc):
     note: Text(lim.MAX_NOTE) = ""  # type: ignore[valid-type]
     lineage: LineageDoc | None = None
     fidelity: FidelityDoc | None = None
+    analyses: list[FoldAnalysisDoc] = Field(default=[], max_length=MAX_FOLDS)
 
 
 class CampaignDoc(_Doc):
@@ -184,6 +195,7 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
         trials = [tx.trials.get(i, full=True, curve_points=None) for i in ids]
         on_front = set(front_ids(c, tx.results.completed_values(campaign_id))) if len(c.objectives) > 1 else set()
         notes = tx.notes.of_campaign(campaign_id)
+        analyses = tx.analyses.of_campaign(campaign_id)
     # Built without the document's own checks: an export returns what is stored, even
     # times out of order (a clock stepped back between a trial's start and finish used
     # to make every export of its campaign fail). Import still checks them.
@@ -199,13 +211,13 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
             finished_at=c.finished_at,
             note=notes.get(None, ""),
         ),
-        trials=[trial_doc(t, notes.get(t.number, "")) for t in trials if t is not None],
+        trials=[trial_doc(t, notes.get(t.number, ""), analyses.get(t.id, [])) for t in trials if t is not None],
         front=sorted(t.number for t in trials if t is not None and t.id in on_front),
     )
     return doc.model_dump(mode="json")
 
 
-def trial_doc(t: d.Trial, note: str = "") -> TrialDoc:
+def trial_doc(t: d.Trial, note: str = "", analyses: list[d.FoldAnalysis] | None = None) -> TrialDoc:
     """A trial as the export document carries it: the one mapping of a trial into the
     document (``tests/server/test_trial_fields.py`` holds it to the domain's fields)."""
     return TrialDoc(
@@ -216,6 +228,15 @@ def trial_doc(t: d.Trial, note: str = "") -> TrialDoc:
         note=note,
         lineage=None if t.lineage is None else LineageDoc(**_exported(t.lineage)),
         fidelity=None if t.fidelity is None else FidelityDoc(**t.fidelity.as_dict()),
+        analyses=[
+            FoldAnalysisDoc.model_construct(
+                fold=a.fold,
+                attempt=a.attempt,
+                computed_at=a.computed_at,
+                document=AnalysisDoc.model_validate(a.document),  # stored checked: plain numbers
+            )
+            for a in analyses or []
+        ],
     )
 
 

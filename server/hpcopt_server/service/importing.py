@@ -162,6 +162,10 @@ def _trial(tx: Tx, c: d.Campaign, doc: ExportDoc, t: TrialDoc, ids: dict[int, in
         tx.trials.put_curve(new.id, fold, thin(points, c.curve_points))
     for e in t.events:
         tx.trials.add_event(new.id, e.attempt, e.kind, e.at, agent_id=e.agent_id, reason=e.reason)
+    for a in t.analyses:
+        tx.analyses.save(
+            new.id, a.fold, a.attempt, a.document.model_dump(mode="json", exclude_none=True), a.computed_at
+        )
     tx.trials.add_event(new.id, t.attempt, "imported", now, reason=f"from campaign {doc.campaign.id}")
     if t.note:
         tx.notes.save(c.id, t.number, t.note, 0, now, by)

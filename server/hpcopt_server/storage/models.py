@@ -228,6 +228,19 @@ class ThroughputProbeRow(Base):
     measured_at: Mapped[datetime]
 
 
+class FoldAnalysisRow(Base):
+    """A fold's curvature and landscape (the spec's ``analysis``): the agent's result as
+    plain numbers, checked by ``service/analyses.py``; the fold's latest replaces it."""
+
+    __tablename__ = "fold_analyses"
+
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True)
+    fold: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    document: Mapped[dict[str, Any]] = mapped_column(JSON)
+    computed_at: Mapped[datetime]
+
+
 class ServerFlagRow(Base):
     """Server-wide settings that must outlive a process, such as whether auth is on."""
 

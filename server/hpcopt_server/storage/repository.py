@@ -15,6 +15,7 @@ Usage::
 ``tx.agents``        agent rows, when each was heard from, the trials it holds
 ``tx.tokens``        API tokens (hashes only); ``tx.flags`` the server's flags
 ``tx.notes``         notes, saved with optimistic concurrency
+``tx.analyses``      a fold's curvature and landscape (the spec's ``analysis``)
 ``tx.views``         the dashboard's read-only views
 ``tx.results``       read-only results: what optimizers, pruners, insights read
 ===================  ==========================================================
@@ -49,6 +50,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from hpcopt_server.storage.agents import AgentStore
+from hpcopt_server.storage.analyses import AnalysisStore
 from hpcopt_server.storage.campaigns import CAMPAIGN_SORT_KEYS, CampaignStore
 from hpcopt_server.storage.db import Database
 from hpcopt_server.storage.fidelity import FidelityStore
@@ -112,6 +114,7 @@ class Tx:
         self.tokens = TokenStore(session)
         self.flags = FlagStore(session)
         self.notes = NoteStore(session)
+        self.analyses = AnalysisStore(session)
         self.views = ViewStore(session)
         self.results = ResultStore(session)
 

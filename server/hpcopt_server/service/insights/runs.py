@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, NotFound
 from hpcopt_server.service.context import campaign_or_404, revisions
 from hpcopt_server.service.insights.base import (
@@ -37,6 +38,15 @@ class Runs(InsightBase):
             agents = tx.agents.hosts([trial.agent_id, *(e.agent_id for e in trial.events)])
             ran = ran_by_trial(tx.views.spans(trial.campaign_id, [trial.id])).get(trial.id)
         return TrialDetail(trial, ran, agents)
+
+    def fold_analyses(self, trial_id: int) -> list[d.FoldAnalysis]:
+        """A trial's fold analyses (the spec's ``analysis``), by fold; NotFound for a
+        trial that does not exist ([] for one with none)."""
+        require_id("trial_id", trial_id)
+        with self.ctx.storage.read() as tx:
+            if tx.trials.get(trial_id, folds=False) is None:
+                raise NotFound(f"trial {trial_id} does not exist")
+            return tx.analyses.of_trial(trial_id)
 
     def running(self, campaign_id: int) -> RunningPage:
         """The RUNNING trials with their folds done and latest report, and their agents."""

@@ -119,6 +119,21 @@ class Running(CallsBase):
             tx.trials.add_event(trial.id, trial.attempt, kind, now, agent_id=lease.agent_id, reason=reason)
         return None
 
+    def save_analysis(self, lease: HeldLease, fold: int, document: dict[str, Any], now: datetime) -> Refused | None:
+        """Stores a fold's analysis under the trial's lease (also once it was stopped:
+        the fold it was computed on is finished), for a fold of the campaign."""
+        with self.storage.write() as tx:
+            trial = tx.trials.get(lease.trial_id, lock=True, folds=False)
+            why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now)
+            if trial is None or why not in (None, Refusal.STOPPED):
+                return Refused(why or Refusal.CHANGED, trial)
+            campaign = self.campaign(trial.campaign_id, tx.connection())
+            bad = None if campaign is None else rules.fold_refusal(fold, campaign.folds, ())
+            if bad is not None:
+                return Refused(bad, trial)
+            tx.analyses.save(trial.id, fold, trial.attempt, document, now)
+        return None
+
     def _open_fold(self, c: Connection, p: dict[str, Any]) -> bool:
         """Creates or touches an unfinished fold row; False if it is finished."""
         q = S.UPSERTS[c.dialect.name, self.returning][0]

@@ -1,0 +1,126 @@
+"""A fold's analysis on the server: the agent stores it under its lease over gRPC
+(``ReportAnalysis``), REST serves it, export and import carry it; a document that is
+not the schema's plain numbers is refused naming the field, and costs little."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import grpc
+import httpx
+import pytest
+
+from hpcopt_server.service.agents import Lease
+from tests.helpers.clients import AgentClient
+from tests.helpers.live import LiveServer
+from tests.helpers.specs import make_spec
+
+
+def _doc(eig: float = 2.5) -> dict[str, Any]:
+    return {
+        "parameters": 97,
+        "samples": 64,
+        "hessian": {
+            "eigenvalues": [eig, 1.0],
+            "residuals": [1e-9, 1e-6],
+            "steps": 20,
+            "density": {"grid": [0.0, 1.0], "density": [0.5, 0.5], "nodes": [[1.0]], "weights": [[1.0]], "sigma": 0.1},
+            "trace": [0.5, eig],
+        },
+        "landscape": {
+            "directions": "random",
+            "line": {"offsets": [-1.0, 0.0, 1.0], "loss": [3.0, 0.25, None]},
+            "surface": {"xs": [-1.0, 1.0], "ys": [-1.0, 1.0], "loss": [[1.0, 2.0], [3.0, 4.0]]},
+            "trajectory": {"xs": [0.5, 0.0], "ys": [0.1, 0.0], "off_plane": [0.9, 0.0]},
+        },
+        "epochs": [1, 2],
+        "cost": {"hvps": 52, "passes": 7, "samples": 64, "seconds": 0.3, "share_planned": 0.03},
+    }
+
+
+def _leased(live: LiveServer, agent: AgentClient) -> tuple[int, Any]:
+    c = live.service.campaigns.create(make_spec(folds=2, analysis={"hessian": {}}))
+    aid = agent.register(host="n1", campaign_id=c.id).agent_id
+    got = agent.acquire(aid, c.id)
+    assert got.lease is not None
+    return c.id, got.lease
+
+
+def test_an_analysis_is_stored_under_the_lease_served_over_rest_and_carried_by_export(live_server: LiveServer) -> None:
+    with AgentClient(live_server.grpc_target) as agent:
+        campaign, lease = _leased(live_server, agent)
+        agent.report_analysis(lease, 1, json.dumps(_doc(3.0)))
+        agent.report_analysis(lease, 0, json.dumps(_doc()))
+        agent.report_analysis(lease, 1, json.dumps(_doc(4.0)))  # computed again: replaces
+    got = httpx.get(f"{live_server.http_url}/api/v1/trials/{lease.trial_id}/analysis").json()
+    assert got["trial_id"] == lease.trial_id and [f["fold"] for f in got["folds"]] == [0, 1]
+    assert got["folds"][1]["document"]["hessian"]["eigenvalues"] == [4.0, 1.0]
+    assert got["folds"][0]["document"]["landscape"]["line"]["loss"] == [3.0, 0.25, None]
+    assert got["folds"][0]["attempt"] == 1
+    # Export, then import: the analyses come along with their trial.
+    doc = live_server.service.export_campaign(campaign)
+    assert [a["fold"] for a in doc["trials"][0]["analyses"]] == [0, 1]
+    doc["campaign"]["name"] = "imported"
+    imported = live_server.service.import_campaign(doc)
+    [t] = live_server.service.campaigns.trials(imported.id, limit=10)[0]
+    again = live_server.service.insights.fold_analyses(t.id)
+    assert [(a.fold, a.document["hessian"]["eigenvalues"][0]) for a in again] == [(0, 2.5), (1, 4.0)]
+    # None for a trial with none; 404 for one that does not exist.
+    other = httpx.get(f"{live_server.http_url}/api/v1/trials/999999/analysis")
+    assert other.status_code == 404 and "does not exist" in other.text
+
+
+def _bad(doc: Any) -> str:
+    return doc if isinstance(doc, str) else json.dumps(doc)
+
+
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ("{not json", "document"),
+        ({**_doc(), "hessian": {**_doc()["hessian"], "eigenvalues": ["2.5"]}}, "document.hessian.eigenvalues.0"),
+        ({**_doc(), "pickle": "gANdcQAu"}, "document.pickle"),
+        ({**_doc(), "cost": {**_doc()["cost"], "hvps": -1}}, "document.cost.hvps"),
+        ({**_doc(), "landscape": {**_doc()["landscape"], "directions": "pca"}}, "document.landscape.directions"),
+        ({**_doc(), "hessian": {**_doc()["hessian"], "trace": [1e400]}}, "document.hessian.trace.0"),
+        ([1, 2], "document"),
+    ],
+)
+def test_a_document_that_is_not_plain_numbers_is_refused_naming_the_field(
+    live_server: LiveServer, document: Any, field: str
+) -> None:
+    with AgentClient(live_server.grpc_target) as agent:
+        _, lease = _leased(live_server, agent)
+        with pytest.raises(grpc.RpcError) as err:
+            agent._stub.ReportAnalysis(
+                __import__("hpcopt.v1.agent_pb2", fromlist=["x"]).ReportAnalysisRequest(
+                    lease=lease.to_proto(), fold=0, document=_bad(document)
+                ),
+                timeout=60,
+            )
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert field in (err.value.details() or ""), err.value.details()
+    assert live_server.service.insights.fold_analyses(lease.trial_id) == []
+
+
+def test_an_oversized_document_is_refused_before_it_is_parsed(service: Any) -> None:
+    from hpcopt_server.errors import InvalidArgument
+
+    c = service.campaigns.create(make_spec(folds=2))
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    got = service.agents.acquire(agent, c.id)
+    lease = Lease(agent, got.trial.id, got.lease_id)
+    huge = '{"x": [' + ",".join(["1"] * 3_000_000) + "]}"
+    started = time.process_time()
+    with pytest.raises(InvalidArgument) as err:
+        service.agents.report_analysis(lease, 0, huge)
+    assert "at most 4,194,304" in str(err.value) and time.process_time() - started < 5 * 60  # generous: no parse
+    # A fold the campaign does not have, and a lease that is not the holder's.
+    with pytest.raises(InvalidArgument):
+        service.agents.report_analysis(lease, 5, json.dumps(_doc()))
+    from hpcopt_server.errors import FailedPrecondition
+
+    with pytest.raises(FailedPrecondition):
+        service.agents.report_analysis(Lease(agent, got.trial.id, "another"), 0, json.dumps(_doc()))
