@@ -1,8 +1,10 @@
 // A trial's page, addressed by its campaign and campaign-local number (#/campaign/3/trial/27):
-// parameters, value, folds, learning curves, the attempt history, previous/next trial.
+// parameters, value, folds, learning curves, the curvature (curvature.js), the attempt
+// history, previous/next trial.
 
 import { notFound } from "./campaign.js";
 import { agentLabel, api, badge, clockAttrs, el, fmt, fmtParam, HttpError, live, poll, session, when } from "./core.js";
+import { curvatureCard, drawCurvature } from "./curvature.js";
 import { noteCard } from "./notes.js";
 import { colour, draw, plain } from "./plots.js";
 import { stopButton } from "./steer.js";
@@ -173,6 +175,7 @@ function render(t, c) {
         ),
       ),
       noteCard(`/campaigns/${c.id}/trials/${t.number}/note`, "trial"),
+      curvatureCard(c),
       el("div", { class: "card", id: "trial-folds" }),
       el("div", { class: "card", id: "trial-events" }),
     );
@@ -302,6 +305,10 @@ function render(t, c) {
       ),
     ),
   );
+  drawCurvature(t, c).catch((e) => {
+    const note = document.getElementById("curvature-note");
+    if (note) note.textContent = `The analysis could not be loaded: ${e.message}`;
+  });
   const folds = [...new Set((t.curves || []).map((p) => p.fold))].sort((a, b) => a - b);
   document.getElementById("plot-trial-curves").hidden = !folds.length;
   document.getElementById("trial-curves-note").textContent = folds.length ? "" : "No learning-curve points reported.";

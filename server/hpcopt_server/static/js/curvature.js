@@ -1,0 +1,142 @@
+// A trial's curvature and loss landscape (the campaign's `analysis`): the largest Hessian
+// eigenvalue at each epoch's end with the 2/lr line, the spectral density of each fold,
+// and one fold's 2-D loss surface as a contour with the training trajectory on it.
+// GET /trials/{id}/analysis; the guide "Curvature and loss landscapes" says what they mean.
+
+import { api, el, fmt } from "./core.js";
+import { colour, draw } from "./plots.js";
+
+// The learning rate among the trial's parameters, by the names tasks use for it.
+const LR_NAMES = ["lr", "learning_rate", "learning-rate", "eta"];
+// What was fetched for which trial, so a poll that changed nothing else fetches nothing.
+const fetched = { key: "", body: null };
+
+/** The card's shell (filled by `drawCurvature`), or "" when the campaign asks for no analysis. */
+export function curvatureCard(c) {
+  if (!c.spec.analysis) return "";
+  return el(
+    "div",
+    { class: "card", id: "trial-curvature" },
+    el("h2", { text: "Curvature and loss landscape" }),
+    el("div", { id: "curvature-note", class: "muted" }),
+    el(
+      "div",
+      { class: "grid three" },
+      el("div", { id: "plot-curvature-trace", class: "plot" }),
+      el("div", { id: "plot-curvature-spectrum", class: "plot" }),
+      el("div", { id: "plot-curvature-surface", class: "plot" }),
+    ),
+  );
+}
+
+/** Fetches the trial's analyses when its finished folds changed, and draws them. */
+export async function drawCurvature(t, c) {
+  if (!c.spec.analysis || !document.getElementById("trial-curvature")) return;
+  const key = `${t.id}:${t.folds.filter((f) => f.finished).length}:${t.attempt}`;
+  if (fetched.key !== key) {
+    fetched.body = await api(`/trials/${t.id}/analysis`);
+    fetched.key = key;
+  }
+  const folds = fetched.body.folds;
+  const note = document.getElementById("curvature-note");
+  for (const id of ["plot-curvature-trace", "plot-curvature-spectrum", "plot-curvature-surface"]) {
+    document.getElementById(id).hidden = !folds.length;
+  }
+  if (!folds.length) {
+    note.textContent = "No fold has finished its analysis yet: each fold computes it at its end.";
+    return;
+  }
+  const lrName = LR_NAMES.find((n) => typeof t.params[n] === "number" && t.params[n] > 0);
+  const lr = lrName ? t.params[lrName] : null;
+  note.textContent =
+    `${folds.length} fold(s) analysed. λ_max near 2/${lrName || "lr"} means the learning rate sets the curvature ` +
+    "(the edge of stability); it is a diagnostic, not a score." +
+    (lr ? "" : " No learning-rate parameter (lr, learning_rate) in this trial: no 2/lr line.");
+  drawTrace(folds, lr, lrName);
+  drawSpectrum(folds);
+  drawSurface(folds[0]);
+}
+
+function drawTrace(folds, lr, lrName) {
+  const traces = folds.map((f, i) => {
+    const d = f.document;
+    const trace = d.hessian && d.hessian.trace;
+    const epochs = trace ? d.epochs : [null];
+    const values = trace || [d.hessian ? d.hessian.eigenvalues[0] : null];
+    return { type: "scatter", mode: "lines+markers", name: `fold ${f.fold}`, x: epochs, y: values, line: { color: colour(i) } };
+  });
+  const last = Math.max(1, ...folds.flatMap((f) => f.document.epochs || [1]));
+  if (lr)
+    traces.push({
+      type: "scatter",
+      mode: "lines",
+      name: `2/${lrName} = ${fmt(2 / lr, 4)}`,
+      x: [0, last],
+      y: [2 / lr, 2 / lr],
+      line: { dash: "dash", color: "#888" },
+    });
+  draw("plot-curvature-trace", traces, {
+    title: { text: "largest Hessian eigenvalue" },
+    margin: { t: 40 },
+    xaxis: { title: { text: "epoch" } },
+    yaxis: { title: { text: "λ_max" }, type: "log" },
+  });
+}
+
+function drawSpectrum(folds) {
+  const traces = folds
+    .filter((f) => f.document.hessian && f.document.hessian.density)
+    .map((f, i) => ({
+      type: "scatter",
+      mode: "lines",
+      name: `fold ${f.fold}`,
+      x: f.document.hessian.density.grid,
+      y: f.document.hessian.density.density,
+      line: { color: colour(i) },
+    }));
+  draw("plot-curvature-spectrum", traces, {
+    title: { text: "spectral density (SLQ)" },
+    margin: { t: 40 },
+    xaxis: { title: { text: "eigenvalue" } },
+    yaxis: { title: { text: "density" }, type: "log" },
+  });
+}
+
+function drawSurface(f) {
+  const land = f.document.landscape;
+  const surface = land && land.surface;
+  if (!surface) {
+    draw("plot-curvature-surface", [], { title: { text: "no 2-D surface (landscape.grid: 0)" } });
+    return;
+  }
+  const traces = [
+    {
+      type: "contour",
+      name: "training loss",
+      x: surface.xs,
+      y: surface.ys,
+      z: surface.loss,
+      colorscale: "Viridis",
+      contours: { coloring: "heatmap" },
+      showscale: true,
+    },
+  ];
+  const path = land.trajectory;
+  if (path)
+    traces.push({
+      type: "scatter",
+      mode: "lines+markers",
+      name: "trajectory",
+      x: path.xs,
+      y: path.ys,
+      text: (f.document.epochs || []).map((e, i) => `epoch ${e}, ${fmt(100 * path.off_plane[i], 3)}% off the plane`),
+      line: { color: "#fff" },
+      marker: { color: "#fff", size: 6 },
+    });
+  draw("plot-curvature-surface", traces, {
+    title: { text: `fold ${f.fold}: training loss (${land.directions} directions)` },
+    margin: { t: 40 },
+    xaxis: { title: { text: "direction 1" } },
+    yaxis: { title: { text: "direction 2" } },
+  });
+}

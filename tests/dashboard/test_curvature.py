@@ -1,0 +1,101 @@
+"""A trial's "Curvature and loss landscape" card in a real browser against a real
+server: the λ_max trace per fold with the 2/lr line, each fold's spectral density, and
+fold 0's loss surface as a contour with the trajectory on it; absent from a campaign
+without an ``analysis``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
+from tests.helpers.specs import make_spec
+
+pytestmark = pytest.mark.timeout(180)
+LR = 0.05
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
+    yield from seed_and_serve(tmp_path_factory, big=False)
+
+
+@pytest.fixture
+def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterator[Page]:
+    yield from make_page(browser, seeded.server.http_url, request, poll_ms=500)
+
+
+def _document(fold: int) -> dict[str, Any]:
+    top = 30.0 + fold
+    return {
+        "parameters": 97,
+        "samples": 64,
+        "hessian": {
+            "eigenvalues": [top, 3.0],
+            "residuals": [1e-9, 1e-6],
+            "steps": 20,
+            "density": {
+                "grid": [0.0, 10.0, 20.0, 30.0],
+                "density": [0.9, 0.05, 0.01, 0.04],
+                "nodes": [[0.0, top]],
+                "weights": [[0.9, 0.1]],
+                "sigma": 1.0,
+            },
+            "trace": [5.0, 20.0, top],
+        },
+        "landscape": {
+            "directions": "random",
+            "line": {"offsets": [-1.0, 0.0, 1.0], "loss": [2.0, 0.5, 2.5]},
+            "surface": {"xs": [-1.0, 0.0, 1.0], "ys": [-1.0, 0.0, 1.0], "loss": [[3, 2, 3], [2, 0.5, 2], [3, 2, 3]]},
+            "trajectory": {"xs": [0.8, 0.3, 0.0], "ys": [-0.4, -0.1, 0.0], "off_plane": [0.9, 0.7, 0.0]},
+        },
+        "epochs": [1, 2, 3],
+        "cost": {"hvps": 110, "passes": 12, "samples": 64, "seconds": 0.4, "share_planned": 0.03},
+    }
+
+
+def _trial(service: Any, analysis: bool) -> tuple[int, int]:
+    from hpcopt_server.service.agents import Lease
+
+    spec = make_spec(name=f"curvature-{analysis}", folds=2, training={"task": "tests:task", "epochs": 3})
+    spec["space"]["lr"] = {"type": "real", "low": LR, "high": LR * 1.000001}
+    if analysis:
+        spec["analysis"] = {"hessian": {"trace": True}, "landscape": {"grid": 3}}
+    cid = service.campaigns.create(spec).id
+    agent = service.agents.register(host="node", ranks=1, gpus=0).agent_id
+    got = service.agents.acquire(agent, cid)
+    lease = Lease(agent, got.trial.id, got.lease_id)
+    for k in range(2):
+        if analysis:
+            service.agents.report_analysis(lease, k, json.dumps(_document(k)))
+        service.agents.report_fold(lease, k, 0.5, {"loss": 0.5, "hessian_eig_1": 30.0 + k})
+    service.agents.complete(lease)
+    return int(cid), int(got.trial.number)
+
+
+def test_a_trial_shows_its_curvature_with_the_2_over_lr_line_and_its_surface(page: Page, seeded: Seeded) -> None:
+    cid, number = _trial(seeded.service, analysis=True)
+    page.open(f"/campaign/{cid}/trial/{number}")
+    trace = page.wait_plot("plot-curvature-trace", "d => d.length === 3")
+    folds = [t for t in trace if t["name"].startswith("fold ")]
+    assert [t["y"] for t in folds] == [[5.0, 20.0, 30.0], [5.0, 20.0, 31.0]] and folds[0]["x"] == [1, 2, 3]
+    [line] = [t for t in trace if t["name"].startswith("2/lr")]
+    assert line["y"][0] == pytest.approx(2 / LR, rel=1e-4)
+    spectrum = page.wait_plot("plot-curvature-spectrum", "d => d.length === 2")
+    assert spectrum[0]["x"] == [0.0, 10.0, 20.0, 30.0]
+    surface = page.wait_plot("plot-curvature-surface", "d => d.length === 2")
+    assert surface[0]["type"] == "contour" and surface[0]["z"][1][1] == 0.5
+    assert surface[1]["name"] == "trajectory" and surface[1]["x"] == [0.8, 0.3, 0.0]
+    note = page.page.locator("#curvature-note").inner_text()
+    assert "2 fold(s) analysed" in note and "not a score" in note
+    assert not page.errors
+
+
+def test_a_campaign_without_an_analysis_has_no_curvature_card(page: Page, seeded: Seeded) -> None:
+    cid, number = _trial(seeded.service, analysis=False)
+    page.open(f"/campaign/{cid}/trial/{number}")
+    page.page.locator("#trial-folds table").wait_for()
+    assert page.page.locator("#trial-curvature").count() == 0
