@@ -99,3 +99,23 @@ def test_a_campaign_without_an_analysis_has_no_curvature_card(page: Page, seeded
     page.open(f"/campaign/{cid}/trial/{number}")
     page.page.locator("#trial-folds table").wait_for()
     assert page.page.locator("#trial-curvature").count() == 0
+
+
+def test_the_compare_page_overlays_two_trials_spectra(page: Page, seeded: Seeded) -> None:
+    from hpcopt_server.service.agents import Lease
+
+    cid, first = _trial(seeded.service, analysis=True)
+    service = seeded.service
+    agent = service.agents.register(host="node", ranks=1, gpus=0).agent_id
+    got = service.agents.acquire(agent, cid)
+    lease = Lease(agent, got.trial.id, got.lease_id)
+    doc = _document(0)
+    doc["hessian"]["density"]["density"] = [0.5, 0.3, 0.1, 0.1]
+    service.agents.report_analysis(lease, 0, json.dumps(doc))
+    page.open(f"/campaign/{cid}/compare?trials={first},{got.trial.number}")
+    traces = page.wait_plot("plot-compare-spectra", "d => d.length === 3")
+    assert [t["name"] for t in traces] == [f"#{first} fold 0", f"#{first} fold 1", f"#{got.trial.number} fold 0"]
+    assert traces[2]["y"] == [0.5, 0.3, 0.1, 0.1] and traces[0]["line"]["color"] != traces[2]["line"]["color"]
+    note = page.page.locator("#compare-spectra-note").inner_text()
+    assert f"#{first}: λ_max 30, 31" in note, note
+    assert not page.errors

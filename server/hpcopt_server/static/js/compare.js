@@ -1,9 +1,11 @@
 // 2 to 4 trials side by side (#/campaign/3/compare?trials=4,9,27): their parameters with the
 // ones that differ marked, their values and objectives, the fold values, and every fold's
-// learning curve overlaid (a colour per trial, a dash per fold).
+// learning curve overlaid (a colour per trial, a dash per fold), and their Hessian spectra
+// when the campaign has an `analysis` (curvature.js).
 
 import { notFound } from "./campaign.js";
 import { badge, el, fmt, fmtParam, live, MAX_COMPARED, MIN_COMPARED, poll, ranNow, seconds, session } from "./core.js";
+import { compareSpectraCard, drawCompareSpectra } from "./curvature.js";
 import { colour, draw, plain } from "./plots.js";
 
 const DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
@@ -47,6 +49,7 @@ export function comparePage(cid, query) {
     el("div", { class: "card", id: "compare-folds" }),
   );
   let c = null;
+  let spectra = false;
   live(
     async (gen) => {
       const answers = await Promise.all([
@@ -56,6 +59,11 @@ export function comparePage(cid, query) {
       if (gen !== session.generation) return false;
       c = answers[0].body;
       if (!answers.some((a) => a.changed)) return false;
+      if (!spectra) {
+        spectra = true;
+        const card = compareSpectraCard(c);
+        if (card) document.getElementById("compare-folds").before(card);
+      }
       render(
         c,
         answers.slice(1).map((a) => a.body),
@@ -203,6 +211,10 @@ function render(c, trials) {
   document.getElementById("compare-curves-note").textContent = traces.length
     ? "A colour per trial; folds are told apart by dash (solid: the first)."
     : "None of these trials reported learning-curve points.";
+  drawCompareSpectra(c, trials).catch((e) => {
+    const note = document.getElementById("compare-spectra-note");
+    if (note) note.textContent = `The spectra could not be loaded: ${e.message}`;
+  });
   const maxStep = Math.max(1, ...traces.flatMap((tr) => tr.x));
   if (traces.length)
     draw("plot-compare-curves", traces, {

@@ -1,6 +1,7 @@
 // A trial's curvature and loss landscape (the campaign's `analysis`): the largest Hessian
 // eigenvalue at each epoch's end with the 2/lr line, the spectral density of each fold,
-// and one fold's 2-D loss surface as a contour with the training trajectory on it.
+// and one fold's 2-D loss surface as a contour with the training trajectory on it; and
+// the spectra of 2 to 4 trials side by side on the compare page.
 // GET /trials/{id}/analysis; the guide "Curvature and loss landscapes" says what they mean.
 
 import { api, el, fmt } from "./core.js";
@@ -139,4 +140,59 @@ function drawSurface(f) {
     xaxis: { title: { text: "direction 1" } },
     yaxis: { title: { text: "direction 2" } },
   });
+}
+
+const DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
+// What the compare page fetched, by trials and their finished folds.
+const compared = { key: "", bodies: [] };
+
+/** The compare page's spectra card, or "" when the campaign asks for no analysis. */
+export function compareSpectraCard(c) {
+  if (!c.spec.analysis) return "";
+  return el(
+    "div",
+    { class: "card", id: "compare-spectra" },
+    el("h2", { text: "Hessian spectra" }),
+    el("div", { id: "compare-spectra-note", class: "note" }),
+    el("div", { id: "plot-compare-spectra", class: "plot tall" }),
+  );
+}
+
+/** The compared trials' spectral densities: a colour per trial, a dash per fold. */
+export async function drawCompareSpectra(c, trials) {
+  if (!c.spec.analysis || !document.getElementById("compare-spectra")) return;
+  const key = trials.map((t) => `${t.id}:${t.folds.filter((f) => f.finished).length}`).join(",");
+  if (compared.key !== key) {
+    compared.bodies = await Promise.all(trials.map((t) => api(`/trials/${t.id}/analysis`)));
+    compared.key = key;
+  }
+  const traces = [];
+  trials.forEach((t, i) => {
+    compared.bodies[i].folds.forEach((f, j) => {
+      const dens = f.document.hessian && f.document.hessian.density;
+      if (!dens) return;
+      traces.push({
+        type: "scatter",
+        mode: "lines",
+        name: `#${t.number} fold ${f.fold}`,
+        x: dens.grid,
+        y: dens.density,
+        line: { color: colour(i), dash: DASHES[j % DASHES.length] },
+      });
+    });
+  });
+  document.getElementById("plot-compare-spectra").hidden = !traces.length;
+  const tops = trials.map((t, i) => {
+    const first = compared.bodies[i].folds.map((f) => f.document.hessian && f.document.hessian.eigenvalues[0]).filter((v) => v != null);
+    return first.length ? `#${t.number}: λ_max ${first.map((v) => fmt(v, 4)).join(", ")}` : `#${t.number}: none yet`;
+  });
+  document.getElementById("compare-spectra-note").textContent = traces.length
+    ? `A colour per trial, a dash per fold. ${tops.join("; ")}.`
+    : "None of these trials has a spectral density yet (analysis.hessian.density_samples: 0, or no fold finished).";
+  if (traces.length)
+    draw("plot-compare-spectra", traces, {
+      xaxis: { title: { text: "eigenvalue" } },
+      yaxis: { title: { text: "density" }, type: "log" },
+      legend: { orientation: "h" },
+    });
 }
