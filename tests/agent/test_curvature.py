@@ -229,3 +229,19 @@ def test_the_samples_fit_the_share_of_the_folds_training_by_counted_work() -> No
     assert samples_for(traced, epochs=20, train_samples=20_000) < samples_for(
         check({"hessian": {}}), epochs=20, train_samples=20_000
     )
+
+
+def test_a_parameter_the_loss_does_not_use_has_no_curvature_and_no_error() -> None:
+    class WithUnused(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net, self.unused = _mlp(), nn.Linear(2, 2).double()  # unused: in parameters(), never called
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.net(x)  # type: ignore[no-any-return]
+
+    x, y = _data()
+    op = FoldLoss(WithUnused(), _ce, _batches(x, y))
+    v = torch.ones(op.size, dtype=torch.float64)
+    hv = op.hvp(v)
+    assert torch.all(hv[-6:] == 0) and torch.any(hv[:-6] != 0)

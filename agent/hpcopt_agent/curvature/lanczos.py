@@ -75,18 +75,18 @@ def lanczos(matvec: MatVec, start: torch.Tensor, steps: int) -> Tridiagonal:
     q = (start / start.norm()).to(torch.float64)
     n = len(q)
     steps = min(steps, n)
-    basis: list[torch.Tensor] = []
+    basis = torch.empty(steps, n, dtype=torch.float64, device=q.device)  # filled row by row
     alpha: list[float] = []
     beta: list[float] = []
     scale = 0.0
-    for _ in range(steps):
-        basis.append(q)
+    for j in range(steps):
+        basis[j] = q
         w = matvec(q).to(torch.float64)
         a = float(w @ q)
         alpha.append(a)
-        stacked = torch.stack(basis)
+        done = basis[: j + 1]
         for _ in range(2):  # classical Gram-Schmidt twice: orthogonal to working precision
-            w = w - stacked.T @ (stacked @ w)
+            w = w - done.T @ (done @ w)
         b = float(w.norm())
         beta.append(b)
         scale = max(scale, abs(a), b)
@@ -94,7 +94,7 @@ def lanczos(matvec: MatVec, start: torch.Tensor, steps: int) -> Tridiagonal:
             break
         q = w / b
     return Tridiagonal(
-        torch.tensor(alpha, dtype=torch.float64), torch.tensor(beta, dtype=torch.float64), torch.stack(basis)
+        torch.tensor(alpha, dtype=torch.float64), torch.tensor(beta, dtype=torch.float64), basis[: len(alpha)]
     )
 
 

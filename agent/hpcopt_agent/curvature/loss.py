@@ -116,9 +116,14 @@ class FoldLoss:
         out = torch.zeros(self.size, device=self.device, dtype=self.dtype)
         with self._evaluating():
             for batch in self._batches:
-                grads = torch.autograd.grad(self._batch_sum(batch), self.params, create_graph=True)
-                dot = torch.stack([(g * u).sum() for g, u in zip(grads, vs, strict=True)]).sum()
-                hv = torch.autograd.grad(dot, self.params, allow_unused=True)
+                grads = torch.autograd.grad(self._batch_sum(batch), self.params, create_graph=True, allow_unused=True)
+                # A parameter the loss does not use, or uses linearly, adds no curvature.
+                used = [i for i, g in enumerate(grads) if g is not None and g.requires_grad]
+                if not used:
+                    continue
+                hv = torch.autograd.grad(
+                    [grads[i] for i in used], self.params, grad_outputs=[vs[i] for i in used], allow_unused=True
+                )
                 pairs = zip(hv, self.params, strict=True)
                 out += torch.cat([(h if h is not None else torch.zeros_like(p)).reshape(-1) for h, p in pairs])
         self.hvps += 1
