@@ -5,13 +5,13 @@ not the schema's plain numbers is refused naming the field, and costs little."""
 from __future__ import annotations
 
 import json
-import time
 from typing import Any
 
 import grpc
 import httpx
 import pytest
 
+from hpcopt.v1 import agent_pb2
 from hpcopt_server.service.agents import Lease
 from tests.helpers.clients import AgentClient
 from tests.helpers.live import LiveServer
@@ -94,12 +94,8 @@ def test_a_document_that_is_not_plain_numbers_is_refused_naming_the_field(
     with AgentClient(live_server.grpc_target) as agent:
         _, lease = _leased(live_server, agent)
         with pytest.raises(grpc.RpcError) as err:
-            agent._stub.ReportAnalysis(
-                __import__("hpcopt.v1.agent_pb2", fromlist=["x"]).ReportAnalysisRequest(
-                    lease=lease.to_proto(), fold=0, document=_bad(document)
-                ),
-                timeout=60,
-            )
+            request = agent_pb2.ReportAnalysisRequest(lease=lease.to_proto(), fold=0, document=_bad(document))
+            agent._stub.ReportAnalysis(request, timeout=60)  # the raw call: its status code
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in (err.value.details() or ""), err.value.details()
     assert live_server.service.insights.fold_analyses(lease.trial_id) == []
@@ -113,10 +109,9 @@ def test_an_oversized_document_is_refused_before_it_is_parsed(service: Any) -> N
     got = service.agents.acquire(agent, c.id)
     lease = Lease(agent, got.trial.id, got.lease_id)
     huge = '{"x": [' + ",".join(["1"] * 3_000_000) + "]}"
-    started = time.process_time()
     with pytest.raises(InvalidArgument) as err:
         service.agents.report_analysis(lease, 0, huge)
-    assert "at most 4,194,304" in str(err.value) and time.process_time() - started < 5 * 60  # generous: no parse
+    assert "at most 4,194,304" in str(err.value)  # the length's refusal: it was not parsed
     # A fold the campaign does not have, and a lease that is not the holder's.
     with pytest.raises(InvalidArgument):
         service.agents.report_analysis(lease, 5, json.dumps(_doc()))
