@@ -76,6 +76,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("agent", _a("Queue")),
     Operation("agent", _a("ReportThroughput")),
     Operation("agent", _a("ReportUnreadableParent")),
+    Operation("agent", _a("ReportAnalysis")),
     # The server proves it wrote the caller's connection file before a token is sent.
     Operation(None, IDENTITY_SERVICE + "Prove"),
     # -- the dashboard's and scripts' views: REST only --------------------------------
@@ -100,6 +101,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("read", rest="trial_note_versions"),
     Operation("read", rest="trial_note_version"),
     Operation("read", rest="noted_trials"),
+    Operation("read", rest="get_trial_analysis"),
 )
 
 #: The operations by gRPC method and by REST operation id.
