@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
 from tests.agent.test_docs_blocks import docs_blocks
+from tests.helpers import web
 from tests.helpers.agents import AgentServer, agent_spec, dump
 from tests.helpers.env import scaled
 
@@ -40,7 +40,7 @@ def test_each_fold_is_analysed_on_its_own_ranks_and_reports_what_it_cost(agent_s
     assert [t.state for t in trials] == ["COMPLETED", "COMPLETED"], dump(result)
     docs = []
     for t in trials:
-        got = httpx.get(f"{agent_server.url}/api/v1/trials/{t.id}/analysis").json()
+        got = web.get(f"{agent_server.url}/api/v1/trials/{t.id}/analysis").json()
         assert [f["fold"] for f in got["folds"]] == [0, 1], got
         docs += [f["document"] for f in got["folds"]]
         for fold in t.folds:
@@ -81,7 +81,7 @@ def test_the_guides_campaign_runs_as_written_and_each_fold_says_what_its_analysi
     said = [e.reason for e in t.events if e.kind == "analysis"]
     # 20 (top 3) + 30 (one density vector) + 2 x 20 (the trace) HVPs; 21 + 11 x 11 points.
     assert len(said) == 5 and all(": 90 HVPs and 142 loss passes on 64 samples in " in s for s in said), said
-    got = httpx.get(f"{agent_server.url}/api/v1/trials/{t.id}/analysis").json()
+    got = web.get(f"{agent_server.url}/api/v1/trials/{t.id}/analysis").json()
     out = got["folds"][0]["document"]
     assert len(got["folds"]) == 5 and len(out["landscape"]["surface"]["loss"]) == 11 and out["epochs"] == [1, 2]
     assert len(out["hessian"]["trace"]) == 2 and out["landscape"]["directions"] == "random"

@@ -8,12 +8,13 @@ import json
 from typing import Any
 
 import grpc
-import httpx
 import pytest
 
 from hpcopt.v1 import agent_pb2
 from hpcopt_server.service.agents import Lease
+from tests.helpers import web
 from tests.helpers.clients import AgentClient
+from tests.helpers.env import scaled
 from tests.helpers.live import LiveServer
 from tests.helpers.specs import make_spec
 
@@ -54,7 +55,7 @@ def test_an_analysis_is_stored_under_the_lease_served_over_rest_and_carried_by_e
         agent.report_analysis(lease, 1, json.dumps(_doc(3.0)))
         agent.report_analysis(lease, 0, json.dumps(_doc()))
         agent.report_analysis(lease, 1, json.dumps(_doc(4.0)))  # computed again: replaces
-    got = httpx.get(f"{live_server.http_url}/api/v1/trials/{lease.trial_id}/analysis").json()
+    got = web.get(f"{live_server.http_url}/api/v1/trials/{lease.trial_id}/analysis").json()
     assert got["trial_id"] == lease.trial_id and [f["fold"] for f in got["folds"]] == [0, 1]
     assert got["folds"][1]["document"]["hessian"]["eigenvalues"] == [4.0, 1.0]
     assert got["folds"][0]["document"]["landscape"]["line"]["loss"] == [3.0, 0.25, None]
@@ -68,7 +69,7 @@ def test_an_analysis_is_stored_under_the_lease_served_over_rest_and_carried_by_e
     again = live_server.service.insights.fold_analyses(t.id)
     assert [(a.fold, a.document["hessian"]["eigenvalues"][0]) for a in again] == [(0, 2.5), (1, 4.0)]
     # None for a trial with none; 404 for one that does not exist.
-    other = httpx.get(f"{live_server.http_url}/api/v1/trials/999999/analysis")
+    other = web.get(f"{live_server.http_url}/api/v1/trials/999999/analysis")
     assert other.status_code == 404 and "does not exist" in other.text
 
 
@@ -95,7 +96,7 @@ def test_a_document_that_is_not_plain_numbers_is_refused_naming_the_field(
         _, lease = _leased(live_server, agent)
         with pytest.raises(grpc.RpcError) as err:
             request = agent_pb2.ReportAnalysisRequest(lease=lease.to_proto(), fold=0, document=_bad(document))
-            agent._stub.ReportAnalysis(request, timeout=60)  # the raw call: its status code
+            agent._stub.ReportAnalysis(request, timeout=scaled(60))  # the raw call: its status code
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert field in (err.value.details() or ""), err.value.details()
     assert live_server.service.insights.fold_analyses(lease.trial_id) == []
