@@ -75,7 +75,8 @@ class Precision:
 
         hook = default_hooks.bf16_compress_hook if self.dtype is torch.bfloat16 else default_hooks.fp16_compress_hook
         for model in models.values():
-            if isinstance(model, DistributedDataParallel):
+            # A scheme's own hook (allreduce's PowerSGD) compresses further: it stays.
+            if isinstance(model, DistributedDataParallel) and not getattr(model, "_hpcopt_comm_hook", None):
                 model.register_comm_hook(model.process_group, hook)
 
     def wrap(self, optimizers: dict[str, torch.optim.Optimizer]) -> dict[str, torch.optim.Optimizer]:

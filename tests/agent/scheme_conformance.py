@@ -16,7 +16,9 @@ workers; DASO: 2 nodes of 2; a pipeline: 2 stages x 2 replicas):
 - **several models**: a GAN (two models, two optimizers) trains and its ranks agree, or
   the scheme refuses it before training with a message that names the field.
 
-Then every scheme once more in 2 fold groups of 2 on different samples: they train separately.
+Then every scheme once more in 2 fold groups of 2 on different samples: they train
+separately. Each variant of ``scheme_variants.py`` (allreduce with PowerSGD) runs the
+coverage, resume and digits checks under its label.
 
 A scheme added to ``SCHEMES`` runs here without an edit; ``CONFORMANCE_KNOBS`` may
 give it a layout for 4 ranks. Horovod runs when asked (``horovod``: it needs
@@ -49,6 +51,7 @@ from tests.agent.ps_check import (
     stopped_and_resumed,
     world,
 )
+from tests.agent.scheme_variants import VARIANTS
 from tests.agent.tasks import Regression, TinyGan
 
 #: Knobs for 4 ranks in one fold group (and what makes a run reproducible: a parameter
@@ -107,7 +110,7 @@ class Recording(Run):
             data.read = original  # type: ignore[method-assign]
 
 
-def coverage(comms: Comms, name: str, knobs: dict[str, Any]) -> None:
+def coverage(comms: Comms, name: str, knobs: dict[str, Any], label: str = "") -> None:
     task = Regression()
     data = Data(task.dataset, torch.device("cpu"))
     train = np.arange(10, 230)  # 220 of 240: not a multiple of the batch, and not every sample
@@ -126,10 +129,10 @@ def coverage(comms: Comms, name: str, knobs: dict[str, Any]) -> None:
     assert before is None or after is None or after < before, (
         f"{name}: one epoch did not lower the loss ({before:.3g} -> {after:.3g})"
     )
-    say(f"OK {name} coverage: every training sample once per epoch ({extra} padded); ranks agree")
+    say(f"OK {label or name} coverage: every training sample once per epoch ({extra} padded); ranks agree")
 
 
-def resume(comms: Comms, name: str, knobs: dict[str, Any]) -> None:
+def resume(comms: Comms, name: str, knobs: dict[str, Any], label: str = "") -> None:
     task = Regression()
     data = Data(task.dataset, torch.device("cpu"))
     train = np.arange(240)
@@ -144,7 +147,7 @@ def resume(comms: Comms, name: str, knobs: dict[str, Any]) -> None:
     rest.scheme.close()
     gap = float((got - want).abs().max())
     assert torch.equal(got, want), f"{name}: resumed from batch {cut.batch} of epoch 1, max |diff| {gap:.2g}"
-    say(f"OK {name} resume: stopped mid-epoch on one rank, resumed bit for bit")
+    say(f"OK {label or name} resume: stopped mid-epoch on one rank, resumed bit for bit")
 
 
 def digits(comms: Comms, names: list[str], acc: dict[str, float], knobs: dict[str, Any]) -> None:
@@ -235,6 +238,24 @@ def knobs_for(name: str, size: int) -> dict[str, Any]:
     return knobs
 
 
+def variant(comms: Comms, label: str, name: str, knobs: dict[str, Any], acc: dict[str, float]) -> None:
+    """A variant (``scheme_variants.py``): coverage, resume and digits against the plain
+    scheme's accuracy (``acc[name]``, from its own run)."""
+    with checking(label):
+        coverage(comms, name, knobs, label)
+        resume(comms, name, knobs, label)
+        task = Digits()
+        data = Data(task.dataset, torch.device("cpu"))
+        order = np.random.default_rng(0).permutation(len(data))
+        run = Run(comms, name, {**knobs, **DIGITS_KNOBS.get(name, {})}, task, {"lr": 3e-3}, epochs=4)
+        run.train(data, order[:1400], epochs=4, batch=64)
+        run.scheme.close()
+        with torch.no_grad():
+            got = task.evaluate(run.models["model"], [data.batch(order[1400:])], {})["accuracy"]
+        assert got >= acc[name] - 0.03, f"{label}: {got:.3f} vs {name} {acc[name]:.3f}"
+        say(f"OK {label} digits {got:.3f} after 4 epochs, within 3 points of {name} {acc[name]:.3f}")
+
+
 def conforms(comms: Comms, names: list[str], acc: dict[str, float]) -> None:
     for name in names:
         knobs = knobs_for(name, comms.fold.size)
@@ -255,6 +276,8 @@ def main() -> int:
     comms = comms_for(MPI.COMM_WORLD.size)
     acc: dict[str, float] = {}
     conforms(comms, names, acc)
+    for label, (name, knobs) in VARIANTS.items():
+        variant(comms, label, name, {**knobs_for(name, comms.fold.size), **knobs}, acc)
     comms.close()
     if world.size >= 4:
         separate_fold_groups(names)

@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from hpcopt.core.schemes import TRAITS
+from tests.agent.scheme_variants import VARIANTS
 from tests.helpers.agents import (
     AgentServer,
     agent_spec,
@@ -148,6 +149,19 @@ def test_every_scheme_keeps_the_scheme_contract(name: str, ranks: int) -> None:
     if ranks >= 4 and not TRAITS[name].horovod:
         assert f"OK {name} in 2 fold groups of 2" in text, text
     assert "ALL OK conformance" in text or (failed is not None and failed.group(1) != name), text
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("ranks", [2, 4])
+@pytest.mark.parametrize("label", list(VARIANTS))
+def test_every_scheme_variant_keeps_the_scheme_contract(label: str, ranks: int) -> None:
+    """A knob that changes the exchange (allreduce's PowerSGD, its error feedback in the
+    checkpoint) keeps what its scheme promises: coverage, mid-epoch resume bit for bit
+    (so the error-feedback state survives a preemption), digits within 3 points of the
+    plain scheme. The same launch as the schemes' own checks."""
+    text, _ = conformance_run(ranks)
+    for check in ("coverage", "resume", "digits"):
+        assert f"OK {label} {check}" in text, f"{label} at {ranks} ranks: no {check} check\n{text}"
 
 
 def test_a_parameter_server_fold_preempted_mid_epoch_resumes_to_where_an_uninterrupted_one_ends(

@@ -220,6 +220,21 @@ def test_the_example_specs_are_valid() -> None:
         ),
         (_search({"easgd": {"tau": 4}}), "training.scheme.search.easgd.tau", "must be a parameter such as"),
         ({"analysis": {"landscape": {"grid": 41}}}, "analysis.landscape.max_points", "past the bound of 500"),
+        (
+            {"training": {"task": "t:T", "options": {"allreduce": {"compression": "powersgd", "powersgd_rank": 0}}}},
+            "training.options.allreduce.powersgd_rank",
+            "must be an integer >= 1",
+        ),
+        (
+            {"training": {"task": "t:T", "options": {"allreduce": {"compression": "powersgd", "backend": "horovod"}}}},
+            "training.options.allreduce.compression",
+            "backend horovod has its own",
+        ),
+        (
+            {"training": {"task": "t:T", "options": {"allreduce": {"compression": "topk"}}}},
+            "training.options.allreduce.compression",
+            "must be one of none, powersgd",
+        ),
         ({"analysis": {"hessian": {"top_k": 0}}}, "analysis.hessian.top_k", "must be an integer >= 1"),
         ({"analysis": {"hessian": {}}, "training": None}, "analysis", "needs training"),
         (

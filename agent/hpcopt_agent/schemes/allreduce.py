@@ -1,19 +1,95 @@
 """Synchronous data parallelism: DistributedDataParallel over the fold group's process
 group, every rank on its own shard; gradients are averaged by allreduce in each
 backward pass, so the weights stay identical across the fold group (the base class's
-consensus, checkpoint and stop vote are right as they are)."""
+consensus, checkpoint and stop vote are right as they are).
+
+``compression: powersgd`` exchanges each gradient matrix as two low-rank factors
+(PowerSGD, Vogels, Karimireddy and Jaggi 2019, through torch's DDP comm hook), with
+error feedback: what a step's approximation left out is added to the next step's
+gradient, so nothing is lost, only delayed. The first ``powersgd_start`` steps are
+plain allreduce. The error-feedback memories, the warm-start factors, the step count
+and the hook's random state are this rank's scheme state, saved in the fold's
+checkpoint as tensors and numbers, so a preempted fold resumes compressing where it
+stopped. Under bf16 or fp16 the factors are exchanged in fp32: the PowerSGD hook takes
+the place of the precision's 16-bit hook (one hook per DDP model).
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
+import torch
+
 from hpcopt.core.schemes import TRAITS
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
+
+#: PowerSGD's dictionaries of tensors, by bucket index (the scheme state keeps them).
+_MEMORIES = ("error_dict", "p_memory_dict", "q_memory_dict")
 
 
 class AllReduce(Scheme):
     name = "allreduce"
     traits = TRAITS[name]
+    powersgd: Any = None  # the hook's PowerSGDState, with compression: powersgd
 
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         if self.comms.pg is None:  # one rank per fold: nothing to synchronize
             return models, optimizers
-        return self.placement.ddp(models, self.comms.pg), optimizers
+        wrapped = self.placement.ddp(models, self.comms.pg)
+        if self.knobs.get("compression", "none") == "powersgd":
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as P
+
+            self.powersgd = P.PowerSGDState(
+                process_group=self.comms.pg,
+                matrix_approximation_rank=int(self.knobs["powersgd_rank"]),
+                start_powerSGD_iter=int(self.knobs["powersgd_start"]),
+                min_compression_rate=1,  # compress every matrix: the knob decides, not a size rule
+                use_error_feedback=True,
+                warm_start=True,
+                random_seed=0,  # the same on every rank: their factors must agree
+            )
+            for ddp in self.placement.ddps:
+                ddp.register_comm_hook(self.powersgd, P.powerSGD_hook)
+                # The precision's 16-bit hook stands aside (one hook per DDP model).
+                object.__setattr__(ddp, "_hpcopt_comm_hook", "powersgd")
+        return wrapped, optimizers
+
+    def prime(self, task: Any, batch: Any) -> None:
+        """The base's priming backward runs the PowerSGD hook too, which would count a
+        step and rewrite the memories a resumed fold just restored: they are put back."""
+        saved = self.state()
+        super().prime(task, batch)
+        if saved:
+            self.load_state(saved)
+
+    def state(self) -> dict[str, Any]:
+        """PowerSGD's error feedback and warm start, as tensors and numbers."""
+        s = self.powersgd
+        if s is None:
+            return {}
+        kind, keys, pos, has_gauss, gauss = s.rng.get_state()
+        return {
+            "powersgd": {
+                "iter": int(s.iter),
+                **{m: {str(k): v.detach().cpu().clone() for k, v in getattr(s, m).items()} for m in _MEMORIES},
+                "rng": [
+                    str(kind),
+                    torch.from_numpy(np.asarray(keys, np.int64)),
+                    int(pos),
+                    int(has_gauss),
+                    float(gauss),
+                ],
+            }
+        }
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        saved, s = state.get("powersgd"), self.powersgd
+        if not saved or s is None:
+            return  # a checkpoint of another compression: the memories start empty
+        device = self.comms.device
+        s.iter = int(saved["iter"])
+        for m in _MEMORIES:
+            setattr(s, m, {int(k): v.to(device) for k, v in saved[m].items()})
+        kind, keys, pos, has_gauss, gauss = saved["rng"]
+        s.rng.set_state((kind, np.asarray(keys, np.uint32), int(pos), int(has_gauss), float(gauss)))

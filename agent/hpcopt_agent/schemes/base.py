@@ -312,6 +312,11 @@ class Scheme:
 
     # -- checkpoints and the end -------------------------------------------------------
 
+    def prime(self, task: Task, batch: Any) -> None:
+        """A resumed fold, before its first step: the placement's priming pass
+        (:meth:`Placement.prime`); a scheme whose state that pass would change keeps it."""
+        self.placement.prime(task, batch)
+
     def state(self) -> dict[str, Any]:
         """This rank's scheme state for a checkpoint (gathered to the fold leader)."""
         return {}

@@ -131,7 +131,24 @@ KNOBS: dict[str, dict[str, Option]] = {
             choices=("ddp", "horovod"),
             doc="torch DDP, or Horovod (make horovod)",
             runs_as=(("horovod", "horovod"),),
-        )
+        ),
+        "compression": Option(
+            "none",
+            str,
+            choices=("none", "powersgd"),
+            doc="DDP's gradient allreduce in full, or PowerSGD's low-rank factors with error feedback "
+            "(Vogels et al. 2019; torch's comm hook): fewer bytes on a slow link, more compute",
+        ),
+        "powersgd_rank": Option(
+            2, int, 1, 64, doc="powersgd: the rank of each gradient matrix's approximation (bytes grow with it)"
+        ),
+        "powersgd_start": Option(
+            10,
+            int,
+            2,
+            1_000_000,
+            doc="powersgd: steps of plain allreduce before the first compressed one (error feedback needs 2 at least)",
+        ),
     },
     "horovod": {},
     "daso": _DASO,
@@ -355,6 +372,11 @@ def resolve(
         if params is not None and f"{scheme}.{knob}" in params:
             field, value = f"params.{scheme}.{knob}", params[f"{scheme}.{knob}"]
         knobs[knob] = spec.check(field, value)
+    if knobs.get("compression", "none") != "none" and knobs.get("backend") == "horovod":
+        raise OptionError(
+            f"training.options.{scheme}.compression",
+            "compresses DDP's allreduce; backend horovod has its own (use backend: ddp, or compression: none)",
+        )
     check_layout(scheme, knobs, ranks_per_fold)
     return knobs
 

@@ -1,0 +1,14 @@
+"""Knob settings that change how a scheme exchanges (not only how fast): each runs the
+whole scheme contract in ``scheme_conformance.py`` as a scheme of its own would, under
+its label. No mpi4py here, so pytest can list them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: label -> (scheme, knobs).
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+    # PowerSGD from the second step, so both the plain and the compressed exchange (and
+    # the error feedback across a mid-epoch stop) are in every check.
+    "allreduce+powersgd": ("allreduce", {"compression": "powersgd", "powersgd_rank": 2, "powersgd_start": 2}),
+}
