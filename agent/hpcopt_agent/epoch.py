@@ -8,7 +8,7 @@ One epoch on one rank is two calls with the fold group's agreement between them:
 1. :meth:`EpochDriver.batches`: ``roles.shard`` deals the epoch's samples,
    ``begin_epoch``; on a rank that does not train, ``roles.serve`` for the epoch; else
    for every batch of every run ``blocks`` yields (read ahead by the loader's workers
-   on a rank that reads): ``scheme.prime`` once after a resume,
+   on a rank that reads): ``placement.prime`` once after a resume,
    ``placement.step``, ``after_step`` and the stop vote; then ``end_batches`` (with
    ``failed`` on an error, before it propagates).
 2. The caller agrees with its fold group (failure > preemption > go on).
@@ -141,7 +141,7 @@ class EpochDriver:
         placement = self.scheme.placement
         with self.precision.active():
             if self.resumed:
-                self.scheme.prime(self.task, batch)
+                placement.prime(self.task, batch)
                 self.resumed = False
             loss = placement.step(self.task, self.models, self.optimizers, batch, self.params)
         self.precision.end_step()

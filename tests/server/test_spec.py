@@ -228,7 +228,7 @@ def test_the_example_specs_are_valid() -> None:
         (
             {"training": {"task": "t:T", "options": {"allreduce": {"compression": "powersgd", "backend": "horovod"}}}},
             "training.options.allreduce.compression",
-            "backend horovod has its own",
+            "the fold trains as horovod, which has its own exchange",
         ),
         (
             {"training": {"task": "t:T", "options": {"allreduce": {"compression": "topk"}}}},

@@ -10,8 +10,9 @@ gradient, so nothing is lost, only delayed. The first ``powersgd_start`` steps a
 plain allreduce. The error-feedback memories, the warm-start factors, the step count
 and the hook's random state are this rank's scheme state, saved in the fold's
 checkpoint as tensors and numbers, so a preempted fold resumes compressing where it
-stopped. Under bf16 or fp16 the factors are exchanged in fp32: the PowerSGD hook takes
-the place of the precision's 16-bit hook (one hook per DDP model).
+stopped (and the placement's priming pass after a resume leaves them as restored).
+Under bf16 or fp16 the factors are exchanged in fp32: the PowerSGD hook takes the
+place of the precision's 16-bit hook (one hook per DDP model).
 """
 
 from __future__ import annotations
@@ -53,15 +54,10 @@ class AllReduce(Scheme):
                 ddp.register_comm_hook(self.powersgd, P.powerSGD_hook)
                 # The precision's 16-bit hook stands aside (one hook per DDP model).
                 object.__setattr__(ddp, "_hpcopt_comm_hook", "powersgd")
+            # The priming pass after a resume runs the hook too: it must not count as a
+            # step nor rewrite the memories the resume just restored.
+            self.placement._hook_state = (self.state, self.load_state)
         return wrapped, optimizers
-
-    def prime(self, task: Any, batch: Any) -> None:
-        """The base's priming backward runs the PowerSGD hook too, which would count a
-        step and rewrite the memories a resumed fold just restored: they are put back."""
-        saved = self.state()
-        super().prime(task, batch)
-        if saved:
-            self.load_state(saved)
 
     def state(self) -> dict[str, Any]:
         """PowerSGD's error feedback and warm start, as tensors and numbers."""

@@ -29,7 +29,7 @@ which conformance checks it must pass.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
@@ -166,6 +166,8 @@ class Placement:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.ddps: list[DistributedDataParallel] = []  # what :meth:`ddp` wrapped
+        #: A comm hook's state kept across :meth:`prime`: (save, restore), or None.
+        self._hook_state: tuple[Callable[[], Any], Callable[[Any], None]] | None = None
 
     def build(self, task: Task, params: dict[str, Any]) -> tuple[Models, bool]:
         """The task's models on this rank's device, and whether ``build`` returned one
@@ -195,18 +197,23 @@ class Placement:
         than the uninterrupted run (whose DDP reordered at its first step) and the fold
         would end a rounding error away; with it, bit for bit. Done for the default
         ``train_step`` (one model, ``task.loss(model(batch[0]), batch)``); a task with its
-        own step resumes to within rounding."""
+        own step resumes to within rounding. A comm hook with state of its own (allreduce's
+        PowerSGD) would take that pass for a step: ``_hook_state`` (a save and a restore)
+        keeps its state as it was."""
         if len(self.ddps) != 1 or type(task).train_step is not Task.train_step:
             return
+        saved = self._hook_state[0]() if self._hook_state else None
         [ddp] = self.ddps
         buffers = [b.clone() for b in ddp.module.buffers()]
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):
             torch.autograd.backward(task.loss(ddp(batch[0]), batch))
         with torch.no_grad():
-            for b, saved in zip(ddp.module.buffers(), buffers, strict=True):
-                b.copy_(saved)
+            for b, kept in zip(ddp.module.buffers(), buffers, strict=True):
+                b.copy_(kept)
         ddp.module.zero_grad(set_to_none=True)
+        if self._hook_state:
+            self._hook_state[1](saved)
 
     def step(self, task: Task, models: Any, optimizers: Any, batch: Any, params: dict[str, Any]) -> float | None:
         """One training step of this rank (the task's ``train_step``; a pipeline runs its
@@ -311,11 +318,6 @@ class Scheme:
         return {}
 
     # -- checkpoints and the end -------------------------------------------------------
-
-    def prime(self, task: Task, batch: Any) -> None:
-        """A resumed fold, before its first step: the placement's priming pass
-        (:meth:`Placement.prime`); a scheme whose state that pass would change keeps it."""
-        self.placement.prime(task, batch)
 
     def state(self) -> dict[str, Any]:
         """This rank's scheme state for a checkpoint (gathered to the fold leader)."""

@@ -372,10 +372,12 @@ def resolve(
         if params is not None and f"{scheme}.{knob}" in params:
             field, value = f"params.{scheme}.{knob}", params[f"{scheme}.{knob}"]
         knobs[knob] = spec.check(field, value)
-    if knobs.get("compression", "none") != "none" and knobs.get("backend") == "horovod":
+    target = runs_as(scheme, knobs)
+    if knobs.get("compression", "none") != "none" and target != scheme:
         raise OptionError(
             f"training.options.{scheme}.compression",
-            "compresses DDP's allreduce; backend horovod has its own (use backend: ddp, or compression: none)",
+            f"compresses DDP's allreduce; with these knobs the fold trains as {target}, which has its own "
+            "exchange (use compression: none there)",
         )
     check_layout(scheme, knobs, ranks_per_fold)
     return knobs
