@@ -18,7 +18,7 @@ from hpcopt.core.analysis import check, cost, planned_share, samples_for
 from hpcopt.errors import OptionError
 from hpcopt_agent.curvature import landscape as ls
 from hpcopt_agent.curvature.analysis import analyse
-from hpcopt_agent.curvature.lanczos import density, lanczos, start_vector, top_eigen
+from hpcopt_agent.curvature.lanczos import density, lanczos, slq_moment, start_vector, top_eigen
 from hpcopt_agent.curvature.loss import FoldLoss
 
 
@@ -104,7 +104,7 @@ def test_slq_with_a_full_krylov_space_puts_its_nodes_on_the_exact_eigenvalues() 
     # Its first moment is the quadratic form of the start vectors: tr(H)/n in expectation,
     # exactly v^T H v for each one.
     v = start_vector(op.size, 3 + 1, rademacher=True)
-    first = sum(w * n for n, w in zip(dens.nodes[0], dens.weights[0], strict=True))
+    first = slq_moment(dens.nodes[:1], dens.weights[:1])
     assert first == pytest.approx(float(v @ op.hvp(v)), rel=1e-9)
     assert all(d >= 0 for d in dens.density)
     step = dens.grid[1] - dens.grid[0]

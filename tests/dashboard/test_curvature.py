@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.analysis import analysis_document
 from tests.helpers.dashboard import Page, Seeded, make_page, seed_and_serve
 from tests.helpers.specs import make_spec
 
@@ -28,35 +29,6 @@ def page(browser: Any, seeded: Seeded, request: pytest.FixtureRequest) -> Iterat
     yield from make_page(browser, seeded.server.http_url, request, poll_ms=500)
 
 
-def _document(fold: int) -> dict[str, Any]:
-    top = 30.0 + fold
-    return {
-        "parameters": 97,
-        "samples": 64,
-        "hessian": {
-            "eigenvalues": [top, 3.0],
-            "residuals": [1e-9, 1e-6],
-            "steps": 20,
-            "density": {
-                "grid": [0.0, 10.0, 20.0, 30.0],
-                "density": [0.9, 0.05, 0.01, 0.04],
-                "nodes": [[0.0, top]],
-                "weights": [[0.9, 0.1]],
-                "sigma": 1.0,
-            },
-            "trace": [5.0, 20.0, top],
-        },
-        "landscape": {
-            "directions": "random",
-            "line": {"offsets": [-1.0, 0.0, 1.0], "loss": [2.0, 0.5, 2.5]},
-            "surface": {"xs": [-1.0, 0.0, 1.0], "ys": [-1.0, 0.0, 1.0], "loss": [[3, 2, 3], [2, 0.5, 2], [3, 2, 3]]},
-            "trajectory": {"xs": [0.8, 0.3, 0.0], "ys": [-0.4, -0.1, 0.0], "off_plane": [0.9, 0.7, 0.0]},
-        },
-        "epochs": [1, 2, 3],
-        "cost": {"hvps": 110, "passes": 12, "samples": 64, "seconds": 0.4, "share_planned": 0.03},
-    }
-
-
 def _trial(service: Any, analysis: bool) -> tuple[int, int]:
     from hpcopt_server.service.agents import Lease
 
@@ -70,7 +42,7 @@ def _trial(service: Any, analysis: bool) -> tuple[int, int]:
     lease = Lease(agent, got.trial.id, got.lease_id)
     for k in range(2):
         if analysis:
-            service.agents.report_analysis(lease, k, json.dumps(_document(k)))
+            service.agents.report_analysis(lease, k, json.dumps(analysis_document(30.0 + k)))
         service.agents.report_fold(lease, k, 0.5, {"loss": 0.5, "hessian_eig_1": 30.0 + k})
     service.agents.complete(lease)
     return int(cid), int(got.trial.number)
@@ -109,7 +81,7 @@ def test_the_compare_page_overlays_two_trials_spectra(page: Page, seeded: Seeded
     agent = service.agents.register(host="node", ranks=1, gpus=0).agent_id
     got = service.agents.acquire(agent, cid)
     lease = Lease(agent, got.trial.id, got.lease_id)
-    doc = _document(0)
+    doc = analysis_document(30.0)
     doc["hessian"]["density"]["density"] = [0.5, 0.3, 0.1, 0.1]
     service.agents.report_analysis(lease, 0, json.dumps(doc))
     page.open(f"/campaign/{cid}/compare?trials={first},{got.trial.number}")

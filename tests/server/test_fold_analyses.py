@@ -13,32 +13,11 @@ import pytest
 from hpcopt.v1 import agent_pb2
 from hpcopt_server.service.agents import Lease
 from tests.helpers import web
+from tests.helpers.analysis import analysis_document
 from tests.helpers.clients import AgentClient
 from tests.helpers.env import scaled
 from tests.helpers.live import LiveServer
 from tests.helpers.specs import make_spec
-
-
-def _doc(eig: float = 2.5) -> dict[str, Any]:
-    return {
-        "parameters": 97,
-        "samples": 64,
-        "hessian": {
-            "eigenvalues": [eig, 1.0],
-            "residuals": [1e-9, 1e-6],
-            "steps": 20,
-            "density": {"grid": [0.0, 1.0], "density": [0.5, 0.5], "nodes": [[1.0]], "weights": [[1.0]], "sigma": 0.1},
-            "trace": [0.5, eig],
-        },
-        "landscape": {
-            "directions": "random",
-            "line": {"offsets": [-1.0, 0.0, 1.0], "loss": [3.0, 0.25, None]},
-            "surface": {"xs": [-1.0, 1.0], "ys": [-1.0, 1.0], "loss": [[1.0, 2.0], [3.0, 4.0]]},
-            "trajectory": {"xs": [0.5, 0.0], "ys": [0.1, 0.0], "off_plane": [0.9, 0.0]},
-        },
-        "epochs": [1, 2],
-        "cost": {"hvps": 52, "passes": 7, "samples": 64, "seconds": 0.3, "share_planned": 0.03},
-    }
 
 
 def _leased(live: LiveServer, agent: AgentClient) -> tuple[int, Any]:
@@ -52,13 +31,14 @@ def _leased(live: LiveServer, agent: AgentClient) -> tuple[int, Any]:
 def test_an_analysis_is_stored_under_the_lease_served_over_rest_and_carried_by_export(live_server: LiveServer) -> None:
     with AgentClient(live_server.grpc_target) as agent:
         campaign, lease = _leased(live_server, agent)
-        agent.report_analysis(lease, 1, json.dumps(_doc(3.0)))
-        agent.report_analysis(lease, 0, json.dumps(_doc()))
-        agent.report_analysis(lease, 1, json.dumps(_doc(4.0)))  # computed again: replaces
+        agent.report_analysis(lease, 1, json.dumps(analysis_document(3.0)))
+        agent.report_analysis(lease, 0, json.dumps(analysis_document()))
+        agent.report_analysis(lease, 1, json.dumps(analysis_document(4.0)))  # computed again: replaces
+        _, without = _leased(live_server, agent)
     got = web.get(f"{live_server.http_url}/api/v1/trials/{lease.trial_id}/analysis").json()
     assert got["trial_id"] == lease.trial_id and [f["fold"] for f in got["folds"]] == [0, 1]
-    assert got["folds"][1]["document"]["hessian"]["eigenvalues"] == [4.0, 1.0]
-    assert got["folds"][0]["document"]["landscape"]["line"]["loss"] == [3.0, 0.25, None]
+    assert got["folds"][1]["document"]["hessian"]["eigenvalues"] == [4.0, 3.0]
+    assert got["folds"][0]["document"]["landscape"]["line"]["loss"] == [2.0, 0.5, None]
     assert got["folds"][0]["attempt"] == 1
     # Export, then import: the analyses come along with their trial.
     doc = live_server.service.export_campaign(campaign)
@@ -67,8 +47,10 @@ def test_an_analysis_is_stored_under_the_lease_served_over_rest_and_carried_by_e
     imported = live_server.service.import_campaign(doc)
     [t] = live_server.service.campaigns.trials(imported.id, limit=10)[0]
     again = live_server.service.insights.fold_analyses(t.id)
-    assert [(a.fold, a.document["hessian"]["eigenvalues"][0]) for a in again] == [(0, 2.5), (1, 4.0)]
+    assert [(a.fold, a.document["hessian"]["eigenvalues"][0]) for a in again] == [(0, 30.0), (1, 4.0)]
     # None for a trial with none; 404 for one that does not exist.
+    none = web.get(f"{live_server.http_url}/api/v1/trials/{without.trial_id}/analysis").json()
+    assert none == {"trial_id": without.trial_id, "folds": []}
     other = web.get(f"{live_server.http_url}/api/v1/trials/999999/analysis")
     assert other.status_code == 404 and "does not exist" in other.text
 
@@ -81,11 +63,20 @@ def _bad(doc: Any) -> str:
     ("document", "field"),
     [
         ("{not json", "document"),
-        ({**_doc(), "hessian": {**_doc()["hessian"], "eigenvalues": ["2.5"]}}, "document.hessian.eigenvalues.0"),
-        ({**_doc(), "pickle": "gANdcQAu"}, "document.pickle"),
-        ({**_doc(), "cost": {**_doc()["cost"], "hvps": -1}}, "document.cost.hvps"),
-        ({**_doc(), "landscape": {**_doc()["landscape"], "directions": "pca"}}, "document.landscape.directions"),
-        ({**_doc(), "hessian": {**_doc()["hessian"], "trace": [1e400]}}, "document.hessian.trace.0"),
+        (
+            {**analysis_document(), "hessian": {**analysis_document()["hessian"], "eigenvalues": ["30.0"]}},
+            "document.hessian.eigenvalues.0",
+        ),
+        ({**analysis_document(), "pickle": "gANdcQAu"}, "document.pickle"),
+        ({**analysis_document(), "cost": {**analysis_document()["cost"], "hvps": -1}}, "document.cost.hvps"),
+        (
+            {**analysis_document(), "landscape": {**analysis_document()["landscape"], "directions": "pca"}},
+            "document.landscape.directions",
+        ),
+        (
+            {**analysis_document(), "hessian": {**analysis_document()["hessian"], "trace": [1e400]}},
+            "document.hessian.trace.0",
+        ),
         ([1, 2], "document"),
     ],
 )
@@ -115,8 +106,8 @@ def test_an_oversized_document_is_refused_before_it_is_parsed(service: Any) -> N
     assert "at most 4,194,304" in str(err.value)  # the length's refusal: it was not parsed
     # A fold the campaign does not have, and a lease that is not the holder's.
     with pytest.raises(InvalidArgument):
-        service.agents.report_analysis(lease, 5, json.dumps(_doc()))
+        service.agents.report_analysis(lease, 5, json.dumps(analysis_document()))
     from hpcopt_server.errors import FailedPrecondition
 
     with pytest.raises(FailedPrecondition):
-        service.agents.report_analysis(Lease(agent, got.trial.id, "another"), 0, json.dumps(_doc()))
+        service.agents.report_analysis(Lease(agent, got.trial.id, "another"), 0, json.dumps(analysis_document()))

@@ -33,6 +33,7 @@ from torch import nn
 from hpcopt.core import analysis as spec
 from hpcopt.core.analysis_doc import check_document
 from hpcopt_agent.curvature.analysis import analyse
+from hpcopt_agent.curvature.lanczos import slq_moment
 from hpcopt_agent.curvature.loss import FoldLoss, Reduce, no_reduce
 
 log = logging.getLogger(__name__)
@@ -72,22 +73,18 @@ def _broadcast(comm: MPI.Comm, flat: torch.Tensor | None, n: int) -> torch.Tenso
 
 
 def _reduce(pg: Any, comm: MPI.Comm) -> Reduce:
+    """A sum over the fold group's process group (gloo, NCCL on GPUs), which every fold
+    group of more than one rank has (``Comms.pg``)."""
     if comm.size == 1:
         return no_reduce
-    if pg is not None:
+    if pg is None:
+        raise ValueError(f"a fold group of {comm.size} ranks has no torch process group to sum the products over")
 
-        def over_pg(t: torch.Tensor) -> torch.Tensor:
-            dist.all_reduce(t, group=pg)
-            return t
+    def over_pg(t: torch.Tensor) -> torch.Tensor:
+        dist.all_reduce(t, group=pg)
+        return t
 
-        return over_pg
-
-    def over_mpi(t: torch.Tensor) -> torch.Tensor:
-        out = np.empty(t.numel(), np.float64)
-        comm.Allreduce(t.detach().double().cpu().numpy().reshape(-1), out, op=MPI.SUM)
-        return torch.from_numpy(out).to(device=t.device, dtype=t.dtype).view_as(t)
-
-    return over_mpi
+    return over_pg
 
 
 def analyse_fold(
@@ -146,11 +143,7 @@ def fold_metrics(result: dict[str, Any]) -> dict[str, float]:
         out[f"hessian_eig_{i}"] = float(value)
     dens = h.get("density")
     if dens:
-        per = [
-            sum(w * x for x, w in zip(xs, ws, strict=True))
-            for xs, ws in zip(dens["nodes"], dens["weights"], strict=True)
-        ]
-        out["hessian_trace"] = float(np.mean(per)) * result["parameters"]
+        out["hessian_trace"] = slq_moment(dens["nodes"], dens["weights"]) * result["parameters"]
     out["analysis_seconds"] = float(result["cost"]["seconds"])
     out["analysis_samples"] = float(result["samples"])
     return out

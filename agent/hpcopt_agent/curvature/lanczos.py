@@ -140,11 +140,13 @@ class Density:
     density: list[float]
     sigma: float
 
-    def moment(self, p: int) -> float:
-        """The estimate of ``tr(H^p) / n``."""
-        pairs = zip(self.nodes, self.weights, strict=True)
-        per = [sum(w * x**p for x, w in zip(xs, ws, strict=True)) for xs, ws in pairs]
-        return sum(per) / len(per)
+
+def slq_moment(nodes: list[list[float]], weights: list[list[float]], p: int = 1) -> float:
+    """SLQ's estimate of ``tr(H^p) / n``: each start vector's quadrature of ``x^p``
+    (for ``p = 1``, exactly ``v^T H v``), averaged over the start vectors."""
+    pairs = zip(nodes, weights, strict=True)
+    per = [sum(w * x**p for x, w in zip(xs, ws, strict=True)) for xs, ws in pairs]
+    return sum(per) / len(per)
 
 
 def density(
