@@ -587,15 +587,17 @@ export function renderParcoords(plot, view, brush, onBrush) {
 
 /** Removes every range from the parallel coordinates' axes. Plotly.react with the
  * ranges left out keeps them (the axes' brushes hold their own state): a restyle to null
- * clears both. Its plotly_restyle event reports an empty brush. */
+ * clears both. Every axis, not only those whose data holds a range: what an axis draws
+ * is its brush's state, which the data need not mirror, and a restyle redraws them all.
+ * Its plotly_restyle event reports an empty brush. */
 export function clearParcoords() {
   const node = document.getElementById("plot-parcoords");
   if (!node || !node.data || !node.data[0] || !window.Plotly) return;
   const update = {};
   node.data[0].dimensions.forEach((d, i) => {
-    if (d.constraintrange) update[`dimensions[${i}].constraintrange`] = null;
+    update[`dimensions[${i}].constraintrange`] = null;
   });
-  if (Object.keys(update).length) Plotly.restyle(node, update, [0]);
+  Plotly.restyle(node, update, [0]);
 }
 
 /** Trial ids of the drawn points inside every brushed axis (the objective's as drawn:
