@@ -28,6 +28,30 @@ DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "bf16": torch.bfloat16, "
 _active: Precision | None = None
 
 
+def low_precision_hook(dtype: torch.dtype) -> Any:
+    """A DDP comm hook that averages each gradient bucket in ``dtype`` (bf16 or fp16):
+    divided by the group's size, cast, allreduced, and copied back into the fp32
+    bucket. torch's ``bf16_compress_hook`` does the same but refuses anything but NCCL;
+    gloo has had a bf16 allreduce since torch 2.x, so this one runs on CPUs as well."""
+    import torch.distributed as dist
+
+    # Unannotated: DDP refuses a hook whose annotations are not its own classes (and
+    # this module's annotations are strings).
+    def hook(group, bucket):  # type: ignore[no-untyped-def]
+        buffer = bucket.buffer()
+        low = buffer.to(dtype).div_(dist.get_world_size(group))
+        future = dist.all_reduce(low, group=group, async_op=True).get_future()
+
+        def back(done: Any) -> torch.Tensor:
+            out: torch.Tensor = bucket.buffer()
+            out.copy_(done.value()[0])
+            return out
+
+        return future.then(back)
+
+    return hook
+
+
 class Precision:
     def __init__(self, name: str, device: torch.device) -> None:
         if name not in DTYPES:
@@ -70,12 +94,11 @@ class Precision:
         bf16's 8-bit mantissa would round away."""
         if self.dtype is None or self.device.type != "cuda":
             return
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel
 
-        hook = default_hooks.bf16_compress_hook if self.dtype is torch.bfloat16 else default_hooks.fp16_compress_hook
+        hook = low_precision_hook(self.dtype)
         for model in models.values():
-            # A scheme's own hook (allreduce's PowerSGD) compresses further: it stays.
+            # A scheme's own hook (allreduce's compression) stays.
             if isinstance(model, DistributedDataParallel) and not getattr(model, "_hpcopt_comm_hook", None):
                 model.register_comm_hook(model.process_group, hook)
 

@@ -238,12 +238,36 @@ def knobs_for(name: str, size: int) -> dict[str, Any]:
     return knobs
 
 
+class Wide(Regression):
+    """The regression through two hidden layers of 512: 1.1 MB of gradients."""
+
+    def build(self, params: dict[str, Any]) -> torch.nn.Module:
+        nn = torch.nn
+        return nn.Sequential(nn.Linear(8, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(), nn.Linear(512, 1))
+
+
+def buckets(comms: Comms, name: str, knobs: dict[str, Any], label: str) -> None:
+    """A model whose gradients fill several DDP buckets (the first holds 1 MB): each
+    bucket's exchange ends on every rank, step after step. torch's own PowerSGD hook
+    hung here under gloo at the first compressed step (its callbacks start the next
+    allreduce, on whichever thread finished the last, so ranks could start them in
+    different orders)."""
+    task = Wide()
+    data = Data(task.dataset, torch.device("cpu"))
+    run = Run(comms, name, knobs, task, {"lr": 1e-3})
+    assert run.train(data, np.arange(240), epochs=1, batch=12)
+    run.scheme.close()
+    agreed(comms, run, label)
+    say(f"OK {label} several gradient buckets: every step's exchange ended; ranks agree")
+
+
 def variant(comms: Comms, label: str, name: str, knobs: dict[str, Any], acc: dict[str, float]) -> None:
-    """A variant (``scheme_variants.py``): coverage, resume and digits against the plain
-    scheme's accuracy (``acc[name]``, from its own run)."""
+    """A variant (``scheme_variants.py``): coverage, resume, several gradient buckets and
+    digits against the plain scheme's accuracy (``acc[name]``, from its own run)."""
     with checking(label):
         coverage(comms, name, knobs, label)
         resume(comms, name, knobs, label)
+        buckets(comms, name, knobs, label)
         task = Digits()
         data = Data(task.dataset, torch.device("cpu"))
         order = np.random.default_rng(0).permutation(len(data))

@@ -11,4 +11,6 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     # PowerSGD from the second step, so both the plain and the compressed exchange (and
     # the error feedback across a mid-epoch stop) are in every check.
     "allreduce+powersgd": ("allreduce", {"compression": "powersgd", "powersgd_rank": 2, "powersgd_start": 2}),
+    # The 16-bit hook: gradients exchanged in bf16 whatever the training precision.
+    "allreduce+bf16": ("allreduce", {"compression": "bf16"}),
 }

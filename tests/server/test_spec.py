@@ -233,7 +233,7 @@ def test_the_example_specs_are_valid() -> None:
         (
             {"training": {"task": "t:T", "options": {"allreduce": {"compression": "topk"}}}},
             "training.options.allreduce.compression",
-            "must be one of none, powersgd",
+            "must be one of none, bf16, powersgd",
         ),
         ({"analysis": {"hessian": {"top_k": 0}}}, "analysis.hessian.top_k", "must be an integer >= 1"),
         ({"analysis": {"hessian": {}}, "training": None}, "analysis", "needs training"),

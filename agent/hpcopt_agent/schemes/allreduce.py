@@ -3,8 +3,14 @@ group, every rank on its own shard; gradients are averaged by allreduce in each
 backward pass, so the weights stay identical across the fold group (the base class's
 consensus, checkpoint and stop vote are right as they are).
 
+``compression: bf16`` exchanges the gradients in bf16 (a 16-bit hook: half the
+bytes, the average back in fp32 before the optimizer), whatever the training precision
+and on any backend with a bf16 allreduce: the fair baseline for a compressor (Agarwal
+et al. 2022; arXiv 2407.01378), and a choice the scheme search can make.
+
 ``compression: powersgd`` exchanges each gradient matrix as two low-rank factors
-(PowerSGD, Vogels, Karimireddy and Jaggi 2019, through torch's DDP comm hook), with
+(PowerSGD, Vogels, Karimireddy and Jaggi 2019: torch's state object, the hook of
+``powersgd.py``, as torch's own hook deadlocks under gloo), with
 error feedback: what a step's approximation left out is added to the next step's
 gradient, so nothing is lost, only delayed. The first ``powersgd_start`` steps are
 plain allreduce. The error-feedback memories, the warm-start factors, the step count
@@ -23,6 +29,8 @@ import numpy as np
 import torch
 
 from hpcopt.core.schemes import TRAITS
+from hpcopt_agent.precision import low_precision_hook
+from hpcopt_agent.schemes import powersgd
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme
 
 #: PowerSGD's dictionaries of tensors, by bucket index (the scheme state keeps them).
@@ -38,7 +46,12 @@ class AllReduce(Scheme):
         if self.comms.pg is None:  # one rank per fold: nothing to synchronize
             return models, optimizers
         wrapped = self.placement.ddp(models, self.comms.pg)
-        if self.knobs.get("compression", "none") == "powersgd":
+        kind = self.knobs.get("compression", "none")
+        if kind == "bf16":
+            for ddp in self.placement.ddps:
+                ddp.register_comm_hook(self.comms.pg, low_precision_hook(torch.bfloat16))
+                object.__setattr__(ddp, "_hpcopt_comm_hook", "bf16")
+        if kind == "powersgd":
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as P
 
             self.powersgd = P.PowerSGDState(
@@ -51,7 +64,7 @@ class AllReduce(Scheme):
                 random_seed=0,  # the same on every rank: their factors must agree
             )
             for ddp in self.placement.ddps:
-                ddp.register_comm_hook(self.powersgd, P.powerSGD_hook)
+                ddp.register_comm_hook(self.powersgd, powersgd.hook)
                 # The precision's 16-bit hook stands aside (one hook per DDP model).
                 object.__setattr__(ddp, "_hpcopt_comm_hook", "powersgd")
             # The priming pass after a resume runs the hook too: it must not count as a

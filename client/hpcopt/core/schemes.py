@@ -135,9 +135,9 @@ KNOBS: dict[str, dict[str, Option]] = {
         "compression": Option(
             "none",
             str,
-            choices=("none", "powersgd"),
-            doc="DDP's gradient allreduce in full, or PowerSGD's low-rank factors with error feedback "
-            "(Vogels et al. 2019; torch's comm hook): fewer bytes on a slow link, more compute",
+            choices=("none", "bf16", "powersgd"),
+            doc="DDP's gradient allreduce in full, in bf16 (half the bytes), or PowerSGD's low-rank factors "
+            "with error feedback (Vogels et al. 2019; torch's comm hooks): fewer bytes on a slow link, more compute",
         ),
         "powersgd_rank": Option(
             2, int, 1, 64, doc="powersgd: the rank of each gradient matrix's approximation (bytes grow with it)"
