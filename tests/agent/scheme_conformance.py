@@ -14,7 +14,10 @@ workers; DASO: 2 nodes of 2; a pipeline: 2 stages x 2 replicas):
   bit for bit where an uninterrupted run ends (so runs are reproducible too);
 - **learning**: digits within 3 points of allreduce after 4 epochs;
 - **several models**: a GAN (two models, two optimizers) trains and its ranks agree, or
-  the scheme refuses it before training with a message that names the field.
+  the scheme refuses it before training with a message that names the field;
+- **batchnorm**: before the epoch's evaluation every rank holds the mean of the trained
+  ranks' BatchNorm running statistics and batch counts (a pipeline's stages keep their
+  own).
 
 Then every scheme once more in 2 fold groups of 2 on different samples: they train
 separately. Each variant of ``scheme_variants.py`` (allreduce with PowerSGD) runs the
@@ -200,6 +203,46 @@ def several_models(comms: Comms, name: str, knobs: dict[str, Any]) -> None:
     say(f"OK {name} several models: a GAN trains; ranks agree")
 
 
+class Normalised(Regression):
+    """The regression through a BatchNorm layer: running statistics and a batch count."""
+
+    def build(self, params: dict[str, Any]) -> torch.nn.Module:
+        nn = torch.nn
+        return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1))
+
+
+def batchnorm(comms: Comms, name: str, knobs: dict[str, Any]) -> None:
+    """BatchNorm's running statistics, each rank's from its own shard, are averaged over
+    the ranks that trained before the epoch's evaluation, ``num_batches_tracked`` too:
+    every rank then evaluates with the same buffers, the mean of what they had."""
+    task = Normalised()
+    data = Data(task.dataset, torch.device("cpu"))
+    run = Run(comms, name, knobs, task, {"lr": 0.02})
+    if run.scheme.traits.splits_model:
+        run.scheme.close()
+        say(f"OK {name} batchnorm: not whole on a rank (each stage keeps its own statistics)")
+        return
+    seen: list[dict[str, torch.Tensor]] = []
+    consensus = run.scheme.consensus
+
+    def recorded(models: Any) -> None:
+        seen.append({f"{m}.{k}": b.detach().clone() for m, model in models.items() for k, b in model.named_buffers()})
+        consensus(models)
+
+    run.scheme.consensus = recorded  # type: ignore[method-assign]
+    assert run.train(data, np.arange(240), epochs=1, batch=12)
+    run.scheme.close()
+    agreed(comms, run, name)  # weights and buffers alike
+    trained = [b for b, reads in comms.fold.allgather((seen[-1], run.scheme.roles.reads)) if reads]
+    after = {f"{m}.{k}": b for m, model in run.models.items() for k, b in model.named_buffers()}
+    for key, value in after.items():
+        mean = torch.stack([b[key].double() for b in trained]).mean(0)
+        want = mean if value.is_floating_point() else mean.round()
+        assert torch.allclose(value.double(), want, atol=1e-6), f"{name}: {key} is not the trained ranks' mean"
+    assert all(int(v) > 0 for k, v in after.items() if k.endswith("num_batches_tracked")), f"{name}: no batch counted"
+    say(f"OK {name} batchnorm: running statistics and batch counts averaged over {len(trained)} ranks")
+
+
 def separate_fold_groups(names: list[str]) -> None:
     """2 fold groups of 2 ranks on different samples: agreement within, different weights across."""
     comms = comms_for(2)
@@ -287,6 +330,7 @@ def conforms(comms: Comms, names: list[str], acc: dict[str, float]) -> None:
             coverage(comms, name, knobs)
             resume(comms, name, knobs)
             several_models(comms, name, knobs)
+            batchnorm(comms, name, knobs)
             digits(comms, [name], acc, knobs)
 
 

@@ -133,7 +133,8 @@ def conformance_run(ranks: int) -> tuple[str, bool]:
 @pytest.mark.parametrize("ranks", [2, 4])
 @pytest.mark.parametrize("name", SCHEME_NAMES)
 def test_every_scheme_keeps_the_scheme_contract(name: str, ranks: int) -> None:
-    """Coverage, agreement, mid-epoch resume bit for bit, digits, several models, and
+    """Coverage, agreement, mid-epoch resume bit for bit, digits, several models,
+    BatchNorm's running statistics and batch counts averaged before evaluation, and
     (at 4 ranks) separate fold groups, for each scheme the agent registers (Horovod's
     where it is installed; under CI it must be). A failure names its scheme: the script
     prints ``FAIL <scheme>`` with the traceback and stops."""
@@ -142,7 +143,7 @@ def test_every_scheme_keeps_the_scheme_contract(name: str, ranks: int) -> None:
         assert f"not run: {name}" in text, text
         pytest.skip(f"{name}: Horovod is not installed (make horovod); CI runs it")
     failed = re.search(r"^FAIL (\S+)", text, re.M)
-    for check in ("coverage", "resume", "several models", "digits"):
+    for check in ("coverage", "resume", "several models", "batchnorm", "digits"):
         if f"OK {name} {check}" not in text:
             why = f"the launch stopped at a failure of {failed.group(1)}" if failed else "no failure was printed"
             pytest.fail(f"{name} at {ranks} ranks: no {check} check ({why})\n{text}")

@@ -254,6 +254,30 @@ class Placement:
             opt.load_state_dict(state["optimizers"][name])
 
 
+def average_buffers(models: Models, comm: Any, mine: bool = True, count: int | None = None) -> None:
+    """Every buffer of ``models`` averaged over ``comm``'s ranks, in place: BatchNorm's
+    running means and variances, and its ``num_batches_tracked`` (integer buffers are
+    rounded back). A rank with ``mine`` False adds nothing, and the sum is divided by
+    ``count`` (default: every rank): a parameter server's master, which trains on
+    nothing, takes the workers' mean. Collective; the buffers travel as float64 through
+    host memory (a few numbers per normalised channel)."""
+    buffers = list({id(b): b for m in models.values() for b in m.buffers() if not b.is_meta}.values())
+    if not buffers:
+        return
+    with torch.no_grad():
+        flat = torch.cat([b.detach().reshape(-1).to("cpu", torch.float64) for b in buffers])
+        if not mine:
+            flat.zero_()
+        total = np.empty_like(flat.numpy())
+        comm.Allreduce(flat.numpy(), total, op=MPI.SUM)
+        total /= count or comm.size
+        at = 0
+        for b in buffers:
+            part = torch.from_numpy(total[at : at + b.numel()]).view(b.shape)
+            b.copy_(part if b.is_floating_point() else part.round())
+            at += b.numel()
+
+
 class Scheme:
     """The core of a scheme: its name and traits, and the epoch hooks the driver calls
     (:mod:`hpcopt_agent.epoch`), with the :class:`Roles` and :class:`Placement` facets.
@@ -310,7 +334,12 @@ class Scheme:
         return stopped
 
     def consensus(self, models: Models) -> None:
-        """Collective: leaves in ``models`` on every rank the weights to evaluate."""
+        """Collective: leaves in ``models`` on every rank the weights to evaluate. Here
+        the weights already agree; the buffers each rank updated on its own shard
+        (BatchNorm's running statistics) are averaged over the fold group. A scheme
+        that splits the model has no whole-model buffers to average."""
+        if not self.traits.splits_model:
+            average_buffers(models, self.fold)
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict[str, float]:
         """Collective, after evaluation, with the fold group's mean training loss of the

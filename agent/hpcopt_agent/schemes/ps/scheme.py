@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 from hpcopt.core.schemes import PsLayout
 from hpcopt_agent.comm import Comms
-from hpcopt_agent.schemes.base import Models, Optimizers, Roles, Scheme, Stop, StopVote
+from hpcopt_agent.schemes.base import Models, Optimizers, Roles, Scheme, Stop, StopVote, average_buffers
 from hpcopt_agent.schemes.flat import Collect, Flat
 from hpcopt_agent.schemes.ps.protocol import Link, NoVote
 from hpcopt_agent.schemes.ps.rules import Rule
@@ -163,7 +163,7 @@ class ParameterServer(Scheme):
 
     def consensus(self, models: Models) -> None:
         """The master's weights to every rank (the others keep theirs to go on
-        training); floating buffers (BatchNorm statistics) averaged over the workers."""
+        training); buffers (BatchNorm statistics and batch counts) averaged over the workers."""
         assert self.flat is not None
         central = self.flat.get() if self.rank == 0 else self.flat.zeros()
         self.fold.Bcast(central.numpy(), root=0)
@@ -171,12 +171,7 @@ class ParameterServer(Scheme):
             self.stash = self.flat.get()
             self.flat.set(central)
         self.rule.on_consensus(central)
-        bufs = self.flat.get_buffers()
-        if len(bufs):
-            mine = bufs * (1.0 if self.is_worker else 0.0)
-            total = np.zeros_like(mine.numpy())
-            self.fold.Allreduce(mine.numpy(), total, op=MPI.SUM)
-            self.flat.set_buffers(torch.from_numpy(total / self.roles.train_size))
+        average_buffers(models, self.fold, mine=self.is_worker, count=self.roles.train_size)
 
     def end_epoch(self, epoch: int, train_loss: float) -> dict[str, float]:
         """``staleness_mean``/``staleness_max``: master updates between a child's pull
