@@ -35,7 +35,7 @@ import torch
 from mpi4py import MPI
 
 from hpcopt import ApiError, TrialState
-from hpcopt_agent import checkpoint
+from hpcopt_agent import batchnorm, checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
 from hpcopt_agent.curvature.fold import Snapshots, analyse_fold, fold_metrics
 from hpcopt_agent.data import Data
@@ -330,6 +330,7 @@ class FoldTrainer:
                 raise RuntimeError(shape_error(trial.parent, exc)) from None
             if inherited:
                 restore_hyper_parameters(optimizers, settings)
+        models = batchnorm.synchronise(models, self.s.batchnorm, self.comms)
         step_models, step_optimizers = scheme.wrap(models, optimizers)
         precision.compress(step_models)
         step_optimizers = precision.wrap(step_optimizers)

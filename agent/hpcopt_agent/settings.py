@@ -36,6 +36,9 @@ class TrainingSettings:
     seed: int = 0
     #: fp32, bf16 or fp16: autocast in every training step (fp16 with a GradScaler).
     precision: str = "fp32"
+    #: local, node or global: BatchNorm as built, or SyncBatchNorm over the node's or
+    #: the fold group's ranks (:mod:`hpcopt_agent.batchnorm`).
+    batchnorm: str = "local"
     cudnn_benchmark: bool = False
     #: training.options.loader, merged over the defaults.
     loader: dict[str, Any] = field(default_factory=dict)
@@ -133,6 +136,7 @@ class TrainingSettings:
             fold_seed=merged["fold_seed"],
             seed=merged["seed"],
             precision=merged["precision"],
+            batchnorm=merged["batchnorm"],
             cudnn_benchmark=merged["cudnn_benchmark"],
             loader=merged["loader"],
             param_names=tuple(spec.get("space") or ()),

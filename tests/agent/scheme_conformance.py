@@ -55,7 +55,7 @@ from tests.agent.ps_check import (
     world,
 )
 from tests.agent.scheme_variants import VARIANTS
-from tests.agent.tasks import Regression, TinyGan
+from tests.agent.tasks import Normalised, Regression, TinyGan
 
 #: Knobs for 4 ranks in one fold group (and what makes a run reproducible: a parameter
 #: server serving its workers in rank order).
@@ -201,14 +201,6 @@ def several_models(comms: Comms, name: str, knobs: dict[str, Any]) -> None:
     agreed(comms, run, name)
     assert not torch.equal(flat(run.models), before), f"{name}: the GAN's weights did not move"
     say(f"OK {name} several models: a GAN trains; ranks agree")
-
-
-class Normalised(Regression):
-    """The regression through a BatchNorm layer: running statistics and a batch count."""
-
-    def build(self, params: dict[str, Any]) -> torch.nn.Module:
-        nn = torch.nn
-        return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1))
 
 
 def batchnorm(comms: Comms, name: str, knobs: dict[str, Any]) -> None:

@@ -56,6 +56,13 @@ class Regression(Task):
         return {"loss": total / n, "rmse": (total / n) ** 0.5}
 
 
+class Normalised(Regression):
+    """The regression through a BatchNorm layer: running statistics and a batch count."""
+
+    def build(self, params: dict[str, Any]) -> nn.Module:
+        return nn.Sequential(nn.Linear(8, 16), nn.BatchNorm1d(16), nn.Tanh(), nn.Linear(16, 1))
+
+
 class FileRegression(Regression):
     """The same samples in 6 ``.npy`` shards of 40 (written by the first process that
     needs them), read through :class:`~hpcopt_agent.datasets.NpyDataset`: the loader's

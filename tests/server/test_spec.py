@@ -231,6 +231,21 @@ def test_the_example_specs_are_valid() -> None:
             "the fold trains as horovod, which has its own exchange",
         ),
         (
+            {"training": {"task": "t:T", "scheme": "downpour", "options": {"batchnorm": "global"}}},
+            "training.options.batchnorm",
+            "not in lock-step",
+        ),
+        (
+            {"training": {"task": "t:T", "scheme": "pipeline", "options": {"batchnorm": "node"}}},
+            "training.options.batchnorm",
+            "micro-batches",
+        ),
+        (
+            {"training": {"task": "t:T", "options": {"batchnorm": "sync"}}},
+            "training.options.batchnorm",
+            "must be one of local, node, global",
+        ),
+        (
             {"training": {"task": "t:T", "options": {"allreduce": {"compression": "topk"}}}},
             "training.options.allreduce.compression",
             "must be one of none, bf16, powersgd",

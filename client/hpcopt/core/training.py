@@ -12,6 +12,7 @@ submission naming the field, and the agent, which reads them.
         fold_seed: 0             # the K-fold split (the same for every trial)
         seed: 0                  # model initialization and data order (with trial and fold)
         precision: fp32          # fp32 | bf16 | fp16 (autocast; fp16 with a GradScaler)
+        batchnorm: local         # local | node | global (SyncBatchNorm: GPUs, lock-step schemes)
         cudnn_benchmark: false   # let cuDNN pick the fastest convolution algorithms
         loader: {workers: null, prefetch: 2, pin_memory: null}
 """
@@ -33,6 +34,7 @@ OPTIONS: dict[str, Any] = {
     "fold_seed": 0,
     "seed": 0,
     "precision": "fp32",
+    "batchnorm": "local",
     "cudnn_benchmark": False,
     "loader": {},
 }
@@ -42,6 +44,9 @@ LOADER: dict[str, Any] = {"workers": None, "prefetch": 2, "pin_memory": None}
 
 FOLDS_BY = ("sample", "group")
 PRECISIONS = ("fp32", "bf16", "fp16")
+#: BatchNorm's batch statistics in training: each rank's own, or synchronised over the
+#: fold group's ranks on one node, or over the whole fold group (SyncBatchNorm).
+BATCHNORM = ("local", "node", "global")
 
 
 def _int(field: str, value: Any, low: int, high: int) -> int:
@@ -92,6 +97,24 @@ def check_options(options: dict[str, Any], schemes: Sequence[str] = ()) -> dict[
             f"fp16 is not available with scheme {staged[0]} (its stages would skip overflowing steps "
             "independently); use bf16, which needs no loss scaling",
         )
+    _choice(at + "batchnorm", merged["batchnorm"], BATCHNORM)
+    if merged["batchnorm"] != "local":
+        for scheme in schemes:
+            traits = TRAITS.get(scheme, Traits())
+            if traits.parameter_server or traits.splits_model or traits.horovod:
+                why = (
+                    "its ranks are not in lock-step (a master serves while workers train), so "
+                    "SyncBatchNorm's collective in each forward pass would hang"
+                    if traits.parameter_server
+                    else "its stages see different micro-batches of different layers"
+                    if traits.splits_model
+                    else "Horovod's optimizer has no torch process group to synchronise over; use scheme allreduce"
+                )
+                raise OptionError(
+                    at + "batchnorm",
+                    f"{merged['batchnorm']} is not available with scheme {scheme}: {why}. Use local "
+                    "(the running statistics are averaged before every evaluation in every scheme)",
+                )
     loader = merged["loader"]
     if not isinstance(loader, dict):
         raise OptionError(at + "loader", f"must be a mapping such as {{workers: 4, prefetch: 2}}, got {loader!r}")
