@@ -56,6 +56,10 @@ def test_a_trial_shows_its_curvature_with_the_2_over_lr_line_and_its_surface(pag
     assert [t["y"] for t in folds] == [[5.0, 20.0, 30.0], [5.0, 20.0, 31.0]] and folds[0]["x"] == [1, 2, 3]
     [line] = [t for t in trace if t["name"].startswith("2/lr")]
     assert line["y"][0] == pytest.approx(2 / LR, rel=1e-4)
+    # 5 to 40 is within a decade: a linear axis (a log one labels 20, 30, 40 as 2, 3, 4).
+    layout = "() => document.getElementById('plot-curvature-trace').layout"
+    assert page.page.evaluate(f"() => ({layout})().yaxis.type") == "linear"
+    assert page.page.evaluate(f"() => ({layout})().xaxis.dtick") == 1
     spectrum = page.wait_plot("plot-curvature-spectrum", "d => d.length === 2")
     assert spectrum[0]["x"] == [0.0, 10.0, 20.0, 30.0]
     surface = page.wait_plot("plot-curvature-surface", "d => d.length === 2")

@@ -76,11 +76,17 @@ function drawTrace(folds, lr, lrName) {
       y: [2 / lr, 2 / lr],
       line: { dash: "dash", color: "#888" },
     });
+  // Log only where the values span decades and are all positive (a saddle's λ_max can be
+  // negative, which a log axis would hide); within one decade Plotly labels a log axis
+  // with bare digits (2, 3, 4 for 20, 30, 40). Whole epochs on the x axis.
+  const ys = traces.flatMap((t) => t.y).filter((v) => v !== null && Number.isFinite(v));
+  const positive = ys.length > 0 && ys.every((v) => v > 0);
+  const decades = positive && Math.max(...ys) / Math.min(...ys) > 30;
   draw("plot-curvature-trace", traces, {
     title: { text: "largest Hessian eigenvalue" },
     margin: { t: 40 },
-    xaxis: { title: { text: "epoch" } },
-    yaxis: { title: { text: "λ_max" }, type: "log" },
+    xaxis: { title: { text: "epoch" }, dtick: Math.max(1, Math.ceil(last / 10)), rangemode: "tozero" },
+    yaxis: { title: { text: "λ_max" }, type: decades ? "log" : "linear" },
   });
 }
 
