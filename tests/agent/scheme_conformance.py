@@ -186,21 +186,21 @@ def pipeline_accuracy(run: Run, data: Data, val: np.ndarray) -> float | None:
         return float(Digits().evaluate(model, [data.batch(val)], {})["accuracy"])
 
 
-def several_models(comms: Comms, name: str, knobs: dict[str, Any]) -> None:
+def several_models(comms: Comms, name: str, knobs: dict[str, Any], label: str = "") -> None:
     task = TinyGan()
     data = Data(task.dataset, torch.device("cpu"))
     try:
         run = Run(comms, name, knobs, task, {"lr": 0.01})
     except Exception as exc:  # a refusal must say what and why, before any training
         assert "model" in str(exc) and len(str(exc)) > 40, f"{name}: an unclear refusal: {exc!r}"
-        say(f"OK {name} several models: refused at start ({str(exc)[:60]}...)")
+        say(f"OK {label or name} several models: refused at start ({str(exc)[:60]}...)")
         return
     before = flat(run.models).clone()
     assert run.train(data, np.arange(len(data) - len(data) % 8), epochs=1, batch=16)
     run.scheme.close()
     agreed(comms, run, name)
     assert not torch.equal(flat(run.models), before), f"{name}: the GAN's weights did not move"
-    say(f"OK {name} several models: a GAN trains; ranks agree")
+    say(f"OK {label or name} several models: a GAN trains; ranks agree")
 
 
 def batchnorm(comms: Comms, name: str, knobs: dict[str, Any]) -> None:
@@ -297,12 +297,13 @@ def buckets(comms: Comms, name: str, knobs: dict[str, Any], label: str) -> None:
 
 
 def variant(comms: Comms, label: str, name: str, knobs: dict[str, Any], acc: dict[str, float]) -> None:
-    """A variant (``scheme_variants.py``): coverage, resume, several gradient buckets and
-    digits against the plain scheme's accuracy (``acc[name]``, from its own run)."""
+    """A variant (``scheme_variants.py``): coverage, resume, several gradient buckets,
+    several models and digits against the plain scheme's accuracy (``acc[name]``, from its own run)."""
     with checking(label):
         coverage(comms, name, knobs, label)
         resume(comms, name, knobs, label)
         buckets(comms, name, knobs, label)
+        several_models(comms, name, knobs, label)
         task = Digits()
         data = Data(task.dataset, torch.device("cpu"))
         order = np.random.default_rng(0).permutation(len(data))

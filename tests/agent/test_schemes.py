@@ -159,10 +159,11 @@ def test_every_scheme_variant_keeps_the_scheme_contract(label: str, ranks: int) 
     """A knob that changes the exchange (allreduce's PowerSGD, its error feedback in the
     checkpoint; its bf16 hook) keeps what its scheme promises: coverage, mid-epoch resume
     bit for bit (so the error-feedback state survives a preemption), a model of several
-    gradient buckets trained to the end (torch's PowerSGD hook hung there under gloo),
-    digits within 3 points of the plain scheme. The same launch as the schemes' own checks."""
+    gradient buckets trained to the end (torch's PowerSGD hook hung there under gloo), a
+    GAN's two models (each its own PowerSGD state), digits within 3 points of the plain
+    scheme. The same launch as the schemes' own checks."""
     text, _ = conformance_run(ranks)
-    for check in ("coverage", "resume", "several gradient buckets", "digits"):
+    for check in ("coverage", "resume", "several gradient buckets", "several models", "digits"):
         assert f"OK {label} {check}" in text, f"{label} at {ranks} ranks: no {check} check\n{text}"
 
 

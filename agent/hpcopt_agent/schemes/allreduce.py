@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from hpcopt.core.schemes import TRAITS
 from hpcopt_agent.precision import low_precision_hook
@@ -40,7 +41,10 @@ _MEMORIES = ("error_dict", "p_memory_dict", "q_memory_dict")
 class AllReduce(Scheme):
     name = "allreduce"
     traits = TRAITS[name]
-    powersgd: Any = None  # the hook's PowerSGDState, with compression: powersgd
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.powersgd: dict[str, Any] = {}  # each DDP model's PowerSGDState, with compression: powersgd
 
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         if self.comms.pg is None:  # one rank per fold: nothing to synchronize
@@ -54,51 +58,52 @@ class AllReduce(Scheme):
         if kind == "powersgd":
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as P
 
-            self.powersgd = P.PowerSGDState(
-                process_group=self.comms.pg,
-                matrix_approximation_rank=int(self.knobs["powersgd_rank"]),
-                start_powerSGD_iter=int(self.knobs["powersgd_start"]),
-                min_compression_rate=1,  # compress every matrix: the knob decides, not a size rule
-                use_error_feedback=True,
-                warm_start=True,
-                random_seed=0,  # the same on every rank: their factors must agree
-            )
-            for ddp in self.placement.ddps:
-                ddp.register_comm_hook(self.powersgd, powersgd.hook)
+            # One state per model: a GAN's two DDPs each number their buckets from 0.
+            for name, model in wrapped.items():
+                if not isinstance(model, DistributedDataParallel):
+                    continue
+                self.powersgd[name] = P.PowerSGDState(
+                    process_group=self.comms.pg,
+                    matrix_approximation_rank=int(self.knobs["powersgd_rank"]),
+                    start_powerSGD_iter=int(self.knobs["powersgd_start"]),
+                    min_compression_rate=1,  # compress every matrix: the knob decides, not a size rule
+                    use_error_feedback=True,
+                    warm_start=True,
+                    random_seed=0,  # the same on every rank: their factors must agree
+                )
+                model.register_comm_hook(self.powersgd[name], powersgd.hook)
                 # The precision's 16-bit hook stands aside (one hook per DDP model).
-                object.__setattr__(ddp, "_hpcopt_comm_hook", "powersgd")
+                object.__setattr__(model, "_hpcopt_comm_hook", "powersgd")
             # The priming pass after a resume runs the hook too: it must not count as a
             # step nor rewrite the memories the resume just restored.
             self.placement._hook_state = (self.state, self.load_state)
         return wrapped, optimizers
 
     def state(self) -> dict[str, Any]:
-        """PowerSGD's error feedback and warm start, as tensors and numbers."""
-        s = self.powersgd
-        if s is None:
+        """PowerSGD's error feedback and warm start of each model, as tensors and numbers."""
+        if not self.powersgd:
             return {}
-        kind, keys, pos, has_gauss, gauss = s.rng.get_state()
-        return {
-            "powersgd": {
-                "iter": int(s.iter),
-                **{m: {str(k): v.detach().cpu().clone() for k, v in getattr(s, m).items()} for m in _MEMORIES},
-                "rng": [
-                    str(kind),
-                    torch.from_numpy(np.asarray(keys, np.int64)),
-                    int(pos),
-                    int(has_gauss),
-                    float(gauss),
-                ],
-            }
-        }
+        return {"powersgd": {name: _saved(s) for name, s in self.powersgd.items()}}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        saved, s = state.get("powersgd"), self.powersgd
-        if not saved or s is None:
-            return  # a checkpoint of another compression: the memories start empty
-        device = self.comms.device
-        s.iter = int(saved["iter"])
-        for m in _MEMORIES:
-            setattr(s, m, {int(k): v.to(device) for k, v in saved[m].items()})
-        kind, keys, pos, has_gauss, gauss = saved["rng"]
-        s.rng.set_state((kind, np.asarray(keys, np.uint32), int(pos), int(has_gauss), float(gauss)))
+        saved = state.get("powersgd") or {}
+        for name, s in self.powersgd.items():
+            if name in saved:  # else a checkpoint of another compression: the memories start empty
+                _restore(s, saved[name], self.comms.device)
+
+
+def _saved(s: Any) -> dict[str, Any]:
+    kind, keys, pos, has_gauss, gauss = s.rng.get_state()
+    return {
+        "iter": int(s.iter),
+        **{m: {str(k): v.detach().cpu().clone() for k, v in getattr(s, m).items()} for m in _MEMORIES},
+        "rng": [str(kind), torch.from_numpy(np.asarray(keys, np.int64)), int(pos), int(has_gauss), float(gauss)],
+    }
+
+
+def _restore(s: Any, saved: dict[str, Any], device: torch.device) -> None:
+    s.iter = int(saved["iter"])
+    for m in _MEMORIES:
+        setattr(s, m, {int(k): v.to(device) for k, v in saved[m].items()})
+    kind, keys, pos, has_gauss, gauss = saved["rng"]
+    s.rng.set_state((kind, np.asarray(keys, np.uint32), int(pos), int(has_gauss), float(gauss)))
