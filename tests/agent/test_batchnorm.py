@@ -1,8 +1,8 @@
 """``training.options.batchnorm`` under a real agent at 4 ranks: SyncBatchNorm runs on
-GPUs only, so on CPUs ``global`` and ``node`` fail the trial at its start with a
-message that names the option (not torch's error from the first forward pass), and
-``local`` trains. (The spec's refusals, where ranks are not in lock-step, are in
-``tests/server/test_spec.py``.)"""
+GPUs only, so on CPUs ``node`` (and ``global``) fail the trial at its start with a
+message that names the option, not torch's error from the first forward pass. A
+BatchNorm model under every scheme: ``scheme_conformance.py``'s batchnorm check; the
+spec's refusals, where ranks are not in lock-step: ``tests/server/test_spec.py``."""
 
 from __future__ import annotations
 
@@ -39,11 +39,3 @@ def test_synchronised_batchnorm_on_cpus_fails_the_trial_naming_the_option(agent_
     assert state["state"] == "FAILED", state
     assert f"training.options.batchnorm: {mode} synchronises" in state["error"], state["error"]
     assert "GPUs only" in state["error"] and "Use local" in state["error"], state["error"]
-
-
-def test_local_batchnorm_trains_at_four_ranks(agent_server: AgentServer) -> None:
-    campaign = agent_server.submit(_spec("allreduce", "local"))
-    result = agent_server.run_agent(4, campaign, "--groups", "1")
-    assert result.returncode == 0, dump(result)
-    with agent_server.client() as c:
-        assert c.get_campaign(campaign).trial_counts == {"COMPLETED": 1}, dump(result)
