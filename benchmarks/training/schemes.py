@@ -47,6 +47,18 @@ class Trial:
     rate: float  # median samples/s of epochs 2..
     acc: float  # validation accuracy at the end
     wall_s: float  # the whole trial, acquire to complete (the server's clock)
+    curve: list[tuple[float, float]]  # per epoch: (its seconds, its validation accuracy)
+
+    def seconds_to(self, target: float) -> float:
+        """Seconds from acquire to the end of the first epoch at ``target`` accuracy or
+        more (the trial's overhead outside its epochs counted once); inf if never."""
+        outside = self.wall_s - sum(s for s, _ in self.curve)
+        spent = 0.0
+        for seconds, acc in self.curve:
+            spent += seconds
+            if acc >= target:
+                return outside + spent
+        return float("inf")
 
 
 def run(
@@ -60,10 +72,12 @@ def run(
     extra_env: dict[str, str] | None = None,
     launcher: Sequence[str] = (),
     slow_ranks: str | None = None,
+    training: dict[str, Any] | None = None,
 ) -> Trial:
     """One trial of ``scheme`` on ``ranks`` ranks (each started through ``launcher``:
     the slow-link harness's ``on_node.sh``), ``slow`` seconds slept per step on the
-    ranks ``slow_ranks`` (default: the last)."""
+    ranks ``slow_ranks`` (default: the last); ``training``: more of the spec's training
+    fields (``precision``)."""
     from hpcopt import Client
 
     spec = {
@@ -78,6 +92,7 @@ def run(
             "epochs": epochs,
             "ranks_per_fold": ranks,
             "options": {"checkpoint_every": 1, **(SCHEMES[scheme] if options is None else options)},
+            **(training or {}),
         },
     }
     with Client(server.target) as c:
@@ -88,12 +103,14 @@ def run(
     out = subprocess.run(cmd, capture_output=True, text=True, env=e, cwd=ROOT, timeout=1800)
     if out.returncode != 0:
         raise SystemExit(f"{scheme}: agent failed ({out.returncode}):\n{out.stderr[-4000:]}")
-    rates = [float(r) for r in re.findall(r"epoch \d+/\d+: .*?\([\d.]+ s, ([\d.]+) samples/s\)", out.stderr)]
+    epochs_seen = re.findall(r"epoch \d+/\d+: (.*?) \(([\d.]+) s, ([\d.]+) samples/s\)", out.stderr)
+    rates = [float(r) for _, _, r in epochs_seen]
+    curve = [(float(s), float(re.findall(r"val_accuracy=([\d.]+)", m)[0])) for m, s, _ in epochs_seen]
     [trial] = server.get(f"/campaigns/{cid}/trials")["trials"]
     if trial["state"] != "COMPLETED":
         raise SystemExit(f"{scheme}: trial {trial['id']} is {trial['state']}: {trial.get('error')}")
     wall = (datetime.fromisoformat(trial["finished_at"]) - datetime.fromisoformat(trial["started_at"])).total_seconds()
-    return Trial(statistics.median(rates[1:] or rates), float(trial["value"]), wall)
+    return Trial(statistics.median(rates[1:] or rates), float(trial["value"]), wall, curve)
 
 
 def main() -> int:

@@ -82,3 +82,25 @@ def test_curvature_cost_benchmark_runs_and_prints_its_tables() -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     assert "(no --eigenthings)" in out.stdout and re.search(r"λ_1 +\d", out.stdout), out.stdout
     assert re.search(r"2 epochs x 1437 +[\d.]+ +64 ", out.stdout), out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_compression_benchmark_runs_on_the_loopback_and_prints_its_table() -> None:
+    mpiexec_path()
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks/training/compression.py"),
+            *("--rate", "loopback", "--reps", "1", "--epochs", "2", "--samples", "2048"),
+            *("--target", "0", "--only", "bf16 hook,powersgd r2"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=scaled(380),
+        env=mpi_env(),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"powersgd r2 +[\d.]+ \([\d.]+-[\d.]+\) +0\.\d{3}", out.stdout), out.stdout
+    best = r"best PowerSGD \(powersgd r2\) vs the bf16 hook, time to target per rep: \d+\.\d\d"
+    assert re.search(best, out.stdout), out.stdout
