@@ -594,9 +594,7 @@ export function clearParcoords() {
   const node = document.getElementById("plot-parcoords");
   if (!node || !node.data || !node.data[0] || !window.Plotly) return;
   const update = {};
-  node.data[0].dimensions.forEach((d, i) => {
-    update[`dimensions[${i}].constraintrange`] = null;
-  });
+  for (let i = 0; i < node.data[0].dimensions.length; i++) update[`dimensions[${i}].constraintrange`] = null;
   Plotly.restyle(node, update, [0]);
 }
 
