@@ -35,6 +35,7 @@ import torch
 from mpi4py import MPI
 
 from hpcopt import ApiError, TrialState
+from hpcopt.core import target
 from hpcopt_agent import batchnorm, checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
 from hpcopt_agent.curvature.fold import Snapshots, analyse_fold, fold_metrics
@@ -267,6 +268,8 @@ class FoldTrainer:
             # Wall seconds of this fold's training and evaluation so far (resumes included):
             # an objective of its own in a multi-objective campaign, unless the task reports one.
             metrics.setdefault("train_seconds", run.metrics.get("train_seconds", 0.0) + time.perf_counter() - t0)
+            for name, figure in target.clock(self.s.target, metrics, run.metrics, self.fold_comm.size).items():
+                metrics.setdefault(name, figure)
             run.epoch, run.batch, run.metrics = run.epoch + 1, 0, metrics
             out.epochs += 1
             snapshots.keep(run.epoch, next(iter(run.models.values())))

@@ -55,6 +55,9 @@ class TrainingSettings:
     #: The campaign's ``analysis`` section with its defaults (``hpcopt.core.analysis``),
     #: or None.
     analysis: dict[str, Any] | None = None
+    #: ``training.target`` ({metric, at_least | at_most}): the agent reports each fold's
+    #: time to it (``hpcopt.core.target``); None: no target.
+    target: dict[str, Any] | None = None
 
     def scheme_for(self, params: dict[str, Any]) -> str:
         """The scheme one trial trains with: its ``scheme`` parameter under ``scheme: search``."""
@@ -143,4 +146,5 @@ class TrainingSettings:
             scheme_options=sections,
             schemes=tuple(schemes),
             analysis=analysis,
+            target=dict(training["target"]) if training.get("target") else None,
         )

@@ -269,6 +269,36 @@ def test_the_example_specs_are_valid() -> None:
         ),
         ({"training": {"task": "t:T", "scheme": {"grid": ["easgd"]}}}, "training.scheme", "must be a scheme's name or"),
         (
+            {"objective": {"metric": "seconds_to_target"}},
+            "objective.metric",
+            "seconds_to_target is measured against training.target, which is not set",
+        ),
+        (
+            {
+                "objectives": [{"metric": "val_acc", "direction": "maximize"}, {"metric": "target_reached"}],
+                "objective": {"metric": "val_acc", "direction": "maximize"},
+                "training": {"task": "t:T", "target": {"metric": "val_acc", "at_least": 0.8}},
+            },
+            "objectives.1.direction",
+            "direction must be maximize",
+        ),
+        ({"training": {"task": "t:T", "target": {"metric": "val_acc"}}}, "training.target", "exactly one of"),
+        (
+            {"training": {"task": "t:T", "target": {"metric": "acc", "at_least": 0.8, "at_most": 0.9}}},
+            "training.target",
+            "exactly one of at_least",
+        ),
+        (
+            {"training": {"task": "t:T", "target": {"metric": "acc", "at_least": "high"}}},
+            "training.target.at_least",
+            "valid number",
+        ),
+        (
+            {"training": {"task": "t:T", "target": {"metric": "seconds_to_target", "at_most": 9}}},
+            "training.target",
+            "measured against the target",
+        ),
+        (
             {
                 "space": {"easgd.tau": {"type": "int", "low": 1, "high": 4}},
                 "training": {"task": "t:T", "scheme": "daso", "ranks_per_fold": 4},

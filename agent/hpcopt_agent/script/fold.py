@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from hpcopt import ApiError, TrialState
+from hpcopt.core import target
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import Comms, bcast
 from hpcopt_agent.fold import FoldOutcome, TrialInfo, report_error, summarize
@@ -358,6 +359,8 @@ class ScriptFold:
         epoch = _epoch(m)
         metrics = {str(k): _float(v) for k, v in dict(m.get("metrics") or {}).items()}
         metrics.setdefault("train_seconds", seconds)
+        for name, figure in target.clock(self.s.target, metrics, st.metrics, self.fold_comm.size).items():
+            metrics.setdefault(name, figure)
         if "samples_per_second" in metrics:  # the planner's model, as a Task's folds report it
             metrics.setdefault("ranks_per_fold", float(self.fold_comm.size))
             metrics.setdefault("fold_nodes", float(self.fold_nodes))

@@ -40,6 +40,7 @@ from hpcopt.core.closest import did_you_mean
 from hpcopt.core.documents import UNSAFE_CHARS, check_values, clip
 from hpcopt.core.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES
 from hpcopt.core.schemes import TRAITS, Traits, check_space_knobs, expand_search, may_run_as
+from hpcopt.core.target import METRICS as TARGET_METRICS
 from hpcopt.core.taskref import parse_script_path, parse_task_ref
 from hpcopt.core.training import check_options
 from hpcopt.errors import DocumentError, OptionError, SpecError
@@ -268,6 +269,31 @@ def _task_kind(value: Any) -> str:
     return "script" if isinstance(value, dict | ScriptTask) else "ref"
 
 
+class Target(_Strict):
+    """``training.target``: the value of a validation metric a fold must reach; the agent
+    then reports how long it took (``hpcopt.core.target``)."""
+
+    metric: PlainText = Field(min_length=1, max_length=MAX_TEXT)
+    at_least: float | None = None
+    at_most: float | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Target:
+        given = [b for b in (self.at_least, self.at_most) if b is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of at_least (a metric to raise, such as an accuracy) or at_most (one to "
+                "lower, such as a loss)"
+            )
+        if not math.isfinite(given[0]):
+            raise ValueError(f"the bound must be a finite number, got {given[0]}")
+        if self.metric in TARGET_METRICS:
+            raise ValueError(
+                f"metric: {self.metric} is measured against the target; name a validation metric the task reports"
+            )
+        return self
+
+
 class Training(_Strict):
     """Settings the agent reads. The server checks the scheme's knobs and the layout
     they make (``hpcopt.core.schemes``) and stores the rest without interpreting it."""
@@ -288,6 +314,9 @@ class Training(_Strict):
     ranks_per_fold: int | None = Field(default=None, ge=1, le=1_000_000)
     epochs: int = Field(default=10, ge=1, le=1_000_000)
     options: dict[str, Any] = Field(default_factory=dict)
+    #: A validation metric's value to reach: the agent reports each fold's seconds (and
+    #: rank-seconds) to reach it, an objective like any metric; None: none.
+    target: Target | None = None
 
 
 class CampaignSpec(_Strict):
@@ -429,7 +458,7 @@ def parse_spec(data: Any) -> CampaignSpec:
                 msg = "type must be one of 'real', 'int', 'categorical'"
             errors.append((_path(tuple(clip(str(p)) for p in err["loc"])), msg.removeprefix("Value error, ")))
         raise SpecError(errors) from None
-    errors = _check_conditions(spec.space) + _check_script(spec) + _check_analysis(spec)
+    errors = _check_conditions(spec.space) + _check_script(spec) + _check_analysis(spec) + _check_target(spec)
     if errors:
         raise SpecError(errors)
     # The whole size first: deeper checks then run on bounded input.
@@ -477,6 +506,34 @@ def _check_analysis(spec: CampaignSpec) -> list[tuple[str, str]]:
             )
         ]
     return []
+
+
+def _check_target(spec: CampaignSpec) -> list[tuple[str, str]]:
+    """An objective on the time to a target needs ``training.target``, and its direction
+    is the one that is better (less time, more folds reaching it)."""
+    listed = [(f"objectives.{i}", o) for i, o in enumerate(spec.objectives)] if spec.objectives else []
+    errors = []
+    for at, o in listed or [("objective", spec.objective)]:
+        better = TARGET_METRICS.get(o.metric)
+        if better is None:
+            continue
+        if spec.training is None or spec.training.target is None:
+            errors.append(
+                (
+                    f"{at}.metric",
+                    f"{o.metric} is measured against training.target, which is not set; add "
+                    "training.target: {metric: <a validation metric>, at_least | at_most: <value>}",
+                )
+            )
+        elif o.direction != better:
+            errors.append(
+                (
+                    f"{at}.direction",
+                    f"{o.metric} is better the {'less' if better == 'minimize' else 'more'}"
+                    f": direction must be {better}",
+                )
+            )
+    return errors
 
 
 def _schemes_of(spec: CampaignSpec) -> tuple[str, ...]:
