@@ -469,6 +469,13 @@ class FoldTrainer:
         the trial (``ReportAnalysis``). A task of several models is skipped, saying so; a
         failure is said and the fold goes on (it is a diagnostic, not the fold's result)."""
         assert self.s.analysis is not None
+        if self.s.analysis["on"] == "best":  # the server knows how the other trials did
+            chosen, why = bcast(self.fold_comm, link.should_analyse(fold, run.metrics) if link is not None else None)
+            if not chosen:
+                if link is not None:
+                    log.info("fold %d: not analysed: %s (analysis.on: best)", fold, why)
+                    link.event(fold, "analysis", f"not computed: {why} (analysis.on: best)")
+                return
         result, error = None, ""
         if not run.single:
             error = f"the task builds several models ({', '.join(run.models)}); the analysis takes one"

@@ -105,6 +105,17 @@ class TrialLink:
             return str(exc)
         return ""
 
+    def should_analyse(self, fold: int, metrics: dict[str, float]) -> tuple[bool, str]:
+        """Whether the fold that trained its last epoch with ``metrics`` is analysed
+        (``analysis.on: best``), and why. A server that cannot say is answered as
+        ``on: all`` would: analysed (the lease's loss shows at the next report)."""
+        try:
+            return retrying(
+                lambda: self.client.should_analyse(self.lease, fold, metrics), "ShouldAnalyse", self.patience
+            )
+        except (ApiError, LeaseLost) as exc:
+            return True, f"the server did not say ({exc})"
+
     def release(self, state: TrialState, reason: str) -> None:
         retrying(lambda: self.client.release(self.lease, state, reason), "Release", self.patience)
 

@@ -104,6 +104,13 @@ class AgentClient(Channel):
         req = agent_pb2.ReportAnalysisRequest(lease=lease.to_proto(), fold=fold, document=document)
         self._do(self._stub.ReportAnalysis, req)
 
+    def should_analyse(self, lease: Lease, fold: int, metrics: dict[str, float]) -> tuple[bool, str]:
+        """Whether the fold, which has trained its last epoch with ``metrics``, is
+        analysed under the spec's ``analysis.on: best``, and why."""
+        req = agent_pb2.ShouldAnalyseRequest(lease=lease.to_proto(), fold=fold, metrics=metrics)
+        reply = self._do(self._stub.ShouldAnalyse, req)
+        return bool(reply.analyse), str(reply.reason)
+
     def parent_unreadable(self, lease: Lease, parent_trial_id: int, fold: int, reason: str) -> Trial:
         """Says that the PBT interval's parent (``Lineage.parent_trial_id``) cannot be
         read; the server re-plans the interval and answers it as it now is (with the same

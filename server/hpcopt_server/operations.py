@@ -77,6 +77,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("agent", _a("ReportThroughput")),
     Operation("agent", _a("ReportUnreadableParent")),
     Operation("agent", _a("ReportAnalysis")),
+    Operation("agent", _a("ShouldAnalyse")),
     # The server proves it wrote the caller's connection file before a token is sent.
     Operation(None, IDENTITY_SERVICE + "Prove"),
     # -- the dashboard's and scripts' views: REST only --------------------------------

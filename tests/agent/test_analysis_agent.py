@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.mpi, pytest.mark.timeout(900)]
 
 EPOCHS = 3
 ANALYSIS = {
+    "on": "all",
     "hessian": {"top_k": 2, "steps": 8, "density_samples": 1, "density_steps": 6, "trace": True},
     "landscape": {"points": 5, "grid": 3},
     "samples": 40,
@@ -58,6 +59,38 @@ def test_each_fold_is_analysed_on_its_own_ranks_and_reports_what_it_cost(agent_s
         # The last epoch's snapshot is the final weights: the plane's origin.
         assert out["landscape"]["trajectory"]["xs"][-1] == pytest.approx(0, abs=1e-9)
         assert out["hessian"]["trace"][-1] == pytest.approx(out["hessian"]["eigenvalues"][0], rel=1e-4)
+
+
+def test_on_best_only_the_trials_that_lead_when_they_finish_are_analysed(agent_server: AgentServer) -> None:
+    spec: dict[str, Any] = agent_spec(
+        budget={"max_trials": 5, "max_parallel": 1},
+        folds=1,
+        training={"task": "tests/agent/tasks.py:Regression", "epochs": 2, "ranks_per_fold": 2},
+    )
+    analysis = {"hessian": {"top_k": 1, "steps": 4, "density_samples": 0}, "samples": 40, "min_samples": 40}
+    campaign = agent_server.submit({**spec, "analysis": analysis})  # on: best, the default
+    result = agent_server.run_agent(2, campaign, "--groups", "1", timeout=scaled(600))
+    assert result.returncode == 0, dump(result)
+    with agent_server.client() as c:
+        trials = sorted((c.get_trial(t.id) for t in c.list_trials(campaign, limit=10)), key=lambda t: t.number)
+    assert [t.state for t in trials] == ["COMPLETED"] * 5, dump(result)
+    best = float("inf")
+    chosen = []
+    for t in trials:  # one at a time: each was judged against the ones before it
+        assert t.value is not None
+        leads = t.value <= best
+        best = min(best, t.value)
+        stored = web.get(f"{agent_server.url}/api/v1/trials/{t.id}/analysis").json()["folds"]
+        said = [e.reason for e in t.events if e.kind == "analysis"]
+        assert bool(stored) == leads == ("hessian_eig_1" in t.folds[0].metrics), (t.number, said)
+        if not leads:
+            metric = spec["objective"]["metric"]
+            assert said == [
+                f"fold 0: not computed: {metric} {t.folds[0].value:.6g} is not as good as the best trial's "
+                f"{best:.6g} (analysis.on: best)"
+            ]
+        chosen.append(leads)
+    assert chosen[0] and not all(chosen), chosen  # seed 3 gives trials that do not lead
 
 
 def test_the_guides_campaign_runs_as_written_and_each_fold_says_what_its_analysis_cost(

@@ -193,7 +193,8 @@ def test_an_analysis_costs_what_its_options_said_and_reports_it() -> None:
         ({}, "analysis", "nothing to compute"),
         ({"hessian": {}, "min_samples": 600}, "analysis.min_samples", "at most samples (512)"),
         ({"hessian": {}, "max_share": -0.1}, "analysis.max_share", ">= 0"),
-        ({"hessian": {}, "on": "best"}, "analysis.on", "is not an option of the analysis"),
+        ({"hessian": {}, "when": "best"}, "analysis.when", "is not an option of the analysis"),
+        ({"hessian": {}, "on": "sometimes"}, "analysis.on", "must be one of best, all"),
         ([1], "analysis", "must be a mapping"),
     ],
 )

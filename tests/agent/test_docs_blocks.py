@@ -165,8 +165,9 @@ def test_every_marked_block_belongs_to_a_test() -> None:
     # embedded-quickstart in tests/server/test_embedded.py; mf-campaign in
     # tests/server/test_mf_campaign.py; mf-plan here; optuna-quickstart in
     # tests/server/test_optuna_facade.py; analysis-campaign in
-    # tests/agent/test_analysis_agent.py. (The docs-file blocks of the scripts guide are
-    # written out and run by tests/agent/test_script_task.py.)
+    # tests/agent/test_analysis_agent.py; time-to-target in tests/agent/test_target.py.
+    # (The docs-file blocks of the scripts guide are written out and run by
+    # tests/agent/test_script_task.py.)
     tested = {
         "first-campaign",
         "plan",
@@ -177,5 +178,6 @@ def test_every_marked_block_belongs_to_a_test() -> None:
         "mf-plan",
         "optuna-quickstart",
         "analysis-campaign",
+        "time-to-target",
     }
     assert names == tested, f"a docs-test name without a test (or a test without its block): {names ^ tested}"

@@ -8,9 +8,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+import yaml
 
+from hpcopt.core.spec import parse_spec
 from hpcopt.core.target import MISSED, clock
+from hpcopt.errors import SpecError
+from tests.agent.test_docs_blocks import docs_blocks
 from tests.helpers.agents import AgentServer, agent_spec, dump, trial_json
+from tests.helpers.env import ROOT
 
 pytestmark = pytest.mark.mpi
 
@@ -87,3 +92,17 @@ def test_the_clock_keeps_a_met_target_across_a_resume_and_grows_while_it_is_miss
         == 0.0
     )
     assert clock(None, third, second, 8) == {}
+
+
+def test_the_guides_target_is_a_valid_spec_and_without_the_target_is_refused_naming_the_objective() -> None:
+    [(lang, text)] = docs_blocks("time-to-target")
+    assert lang == "yaml"
+    fragment = yaml.safe_load(text)
+    spec = yaml.safe_load((ROOT / "examples/digits/campaign-time-to-target.yaml").read_text())
+    spec["objectives"] = fragment["objectives"]
+    spec["training"].update(fragment["training"])
+    assert parse_spec(spec).training.target.metric == fragment["training"]["target"]["metric"]  # type: ignore[union-attr]
+    del spec["training"]["target"]
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec)
+    assert [f for f, _ in err.value.errors] == ["objectives.1.metric"]

@@ -10,6 +10,8 @@ from typing import Any
 import grpc
 import pytest
 
+from hpcopt import ApiError
+from hpcopt.core.records import Lease as ClientLease
 from hpcopt.v1 import agent_pb2
 from hpcopt_server.service.agents import Lease
 from tests.helpers import web
@@ -111,3 +113,58 @@ def test_an_oversized_document_is_refused_before_it_is_parsed(service: Any) -> N
 
     with pytest.raises(FailedPrecondition):
         service.agents.report_analysis(Lease(agent, got.trial.id, "another"), 0, json.dumps(analysis_document()))
+
+
+def _finish(service: Any, agent: str, campaign: int, values: list[float], **metrics: float) -> None:
+    got = service.agents.acquire(agent, campaign)
+    lease = Lease(agent, got.trial.id, got.lease_id)
+    for k, v in enumerate(values):
+        service.agents.report_fold(lease, k, v, {"loss": v, **metrics})
+    service.agents.complete(lease)
+
+
+def test_on_best_a_fold_is_analysed_when_it_would_make_its_trial_the_best_so_far(live_server: LiveServer) -> None:
+    service = live_server.service
+    c = service.campaigns.create(make_spec(folds=2, analysis={"hessian": {}}))
+    aid = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    with AgentClient(live_server.grpc_target) as agent:
+        got = service.agents.acquire(aid, c.id)
+        first = ClientLease(agent_id=aid, trial_id=got.trial.id, lease_id=got.lease_id)
+        assert agent.should_analyse(first, 0, {"loss": 9.0}) == (True, "no trial has completed yet")
+        _finish(service, aid, c.id, [0.5, 0.7])  # the best: 0.6
+        assert agent.should_analyse(first, 1, {"loss": 0.6})[0]  # as good as the best: analysed
+        worse, reason = agent.should_analyse(first, 1, {"loss": 0.61})
+        assert not worse and reason == "loss 0.61 is not as good as the best trial's 0.6"
+        assert agent.should_analyse(first, 0, {"loss": 0.2})[0]
+        # An objective the metrics lack: not analysed, saying so (the fold's report will fail).
+        assert agent.should_analyse(first, 0, {"acc": 0.2}) == (False, "the fold's metrics have no finite loss")
+        with pytest.raises(grpc.RpcError) as err:  # a fold the campaign does not have
+            agent._stub.ShouldAnalyse(agent_pb2.ShouldAnalyseRequest(lease=first.to_proto(), fold=2))
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "fold" in str(err.value.details())
+        with pytest.raises(ApiError, match=r"FAILED_PRECONDITION: trial .* is not held"):  # not the lease's
+            agent.should_analyse(ClientLease(agent_id=aid, trial_id=first.trial_id, lease_id="x"), 0, {"loss": 0.1})
+
+
+def test_on_best_with_several_objectives_a_fold_is_analysed_when_no_completed_trial_dominates_it(
+    service: Any,
+) -> None:
+    objectives = [{"metric": "loss", "direction": "minimize"}, {"metric": "acc", "direction": "maximize"}]
+    c = service.campaigns.create(
+        make_spec(folds=1, objective=objectives[0], objectives=objectives, analysis={"hessian": {}})
+    )
+    aid = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    _finish(service, aid, c.id, [0.5], acc=0.8)
+    got = service.agents.acquire(aid, c.id)
+    lease = Lease(aid, got.trial.id, got.lease_id)
+    assert not service.agents.should_analyse(lease, 0, {"loss": 0.6, "acc": 0.7})[0]  # worse in both
+    assert not service.agents.should_analyse(lease, 0, {"loss": 0.6, "acc": 0.8})[0]  # worse in one
+    assert service.agents.should_analyse(lease, 0, {"loss": 0.6, "acc": 0.9})[0]  # a trade-off: on the front
+    assert service.agents.should_analyse(lease, 0, {"loss": 0.5, "acc": 0.8})[0]  # a tie is not dominated
+    # analysis.on: all never asks the history.
+    c = service.campaigns.create(make_spec(folds=1, analysis={"on": "all", "hessian": {}}))
+    _finish(service, aid, c.id, [0.1])
+    got = service.agents.acquire(aid, c.id)
+    assert service.agents.should_analyse(Lease(aid, got.trial.id, got.lease_id), 0, {"loss": 5.0}) == (
+        True,
+        "analysis.on: all",
+    )

@@ -2,6 +2,7 @@
 its options, declared once, and its cost, fixed before anything runs.
 
     analysis:
+      on: best                  # the folds that would make their trial the best so far; all: every fold
       hessian: {top_k: 3, steps: 20, density_samples: 1}
       landscape: {directions: random, points: 21, grid: 11}
       max_share: 0.03
@@ -77,6 +78,13 @@ LANDSCAPE: dict[str, Option] = {
 }
 
 GENERAL: dict[str, Option] = {
+    "on": Option(
+        "best",
+        str,
+        choices=("best", "all"),
+        doc="Which folds: ``best``, a fold whose result would make its trial the best so far (the incumbent, "
+        "or a new Pareto member), asked of the server at the fold's end; ``all``, every fold.",
+    ),
     "samples": Option(512, int, 1, 1_000_000, doc="Training samples of the fold the loss is taken on, at most."),
     "min_samples": Option(
         64,

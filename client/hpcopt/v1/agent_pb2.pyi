@@ -743,3 +743,77 @@ class ReportAnalysisResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReportAnalysisResponse: _TypeAlias = ReportAnalysisResponse  # noqa: Y015
+
+@_typing.final
+class ShouldAnalyseRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class MetricsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.float
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.float = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    FOLD_FIELD_NUMBER: _builtins.int
+    METRICS_FIELD_NUMBER: _builtins.int
+    fold: _builtins.int
+    @_builtins.property
+    def lease(self) -> Global___TrialLease: ...
+    @_builtins.property
+    def metrics(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
+        """The fold's metrics after its last epoch (every objective's among them)."""
+
+    def __init__(
+        self,
+        *,
+        lease: Global___TrialLease | None = ...,
+        fold: _builtins.int = ...,
+        metrics: _abc.Mapping[_builtins.str, _builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fold", b"fold", "lease", b"lease", "metrics", b"metrics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShouldAnalyseRequest: _TypeAlias = ShouldAnalyseRequest  # noqa: Y015
+
+@_typing.final
+class ShouldAnalyseResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ANALYSE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    analyse: _builtins.bool
+    reason: _builtins.str
+    """Why, in words: "no trial has completed yet", "val_loss 0.41 is not as good as
+    the best trial's 0.32".
+    """
+    def __init__(
+        self,
+        *,
+        analyse: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["analyse", b"analyse", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ShouldAnalyseResponse: _TypeAlias = ShouldAnalyseResponse  # noqa: Y015

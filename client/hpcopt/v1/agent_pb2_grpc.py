@@ -105,6 +105,11 @@ class AgentServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisResponse.FromString,
                 _registered_method=True)
+        self.ShouldAnalyse = channel.unary_unary(
+                '/hpcopt.v1.AgentService/ShouldAnalyse',
+                request_serializer=hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -217,6 +222,14 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ShouldAnalyse(self, request, context):
+        """Whether a fold that just trained its last epoch is analysed, under the spec's
+        `analysis.on: best`: when its result would make its trial the best so far.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -289,6 +302,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ReportAnalysis,
                     request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisResponse.SerializeToString,
+            ),
+            'ShouldAnalyse': grpc.unary_unary_rpc_method_handler(
+                    servicer.ShouldAnalyse,
+                    request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -669,6 +687,33 @@ class AgentService:
             '/hpcopt.v1.AgentService/ReportAnalysis',
             hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisRequest.SerializeToString,
             hpcopt_dot_v1_dot_agent__pb2.ReportAnalysisResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ShouldAnalyse(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.AgentService/ShouldAnalyse',
+            hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseRequest.SerializeToString,
+            hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -75,6 +75,10 @@ class AgentServiceStub:
     """A fold's curvature and landscape (the spec's `analysis`), computed at the fold's end:
     stored with the trial (replacing an earlier attempt's), served over REST, exported.
     """
+    ShouldAnalyse: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ShouldAnalyseRequest, _agent_pb2.ShouldAnalyseResponse]
+    """Whether a fold that just trained its last epoch is analysed, under the spec's
+    `analysis.on: best`: when its result would make its trial the best so far.
+    """
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -121,6 +125,10 @@ class AgentServiceAsyncStub(AgentServiceStub):
     ReportAnalysis: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReportAnalysisRequest, _agent_pb2.ReportAnalysisResponse]  # type: ignore[assignment]
     """A fold's curvature and landscape (the spec's `analysis`), computed at the fold's end:
     stored with the trial (replacing an earlier attempt's), served over REST, exported.
+    """
+    ShouldAnalyse: _aio.UnaryUnaryMultiCallable[_agent_pb2.ShouldAnalyseRequest, _agent_pb2.ShouldAnalyseResponse]  # type: ignore[assignment]
+    """Whether a fold that just trained its last epoch is analysed, under the spec's
+    `analysis.on: best`: when its result would make its trial the best so far.
     """
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -249,6 +257,16 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_agent_pb2.ReportAnalysisResponse, _abc.Awaitable[_agent_pb2.ReportAnalysisResponse]]:
         """A fold's curvature and landscape (the spec's `analysis`), computed at the fold's end:
         stored with the trial (replacing an earlier attempt's), served over REST, exported.
+        """
+
+    @_abc_1.abstractmethod
+    def ShouldAnalyse(
+        self,
+        request: _agent_pb2.ShouldAnalyseRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.ShouldAnalyseResponse, _abc.Awaitable[_agent_pb2.ShouldAnalyseResponse]]:
+        """Whether a fold that just trained its last epoch is analysed, under the spec's
+        `analysis.on: best`: when its result would make its trial the best so far.
         """
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

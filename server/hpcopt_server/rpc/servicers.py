@@ -240,6 +240,14 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         return agent_pb2.ReportAnalysisResponse()
 
     @handles_errors
+    def ShouldAnalyse(self, request: agent_pb2.ShouldAnalyseRequest, context: Ctx) -> agent_pb2.ShouldAnalyseResponse:
+        lease = _lease(request.lease)
+        analyse, reason = self.svc.agents.should_analyse(
+            lease, request.fold, dict(request.metrics), caller=self._caller(context)
+        )
+        return agent_pb2.ShouldAnalyseResponse(analyse=analyse, reason=reason)
+
+    @handles_errors
     def ReportUnreadableParent(
         self, request: agent_pb2.ReportUnreadableParentRequest, context: Ctx
     ) -> common_pb2.Trial:

@@ -53,6 +53,7 @@ from hpcopt_server.service.agent_messages import (
     QueueState,
     Registration,
 )
+from hpcopt_server.service.analysing import should_analyse
 from hpcopt_server.service.context import Context, bound_curve, campaign_or_404
 from hpcopt_server.service.intervals import replan_interval
 from hpcopt_server.service.pruning import SqlHistory, pruner_of
@@ -386,6 +387,29 @@ class AgentService:
         refused = self.calls.save_analysis(lease, fold, doc, self.ctx.clock())
         if refused is not None:
             raise self._error(refused, lease, kind="analysis")
+
+    def should_analyse(
+        self, lease: Lease, fold: int, metrics: dict[str, float], *, caller: int | None = None
+    ) -> tuple[bool, str]:
+        """Whether the leased trial's fold, which has trained its last epoch with
+        ``metrics``, is analysed (``analysing.py``), and why; refused like any report
+        when the lease does not hold the trial."""
+        lim.require_range("fold", fold, 0)
+        metrics = lim.require_metrics("metrics", metrics)
+        self._check_agent(lease.agent_id, caller)
+        with self.ctx.storage.read() as tx:
+            trial = tx.trials.get(lease.trial_id, folds=False)
+            why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, self.ctx.clock())
+            if trial is None or why is not None:
+                raise self._error(Refused(why or Refusal.CHANGED, trial), lease, kind="analysis")
+            campaign = campaign_or_404(tx, trial.campaign_id)
+            if fold >= campaign.folds:
+                raise InvalidArgument(
+                    f"fold {fold}: campaign {campaign.id} has {campaign.folds} fold(s), "
+                    f"numbered 0..{campaign.folds - 1}",
+                    [("fold", f"must be in 0..{campaign.folds - 1}")],
+                )
+            return should_analyse(tx, campaign, trial.id, metrics)
 
     def parent_unreadable(
         self, lease: Lease, parent_trial_id: int, fold: int, reason: str, *, caller: int | None = None
