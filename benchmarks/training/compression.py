@@ -1,6 +1,6 @@
 """Gradient compression judged by time to accuracy: allreduce in fp32, with the bf16
-hook, and with PowerSGD at ranks 1, 2 and 4, on a real slow link (``netns.py``) or on the
-fast loopback.
+hook, and with PowerSGD at ranks 1, 2 and 4, and DASO (its global syncs in bf16; ``daso``
+in fp32 with ``--only``), on a real slow link (``netns.py``) or on the fast loopback.
 
     sudo .venv/bin/python benchmarks/training/compression.py [--nodes 2] [--rate 100mbit] [--reps 7]
     .venv/bin/python benchmarks/training/compression.py --rate loopback [--reps 7]
@@ -39,11 +39,20 @@ from run import Server
 from schemes import Trial, run
 
 RANKS = 4
-SIDES: dict[str, dict[str, Any]] = {
-    "fp32": {},
-    "bf16 hook": {"compression": "bf16"},
-    **{f"powersgd r{r}": {"compression": "powersgd", "powersgd_rank": r, "powersgd_start": 10} for r in (1, 2, 4)},
+#: Each side: its scheme and that scheme's knobs. DASO's nodes are the link's (2 ranks
+#: each on 2 nodes; on 4 nodes of 1 rank it syncs every exchange across the link).
+SIDES: dict[str, tuple[str, dict[str, Any]]] = {
+    "fp32": ("allreduce", {}),
+    "bf16 hook": ("allreduce", {"compression": "bf16"}),
+    **{
+        f"powersgd r{r}": ("allreduce", {"compression": "powersgd", "powersgd_rank": r, "powersgd_start": 10})
+        for r in (1, 2, 4)
+    },
+    "daso": ("daso", {"node_size": 2}),
+    "daso bf16": ("daso", {"node_size": 2, "global_dtype": "bf16"}),
 }
+#: The sides run unless --only says otherwise.
+DEFAULT_SIDES = ("fp32", "bf16 hook", "powersgd r1", "powersgd r2", "powersgd r4", "daso bf16")
 
 
 def spread(values: list[float], fmt: str = ".1f") -> str:
@@ -71,7 +80,7 @@ def main() -> int:
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--samples", type=int, default=8192)
     ap.add_argument("--target", type=float, default=0.8, help="the validation accuracy to reach")
-    ap.add_argument("--only", default=",".join(SIDES), help=f"comma-separated sides of: {', '.join(SIDES)}")
+    ap.add_argument("--only", default=",".join(DEFAULT_SIDES), help=f"comma-separated sides of: {', '.join(SIDES)}")
     args = ap.parse_args()
     os.environ["HPCOPT_BENCH_SAMPLES"] = str(args.samples)
     names = [n for n in args.only.split(",") if n]
@@ -88,8 +97,9 @@ def main() -> int:
             extra = link.rank_env({}) if link else {}
 
             def side(name: str) -> Callable[[], Trial]:
-                knobs = {"allreduce": SIDES[name]}
-                return lambda: run(server, "allreduce", RANKS, args.epochs, workdir, 0.0, knobs, extra, launcher)
+                scheme, knobs = SIDES[name]
+                options = {scheme: knobs}
+                return lambda: run(server, scheme, RANKS, args.epochs, workdir, 0.0, options, extra, launcher)
 
             try:
                 for rep in range(args.reps):

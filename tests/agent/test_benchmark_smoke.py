@@ -93,7 +93,7 @@ def test_compression_benchmark_runs_on_the_loopback_and_prints_its_table() -> No
             sys.executable,
             str(ROOT / "benchmarks/training/compression.py"),
             *("--rate", "loopback", "--reps", "1", "--epochs", "2", "--samples", "2048"),
-            *("--target", "0", "--only", "bf16 hook,powersgd r2"),
+            *("--target", "0", "--only", "bf16 hook,powersgd r2,daso bf16"),
         ],
         capture_output=True,
         text=True,
@@ -101,6 +101,28 @@ def test_compression_benchmark_runs_on_the_loopback_and_prints_its_table() -> No
         env=mpi_env(),
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    assert re.search(r"powersgd r2 +[\d.]+ \([\d.]+-[\d.]+\) +0\.\d{3}", out.stdout), out.stdout
+    for side in ("powersgd r2", "daso bf16"):
+        assert re.search(rf"{side} +[\d.]+ \([\d.]+-[\d.]+\) +0\.\d{{3}}", out.stdout), out.stdout
     best = r"best PowerSGD \(powersgd r2\) vs the bf16 hook, time to target per rep: \d+\.\d\d"
     assert re.search(best, out.stdout), out.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_the_compression_search_runs_a_campaign_on_the_loopback_and_names_its_choice() -> None:
+    mpiexec_path()
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks/training/compression_search.py"),
+            *("--rate", "loopback", "--seeds", "1", "--trials", "2", "--epochs", "1", "--samples", "2048"),
+            *("--target", "0"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=scaled(380),
+        env=mpi_env(),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    # seed, the chosen exchange, its seconds, 2 trials, then the best per exchange (nan: not tried)
+    assert re.search(r"\n +0 +(none|bf16|powersgd r[1-4]) +[\d.]+ +2 +", out.stdout), out.stdout
