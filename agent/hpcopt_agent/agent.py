@@ -96,6 +96,9 @@ class GroupLoop:
         #: model): a drain re-plan that would keep it only makes every group wait.
         self.would_change = would_change
         self.replan = False
+        #: Whether to ask for finished trials' analyses users asked for (a campaign with
+        #: an ``analysis`` section, trained by a Task).
+        self.analyses = isinstance(trainer, FoldTrainer) and trainer.s.analysis is not None
 
     def run(self) -> tuple[str, bool]:
         """Runs trials until there is a reason to stop; returns it, and whether it is a
@@ -115,6 +118,9 @@ class GroupLoop:
                     log.info("leaving the layout at this trial boundary to re-plan: %s", payload)
                 return str(payload), kind != Decision.ERROR
             if kind == Decision.WAIT:
+                continue
+            if kind == Decision.ANALYSE:
+                self._run_analysis(*payload)
                 continue
             self._run_trial(payload)
             self.trials += 1
@@ -139,6 +145,10 @@ class GroupLoop:
         groups = self.comms.layout.groups
         if self.notices is not None and self.notices.pending():
             return Decision.REPLAN, "another trial group asked for a re-plan"
+        if self.analyses:  # a finished trial's analysis a user asked for goes first
+            asked = self._asked_analysis(client)
+            if asked is not None:
+                return Decision.ANALYSE, asked
         decision = self._acquire(client, groups)
         if decision[0] == Decision.REPLAN and self.notices is not None:
             size = self.comms.layout.group_size
@@ -209,6 +219,28 @@ class GroupLoop:
             self.comms.layout.folds if trial.fidelity is None else min(trial.fidelity.folds, self.comms.layout.folds)
         )
         return Decision.TRIAL, Grant(info, lease, finished, resume, folds)
+
+    def _asked_analysis(self, client: AgentClient) -> tuple[Trial, Lease, dict[str, Any]] | None:
+        """A finished trial's analysis a user asked for, leased to this agent: (the
+        trial, the lease, its parameters); None when none is asked (or the server is
+        older than requested analyses: then never again)."""
+        order = self.trainer.s.param_names
+        try:
+            got = retrying(
+                lambda: client.acquire_analysis(self.agent_id, self.campaign_id, order),
+                "AcquireAnalysis",
+                self.patience,
+            )
+        except ApiError as exc:
+            if exc.code != "UNIMPLEMENTED":
+                raise
+            self.analyses = False
+            return None
+        if got is None:
+            return None
+        trial, lease = got
+        log.info("trial #%d (id %d): its analysis, asked for after it finished", trial.number, trial.id)
+        return trial, lease, {k: v for k, v in trial.params.items()}
 
     def _pause(self, seconds: float) -> bool:
         """Sleeps ``seconds``; False (at once) when the agent is told to stop."""
@@ -281,6 +313,41 @@ class GroupLoop:
                 tracking.trial_end(info.campaign_id, info.number, status, value if status == "FINISHED" else None)
         self.walltime.record(time.monotonic() - t0)
         self.context.what = ""
+
+    def _run_analysis(self, trial: Trial, lease: Lease, params: dict[str, Any]) -> None:
+        """Every rank: the asked-for analysis of a finished trial, each fold group taking
+        its folds (``curvature/requested.py``); the group leader ends it, DONE or FAILED
+        naming the fold that failed."""
+        from hpcopt_agent.curvature.requested import analyse_kept
+
+        assert isinstance(self.trainer, FoldTrainer)
+        client = self.client if self.comms.is_fold_leader else None
+        errors: list[str] = []
+        done = 0
+        for fold in self.comms.layout.folds_for(self.comms.fold_index, list(range(self.comms.layout.folds))):
+            self.context.what = f"trial #{trial.number} fold {fold} (analysis)"
+            why = analyse_kept(self.trainer, trial, params, fold, self.splits[fold][0], client, lease)
+            if why:
+                errors.append(why)
+                break
+            done += 1
+        self.context.what = ""
+        everything = gather(self.comms.group, (errors, done) if self.comms.is_fold_leader else ([], 0))
+        if everything is None or self.client is None:
+            return
+        failed = [e for part, _ in everything for e in part]
+        analysed = sum(n for _, n in everything)
+        summary = f"{analysed} fold(s) analysed from their checkpoints"
+        error = " ".join("; ".join(failed).split())[:1000]
+        if failed:
+            log.error("trial #%d: the asked-for analysis FAILED: %s", trial.number, error)
+        else:
+            log.info("trial #%d: %s", trial.number, summary)
+        client_ = self.client
+        try:
+            retrying(lambda: client_.finish_analysis(lease, error, summary), "FinishAnalysis", self.patience)
+        except ApiError as exc:
+            log.warning("trial #%d: could not end its analysis: %s", trial.number, exc)
 
     def _finish(
         self, link: TrialLink, info: TrialInfo, outcomes: list[FoldOutcome], hb: Heartbeat | None

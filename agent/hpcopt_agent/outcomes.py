@@ -38,6 +38,8 @@ class Decision(StrEnum):
     ERROR = "error"
     #: Leave the layout at this trial boundary and plan the world again.
     REPLAN = "replan"
+    #: Compute the analysis of a finished trial a user asked for (the payload says which).
+    ANALYSE = "analyse"
 
     @property
     def ends(self) -> bool:

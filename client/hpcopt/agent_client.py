@@ -111,6 +111,22 @@ class AgentClient(Channel):
         reply = self._do(self._stub.ShouldAnalyse, req)
         return bool(reply.analyse), str(reply.reason)
 
+    def acquire_analysis(
+        self, agent_id: str, campaign_id: int, order: Iterable[str] = ()
+    ) -> tuple[Trial, Lease] | None:
+        """The campaign's oldest analysis of a finished trial that a user asked for,
+        leased to this agent: (the trial with its folds, the lease); None when none is."""
+        req = agent_pb2.AcquireAnalysisRequest(agent_id=agent_id, campaign_id=campaign_id)
+        reply = self._do(self._stub.AcquireAnalysis, req)
+        if not reply.HasField("trial"):
+            return None
+        return Trial.from_proto(reply.trial, order), Lease(agent_id, int(reply.trial.id), reply.lease_id)
+
+    def finish_analysis(self, lease: Lease, error: str = "", summary: str = "") -> None:
+        """Ends a requested analysis this agent holds: DONE, or FAILED saying why."""
+        req = agent_pb2.FinishAnalysisRequest(lease=lease.to_proto(), error=error, summary=summary)
+        self._do(self._stub.FinishAnalysis, req)
+
     def parent_unreadable(self, lease: Lease, parent_trial_id: int, fold: int, reason: str) -> Trial:
         """Says that the PBT interval's parent (``Lineage.parent_trial_id``) cannot be
         read; the server re-plans the interval and answers it as it now is (with the same

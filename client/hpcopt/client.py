@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from hpcopt.agent_client import AgentClient
 from hpcopt.asktell import ActiveTrial, trials
 from hpcopt.core.records import (
+    AnalysisRequest,
     Campaign,
     Page,
     ParetoFront,
@@ -179,6 +180,13 @@ class Client(Channel):
         """Cancels trial ``number`` (QUEUED, RUNNING or PAUSED); its agent stops at its next heartbeat."""
         req = campaign_pb2.StopTrialRequest(campaign_id=campaign_id, number=number, reason=reason)
         return self._trial(self._do(self._stub.StopTrial, req))
+
+    def request_analysis(self, trial_id: int) -> AnalysisRequest:
+        """Asks for the curvature and landscape of a COMPLETED trial (of a campaign with
+        an ``analysis`` section): the campaign's next agent computes it from the folds'
+        checkpoints. Asking again for one queued or running answers it."""
+        req = campaign_pb2.GetTrialRequest(trial_id=trial_id)
+        return AnalysisRequest.from_proto(self._do(self._stub.RequestAnalysis, req))
 
     def export_campaign(self, campaign_id: int) -> dict[str, Any]:
         """Everything needed to re-import the campaign, as a JSON document."""

@@ -148,6 +148,23 @@ class TrialEvent:
 
 
 @dataclass(frozen=True)
+class AnalysisRequest:
+    """An analysis of a finished trial asked for after the fact: ``state`` QUEUED,
+    RUNNING (an agent holds it under ``lease_id`` until ``lease_expires_at``), DONE or
+    FAILED (``reason`` says why)."""
+
+    trial_id: int
+    campaign_id: int
+    state: str
+    requested_at: datetime
+    agent_id: str = ""
+    lease_id: str = ""
+    lease_expires_at: datetime | None = None
+    finished_at: datetime | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class FoldAnalysis:
     """What the agent computed of a trained fold (the spec's ``analysis``): a document of
     plain numbers, as ``hpcopt_agent.curvature.analysis`` describes it."""

@@ -61,6 +61,7 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("submit", _c("ResumeCampaign"), "resume_campaign"),
     Operation("submit", _c("RaiseBudget"), "raise_budget"),
     Operation("submit", _c("StopTrial"), "stop_trial"),
+    Operation("submit", _c("RequestAnalysis"), "request_trial_analysis"),
     Operation("read", _c("GetThroughput"), "get_throughput"),
     # -- the agent's calls: gRPC only -------------------------------------------------
     Operation("agent", _a("Register")),
@@ -78,6 +79,8 @@ OPERATIONS: tuple[Operation, ...] = (
     Operation("agent", _a("ReportUnreadableParent")),
     Operation("agent", _a("ReportAnalysis")),
     Operation("agent", _a("ShouldAnalyse")),
+    Operation("agent", _a("AcquireAnalysis")),
+    Operation("agent", _a("FinishAnalysis")),
     # The server proves it wrote the caller's connection file before a token is sent.
     Operation(None, IDENTITY_SERVICE + "Prove"),
     # -- the dashboard's and scripts' views: REST only --------------------------------

@@ -6,7 +6,11 @@ the trial and served over REST."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 import yaml
@@ -118,3 +122,46 @@ def test_the_guides_campaign_runs_as_written_and_each_fold_says_what_its_analysi
     out = got["folds"][0]["document"]
     assert len(got["folds"]) == 5 and len(out["landscape"]["surface"]["loss"]) == 11 and out["epochs"] == [1, 2]
     assert len(out["hessian"]["trace"]) == 2 and out["landscape"]["directions"] == "random"
+
+
+def test_an_analysis_asked_of_a_finished_trial_is_computed_by_the_next_agent_from_the_folds_checkpoints(
+    agent_server: AgentServer,
+) -> None:
+    """``hpcopt analyse`` on a finished trial, then an agent
+    started on the finished campaign: its two fold groups compute each fold's analysis
+    from the fold's checkpoint, store it and end the request DONE; a fold whose
+    checkpoint is gone ends another request FAILED, naming it."""
+    spec: dict[str, Any] = agent_spec(
+        budget={"max_trials": 3, "max_parallel": 1},
+        folds=2,
+        training={"task": "tests/agent/tasks.py:Regression", "epochs": 2, "ranks_per_fold": 2},
+    )
+    analysis = {"hessian": {"top_k": 2, "steps": 6, "density_samples": 0}, "landscape": {"points": 3, "grid": 0}}
+    campaign = agent_server.submit({**spec, "analysis": {**analysis, "samples": 40, "min_samples": 40}})
+    result = agent_server.run_agent(4, campaign, "--groups", "1", timeout=scaled(600))
+    assert result.returncode == 0, dump(result)
+    with agent_server.client() as c:
+        trials = sorted((c.get_trial(t.id) for t in c.list_trials(campaign, limit=10)), key=lambda t: t.number)
+    asked, gone = trials[1:3]  # whether analysed at their folds' ends or not
+    cli = [sys.executable, "-m", "hpcopt.cli", "--server", agent_server.target]
+    said = subprocess.run([*cli, "analyse", str(campaign), str(asked.number)], capture_output=True, text=True)
+    assert said.returncode == 0 and f"analysis of trial #{asked.number} (id {asked.id}) QUEUED" in said.stdout, said
+    Path(urlparse(gone.folds[1].checkpoint_uri).path).unlink()
+    assert web.post(f"{agent_server.url}/api/v1/trials/{gone.id}/analysis").status_code == 202
+    result = agent_server.run_agent(4, campaign, "--groups", "1", timeout=scaled(600))
+    assert result.returncode == 0, dump(result)
+    got = web.get(f"{agent_server.url}/api/v1/trials/{asked.id}/analysis").json()
+    assert got["request"]["state"] == "DONE", (got["request"], dump(result))
+    assert [f["fold"] for f in got["folds"]] == [0, 1]
+    for f in got["folds"]:
+        assert f["computed_at"] >= got["request"]["requested_at"]  # computed on request
+        doc = f["document"]
+        assert len(doc["hessian"]["eigenvalues"]) == 2 and doc["hessian"]["eigenvalues"][0] > 0
+        assert doc["hessian"]["trace"] is None and not doc.get("epochs")  # no epoch weights after the fact
+        assert len(doc["landscape"]["line"]["loss"]) == 3
+    failed = web.get(f"{agent_server.url}/api/v1/trials/{gone.id}/analysis").json()
+    assert failed["request"]["state"] == "FAILED" and "fold 1:" in failed["request"]["reason"], dump(result)
+    assert "is gone" in failed["request"]["reason"]
+    with agent_server.client() as c:
+        events = [e.reason for e in c.get_trial(asked.id).events if e.kind == "analysis"]
+    assert "requested analysis: 2 fold(s) analysed from their checkpoints" in events, events

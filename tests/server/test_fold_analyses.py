@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from hpcopt import ApiError
+from hpcopt.core.checkpoints import relative
 from hpcopt.core.records import Lease as ClientLease
 from hpcopt.v1 import agent_pb2
 from hpcopt_server.service.agents import Lease
@@ -52,7 +53,7 @@ def test_an_analysis_is_stored_under_the_lease_served_over_rest_and_carried_by_e
     assert [(a.fold, a.document["hessian"]["eigenvalues"][0]) for a in again] == [(0, 30.0), (1, 4.0)]
     # None for a trial with none; 404 for one that does not exist.
     none = web.get(f"{live_server.http_url}/api/v1/trials/{without.trial_id}/analysis").json()
-    assert none == {"trial_id": without.trial_id, "folds": []}
+    assert none == {"trial_id": without.trial_id, "folds": [], "request": None}
     other = web.get(f"{live_server.http_url}/api/v1/trials/999999/analysis")
     assert other.status_code == 404 and "does not exist" in other.text
 
@@ -168,3 +169,59 @@ def test_on_best_with_several_objectives_a_fold_is_analysed_when_no_completed_tr
         True,
         "analysis.on: all",
     )
+
+
+def test_an_analysis_asked_of_a_finished_trial_is_queued_leased_to_one_agent_and_ended_by_it(
+    live_server: LiveServer,
+) -> None:
+    """REST asks (202, then the same answer again), an agent takes it under its own lease
+    and stores documents under it, a second agent finds nothing, FinishAnalysis ends it
+    and says so in the trial's events; what cannot be analysed gets 409 or 404."""
+    service, url = live_server.service, live_server.http_url
+    c = service.campaigns.create(make_spec(folds=2, analysis={"hessian": {}}))
+    bare = service.campaigns.create(make_spec(folds=1))
+    aid = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    _finish(service, aid, bare.id, [0.3])
+    got = service.agents.acquire(aid, c.id)
+    running = Lease(aid, got.trial.id, got.lease_id)
+    uris = [f"file:///ckpt/{relative(service.agents.server_id(), c.id, running.trial_id, k)}" for k in (0, 1)]
+    service.agents.report_fold(running, 0, 0.5, {"loss": 0.5}, uris[0])
+    # Not yet COMPLETED, then a campaign without analysis, then no such trial.
+    r = web.post(f"{url}/api/v1/trials/{running.trial_id}/analysis")
+    assert r.status_code == 409 and "is RUNNING: an analysis is asked of a COMPLETED trial" in r.text
+    [plain] = service.campaigns.trials(bare.id, limit=5)[0]
+    r = web.post(f"{url}/api/v1/trials/{plain.id}/analysis")
+    assert r.status_code == 409 and "has no analysis section" in r.text
+    assert web.post(f"{url}/api/v1/trials/999999/analysis").status_code == 404
+    service.agents.report_fold(running, 1, 0.7, {"loss": 0.7})  # no checkpoint kept
+    service.agents.complete(running)
+    r = web.post(f"{url}/api/v1/trials/{running.trial_id}/analysis")
+    assert r.status_code == 409 and "fold(s) [1] kept no checkpoint" in r.text
+    with live_server.service.ctx.storage.write() as tx:  # give fold 1 a checkpoint URI
+        tx.connection().exec_driver_sql(
+            f"UPDATE folds SET checkpoint_uri = '{uris[1]}' WHERE trial_id = {running.trial_id} AND fold = 1"
+        )
+    first = web.post(f"{url}/api/v1/trials/{running.trial_id}/analysis")
+    assert first.status_code == 202 and first.json()["state"] == "QUEUED"
+    again = web.post(f"{url}/api/v1/trials/{running.trial_id}/analysis").json()
+    assert again == first.json()  # queued already: answered, not queued twice
+    with AgentClient(live_server.grpc_target) as agent:
+        a, b = (agent.register(host=h, campaign_id=c.id).agent_id for h in ("n1", "n2"))
+        taken = agent.acquire_analysis(a, c.id)
+        assert taken is not None
+        trial, lease = taken
+        assert trial.id == running.trial_id and [f.checkpoint_uri for f in trial.folds] == uris
+        assert agent.acquire_analysis(b, c.id) is None  # one agent holds it
+        agent.report_analysis(lease, 0, json.dumps(analysis_document()))  # under the analysis's lease
+        with pytest.raises(ApiError, match="FAILED_PRECONDITION"):  # another agent's lease: refused
+            agent.finish_analysis(ClientLease(agent_id=b, trial_id=trial.id, lease_id=lease.lease_id))
+        agent.finish_analysis(lease, summary="2 fold(s) analysed from their checkpoints")
+        with pytest.raises(ApiError, match="FAILED_PRECONDITION"):  # ended: the lease holds nothing
+            agent.report_analysis(lease, 1, json.dumps(analysis_document()))
+    got_doc = web.get(f"{url}/api/v1/trials/{running.trial_id}/analysis").json()
+    assert [f["fold"] for f in got_doc["folds"]] == [0]
+    assert got_doc["request"]["state"] == "DONE" and got_doc["request"]["finished_at"]
+    said = [e.reason for e in service.campaigns.trial(running.trial_id).events if e.kind == "analysis"]
+    assert said == ["requested analysis: 2 fold(s) analysed from their checkpoints"]
+    # Asked again once done: queued afresh.
+    assert web.post(f"{url}/api/v1/trials/{running.trial_id}/analysis").json()["state"] == "QUEUED"

@@ -568,6 +568,48 @@ class TestAnalyses:
         with storage.read() as tx:
             assert tx.analyses.of_trial(t.id) == []
 
+    def test_an_analysis_request_is_queued_leased_once_taken_again_after_its_lease_and_ended_by_its_holder(
+        self, storage: Storage
+    ) -> None:
+        c = _campaign(storage)
+        t, u = _trial(storage, c.id), _trial(storage, c.id, 1)
+        with storage.write() as tx:
+            assert tx.analyses.take(c.id, "a1", "l1", NOW, LATER) is None  # nothing asked
+            assert tx.analyses.request(t.id, c.id, NOW).state == "QUEUED"
+            tx.analyses.request(u.id, c.id, LATER)
+            assert tx.analyses.take(c.id, "a1", "l1", NOW, LATER) == t.id  # the oldest first
+            assert tx.analyses.take(c.id, "a2", "l2", NOW, LATER) == u.id
+            assert tx.analyses.take(c.id, "a3", "l3", NOW, LATER) is None  # both held
+            assert tx.analyses.take(999, "a3", "l3", NOW, LATER) is None
+        with storage.read() as tx:
+            r = tx.analyses.request_of(t.id)
+            assert r is not None and (r.state, r.agent_id, r.lease_id, r.lease_expires_at) == (
+                "RUNNING",
+                "a1",
+                "l1",
+                LATER,
+            )
+            assert tx.analyses.holds(t.id, "a1", "l1", NOW)
+            assert not tx.analyses.holds(t.id, "a1", "other", NOW) and not tx.analyses.holds(t.id, "a1", "l1", LATER)
+            assert tx.analyses.request_of(999) is None
+        after = LATER + timedelta(seconds=1)
+        with storage.write() as tx:
+            assert tx.analyses.take(c.id, "a3", "l3", after, after + timedelta(hours=1)) == t.id  # a1's expired
+            assert not tx.analyses.end(t.id, "a1", "l1", after)  # no longer a1's
+            assert tx.analyses.end(t.id, "a3", "l3", after)
+            assert tx.analyses.end(u.id, "a2", "l2", after, "fold 0: checkpoint gone")
+            assert not tx.analyses.end(u.id, "a2", "l2", after)  # ended already
+        with storage.read() as tx:
+            done, failed = tx.analyses.request_of(t.id), tx.analyses.request_of(u.id)
+            assert done is not None and (done.state, done.finished_at, done.reason) == ("DONE", after, "")
+            assert failed is not None and (failed.state, failed.reason) == ("FAILED", "fold 0: checkpoint gone")
+        with storage.write() as tx:  # asked again: queued afresh
+            again = tx.analyses.request(u.id, c.id, after)
+            assert (again.state, again.agent_id) == ("QUEUED", "")
+        with storage.read() as tx:
+            r = tx.analyses.request_of(u.id)
+            assert r is not None and (r.state, r.reason, r.finished_at, r.requested_at) == ("QUEUED", "", None, after)
+
 
 class TestViews:
     def test_listed_trials_carry_the_asked_parameters(self, storage: Storage) -> None:

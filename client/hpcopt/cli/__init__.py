@@ -89,6 +89,13 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("campaign", type=int, help="the campaign's id")
     st.add_argument("number", type=int, help="the trial's number in the campaign (as tables show: #27)")
     st.add_argument("--reason", default="", help="why, kept in the trial's history")
+    an = command(
+        "analyse",
+        "ask for a finished trial's curvature and landscape: the campaign's next agent computes them from the "
+        "folds' checkpoints",
+    )
+    an.add_argument("campaign", type=int, help="the campaign's id")
+    an.add_argument("number", type=int, help="the trial's number in the campaign (as tables show: #27)")
     t = command("trials", "the trials of a campaign by number, a page at a time")
     t.add_argument("campaign", type=int, help="the campaign's id")
     t.add_argument("--state", action="append", default=[], help="only this state (repeatable)")
@@ -232,6 +239,13 @@ def _run(args: argparse.Namespace) -> int:
         elif args.command == "stop":
             t = c.stop_trial(args.campaign, args.number, args.reason)
             out.emit(t, f"trial #{t.number} of campaign {args.campaign} {t.state}: {t.error}")
+        elif args.command == "analyse":
+            r = c.request_analysis(c.get_trial_by_number(args.campaign, args.number).id)
+            out.emit(
+                r,
+                f"analysis of trial #{args.number} (id {r.trial_id}) {r.state}: an agent started on campaign "
+                f"{args.campaign} computes it from the folds' checkpoints" + (f" ({r.reason})" if r.reason else ""),
+            )
         elif args.command == "trials":
             order = c.get_campaign(args.campaign).space
             if args.limit:

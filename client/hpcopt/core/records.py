@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from hpcopt.v1 import agent_pb2, common_pb2
+from hpcopt.v1 import agent_pb2, campaign_pb2, common_pb2
 
 ParamValue = bool | int | float | str
 R = TypeVar("R")
@@ -406,6 +406,23 @@ class Lease(_Record):
 
     def to_proto(self) -> agent_pb2.TrialLease:
         return agent_pb2.TrialLease(agent_id=self.agent_id, trial_id=self.trial_id, lease_id=self.lease_id)
+
+
+@dataclass(frozen=True)
+class AnalysisRequest(_Record):
+    """An analysis of a finished trial asked for after the fact (``request_analysis``):
+    ``state`` QUEUED, RUNNING (an agent of the campaign computes it), DONE or FAILED
+    (``reason`` says why)."""
+
+    trial_id: int
+    state: str
+    requested_at: datetime | None
+    finished_at: datetime | None
+    reason: str
+
+    @classmethod
+    def from_proto(cls, r: campaign_pb2.AnalysisRequest) -> AnalysisRequest:
+        return cls(int(r.trial_id), r.state, _time(r, "requested_at"), _time(r, "finished_at"), r.reason)
 
 
 @dataclass(frozen=True)

@@ -794,6 +794,96 @@ class ShouldAnalyseRequest(_message.Message):
 Global___ShouldAnalyseRequest: _TypeAlias = ShouldAnalyseRequest  # noqa: Y015
 
 @_typing.final
+class AcquireAnalysisRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AGENT_ID_FIELD_NUMBER: _builtins.int
+    CAMPAIGN_ID_FIELD_NUMBER: _builtins.int
+    agent_id: _builtins.str
+    campaign_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        agent_id: _builtins.str = ...,
+        campaign_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "campaign_id", b"campaign_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AcquireAnalysisRequest: _TypeAlias = AcquireAnalysisRequest  # noqa: Y015
+
+@_typing.final
+class AcquireAnalysisResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRIAL_FIELD_NUMBER: _builtins.int
+    LEASE_ID_FIELD_NUMBER: _builtins.int
+    lease_id: _builtins.str
+    @_builtins.property
+    def trial(self) -> _common_pb2.Trial:
+        """The finished trial, with its folds and their checkpoints; unset: nothing asked."""
+
+    def __init__(
+        self,
+        *,
+        trial: _common_pb2.Trial | None = ...,
+        lease_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["trial", b"trial"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lease_id", b"lease_id", "trial", b"trial"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AcquireAnalysisResponse: _TypeAlias = AcquireAnalysisResponse  # noqa: Y015
+
+@_typing.final
+class FinishAnalysisRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LEASE_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    error: _builtins.str
+    """Why it failed; empty: done."""
+    summary: _builtins.str
+    """What it cost, in words, kept in the trial's event log."""
+    @_builtins.property
+    def lease(self) -> Global___TrialLease: ...
+    def __init__(
+        self,
+        *,
+        lease: Global___TrialLease | None = ...,
+        error: _builtins.str = ...,
+        summary: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease", b"lease"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "lease", b"lease", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishAnalysisRequest: _TypeAlias = FinishAnalysisRequest  # noqa: Y015
+
+@_typing.final
+class FinishAnalysisResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FinishAnalysisResponse: _TypeAlias = FinishAnalysisResponse  # noqa: Y015
+
+@_typing.final
 class ShouldAnalyseResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

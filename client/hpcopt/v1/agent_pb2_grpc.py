@@ -110,6 +110,16 @@ class AgentServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseResponse.FromString,
                 _registered_method=True)
+        self.AcquireAnalysis = channel.unary_unary(
+                '/hpcopt.v1.AgentService/AcquireAnalysis',
+                request_serializer=hpcopt_dot_v1_dot_agent__pb2.AcquireAnalysisRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_agent__pb2.AcquireAnalysisResponse.FromString,
+                _registered_method=True)
+        self.FinishAnalysis = channel.unary_unary(
+                '/hpcopt.v1.AgentService/FinishAnalysis',
+                request_serializer=hpcopt_dot_v1_dot_agent__pb2.FinishAnalysisRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_agent__pb2.FinishAnalysisResponse.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -230,6 +240,22 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AcquireAnalysis(self, request, context):
+        """An analysis of a finished trial that a user asked for (REST POST
+        /trials/{id}/analysis, gRPC RequestAnalysis): the campaign's oldest, leased to this
+        agent (its documents go by ReportAnalysis under the lease); none: `trial` unset.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FinishAnalysis(self, request, context):
+        """Ends a requested analysis the agent holds: DONE, or FAILED saying why (`error`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -307,6 +333,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ShouldAnalyse,
                     request_deserializer=hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseResponse.SerializeToString,
+            ),
+            'AcquireAnalysis': grpc.unary_unary_rpc_method_handler(
+                    servicer.AcquireAnalysis,
+                    request_deserializer=hpcopt_dot_v1_dot_agent__pb2.AcquireAnalysisRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_agent__pb2.AcquireAnalysisResponse.SerializeToString,
+            ),
+            'FinishAnalysis': grpc.unary_unary_rpc_method_handler(
+                    servicer.FinishAnalysis,
+                    request_deserializer=hpcopt_dot_v1_dot_agent__pb2.FinishAnalysisRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_agent__pb2.FinishAnalysisResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -714,6 +750,60 @@ class AgentService:
             '/hpcopt.v1.AgentService/ShouldAnalyse',
             hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseRequest.SerializeToString,
             hpcopt_dot_v1_dot_agent__pb2.ShouldAnalyseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AcquireAnalysis(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.AgentService/AcquireAnalysis',
+            hpcopt_dot_v1_dot_agent__pb2.AcquireAnalysisRequest.SerializeToString,
+            hpcopt_dot_v1_dot_agent__pb2.AcquireAnalysisResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FinishAnalysis(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.AgentService/FinishAnalysis',
+            hpcopt_dot_v1_dot_agent__pb2.FinishAnalysisRequest.SerializeToString,
+            hpcopt_dot_v1_dot_agent__pb2.FinishAnalysisResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -79,6 +79,13 @@ class AgentServiceStub:
     """Whether a fold that just trained its last epoch is analysed, under the spec's
     `analysis.on: best`: when its result would make its trial the best so far.
     """
+    AcquireAnalysis: _grpc.UnaryUnaryMultiCallable[_agent_pb2.AcquireAnalysisRequest, _agent_pb2.AcquireAnalysisResponse]
+    """An analysis of a finished trial that a user asked for (REST POST
+    /trials/{id}/analysis, gRPC RequestAnalysis): the campaign's oldest, leased to this
+    agent (its documents go by ReportAnalysis under the lease); none: `trial` unset.
+    """
+    FinishAnalysis: _grpc.UnaryUnaryMultiCallable[_agent_pb2.FinishAnalysisRequest, _agent_pb2.FinishAnalysisResponse]
+    """Ends a requested analysis the agent holds: DONE, or FAILED saying why (`error`)."""
 
 @_typing.type_check_only
 class AgentServiceAsyncStub(AgentServiceStub):
@@ -130,6 +137,13 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """Whether a fold that just trained its last epoch is analysed, under the spec's
     `analysis.on: best`: when its result would make its trial the best so far.
     """
+    AcquireAnalysis: _aio.UnaryUnaryMultiCallable[_agent_pb2.AcquireAnalysisRequest, _agent_pb2.AcquireAnalysisResponse]  # type: ignore[assignment]
+    """An analysis of a finished trial that a user asked for (REST POST
+    /trials/{id}/analysis, gRPC RequestAnalysis): the campaign's oldest, leased to this
+    agent (its documents go by ReportAnalysis under the lease); none: `trial` unset.
+    """
+    FinishAnalysis: _aio.UnaryUnaryMultiCallable[_agent_pb2.FinishAnalysisRequest, _agent_pb2.FinishAnalysisResponse]  # type: ignore[assignment]
+    """Ends a requested analysis the agent holds: DONE, or FAILED saying why (`error`)."""
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -268,5 +282,24 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         """Whether a fold that just trained its last epoch is analysed, under the spec's
         `analysis.on: best`: when its result would make its trial the best so far.
         """
+
+    @_abc_1.abstractmethod
+    def AcquireAnalysis(
+        self,
+        request: _agent_pb2.AcquireAnalysisRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.AcquireAnalysisResponse, _abc.Awaitable[_agent_pb2.AcquireAnalysisResponse]]:
+        """An analysis of a finished trial that a user asked for (REST POST
+        /trials/{id}/analysis, gRPC RequestAnalysis): the campaign's oldest, leased to this
+        agent (its documents go by ReportAnalysis under the lease); none: `trial` unset.
+        """
+
+    @_abc_1.abstractmethod
+    def FinishAnalysis(
+        self,
+        request: _agent_pb2.FinishAnalysisRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_agent_pb2.FinishAnalysisResponse, _abc.Awaitable[_agent_pb2.FinishAnalysisResponse]]:
+        """Ends a requested analysis the agent holds: DONE, or FAILED saying why (`error`)."""
 
 def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -22,40 +22,43 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from hpcopt.v1 import common_pb2 as hpcopt_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18hpcopt/v1/campaign.proto\x12\thpcopt.v1\x1a\x16hpcopt/v1/common.proto\"=\n\x12RaiseBudgetRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12\x12\n\nmax_trials\x18\x02 \x01(\x03\"G\n\x10StopTrialRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12\x0e\n\x06number\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"*\n\x15\x43reateCampaignRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\")\n\x12GetCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\"5\n\x14ListCampaignsRequest\x12\x0e\n\x06offset\x18\x01 \x01(\x05\x12\r\n\x05limit\x18\x02 \x01(\x05\"N\n\x15ListCampaignsResponse\x12&\n\tcampaigns\x18\x01 \x03(\x0b\x32\x13.hpcopt.v1.Campaign\x12\r\n\x05total\x18\x02 \x01(\x03\"n\n\x11ListTrialsRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12%\n\x06states\x18\x02 \x03(\x0e\x32\x15.hpcopt.v1.TrialState\x12\x0e\n\x06offset\x18\x03 \x01(\x05\x12\r\n\x05limit\x18\x04 \x01(\x05\"E\n\x12ListTrialsResponse\x12 \n\x06trials\x18\x01 \x03(\x0b\x32\x10.hpcopt.v1.Trial\x12\r\n\x05total\x18\x02 \x01(\x03\"X\n\x0fGetTrialRequest\x12\x10\n\x08trial_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\x12\x13\n\x06number\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_number\"/\n\x16\x45xportCampaignResponse\x12\x15\n\rdocument_json\x18\x01 \x01(\t\"+\n\x12ThroughputResponse\x12\x15\n\rdocument_json\x18\x01 \x01(\t\".\n\x15ImportCampaignRequest\x12\x15\n\rdocument_json\x18\x01 \x01(\t2\xc3\x08\n\x0f\x43\x61mpaignService\x12G\n\x0e\x43reateCampaign\x12 .hpcopt.v1.CreateCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x41\n\x0bGetCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12R\n\rListCampaigns\x12\x1f.hpcopt.v1.ListCampaignsRequest\x1a .hpcopt.v1.ListCampaignsResponse\x12I\n\nListTrials\x12\x1c.hpcopt.v1.ListTrialsRequest\x1a\x1d.hpcopt.v1.ListTrialsResponse\x12\x38\n\x08GetTrial\x12\x1a.hpcopt.v1.GetTrialRequest\x1a\x10.hpcopt.v1.Trial\x12?\n\x0cGetBestTrial\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x10.hpcopt.v1.Trial\x12N\n\x0eGetParetoFront\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x1d.hpcopt.v1.ListTrialsResponse\x12\x44\n\x0e\x43\x61ncelCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12R\n\x0e\x45xportCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a!.hpcopt.v1.ExportCampaignResponse\x12G\n\x0eImportCampaign\x12 .hpcopt.v1.ImportCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x43\n\rPauseCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x44\n\x0eResumeCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x41\n\x0bRaiseBudget\x12\x1d.hpcopt.v1.RaiseBudgetRequest\x1a\x13.hpcopt.v1.Campaign\x12:\n\tStopTrial\x12\x1b.hpcopt.v1.StopTrialRequest\x1a\x10.hpcopt.v1.Trial\x12M\n\rGetThroughput\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x1d.hpcopt.v1.ThroughputResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18hpcopt/v1/campaign.proto\x12\thpcopt.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16hpcopt/v1/common.proto\"\xa5\x01\n\x0f\x41nalysisRequest\x12\x10\n\x08trial_id\x18\x01 \x01(\x03\x12\r\n\x05state\x18\x02 \x01(\t\x12\x30\n\x0crequested_at\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x66inished_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06reason\x18\x05 \x01(\t\"=\n\x12RaiseBudgetRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12\x12\n\nmax_trials\x18\x02 \x01(\x03\"G\n\x10StopTrialRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12\x0e\n\x06number\x18\x02 \x01(\x03\x12\x0e\n\x06reason\x18\x03 \x01(\t\"*\n\x15\x43reateCampaignRequest\x12\x11\n\tspec_json\x18\x01 \x01(\t\")\n\x12GetCampaignRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\"5\n\x14ListCampaignsRequest\x12\x0e\n\x06offset\x18\x01 \x01(\x05\x12\r\n\x05limit\x18\x02 \x01(\x05\"N\n\x15ListCampaignsResponse\x12&\n\tcampaigns\x18\x01 \x03(\x0b\x32\x13.hpcopt.v1.Campaign\x12\r\n\x05total\x18\x02 \x01(\x03\"n\n\x11ListTrialsRequest\x12\x13\n\x0b\x63\x61mpaign_id\x18\x01 \x01(\x03\x12%\n\x06states\x18\x02 \x03(\x0e\x32\x15.hpcopt.v1.TrialState\x12\x0e\n\x06offset\x18\x03 \x01(\x05\x12\r\n\x05limit\x18\x04 \x01(\x05\"E\n\x12ListTrialsResponse\x12 \n\x06trials\x18\x01 \x03(\x0b\x32\x10.hpcopt.v1.Trial\x12\r\n\x05total\x18\x02 \x01(\x03\"X\n\x0fGetTrialRequest\x12\x10\n\x08trial_id\x18\x01 \x01(\x03\x12\x13\n\x0b\x63\x61mpaign_id\x18\x02 \x01(\x03\x12\x13\n\x06number\x18\x03 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_number\"/\n\x16\x45xportCampaignResponse\x12\x15\n\rdocument_json\x18\x01 \x01(\t\"+\n\x12ThroughputResponse\x12\x15\n\rdocument_json\x18\x01 \x01(\t\".\n\x15ImportCampaignRequest\x12\x15\n\rdocument_json\x18\x01 \x01(\t2\x8e\t\n\x0f\x43\x61mpaignService\x12G\n\x0e\x43reateCampaign\x12 .hpcopt.v1.CreateCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x41\n\x0bGetCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12R\n\rListCampaigns\x12\x1f.hpcopt.v1.ListCampaignsRequest\x1a .hpcopt.v1.ListCampaignsResponse\x12I\n\nListTrials\x12\x1c.hpcopt.v1.ListTrialsRequest\x1a\x1d.hpcopt.v1.ListTrialsResponse\x12\x38\n\x08GetTrial\x12\x1a.hpcopt.v1.GetTrialRequest\x1a\x10.hpcopt.v1.Trial\x12?\n\x0cGetBestTrial\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x10.hpcopt.v1.Trial\x12N\n\x0eGetParetoFront\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x1d.hpcopt.v1.ListTrialsResponse\x12\x44\n\x0e\x43\x61ncelCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12R\n\x0e\x45xportCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a!.hpcopt.v1.ExportCampaignResponse\x12G\n\x0eImportCampaign\x12 .hpcopt.v1.ImportCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x43\n\rPauseCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x44\n\x0eResumeCampaign\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x13.hpcopt.v1.Campaign\x12\x41\n\x0bRaiseBudget\x12\x1d.hpcopt.v1.RaiseBudgetRequest\x1a\x13.hpcopt.v1.Campaign\x12:\n\tStopTrial\x12\x1b.hpcopt.v1.StopTrialRequest\x1a\x10.hpcopt.v1.Trial\x12M\n\rGetThroughput\x12\x1d.hpcopt.v1.GetCampaignRequest\x1a\x1d.hpcopt.v1.ThroughputResponse\x12I\n\x0fRequestAnalysis\x12\x1a.hpcopt.v1.GetTrialRequest\x1a\x1a.hpcopt.v1.AnalysisRequestb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'hpcopt.v1.campaign_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RAISEBUDGETREQUEST']._serialized_start=63
-  _globals['_RAISEBUDGETREQUEST']._serialized_end=124
-  _globals['_STOPTRIALREQUEST']._serialized_start=126
-  _globals['_STOPTRIALREQUEST']._serialized_end=197
-  _globals['_CREATECAMPAIGNREQUEST']._serialized_start=199
-  _globals['_CREATECAMPAIGNREQUEST']._serialized_end=241
-  _globals['_GETCAMPAIGNREQUEST']._serialized_start=243
-  _globals['_GETCAMPAIGNREQUEST']._serialized_end=284
-  _globals['_LISTCAMPAIGNSREQUEST']._serialized_start=286
-  _globals['_LISTCAMPAIGNSREQUEST']._serialized_end=339
-  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_start=341
-  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_end=419
-  _globals['_LISTTRIALSREQUEST']._serialized_start=421
-  _globals['_LISTTRIALSREQUEST']._serialized_end=531
-  _globals['_LISTTRIALSRESPONSE']._serialized_start=533
-  _globals['_LISTTRIALSRESPONSE']._serialized_end=602
-  _globals['_GETTRIALREQUEST']._serialized_start=604
-  _globals['_GETTRIALREQUEST']._serialized_end=692
-  _globals['_EXPORTCAMPAIGNRESPONSE']._serialized_start=694
-  _globals['_EXPORTCAMPAIGNRESPONSE']._serialized_end=741
-  _globals['_THROUGHPUTRESPONSE']._serialized_start=743
-  _globals['_THROUGHPUTRESPONSE']._serialized_end=786
-  _globals['_IMPORTCAMPAIGNREQUEST']._serialized_start=788
-  _globals['_IMPORTCAMPAIGNREQUEST']._serialized_end=834
-  _globals['_CAMPAIGNSERVICE']._serialized_start=837
-  _globals['_CAMPAIGNSERVICE']._serialized_end=1928
+  _globals['_ANALYSISREQUEST']._serialized_start=97
+  _globals['_ANALYSISREQUEST']._serialized_end=262
+  _globals['_RAISEBUDGETREQUEST']._serialized_start=264
+  _globals['_RAISEBUDGETREQUEST']._serialized_end=325
+  _globals['_STOPTRIALREQUEST']._serialized_start=327
+  _globals['_STOPTRIALREQUEST']._serialized_end=398
+  _globals['_CREATECAMPAIGNREQUEST']._serialized_start=400
+  _globals['_CREATECAMPAIGNREQUEST']._serialized_end=442
+  _globals['_GETCAMPAIGNREQUEST']._serialized_start=444
+  _globals['_GETCAMPAIGNREQUEST']._serialized_end=485
+  _globals['_LISTCAMPAIGNSREQUEST']._serialized_start=487
+  _globals['_LISTCAMPAIGNSREQUEST']._serialized_end=540
+  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_start=542
+  _globals['_LISTCAMPAIGNSRESPONSE']._serialized_end=620
+  _globals['_LISTTRIALSREQUEST']._serialized_start=622
+  _globals['_LISTTRIALSREQUEST']._serialized_end=732
+  _globals['_LISTTRIALSRESPONSE']._serialized_start=734
+  _globals['_LISTTRIALSRESPONSE']._serialized_end=803
+  _globals['_GETTRIALREQUEST']._serialized_start=805
+  _globals['_GETTRIALREQUEST']._serialized_end=893
+  _globals['_EXPORTCAMPAIGNRESPONSE']._serialized_start=895
+  _globals['_EXPORTCAMPAIGNRESPONSE']._serialized_end=942
+  _globals['_THROUGHPUTRESPONSE']._serialized_start=944
+  _globals['_THROUGHPUTRESPONSE']._serialized_end=987
+  _globals['_IMPORTCAMPAIGNREQUEST']._serialized_start=989
+  _globals['_IMPORTCAMPAIGNREQUEST']._serialized_end=1035
+  _globals['_CAMPAIGNSERVICE']._serialized_start=1038
+  _globals['_CAMPAIGNSERVICE']._serialized_end=2204
 # @@protoc_insertion_point(module_scope)

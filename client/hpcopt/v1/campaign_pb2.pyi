@@ -6,6 +6,7 @@ Submit and watch campaigns: what scripts and the `hpcopt` CLI use."""
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from hpcopt.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
@@ -18,6 +19,43 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+@_typing.final
+class AnalysisRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TRIAL_ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REQUESTED_AT_FIELD_NUMBER: _builtins.int
+    FINISHED_AT_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    trial_id: _builtins.int
+    state: _builtins.str
+    """QUEUED, RUNNING, DONE or FAILED."""
+    reason: _builtins.str
+    """Why it failed."""
+    @_builtins.property
+    def requested_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def finished_at(self) -> _timestamp_pb2.Timestamp:
+        """Unset until it ended."""
+
+    def __init__(
+        self,
+        *,
+        trial_id: _builtins.int = ...,
+        state: _builtins.str = ...,
+        requested_at: _timestamp_pb2.Timestamp | None = ...,
+        finished_at: _timestamp_pb2.Timestamp | None = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "requested_at", b"requested_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["finished_at", b"finished_at", "reason", b"reason", "requested_at", b"requested_at", "state", b"state", "trial_id", b"trial_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AnalysisRequest: _TypeAlias = AnalysisRequest  # noqa: Y015
 
 @_typing.final
 class RaiseBudgetRequest(_message.Message):

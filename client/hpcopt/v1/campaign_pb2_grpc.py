@@ -110,6 +110,11 @@ class CampaignServiceStub:
                 request_serializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
                 response_deserializer=hpcopt_dot_v1_dot_campaign__pb2.ThroughputResponse.FromString,
                 _registered_method=True)
+        self.RequestAnalysis = channel.unary_unary(
+                '/hpcopt.v1.CampaignService/RequestAnalysis',
+                request_serializer=hpcopt_dot_v1_dot_campaign__pb2.GetTrialRequest.SerializeToString,
+                response_deserializer=hpcopt_dot_v1_dot_campaign__pb2.AnalysisRequest.FromString,
+                _registered_method=True)
 
 
 class CampaignServiceServicer:
@@ -221,6 +226,16 @@ class CampaignServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RequestAnalysis(self, request, context):
+        """Asks for the curvature and landscape of a COMPLETED trial of a campaign with an
+        `analysis` section, computed by the campaign's next agent from the folds'
+        checkpoints (trial_id, or campaign_id and number). Asking again for one queued or
+        running answers it; for one done, queues it afresh.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_CampaignServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -298,6 +313,11 @@ def add_CampaignServiceServicer_to_server(servicer, server):
                     servicer.GetThroughput,
                     request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.FromString,
                     response_serializer=hpcopt_dot_v1_dot_campaign__pb2.ThroughputResponse.SerializeToString,
+            ),
+            'RequestAnalysis': grpc.unary_unary_rpc_method_handler(
+                    servicer.RequestAnalysis,
+                    request_deserializer=hpcopt_dot_v1_dot_campaign__pb2.GetTrialRequest.FromString,
+                    response_serializer=hpcopt_dot_v1_dot_campaign__pb2.AnalysisRequest.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -705,6 +725,33 @@ class CampaignService:
             '/hpcopt.v1.CampaignService/GetThroughput',
             hpcopt_dot_v1_dot_campaign__pb2.GetCampaignRequest.SerializeToString,
             hpcopt_dot_v1_dot_campaign__pb2.ThroughputResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RequestAnalysis(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/hpcopt.v1.CampaignService/RequestAnalysis',
+            hpcopt_dot_v1_dot_campaign__pb2.GetTrialRequest.SerializeToString,
+            hpcopt_dot_v1_dot_campaign__pb2.AnalysisRequest.FromString,
             options,
             channel_credentials,
             insecure,

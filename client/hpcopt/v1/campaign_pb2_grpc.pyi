@@ -66,6 +66,12 @@ class CampaignServiceStub:
     the points the agents plan from (trained folds, and stored probes at widths no fold
     measured), the same document as REST's GET /campaigns/{id}/throughput.
     """
+    RequestAnalysis: _grpc.UnaryUnaryMultiCallable[_campaign_pb2.GetTrialRequest, _campaign_pb2.AnalysisRequest]
+    """Asks for the curvature and landscape of a COMPLETED trial of a campaign with an
+    `analysis` section, computed by the campaign's next agent from the folds'
+    checkpoints (trial_id, or campaign_id and number). Asking again for one queued or
+    running answers it; for one done, queues it afresh.
+    """
 
 @_typing.type_check_only
 class CampaignServiceAsyncStub(CampaignServiceStub):
@@ -103,6 +109,12 @@ class CampaignServiceAsyncStub(CampaignServiceStub):
     """The fold throughput measured at each width and the planner's model of it, as JSON:
     the points the agents plan from (trained folds, and stored probes at widths no fold
     measured), the same document as REST's GET /campaigns/{id}/throughput.
+    """
+    RequestAnalysis: _aio.UnaryUnaryMultiCallable[_campaign_pb2.GetTrialRequest, _campaign_pb2.AnalysisRequest]  # type: ignore[assignment]
+    """Asks for the curvature and landscape of a COMPLETED trial of a campaign with an
+    `analysis` section, computed by the campaign's next agent from the folds'
+    checkpoints (trial_id, or campaign_id and number). Asking again for one queued or
+    running answers it; for one done, queues it afresh.
     """
 
 class CampaignServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -228,6 +240,18 @@ class CampaignServiceServicer(metaclass=_abc_1.ABCMeta):
         """The fold throughput measured at each width and the planner's model of it, as JSON:
         the points the agents plan from (trained folds, and stored probes at widths no fold
         measured), the same document as REST's GET /campaigns/{id}/throughput.
+        """
+
+    @_abc_1.abstractmethod
+    def RequestAnalysis(
+        self,
+        request: _campaign_pb2.GetTrialRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_campaign_pb2.AnalysisRequest, _abc.Awaitable[_campaign_pb2.AnalysisRequest]]:
+        """Asks for the curvature and landscape of a COMPLETED trial of a campaign with an
+        `analysis` section, computed by the campaign's next agent from the folds'
+        checkpoints (trial_id, or campaign_id and number). Asking again for one queued or
+        running answers it; for one done, queues it afresh.
         """
 
 def add_CampaignServiceServicer_to_server(servicer: CampaignServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -9,7 +9,7 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from hpcopt.core.records import ACTION_VALUES
-from hpcopt.v1 import agent_pb2, common_pb2
+from hpcopt.v1 import agent_pb2, campaign_pb2, common_pb2
 from hpcopt_server import domain as d
 from hpcopt_server.service.agent_messages import Acquisition, HeartbeatReply
 
@@ -134,3 +134,13 @@ def acquisition(a: Acquisition) -> agent_pb2.AcquireResponse:
 
 def heartbeat(h: HeartbeatReply) -> agent_pb2.HeartbeatResponse:
     return agent_pb2.HeartbeatResponse(action=ACTION_VALUES[h.action], lease_expires_at=ts(h.lease_expires_at))
+
+
+def analysis_request(r: d.AnalysisRequest) -> campaign_pb2.AnalysisRequest:
+    return campaign_pb2.AnalysisRequest(
+        trial_id=r.trial_id,
+        state=r.state,
+        requested_at=ts(r.requested_at),
+        finished_at=ts(r.finished_at),
+        reason=r.reason,
+    )

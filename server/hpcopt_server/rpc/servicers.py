@@ -73,6 +73,13 @@ class CampaignServicer(campaign_pb2_grpc.CampaignServiceServicer):
         return convert.trial(self.svc.campaigns.trial(request.trial_id))
 
     @handles_errors
+    def RequestAnalysis(self, request: campaign_pb2.GetTrialRequest, context: Ctx) -> campaign_pb2.AnalysisRequest:
+        trial_id = request.trial_id
+        if request.HasField("number"):
+            trial_id = self.svc.insights.trial(campaign_id=request.campaign_id, number=request.number).trial.id
+        return convert.analysis_request(self.svc.requested_analyses.request(trial_id))
+
+    @handles_errors
     def GetBestTrial(self, request: campaign_pb2.GetCampaignRequest, context: Ctx) -> common_pb2.Trial:
         return convert.trial(self.svc.campaigns.best(request.campaign_id))
 
@@ -238,6 +245,24 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         lease = _lease(request.lease)
         self.svc.agents.report_analysis(lease, request.fold, request.document, caller=self._caller(context))
         return agent_pb2.ReportAnalysisResponse()
+
+    @handles_errors
+    def AcquireAnalysis(
+        self, request: agent_pb2.AcquireAnalysisRequest, context: Ctx
+    ) -> agent_pb2.AcquireAnalysisResponse:
+        got = self.svc.requested_analyses.take(request.agent_id, request.campaign_id, caller=self._caller(context))
+        if got is None:
+            return agent_pb2.AcquireAnalysisResponse()
+        trial, lease_id = got
+        return agent_pb2.AcquireAnalysisResponse(trial=convert.trial(trial), lease_id=lease_id)
+
+    @handles_errors
+    def FinishAnalysis(
+        self, request: agent_pb2.FinishAnalysisRequest, context: Ctx
+    ) -> agent_pb2.FinishAnalysisResponse:
+        lease = _lease(request.lease)
+        self.svc.requested_analyses.finish(lease, request.error, request.summary, caller=self._caller(context))
+        return agent_pb2.FinishAnalysisResponse()
 
     @handles_errors
     def ShouldAnalyse(self, request: agent_pb2.ShouldAnalyseRequest, context: Ctx) -> agent_pb2.ShouldAnalyseResponse:

@@ -25,6 +25,7 @@ from hpcopt_server.service.limits import RequestLimits
 from hpcopt_server.service.notes import NoteService
 from hpcopt_server.service.population import PopulationService
 from hpcopt_server.service.reaper import LeaseReaper
+from hpcopt_server.service.requested_analyses import RequestedAnalyses
 from hpcopt_server.service.steering import SteeringService
 from hpcopt_server.service.throughput import ThroughputService
 from hpcopt_server.service.tokens import TokenService
@@ -56,6 +57,8 @@ class Service:
         self.steering = SteeringService(self.ctx)
         self.growth = SpaceGrowth(self.ctx)
         self.reaper = LeaseReaper(self.ctx, reap_interval)
+        #: Analyses of finished trials, asked for after the fact.
+        self.requested_analyses = RequestedAnalyses(self.ctx, self.agents)
 
     def warm_optimizers(self) -> threading.Thread:
         """Rebuilds the running campaigns' optimizers from SQL in a background thread

@@ -169,7 +169,7 @@ class AgentService:
         """
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_id("campaign_id", campaign_id)
-        self._check_agent(agent_id, caller)
+        self.check_agent(agent_id, caller)
         if self.calls.campaign(campaign_id) is None:  # before the queue keeps a gate for it
             raise NotFound(f"campaign {campaign_id} does not exist")
         t0 = time.perf_counter()
@@ -214,7 +214,7 @@ class AgentService:
         and on request the campaign's measured fold throughput."""
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_id("campaign_id", campaign_id)
-        self._check_agent(agent_id, caller)
+        self.check_agent(agent_id, caller)
         found: list[Point] = []
         with self.ctx.storage.read() as tx:
             campaign = campaign_or_404(tx, campaign_id)
@@ -243,7 +243,7 @@ class AgentService:
         ``check_against_folds``); one row per agent and width, the newest kept."""
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_id("campaign_id", campaign_id)
-        self._check_agent(agent_id, caller)
+        self.check_agent(agent_id, caller)
         checked = check_probe(points, train_samples)
         with self.ctx.storage.write() as tx:
             campaign = campaign_or_404(tx, campaign_id)
@@ -274,7 +274,7 @@ class AgentService:
         ids are returned. Saying goodbye twice is harmless."""
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_safe_text("reason", reason, lim.MAX_EXIT_REASON)
-        self._check_agent(agent_id, caller)
+        self.check_agent(agent_id, caller)
         return self.calls.deregister(agent_id, self.ctx.clock(), reason)
 
     def resize(self, agent_id: str, ranks: int, gpus: int, *, caller: int | None = None) -> None:
@@ -284,14 +284,14 @@ class AgentService:
         lim.require_text("agent_id", agent_id, lim.MAX_SHORT)
         lim.require_range("ranks", ranks, 1)
         lim.require_range("gpus", gpus, 0)
-        self._check_agent(agent_id, caller)
+        self.check_agent(agent_id, caller)
         with self.ctx.storage.write() as tx:
             tx.agents.resize(agent_id, ranks, gpus, self.ctx.clock())
 
     # -- while the trial runs ----------------------------------------------------------
 
     def heartbeat(self, lease: Lease, *, caller: int | None = None) -> HeartbeatReply:
-        self._check_agent(lease.agent_id, caller)
+        self.check_agent(lease.agent_id, caller)
         now = self.ctx.clock()
         expires = self._expiry(now)
         refused = self.calls.heartbeat(lease, now, expires)
@@ -312,7 +312,7 @@ class AgentService:
         value = lim.require_finite("value", value)
         lim.require_range("step", step, 0)
         self._check_checkpoint(checkpoint_uri, lease, fold)
-        self._check_agent(lease.agent_id, caller)
+        self.check_agent(lease.agent_id, caller)
         now = self.ctx.clock()
         expires = self._expiry(now)
         done = self.calls.report(lease, fold, step, value, checkpoint_uri, now, expires)
@@ -339,7 +339,7 @@ class AgentService:
         value = lim.require_finite("value", value)
         metrics = lim.require_metrics("metrics", metrics or {})
         self._check_checkpoint(checkpoint_uri, lease, fold)
-        self._check_agent(lease.agent_id, caller)
+        self.check_agent(lease.agent_id, caller)
         now = self.ctx.clock()
         done = self.calls.finish_fold(lease, fold, value, metrics, checkpoint_uri, now, self._expiry(now))
         if isinstance(done, Refused):
@@ -363,7 +363,7 @@ class AgentService:
             )
         lim.require_range("fold", fold, 0)
         lim.require_safe_text("reason", reason, lim.MAX_REASON)
-        self._check_agent(lease.agent_id, caller)
+        self.check_agent(lease.agent_id, caller)
         refused = self.calls.add_event(lease, kind, f"fold {fold}: {reason}", self.ctx.clock(), MAX_AGENT_EVENTS)
         if refused is not None:
             raise self._error(refused, lease, kind=kind)
@@ -383,7 +383,7 @@ class AgentService:
         except ValueError as exc:  # not JSON, or not the schema (DocumentError)
             errors = getattr(exc, "errors", None) or [("document", f"not JSON: {exc}")]
             raise InvalidArgument("; ".join(f"{f}: {m}" for f, m in errors), errors) from None
-        self._check_agent(lease.agent_id, caller)
+        self.check_agent(lease.agent_id, caller)
         refused = self.calls.save_analysis(lease, fold, doc, self.ctx.clock())
         if refused is not None:
             raise self._error(refused, lease, kind="analysis")
@@ -396,7 +396,7 @@ class AgentService:
         when the lease does not hold the trial."""
         lim.require_range("fold", fold, 0)
         metrics = lim.require_metrics("metrics", metrics)
-        self._check_agent(lease.agent_id, caller)
+        self.check_agent(lease.agent_id, caller)
         with self.ctx.storage.read() as tx:
             trial = tx.trials.get(lease.trial_id, folds=False)
             why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, self.ctx.clock())
@@ -420,7 +420,7 @@ class AgentService:
         lim.require_id("parent_trial_id", parent_trial_id)
         lim.require_range("fold", fold, 0)
         lim.require_safe_text("reason", reason, lim.MAX_EXIT_REASON)
-        self._check_agent(lease.agent_id, caller)
+        self.check_agent(lease.agent_id, caller)
         done = replan_interval(self.ctx, lease, parent_trial_id, fold, reason, self._expiry(self.ctx.clock()))
         if isinstance(done, Refused):
             raise self._error(done, lease)
@@ -431,7 +431,7 @@ class AgentService:
     def complete(self, lease: Lease, *, caller: int | None = None) -> d.Trial:
         """All K folds reported: the trial is COMPLETED with their mean and spread.
         Completing again under the same lease returns the completed trial unchanged."""
-        self._check_agent(lease.agent_id, caller)
+        self.check_agent(lease.agent_id, caller)
         done = self.calls.complete(lease, self.ctx.clock())
         if isinstance(done, Refused):
             raise self._error(done, lease)
@@ -446,7 +446,7 @@ class AgentService:
                 [("state", "must be FAILED, PREEMPTED or PRUNED")],
             )
         lim.require_text("reason", reason, lim.MAX_REASON)
-        self._check_agent(lease.agent_id, caller)
+        self.check_agent(lease.agent_id, caller)
         done = self.calls.release(lease, state, reason, self.ctx.clock())
         if isinstance(done, Refused):
             raise self._error(done, lease)
@@ -457,7 +457,7 @@ class AgentService:
     def _expiry(self, now: datetime) -> datetime:
         return now + timedelta(seconds=self.ctx.settings.lease_seconds)
 
-    def _check_agent(self, agent_id: str, caller: int | None) -> None:
+    def check_agent(self, agent_id: str, caller: int | None) -> None:
         """NotFound unless the agent is registered; PermissionDenied (with auth on) unless
         by the caller's token."""
         if agent_id in self._tokens:

@@ -241,6 +241,26 @@ class FoldAnalysisRow(Base):
     computed_at: Mapped[datetime]
 
 
+class AnalysisRequestRow(Base):
+    """An analysis of a finished trial, asked for after the fact (``POST
+    /trials/{id}/analysis``): QUEUED until an agent of its campaign takes it, RUNNING
+    under that agent's lease, then DONE or FAILED (``reason`` says why). One per trial:
+    asking again replaces it."""
+
+    __tablename__ = "analysis_requests"
+    __table_args__ = (Index("ix_analysis_requests_campaign_state", "campaign_id", "state"),)
+
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"))
+    state: Mapped[str] = mapped_column(String(16))
+    requested_at: Mapped[datetime]
+    agent_id: Mapped[str] = mapped_column(String(64), default="")
+    lease_id: Mapped[str] = mapped_column(String(64), default="")
+    lease_expires_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
 class ServerFlagRow(Base):
     """Server-wide settings that must outlive a process, such as whether auth is on."""
 

@@ -121,10 +121,13 @@ class Running(CallsBase):
 
     def save_analysis(self, lease: HeldLease, fold: int, document: dict[str, Any], now: datetime) -> Refused | None:
         """Stores a fold's analysis under the trial's lease (also once it was stopped:
-        the fold it was computed on is finished), for a fold of the campaign."""
+        the fold it was computed on is finished), or under the lease of an analysis of
+        the finished trial asked for after the fact, for a fold of the campaign."""
         with self.storage.write() as tx:
             trial = tx.trials.get(lease.trial_id, lock=True, folds=False)
             why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now)
+            if why is not None and tx.analyses.holds(lease.trial_id, lease.agent_id, lease.lease_id, now):
+                why = None
             if trial is None or why not in (None, Refusal.STOPPED):
                 return Refused(why or Refusal.CHANGED, trial)
             campaign = self.campaign(trial.campaign_id, tx.connection())
