@@ -143,8 +143,11 @@ def test_an_analysis_asked_of_a_finished_trial_is_computed_by_the_next_agent_fro
     with agent_server.client() as c:
         trials = sorted((c.get_trial(t.id) for t in c.list_trials(campaign, limit=10)), key=lambda t: t.number)
     asked, gone = trials[1:3]  # whether analysed at their folds' ends or not
-    cli = [sys.executable, "-m", "hpcopt.cli", "--server", agent_server.target]
-    said = subprocess.run([*cli, "analyse", str(campaign), str(asked.number)], capture_output=True, text=True)
+    [(_, text)] = docs_blocks("analyse-request")  # the guide's command, with this campaign and trial
+    words = text.split("#")[0].split()
+    assert words[:2] == ["hpcopt", "analyse"] and len(words) == 4, text
+    cli = [sys.executable, "-m", "hpcopt.cli", "--server", agent_server.target, words[1]]
+    said = subprocess.run([*cli, str(campaign), str(asked.number)], capture_output=True, text=True)
     assert said.returncode == 0 and f"analysis of trial #{asked.number} (id {asked.id}) QUEUED" in said.stdout, said
     Path(urlparse(gone.folds[1].checkpoint_uri).path).unlink()
     assert web.post(f"{agent_server.url}/api/v1/trials/{gone.id}/analysis").status_code == 202
