@@ -95,3 +95,39 @@ def test_the_compare_page_overlays_two_trials_spectra(page: Page, seeded: Seeded
     note = page.page.locator("#compare-spectra-note").inner_text()
     assert f"#{first}: λ_max 30, 31" in note, note
     assert not page.errors
+
+
+def test_a_finished_trial_without_an_analysis_asks_for_one_and_draws_it_when_an_agent_stored_it(
+    page: Page, seeded: Seeded
+) -> None:
+    from hpcopt.core.checkpoints import relative
+    from hpcopt_server.service.agents import Lease
+
+    service = seeded.service
+    spec = make_spec(name="curvature-asked", folds=2, training={"task": "tests:task", "epochs": 3})
+    spec["analysis"] = {"hessian": {}}
+    cid = service.campaigns.create(spec).id
+    agent = service.agents.register(host="node", ranks=1, gpus=0).agent_id
+    got = service.agents.acquire(agent, cid)
+    lease = Lease(agent, got.trial.id, got.lease_id)
+    for k in range(2):
+        uri = f"file:///ckpt/{relative(service.agents.server_id(), cid, got.trial.id, k)}"
+        service.agents.report_fold(lease, k, 0.5, {"loss": 0.5}, uri)
+    service.agents.complete(lease)
+    page.open(f"/campaign/{cid}/trial/{got.trial.number}")
+    ask = page.page.locator("#curvature-ask")
+    ask.wait_for()
+    assert "Not analysed" in page.page.locator("#curvature-note").inner_text()
+    ask.click()
+    page.page.locator("#curvature-request", has_text="QUEUED").wait_for()
+    assert page.page.locator("#curvature-ask").count() == 0  # asked: no second button while it waits
+    taken = service.requested_analyses.take(agent, cid)  # an agent takes it and stores fold 0's
+    assert taken is not None and taken[0].id == got.trial.id
+    held = Lease(agent, got.trial.id, taken[1])
+    service.agents.report_analysis(held, 0, json.dumps(analysis_document(12.0)))
+    service.requested_analyses.finish(held, "", "1 fold(s) analysed from their checkpoints")
+    spectrum = page.wait_plot("plot-curvature-spectrum", "d => d.length === 1")  # the card polls until it ends
+    assert spectrum[0]["x"] == [0.0, 10.0, 20.0, 30.0]
+    page.page.locator("#curvature-request", has_text="DONE").wait_for()
+    assert page.page.locator("#curvature-ask").inner_text() == "Compute it again"
+    assert not page.errors

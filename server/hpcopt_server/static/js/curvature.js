@@ -4,7 +4,7 @@
 // the spectra of 2 to 4 trials side by side on the compare page.
 // GET /trials/{id}/analysis; the guide "Curvature and loss landscapes" says what they mean.
 
-import { api, el, fmt } from "./core.js";
+import { api, cannotChange, el, fmt } from "./core.js";
 import { colour, draw } from "./plots.js";
 
 // The learning rate among the trial's parameters, by the names tasks use for it.
@@ -38,24 +38,72 @@ export async function drawCurvature(t, c) {
     fetched.body = await api(`/trials/${t.id}/analysis`);
     fetched.key = key;
   }
-  const folds = fetched.body.folds;
+  const { folds, request: asked } = fetched.body;
+  const pending = asked && (asked.state === "QUEUED" || asked.state === "RUNNING");
+  if (pending) fetched.key = ""; // fetched again at the next poll until an agent ends it
   const note = document.getElementById("curvature-note");
   for (const id of ["plot-curvature-trace", "plot-curvature-spectrum", "plot-curvature-surface"]) {
     document.getElementById(id).hidden = !folds.length;
   }
+  const ask = askButton(t, c, asked, pending);
   if (!folds.length) {
-    note.textContent = "No fold has finished its analysis yet: each fold computes it at its end.";
+    const onBest = (c.spec.analysis.on || "best") === "best";
+    const why =
+      t.state !== "COMPLETED"
+        ? `No fold has finished its analysis yet: each fold computes it at its end${onBest ? " when its result leads (analysis.on: best)" : ""}.`
+        : onBest
+          ? "Not analysed: with analysis.on: best, a fold is analysed when its result leads as it finishes."
+          : "No fold's analysis was stored.";
+    note.replaceChildren(why, requestLine(asked), ask);
     return;
   }
   const lrName = LR_NAMES.find((n) => typeof t.params[n] === "number" && t.params[n] > 0);
   const lr = lrName ? t.params[lrName] : null;
-  note.textContent =
+  note.replaceChildren(
     `${folds.length} fold(s) analysed. λ_max near 2/${lrName || "lr"} means the learning rate sets the curvature ` +
-    "(the edge of stability); it is a diagnostic, not a score." +
-    (lr ? "" : " No learning-rate parameter (lr, learning_rate) in this trial: no 2/lr line.");
+      "(the edge of stability); it is a diagnostic, not a score." +
+      (lr ? "" : " No learning-rate parameter (lr, learning_rate) in this trial: no 2/lr line."),
+    requestLine(asked),
+    ask,
+  );
   drawTrace(folds, lr, lrName);
   drawSpectrum(folds);
   drawSurface(folds[0]);
+}
+
+/** " Asked for: QUEUED …" for the trial's latest analysis asked for after the fact, or "". */
+function requestLine(asked) {
+  if (!asked) return "";
+  const said = {
+    QUEUED: "the campaign's next agent computes it from the folds' checkpoints",
+    RUNNING: "an agent is computing it",
+    DONE: "done",
+    FAILED: asked.reason,
+  }[asked.state];
+  return el("span", { id: "curvature-request", text: ` Asked for after the trial finished: ${asked.state}${said ? ` (${said})` : ""}.` });
+}
+
+/** The button that asks for a COMPLETED trial's analysis from its checkpoints (submit scope). */
+function askButton(t, c, asked, pending) {
+  if (t.state !== "COMPLETED" || pending) return "";
+  const scope = cannotChange(c.id);
+  return el("button", {
+    id: "curvature-ask",
+    text: asked ? "Compute it again" : "Compute it from the checkpoints",
+    disabled: Boolean(scope),
+    title: scope || "an agent of the campaign computes it at its next trial boundary (start one on a finished campaign)",
+    onclick: async (e) => {
+      e.target.disabled = true;
+      try {
+        await api(`/trials/${t.id}/analysis`, { method: "POST" });
+      } catch (err) {
+        document.getElementById("curvature-note").append(el("span", { class: "error", text: ` ${err.message}` }));
+        return;
+      }
+      fetched.key = "";
+      await drawCurvature(t, c);
+    },
+  });
 }
 
 function drawTrace(folds, lr, lrName) {
