@@ -127,7 +127,7 @@ def main() -> int:
     w = max(len(n) for n in names) + 1
     print(
         f"{'':{w}} {'s to target, median (min-max)':>30} {'final val acc':>22} {'samples/s':>10}"
-        f" {'vs fp32, per rep':>20} {'vs bf16, per rep':>20}"
+        f" {'vs fp32, per rep':>20} {'vs bf16, per rep':>20} {'train s to target':>22} {'vs bf16':>20}"
     )
     for name in names:
         secs = [t.seconds_to(args.target) for t in got[name]]
@@ -135,9 +135,16 @@ def main() -> int:
         for base in ("fp32", "bf16 hook"):
             ratios = [b.seconds_to(args.target) / s for b, s in zip(got.get(base, []), secs, strict=False)]
             cols.append(spread(ratios, ".2f") if base in got and all(map(math.isfinite, secs)) else "-")
+        # The epochs' seconds alone: the trial's seconds_to_target (training.target).
+        train = [t.train_seconds_to(args.target) for t in got[name]]
+        ratios = [b.train_seconds_to(args.target) / s for b, s in zip(got.get("bf16 hook", []), train, strict=False)]
+        cols.append(spread(ratios, ".2f") if "bf16 hook" in got and all(map(math.isfinite, train)) else "-")
         rate = statistics.median(t.rate for t in got[name])
         accs = [t.acc for t in got[name]]
-        print(f"{name:{w}} {spread(secs):>30} {spread(accs, '.3f'):>22} {rate:>10.0f} {cols[0]:>20} {cols[1]:>20}")
+        print(
+            f"{name:{w}} {spread(secs):>30} {spread(accs, '.3f'):>22} {rate:>10.0f} {cols[0]:>20} {cols[1]:>20}"
+            f" {spread(train):>22} {cols[2]:>20}"
+        )
     psgd = [n for n in names if n.startswith("powersgd")]
     if psgd and "bf16 hook" in got:
         best = min(psgd, key=lambda n: statistics.median(t.seconds_to(args.target) for t in got[n]))

@@ -49,6 +49,17 @@ class Trial:
     wall_s: float  # the whole trial, acquire to complete (the server's clock)
     curve: list[tuple[float, float]]  # per epoch: (its seconds, its validation accuracy)
 
+    def train_seconds_to(self, target: float) -> float:
+        """The epochs' seconds to the end of the first epoch at ``target`` accuracy or
+        more, without the trial's time outside them: what the agent reports as
+        ``seconds_to_target`` (``training.target``); inf if never."""
+        spent = 0.0
+        for seconds, acc in self.curve:
+            spent += seconds
+            if acc >= target:
+                return spent
+        return float("inf")
+
     def seconds_to(self, target: float) -> float:
         """Seconds from acquire to the end of the first epoch at ``target`` accuracy or
         more (the trial's overhead outside its epochs counted once); inf if never."""
