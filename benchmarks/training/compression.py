@@ -1,6 +1,7 @@
 """Gradient compression judged by time to accuracy: allreduce in fp32, with the bf16
-hook, and with PowerSGD at ranks 1, 2 and 4, and DASO (its global syncs in bf16; ``daso``
-in fp32 with ``--only``), on a real slow link (``netns.py``) or on the fast loopback.
+hook, and with PowerSGD at ranks 1, 2 and 4, and DASO (its global syncs in bf16, or as
+PowerSGD factors of the weights' moves; ``daso`` in fp32 with ``--only``), on a real
+slow link (``netns.py``) or on the fast loopback.
 
     sudo .venv/bin/python benchmarks/training/compression.py [--nodes 2] [--rate 100mbit] [--reps 7]
     .venv/bin/python benchmarks/training/compression.py --rate loopback [--reps 7]
@@ -50,9 +51,10 @@ SIDES: dict[str, tuple[str, dict[str, Any]]] = {
     },
     "daso": ("daso", {"node_size": 2}),
     "daso bf16": ("daso", {"node_size": 2, "global_dtype": "bf16"}),
+    "daso powersgd": ("daso", {"node_size": 2, "global_compression": "powersgd"}),
 }
 #: The sides run unless --only says otherwise.
-DEFAULT_SIDES = ("fp32", "bf16 hook", "powersgd r1", "powersgd r2", "powersgd r4", "daso bf16")
+DEFAULT_SIDES = ("fp32", "bf16 hook", "powersgd r1", "powersgd r2", "powersgd r4", "daso bf16", "daso powersgd")
 
 
 def spread(values: list[float], fmt: str = ".1f") -> str:

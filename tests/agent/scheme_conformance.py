@@ -135,8 +135,11 @@ def coverage(comms: Comms, name: str, knobs: dict[str, Any], label: str = "") ->
     say(f"OK {label or name} coverage: every training sample once per epoch ({extra} padded); ranks agree")
 
 
-def resume(comms: Comms, name: str, knobs: dict[str, Any], label: str = "") -> None:
-    task = Regression()
+def resume(comms: Comms, name: str, knobs: dict[str, Any], label: str = "", task: Any = None) -> None:
+    """A fold stopped mid-epoch on one rank and resumed ends bit for bit where an
+    uninterrupted one does; ``task`` (default: the regression) may be ``Wide``, whose
+    512 x 512 layer a compressor compresses (the regression's layers are too small to)."""
+    task = task or Regression()
     data = Data(task.dataset, torch.device("cpu"))
     train = np.arange(240)
     whole = Run(comms, name, knobs, task, {"lr": 0.02})
@@ -150,7 +153,8 @@ def resume(comms: Comms, name: str, knobs: dict[str, Any], label: str = "") -> N
     rest.scheme.close()
     gap = float((got - want).abs().max())
     assert torch.equal(got, want), f"{name}: resumed from batch {cut.batch} of epoch 1, max |diff| {gap:.2g}"
-    say(f"OK {label or name} resume: stopped mid-epoch on one rank, resumed bit for bit")
+    model = "" if type(task) is Regression else f" ({type(task).__name__.lower()} model)"
+    say(f"OK {label or name} resume{model}: stopped mid-epoch on one rank, resumed bit for bit")
 
 
 def digits(comms: Comms, names: list[str], acc: dict[str, float], knobs: dict[str, Any]) -> None:
@@ -302,6 +306,7 @@ def variant(comms: Comms, label: str, name: str, knobs: dict[str, Any], acc: dic
     with checking(label):
         coverage(comms, name, knobs, label)
         resume(comms, name, knobs, label)
+        resume(comms, name, knobs, label, task=Wide())  # a layer a compressor compresses
         buckets(comms, name, knobs, label)
         several_models(comms, name, knobs, label)
         task = Digits()

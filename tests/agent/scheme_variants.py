@@ -13,4 +13,11 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
     "allreduce+powersgd": ("allreduce", {"compression": "powersgd", "powersgd_rank": 2, "powersgd_start": 2}),
     # The 16-bit hook: gradients exchanged in bf16 whatever the training precision.
     "allreduce+bf16": ("allreduce", {"compression": "bf16"}),
+    # DASO's non-blocking global syncs as PowerSGD factors of the weights' moves (on
+    # top of the conformance layout: 2 "nodes" of 2, no warm-up, so the first epoch
+    # already sends compressed). At 2 ranks one node: plain DASO.
+    # patience 1000 keeps the skips from shrinking to blocking syncs: every check sees
+    # compressed exchanges. (A stop ends in a blocking average, which resets the move's
+    # reference and error; test_daso_powersgd.py checks the factors a checkpoint keeps.)
+    "daso+powersgd": ("daso", {"global_compression": "powersgd", "global_powersgd_rank": 8, "patience": 1000}),
 }

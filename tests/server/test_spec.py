@@ -269,6 +269,22 @@ def test_the_example_specs_are_valid() -> None:
         ),
         ({"training": {"task": "t:T", "scheme": {"grid": ["easgd"]}}}, "training.scheme", "must be a scheme's name or"),
         (
+            {
+                "training": {
+                    "task": "t:T",
+                    "scheme": "daso",
+                    "options": {"daso": {"global_compression": "powersgd", "global_dtype": "bf16"}},
+                }
+            },
+            "training.options.daso.global_compression",
+            "global_dtype: bf16 would round them again",
+        ),
+        (
+            {"training": {"task": "t:T", "scheme": "daso", "options": {"daso": {"global_powersgd_rank": 0}}}},
+            "training.options.daso.global_powersgd_rank",
+            "must be an integer >= 1",
+        ),
+        (
             {"objective": {"metric": "seconds_to_target"}},
             "objective.metric",
             "seconds_to_target is measured against training.target, which is not set",

@@ -47,6 +47,7 @@ from mpi4py import MPI
 from hpcopt.core.schemes import TRAITS
 from hpcopt_agent.comm import Comms
 from hpcopt_agent.schemes.base import Models, Optimizers, Scheme, Stop
+from hpcopt_agent.schemes.daso_powersgd import WeightsPowerSGD
 from hpcopt_agent.schemes.flat import Flat
 
 log = logging.getLogger("hpcopt_agent")
@@ -149,9 +150,10 @@ STATE = ("global_skip", "batches_to_wait", "local_skip", "best", "bad_epochs")
 @dataclass
 class _Pending:
     work: Any  # the sender's torch Work, else None
-    buffer: torch.Tensor | None  # the sum, on the sender
+    buffer: torch.Tensor | None  # the sum, on the sender (PowerSGD's [P..., vectors] when compressed)
     sent_at: int  # batch index
     wait: int  # S
+    compressed: bool = False  # by ``daso_powersgd.WeightsPowerSGD``
 
 
 class DASO(Scheme):
@@ -187,6 +189,9 @@ class DASO(Scheme):
         self.pg = comms.pg if self.nodes == 1 else comms.subgroup(self.node_ranks) if self.node_size > 1 else None
         #: The dtype of the non-blocking global syncs (bf16 halves what crosses nodes).
         self.global_dtype = torch.bfloat16 if knobs.get("global_dtype") == "bf16" else torch.float32
+        #: ``global_compression: powersgd``: the channel's PowerSGD state (built at ``wrap``).
+        self.powersgd_rank = int(knobs["global_powersgd_rank"]) if knobs.get("global_compression") == "powersgd" else 0
+        self.compressor: WeightsPowerSGD | None = None
         #: HeAT's local skipping: between global syncs, node-local gradient syncs only
         #: every ``local_skip`` batches (the node's ranks drift apart until the next
         #: merge gives them the sender's weights).
@@ -205,6 +210,11 @@ class DASO(Scheme):
 
     def wrap(self, models: Models, optimizers: Optimizers) -> tuple[Models, Optimizers]:
         self.flat = Flat(models, optimizers)
+        if self.powersgd_rank and self.nodes > 1:
+            # Every rank built the same weights from the fold's seed (or read them from one
+            # checkpoint, whose compressor state then replaces this): the first reference.
+            self.compressor = WeightsPowerSGD([p.shape for p in self.flat.params], self.powersgd_rank)
+            self.compressor.agree(self.flat.get(host=False))
         if self.pg is None:
             return models, optimizers
         return self.placement.ddp(models, self.pg), optimizers
@@ -281,10 +291,15 @@ class DASO(Scheme):
     def _send(self, step: int, wait: int) -> None:
         assert self.flat is not None
         buffer, work = None, None
+        compressed = self.compressor is not None and self.compressor.ready
         if self.local == self.send_mod:
-            buffer = self.flat.get(host=False).to(self.global_dtype)
-            work = dist.all_reduce(buffer, group=self.across, async_op=True)
-        self.pending = _Pending(work, buffer, step, wait)
+            if compressed:
+                assert self.compressor is not None
+                buffer, work = self.compressor.start(self.flat.get(host=False), self.across)
+            else:
+                buffer = self.flat.get(host=False).to(self.global_dtype)
+                work = dist.all_reduce(buffer, group=self.across, async_op=True)
+        self.pending = _Pending(work, buffer, step, wait, compressed)
         self.exchanges += 1
 
     def _receive(self) -> None:
@@ -298,7 +313,11 @@ class DASO(Scheme):
         if self.local == sender and p.buffer is not None:
             local = self.flat.get(host=False)
             weight = 2.0 * p.wait
-            self.flat.set((weight * local + p.buffer.to(local.dtype)) / (weight + self.nodes))
+            total = p.buffer
+            if p.compressed:  # the channel's agreed mean, times the nodes
+                assert self.compressor is not None
+                total = self.compressor.finish(p.buffer, self.across, self.nodes) * self.nodes
+            self.flat.set((weight * local + total.to(local.dtype)) / (weight + self.nodes))
         self._to_node(sender)
         self.send_mod = (sender + 1) % self.node_size
 
@@ -317,6 +336,8 @@ class DASO(Scheme):
             if len(buffers):
                 self.flat.set_buffers(both[self.flat.numel :])
         self._to_node(sender, buffers=True)
+        if self.compressor is not None:  # every rank holds the exact mean: the channels' reference
+            self.compressor.agree(self.flat.get(host=False))
         self.exchanges += 1
 
     def _to_node(self, sender: int, buffers: bool = False) -> None:
@@ -336,13 +357,18 @@ class DASO(Scheme):
     # -- checkpoints ---------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {**self.schedule.state(), "send_mod": self.send_mod}
+        out = {**self.schedule.state(), "send_mod": self.send_mod}
+        if self.compressor is not None:
+            out["global_powersgd"] = self.compressor.state()
+        return out
 
     def load_state(self, state: dict[str, Any]) -> None:
         for key in STATE:
             if key in state:
                 setattr(self.schedule, key, state[key])
         self.send_mod = int(state.get("send_mod", 0)) % self.node_size
+        if self.compressor is not None and isinstance(state.get("global_powersgd"), dict):
+            self.compressor.load_state(state["global_powersgd"])
 
 
 _warned: set[str] = set()

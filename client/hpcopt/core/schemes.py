@@ -103,6 +103,21 @@ _DASO = {
         choices=("fp32", "bf16"),
         doc="the non-blocking global syncs in bf16 (HeAT's downcast: half the bytes across nodes) or fp32",
     ),
+    "global_compression": Option(
+        "none",
+        str,
+        choices=("none", "powersgd"),
+        doc="powersgd: each non-blocking global sync sends PowerSGD factors of what the sender's weights moved since "
+        "the last mean its peers agree on, with error feedback (blocking syncs stay exact; needs global_dtype fp32)",
+    ),
+    "global_powersgd_rank": Option(
+        8,
+        int,
+        1,
+        64,
+        doc="global_compression powersgd: the rank of each weight matrix's approximation (weights move in more "
+        "directions than one step's gradient: digits lost 7 points at rank 4, none at 8)",
+    ),
     "local_skips": Option(
         False,
         bool,
@@ -378,6 +393,12 @@ def resolve(
             f"training.options.{scheme}.compression",
             f"compresses DDP's allreduce; with these knobs the fold trains as {target}, which has its own "
             "exchange (use compression: none there)",
+        )
+    if knobs.get("global_compression", "none") != "none" and knobs.get("global_dtype") == "bf16":
+        raise OptionError(
+            f"training.options.{scheme}.global_compression",
+            "powersgd sends fp32 factors of the weights' moves; global_dtype: bf16 would round them again: choose "
+            "one (global_compression: none with global_dtype: bf16, or powersgd with fp32)",
         )
     check_layout(scheme, knobs, ranks_per_fold)
     return knobs
