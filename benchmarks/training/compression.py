@@ -137,7 +137,7 @@ def main() -> int:
         for base in ("fp32", "bf16 hook"):
             ratios = [b.seconds_to(args.target) / s for b, s in zip(got.get(base, []), secs, strict=False)]
             cols.append(spread(ratios, ".2f") if base in got and all(map(math.isfinite, secs)) else "-")
-        # The epochs' seconds alone: the trial's seconds_to_target (training.target).
+        # The epochs' seconds alone: close to the trial's seconds_to_target (training.target).
         train = [t.train_seconds_to(args.target) for t in got[name]]
         ratios = [b.train_seconds_to(args.target) / s for b, s in zip(got.get("bf16 hook", []), train, strict=False)]
         cols.append(spread(ratios, ".2f") if "bf16 hook" in got and all(map(math.isfinite, train)) else "-")

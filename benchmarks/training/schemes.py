@@ -50,9 +50,11 @@ class Trial:
     curve: list[tuple[float, float]]  # per epoch: (its seconds, its validation accuracy)
 
     def train_seconds_to(self, target: float) -> float:
-        """The epochs' seconds to the end of the first epoch at ``target`` accuracy or
-        more, without the trial's time outside them: what the agent reports as
-        ``seconds_to_target`` (``training.target``); inf if never."""
+        """The epochs' seconds (as the agent logs them: training, evaluation, the
+        checkpoint and the report) to the end of the first epoch at ``target`` accuracy
+        or more, without the trial's time outside them; close to the agent's
+        ``seconds_to_target`` (``training.target``), which leaves out the checkpoint and
+        the report; inf if never."""
         spent = 0.0
         for seconds, acc in self.curve:
             spent += seconds
