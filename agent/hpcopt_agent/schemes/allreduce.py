@@ -75,9 +75,17 @@ class AllReduce(Scheme):
                 # The precision's 16-bit hook stands aside (one hook per DDP model).
                 object.__setattr__(model, "_hpcopt_comm_hook", "powersgd")
             # The priming pass after a resume runs the hook too: it must not count as a
-            # step nor rewrite the memories the resume just restored.
-            self.placement._hook_state = (self.state, self.load_state)
+            # step nor rewrite the memories the resume just restored. It runs on DDP's
+            # first bucket order, not the reordered one the memories are keyed by: they
+            # are set aside for it (with several buckets, bucket 0 is another size).
+            self.placement._hook_state = (self.state, self.load_state, self._blank)
         return wrapped, optimizers
+
+    def _blank(self) -> None:
+        """Empty memories for the priming pass (``Placement.prime``), restored after it."""
+        for s in self.powersgd.values():
+            for m in _MEMORIES:
+                setattr(s, m, {})
 
     def state(self) -> dict[str, Any]:
         """PowerSGD's error feedback and warm start of each model, as tensors and numbers."""

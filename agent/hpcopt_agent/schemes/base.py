@@ -166,8 +166,9 @@ class Placement:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.ddps: list[DistributedDataParallel] = []  # what :meth:`ddp` wrapped
-        #: A comm hook's state kept across :meth:`prime`: (save, restore), or None.
-        self._hook_state: tuple[Callable[[], Any], Callable[[Any], None]] | None = None
+        #: A comm hook's state kept across :meth:`prime`: (save, restore, blank: what
+        #: the priming pass starts from), or None.
+        self._hook_state: tuple[Callable[[], Any], Callable[[Any], None], Callable[[], None]] | None = None
 
     def build(self, task: Task, params: dict[str, Any]) -> tuple[Models, bool]:
         """The task's models on this rank's device, and whether ``build`` returned one
@@ -198,11 +199,13 @@ class Placement:
         would end a rounding error away; with it, bit for bit. Done for the default
         ``train_step`` (one model, ``task.loss(model(batch[0]), batch)``); a task with its
         own step resumes to within rounding. A comm hook with state of its own (allreduce's
-        PowerSGD) would take that pass for a step: ``_hook_state`` (a save and a restore)
-        keeps its state as it was."""
+        PowerSGD) would take that pass for a step, on memories keyed by the reordered
+        buckets: ``_hook_state`` saves its state, blanks it for the pass and restores it."""
         if len(self.ddps) != 1 or type(task).train_step is not Task.train_step:
             return
         saved = self._hook_state[0]() if self._hook_state else None
+        if self._hook_state:
+            self._hook_state[2]()
         [ddp] = self.ddps
         buffers = [b.clone() for b in ddp.module.buffers()]
         devices = [self.device] if self.device.type == "cuda" else []

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from hpcopt.core.analysis_doc import AnalysisDoc
 from hpcopt_server import domain as d
 from hpcopt_server.api.deps import Caller, ServiceDep
-from hpcopt_server.api.schemas import COMMON_RESPONSES
+from hpcopt_server.api.schemas import COMMON_RESPONSES, ErrorOut
 
 router = APIRouter(prefix="/api/v1", responses=COMMON_RESPONSES)
 
@@ -52,7 +52,18 @@ def _request(r: d.AnalysisRequest) -> AnalysisRequestOut:
     )
 
 
-@router.post("/trials/{trial_id}/analysis", status_code=202, operation_id="request_trial_analysis")
+@router.post(
+    "/trials/{trial_id}/analysis",
+    status_code=202,
+    operation_id="request_trial_analysis",
+    responses={
+        409: {
+            "model": ErrorOut,
+            "description": "the trial is not COMPLETED, its campaign has no analysis section, or a fold kept no "
+            "checkpoint",
+        }
+    },
+)
 def request_trial_analysis(trial_id: int, service: ServiceDep, _: Caller) -> AnalysisRequestOut:
     """Asks for the curvature and landscape of a COMPLETED trial of a campaign with an
     ``analysis`` section: the campaign's next agent computes it from the folds'
