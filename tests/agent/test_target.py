@@ -106,3 +106,31 @@ def test_the_guides_target_is_a_valid_spec_and_without_the_target_is_refused_nam
     with pytest.raises(SpecError) as err:
         parse_spec(spec)
     assert [f for f, _ in err.value.errors] == ["objectives.1.metric"]
+
+
+def test_a_script_that_prints_only_its_last_metrics_gets_its_seconds_and_the_targets_figures(
+    agent_server: AgentServer,
+) -> None:
+    """A script task that reports no epoch, only a final ``hpcopt-metrics`` line: the
+    agent adds the fold's seconds and the target's figures to that line's metrics, so an
+    objective on them is met (it failed for want of them before)."""
+    from tests.agent.test_script_task import SCRIPTS, script_spec
+
+    args = ["--lr", "{lr}", "--fold", "{fold}", "--params-file", "{params_file}"]
+    spec = script_spec(
+        f"{SCRIPTS}/printer.py",
+        args,
+        budget={"max_trials": 1, "max_parallel": 1},
+        objective={"metric": "seconds_to_target", "direction": "minimize"},
+        training={"ranks_per_fold": 1, "target": {"metric": "val_loss", "at_most": 1e9}},
+    )
+    campaign = agent_server.submit(spec)
+    result = agent_server.run_agent(1, campaign, "--groups", "1")
+    assert result.returncode == 0, dump(result)
+    with agent_server.client() as c:
+        [trial] = [c.get_trial(t.id) for t in c.list_trials(campaign)]
+    assert trial.state == "COMPLETED", dump(result)
+    for f in trial.folds:
+        m = f.metrics
+        assert m["target_reached"] == 1.0 and 0 < m["seconds_to_target"] == m["train_seconds"], m
+        assert m["rank_seconds_to_target"] == m["seconds_to_target"]  # one rank per fold

@@ -80,6 +80,7 @@ class _Leader:
     outcome: Outcome | None = None
     error: str = ""
     grace_until: float = math.inf
+    started: float = field(default_factory=time.monotonic)  # when the fold's script started
 
 
 class ScriptFold:
@@ -429,6 +430,11 @@ class ScriptFold:
                     f"fold {fold}: the script's last metrics line is not a JSON object of numbers: "
                     f"{child.metrics_line[:200]!r}",
                 )
+            # One line for the whole fold: its seconds, and the target's figures, as a
+            # reported epoch would have them.
+            st.metrics.setdefault("train_seconds", time.monotonic() - st.started)
+            for name, figure in target.clock(self.s.target, st.metrics, {}, self.fold_comm.size).items():
+                st.metrics.setdefault(name, figure)
         value = st.metrics.get(self.s.metric)
         if value is None or not math.isfinite(value):
             return Outcome.FAILED, (
