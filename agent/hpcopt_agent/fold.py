@@ -480,21 +480,9 @@ class FoldTrainer:
         if not run.single:
             error = f"the task builds several models ({', '.join(run.models)}); the analysis takes one"
         else:
-            size = self.data.eval_size(run.scheme.roles.rank_batch(self.task.batch_size(trial.params)))
+            batch = run.scheme.roles.rank_batch(self.task.batch_size(trial.params))
             try:
-                result = analyse_fold(
-                    options=self.s.analysis,
-                    model=next(iter(run.models.values())),
-                    loss=lambda m, b: self.task.loss(m(b[0]), b),
-                    read=lambda idx: list(self.data.read(self.data.batches(idx, size))),
-                    train=train,
-                    epochs=self.s.epochs,
-                    comm=self.fold_comm,
-                    pg=self.comms.pg,
-                    device=self.comms.device,
-                    snapshots=snaps,
-                    seed=seed_for(self.s.seed, trial.number, fold, 3),
-                )
+                result = self.analyse_model(next(iter(run.models.values())), train, trial.number, fold, batch, snaps)
             except Exception as exc:
                 error = summarize(exc, 1000)
         code, error = self._agree(Verdict.FAILED if error else Verdict.OK, error)
@@ -513,6 +501,28 @@ class FoldTrainer:
         )
         log.info("fold %d analysis: %s", fold, summary)
         link.event(fold, "analysis", summary)
+
+    def analyse_model(
+        self, model: torch.nn.Module, train: np.ndarray, number: int, fold: int, batch: int, snapshots: Snapshots
+    ) -> dict[str, Any]:
+        """The analysis of ``model`` (``curvature/fold.py``, a collective over the fold
+        group) with the task's loss on the fold's training samples, read in batches of
+        ``batch`` samples or more; at a fold's end and for an analysis asked for later."""
+        assert self.s.analysis is not None
+        size = self.data.eval_size(batch)
+        return analyse_fold(
+            options=self.s.analysis,
+            model=model,
+            loss=lambda m, b: self.task.loss(m(b[0]), b),
+            read=lambda idx: list(self.data.read(self.data.batches(idx, size))),
+            train=train,
+            epochs=self.s.epochs,
+            comm=self.fold_comm,
+            pg=self.comms.pg,
+            device=self.comms.device,
+            snapshots=snapshots,
+            seed=seed_for(self.s.seed, number, fold, 3),
+        )
 
     def _report_epoch(
         self, link: TrialLink, fold: int, run: _Run, uri: str, samples: int, seconds: float

@@ -25,7 +25,7 @@ import numpy as np
 from hpcopt import Lease, Trial
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import bcast
-from hpcopt_agent.curvature.fold import Snapshots, analyse_fold
+from hpcopt_agent.curvature.fold import Snapshots
 from hpcopt_agent.server import retrying
 from hpcopt_agent.task import as_dict
 
@@ -71,22 +71,10 @@ def analyse_kept(
         error = next((e for e in trainer.fold_comm.allgather(error) if e), "")
         if error or model is None:
             return f"fold {fold}: {error}"
-        size = trainer.data.eval_size(trainer.task.batch_size(params))
         result: dict[str, Any] | None = None
         try:
-            result = analyse_fold(
-                options=s.analysis,
-                model=model,
-                loss=lambda m, b: trainer.task.loss(m(b[0]), b),
-                read=lambda idx: list(trainer.data.read(trainer.data.batches(idx, size))),
-                train=train,
-                epochs=s.epochs,
-                comm=trainer.fold_comm,
-                pg=trainer.comms.pg,
-                device=trainer.comms.device,
-                snapshots=Snapshots(None, s.epochs, False),
-                seed=seed_for(s.seed, trial.number, fold, 3),
-            )
+            batch = trainer.task.batch_size(params)
+            result = trainer.analyse_model(model, train, trial.number, fold, batch, Snapshots(None, s.epochs, False))
         except Exception as exc:
             error = _said(fold, exc)
         error = next((e for e in trainer.fold_comm.allgather(error) if e), "")

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from hpcopt_agent.schemes.powersgd import _compressible, _orthonormalise
+from hpcopt_agent.schemes.powersgd import compressible, orthonormalise
 
 #: A matrix is compressed when its factors are at least this many times smaller.
 MIN_RATE = 2.0
@@ -59,7 +59,7 @@ class WeightsPowerSGD:
             plan = None
             if len(shape) > 1:
                 n, m = int(shape[0]), numel // int(shape[0])
-                if _compressible(torch.empty(n, m, device="meta"), rank, MIN_RATE):
+                if compressible(n, m, rank, MIN_RATE):
                     plan = (n, m, min(n, m, rank))
             self.layout.append((at, numel, plan))
             at += numel
@@ -83,7 +83,7 @@ class WeightsPowerSGD:
             gen = torch.Generator().manual_seed(self.seed)
             self.q = torch.randn(size, generator=gen, dtype=torch.float32).to(device)
             for q in self._views(self.q, which="q"):
-                _orthonormalise(q, EPS)
+                orthonormalise(q, EPS)
         return self.q
 
     def _views(self, flat: torch.Tensor, which: str) -> list[torch.Tensor]:
@@ -125,7 +125,7 @@ class WeightsPowerSGD:
         p_size = sum(n * r for _, _, (n, _, r) in matrices)
         ps = self._views(buffer[:p_size], "p")
         for p in ps:
-            _orthonormalise(p, EPS)
+            orthonormalise(p, EPS)
         qs = self._views(self.q, "q")
         for (at, numel, (n, m, _)), p, q in zip(matrices, ps, qs, strict=True):
             torch.matmul(move[at : at + numel].view(n, m).t(), p, out=q)

@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 
-def _orthonormalise(m: torch.Tensor, eps: float) -> None:
+def orthonormalise(m: torch.Tensor, eps: float) -> None:
     """Gram-Schmidt on the columns of ``m``, in place."""
     for i in range(m.shape[1]):
         col = m[:, i : i + 1]
@@ -35,8 +35,8 @@ def _orthonormalise(m: torch.Tensor, eps: float) -> None:
             rest.sub_(col @ (col.t() @ rest))
 
 
-def _compressible(matrix: torch.Tensor, rank: int, min_rate: float) -> bool:
-    n, m = matrix.shape
+def compressible(n: int, m: int, rank: int, min_rate: float) -> bool:
+    """Whether an n x m matrix's rank-``rank`` factors are ``min_rate`` times smaller than it."""
     return (n + m) * min(n, m, rank) * min_rate < n * m
 
 
@@ -67,7 +67,7 @@ def hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
     matrices, vectors = [], []
     for grad in bucket.gradients():  # views of the bucket's buffer
         matrix = grad.view(grad.shape[0], -1) if grad.ndim > 1 else None
-        if matrix is not None and _compressible(matrix, rank, state.min_compression_rate):
+        if matrix is not None and compressible(matrix.shape[0], matrix.shape[1], rank, state.min_compression_rate):
             matrices.append(matrix)
         else:
             vectors.append(grad)
@@ -93,13 +93,13 @@ def hook(state: Any, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tens
             torch.manual_seed(state.rng.randint(1_000_000_000))
             for q in qs:
                 q.copy_(torch.randn(*q.shape, dtype=q.dtype))
-                _orthonormalise(q, eps)
+                orthonormalise(q, eps)
     if matrices:
         for matrix, q, p in zip(matrices, qs, ps, strict=True):
             torch.matmul(matrix, q, out=p)
         dist.all_reduce(state.p_memory_dict[index], group=group)  # orthonormalised: no division
         for p in ps:
-            _orthonormalise(p, eps)
+            orthonormalise(p, eps)
         for matrix, p, q in zip(matrices, ps, qs, strict=True):
             torch.matmul(matrix.t(), p, out=q)
         _average(state.q_memory_dict[index], group, size)

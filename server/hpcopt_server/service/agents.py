@@ -403,12 +403,9 @@ class AgentService:
             if trial is None or why is not None:
                 raise self._error(Refused(why or Refusal.CHANGED, trial), lease, kind="analysis")
             campaign = campaign_or_404(tx, trial.campaign_id)
-            if fold >= campaign.folds:
-                raise InvalidArgument(
-                    f"fold {fold}: campaign {campaign.id} has {campaign.folds} fold(s), "
-                    f"numbered 0..{campaign.folds - 1}",
-                    [("fold", f"must be in 0..{campaign.folds - 1}")],
-                )
+            bad = rules.fold_refusal(fold, campaign.folds, ())
+            if bad is not None:
+                raise self._error(Refused(bad, trial), lease, fold=fold)
             return should_analyse(tx, campaign, trial.id, metrics)
 
     def parent_unreadable(

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from hpcopt_server import domain as d
+from hpcopt_server.optimizers.pareto import losses
 from hpcopt_server.storage.repository import Tx
 
 
@@ -38,9 +41,9 @@ def should_analyse(tx: Tx, campaign: d.Campaign, trial_id: int, metrics: dict[st
         if value is None or not math.isfinite(value):
             return False, f"the fold's metrics have no finite {metric}"
         mine.append(float(value))
-    signs = [1.0 if direction == "minimize" else -1.0 for _, direction in objectives]
     if len(objectives) == 1:
         [(metric, direction)] = objectives
+        sign = 1.0 if direction == "minimize" else -1.0
         best = tx.results.best_trial_ids(campaign.id, direction, 2)
         best = [b for b in best if b != trial_id][:1]
         if not best:
@@ -48,15 +51,14 @@ def should_analyse(tx: Tx, campaign: d.Campaign, trial_id: int, metrics: dict[st
         leader = tx.trials.get(best[0], folds=False)
         if leader is None or leader.value is None:
             return True, "no trial has completed yet"
-        if signs[0] * mine[0] <= signs[0] * leader.value:
+        if sign * mine[0] <= sign * leader.value:
             return True, f"{metric} {mine[0]:.6g} is at least as good as the best trial's {leader.value:.6g}"
         return False, f"{metric} {mine[0]:.6g} is not as good as the best trial's {leader.value:.6g}"
     others = [values for tid, values in tx.results.completed_values(campaign.id) if tid != trial_id]
     if not others:
         return True, "no trial has completed yet"
-    me = [s * v for s, v in zip(signs, mine, strict=True)]
-    for values in others:
-        them = [s * v for s, v in zip(signs, values, strict=True)]
-        if all(t <= x for t, x in zip(them, me, strict=True)) and any(t < x for t, x in zip(them, me, strict=True)):
-            return False, "a completed trial is at least as good in every objective and better in one"
+    directions = [direction for _, direction in objectives]
+    them, me = losses(others, directions), losses([mine], directions)[0]
+    if bool(np.any(np.all(them <= me, axis=1) & np.any(them < me, axis=1))):
+        return False, "a completed trial is at least as good in every objective and better in one"
     return True, "no completed trial is as good in every objective: it would join the Pareto front"
