@@ -58,6 +58,11 @@ class Campaign:
         return objectives_of(self.spec)
 
     @property
+    def constraints(self) -> list[dict[str, Any]]:
+        """The spec's ``constraints`` (canonical: ``metric``, ``max`` or ``min``, ``spread``)."""
+        return list(self.spec.get("constraints") or [])
+
+    @property
     def max_trials(self) -> int:
         return int(self.spec["budget"]["max_trials"])
 
@@ -342,6 +347,17 @@ class Trial:
     lineage: Lineage | None = None
     #: A multi-fidelity trial's unit of work and finished rungs (``mf``); None otherwise.
     fidelity: Fidelity | None = None
+    #: Against the campaign's ``constraints`` (``hpcopt.core.constraints``): each one's
+    #: value (<= 0 holds, None unmeasured), the violation (0: feasible) and what was
+    #: broken; None and "" while it has no outcome or the campaign has no constraints.
+    constraint_values: tuple[float | None, ...] | None = None
+    violation: float | None = None
+    broken: str = ""
+
+    @property
+    def feasible(self) -> bool | None:
+        """True or False against the campaign's constraints; None: no outcome to judge."""
+        return None if self.violation is None else self.violation <= 0
 
 
 #: A trial's fields that never leave the server: its lease's secret and expiry, and

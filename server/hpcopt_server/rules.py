@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import enum
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
+from hpcopt.core import constraints
 from hpcopt_server import domain as d
 
 
@@ -92,11 +94,26 @@ class FoldSummary:
     """The sample standard deviation over folds (0 for one fold)."""
     values: list[float] | None
     """Each objective's mean over folds, for a multi-objective campaign."""
+    outcome: constraints.Outcome | None = None
+    """The trial against the campaign's constraints (None: it has none)."""
+
+    def constraint_columns(self) -> dict[str, Any]:
+        """The trial's constraint columns (``cvals``, ``violation``, ``broken``)."""
+        o = self.outcome
+        if o is None:
+            return {"cvals": None, "violation": None, "broken": ""}
+        return {"cvals": list(o.values), "violation": o.violation, "broken": o.broken}
 
 
-def fold_summary(folds: Iterable[d.Fold], count: int, objectives: Sequence[tuple[str, str]]) -> FoldSummary | list[int]:
-    """A trial's value from its ``count`` finished folds; the fold indices that have no
-    value (or lack an objective's metric) if it cannot have one yet."""
+def fold_summary(
+    folds: Iterable[d.Fold],
+    count: int,
+    objectives: Sequence[tuple[str, str]],
+    bounds: Sequence[Mapping[str, Any]] = (),
+) -> FoldSummary | list[int]:
+    """A trial's value from its ``count`` finished folds, and its outcome against the
+    constraints ``bounds``; the fold indices that have no value (or lack an objective's
+    metric) if it cannot have one yet."""
     done = {f.index: f for f in folds if f.finished and f.value is not None}
     missing = [k for k in range(count) if k not in done or missing_metrics(objectives, done[k].metrics)]
     if missing:
@@ -107,7 +124,8 @@ def fold_summary(folds: Iterable[d.Fold], count: int, objectives: Sequence[tuple
     means = None
     if len(objectives) > 1:
         means = [mean] + [statistics.fmean(float(done[k].metrics[m]) for k in range(count)) for m, _ in objectives[1:]]
-    return FoldSummary(mean, std, means)
+    outcome = constraints.from_folds(bounds, (done[k].metrics for k in range(count))) if bounds else None
+    return FoldSummary(mean, std, means, outcome)
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,9 @@ def full_trial() -> d.Trial:
             why="in the best 1/3",
             history=(d.RungResult(1, 1, 9, 0.4, (0.4,), 12.5),),
         ),
+        constraint_values=(-12.0, None, 0.5),
+        violation=0.25,
+        broken="val_loss 2.5 > 2",
     )
 
 

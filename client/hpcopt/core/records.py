@@ -8,6 +8,7 @@ the order of the campaign's space, states are enums with names, times are aware
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -303,6 +304,17 @@ class Trial(_Record):
     lineage: Lineage | None = None
     #: A multi-fidelity trial's rung and the rungs it finished (``algorithm: mf``).
     fidelity: Fidelity | None = None
+    #: Against the campaign's ``constraints``: each one's value (<= 0 holds, None where
+    #: unmeasured), the violation (0: feasible; None: no outcome yet, or no constraints)
+    #: and what was broken.
+    constraint_values: list[float | None] = field(default_factory=list)
+    violation: float | None = None
+    broken: str = ""
+
+    @property
+    def feasible(self) -> bool | None:
+        """Whether it satisfies its campaign's constraints; None: no outcome to judge."""
+        return None if self.violation is None else self.violation <= 0
 
     @classmethod
     def from_proto(cls, t: common_pb2.Trial, order: Iterable[str] = ()) -> Trial:
@@ -326,6 +338,9 @@ class Trial(_Record):
             values=list(t.values),
             lineage=Lineage.from_proto(t.lineage) if t.HasField("lineage") else None,
             fidelity=Fidelity.from_proto(t.fidelity) if t.HasField("fidelity") else None,
+            constraint_values=[None if math.isnan(v) else float(v) for v in t.constraint_values],
+            violation=_opt(t, "violation"),
+            broken=t.broken,
         )
 
 

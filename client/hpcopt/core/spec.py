@@ -37,6 +37,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 
 from hpcopt.core import analysis
 from hpcopt.core.closest import did_you_mean
+from hpcopt.core.constraints import MAX_CONSTRAINTS, RESOURCES
 from hpcopt.core.documents import UNSAFE_CHARS, check_values, clip
 from hpcopt.core.names import ALGORITHMS, PRUNERS, SCHEME_CHOICES
 from hpcopt.core.schemes import TRAITS, Traits, check_space_knobs, expand_search, may_run_as
@@ -294,6 +295,25 @@ class Target(_Strict):
         return self
 
 
+class Constraint(_Strict):
+    """One of ``constraints``: a bound on a metric's K-fold mean (``hpcopt.core.constraints``)."""
+
+    metric: PlainText = Field(min_length=1, max_length=MAX_TEXT)
+    max: float | None = None
+    min: float | None = None
+    #: The bound applies to mean + spread·std (max) or mean - spread·std (min) of the folds.
+    spread: float = Field(default=0.0, ge=0.0, le=10.0)
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> Constraint:
+        given = [b for b in (self.max, self.min) if b is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of max (the metric must stay at or below it) or min (at or above it)")
+        if not math.isfinite(given[0]):
+            raise ValueError(f"the bound must be a finite number, got {given[0]}")
+        return self
+
+
 class Training(_Strict):
     """Settings the agent reads. The server checks the scheme's knobs and the layout
     they make (``hpcopt.core.schemes``) and stores the rest without interpreting it."""
@@ -343,6 +363,8 @@ class CampaignSpec(_Strict):
     #: The curvature and landscape of trained folds (``hpcopt.core.analysis``): Hessian
     #: eigenvalues and spectral density, loss surfaces; None: none.
     analysis: dict[str, Any] | None = None
+    #: Bounds a trial's metrics must satisfy to be feasible (``hpcopt.core.constraints``).
+    constraints: list[Constraint] = Field(default_factory=list, max_length=MAX_CONSTRAINTS)
 
     @model_validator(mode="before")
     @classmethod
@@ -459,6 +481,7 @@ def parse_spec(data: Any) -> CampaignSpec:
             errors.append((_path(tuple(clip(str(p)) for p in err["loc"])), msg.removeprefix("Value error, ")))
         raise SpecError(errors) from None
     errors = _check_conditions(spec.space) + _check_script(spec) + _check_analysis(spec) + _check_target(spec)
+    errors += _check_constraints(spec)
     if errors:
         raise SpecError(errors)
     # The whole size first: deeper checks then run on bounded input.
@@ -531,6 +554,25 @@ def _check_target(spec: CampaignSpec) -> list[tuple[str, str]]:
                     f"{at}.direction",
                     f"{o.metric} is better the {'less' if better == 'minimize' else 'more'}"
                     f": direction must be {better}",
+                )
+            )
+    return errors
+
+
+def _check_constraints(spec: CampaignSpec) -> list[tuple[str, str]]:
+    """Each metric bounded once; a bound on a metric only a training run measures needs one."""
+    errors = []
+    seen: dict[str, int] = {}
+    for i, c in enumerate(spec.constraints):
+        if c.metric in seen:
+            errors.append((f"constraints.{i}.metric", f"{c.metric} is already bounded by constraints.{seen[c.metric]}"))
+        seen.setdefault(c.metric, i)
+        if spec.training is None and c.metric in RESOURCES:
+            errors.append(
+                (
+                    f"constraints.{i}.metric",
+                    f"{c.metric} is measured by the agent that trains the trial, and this campaign has no "
+                    "training section (its trials are told by a script): bound a metric the script reports",
                 )
             )
     return errors
@@ -622,4 +664,11 @@ def spec_to_json_dict(spec: CampaignSpec) -> dict[str, Any]:
         out.pop("objectives", None)
     if out.get("analysis") is None:
         out.pop("analysis", None)
+    if not out.get("constraints"):
+        out.pop("constraints", None)
+    else:
+        for c in out["constraints"]:
+            for key in ("max", "min"):
+                if c.get(key) is None:
+                    c.pop(key, None)
     return out

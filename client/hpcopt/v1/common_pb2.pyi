@@ -392,6 +392,9 @@ class Trial(_message.Message):
     VALUES_FIELD_NUMBER: _builtins.int
     LINEAGE_FIELD_NUMBER: _builtins.int
     FIDELITY_FIELD_NUMBER: _builtins.int
+    CONSTRAINT_VALUES_FIELD_NUMBER: _builtins.int
+    VIOLATION_FIELD_NUMBER: _builtins.int
+    BROKEN_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     campaign_id: _builtins.int
     number: _builtins.int
@@ -403,6 +406,10 @@ class Trial(_message.Message):
     value_std: _builtins.float
     agent_id: _builtins.str
     error: _builtins.str
+    violation: _builtins.float
+    """0: feasible; > 0: by how much it breaks its constraints (unset: no outcome)."""
+    broken: _builtins.str
+    """What was broken, for people ("peak_gpu_memory_mb 5120 > 4000"); "" when feasible."""
     @_builtins.property
     def params(self) -> _containers.MessageMap[_builtins.str, Global___ParamValue]: ...
     @_builtins.property
@@ -437,6 +444,13 @@ class Trial(_message.Message):
         for every other algorithm.
         """
 
+    @_builtins.property
+    def constraint_values(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]:
+        """Against the campaign's constraints: each one's value in the spec's order (<= 0
+        holds, NaN where it was not measured); empty while the trial has no outcome or the
+        campaign has no constraints.
+        """
+
     def __init__(
         self,
         *,
@@ -459,19 +473,26 @@ class Trial(_message.Message):
         values: _abc.Iterable[_builtins.float] | None = ...,
         lineage: Global___Lineage | None = ...,
         fidelity: Global___Fidelity | None = ...,
+        constraint_values: _abc.Iterable[_builtins.float] | None = ...,
+        violation: _builtins.float | None = ...,
+        broken: _builtins.str = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "created_at", b"created_at", "fidelity", b"fidelity", "finished_at", b"finished_at", "lineage", b"lineage", "started_at", b"started_at", "value", b"value", "value_std", b"value_std"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "_violation", b"_violation", "created_at", b"created_at", "fidelity", b"fidelity", "finished_at", b"finished_at", "lineage", b"lineage", "started_at", b"started_at", "value", b"value", "value_std", b"value_std", "violation", b"violation"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "agent_id", b"agent_id", "attempt", b"attempt", "campaign_id", b"campaign_id", "created_at", b"created_at", "curves", b"curves", "error", b"error", "events", b"events", "fidelity", b"fidelity", "finished_at", b"finished_at", "folds", b"folds", "id", b"id", "lineage", b"lineage", "number", b"number", "params", b"params", "started_at", b"started_at", "state", b"state", "value", b"value", "value_std", b"value_std", "values", b"values"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_value", b"_value", "_value_std", b"_value_std", "_violation", b"_violation", "agent_id", b"agent_id", "attempt", b"attempt", "broken", b"broken", "campaign_id", b"campaign_id", "constraint_values", b"constraint_values", "created_at", b"created_at", "curves", b"curves", "error", b"error", "events", b"events", "fidelity", b"fidelity", "finished_at", b"finished_at", "folds", b"folds", "id", b"id", "lineage", b"lineage", "number", b"number", "params", b"params", "started_at", b"started_at", "state", b"state", "value", b"value", "value_std", b"value_std", "values", b"values", "violation", b"violation"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__value: _TypeAlias = _typing.Literal["value"]  # noqa: Y015
     _WhichOneofArgType__value: _TypeAlias = _typing.Literal["_value", b"_value"]  # noqa: Y015
     _WhichOneofReturnType__value_std: _TypeAlias = _typing.Literal["value_std"]  # noqa: Y015
     _WhichOneofArgType__value_std: _TypeAlias = _typing.Literal["_value_std", b"_value_std"]  # noqa: Y015
+    _WhichOneofReturnType__violation: _TypeAlias = _typing.Literal["violation"]  # noqa: Y015
+    _WhichOneofArgType__violation: _TypeAlias = _typing.Literal["_violation", b"_violation"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__value) -> _WhichOneofReturnType__value | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__value_std) -> _WhichOneofReturnType__value_std | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__violation) -> _WhichOneofReturnType__violation | None: ...
 
 Global___Trial: _TypeAlias = Trial  # noqa: Y015
 

@@ -96,6 +96,12 @@ class TrialOut(BaseModel):
     lineage: LineageOut | None = None
     #: A multi-fidelity trial's rung and finished rungs (``algorithm: mf``); null otherwise.
     fidelity: FidelityOut | None = None
+    #: Against the campaign's ``constraints``: each one's value (<= 0 holds, null where
+    #: unmeasured), the violation (0: feasible) and what was broken; null and "" while
+    #: it has no outcome or the campaign has no constraints.
+    constraint_values: list[float | None] | None = None
+    violation: float | None = None
+    broken: str = ""
     #: Seconds it spent on agents, summed over its ended attempts (a requeued trial's
     #: clock stops while it waits); in the trials table and a single trial, else null.
     ran_seconds: float | None = None

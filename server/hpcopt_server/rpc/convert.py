@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from typing import Any
 
@@ -75,6 +76,7 @@ _TRIAL_WIRE: dict[str, Any] = {
     "state": lambda s: TRIAL_STATES[s],
     "params": lambda p: {k: param_value(v) for k, v in p.items()},
     "values": lambda v: v or [],
+    "constraint_values": lambda v: [math.nan if x is None else x for x in v or []],
     "created_at": ts,
     "started_at": ts,
     "finished_at": ts,

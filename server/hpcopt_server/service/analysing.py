@@ -54,7 +54,7 @@ def should_analyse(tx: Tx, campaign: d.Campaign, trial_id: int, metrics: dict[st
         if sign * mine[0] <= sign * leader.value:
             return True, f"{metric} {mine[0]:.6g} is at least as good as the best trial's {leader.value:.6g}"
         return False, f"{metric} {mine[0]:.6g} is not as good as the best trial's {leader.value:.6g}"
-    others = [values for tid, values in tx.results.completed_values(campaign.id) if tid != trial_id]
+    others = [values for tid, values in tx.results.completed_values(campaign.id, feasible=True) if tid != trial_id]
     if not others:
         return True, "no trial has completed yet"
     directions = [direction for _, direction in objectives]

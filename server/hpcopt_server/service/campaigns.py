@@ -187,7 +187,7 @@ class CampaignService:
             if len(campaign.objectives) == 1:
                 best = tx.results.best_trials([campaign]).get(campaign_id)
                 return [] if best is None else [best]
-            return tx.trials.by_ids(front_ids(campaign, tx.results.completed_values(campaign_id)))
+            return tx.trials.by_ids(front_ids(campaign, tx.results.completed_values(campaign_id, feasible=True)))
 
     def agents(self, campaign_id: int | None = None) -> list[d.Agent]:
         with self.ctx.storage.read() as tx:
@@ -243,7 +243,7 @@ class CampaignService:
             return None
         revision = revisions_in(tx, c.id)[0]
         return self.ctx.shared.get(
-            ("front_size", c.id), revision, lambda: len(front_ids(c, tx.results.completed_values(c.id)))
+            ("front_size", c.id), revision, lambda: len(front_ids(c, tx.results.completed_values(c.id, feasible=True)))
         )[1]
 
 

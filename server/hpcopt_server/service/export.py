@@ -24,6 +24,7 @@ import pydantic
 from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field
 
 from hpcopt.core.analysis_doc import AnalysisDoc
+from hpcopt.core.constraints import MAX_CONSTRAINTS
 from hpcopt.core.spec import MAX_OBJECTIVES
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument, TooLarge
@@ -153,6 +154,9 @@ class TrialDoc(_Doc):
     note: Text(lim.MAX_NOTE) = ""  # type: ignore[valid-type]
     lineage: LineageDoc | None = None
     fidelity: FidelityDoc | None = None
+    constraint_values: list[float | None] | None = Field(default=None, max_length=MAX_CONSTRAINTS)
+    violation: float | None = Field(default=None, ge=0)
+    broken: Text(lim.MAX_REASON) = ""  # type: ignore[valid-type]
     analyses: list[FoldAnalysisDoc] = Field(default=[], max_length=MAX_FOLDS)
 
 
@@ -193,7 +197,8 @@ def export_campaign(ctx: Context, campaign_id: int) -> dict[str, Any]:
         c = campaign_or_404(tx, campaign_id)
         ids = [t.id for t in tx.trials.page(campaign_id, with_folds=False)[0]]
         trials = [tx.trials.get(i, full=True, curve_points=None) for i in ids]
-        on_front = set(front_ids(c, tx.results.completed_values(campaign_id))) if len(c.objectives) > 1 else set()
+        feasible = tx.results.completed_values(campaign_id, feasible=True)
+        on_front = set(front_ids(c, feasible)) if len(c.objectives) > 1 else set()
         notes = tx.notes.of_campaign(campaign_id)
         analyses = tx.analyses.of_campaign(campaign_id)
     # Built without the document's own checks: an export returns what is stored, even

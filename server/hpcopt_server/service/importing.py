@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 import pydantic
 
+from hpcopt.core.constraints import Outcome
 from hpcopt_server import domain as d
 from hpcopt_server.curves import thin
 from hpcopt_server.errors import InvalidArgument
@@ -146,6 +147,7 @@ def _trial(tx: Tx, c: d.Campaign, doc: ExportDoc, t: TrialDoc, ids: dict[int, in
         started_at=t.started_at,
         lineage=_imported(t.lineage, ids),
         fidelity=None if t.fidelity is None else d.Fidelity.from_dict(t.fidelity.model_dump()),
+        outcome=None if t.violation is None else Outcome(tuple(t.constraint_values or ()), t.violation, t.broken),
     )
     # A checkpoint URI names a file of the exporting server's agents and trials: never
     # offered to an agent here (an unfinished fold of an imported trial trains from its

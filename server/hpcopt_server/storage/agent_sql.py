@@ -70,6 +70,9 @@ COMPLETE = (
         value=_p("value"),
         value_std=_p("std"),
         values=_p("values", T.c["values"]),
+        constraint_values=_p("cvals", T.c.constraint_values),
+        violation=_p("violation", T.c.violation),
+        broken=_p("broken", T.c.broken),
     )
 )
 RESUME = (
@@ -299,12 +302,15 @@ WITH c AS (
   RETURNING finished_count),
 t AS (
   UPDATE trials SET state = 'COMPLETED', finished_at = :now, finish_seq = (SELECT finished_count FROM c),
-    value = :value, value_std = :std, "values" = :values
+    value = :value, value_std = :std, "values" = :values,
+    constraint_values = :cvals, violation = :violation, broken = :broken
   WHERE {_HELD} AND EXISTS (SELECT 1 FROM c)
   RETURNING id, attempt),
 e AS (
   INSERT INTO trial_events (trial_id, attempt, kind, agent_id, reason, at)
   SELECT id, attempt, 'completed', :aid, '', :now FROM t)
 SELECT c.finished_count, 1 / (SELECT count(*) FROM t) FROM c""").bindparams(
-    bindparam("now", type_=_STAMP), bindparam("values", type_=T.c["values"].type)
+    bindparam("now", type_=_STAMP),
+    bindparam("values", type_=T.c["values"].type),
+    bindparam("cvals", type_=T.c.constraint_values.type),
 )

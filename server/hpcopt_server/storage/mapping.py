@@ -72,6 +72,9 @@ def trial(
         finish_seq=row.finish_seq,
         lineage=_lineage(getattr(row, "lineage", None)),
         fidelity=_fidelity(getattr(row, "fidelity", None)),
+        constraint_values=_constraint_values(getattr(row, "constraint_values", None)),
+        violation=getattr(row, "violation", None),
+        broken=getattr(row, "broken", "") or "",
         folds=tuple(fold(f) for f in sorted(folds or [], key=lambda f: f.index)),
         curves=tuple(
             d.CurvePoint(fold=c.fold, step=c.step, value=c.value)
@@ -82,6 +85,10 @@ def trial(
             for e in sorted(events or [], key=lambda e: e.id)
         ),
     )
+
+
+def _constraint_values(raw: Any) -> tuple[float | None, ...] | None:
+    return None if raw is None else tuple(None if v is None else float(v) for v in raw)
 
 
 def agent(row: m.AgentRow) -> d.Agent:

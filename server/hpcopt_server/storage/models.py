@@ -114,6 +114,12 @@ class TrialRow(Base):
     # A trial its agent failed: the failure's signature (exception type and the task's
     # innermost frame, ``failures.py``); NULL otherwise. Repeated ones pause the campaign.
     failure: Mapped[str | None] = mapped_column(String(300), default=None)
+    # The campaign's constraints (``hpcopt.core.constraints``): each one's value (<= 0
+    # holds; JSON null where unmeasured), the violation (0: feasible; NULL: the
+    # campaign has none, or the trial has no outcome) views rank by, and what was broken.
+    constraint_values: Mapped[list[float | None] | None] = mapped_column(JSON, default=None)
+    violation: Mapped[float | None] = mapped_column(Float, default=None)
+    broken: Mapped[str] = mapped_column(Text, default="", server_default="")
 
 
 class FoldRow(Base):

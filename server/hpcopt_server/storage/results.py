@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import Table, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from hpcopt_server import domain as d
@@ -25,6 +25,11 @@ _FINISHED_AFTER = (
     .order_by(_TRIALS.c.finish_seq)
 )
 _COMPLETED = d.TrialState.COMPLETED
+#: Feasible trials first (violation 0, or a campaign without constraints), then the
+#: infeasible ones by how much they break their constraints: the order every view of
+#: results starts with (``hpcopt.core.constraints``).
+FEASIBLE_FIRST = func.coalesce(m.TrialRow.violation, 0.0)
+_FEASIBLE = func.coalesce(m.TrialRow.violation, 0.0) <= 0.0
 
 
 def curves_of(s: Session, trial_ids: list[int], per_fold: int | None) -> dict[int, list[d.CurvePoint]]:
@@ -132,30 +137,36 @@ class ResultStore(Store):
         )
         return [(r[0], r[1], float(r[2]), r[3], dict(r[4]), r[5]) for r in self.s.execute(q)]
 
-    def completed_values(self, campaign_id: int) -> list[tuple[int, list[float]]]:
-        """(id, values) of every COMPLETED trial of a multi-objective campaign, by number."""
+    def completed_values(self, campaign_id: int, feasible: bool = False) -> list[tuple[int, list[float]]]:
+        """(id, values) of every COMPLETED trial of a multi-objective campaign, by number;
+        ``feasible``: of those that satisfy the campaign's constraints (the Pareto front
+        is theirs)."""
         q = (
             select(m.TrialRow.id, m.TrialRow.values)
             .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == _COMPLETED)
             .where(m.TrialRow.values.is_not(None))
             .order_by(m.TrialRow.number)
         )
+        if feasible:
+            q = q.where(_FEASIBLE)
         return [(r[0], [float(v) for v in r[1]]) for r in self.s.execute(q) if r[1] is not None]
 
     def best_trial_ids(self, campaign_id: int, direction: str, limit: int) -> list[int]:
-        """Ids of the ``limit`` best COMPLETED trials."""
+        """Ids of the ``limit`` best COMPLETED trials, feasible ones first."""
         order = m.TrialRow.value.asc() if direction == "minimize" else m.TrialRow.value.desc()
         q = (
             select(m.TrialRow.id)
             .where(m.TrialRow.campaign_id == campaign_id, m.TrialRow.state == _COMPLETED)
             .where(m.TrialRow.value.is_not(None))
-            .order_by(order, m.TrialRow.id)
+            .order_by(FEASIBLE_FIRST, order, m.TrialRow.id)
             .limit(limit)
         )
         return list(self.s.scalars(q))
 
     def best_trials(self, campaigns: list[d.Campaign]) -> dict[int, d.Trial]:
-        """The best COMPLETED trial of each campaign that has one. A population-based
+        """The best COMPLETED trial of each campaign that has one: its best feasible
+        trial, or while none is feasible the one that breaks its constraints least
+        (``Trial.feasible`` says which). A population-based
         training campaign's best is its best *final* interval (trained to the campaign's
         last epoch): an earlier interval's value is that of a model that trained on, so
         its best member, not its best interval, is the campaign's result."""
@@ -166,7 +177,7 @@ class ResultStore(Store):
             last = c.final_epoch
             if last is not None:
                 q = q.where(m.TrialRow.lineage["stop_epoch"].as_integer() >= last)
-            row = self.s.scalars(q.order_by(order, m.TrialRow.id).limit(1)).one_or_none()
+            row = self.s.scalars(q.order_by(FEASIBLE_FIRST, order, m.TrialRow.id).limit(1)).one_or_none()
             if row is not None:
                 out[c.id] = mapping.trial(row)
         return out

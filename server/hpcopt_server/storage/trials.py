@@ -14,13 +14,14 @@ from typing import Any
 from sqlalchemy import case, delete, func, select, update
 from sqlalchemy.orm import Session
 
+from hpcopt.core.constraints import Outcome
 from hpcopt_server import domain as d
 from hpcopt_server.curves import READ_POINTS_PER_FOLD, keep_steps
 from hpcopt_server.storage import mapping
 from hpcopt_server.storage import models as m
 from hpcopt_server.storage.agent_sql import UPSERTS
 from hpcopt_server.storage.finishing import Finishing
-from hpcopt_server.storage.results import curves_of
+from hpcopt_server.storage.results import FEASIBLE_FIRST, curves_of
 from hpcopt_server.storage.store import Store, must
 
 #: The trial columns the listing can sort by.
@@ -65,9 +66,10 @@ class TrialStore(Store):
         finished_at: datetime | None = None,
         lineage: d.Lineage | None = None,
         fidelity: d.Fidelity | None = None,
+        outcome: Outcome | None = None,
     ) -> d.Trial:
         """A trial as given, held by no agent (an import, a fixture; agents' new trials are
-        ``AgentCalls.acquire``'s)."""
+        ``AgentCalls.acquire``'s); ``outcome``: against its campaign's constraints."""
         row = m.TrialRow(
             campaign_id=campaign_id,
             number=number,
@@ -77,6 +79,9 @@ class TrialStore(Store):
             value=value,
             value_std=value_std,
             values=values,
+            constraint_values=None if outcome is None else list(outcome.values),
+            violation=None if outcome is None else outcome.violation,
+            broken="" if outcome is None else outcome.broken,
             agent_id="",
             lease_id="",
             error=error,
@@ -143,7 +148,8 @@ class TrialStore(Store):
         """A page of the campaign's trials ordered by ``sort`` (one of
         :data:`TRIAL_SORT_KEYS`, or ``param:NAME`` of a numeric parameter or of one in
         ``choices``, by its choice's position; empty values last, then by number; by
-        value, the COMPLETED trials before the others, :data:`RESULT_SORTS`), and
+        value, the COMPLETED trials before the others and the feasible ones first,
+        :data:`RESULT_SORTS`), and
         the total that match. ``ranges``: (``value``, a numeric parameter or one in
         ``choices`` by its choice's position, low, high), inclusive, all must hold; a
         range of ``value`` holds for COMPLETED trials only.
@@ -168,7 +174,7 @@ class TrialStore(Store):
         key = column.desc() if descending else column.asc()
         first = [column.is_(None)]
         if sort in RESULT_SORTS:
-            first.append(m.TrialRow.state != d.TrialState.COMPLETED)
+            first += [m.TrialRow.state != d.TrialState.COMPLETED, FEASIBLE_FIRST]
         q = select(m.TrialRow).where(*where).order_by(*first, key, m.TrialRow.number).offset(offset)
         if limit is not None:
             q = q.limit(limit)
@@ -221,10 +227,12 @@ class TrialStore(Store):
         agent_id: str | None = None,
         lease_id: str | None = None,
         failure: str | None = None,
+        outcome: Outcome | None = None,
     ) -> int:
         """The trial in a final state under its campaign's next finish number (returned),
-        the columns given set and the others kept; KeyError if there is no such trial.
-        Call with the campaign row locked (:meth:`CampaignStore.lock`)."""
+        the columns given set and the others kept (``outcome``: its constraint columns);
+        KeyError if there is no such trial. Call with the campaign row locked
+        (:meth:`CampaignStore.lock`)."""
         q = select(m.TrialRow.campaign_id).where(m.TrialRow.id == trial_id)
         campaign_id = self.s.scalar(q)
         if campaign_id is None:
@@ -237,7 +245,10 @@ class TrialStore(Store):
             "lease_id": lease_id,
             "failure": failure,
         }
-        columns = {k: v for k, v in given.items() if v is not None}
+        columns: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        if outcome is not None:
+            columns |= {"constraint_values": list(outcome.values), "violation": outcome.violation}
+            columns["broken"] = outcome.broken
         seq = self._finishing.finish(self.s.connection(), campaign_id, trial_id, state, now, **columns)
         self._forget(m.TrialRow, trial_id)
         self._forget(m.CampaignRow, campaign_id)

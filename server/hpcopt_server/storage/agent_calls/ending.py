@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import datetime
 
+from hpcopt.core import constraints
 from hpcopt_server import domain as d
 from hpcopt_server import rules
 from hpcopt_server.failures import digest
@@ -44,7 +45,9 @@ class Ending(CallsBase):
         why = rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now)
         if why is not None or trial is None or campaign is None:
             return Refused(why or Refusal.NO_CAMPAIGN, trial)
-        summary = rules.fold_summary(trial.folds, _fold_count(trial, campaign), campaign.objectives)
+        summary = rules.fold_summary(
+            trial.folds, _fold_count(trial, campaign), campaign.objectives, campaign.constraints
+        )
         if not isinstance(summary, rules.FoldSummary):
             return Refused(Refusal.FOLDS_MISSING, trial, tuple(summary))
         return Refused(Refusal.CHANGED, trial)
@@ -54,7 +57,9 @@ class Ending(CallsBase):
     ) -> rules.FoldSummary:
         if trial is None or campaign is None or rules.lease_refusal(trial, lease.agent_id, lease.lease_id, now):
             raise Rollback
-        summary = rules.fold_summary(trial.folds, _fold_count(trial, campaign), campaign.objectives)
+        summary = rules.fold_summary(
+            trial.folds, _fold_count(trial, campaign), campaign.objectives, campaign.constraints
+        )
         if not isinstance(summary, rules.FoldSummary):
             raise Rollback
         return summary
@@ -75,6 +80,7 @@ class Ending(CallsBase):
                 "value": summary.value,
                 "std": summary.std,
                 "values": summary.values,
+                **summary.constraint_columns(),
             }
             seq = self.storage.finishing.complete_alone(c, p)
         if seq is None:
@@ -102,6 +108,7 @@ class Ending(CallsBase):
                 "value": summary.value,
                 "std": summary.std,
                 "values": summary.values,
+                **summary.constraint_columns(),
             }
             taken = self.storage.finishing.complete(c, {**p, **done})
             if taken is None:
@@ -167,8 +174,15 @@ class Ending(CallsBase):
                 tx.trials.finish(trial.id, state, now, value=last.value if last else None, error=said)
             else:
                 failure = digest(reason or "failed (no reason given)")
-                tx.trials.finish(trial.id, state, now, error=failure.summary, failure=failure.signature)
-                self._pause_if_repeating(tx, campaign, failure.signature, now)
+                ran_out = constraints.exhausted(reason, campaign.constraints)
+                if ran_out:
+                    # Infeasible for the resource it exhausted: an outcome the search
+                    # learns from, not a failure that repeats (no signature, no pause).
+                    o = constraints.exhausted_outcome(campaign.constraints, ran_out, "ran out: " + failure.summary)
+                    tx.trials.finish(trial.id, state, now, error=failure.summary, outcome=o)
+                else:
+                    tx.trials.finish(trial.id, state, now, error=failure.summary, failure=failure.signature)
+                    self._pause_if_repeating(tx, campaign, failure.signature, now)
             self._finish_campaign_if_done(tx, campaign.id, now)
             out = tx.trials.get(trial.id)
         assert out is not None
@@ -266,4 +280,7 @@ def _completed(trial: d.Trial, summary: rules.FoldSummary, now: datetime, seq: i
         values=values,
         finished_at=now,
         finish_seq=seq,
+        constraint_values=None if summary.outcome is None else summary.outcome.values,
+        violation=None if summary.outcome is None else summary.outcome.violation,
+        broken="" if summary.outcome is None else summary.outcome.broken,
     )

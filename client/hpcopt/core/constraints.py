@@ -1,0 +1,151 @@
+"""Outcome constraints: ``constraints`` in the spec bounds metrics a trial must satisfy.
+
+.. code-block:: yaml
+
+    constraints:
+      - {metric: peak_gpu_memory_mb, max: 40000}     # what the agent measures
+      - {metric: val_loss, max: 0.5}                 # any metric the folds report
+      - {metric: target_reached, min: 1}             # every fold met training.target
+      - {metric: seconds_per_epoch, max: 90, spread: 1}
+
+A COMPLETED trial is **feasible** when every constraint holds for its K-fold mean; with
+``spread: c`` the bound applies to mean + c·std (``max``) or mean - c·std (``min``), the
+fold spread's sample standard deviation, so that a configuration that fits on average
+but not on some folds can be refused. The default is 0: the mean, which is what a trial
+reports as its value, and the one reading that does not punish a campaign for having
+more folds.
+
+Each constraint's **value** follows Optuna's convention (``trial.set_constraint``): a
+number ≤ 0 when it holds, the amount by which it is broken otherwise (``mean + c·std -
+max``, ``min - (mean - c·std)``). A trial's **violation** is the sum of its broken
+values, each divided by its bound's magnitude (1 for a bound of 0), so constraints in
+megabytes and in seconds weigh alike: 0 for a feasible trial. Views rank feasible
+trials first (by their objective), then infeasible ones by violation.
+
+The agent adds the **resources** it measures to every fold's metrics (:data:`RESOURCES`).
+A trial that failed by exhausting one (an out-of-memory error, a walltime) is infeasible
+for it (:func:`exhausted`) and says nothing about its objective.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: The metrics the agent measures itself, and what each one is.
+RESOURCES = {
+    "peak_gpu_memory_mb": "the largest CUDA memory allocated on a rank of the fold group (MiB)",
+    "peak_host_memory_mb": "the largest resident set size of a rank of the fold group (MiB)",
+    "seconds_per_epoch": "the fold's wall seconds of training and evaluation per epoch",
+    "trial_rank_seconds": "the fold's rank-seconds times K: the fold mean is the trial's total",
+}
+#: The most constraints one campaign may have.
+MAX_CONSTRAINTS = 16
+
+# What a failure's text says when a resource ran out. CUDA's error names itself; the
+# host's is Python's MemoryError, C++'s bad_alloc, or the kernel's OOM killer (signal 9,
+# "Killed"); a walltime is Slurm's "DUE TO TIME LIMIT" or the agent's own timeout.
+_GPU = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory")
+_HOST = re.compile(r"\bMemoryError\b|std::bad_alloc|\bout of memory\b|oom-kill|\bKilled\b|signal 9\b|SIGKILL")
+_TIME = re.compile(r"DUE TO TIME LIMIT|\bTimeoutError\b|\btimed out\b|walltime|time limit", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A trial against its campaign's constraints."""
+
+    values: tuple[float | None, ...]
+    """One per constraint, in the spec's order: ≤ 0 holds, > 0 by how much it is broken,
+    None where it was not measured (a metric the folds did not report counts as broken;
+    beside an exhausted resource, the others are unknown)."""
+    violation: float
+    """0 when feasible; the sum of the broken values over their bounds' magnitudes."""
+    broken: str
+    """What was broken, for people (``peak_gpu_memory_mb 5120 > 4000``); "" when feasible."""
+
+    @property
+    def feasible(self) -> bool:
+        return self.violation <= 0
+
+
+def bound(constraint: Mapping[str, Any]) -> tuple[str, float]:
+    """("max" | "min", the bound) of a canonical constraint."""
+    if constraint.get("max") is not None:
+        return "max", float(constraint["max"])
+    return "min", float(constraint["min"])
+
+
+def scale(constraint: Mapping[str, Any]) -> float:
+    """What a broken value is divided by in a violation: the bound's magnitude, or 1."""
+    return abs(bound(constraint)[1]) or 1.0
+
+
+def value_of(constraint: Mapping[str, Any], mean: float, std: float = 0.0) -> float:
+    """The constraint's value (≤ 0 holds) for a fold mean and spread."""
+    side, limit = bound(constraint)
+    c = float(constraint.get("spread") or 0.0)
+    return mean + c * std - limit if side == "max" else limit - (mean - c * std)
+
+
+def outcome(constraints: Sequence[Mapping[str, Any]], values: Sequence[float | None]) -> Outcome:
+    """The outcome of constraint ``values`` (one per constraint, ≤ 0 holds); None or NaN
+    (a metric the trial did not report) counts as broken."""
+    violation, broken = 0.0, []
+    kept: list[float | None] = []
+    for c, v in zip(constraints, values, strict=True):
+        if v is None or not math.isfinite(v):
+            kept.append(None)
+            violation += 1.0
+            broken.append(f"{c['metric']}: not reported")
+            continue
+        kept.append(float(v))
+        if v > 0:
+            violation += v / scale(c)
+            side, limit = bound(c)
+            shown = limit + v if side == "max" else limit - v
+            broken.append(f"{c['metric']} {shown:.6g} {'>' if side == 'max' else '<'} {limit:.6g}")
+    return Outcome(tuple(kept), violation, "; ".join(broken))
+
+
+def from_folds(constraints: Sequence[Mapping[str, Any]], folds: Iterable[Mapping[str, float]]) -> Outcome:
+    """The outcome of a trial whose folds reported ``folds`` (each one's metrics)."""
+    rows = list(folds)
+    values: list[float | None] = []
+    for c in constraints:
+        seen = [float(m[c["metric"]]) for m in rows if c["metric"] in m and math.isfinite(float(m[c["metric"]]))]
+        if len(seen) < len(rows) or not seen:
+            values.append(None)
+            continue
+        mean = math.fsum(seen) / len(seen)
+        std = math.sqrt(math.fsum((x - mean) ** 2 for x in seen) / (len(seen) - 1)) if len(seen) > 1 else 0.0
+        values.append(value_of(c, mean, std))
+    return outcome(constraints, values)
+
+
+def exhausted(reason: str, constraints: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The constrained resources a failure ``reason`` says ran out (the campaign's
+    constraints' metrics, in their order): a CUDA out-of-memory error exhausts
+    ``peak_gpu_memory_mb``, a host one ``peak_host_memory_mb``, a timeout the time
+    constraints (``seconds_per_epoch``, ``trial_rank_seconds``). Empty: the failure is no
+    constraint's, and counts as a failure."""
+    gpu = bool(_GPU.search(reason))
+    host = not gpu and bool(_HOST.search(reason))
+    time = not (gpu or host) and bool(_TIME.search(reason))
+    wanted = {
+        "peak_gpu_memory_mb": gpu,
+        "peak_host_memory_mb": host,
+        "seconds_per_epoch": time,
+        "trial_rank_seconds": time,
+    }
+    return [str(c["metric"]) for c in constraints if wanted.get(str(c["metric"]))]
+
+
+def exhausted_outcome(constraints: Sequence[Mapping[str, Any]], metrics: Sequence[str], why: str) -> Outcome:
+    """The outcome of a trial that failed (or was not started) because ``metrics`` ran
+    out: those constraints count as broken by their whole bound (a violation of 1
+    each), the others as unknown (None, not counted)."""
+    values = tuple(scale(c) if c["metric"] in metrics else None for c in constraints)
+    return Outcome(values, float(len(metrics)), f"{', '.join(metrics)}: {why}")
