@@ -36,6 +36,7 @@ from mpi4py import MPI
 
 from hpcopt import ApiError, TrialState
 from hpcopt.core import target
+from hpcopt.core.constraints import resources
 from hpcopt_agent import batchnorm, checkpoint
 from hpcopt_agent.comm import CollectiveTimeout, Comms, bcast, bounded_barrier, gather
 from hpcopt_agent.curvature.fold import Snapshots, analyse_fold, fold_metrics
@@ -43,6 +44,7 @@ from hpcopt_agent.data import Data
 from hpcopt_agent.epoch import Batches, EpochDriver
 from hpcopt_agent.outcomes import Outcome, Verdict
 from hpcopt_agent.pbt import Parent, hyper_parameters, load_parent, restore_hyper_parameters, shape_error
+from hpcopt_agent.peaks import host_peak_mb, reset_host_peak
 from hpcopt_agent.precision import Precision
 from hpcopt_agent.reads import ReadParams, unread_note
 from hpcopt_agent.runtime import StopSignal
@@ -270,6 +272,7 @@ class FoldTrainer:
             metrics.setdefault("train_seconds", run.metrics.get("train_seconds", 0.0) + time.perf_counter() - t0)
             for name, figure in target.clock(self.s.target, metrics, run.metrics, self.fold_comm.size).items():
                 metrics.setdefault(name, figure)
+            metrics.update(resources(metrics, run.metrics, run.epoch + 1, self.fold_comm.size, self.s.folds))
             run.epoch, run.batch, run.metrics = run.epoch + 1, 0, metrics
             out.epochs += 1
             snapshots.keep(run.epoch, next(iter(run.models.values())))
@@ -382,6 +385,7 @@ class FoldTrainer:
         device = self.comms.device
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
+        reset_host_peak()
         seed = seed_for(self.s.seed, trial.number, fold, run.epoch, 1)
         return run.driver.batches(run.epoch, run.batch, train, seed, batch_size, self.stop)
 
@@ -394,7 +398,9 @@ class FoldTrainer:
         The leader adds ``samples_per_second`` (of the batch loops) with the
         ``ranks_per_fold`` and ``fold_nodes`` it was measured at (the planner's model)
         and, on CUDA,
-        ``peak_cuda_memory_mb`` (the largest over the fold group)."""
+        ``peak_gpu_memory_mb`` (the largest over the fold group), and everywhere
+        ``peak_host_memory_mb`` (the largest resident set of the group's ranks in the
+        epoch, ``peaks.py``)."""
         roles, placement = run.scheme.roles, run.scheme.placement
         index, count = roles.reader()
         share = validation[index::count]
@@ -409,11 +415,12 @@ class FoldTrainer:
                 local = placement.evaluate(self.task, run.models, run.single, batches, params)
         device = self.comms.device
         peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else 0.0
+        host = host_peak_mb()
         trained = np.array([ep.samples, sum(ep.losses), len(ep.losses)], np.float64)
         total = np.zeros_like(trained)
         self.fold_comm.Allreduce(trained, total, op=MPI.SUM)
-        longest = np.zeros(2, np.float64)
-        self.fold_comm.Allreduce(np.array([ep.seconds, peak], np.float64), longest, op=MPI.MAX)
+        longest = np.zeros(3, np.float64)
+        self.fold_comm.Allreduce(np.array([ep.seconds, peak, host], np.float64), longest, op=MPI.MAX)
         train_loss = total[1] / total[2] if total[2] else math.nan
         parts = gather(self.fold_comm, (placement.evaluated(len(mine)), local))
         if parts is None:
@@ -429,7 +436,9 @@ class FoldTrainer:
             metrics.setdefault("fold_nodes", float(self.fold_nodes))
             metrics.setdefault("train_samples", float(total[0]))
         if device.type == "cuda":
-            metrics.setdefault("peak_cuda_memory_mb", longest[1])
+            metrics.setdefault("peak_gpu_memory_mb", longest[1])
+        if longest[2] > 0:
+            metrics.setdefault("peak_host_memory_mb", longest[2])
         return metrics, int(total[0]), train_loss
 
     def _checkpoint(self, trial: TrialInfo, fold: int, run: _Run) -> str:

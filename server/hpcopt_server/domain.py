@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
+from hpcopt.core.constraints import Outcome
 from hpcopt.core.records import CampaignState as CampaignState
 from hpcopt.core.records import TrialState as TrialState
 from hpcopt_server.curves import DEFAULT_POINTS_PER_FOLD
@@ -312,6 +313,9 @@ class Suggestion:
     fidelity: Fidelity | None = None
     promote: int | None = None  # a PAUSED trial's id
     retire: str = ""
+    #: Not to be started: the resource constraints it is predicted to break, as its
+    #: outcome (``Feasibility.refuse``); the trial is recorded FAILED with it.
+    refused: Outcome | None = None
 
 
 #: Event kinds that end an attempt's time on an agent (an attempt starts at "acquired");

@@ -39,10 +39,12 @@ import numpy as np
 
 from hpcopt import ApiError, TrialState
 from hpcopt.core import target
+from hpcopt.core.constraints import resources
 from hpcopt_agent import checkpoint
 from hpcopt_agent.comm import Comms, bcast
 from hpcopt_agent.fold import FoldOutcome, TrialInfo, report_error, summarize
 from hpcopt_agent.outcomes import Outcome
+from hpcopt_agent.peaks import host_peak_mb
 from hpcopt_agent.runtime import StopSignal
 from hpcopt_agent.script import Script
 from hpcopt_agent.script.process import (
@@ -285,7 +287,9 @@ class ScriptFold:
                         continue
                     answer = "stop"  # after the fold's end was decided: the report is not taken
                     if st.stopping in ("", "stop"):  # a checkpoint of a preempted fold still counts
-                        answer = self._report(st, link, trial, fold, folder, m, until, time.monotonic() - t0)
+                        seconds = time.monotonic() - t0
+                        peak = host_peak_mb(child.proc.pid)  # alive: it waits for the answer
+                        answer = self._report(st, link, trial, fold, folder, m, until, seconds, peak)
                     self._tell(("answer", _epoch(m), answer))
                     child.channel.send({"op": "answer", "epoch": _epoch(m), "answer": answer})
             else:
@@ -355,13 +359,18 @@ class ScriptFold:
         m: dict[str, Any],
         until: int,
         seconds: float,
+        peak: float,
     ) -> str:
-        """Rank 0's report after an epoch: to the server; the answer for every script."""
+        """Rank 0's report after an epoch: to the server; the answer for every script.
+        ``peak``: rank 0's script's peak resident memory so far (MiB; 0 unknown)."""
         epoch = _epoch(m)
         metrics = {str(k): _float(v) for k, v in dict(m.get("metrics") or {}).items()}
         metrics.setdefault("train_seconds", seconds)
+        if peak > 0:
+            metrics.setdefault("peak_host_memory_mb", peak)
         for name, figure in target.clock(self.s.target, metrics, st.metrics, self.fold_comm.size).items():
             metrics.setdefault(name, figure)
+        metrics.update(resources(metrics, st.metrics, st.reports + 1, self.fold_comm.size, self.s.folds))
         if "samples_per_second" in metrics:  # the planner's model, as a Task's folds report it
             metrics.setdefault("ranks_per_fold", float(self.fold_comm.size))
             metrics.setdefault("fold_nodes", float(self.fold_nodes))
@@ -435,6 +444,7 @@ class ScriptFold:
             st.metrics.setdefault("train_seconds", time.monotonic() - st.started)
             for name, figure in target.clock(self.s.target, st.metrics, {}, self.fold_comm.size).items():
                 st.metrics.setdefault(name, figure)
+            st.metrics.update(resources(st.metrics, {}, self.s.epochs, self.fold_comm.size, self.s.folds))
         value = st.metrics.get(self.s.metric)
         if value is None or not math.isfinite(value):
             return Outcome.FAILED, (

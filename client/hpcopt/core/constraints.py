@@ -125,6 +125,27 @@ def from_folds(constraints: Sequence[Mapping[str, Any]], folds: Iterable[Mapping
     return outcome(constraints, values)
 
 
+def resources(
+    metrics: Mapping[str, float], before: Mapping[str, float], epochs: int, ranks: int, folds: int
+) -> dict[str, float]:
+    """The resources the agent adds after the fold's ``epochs``-th epoch (:data:`RESOURCES`),
+    from the epoch's ``metrics`` (``train_seconds`` of the fold so far and the epoch's
+    peaks) and the previous epoch's ``before``: the peaks are the fold's largest so far,
+    the seconds its mean per epoch, and its rank-seconds times K (``folds``) so that the
+    mean over folds is the trial's total. What to set in ``metrics``."""
+    out = {}
+    for peak in ("peak_gpu_memory_mb", "peak_host_memory_mb"):
+        if metrics.get(peak) or before.get(peak):
+            out[peak] = max(float(metrics.get(peak) or 0.0), float(before.get(peak) or 0.0))
+    seconds = float(metrics.get("train_seconds") or 0.0)
+    if seconds > 0 and epochs > 0:
+        out["seconds_per_epoch"] = seconds / epochs
+    if seconds > 0:
+        out["trial_rank_seconds"] = seconds * ranks * folds
+    # A task that reports seconds of its own keeps them; a peak is the larger of both.
+    return {k: v for k, v in out.items() if k.startswith("peak_") or k not in metrics}
+
+
 def exhausted(reason: str, constraints: Sequence[Mapping[str, Any]]) -> list[str]:
     """The constrained resources a failure ``reason`` says ran out (the campaign's
     constraints' metrics, in their order): a CUDA out-of-memory error exhausts

@@ -31,6 +31,8 @@ from typing import Any, ClassVar
 
 from hpcopt.core.options import Option, unknown
 from hpcopt_server import domain as d
+from hpcopt_server.optimizers.encoding import Encoder
+from hpcopt_server.optimizers.feasibility import Feasibility
 from hpcopt_server.optimizers.space import SearchSpace
 
 
@@ -53,6 +55,9 @@ class Problem:
     epochs: int = 0
     max_parallel: int = 0
     pruner: str = "none"
+    #: The spec's ``constraints`` (``hpcopt.core.constraints``): the optimizer's
+    #: ``feasibility`` models them (empty: none).
+    constraints: tuple[dict[str, Any], ...] = ()
 
     @property
     def multi_objective(self) -> bool:
@@ -72,6 +77,10 @@ class Optimizer(ABC):
     """With ``plans``: whether :meth:`plan` also gets the campaign's PAUSED trials (a
     multi-fidelity searcher promotes them)."""
 
+    models_constraints = False
+    """Whether ``suggest`` weighs the constraint models itself (bo's constrained EI);
+    False: the server screens its suggestions (``feasibility.screen``)."""
+
     #: The options this algorithm accepts (anything else is refused by name). Every
     #: numeric option has a ``high`` bound too where its cost grows with it: a request
     #: must not buy unbounded work.
@@ -84,6 +93,17 @@ class Optimizer(ABC):
         self.seed = problem.seed
         self.options = dict(problem.options)
         unknown(self.options, self.OPTIONS, "options", "this algorithm")
+        #: The constraint models (None without constraints), fed by :meth:`feed`.
+        self.feasibility = (
+            Feasibility(Encoder(self.space), problem.constraints, problem.seed) if problem.constraints else None
+        )
+
+    def feed(self, trials: Sequence[d.Trial]) -> None:
+        """Finished trials to the constraint models, then to :meth:`observe`: what the
+        server calls."""
+        if self.feasibility is not None:
+            self.feasibility.observe(trials)
+        self.observe(trials)
 
     def option(self, name: str, default: Any = None) -> Any:
         """``algorithm.options[name]`` checked against the class's declaration (or its
@@ -122,6 +142,12 @@ def read_option(options: dict[str, Any], declared: dict[str, Option], name: str,
     option = declared[name]
     value = options.get(name, option.default if default is None else default)
     return option.check(f"options.{name}", value)
+
+
+def exhausted(trial: d.Trial) -> bool:
+    """A trial that failed (or was never started) because it exhausted a constrained
+    resource: infeasible, and no evidence about the objective."""
+    return trial.state == d.TrialState.FAILED and trial.violation is not None and trial.violation > 0
 
 
 def to_minimize(trial: d.Trial, direction: str) -> float | None:

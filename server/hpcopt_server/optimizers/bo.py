@@ -41,7 +41,7 @@ from threadpoolctl import threadpool_limits
 from hpcopt.core.options import Option
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers import acquisition as acq
-from hpcopt_server.optimizers.base import Optimizer, Problem, loss_vector, pruned_loss, to_minimize
+from hpcopt_server.optimizers.base import Optimizer, Problem, exhausted, loss_vector, pruned_loss, to_minimize
 from hpcopt_server.optimizers.encoding import Encoder
 from hpcopt_server.optimizers.gp import SQRT5
 from hpcopt_server.optimizers.gp import unpack as gp_unpack
@@ -96,6 +96,7 @@ def sobol_point(dims: int, seed: int, index: int) -> np.ndarray:
 
 
 class BayesianOptimization(Optimizer):
+    models_constraints = True
     # The cost of a suggestion grows with candidates, polish, fit_subsample and
     # max_points, under the campaign's lock: each is bounded.
     OPTIONS: ClassVar[dict[str, Option]] = {
@@ -155,6 +156,10 @@ class BayesianOptimization(Optimizer):
         # Every observation (X, loss or NaN, extra noise, censored), in order: the model
         # factors all of them up to max_points, a subset past it.
         self._rows: list[tuple[np.ndarray, float, float, bool]] = []
+        # Whether each row's trial may be the incumbent: every completed one without
+        # constraints; with them, the feasible ones only (constrained EI improves on the
+        # best feasible value).
+        self._feasible: list[bool] = []
         # Multi-objective: each row's loss vector (NaN for a failed trial), the history
         # index of each real row of the model, and the scalarization of this suggestion.
         self._vectors: list[np.ndarray] = []
@@ -175,8 +180,9 @@ class BayesianOptimization(Optimizer):
         rows = []
         for t in trials:
             self._n_seen += 1
-            if t.state == d.TrialState.CANCELLED:
-                continue  # says nothing about the objective
+            if t.state == d.TrialState.CANCELLED or exhausted(t):
+                continue  # says nothing about the objective (an exhausted one: its constraint's model)
+            self._feasible.append(not self.problem.constraints or bool(t.feasible))
             if self.problem.multi_objective:
                 # A placeholder loss (0: measured, NaN: failed); _fit and suggest scalarize.
                 vector = loss_vector(t, self.problem.directions)
@@ -387,6 +393,13 @@ class BayesianOptimization(Optimizer):
         m = self.model
         y = m.outputs(self._raw)
         best = float(y.min())  # fantasies count: the believer treats them as observed
+        constrained = self.feasibility is not None and self.feasibility.ready()
+        if constrained:
+            # Constrained EI (Gardner et al. 2014): improvement over the best feasible
+            # trial, times the probability of feasibility; with none feasible yet, that
+            # probability alone (Gelbart et al. 2014).
+            ok = np.array([self._feasible[i] for i in self._model_rows], bool)
+            best = float(y[: m.n_real][ok].min()) if ok.any() else math.nan
         X_taken = m.X[: m.n]
         # Fewer candidates as n grows: scoring costs O(candidates n^2).
         floor = 128 if m.n < 2000 else 64
@@ -396,7 +409,8 @@ class BayesianOptimization(Optimizer):
         alpha = m.alpha(y)
         if balls is not None and len(balls.centres):
             balls.lipschitz = self._lipschitz(C, alpha)
-        scores = self._score(mu, var, best) + (balls.log_penalty(C) if balls else 0.0)
+        scores = self._constrained(C, self._score(mu, var, best) if math.isfinite(best) else 0.0)
+        scores = scores + (balls.log_penalty(C) if balls else 0.0)
         noise = gp_unpack(m.theta)[2]
         # Where the noise exceeds what the model can still learn anywhere (a loss that is
         # mostly noise), no point qualifies and the ordinary choice stands.
@@ -406,12 +420,13 @@ class BayesianOptimization(Optimizer):
         order = np.argsort(-scores)
         finalists = []
         for i in order[: max(self.polish, 1)]:
-            x = self._polish(C[i], alpha, best, balls) if self.polish else C[i]
+            x = self._polish(C[i], alpha, best, balls) if self.polish and math.isfinite(best) else C[i]
             finalists.append(x)
         finalists += [C[i] for i in order[: 4 * max(self.polish, 1)]]
         F = self.encoder.project(np.array(finalists))
         fmu, fvar = m.predict(F, y)
-        fscores = self._score(fmu, fvar, best) + (balls.log_penalty(F) if balls else 0.0)
+        fscores = self._constrained(F, self._score(fmu, fvar, best) if math.isfinite(best) else 0.0)
+        fscores = fscores + (balls.log_penalty(F) if balls else 0.0)
         for i in np.argsort(-fscores):
             if informative and not fvar[i] >= noise:
                 continue
@@ -437,6 +452,12 @@ class BayesianOptimization(Optimizer):
             grads = np.einsum("cn,cnd->cd", g * alpha[None, :], diff)
             steepest = max(steepest, float(np.sqrt((grads * grads).sum(1)).max()))
         return steepest
+
+    def _constrained(self, C: np.ndarray, scores: np.ndarray | float) -> np.ndarray:
+        """``scores`` (log EI) plus the log probability that C's rows are feasible."""
+        if self.feasibility is None or not self.feasibility.ready():
+            return np.broadcast_to(np.asarray(scores, float), (len(C),))
+        return np.asarray(scores, float) + self.feasibility.log_pof(C)
 
     def _score(self, mu: np.ndarray, var: np.ndarray, best: float) -> np.ndarray:
         if self.acquisition == "ucb":

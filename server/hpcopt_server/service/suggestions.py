@@ -24,10 +24,13 @@ from hpcopt.errors import OptionError
 from hpcopt_server import domain as d
 from hpcopt_server.errors import FailedPrecondition, InvalidArgument
 from hpcopt_server.optimizers import REGISTRY, Optimizer, Problem, SearchSpace
+from hpcopt_server.optimizers.feasibility import SCREEN_AT, screen
 from hpcopt_server.service.warmstart import warm_trials
 from hpcopt_server.storage.repository import Tx
 
 log = logging.getLogger(__name__)
+#: Suggestions asked for again in place of one refused before launch.
+RETRIES = 4
 
 
 @dataclass
@@ -67,7 +70,7 @@ class OptimizerCache:
             if not built:
                 entry = self._new_entry(tx, campaign)
                 new = _finished_after(tx, campaign.id, entry)
-                entry.optimizer.observe(new)
+                entry.optimizer.feed(new)
                 entry.seen_seq = (new[-1].finish_seq or 0) if new else 0
                 with self._lock:
                     self._entries.setdefault(campaign.id, entry)
@@ -88,15 +91,50 @@ class OptimizerCache:
         QUEUED + RUNNING count, if the caller has just read it."""
         optimizer = self._caught_up(tx, campaign)
         if optimizer.plans:
-            made = optimizer.plan(n, _active(tx, campaign.id, paused=optimizer.pauses))
+            made = skip_infeasible(optimizer.plan(n, _active(tx, campaign.id, paused=optimizer.pauses)), optimizer)
         else:
             pending: list[d.Params]
             if optimizer.pending_params:
                 pending = [t.params for t in _active(tx, campaign.id)]
             else:  # only how many are pending matters: no need to read a thousand rows
                 pending = [{}] * (tx.trials.count_active(campaign.id) if active is None else active)
-            made = [d.Suggestion(params) for params in optimizer.suggest(n, pending)]
+            made = [d.Suggestion(params) for params in self._screened(optimizer, n, pending)]
+            made = self._prelaunch(optimizer, made, pending)
         return [replace(m, params=_finite(campaign.id, m.params)) for m in made]
+
+    @staticmethod
+    def _prelaunch(optimizer: Optimizer, made: list[d.Suggestion], pending: list[d.Params]) -> list[d.Suggestion]:
+        """Hard limits before launch: a suggestion predicted to break a resource
+        constraint (``Feasibility.refuse``) is asked again, with it pending, up to
+        :data:`RETRIES` times; the last refused one is kept as ``refused`` (recorded as a
+        FAILED trial that never started) if none can start."""
+        model = optimizer.feasibility
+        if model is None:
+            return made
+        out: list[d.Suggestion] = []
+        for m in made:
+            refused = model.refuse(m.params)
+            tries, others = 0, []
+            while refused is not None and tries < RETRIES:
+                others.append(m.params)
+                m = d.Suggestion(optimizer.suggest(1, [*pending, *(o.params for o in out), *others])[0])
+                refused, tries = model.refuse(m.params), tries + 1
+            out.append(m if refused is None else replace(m, refused=refused))
+        return out
+
+    @staticmethod
+    def _screened(optimizer: Optimizer, n: int, pending: list[d.Params]) -> list[d.Params]:
+        """``n`` suggestions; from an algorithm without a constraint model of its own,
+        each one the constraint models deem likely infeasible is replaced by a likelier
+        one it makes next (``feasibility.screen``)."""
+        made = optimizer.suggest(n, pending)
+        if optimizer.models_constraints:
+            return made
+
+        def again(k: int) -> d.Params:
+            return optimizer.suggest(1, [*pending, *made, *([{}] * (k + 1))])[0]
+
+        return screen(made, optimizer.feasibility, again)
 
     def replan(self, tx: Tx, campaign: d.Campaign, trial: d.Trial) -> d.Suggestion | None:
         """What the running PBT interval ``trial`` trains instead of starting from a
@@ -110,7 +148,7 @@ class OptimizerCache:
         """The campaign's optimizer, fed every trial finished since it last looked."""
         entry = self._entry(tx, campaign)
         new = _finished_after(tx, campaign.id, entry)
-        entry.optimizer.observe(new)
+        entry.optimizer.feed(new)
         if new:
             entry.seen_seq = new[-1].finish_seq or entry.seen_seq
         return entry.optimizer
@@ -136,8 +174,19 @@ class OptimizerCache:
         # Earlier campaigns' trials first (warm_start), then this one's.
         warm = warm_trials(tx, campaign)
         if warm:
-            entry.optimizer.observe(warm)
+            entry.optimizer.feed(warm)
         return entry
+
+
+def skip_infeasible(made: list[d.Suggestion], optimizer: Optimizer) -> list[d.Suggestion]:
+    """A planning algorithm's suggestions without the new configurations the constraint
+    models deem likely infeasible (the multi-fidelity searcher counts one it made and
+    never saw created as cut, and makes others); all of them if none would be left."""
+    model = optimizer.feasibility
+    if model is None or optimizer.models_constraints or not model.ready():
+        return made
+    kept = [m for m in made if m.promote is not None or m.lineage is not None or model.pof(m.params) >= SCREEN_AT]
+    return kept or made
 
 
 def _active(tx: Tx, campaign_id: int, *, paused: bool = False) -> list[d.Trial]:
@@ -188,6 +237,7 @@ def make_optimizer(spec: dict[str, Any], campaign_id: int = 0) -> Optimizer:
         epochs=int(training.get("epochs") or 0),
         max_parallel=int(spec["budget"]["max_parallel"]),
         pruner=str((spec.get("pruner") or {}).get("name", "none")),
+        constraints=tuple(dict(c) for c in spec.get("constraints") or ()),
     )
     try:
         return factory(problem)

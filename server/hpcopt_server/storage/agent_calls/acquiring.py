@@ -61,15 +61,33 @@ class Acquiring(CallsBase):
                 if campaign.promotes:
                     out += self._promote(tx, campaign, made, list(agents[len(out) :]), now, expires)
                     made = [m for m in made if m.promote is None][: max(0, campaign.max_trials - first)]
-                made = made[: asking - len(out)]
+                refused = [m for m in made if m.refused is not None]
+                made = [m for m in made if m.refused is None][: asking - len(out)]
                 chosen = list(agents[len(out) : len(out) + len(made)])
                 if made:  # an empty executemany is one execution without parameters
                     out += self._insert_running(c, campaign, first, made, chosen, now, expires)
-            if len(made) < asking:
+                self._insert_refused(tx, campaign, first + len(made), refused, now)
+                made += refused
+            if len(made) != asking:
                 c.execute(S.SET_NEXT_NUMBER, {"cid": campaign_id, "n": first + len(made)})
             out += [WAIT] * (asking - len(out))
             c.execute(S.SEEN_MANY, {"aids": sorted(set(agents)), "now": now})
         return out
+
+    def _insert_refused(
+        self, tx: Tx, campaign: d.Campaign, first: int, refused: list[d.Suggestion], now: datetime
+    ) -> None:
+        """Suggestions not started (hard limits before launch): each a FAILED trial
+        that never ran, with its predicted outcome and a ``skipped`` event saying why."""
+        for i, m in enumerate(refused):
+            assert m.refused is not None
+            params = campaign.in_space_order(m.params)
+            trial = tx.trials.insert(campaign.id, first + i, params, d.TrialState.RUNNING, now)
+            why = m.refused.broken
+            tx.trials.finish(trial.id, d.TrialState.FAILED, now, error=why, outcome=m.refused)
+            tx.trials.add_event(trial.id, 1, "skipped", now, reason=why)
+        if refused:
+            self._finish_campaign_if_done(tx, campaign.id, now)
 
     def _promote(
         self,
