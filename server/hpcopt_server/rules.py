@@ -124,7 +124,9 @@ def fold_summary(
     means = None
     if len(objectives) > 1:
         means = [mean] + [statistics.fmean(float(done[k].metrics[m]) for k in range(count)) for m, _ in objectives[1:]]
-    outcome = constraints.from_folds(bounds, (done[k].metrics for k in range(count))) if bounds else None
+    # A fold's value is its objective's metric, which its metrics need not repeat.
+    measured = ({**done[k].metrics, objectives[0][0]: float(done[k].value)} for k in range(count))  # type: ignore[arg-type]
+    outcome = constraints.from_folds(bounds, measured) if bounds else None
     return FoldSummary(mean, std, means, outcome)
 
 

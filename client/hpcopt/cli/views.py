@@ -143,6 +143,8 @@ def trial_text(t: Trial, fit: int | None = None) -> str:
     ]
     if t.values:
         head.append("  values  " + ", ".join(num(v) for v in t.values))
+    if t.feasible is not None:
+        head.append("  feasible yes" if t.feasible else f"  feasible NO: {t.broken}")
     if t.lineage is not None:
         head.append("  lineage " + lineage_text(t.lineage))
     head += [f"  {k:<{max(map(len, t.params))}}  {param(v)}" for k, v in t.params.items()] if t.params else []

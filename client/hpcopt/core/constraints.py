@@ -44,6 +44,13 @@ RESOURCES = {
 }
 #: The most constraints one campaign may have.
 MAX_CONSTRAINTS = 16
+#: What an exhausted resource's constraint counts as broken by, as a share of its bound.
+#: A failure says the trial did not fit, not by how much: it counts as 10 % over, the
+#: least claim a model should learn from, so that a constraint model puts the boundary
+#: between a trial that fit and one that failed rather than a cliff at the failure (at
+#: twice the bound, a 4,000 MiB limit's model predicted 6,900 MiB at the 4,000 MiB a
+#: fitting model measured next to a failed one).
+EXHAUSTED = 0.1
 
 # What a failure's text says when a resource ran out. CUDA's error names itself; the
 # host's is Python's MemoryError, C++'s bad_alloc, or the kernel's OOM killer (signal 9,
@@ -165,8 +172,7 @@ def exhausted(reason: str, constraints: Sequence[Mapping[str, Any]]) -> list[str
 
 
 def exhausted_outcome(constraints: Sequence[Mapping[str, Any]], metrics: Sequence[str], why: str) -> Outcome:
-    """The outcome of a trial that failed (or was not started) because ``metrics`` ran
-    out: those constraints count as broken by their whole bound (a violation of 1
-    each), the others as unknown (None, not counted)."""
-    values = tuple(scale(c) if c["metric"] in metrics else None for c in constraints)
-    return Outcome(values, float(len(metrics)), f"{', '.join(metrics)}: {why}")
+    """The outcome of a trial that failed because ``metrics`` ran out: those constraints
+    count as broken by :data:`EXHAUSTED` of their bound, the others as unknown (None)."""
+    values = tuple(EXHAUSTED * scale(c) if c["metric"] in metrics else None for c in constraints)
+    return Outcome(values, EXHAUSTED * len(metrics), f"{', '.join(metrics)}: {why}")

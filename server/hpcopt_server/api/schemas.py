@@ -189,6 +189,10 @@ class PlotPoint(BaseModel):
     params: dict[str, bool | int | float | str]
     values: list[float] | None = None
     finished_at: datetime | None = None
+    #: Against the campaign's constraints: null without any; else whether it holds
+    #: them, and what it broke.
+    feasible: bool | None = None
+    broken: str = ""
 
 
 class BestPoint(BaseModel):

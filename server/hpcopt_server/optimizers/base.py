@@ -122,6 +122,13 @@ class Optimizer(ABC):
     def suggest(self, n: int, pending: Sequence[d.Params]) -> list[d.Params]:
         """Returns ``n`` parameter sets, valid in the search space."""
 
+    def alternative(self, k: int, pending: Sequence[d.Params]) -> d.Params:
+        """The ``k``-th configuration to try in place of a suggestion the constraint
+        models deem likely infeasible (``feasibility.screen``), given the pending ones
+        (the suggestions made so far among them). It draws from a stream of its own, so
+        the next suggestion does not repeat it."""
+        return self.suggest(1, [*pending, *([{}] * (k + 1))])[0]
+
     def plan(self, n: int, pending: Sequence[d.Trial]) -> list[d.Suggestion]:
         """With ``plans``: at most ``n`` suggestions, each with its lineage, given the
         campaign's QUEUED and RUNNING trials; fewer (or none) when nothing is ready."""

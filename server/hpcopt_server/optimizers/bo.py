@@ -454,10 +454,12 @@ class BayesianOptimization(Optimizer):
         return steepest
 
     def _constrained(self, C: np.ndarray, scores: np.ndarray | float) -> np.ndarray:
-        """``scores`` (log EI) plus the log probability that C's rows are feasible."""
+        """``scores`` (log EI) plus the log probability that C's rows are feasible; -inf
+        where the server would refuse to launch them (``Feasibility.refused``)."""
         if self.feasibility is None or not self.feasibility.ready():
             return np.broadcast_to(np.asarray(scores, float), (len(C),))
-        return np.asarray(scores, float) + self.feasibility.log_pof(C)
+        out = np.asarray(scores, float) + self.feasibility.log_pof(C)
+        return np.where(self.feasibility.refused(C), -np.inf, out)
 
     def _score(self, mu: np.ndarray, var: np.ndarray, best: float) -> np.ndarray:
         if self.acquisition == "ucb":

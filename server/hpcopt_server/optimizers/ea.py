@@ -131,6 +131,12 @@ class Evolutionary(Optimizer):
             out.append(self.space.decode(child))
         return out
 
+    def alternative(self, k: int, pending: Sequence[d.Params]) -> d.Params:
+        index = self._seen + len(pending)
+        self.rng = np.random.default_rng([self.seed, 6, index, k])
+        gene = self.rng.random(len(self.space)) if index < self.population or len(self._genes) < 2 else self.child()
+        return self.space.decode(gene)
+
     def generation(self) -> int:
         return min(len(self._genes) // self.population, self.generations)
 

@@ -18,15 +18,14 @@ What each GP is fitted to, per constraint k:
 
 - a COMPLETED trial's value c_k, divided by the bound's magnitude (so 0.1 means "10 %
   over the limit", whatever the unit);
-- a trial that FAILED because it exhausted resource k: +1, i.e. twice the limit for a
-  ``max`` bound (``constraints.exhausted_outcome``). The failure says it did not fit,
-  not by how much; the GP learns the region, and a measured value nearby still counts
-  for what it says;
+- a trial that FAILED because it exhausted resource k: +0.1, 10 % over the bound
+  (``constraints.EXHAUSTED``). The failure says it did not fit, not by how much;
 - a configuration refused before launch (:meth:`Feasibility.refuse`): the value the
   model predicted, so that the search moves away from it;
 - nothing for a constraint a trial did not measure.
 
-The outputs are standardized, and the hyper-parameters (the objective GP's Matern 5/2
+The outputs are centred and scaled by their spread, but by no less than
+:data:`MIN_SCALE` (half the bound), and the hyper-parameters (the objective GP's Matern 5/2
 kernel, priors and fit, ``gp.fit_hyperparameters``) are refitted at every new
 observation of that constraint while there are fewer than :data:`REFIT_BELOW`, then at
 every 10 %; each fit is O(n^3) on at most :data:`MAX_POINTS` points (the most recent),
@@ -51,6 +50,8 @@ from hpcopt_server.optimizers.gp import fit_hyperparameters, matern52, unpack
 REFIT_BELOW = 100
 #: The most observations one constraint's GP factors (the latest).
 MAX_POINTS = 600
+#: The smallest output scale of a constraint's GP, in units of its bound.
+MIN_SCALE = 0.5
 #: A screened suggestion (``screen``) is kept once its probability of feasibility is at
 #: least this.
 SCREEN_AT = 0.5
@@ -86,7 +87,10 @@ class _ConstraintGP:
         X = np.array(self.X[-MAX_POINTS:]).reshape(-1, self.dim)
         y = np.array(self.y[-MAX_POINTS:])
         self._shift = float(np.mean(y))
-        self._scale = float(np.std(y)) or 1.0
+        # At least half the bound: a few alike observations (a run of failures, each
+        # EXHAUSTED) say little about the rest of the space, and a scale fitted to their
+        # spread alone made the model certain of it everywhere.
+        self._scale = max(float(np.std(y)), MIN_SCALE)
         z = (y - self._shift) / self._scale
         if due or self._theta is None:
             rng = np.random.default_rng([self.seed, 7, self.index, n])
@@ -136,8 +140,8 @@ class Feasibility:
             for k, (c, value) in enumerate(zip(self.constraints, values, strict=True)):
                 if value is None:
                     continue
-                # An exhausted trial's value is its whole bound; one not started, the
-                # value predicted when it was refused (``refuse``).
+                # An exhausted trial's value is EXHAUSTED of its bound; one not started,
+                # the value predicted when it was refused (``refuse``).
                 self.models[k].add(x, float(value) / constraints.scale(c))
             for m in self.models:
                 m._L = None  # refitted (or refactored) at the next prediction
@@ -173,19 +177,36 @@ class Feasibility:
     def pof(self, params: d.Params) -> float:
         return float(np.exp(self.log_pof(self.encoder.encode(params)[None, :])[0]))
 
+    def _hard(self) -> list[int]:
+        """The constraints whose models may refuse a launch: the resources
+        (``hpcopt.core.constraints.RESOURCES``) measured at least :data:`HARD_AFTER`
+        times, within and beyond their bound both (a model that has seen one side only
+        knows nothing of where the boundary lies)."""
+        out = []
+        for k, (c, m) in enumerate(zip(self.constraints, self.models, strict=True)):
+            if c["metric"] in constraints.RESOURCES and len(m.y) >= HARD_AFTER and min(m.y) <= 0 < max(m.y):
+                out.append(k)
+        return out
+
+    def refused(self, X: np.ndarray) -> np.ndarray:
+        """Which encoded rows of X :meth:`refuse` would not start (bo scores them out)."""
+        out = np.zeros(len(X), bool)
+        for k in self._hard():
+            mu, sigma = self.models[k].predict(X)
+            out |= log_ndtr(-mu / sigma) < math.log(HARD_BELOW)
+        return out
+
     def refuse(self, params: d.Params) -> constraints.Outcome | None:
         """The outcome of not starting ``params``: None when it may start; otherwise each
-        resource constraint (``hpcopt.core.constraints.RESOURCES``) its model predicts
-        broken with probability above 1 - :data:`HARD_BELOW`, from at least
-        :data:`HARD_AFTER` observations, at its predicted value, and why."""
+        resource constraint its model (:meth:`_hard`) predicts broken with probability
+        above 1 - :data:`HARD_BELOW`, at its predicted value, and why."""
         x = self.encoder.encode(params)[None, :]
         values: list[float | None] = [None] * len(self.constraints)
         why = []
-        for k, (c, m) in enumerate(zip(self.constraints, self.models, strict=True)):
-            if c["metric"] not in constraints.RESOURCES or len(m.y) < HARD_AFTER:
-                continue
+        for k in self._hard():
+            c, m = self.constraints[k], self.models[k]
             mu, sigma = m.predict(x)
-            if float(np.exp(log_ndtr(-mu[0] / sigma[0]))) >= HARD_BELOW:
+            if float(log_ndtr(-mu[0] / sigma[0])) >= math.log(HARD_BELOW):
                 continue
             scale = constraints.scale(c)
             value = values[k] = float(mu[0]) * scale

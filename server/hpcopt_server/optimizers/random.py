@@ -34,3 +34,7 @@ class RandomSearch(Optimizer):
             rng = np.random.default_rng([self.seed, k + i])
             out.append(self.space.decode(rng.random(len(self.space))))
         return out
+
+    def alternative(self, k: int, pending: Sequence[d.Params]) -> d.Params:
+        rng = np.random.default_rng([self.seed, 5, self._observed + len(pending), k])
+        return self.space.decode(rng.random(len(self.space)))

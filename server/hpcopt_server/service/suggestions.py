@@ -29,8 +29,8 @@ from hpcopt_server.service.warmstart import warm_trials
 from hpcopt_server.storage.repository import Tx
 
 log = logging.getLogger(__name__)
-#: Suggestions asked for again in place of one refused before launch.
-RETRIES = 4
+#: The most suggestions one acquisition makes in place of ones refused before launch.
+MAX_REFUSED = 8
 
 
 @dataclass
@@ -99,27 +99,30 @@ class OptimizerCache:
             else:  # only how many are pending matters: no need to read a thousand rows
                 pending = [{}] * (tx.trials.count_active(campaign.id) if active is None else active)
             made = [d.Suggestion(params) for params in self._screened(optimizer, n, pending)]
-            made = self._prelaunch(optimizer, made, pending)
+            room = campaign.max_trials - campaign.trials_created - n
+            made = self._prelaunch(optimizer, made, pending, min(room, MAX_REFUSED))
         return [replace(m, params=_finite(campaign.id, m.params)) for m in made]
 
     @staticmethod
-    def _prelaunch(optimizer: Optimizer, made: list[d.Suggestion], pending: list[d.Params]) -> list[d.Suggestion]:
+    def _prelaunch(
+        optimizer: Optimizer, made: list[d.Suggestion], pending: list[d.Params], spare: int
+    ) -> list[d.Suggestion]:
         """Hard limits before launch: a suggestion predicted to break a resource
-        constraint (``Feasibility.refuse``) is asked again, with it pending, up to
-        :data:`RETRIES` times; the last refused one is kept as ``refused`` (recorded as a
-        FAILED trial that never started) if none can start."""
+        constraint (``Feasibility.refuse``) is marked ``refused``, to be recorded as a
+        FAILED trial that never started (its budget spent, the search told), and while
+        ``spare`` trials of the budget allow, another is asked for in its place (the
+        refused ones pending), so that the agent waits for none."""
         model = optimizer.feasibility
         if model is None:
             return made
-        out: list[d.Suggestion] = []
-        for m in made:
-            refused = model.refuse(m.params)
-            tries, others = 0, []
-            while refused is not None and tries < RETRIES:
-                others.append(m.params)
-                m = d.Suggestion(optimizer.suggest(1, [*pending, *(o.params for o in out), *others])[0])
-                refused, tries = model.refuse(m.params), tries + 1
-            out.append(m if refused is None else replace(m, refused=refused))
+        out = [replace(m, refused=model.refuse(m.params)) for m in made]
+        missing = sum(m.refused is not None for m in out)
+        while missing and spare > 0:
+            [params] = optimizer.suggest(1, [*pending, *(m.params for m in out)])
+            m = d.Suggestion(params, refused=model.refuse(params))
+            out.append(m)
+            missing -= m.refused is None
+            spare -= 1
         return out
 
     @staticmethod
@@ -132,7 +135,7 @@ class OptimizerCache:
             return made
 
         def again(k: int) -> d.Params:
-            return optimizer.suggest(1, [*pending, *made, *([{}] * (k + 1))])[0]
+            return optimizer.alternative(k, [*pending, *made])
 
         return screen(made, optimizer.feasibility, again)
 

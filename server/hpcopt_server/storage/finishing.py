@@ -26,6 +26,9 @@ from sqlalchemy.exc import DataError
 from hpcopt_server import domain as d
 from hpcopt_server.storage import agent_sql as S
 
+#: A completion's constraint columns when it gives none (a campaign without constraints).
+NO_OUTCOME = {"cvals": None, "violation": None, "broken": ""}
+
 
 class Finishing:
     """``returning``: whether the database answers ``UPDATE … RETURNING``."""
@@ -55,11 +58,12 @@ class Finishing:
         return seq
 
     def complete(self, c: Connection, p: dict[str, Any]) -> tuple[int, str, int] | None:
-        """COMPLETED with ``p``'s value, spread and values if ``p``'s lease still holds
+        """COMPLETED with ``p``'s value, spread, values and constraint columns
+        (``rules.FoldSummary.constraint_columns``; none by default) if ``p``'s lease still holds
         the trial: (its number, the campaign's state, its ``max_trials``); None, and the
         caller rolls back (the number is not spent), if it does not."""
         taken = self.take(c, p["cid"])
-        if not S.run(c, S.COMPLETE, {**p, "seq": taken[0]}).rowcount:
+        if not S.run(c, S.COMPLETE, {**NO_OUTCOME, **p, "seq": taken[0]}).rowcount:
             return None
         return taken
 
@@ -69,7 +73,7 @@ class Finishing:
         autocommit connection (PostgreSQL): the number, or None when the lease no
         longer held (nothing changed)."""
         try:
-            row = c.execute(S.PG_COMPLETE, p).first()
+            row = c.execute(S.PG_COMPLETE, {**NO_OUTCOME, **p}).first()
         except DataError:  # the trial's guard failed under its lock: nothing was changed
             return None
         return None if row is None else int(row[0])

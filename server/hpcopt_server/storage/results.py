@@ -127,15 +127,16 @@ class ResultStore(Store):
 
     def completed_points_at(
         self, campaign_id: int
-    ) -> list[tuple[int, int, float, float | None, dict[str, Any], datetime | None]]:
-        """:meth:`completed_points` with each trial's finish time."""
+    ) -> list[tuple[int, int, float, float | None, dict[str, Any], datetime | None, float | None, str]]:
+        """:meth:`completed_points` with each trial's finish time, violation and what it
+        broke (None and "": the campaign has no constraints)."""
         T = m.TrialRow
         q = (
-            select(T.id, T.number, T.value, T.value_std, T.params, T.finished_at)
+            select(T.id, T.number, T.value, T.value_std, T.params, T.finished_at, T.violation, T.broken)
             .where(T.campaign_id == campaign_id, T.state == _COMPLETED, T.value.is_not(None))
             .order_by(T.number)
         )
-        return [(r[0], r[1], float(r[2]), r[3], dict(r[4]), r[5]) for r in self.s.execute(q)]
+        return [(r[0], r[1], float(r[2]), r[3], dict(r[4]), r[5], r[6], r[7] or "") for r in self.s.execute(q)]
 
     def completed_values(self, campaign_id: int, feasible: bool = False) -> list[tuple[int, list[float]]]:
         """(id, values) of every COMPLETED trial of a multi-objective campaign, by number;

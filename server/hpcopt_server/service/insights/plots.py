@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from hpcopt_server import domain as d
@@ -41,14 +41,17 @@ class Plots(InsightBase):
             campaign = campaign_or_404(tx, campaign_id)
             rows = tx.results.completed_points_at(campaign_id)
             vectors = dict(tx.results.completed_values(campaign_id)) if len(campaign.objectives) > 1 else {}
+            feasible = {tid for tid, _ in tx.results.completed_values(campaign_id, feasible=True)} if vectors else set()
             stopped = (d.TrialState.PRUNED, d.TrialState.FAILED) + ((d.TrialState.PAUSED,) if campaign.promotes else ())
             ended = tx.views.listed_trials(campaign_id, stopped)
         ended_total = len(ended)
         sign = 1.0 if campaign.direction == "minimize" else -1.0
         objectives = []
+        infeasible = {r[0] for r in rows if r[6] is not None and r[6] > 0}
         for k, (metric, direction) in enumerate(campaign.objectives):
             column = [(r[0], r[1], vectors[r[0]][k] if vectors else r[2]) for r in rows]
-            objectives.append({"metric": metric, "direction": direction, **_summary(column, direction)})
+            summary = _summary(column, direction, infeasible)
+            objectives.append({"metric": metric, "direction": direction, **summary})
         best = objectives[0]["best"]
         # The first objective's improvements only: another objective's best is on the front,
         # which is always drawn, and its improvements can be every trial (no downsampling).
@@ -65,7 +68,7 @@ class Plots(InsightBase):
             # sample on every completion made every plot redraw everything).
             chosen |= set(heapq.nsmallest(room, rest, key=_sample_key))
             keep = [r for r in rows if r[0] in chosen]
-        front = front_ids(campaign, list(vectors.items())) if vectors else []
+        front = front_ids(campaign, [(i, v) for i, v in vectors.items() if i in feasible]) if vectors else []
         front_size = len(front)
         if len(front) > max_points // 2:  # evenly along the first objective
             front = [front[round(i * (len(front) - 1) / (max_points // 2 - 1))] for i in range(max_points // 2)]
@@ -96,8 +99,12 @@ class Plots(InsightBase):
                     "params": p,
                     "values": vectors.get(tid),
                     "finished_at": at,
+                    # Against the constraints: null without any, else true or false
+                    # and what it broke (the plots colour by it).
+                    "feasible": None if violation is None else violation <= 0,
+                    "broken": broken,
                 }
-                for tid, n, v, s, p, at in keep
+                for tid, n, v, s, p, at, violation, broken in keep
             ],
             "edf": objectives[0]["edf"],
             "best": best,
@@ -160,13 +167,13 @@ class Plots(InsightBase):
         ]
 
 
-def _summary(rows: list[tuple[int, int, float]], direction: str) -> dict[str, Any]:
-    """One objective's best-so-far line, empirical distribution and robust axis limit over
-    (trial id, number, value) rows in finishing order."""
+def _summary(rows: list[tuple[int, int, float]], direction: str, infeasible: Collection[int] = ()) -> dict[str, Any]:
+    """One objective's best-so-far line (of the feasible trials), empirical distribution
+    and robust axis limit over (trial id, number, value) rows in finishing order."""
     sign = 1.0 if direction == "minimize" else -1.0
     best, current = [], math.inf
     for tid, number, value in rows:
-        if sign * value < current:
+        if sign * value < current and tid not in infeasible:
             current = sign * value
             best.append({"number": number, "value": value, "trial_id": tid})
     values = sorted(v for _, _, v in rows)
