@@ -309,16 +309,22 @@ class Study:
         *,
         state: str = "COMPLETED",
         reason: str = "",
+        constraints: Sequence[float] | Mapping[str, float] | None = None,
     ) -> Trial | None:
         """Ends an asked trial. ``value``: a number, the K values of a K-fold campaign, or
         a mapping of metrics holding the objective's (a multi-objective campaign's
         objectives). ``state``: COMPLETED (the default), PRUNED, FAILED, or PREEMPTED
-        (given back: asked again later). The completed trial, or None for the others."""
+        (given back: asked again later). ``constraints``: Optuna's constraint values
+        (<= 0 holds), a list or by name (:meth:`constrain`). The completed trial, or
+        None for the others."""
         try:
             if trial.ended:  # the server pruned it, the campaign was cancelled, or already told
                 return None
             kind = state.upper()
             if kind == "COMPLETED":
+                if constraints is not None:
+                    told = self.constrain(trial, constraints)
+                    value = {**self._as_metrics(value), **told}
                 return self._complete(trial, value)
             if kind == "PRUNED":
                 trial.prune(reason or "pruned by the objective")
@@ -333,6 +339,40 @@ class Study:
             if trial.ended:
                 self._held.pop(trial.id, None)
                 trial.close()
+
+    def constrain(self, trial: ActiveTrial, values: Sequence[float] | Mapping[str, float]) -> dict[str, float]:
+        """Optuna's constraints on the campaign's model: each value (<= 0 holds; a list's
+        ``i``-th is ``constraint_i``, a mapping's ``key`` is ``constraint_key``) is a
+        metric the campaign bounds at ``max: 0`` (``hpcopt.core.constraints``). A bound
+        the campaign lacks is added while no trial has ended, as the space grows; after
+        that a new one is refused. The metrics to tell with the trial."""
+        named = values.items() if isinstance(values, Mapping) else enumerate(values)
+        told = {f"constraint_{k}": float(v) for k, v in named}
+        for name, v in told.items():
+            if not math.isfinite(v):
+                raise ValueError(f"constraints: {name} is {v}; a finite number is needed (<= 0 holds)")
+        have = {c["metric"] for c in self.spec.get("constraints") or ()}
+        new = [name for name in told if name not in have]
+        missing: list[dict[str, Any]] = [{"metric": name, "max": 0.0} for name in new]
+        if missing:
+            lease = trial.lease
+            grown = self.service.growth.grow(trial.id, lease.agent_id, lease.lease_id, {}, {}, missing)
+            if not grown:
+                raise ValueError(
+                    f"constraints: {', '.join(new)} is not one of the campaign's constraints, "
+                    "and they are fixed once a trial has ended; give every constraint from the first trial on (or in "
+                    "the spec: constraints: [{metric: constraint_0, max: 0}])"
+                )
+        return told
+
+    def _as_metrics(self, value: float | Sequence[float] | Mapping[str, float] | None) -> dict[str, float]:
+        """A told value as metrics (the objective's metric holding it)."""
+        if isinstance(value, Mapping):
+            return {str(k): float(v) for k, v in value.items()}
+        if value is None or isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"the objective returned {value!r}: with constraints, a number (or metrics) is needed")
+        metric = str((self.spec.get("objective") or {}).get("metric", "value"))
+        return {metric: float(value)}
 
     def _complete(self, trial: ActiveTrial, value: float | Sequence[float] | Mapping[str, float] | None) -> Trial:
         if isinstance(value, Mapping):

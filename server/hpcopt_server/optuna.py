@@ -105,6 +105,8 @@ class Trial:
         #: Of them, those outside the campaign's space (kept as an event at the end).
         self.outside: dict[str, Any] = {}
         self.user_attrs: dict[str, Any] = {}
+        #: Optuna 5's ``trial.set_constraint``: told with the result (<= 0 holds).
+        self.constraints: dict[str, float] = {}
         self._pruned = False
 
     @property
@@ -169,6 +171,11 @@ class Trial:
         """True once the campaign's pruner stopped the trial (raise ``TrialPruned``)."""
         return self._pruned or bool(self.study._held_by(self).ended)
 
+    def set_constraint(self, key: str, value: float) -> None:
+        """Optuna 5's constraint: ``value`` <= 0 holds. Told with the result as the
+        campaign's ``constraint_<key>``, bounded at 0 (``Study.constrain``)."""
+        self.constraints[str(key)] = float(value)
+
     def set_user_attr(self, key: str, value: Any) -> None:
         """Kept in this process (``trial.user_attrs``); hpcopt keeps metrics with the
         trial when the objective returns a dict of them."""
@@ -189,8 +196,10 @@ class Study(_Embedded):
         pruner: str | None,
         seed: int | None,
         campaign: int | None,
+        constraints_func: Callable[[Trial], Sequence[float]] | None = None,
     ) -> None:
         self._start(Where(storage), None)
+        self.constraints_func = constraints_func
         self.study_name = name
         self.direction_name = direction
         self.algorithm, self.pruner_name = algorithm, pruner
@@ -410,7 +419,12 @@ class Study(_Embedded):
                     log.warning("trial #%d: could not keep its parameters outside the space: %s", active.number, exc)
             if trial._pruned and state == "COMPLETED":
                 state, reason = "PRUNED", "pruned by the campaign's pruner"
-            done = self.tell(active, value, state=state, reason=reason)
+            constraints: dict[str, float] = {}
+            if state == "COMPLETED":
+                constraints = dict(trial.constraints)
+                if self.constraints_func is not None:
+                    constraints.update((str(k), float(v)) for k, v in enumerate(self.constraints_func(trial)))
+            done = self.tell(active, value, state=state, reason=reason, constraints=constraints or None)
             return done if done is not None else self.client.get_trial(active.id)  # pruned, failed: callbacks see it
 
     # -- results (Optuna's names) ----------------------------------------------------------
@@ -474,10 +488,15 @@ def create_study(
     directions: Any = None,
     algorithm: str = "random",
     seed: int | None = None,
+    constraints_func: Callable[[Trial], Sequence[float]] | None = None,
 ) -> Study:
     """Optuna's ``create_study``: a define-by-run study in ``storage`` (a database URL, a
     file path, or None for memory). ``algorithm``/``sampler``: an hpcopt algorithm's name;
-    ``pruner``: a pruner's name (``median``, ``asha``)."""
+    ``pruner``: a pruner's name (``median``, ``asha``). ``constraints_func``: what
+    Optuna's samplers take, here the study's: called with each trial that returned a
+    value, it gives the trial's constraint values (<= 0 holds), the campaign's
+    ``constraint_0``, ``constraint_1``, ... (as ``trial.set_constraint(key, v)`` gives
+    ``constraint_<key>``)."""
     _refuse("sampler", sampler, "random, sobol, bo, ea, skopt: algorithm='bo'")
     _refuse("pruner", pruner, "median, asha: pruner='median'")
     if isinstance(sampler, str):
@@ -491,6 +510,7 @@ def create_study(
         pruner=pruner,
         seed=seed,
         campaign=None,
+        constraints_func=constraints_func,
     )
     try:
         found = [c for c in study.client.list_campaigns() if c.name == name]

@@ -9,6 +9,7 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -265,3 +266,71 @@ def test_every_read_path_ranks_feasible_trials_first(live_server: LiveServer) ->
             best: True,
             slight: False,
         }
+
+
+def test_the_embedded_study_takes_constraints_as_optuna_users_write_them(tmp_path: Path) -> None:
+    """Optuna's door: ``trial.set_constraint`` and a ``constraints_func`` become the
+    campaign's constraints (bounded at 0) while the first trial runs; the best trial is
+    the best feasible one, as Optuna's ``best_trial`` is."""
+    from hpcopt_server import optuna
+
+    def objective(trial: optuna.Trial) -> float:
+        x = trial.suggest_float("x", -10, 10)
+        y = trial.suggest_float("y", -10, 10)
+        trial.set_constraint("sum", x + y - 2)  # x + y <= 2
+        trial.set_user_attr("x", x)
+        return (x - 3) ** 2 + (y - 3) ** 2
+
+    study = optuna.create_study(
+        storage=str(tmp_path / "s.db"),
+        algorithm="bo",
+        seed=1,
+        constraints_func=lambda t: [t.user_attrs["x"] - 1.5],  # x <= 1.5
+    )
+    try:
+        study.optimize(objective, n_trials=25)
+        assert study.spec["constraints"] == [
+            {"metric": "constraint_sum", "max": 0.0, "spread": 0.0},
+            {"metric": "constraint_0", "max": 0.0, "spread": 0.0},
+        ]
+        trials = [t for t in study.trials if t.state == "COMPLETED"]
+        for t in trials:
+            x, y = t.params["x"], t.params["y"]
+            assert t.constraint_values == [pytest.approx(x + y - 2), pytest.approx(x - 1.5)]
+            assert t.feasible == (x + y <= 2 and x <= 1.5)
+        best = study.best_trial
+        assert best.feasible, "an infeasible trial is never the best while a feasible one exists"
+        assert best.value == min(t.value for t in trials if t.feasible)
+        assert best.value < 8.5  # the constrained optimum is 8, at (1, 1)
+    finally:
+        study.close()
+
+
+def test_the_native_study_takes_constraint_values_told_with_the_result(tmp_path: Path) -> None:
+    from hpcopt_server import Study
+
+    spec = {
+        "name": "told",
+        "objective": {"metric": "value", "direction": "minimize"},
+        "space": {"x": {"type": "real", "low": 0.0, "high": 1.0}},
+        "algorithm": {"name": "random", "seed": 4},
+        "budget": {"max_trials": 4},
+    }
+    with Study(str(tmp_path / "n.db"), spec) as study:
+        first = study.ask()
+        assert first is not None
+        x = first.params["x"]
+        done = study.tell(first, -x, constraints=[x - 0.5])  # x <= 0.5
+        assert done is not None and done.feasible == (x <= 0.5) and done.constraint_values == [pytest.approx(x - 0.5)]
+        second = study.ask()
+        assert second is not None
+        with pytest.raises(ValueError, match="constraint_extra is not one of the campaign's constraints"):
+            study.tell(second, 1.0, constraints={"extra": 1.0})
+        with pytest.raises(ValueError, match="constraint_0 is nan"):
+            study.tell(second, 1.0, constraints=[math.nan])
+        assert study.tell(second, 5.0, constraints=[-1.0]).feasible is True  # type: ignore[union-attr]
+        third = study.ask()
+        assert third is not None
+        assert study.tell(third, -10.0, constraints=[2.0]).feasible is False  # type: ignore[union-attr]
+        expected = min(done.value, 5.0) if done.feasible else 5.0  # never an infeasible trial's
+        assert study.best_trial.feasible and study.best_value == expected

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from hpcopt_server import domain as d
@@ -36,12 +37,23 @@ class SpaceGrowth:
     def __init__(self, ctx: Context):
         self.ctx = ctx
 
-    def grow(self, trial_id: int, agent_id: str, lease_id: str, space: dict[str, Any], values: dict[str, Any]) -> bool:
+    def grow(
+        self,
+        trial_id: int,
+        agent_id: str,
+        lease_id: str,
+        space: dict[str, Any],
+        values: dict[str, Any],
+        constraints: Sequence[dict[str, Any]] = (),
+    ) -> bool:
         """Adds ``space`` (parameter specs, as in a campaign spec) to the campaign of the
-        RUNNING trial ``trial_id`` held under ``lease_id``, and ``values`` to that trial's
-        params. False (nothing changed) once a trial of the campaign has ended, or for an
-        algorithm whose space cannot grow (grid); InvalidArgument naming the parameter for a
-        spec or value the space refuses; FailedPrecondition if the lease is not held."""
+        RUNNING trial ``trial_id`` held under ``lease_id``, ``values`` to that trial's
+        params, and ``constraints`` (as in a spec) to the campaign's, those whose metric it
+        does not bound yet: how Optuna's constraints (``trial.set_constraint``, a
+        ``constraints_func``) become the campaign's. False (nothing changed) once a trial
+        of the campaign has ended, or for an algorithm whose space cannot grow (grid);
+        InvalidArgument naming the parameter for a spec or value the space refuses;
+        FailedPrecondition if the lease is not held."""
         with self.ctx.storage.write() as tx:
             trial = tx.trials.get(trial_id)
             if trial is None:
@@ -65,6 +77,9 @@ class SpaceGrowth:
                         )
                     continue
                 spec["space"][name] = param
+            bounded = {c["metric"] for c in spec.get("constraints") or ()}
+            added = [c for c in constraints if c["metric"] not in bounded]
+            spec["constraints"] = [*(spec.get("constraints") or ()), *added]
             spec = validate_spec(spec)
             params = {**trial.params, **values}
             problems = SearchSpace(spec["space"]).problems(params)
@@ -75,7 +90,8 @@ class SpaceGrowth:
             tx.trials.set_params(trial_id, params)
         self.ctx.optimizers.forget(campaign.id)
         self.ctx.agent_calls.forget_campaign(campaign.id)
-        log.info("campaign %d: space grown by %s in trial %d", campaign.id, ", ".join(space), trial_id)
+        grown = [*space, *(f"constraint {c['metric']}" for c in constraints)]
+        log.info("campaign %d: space grown by %s in trial %d", campaign.id, ", ".join(grown), trial_id)
         return True
 
 
