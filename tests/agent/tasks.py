@@ -207,3 +207,15 @@ class PlainBackward(Regression):
         loss.backward()
         optimizers.step()
         return float(loss.detach())
+
+
+class Ballast(Regression):
+    """The regression with ``ballast_mb`` MiB of memory held by the model while it
+    trains (touched, so it is resident): what makes a configuration too large for its
+    host. An absurd ballast fails to allocate, as a model too large for the host does."""
+
+    def build(self, params: dict[str, Any]) -> nn.Module:
+        model = super().build(params)
+        ballast = torch.ones(int(float(params["ballast_mb"]) * 2**20) // 4)
+        model.register_buffer("ballast", ballast, persistent=False)
+        return model

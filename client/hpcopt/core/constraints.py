@@ -53,10 +53,15 @@ MAX_CONSTRAINTS = 16
 EXHAUSTED = 0.1
 
 # What a failure's text says when a resource ran out. CUDA's error names itself; the
-# host's is Python's MemoryError, C++'s bad_alloc, or the kernel's OOM killer (signal 9,
-# "Killed"); a walltime is Slurm's "DUE TO TIME LIMIT" or the agent's own timeout.
+# host's is Python's MemoryError (numpy's _ArrayMemoryError: "Unable to allocate"),
+# torch's CPU allocator ("can't allocate memory"), ENOMEM, C++'s bad_alloc, or the
+# kernel's OOM killer (signal 9, "Killed"); a walltime is Slurm's "DUE TO TIME LIMIT"
+# or the agent's own timeout.
 _GPU = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|HIP out of memory")
-_HOST = re.compile(r"\bMemoryError\b|std::bad_alloc|\bout of memory\b|oom-kill|\bKilled\b|signal 9\b|SIGKILL")
+_HOST = re.compile(
+    r"MemoryError|std::bad_alloc|\bout of memory\b|[Cc]annot allocate memory|can't allocate memory|"
+    r"Unable to allocate|oom-kill|\bKilled\b|signal 9\b|SIGKILL"
+)
 _TIME = re.compile(r"DUE TO TIME LIMIT|\bTimeoutError\b|\btimed out\b|walltime|time limit", re.IGNORECASE)
 
 
