@@ -113,3 +113,34 @@ def test_the_csv_of_the_table_holds_its_selection_in_its_order(page: Page, seede
     assert "param_lr" in header and "fold_0_loss" in header, header
     assert not {"param_batch", "agent_id", "agent_host"} & set(header), header
     assert got.value.suggested_filename == f"campaign-{cid}-trials-selected.csv"
+
+
+def test_a_campaign_with_constraints_marks_its_infeasible_trials_and_colours_them(page: Page, seeded: Seeded) -> None:
+    """Constraints (issue 82): the table ranks feasible results first and says what an
+    infeasible one broke; the history plot draws the two apart, with what was broken in
+    the hover; parallel coordinates draw infeasible lines as the worst (grey, beneath)."""
+    from hpcopt_server.service.agents import Lease
+    from tests.helpers.specs import make_spec
+
+    service = seeded.service
+    spec = make_spec(name="constrained", folds=1, constraints=[{"metric": "mem", "max": 100.0}])
+    cid = service.campaigns.create(spec).id
+    agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+    for loss, mem in ((0.1, 250.0), (0.5, 90.0), (0.3, 99.0)):
+        got = service.agents.acquire(agent, cid)
+        lease = Lease(agent, got.trial.id, got.lease_id)
+        service.agents.report_fold(lease, 0, loss, {"mem": mem})
+        service.agents.complete(lease)
+    page.open(f"/campaign/{cid}")
+    rows = _rows(page, 3)
+    assert [r["value"].split()[0] for r in rows] == ["0.3", "0.5", "0.1"], rows  # feasible first, then by value
+    assert rows[2]["value"].endswith("✗ mem 250 > 100"), rows[2]
+    history = page.wait_plot("plot-history", "d => d.some(t => t.name === 'infeasible')")
+    traces = {t["name"]: t for t in history}
+    assert len(traces["feasible"]["x"]) == 2 and len(traces["infeasible"]["x"]) == 1
+    assert traces["infeasible"]["hovertext"] == ["broke mem 250 &gt; 100"]  # escaped: Plotly reads HTML
+    assert next(b for b in history if b["name"].startswith("best"))["y"][-1] == 0.3, "the best-so-far line is feasible"
+    line = page.wait_plot("plot-parcoords")[0]["line"]
+    worst = min(line["color"])
+    values = page.wait_plot("plot-parcoords")[0]["dimensions"][-1]["values"]
+    assert line["color"][values.index(0.1)] == worst and sorted(line["color"]).count(worst) == 1

@@ -314,6 +314,7 @@ export function renderTrials(id, c, page, st, { onChange, onCurves }) {
           t.ran_seconds,
           t.running_since,
           t.fidelity,
+          t.broken,
           st.curves.includes(t.number),
           st.hidden,
         ]),
@@ -416,7 +417,11 @@ function valueCell(t) {
       title: "the value it had reached when it stopped: not a result, so it sorts after every completed trial",
       text: `${fmt(t.value)} ${t.state === "PRUNED" ? "when pruned" : t.state === "PAUSED" ? "at its rung" : "(not a result)"}`,
     });
-  return el("td", { class: "num nowrap", text: t.value_std !== null && t.value_std !== undefined ? `${fmt(t.value)} ± ${fmt(t.value_std, 2)}` : fmt(t.value) });
+  const text = t.value_std !== null && t.value_std !== undefined ? `${fmt(t.value)} ± ${fmt(t.value_std, 2)}` : fmt(t.value);
+  // Against the campaign's constraints: an infeasible result says what it broke (ranked
+  // after every feasible one when sorted by value).
+  if (t.broken) return el("td", { class: "num nowrap infeasible", title: `infeasible: ${t.broken}`, text: `${text} ✗ ${t.broken}` });
+  return el("td", { class: "num nowrap", text });
 }
 
 /** The Compare button: on with 2 to 4 ticked trials, saying why it is off otherwise. */

@@ -137,6 +137,16 @@ function onScale(r, pts) {
 
 // ------------------------------------------------------------- history ---
 
+// A campaign with constraints: one trace for the feasible trials, one for the others
+// (their hover says what they broke); else, one per scheme.
+function pointGroups(plot, pts) {
+  if (!pts.some((p) => p.feasible === false || p.feasible === true)) return schemeGroups(plot, pts);
+  return [
+    ["feasible", SCHEME_COLORS[0], pts.filter((p) => p.feasible !== false)],
+    ["infeasible", "#e15759", pts.filter((p) => p.feasible === false)],
+  ];
+}
+
 // A campaign that searches the training scheme: one trace (colour, legend entry) per scheme.
 function schemeGroups(plot, pts) {
   const scheme = plot.space.scheme;
@@ -156,7 +166,7 @@ export function renderHistory(plot, view, brushed, openTrial) {
       best[best.length - 1][1],
     ]);
   const positive = pts.every((p) => p.value > 0);
-  const groups = schemeGroups(plot, pts);
+  const groups = pointGroups(plot, pts);
   const log = view.logY && positive;
   const pruned = view.ended ? plot.ended.filter((e) => e.value !== null).map((e) => e.value) : [];
   const r = robustRange(plot, view, [...pts.map((p) => p.value), ...pruned], log);
@@ -179,7 +189,8 @@ export function renderHistory(plot, view, brushed, openTrial) {
         color: "rgba(80,90,110,.3)",
       },
       marker: { size: 6, color, symbol: shown.symbol, opacity: brushed ? 0.25 : 0.8 },
-      hovertemplate: `trial #%{customdata}${name === "trial" ? "" : ` (${plain(name)})`}<br>%{text}<extra></extra>`,
+      hovertext: members.map((p) => (p.broken ? `broke ${plain(p.broken)}` : "")),
+      hovertemplate: `trial #%{customdata}${name === "trial" ? "" : ` (${plain(name)})`}<br>%{text}<br>%{hovertext}<extra></extra>`,
     };
   });
   const ended = view.ended ? endedTraces(plot, x, r, log) : [];
@@ -503,9 +514,13 @@ export function objectiveAxis(plot, view, values) {
 /** Line colours for parallel coordinates. Plotly draws the lines of higher colour values
  * on top (their depth is 1 − the colour's place on the scale), so the colour value is
  * how good a trial is: the best lines lie over the rest, dark red; the worst tenth grey. */
-function goodnessColours(plot, values, bar) {
+function goodnessColours(plot, values, bar, infeasible = []) {
   const good = values.map((v) => sign(plot) * -v);
   const sorted = [...good].sort((a, b) => a - b);
+  // An infeasible trial is drawn as the worst: grey, beneath every feasible line.
+  infeasible.forEach((off, i) => {
+    if (off) good[i] = sorted[0] - 1;
+  });
   const cmin = quantile(sorted, 0.1),
     cmax = sorted[sorted.length - 1];
   const ticks = linearTicks(cmin, cmax > cmin ? cmax : cmin + 1e-12, (g) => fmt(Number((sign(plot) * -g).toPrecision(4))));
@@ -552,16 +567,21 @@ export function renderParcoords(plot, view, brush, onBrush) {
         labelfont: { size: 12 },
         tickfont: { size: 10, shadow: TICK_SHADOW },
         rangefont: { size: 1, color: "rgba(0,0,0,0)" },
-        line: goodnessColours(plot, values, {
-          title: { text: plain(plot.metric), side: "top" },
-          thickness: 10,
-          orientation: "h",
-          x: 0.5,
-          xanchor: "center",
-          y: -0.08,
-          yanchor: "top",
-          len: 0.5,
-        }),
+        line: goodnessColours(
+          plot,
+          values,
+          {
+            title: { text: plain(plot.metric), side: "top" },
+            thickness: 10,
+            orientation: "h",
+            x: 0.5,
+            xanchor: "center",
+            y: -0.08,
+            yanchor: "top",
+            len: 0.5,
+          },
+          pts.map((p) => p.feasible === false),
+        ),
       },
     ],
     { margin: { l: 70, r: 70, t: 50, b: 70 } },
