@@ -166,7 +166,8 @@ def test_every_marked_block_belongs_to_a_test() -> None:
     # tests/server/test_mf_campaign.py; mf-plan here; optuna-quickstart in
     # tests/server/test_optuna_facade.py; analysis-campaign in
     # tests/agent/test_analysis_agent.py, and analyse-request; time-to-target in
-    # tests/agent/test_target.py.
+    # tests/agent/test_target.py; constraints-spec and constraints-optuna in
+    # tests/server/test_constraints.py.
     # (The docs-file blocks of the scripts guide are written out and run by
     # tests/agent/test_script_task.py.)
     tested = {
@@ -181,5 +182,7 @@ def test_every_marked_block_belongs_to_a_test() -> None:
         "analysis-campaign",
         "time-to-target",
         "analyse-request",
+        "constraints-spec",
+        "constraints-optuna",
     }
     assert names == tested, f"a docs-test name without a test (or a test without its block): {names ^ tested}"

@@ -5,6 +5,7 @@ embedded study, the export)."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import subprocess
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from hpcopt.core.spec import parse_spec
+from hpcopt.core.spec import parse_spec, spec_to_json_dict
 from hpcopt.errors import SpecError
 from hpcopt_server import domain as d
 from hpcopt_server.service import Service
@@ -22,7 +24,7 @@ from hpcopt_server.service.agent_messages import AcquireStatus
 from hpcopt_server.service.agents import Lease
 from tests.helpers import web
 from tests.helpers.clients import AgentClient, Client
-from tests.helpers.env import scaled
+from tests.helpers.env import ROOT, scaled
 from tests.helpers.live import LiveServer
 from tests.helpers.specs import make_spec
 
@@ -334,3 +336,30 @@ def test_the_native_study_takes_constraint_values_told_with_the_result(tmp_path:
         assert study.tell(third, -10.0, constraints=[2.0]).feasible is False  # type: ignore[union-attr]
         expected = min(done.value, 5.0) if done.feasible else 5.0  # never an infeasible trial's
         assert study.best_trial.feasible and study.best_value == expected
+
+
+def test_the_guides_spec_is_valid_and_bounds_what_the_agent_measures() -> None:
+    from hpcopt.core.constraints import RESOURCES
+    from tests.agent.test_docs_blocks import docs_blocks
+
+    [(lang, text)] = docs_blocks("constraints-spec")
+    assert lang == "yaml"
+    spec = spec_to_json_dict(parse_spec(yaml.safe_load(text)))
+    [bound] = spec["constraints"]
+    assert bound["metric"] in RESOURCES and bound["max"] == 40000.0
+    assert (ROOT / spec["training"]["task"].split(":")[0]).exists()
+
+
+def test_the_guides_optuna_block_runs_as_written(tmp_path: Path) -> None:
+    from tests.agent.test_docs_blocks import docs_blocks
+
+    [(lang, text)] = docs_blocks("constraints-optuna")
+    assert lang == "python" and text.startswith("from hpcopt_server import optuna\n")
+    out = subprocess.run(
+        [sys.executable, "-c", text], capture_output=True, text=True, cwd=tmp_path, timeout=scaled(300)
+    )
+    assert out.returncode == 0, out.stderr
+    feasible, params = out.stdout.strip().splitlines()[-1].split(" ", 1)
+    best = ast.literal_eval(params)
+    assert feasible == "True" and best["x"] + best["y"] <= 2 + 1e-9, out.stdout
+    assert list(tmp_path.iterdir()) == [], "nothing written where the script ran"
