@@ -187,7 +187,9 @@ def run_optuna(p: Problem, seed: int) -> list[tuple[float, bool]]:
 
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     study = optuna.create_study(sampler=optuna.samplers.GPSampler(seed=seed))
-    dists = {f"x{i}": optuna.distributions.FloatDistribution(lo, hi) for i, (lo, hi) in enumerate(p.bounds)}
+    dists: dict[str, optuna.distributions.BaseDistribution] = {
+        f"x{i}": optuna.distributions.FloatDistribution(lo, hi) for i, (lo, hi) in enumerate(p.bounds)
+    }
     out = []
     for _ in range(p.budget):
         trial = study.ask(dists)
@@ -210,7 +212,8 @@ def run_botorch(p: Problem, seed: int) -> list[tuple[float, bool]]:
     from botorch.acquisition.logei import qLogNoisyExpectedImprovement
     from botorch.acquisition.objective import GenericMCObjective
     from botorch.fit import fit_gpytorch_mll
-    from botorch.models import ModelListGP, SingleTaskGP
+    from botorch.models import SingleTaskGP
+    from botorch.models.model_list_gp_regression import ModelListGP
     from botorch.models.transforms import Normalize, Standardize
     from botorch.optim.optimize import optimize_acqf
     from gpytorch.mlls import SumMarginalLogLikelihood
@@ -238,11 +241,15 @@ def run_botorch(p: Problem, seed: int) -> list[tuple[float, bool]]:
                 warnings.simplefilter("ignore")
                 fit_gpytorch_mll(SumMarginalLogLikelihood(model.likelihood, model))
                 m = tY.shape[1] - 1
+
+                def loss(Z: Any, X: Any = None) -> Any:
+                    return -Z[..., 0]  # BoTorch maximizes
+
+                def column(k: int) -> Callable[[Any], Any]:
+                    return lambda Z: Z[..., k]
+
                 acqf = qLogNoisyExpectedImprovement(
-                    model,
-                    tX,
-                    objective=GenericMCObjective(lambda Z, X=None: -Z[..., 0]),  # maximizes
-                    constraints=[(lambda Z, k=k: Z[..., k]) for k in range(1, m + 1)],
+                    model, tX, objective=GenericMCObjective(loss), constraints=[column(k) for k in range(1, m + 1)]
                 )
                 bounds = torch.stack([torch.zeros(p.dim, dtype=torch.float64), torch.ones(p.dim, dtype=torch.float64)])
                 cand, _ = optimize_acqf(acqf, bounds, q=1, num_restarts=10, raw_samples=512)

@@ -6,6 +6,8 @@ embedded study, the export)."""
 from __future__ import annotations
 
 import ast
+import csv
+import io
 import json
 import math
 import subprocess
@@ -256,6 +258,12 @@ def test_every_read_path_ranks_feasible_trials_first(live_server: LiveServer) ->
         assert cli.returncode == 0, cli.stderr
         assert json.loads(cli.stdout)["id"] == best
 
+        table = http.get(f"/campaigns/{cid}/export", params={"format": "csv", "sort": "value"}).text
+        rows = list(csv.DictReader(io.StringIO(table)))
+        assert [int(r["trial_id"]) for r in rows] == [best, worse, slight, best_infeasible]
+        assert [r["feasible"] for r in rows] == ["yes", "yes", "no", "no"]
+        assert rows[3]["broken"] == "peak_gpu_memory_mb 5000 > 1000"
+
         exported = c.export_campaign(cid)
         rows = {t["number"]: t for t in exported["trials"]}
         assert rows[0]["broken"] == "peak_gpu_memory_mb 5000 > 1000" and rows[2]["violation"] == 0.0
@@ -363,3 +371,49 @@ def test_the_guides_optuna_block_runs_as_written(tmp_path: Path) -> None:
     best = ast.literal_eval(params)
     assert feasible == "True" and best["x"] + best["y"] <= 2 + 1e-9, out.stdout
     assert list(tmp_path.iterdir()) == [], "nothing written where the script ran"
+
+
+def test_the_multi_fidelity_searcher_makes_no_configuration_the_models_deem_infeasible() -> None:
+    """``skip_infeasible``: a planning algorithm's new configurations the constraint
+    models deem likely infeasible are left out (promotions and PBT intervals never);
+    all of them are kept when none would be left."""
+    from datetime import UTC, datetime
+
+    from hpcopt.core import constraints as C
+    from hpcopt_server.service.suggestions import make_optimizer, skip_infeasible
+
+    spec = spec_to_json_dict(
+        parse_spec(make_spec(space=SPACE, constraints=MEMORY, algorithm={"name": "mf", "seed": 1}, folds=1))
+    )
+    optimizer = make_optimizer(spec)
+    assert optimizer.feasibility is not None and optimizer.plans
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    done = []
+    for i, width in enumerate([12, 20, 30, 38, 50, 60, 70, 78]):
+        params = {"width": width, "lr": 0.5}
+        fits = memory_of(params) <= 4000
+        outcome = (
+            C.from_folds(MEMORY, [{"peak_host_memory_mb": memory_of(params)}])
+            if fits
+            else C.exhausted_outcome(MEMORY, ["peak_host_memory_mb"], "ran out")
+        )
+        state = d.TrialState.COMPLETED if fits else d.TrialState.FAILED
+        done.append(
+            d.Trial(
+                id=i + 1,
+                campaign_id=1,
+                number=i,
+                state=state,
+                attempt=1,
+                params=params,
+                created_at=now,
+                constraint_values=outcome.values,
+                violation=outcome.violation,
+                broken=outcome.broken,
+            )
+        )
+    optimizer.feasibility.observe(done)
+    wide, narrow = d.Suggestion({"width": 75, "lr": 0.4}), d.Suggestion({"width": 15, "lr": 0.4})
+    promotion = d.Suggestion({"width": 75, "lr": 0.4}, promote=3)
+    assert skip_infeasible([wide, narrow, promotion], optimizer) == [narrow, promotion]
+    assert skip_infeasible([wide], optimizer) == [wide]  # none left: kept, not starved

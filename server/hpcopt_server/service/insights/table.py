@@ -156,6 +156,8 @@ class Table(InsightBase):
             (campaign.metric, lambda t: _num(t.value)),
             (f"{campaign.metric}_std", lambda t: _num(t.value_std)),
             *[(m, _objective(k + 1)) for k, m in enumerate(others)],
+            # Against the constraints, where the campaign has any: yes, no, or "" (no outcome).
+            *(_FEASIBILITY if campaign.constraints else []),
             *[(f"param_{n}", _param(n)) for n in names],
             ("started_at", lambda t: t.started_at.isoformat() if t.started_at else ""),
             ("finished_at", lambda t: t.finished_at.isoformat() if t.finished_at else ""),
@@ -176,6 +178,13 @@ class Table(InsightBase):
             writer.writerow([cell(t) for _, cell in columns])
         return out.getvalue()
 
+
+#: A constrained campaign's columns: whether each trial is feasible ("" without an
+#: outcome) and what it broke.
+_FEASIBILITY: list[tuple[str, Callable[[d.Trial], object]]] = [
+    ("feasible", lambda t: "" if t.feasible is None else "yes" if t.feasible else "no"),
+    ("broken", lambda t: t.broken),
+]
 
 #: The table's hideable columns other than parameters, as the CSV's columns.
 _HIDES = {"attempt": ("attempt",), "duration": ("duration_s",), "agent": ("agent_id", "agent_host")}
