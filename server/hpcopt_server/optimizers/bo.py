@@ -396,6 +396,7 @@ class BayesianOptimization(Optimizer):
         y = m.outputs(self._raw)
         best = float(y.min())  # fantasies count: the believer treats them as observed
         constrained = self.feasibility is not None and self.feasibility.ready()
+        ok = None
         if constrained:
             # Constrained EI (Gardner et al. 2014): improvement over the best feasible
             # trial, times the probability of feasibility; with none feasible yet, that
@@ -406,7 +407,7 @@ class BayesianOptimization(Optimizer):
         # Fewer candidates as n grows: scoring costs O(candidates n^2).
         floor = 128 if m.n < 2000 else 64
         count = int(np.clip(self.candidates * (300.0 / max(m.n, 1)) ** 2, floor, self.candidates))
-        C = self._candidates(count, y)
+        C = self._candidates(count, y, ok)
         mu, var = m.predict(C, y)
         alpha = m.alpha(y)
         if balls is not None and len(balls.centres):
@@ -474,7 +475,7 @@ class BayesianOptimization(Optimizer):
             return acq.neg_lcb(mu, var, self.ucb_beta)
         return acq.log_ei(mu, var, best)
 
-    def _candidates(self, count: int, y: np.ndarray) -> np.ndarray:
+    def _candidates(self, count: int, y: np.ndarray, feasible: np.ndarray | None = None) -> np.ndarray:
         """Half scrambled Sobol over the space, half Gaussian steps around the best points."""
         m = self.model
         n_global = count // 2
@@ -482,7 +483,12 @@ class BayesianOptimization(Optimizer):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             G = self.encoder.random(n_global, self.rng, u=sobol.random(n_global))
-        top = m.X[: m.n_real][np.argsort(y[: m.n_real])[:5]]
+        order = np.argsort(y[: m.n_real])
+        if feasible is not None and feasible.any():
+            # Around the best feasible points: where the optimum lies on a constraint's
+            # boundary, the best infeasible ones are on the wrong side of it.
+            order = order[feasible[order]]
+        top = m.X[: m.n_real][order[:5]]
         parents = top[self.rng.integers(0, len(top), count - n_global)]
         sigma = self.rng.choice([0.01, 0.05, 0.15], size=(len(parents), 1))
         local = parents + self.rng.normal(size=parents.shape) * sigma * self.encoder.continuous
@@ -497,6 +503,7 @@ class BayesianOptimization(Optimizer):
         mask = self.encoder.continuous
         if not mask.any():
             return x0
+        constrained = self.feasibility is not None and self.feasibility.ready()
 
         def negative(u: np.ndarray) -> tuple[float, np.ndarray]:
             x = x0.copy()
@@ -509,6 +516,9 @@ class BayesianOptimization(Optimizer):
             if balls:
                 pv, pg = balls.log_penalty_grad(x)
                 value, grad = value + pv, grad + pg
+            if constrained:  # constrained EI: log EI + log P(feasible)
+                fv, fg = self.feasibility.log_pof_grad(x)  # type: ignore[union-attr]
+                value, grad = value + fv, grad + fg
             return -value, -grad[mask]
 
         # Each step reads the whole factor (two triangular solves): fewer steps at large n.

@@ -39,12 +39,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from scipy.linalg import solve_triangular
 from scipy.special import log_ndtr
+from scipy.stats import norm
 
 from hpcopt.core import constraints
 from hpcopt_server import domain as d
 from hpcopt_server.optimizers.encoding import Encoder
-from hpcopt_server.optimizers.gp import fit_hyperparameters, matern52, unpack
+from hpcopt_server.optimizers.gp import fit_hyperparameters, matern52, matern52_grad_x, unpack
 
 #: Below this many observations of a constraint its GP is refitted at every new one.
 REFIT_BELOW = 100
@@ -105,6 +107,27 @@ class _ConstraintGP:
     def ready(self) -> bool:
         return len(self.y) >= 2
 
+    def log_pof_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        """log P(c(x) <= 0) at one encoded point and its gradient [D] (bo's polish)."""
+        if self._L is None:
+            self._refit()
+        assert self._theta is not None and self._L is not None
+        ell, amp, _ = unpack(self._theta)
+        k = matern52(x[None, :], self._Xf, ell, amp)[0]
+        dk = matern52_grad_x(x, self._Xf, ell, amp)  # [n, D]
+        v = solve_triangular(self._L, k, lower=True)
+        var = max(amp - float(v @ v), 1e-12)
+        w = solve_triangular(self._L.T, v, lower=False)  # K^-1 k
+        mu = self._shift + self._scale * float(k @ self._alpha)
+        sigma = self._scale * math.sqrt(var)
+        dmu = self._scale * (dk.T @ self._alpha)
+        dsigma = self._scale * (-2.0 * (dk.T @ w)) / (2.0 * math.sqrt(var))
+        z = -mu / sigma
+        value = float(log_ndtr(z))
+        ratio = math.exp(float(norm.logpdf(z)) - value)  # phi(z) / Phi(z)
+        dz = -(dmu * sigma - mu * dsigma) / (sigma * sigma)
+        return value, ratio * dz
+
     def predict(self, Xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Mean and standard deviation of c / scale at the rows of Xs."""
         if self._L is None:
@@ -160,6 +183,15 @@ class Feasibility:
             mu, sigma = m.predict(X)
             out += log_ndtr(-mu / sigma)
         return out
+
+    def log_pof_grad(self, x: np.ndarray) -> tuple[float, np.ndarray]:
+        """:meth:`log_pof` at one encoded point, and its gradient (bo's polish)."""
+        value, grad = 0.0, np.zeros(len(x))
+        for m in self.models:
+            if m.ready():
+                v, g = m.log_pof_grad(x)
+                value, grad = value + v, grad + g
+        return value, grad
 
     def predict(self, params: d.Params, k: int) -> tuple[float, float] | None:
         """Constraint ``k``'s predicted metric at ``params`` in its own unit (mean, sd),
