@@ -12,7 +12,9 @@ feasible it maximizes PoF alone (Gelbart, Snoek and Adams, "Bayesian Optimizatio
 Unknown Constraints", UAI 2014, section 3: with no feasible incumbent the improvement is
 undefined, and the first aim is to find a feasible point). The other algorithms screen
 their suggestions with it (``screen``), and the server refuses to launch a trial whose
-resource constraints it predicts broken with confidence (``service/prelaunch.py``).
+resource constraints it predicts broken with confidence (:meth:`Feasibility.refuse`,
+called by ``OptimizerCache`` in ``service/suggestions.py``). ``bo``'s polish climbs log
+EI + log PoF with PoF's gradient (:meth:`Feasibility.log_pof_grad`).
 
 What each GP is fitted to, per constraint k:
 
@@ -28,8 +30,8 @@ The outputs are centred and scaled by their spread, but by no less than
 :data:`MIN_SCALE` (half the bound), and the hyper-parameters (the objective GP's Matern 5/2
 kernel, priors and fit, ``gp.fit_hyperparameters``) are refitted at every new
 observation of that constraint while there are fewer than :data:`REFIT_BELOW`, then at
-every 10 %; each fit is O(n^3) on at most :data:`MAX_POINTS` points (the most recent),
-small next to a trial's cost.
+every 10 %, on the latest :data:`FIT_POINTS` (each step of the fit is O(n^3)); the
+factor holds at most :data:`MAX_POINTS` (the most recent).
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ from hpcopt_server.optimizers.gp import fit_hyperparameters, matern52, matern52_
 REFIT_BELOW = 100
 #: The most observations one constraint's GP factors (the latest).
 MAX_POINTS = 600
+#: The most (latest) observations its hyper-parameters are fitted to.
+FIT_POINTS = 100
 #: The smallest output scale of a constraint's GP, in units of its bound.
 MIN_SCALE = 0.5
 #: A screened suggestion (``screen``) is kept once its probability of feasibility is at
@@ -96,7 +100,8 @@ class _ConstraintGP:
         z = (y - self._shift) / self._scale
         if due or self._theta is None:
             rng = np.random.default_rng([self.seed, 7, self.index, n])
-            self._theta = fit_hyperparameters(X, z, np.zeros(len(z)), rng, warm_start=self._theta)
+            fit = slice(-FIT_POINTS, None)
+            self._theta = fit_hyperparameters(X[fit], z[fit], np.zeros(len(z[fit])), rng, warm_start=self._theta)
             self._fitted_at = n
         ell, amp, noise = unpack(self._theta)
         K = matern52(X, X, ell, amp) + (noise + 1e-9) * np.eye(len(X))
