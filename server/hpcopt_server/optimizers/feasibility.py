@@ -153,7 +153,6 @@ class Feasibility:
         self.encoder = encoder
         self.constraints = [dict(c) for c in constraints]
         self.models = [_ConstraintGP(encoder.dim, seed, k) for k in range(len(self.constraints))]
-        self.feasible_seen = 0
 
     def observe(self, trials: Sequence[d.Trial]) -> None:
         """Takes finished trials: each measured constraint value (and each exhausted
@@ -162,8 +161,6 @@ class Feasibility:
             values = t.constraint_values
             if values is None or len(values) != len(self.constraints):
                 continue
-            if t.state == d.TrialState.COMPLETED and t.feasible:
-                self.feasible_seen += 1
             x = self.encoder.encode(t.params)
             for k, (c, value) in enumerate(zip(self.constraints, values, strict=True)):
                 if value is None:
