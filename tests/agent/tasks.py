@@ -1,8 +1,10 @@
 """Tasks for the agent tests: a small regression MLP on synthetic data.
 
 Knobs (environment, inherited by every rank): ``HPCOPT_TEST_STEP_SLEEP`` seconds slept
-per training step, to make epochs long enough to interrupt; ``HPCOPT_TEST_DATA`` the
-folder where :class:`FileRegression` keeps its samples as ``.npy`` shards.
+per training step, to make epochs long enough to interrupt; ``HPCOPT_TEST_HOLD`` a file
+path: while that file exists, training steps wait (a test holds trials in flight for as
+long as it needs, whatever the machine's load); ``HPCOPT_TEST_DATA`` the folder where
+:class:`FileRegression` keeps its samples as ``.npy`` shards.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class Regression(Task):
         w = torch.randn(8, 1, generator=g)
         self.y = self.x @ w + 0.1 * torch.randn(240, 1, generator=g)
         self.sleep = float(os.environ.get("HPCOPT_TEST_STEP_SLEEP", "0"))
+        self.hold = os.environ.get("HPCOPT_TEST_HOLD")
 
     def dataset(self) -> TensorDataset:
         return TensorDataset(self.x, self.y)
@@ -46,6 +49,8 @@ class Regression(Task):
         # resumed fold's DDP is primed with: Scheme.prime).
         if self.sleep and torch.is_grad_enabled():
             time.sleep(self.sleep)
+        while self.hold and torch.is_grad_enabled() and os.path.exists(self.hold):
+            time.sleep(0.05)
         return F.mse_loss(output, batch[1])
 
     def evaluate(self, model: Any, batches: Iterable[Any], params: dict[str, Any]) -> dict[str, float]:

@@ -155,10 +155,12 @@ def test_a_group_held_back_by_max_parallel_re_plans_the_world_for_what_is_free(
     assert one == Layout(4, 1, 2, 2)
 
     log = tmp_path / "agent.log"
-    # Steps sleep, so the job's other group still has trials to train when the held-back
-    # group's wait (the server's 2 s retry, then --replan-wait) runs out: without them the
-    # queue could drain first, and then no wait is a reason to re-plan.
-    proc = agent_server.start_agent(4, campaign, "--replan-wait", "1", log=log, HPCOPT_TEST_STEP_SLEEP="0.05")
+    # While the hold file exists the job's trials cannot end, so its other group still has
+    # trials to train when the held-back group's wait (the server's 2 s retry, then
+    # --replan-wait) runs out, however loaded the machine: a queue that drained first
+    # leaves no wait a reason to re-plan (CI lost that race with slowed steps alone).
+    hold = tmp_path / "hold"
+    proc = agent_server.start_agent(4, campaign, "--replan-wait", "1", log=log, HPCOPT_TEST_HOLD=str(hold))
     held: list[Any] = []
     done = threading.Event()
 
@@ -189,13 +191,18 @@ def test_a_group_held_back_by_max_parallel_re_plans_the_world_for_what_is_free(
             for _ in range(5):
                 api.pause_campaign(campaign)
                 waiting(lambda: running(api) == 0 or proc.poll() is not None, scaled(120), "the job's trials to end")
+                hold.touch()
                 api.resume_campaign(campaign)
                 got = other.acquire(me, campaign)
                 if got.lease is not None:
                     held.append(got.lease)
                     break
+                hold.unlink()  # the job holds both slots: let its trials end for the next pause
             assert held, f"the other agent never got a slot; the job's log:\n{log.read_text()[-6000:]}"
             keeper.start()
+            leaving = "leaving the layout at this trial boundary to re-plan: trial group"
+            waiting(lambda: leaving in log.read_text() or proc.poll() is not None, scaled(200), "a group's wait")
+            hold.unlink()
             waiting(lambda: "re-plan for" in log.read_text() or proc.poll() is not None, scaled(200), "a re-plan")
             done.set()
             keeper.join(timeout=scaled(60))
