@@ -8,7 +8,7 @@ const app = document.getElementById("app");
 import { layout } from "./campaign_layout.js";
 import { chips, done, progress, renderAgents, renderRunning, renderStateFilter, renderSummary, renderTrials } from "./campaign_tables.js";
 import { CARDS } from "./cards.js";
-import { download, el, fmt, live, nextFrame, poll, refreshAgo, STATES, session } from "./core.js";
+import { download, el, fmt, live, nextFrame, pointerHeld, poll, refreshAgo, STATES, session } from "./core.js";
 import {
   brushedIds,
   brushToRange,
@@ -113,26 +113,6 @@ function drawnKey(v) {
   if (!keys.has(v.points)) keys.set(v.points, v.points.map((p) => p.trial_id).join(","));
   return `${v.limit}|${keys.get(v.points)}`;
 }
-
-/** Whether a mouse button or a finger is down in the page: a live redraw waits for its
- * release (benchmarks/dashboard_open.py lost 2 of 7 drags on a categorical axis to
- * redraws that rebuilt the parallel coordinates mid-drag). */
-let pointerHeld = false;
-document.addEventListener(
-  "pointerdown",
-  () => {
-    pointerHeld = true;
-  },
-  true,
-);
-for (const end of ["pointerup", "pointercancel"])
-  document.addEventListener(
-    end,
-    () => {
-      pointerHeld = false;
-    },
-    true,
-  );
 
 // ---------------------------------------------------------------- page ---
 
@@ -477,7 +457,7 @@ export function campaignPage(id, query) {
         if (gen !== session.generation) return false;
         // The reader clicked, or holds a button down (a drag on a plot that a redraw would
         // rebuild under the mouse, losing the drag): the rest later.
-        if (plots.asked > t0 || pointerHeld) {
+        if (plots.asked > t0 || pointerHeld()) {
           for (const group of ["history", "rest"]) plots.next[group] = Math.max(plots.next[group], performance.now() + 1000);
           return true;
         }

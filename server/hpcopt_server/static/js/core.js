@@ -388,4 +388,25 @@ export function patchRows(tbody, items, key, signature, render) {
   tbody.replaceChildren(...rows);
 }
 
+/** Whether a mouse button or a finger is down in the page: a live redraw waits for its
+ * release (benchmarks/dashboard_open.py lost 2 of 7 drags on a categorical axis to
+ * redraws that rebuilt the parallel coordinates mid-drag). */
+let held = false;
+export const pointerHeld = () => held;
+document.addEventListener(
+  "pointerdown",
+  () => {
+    held = true;
+  },
+  true,
+);
+for (const end of ["pointerup", "pointercancel"])
+  document.addEventListener(
+    end,
+    () => {
+      held = false;
+    },
+    true,
+  );
+
 export const nextFrame = () => new Promise((resolve) => requestAnimationFrame(() => setTimeout(resolve, 0)));

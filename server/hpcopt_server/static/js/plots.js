@@ -2,7 +2,7 @@
 // is called only when that data changed (see campaign.js): every draw leaves a
 // performance mark "hpcopt:draw:<id>", which the idle-redraw test and the benchmark count.
 
-import { agentLabel, el, fmt, fmtParam, seconds } from "./core.js";
+import { agentLabel, el, fmt, fmtParam, pointerHeld, seconds } from "./core.js";
 
 const plotConfig = { displaylogo: false, responsive: true, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
 const baseLayout = (extra) =>
@@ -605,17 +605,45 @@ export function renderParcoords(plot, view, brush, onBrush) {
   }
 }
 
+/** The axes' range marks (their highlight lines and shadows). */
+const highlights = (node) => [...node.querySelectorAll(".axis-brush .highlight, .axis-brush .highlight-shadow")];
+
+/** Whether an axis draws a range (a dash in its highlight's stroke-dasharray). */
+const highlighted = (node) =>
+  highlights(node).some((l) => (l.getAttribute("stroke-dasharray") || "").split(",").some((v, k) => k % 2 === 0 && Number(v) > 0.5));
+
+/** Whether Plotly is still tweening a range mark: as a drag ends on an axis with tick
+ * values (ours all have them) it snaps the highlight in a 150 ms d3 transition, which
+ * marks the line with d3's `__transition__` while it is scheduled or running. */
+const tweening = (node) => highlights(node).some((l) => l.__transition__);
+
 /** Removes every range from the parallel coordinates' axes. Plotly.react with the
  * ranges left out keeps them (the axes' brushes hold their own state): a restyle to null
  * clears both. Every axis, not only those whose data holds a range: what an axis draws
  * is its brush's state, which the data need not mirror, and a restyle redraws them all.
- * Its plotly_restyle event reports an empty brush. */
+ * Its plotly_restyle event reports an empty brush.
+ *
+ * A clear while a drag's snap is tweening restyles once more when the tween has ended:
+ * the tween, still running, draws the old range back over the cleared axis (CI saw it
+ * left there, the data without a range and the table unfiltered). Not when a new drag
+ * has drawn its own range meanwhile: its data hold it, or the button is still down. */
 export function clearParcoords() {
   const node = document.getElementById("plot-parcoords");
   if (!node || !node.data || !node.data[0] || !window.Plotly) return;
   const update = {};
   for (let i = 0; i < node.data[0].dimensions.length; i++) update[`dimensions[${i}].constraintrange`] = null;
   Plotly.restyle(node, update, [0]);
+  if (!tweening(node)) return;
+  const deadline = performance.now() + 10_000; // a hidden tab's frames wait; not for ever
+  const again = () => {
+    if (tweening(node) && performance.now() < deadline) {
+      requestAnimationFrame(again);
+      return;
+    }
+    const ranged = node.data?.[0]?.dimensions.some((d) => d.constraintrange?.length);
+    if (node.isConnected && !ranged && !pointerHeld() && highlighted(node)) Plotly.restyle(node, update, [0]);
+  };
+  requestAnimationFrame(again);
 }
 
 /** Trial ids of the drawn points inside every brushed axis (the objective's as drawn:
