@@ -108,3 +108,51 @@ def test_an_imported_campaign_drops_its_warm_start(service: Service) -> None:
     assert doc["spec"]["warm_start"] == {"campaigns": [old]}
     again = import_campaign(service.ctx, doc)
     assert "warm_start" not in again.spec
+
+
+def test_carried_trials_are_judged_by_the_new_campaign_s_constraints(service: Service) -> None:
+    """The earlier campaign's outcome was against its own constraints (here none, or
+    another bound): a carried trial is judged against the new campaign's, from its
+    folds, and its constraint models learn from them; without constraints it carries
+    no outcome."""
+
+    def run(campaign_id: int, trials: int) -> None:
+        agent = service.agents.register(host="n", ranks=1, gpus=0).agent_id
+        for _ in range(trials):
+            got = service.agents.acquire(agent, campaign_id)
+            assert got.trial is not None
+            lease = Lease(agent, got.trial.id, got.lease_id)
+            value = branin(got.trial.params)
+            service.agents.report_fold(lease, 0, value, {"loss": value, "mem": 100.0 * float(got.trial.params["x1"])})
+            service.agents.complete(lease)
+
+    free = service.campaigns.create(_spec(name="free")).id
+    run(free, 12)
+    loose = service.campaigns.create(_spec(name="loose", constraints=[{"metric": "mem", "max": 900.0}])).id
+    run(loose, 12)
+    tight = [{"metric": "mem", "max": 0.0}, {"metric": "loss", "max": 40.0}]
+    new = service.campaigns.create(_spec(name="new", constraints=tight, warm_start={"campaigns": [free, loose]}))
+    plain = service.campaigns.create(_spec(name="plain", warm_start={"campaigns": [loose]}))
+    with service.ctx.storage.read() as tx:
+        carried = warm_trials(tx, new)
+        unconstrained = warm_trials(tx, plain)
+    assert len(carried) == 24 and len(unconstrained) == 12
+    for t in carried:
+        x1, loss = float(t.params["x1"]), float(t.value)  # type: ignore[arg-type]
+        assert t.constraint_values == pytest.approx((100.0 * x1, loss - 40.0)), t
+        assert t.feasible == (x1 <= 0.0 and loss <= 40.0), t
+        assert (t.violation or 0.0) == pytest.approx(max(x1, 0.0) * 100.0 / 1.0 + max(loss - 40.0, 0.0) / 40.0)
+    assert {t.feasible for t in carried} == {True, False}
+    assert all(t.constraint_values is None and t.violation is None and t.broken == "" for t in unconstrained)
+    # The new campaign's models learn the bound from the carried trials alone.
+    from hpcopt_server.service.suggestions import build_optimizer
+
+    optimizer = build_optimizer(new)
+    optimizer.feed(carried)
+    assert optimizer.feasibility is not None and optimizer.feasibility.ready()
+    # Two of branin's minima (loss 0.4): x1 < 0 fits the memory bound, x1 > 0 does not.
+    feasible, over = (
+        optimizer.feasibility.pof({"x1": -3.14, "x2": 12.3}),
+        optimizer.feasibility.pof({"x1": 9.42, "x2": 2.5}),
+    )
+    assert feasible > 0.5 > over, (feasible, over)

@@ -7,6 +7,12 @@ same kind and a value the new space allows (inside the bounds, among the choices
 parameters the new space does not have are dropped, a trial missing one it needs is
 skipped. Carried trials are observed before the campaign's own, in their campaigns'
 order; they are not trials of the new campaign and use none of its budget.
+
+A carried trial is judged against the new campaign's ``constraints``, from its folds'
+metrics, as the campaign judges its own: its earlier campaign's outcome was against
+that campaign's constraints, which need not be these (other metrics, other bounds, or
+none). A metric its folds did not report counts as broken, and tells that constraint's
+model nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from hpcopt.core import constraints
 from hpcopt_server import domain as d
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.optimizers.space import SearchSpace
@@ -51,18 +58,33 @@ def warm_trials(tx: Tx, campaign: d.Campaign) -> list[d.Trial]:
     """The earlier campaigns' completed trials that fit this campaign's space, with
     their params restricted to it."""
     space = SearchSpace(campaign.spec["space"])
+    bounds = campaign.spec.get("constraints") or []
+    objective = d.objectives_of(campaign.spec)[0][0]
     out: list[d.Trial] = []
     for cid in sources(campaign.spec):
         trials, _ = tx.trials.page(
-            cid, states=[d.TrialState.COMPLETED], with_folds=False, limit=MAX_WARM_TRIALS - len(out)
+            cid, states=[d.TrialState.COMPLETED], with_folds=bool(bounds), limit=MAX_WARM_TRIALS - len(out)
         )
         for t in trials:
             params = fit(space, t.params)
             if params is not None:
-                out.append(dataclasses.replace(t, params=params, finish_seq=None))
+                out.append(
+                    dataclasses.replace(t, params=params, finish_seq=None, folds=(), **judged(t, bounds, objective))
+                )
         if len(out) >= MAX_WARM_TRIALS:
             break
     return out
+
+
+def judged(trial: d.Trial, bounds: list[dict[str, Any]], objective: str) -> dict[str, Any]:
+    """``trial``'s outcome fields against ``bounds`` (this campaign's constraints), from
+    its finished folds' metrics (a fold's value is its objective's metric); none
+    without bounds."""
+    if not bounds:
+        return {"constraint_values": None, "violation": None, "broken": ""}
+    measured = [{**f.metrics, objective: float(f.value)} for f in trial.folds if f.finished and f.value is not None]
+    o = constraints.from_folds(bounds, measured)
+    return {"constraint_values": o.values, "violation": o.violation, "broken": o.broken}
 
 
 def fit(space: SearchSpace, params: d.Params) -> d.Params | None:
