@@ -124,10 +124,16 @@ def fold_summary(
     means = None
     if len(objectives) > 1:
         means = [mean] + [statistics.fmean(float(done[k].metrics[m]) for k in range(count)) for m, _ in objectives[1:]]
-    # A fold's value is its objective's metric, which its metrics need not repeat.
-    measured = ({**done[k].metrics, objectives[0][0]: float(done[k].value)} for k in range(count))  # type: ignore[arg-type]
-    outcome = constraints.from_folds(bounds, measured) if bounds else None
+    outcome = judge(bounds, [done[k] for k in range(count)], objectives[0][0]) if bounds else None
     return FoldSummary(mean, std, means, outcome)
+
+
+def judge(bounds: Sequence[Mapping[str, Any]], folds: Iterable[d.Fold], objective: str) -> constraints.Outcome:
+    """The outcome against the constraints ``bounds`` of a trial whose finished ``folds``
+    measured what they report: a fold's value is its ``objective``'s metric, which its
+    metrics need not repeat."""
+    measured = ({**f.metrics, objective: float(f.value)} for f in folds if f.finished and f.value is not None)
+    return constraints.from_folds(bounds, measured)
 
 
 @dataclass(frozen=True)

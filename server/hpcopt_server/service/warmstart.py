@@ -20,8 +20,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from hpcopt.core import constraints
 from hpcopt_server import domain as d
+from hpcopt_server import rules
 from hpcopt_server.errors import InvalidArgument
 from hpcopt_server.optimizers.space import SearchSpace
 from hpcopt_server.storage.repository import Tx
@@ -78,12 +78,10 @@ def warm_trials(tx: Tx, campaign: d.Campaign) -> list[d.Trial]:
 
 def judged(trial: d.Trial, bounds: list[dict[str, Any]], objective: str) -> dict[str, Any]:
     """``trial``'s outcome fields against ``bounds`` (this campaign's constraints), from
-    its finished folds' metrics (a fold's value is its objective's metric); none
-    without bounds."""
+    its folds (``rules.judge``); none without bounds."""
     if not bounds:
         return {"constraint_values": None, "violation": None, "broken": ""}
-    measured = [{**f.metrics, objective: float(f.value)} for f in trial.folds if f.finished and f.value is not None]
-    o = constraints.from_folds(bounds, measured)
+    o = rules.judge(bounds, trial.folds, objective)
     return {"constraint_values": o.values, "violation": o.violation, "broken": o.broken}
 
 

@@ -634,7 +634,7 @@ export function clearParcoords() {
   for (let i = 0; i < node.data[0].dimensions.length; i++) update[`dimensions[${i}].constraintrange`] = null;
   Plotly.restyle(node, update, [0]);
   if (!tweening(node)) return;
-  const deadline = performance.now() + 10_000; // a hidden tab's frames wait; not for ever
+  const deadline = performance.now() + 10_000; // a tween that never ends stops the wait
   const again = () => {
     if (tweening(node) && performance.now() < deadline) {
       requestAnimationFrame(again);
